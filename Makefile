@@ -1,0 +1,27 @@
+# Makefile — thin wrapper over CMake: `make` builds into build/, `make test` installs missing
+# Debian packages, builds and runs ctest, `make demo` trains a small char-LM on the bundled corpus.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+
+.PHONY: all deps configure test demo bench clean
+
+all: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+deps:
+	deploy/install-deps.sh
+
+configure:
+	@test -f $(BUILD)/CMakeCache.txt || cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+
+test: deps all
+	cd $(BUILD) && ctest --output-on-failure -j 2
+
+demo: deps all
+	deploy/demo.sh $(BUILD)/lstmd
+
+bench: deps all
+	bench/bench_cpu.sh $(BUILD)/lstmd
+
+clean:
+	rm -rf $(BUILD)

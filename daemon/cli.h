@@ -1,0 +1,35 @@
+/* cli.h — subcommands of the lstmd binary and the small option parser they share.
+ * Exit codes: 0 success, 2 bad usage or bad input (config, data, checkpoint), 1 other failures. */
+#ifndef LSTMD_CLI_H
+#define LSTMD_CLI_H
+
+#include <stdint.h>
+
+int lstmd_cmd_prepare(int argc, char **argv);
+int lstmd_cmd_train(int argc, char **argv);
+int lstmd_cmd_eval(int argc, char **argv);
+int lstmd_cmd_sample(int argc, char **argv);
+int lstmd_cmd_predict(int argc, char **argv);
+
+/* One --name VALUE / --name=VALUE option a subcommand accepts. */
+struct lstmd_opt {
+  const char *name;    /* without the leading "--" */
+  const char **value;  /* set to the option's value; NULL for flags */
+  int *flag;           /* set to 1 for flags */
+  int optional_value;  /* value may be absent (next arg starts with "--" or is missing) */
+  void (*on_value)(void *ctx, const char *value);
+  void *ctx;
+};
+
+/* Parses argv[first..argc) against opts. Unknown options, missing values and stray arguments
+ * print a message naming the command and return 2. */
+int lstmd_parse_opts(const char *cmd, int argc, char **argv, int first, struct lstmd_opt *opts,
+                     int n_opts);
+/* Strict numbers for option values: whole string, within [lo, hi]; message + 2 on failure. */
+int lstmd_opt_long(const char *cmd, const char *name, const char *text, long lo, long hi, long *out);
+int lstmd_opt_double(const char *cmd, const char *name, const char *text, double lo, double hi,
+                     double *out);
+/* Maps a library status to the process exit code (see above). */
+int lstmd_exit_code(int status);
+
+#endif

@@ -1,0 +1,79 @@
+/* cli_opts.c — the shared option parser and strict number parsing of the subcommands. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/status.h"
+#include "cli.h"
+
+int lstmd_parse_opts(const char *cmd, int argc, char **argv, int first, struct lstmd_opt *opts,
+                     int n_opts) {
+  for (int i = first; i < argc; i++) {
+    const char *arg = argv[i];
+    if (strncmp(arg, "--", 2) != 0) {
+      lstmd_errorf("%s: unexpected argument '%s'", cmd, arg);
+      return 2;
+    }
+    const char *name = arg + 2, *eq = strchr(name, '=');
+    size_t len = eq ? (size_t)(eq - name) : strlen(name);
+    struct lstmd_opt *o = NULL;
+    for (int k = 0; k < n_opts; k++)
+      if (strlen(opts[k].name) == len && !strncmp(opts[k].name, name, len)) o = &opts[k];
+    if (!o) {
+      lstmd_errorf("%s: unknown option '%s' (try lstmd %s --help)", cmd, arg, cmd);
+      return 2;
+    }
+    if (o->flag) {
+      *o->flag = 1;
+      continue;
+    }
+    const char *value = eq ? eq + 1 : NULL;
+    if (!value && i + 1 < argc && (strncmp(argv[i + 1], "--", 2) != 0 || !o->optional_value))
+      value = argv[++i];
+    if (!value && !o->optional_value) {
+      lstmd_errorf("%s: option --%s needs a value", cmd, o->name);
+      return 2;
+    }
+    if (o->on_value) o->on_value(o->ctx, value);
+    else *o->value = value ? value : "";
+  }
+  return 0;
+}
+
+int lstmd_opt_long(const char *cmd, const char *name, const char *text, long lo, long hi,
+                   long *out) {
+  char *end;
+  errno = 0;
+  long v = text ? strtol(text, &end, 10) : 0;
+  if (!text || !*text || *end || errno || v < lo || v > hi) {
+    lstmd_errorf("%s: --%s '%s' must be an integer in [%ld, %ld]", cmd, name, text ? text : "",
+                 lo, hi);
+    return 2;
+  }
+  *out = v;
+  return 0;
+}
+
+int lstmd_opt_double(const char *cmd, const char *name, const char *text, double lo, double hi,
+                     double *out) {
+  char *end;
+  errno = 0;
+  double v = text ? strtod(text, &end) : 0;
+  if (!text || !*text || *end || errno || !isfinite(v) || v < lo || v > hi) {
+    lstmd_errorf("%s: --%s '%s' must be a number in [%g, %g]", cmd, name, text ? text : "", lo, hi);
+    return 2;
+  }
+  *out = v;
+  return 0;
+}
+
+int lstmd_exit_code(int status) {
+  switch (status) {
+    case LSTMD_OK: return 0;
+    case LSTMD_ENOMEM:
+    case LSTMD_ECUDA:
+    case LSTMD_ECOMM: return 1;
+    default: return 2;
+  }
+}

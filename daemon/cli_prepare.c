@@ -1,0 +1,56 @@
+/* cli_prepare.c — `lstmd prepare text|series`. */
+#include <stdio.h>
+#include <string.h>
+
+#include "../kernels/status.h"
+#include "../worker/prepare.h"
+#include "cli.h"
+
+static int need(const char *cmd, const char *name, const char *value) {
+  if (value) return 0;
+  lstmd_errorf("%s: --%s is required", cmd, name);
+  return 2;
+}
+
+int lstmd_cmd_prepare(int argc, char **argv) {
+  const char *kind = argc > 2 ? argv[2] : "";
+  const char *input = NULL, *out = NULL, *vf = "0.05", *target = NULL, *features = NULL,
+             *horizon = "1";
+  int help = 0;
+  if (!strcmp(kind, "text")) {
+    struct lstmd_opt opts[] = {{"input", &input}, {"out", &out}, {"val-fraction", &vf},
+                               {"help", NULL, &help}};
+    int rc = lstmd_parse_opts("prepare text", argc, argv, 3, opts, 4);
+    if (rc || help) {
+      fprintf(help ? stdout : stderr, "usage: lstmd prepare text --input FILE --out DIR [--val-fraction F]\n");
+      return rc;
+    }
+    double f;
+    if ((rc = need("prepare text", "input", input)) || (rc = need("prepare text", "out", out)) ||
+        (rc = lstmd_opt_double("prepare text", "val-fraction", vf, 0.0, 0.5, &f)))
+      return rc;
+    return lstmd_exit_code(lstmd_prepare_text(input, out, f));
+  }
+  if (!strcmp(kind, "series")) {
+    struct lstmd_opt opts[] = {{"input", &input},       {"out", &out},         {"target", &target},
+                               {"features", &features}, {"horizon", &horizon}, {"val-fraction", &vf},
+                               {"help", NULL, &help}};
+    int rc = lstmd_parse_opts("prepare series", argc, argv, 3, opts, 7);
+    if (rc || help) {
+      fprintf(help ? stdout : stderr,
+              "usage: lstmd prepare series --input FILE.csv --target COL [--features A,B,...]\n"
+              "                            [--horizon K] --out DIR [--val-fraction F]\n");
+      return rc;
+    }
+    double f;
+    long k;
+    if ((rc = need("prepare series", "input", input)) || (rc = need("prepare series", "out", out)) ||
+        (rc = need("prepare series", "target", target)) ||
+        (rc = lstmd_opt_double("prepare series", "val-fraction", vf, 0.0, 0.5, &f)) ||
+        (rc = lstmd_opt_long("prepare series", "horizon", horizon, 1, 4096, &k)))
+      return rc;
+    return lstmd_exit_code(lstmd_prepare_series(input, out, target, features, (int)k, f));
+  }
+  lstmd_errorf("prepare: expected 'text' or 'series', got '%s'", kind);
+  return 2;
+}

@@ -1,0 +1,88 @@
+/* cli_train.c — `lstmd train`: config file + overrides → effective config → training run. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../kernels/status.h"
+#include "../worker/trainer.h"
+#include "blas_setup.h"
+#include "cli.h"
+#include "config.h"
+
+struct set_list {
+  const char *items[256];
+  int n, overflow;
+};
+
+static void on_set(void *ctx, const char *value) {
+  struct set_list *l = ctx;
+  if (l->n < 256) l->items[l->n++] = value;
+  else l->overflow = 1;
+}
+
+static void on_signal(int sig) {
+  (void)sig;
+  lstmd_train_request_stop();
+}
+
+static void install_stop_handlers(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
+int lstmd_cmd_train(int argc, char **argv) {
+  const char *config_path = NULL, *resume = NULL;
+  int help = 0;
+  struct set_list sets = {0};
+  struct lstmd_opt opts[] = {{"config", &config_path},
+                             {"set", NULL, NULL, 0, on_set, &sets},
+                             {"resume", &resume, NULL, 1},
+                             {"help", NULL, &help}};
+  int rc = lstmd_parse_opts("train", argc, argv, 2, opts, 4);
+  if (rc) return rc;
+  if (help) {
+    printf("usage: lstmd train --config JOB.ini [--set section.key=value ...] [--resume [CKPT]]\n"
+           "  --resume        continue from <train.run_dir>/latest.safetensors (fresh start if none)\n"
+           "  --resume CKPT   continue from the given checkpoint\n\n");
+    lstmd_config_help(stdout);
+    return 0;
+  }
+  if (sets.overflow) {
+    lstmd_errorf("train: too many --set options (at most 256)");
+    return 2;
+  }
+  struct lstmd_train_config cfg;
+  lstmd_config_defaults(&cfg);
+  if (config_path && (rc = lstmd_config_load_ini(&cfg, config_path))) return lstmd_exit_code(rc);
+  for (int i = 0; i < sets.n; i++)
+    if ((rc = lstmd_config_set(&cfg, sets.items[i]))) return lstmd_exit_code(rc);
+  if ((rc = lstmd_config_validate(&cfg))) return lstmd_exit_code(rc);
+
+  char latest[1100];
+  if (resume && !*resume) {
+    snprintf(latest, sizeof latest, "%s/latest.safetensors", cfg.run_dir);
+    if (access(latest, F_OK) == 0) {
+      resume = latest;
+    } else {
+      fprintf(stderr, "lstmd: no %s yet: starting a fresh run\n", latest);
+      resume = NULL;
+    }
+  }
+  lstmd_blas_set_threads(cfg.threads);
+  char blas[160];
+  lstmd_blas_describe(blas, sizeof blas);
+  fprintf(stderr, "lstmd: effective config (%s):\n", blas);
+  lstmd_config_print(&cfg, stderr);
+  char *json = lstmd_config_to_json(&cfg);
+  if (!json) return 1;
+  install_stop_handlers();
+  rc = lstmd_train_run(&cfg, json, resume);
+  free(json);
+  return lstmd_exit_code(rc);
+}

@@ -1,0 +1,313 @@
+/* config.c — the config table and everything it drives (see config.h). INI parsing is inih's. */
+#include "config.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/status.h"
+#include "../worker/batcher.h"
+
+enum cfg_type { CFG_INT, CFG_LONG, CFG_U64, CFG_FLOAT, CFG_STRING, CFG_ENUM };
+
+struct cfg_key {
+  const char *section, *key;
+  enum cfg_type type;
+  size_t offset, size; /* field of struct lstmd_train_config; size for strings */
+  const char *def;
+  double min, max;     /* inclusive, for numbers */
+  const char *const *choices; /* enum names, index = stored int value; NULL-terminated */
+  const char *help;
+};
+
+static const char *const kOrders[] = {"shuffle", "stream", NULL};
+static const char *const kAlgos[] = {"adamw", "sgd", NULL};
+static const char *const kSchedules[] = {"cosine", "constant", NULL};
+static const char *const kDevices[] = {"cpu", "cuda", NULL};
+static const char *const kPrecisions[] = {"fp32", "fp16", "bf16", NULL};
+
+#define F(field) offsetof(struct lstmd_train_config, field)
+#define S(field) sizeof(((struct lstmd_train_config *)0)->field)
+static const struct cfg_key kKeys[] = {
+    {"data", "path", CFG_STRING, F(data_path), S(data_path), "", 0, 0, NULL,
+     "prepared dataset directory (from lstmd prepare); required"},
+    {"data", "seq_len", CFG_INT, F(seq_len), 0, "128", 1, 65536, NULL,
+     "inputs per training window (truncated BPTT length)"},
+    {"data", "batch_size", CFG_INT, F(batch_size), 0, "32", 1, 65536, NULL,
+     "windows per step on each rank"},
+    {"data", "order", CFG_ENUM, F(order), 0, "shuffle", 0, 0, kOrders,
+     "shuffle: random windows, zero state each; stream: B parallel streams, state carried"},
+    {"model", "embed", CFG_INT, F(embed), 0, "64", 1, 65536, NULL, "embedding width (text)"},
+    {"model", "hidden", CFG_INT, F(hidden), 0, "256", 1, 65536, NULL, "LSTM hidden size"},
+    {"model", "layers", CFG_INT, F(layers), 0, "2", 1, 16, NULL, "stacked LSTM layers"},
+    {"model", "dropout", CFG_FLOAT, F(dropout), 0, "0", 0, 0.95, NULL,
+     "dropout on the output of every LSTM layer but the last"},
+    {"optim", "algo", CFG_ENUM, F(optim.algo), 0, "adamw", 0, 0, kAlgos, "optimizer"},
+    {"optim", "lr", CFG_FLOAT, F(optim.lr), 0, "0.002", 0, 10, NULL, "peak learning rate"},
+    {"optim", "weight_decay", CFG_FLOAT, F(optim.weight_decay), 0, "0", 0, 1, NULL,
+     "AdamW: decoupled decay; SGD: L2 added to the gradient"},
+    {"optim", "beta1", CFG_FLOAT, F(optim.beta1), 0, "0.9", 0, 0.99999, NULL, "AdamW beta1"},
+    {"optim", "beta2", CFG_FLOAT, F(optim.beta2), 0, "0.999", 0, 0.999999, NULL, "AdamW beta2"},
+    {"optim", "eps", CFG_FLOAT, F(optim.eps), 0, "1e-08", 0, 1, NULL, "AdamW epsilon"},
+    {"optim", "momentum", CFG_FLOAT, F(optim.momentum), 0, "0.9", 0, 0.9999, NULL, "SGD momentum"},
+    {"optim", "warmup", CFG_LONG, F(optim.warmup_steps), 0, "0", 0, 1e12, NULL,
+     "linear warmup steps (may exceed train.steps)"},
+    {"optim", "schedule", CFG_ENUM, F(optim.schedule), 0, "cosine", 0, 0, kSchedules,
+     "after warmup: cosine decay to 0 at train.steps, or constant"},
+    {"optim", "clip_norm", CFG_FLOAT, F(optim.clip_norm), 0, "1", 0, 1e6, NULL,
+     "global gradient-norm clip (0: off)"},
+    {"optim", "grad_accum", CFG_INT, F(grad_accum), 0, "1", 1, 65536, NULL,
+     "micro-batches summed into each step"},
+    {"train", "steps", CFG_LONG, F(steps), 0, "1000", 1, 1e12, NULL, "optimizer steps"},
+    {"train", "seed", CFG_U64, F(seed), 0, "1", 0, 0, NULL,
+     "seed of initialisation, shuffling and dropout (same seed: bitwise same run)"},
+    {"train", "device", CFG_ENUM, F(device), 0, "cpu", 0, 0, kDevices, "compute backend"},
+    {"train", "precision", CFG_ENUM, F(precision), 0, "fp32", 0, 0, kPrecisions,
+     "fp32 (CPU and GPU) or mixed fp16/bf16 (GPU)"},
+    {"train", "run_dir", CFG_STRING, F(run_dir), S(run_dir), "runs/default", 0, 0, NULL,
+     "checkpoints, metrics.jsonl"},
+    {"train", "checkpoint_every", CFG_LONG, F(checkpoint_every), 0, "1000", 0, 1e12, NULL,
+     "steps between checkpoints (0: only at the end)"},
+    {"train", "eval_every", CFG_LONG, F(eval_every), 0, "500", 0, 1e12, NULL,
+     "steps between validation passes (0: only at the end)"},
+    {"train", "log_every", CFG_LONG, F(log_every), 0, "10", 0, 1e12, NULL,
+     "steps between progress lines and metrics records"},
+    {"train", "threads", CFG_INT, F(threads), 0, "0", 0, 1024, NULL,
+     "BLAS threads (0: all cores)"},
+};
+#undef F
+#undef S
+enum { kKeyCount = sizeof kKeys / sizeof kKeys[0] };
+
+static const struct cfg_key *find_key(const char *section, const char *key) {
+  for (int i = 0; i < kKeyCount; i++)
+    if (!strcmp(kKeys[i].section, section) && !strcmp(kKeys[i].key, key)) return &kKeys[i];
+  return NULL;
+}
+
+/* Parses `value` for key k into c. On failure writes the reason into err. */
+static int set_value(struct lstmd_train_config *c, const struct cfg_key *k, const char *value,
+                     char *err, size_t errlen) {
+  char *field = (char *)c + k->offset, *end;
+  errno = 0;
+  switch (k->type) {
+    case CFG_STRING:
+      if (strlen(value) >= k->size) {
+        snprintf(err, errlen, "value is longer than %zu bytes", k->size - 1);
+        return LSTMD_ECONFIG;
+      }
+      strcpy(field, value);
+      return LSTMD_OK;
+    case CFG_ENUM:
+      for (int i = 0; k->choices[i]; i++)
+        if (!strcmp(k->choices[i], value)) {
+          *(int *)field = i;
+          return LSTMD_OK;
+        }
+      snprintf(err, errlen, "'%s' is not one of", value);
+      for (int i = 0; k->choices[i]; i++)
+        snprintf(err + strlen(err), errlen - strlen(err), " %s", k->choices[i]);
+      return LSTMD_ECONFIG;
+    case CFG_U64: {
+      unsigned long long v = strtoull(value, &end, 10);
+      if (!*value || *end || errno || value[0] == '-') break;
+      *(uint64_t *)field = v;
+      return LSTMD_OK;
+    }
+    case CFG_INT:
+    case CFG_LONG: {
+      long long v = strtoll(value, &end, 10);
+      if (!*value || *end || errno) break;
+      if (v < k->min || v > k->max) {
+        snprintf(err, errlen, "%lld is out of range [%.0f, %.0f]", v, k->min, k->max);
+        return LSTMD_ECONFIG;
+      }
+      if (k->type == CFG_INT) *(int *)field = (int)v;
+      else *(long *)field = (long)v;
+      return LSTMD_OK;
+    }
+    case CFG_FLOAT: {
+      double v = strtod(value, &end);
+      if (!*value || *end || errno || !isfinite(v)) break;
+      if (v < k->min || v > k->max) {
+        snprintf(err, errlen, "%g is out of range [%g, %g]", v, k->min, k->max);
+        return LSTMD_ECONFIG;
+      }
+      *(float *)field = (float)v;
+      return LSTMD_OK;
+    }
+  }
+  snprintf(err, errlen, "'%s' is not a valid %s", value,
+           k->type == CFG_FLOAT ? "number" : k->type == CFG_U64 ? "unsigned integer" : "integer");
+  return LSTMD_ECONFIG;
+}
+
+static void format_value(const struct lstmd_train_config *c, const struct cfg_key *k, char *buf,
+                         size_t n) {
+  const char *field = (const char *)c + k->offset;
+  switch (k->type) {
+    case CFG_STRING: snprintf(buf, n, "%s", field); break;
+    case CFG_ENUM: snprintf(buf, n, "%s", k->choices[*(const int *)field]); break;
+    case CFG_U64: snprintf(buf, n, "%" PRIu64, *(const uint64_t *)field); break;
+    case CFG_INT: snprintf(buf, n, "%d", *(const int *)field); break;
+    case CFG_LONG: snprintf(buf, n, "%ld", *(const long *)field); break;
+    case CFG_FLOAT: snprintf(buf, n, "%.9g", *(const float *)field); break;
+  }
+}
+
+void lstmd_config_defaults(struct lstmd_train_config *c) {
+  char err[256];
+  memset(c, 0, sizeof *c);
+  for (int i = 0; i < kKeyCount; i++) set_value(c, &kKeys[i], kKeys[i].def, err, sizeof err);
+}
+
+struct ini_ctx {
+  struct lstmd_train_config *c;
+  char first_error[512];
+};
+
+static int on_ini_pair(void *user, const char *section, const char *name, const char *value) {
+  struct ini_ctx *ctx = user;
+  char err[384];
+  const struct cfg_key *k = find_key(section, name);
+  int rc;
+  if (!k) {
+    snprintf(err, sizeof err, "unknown key '%s.%s' (lstmd train --help lists them)", section, name);
+    rc = LSTMD_ECONFIG;
+  } else {
+    rc = set_value(ctx->c, k, value, err, sizeof err);
+  }
+  if (rc && !ctx->first_error[0]) {
+    if (k) snprintf(ctx->first_error, sizeof ctx->first_error, "%s.%s: %s", section, name, err);
+    else snprintf(ctx->first_error, sizeof ctx->first_error, "%s", err);
+  }
+  return rc == 0;
+}
+
+int lstmd_config_load_ini(struct lstmd_train_config *c, const char *path) {
+  struct ini_ctx ctx = {.c = c};
+  int line = ini_parse(path, on_ini_pair, &ctx);
+  if (line < 0) {
+    lstmd_errorf("%s: cannot read config file", path);
+    return LSTMD_EIO;
+  }
+  if (line > 0) {
+    lstmd_errorf("%s:%d: %s", path, line, ctx.first_error[0] ? ctx.first_error : "syntax error");
+    return LSTMD_ECONFIG;
+  }
+  return LSTMD_OK;
+}
+
+/* Applies "section.key" = value; `origin` names where it came from in messages. */
+static int set_dotted(struct lstmd_train_config *c, const char *dotted, const char *value,
+                      const char *origin) {
+  char section[64], err[384];
+  const char *dot = strchr(dotted, '.');
+  size_t n = dot ? (size_t)(dot - dotted) : 0;
+  const struct cfg_key *k = NULL;
+  if (dot && n < sizeof section) {
+    memcpy(section, dotted, n);
+    section[n] = '\0';
+    k = find_key(section, dot + 1);
+  }
+  if (!k) {
+    lstmd_errorf("%s: unknown config key '%s' (lstmd train --help lists them)", origin, dotted);
+    return LSTMD_ECONFIG;
+  }
+  if (set_value(c, k, value, err, sizeof err) != 0) {
+    lstmd_errorf("%s: %s: %s", origin, dotted, err);
+    return LSTMD_ECONFIG;
+  }
+  return LSTMD_OK;
+}
+
+int lstmd_config_set(struct lstmd_train_config *c, const char *assignment) {
+  const char *eq = strchr(assignment, '=');
+  if (!eq || eq == assignment) {
+    lstmd_errorf("--set %s: expected section.key=value", assignment);
+    return LSTMD_ECONFIG;
+  }
+  char key[128];
+  size_t n = (size_t)(eq - assignment);
+  if (n >= sizeof key) n = sizeof key - 1;
+  memcpy(key, assignment, n);
+  key[n] = '\0';
+  return set_dotted(c, key, eq + 1, "--set");
+}
+
+int lstmd_config_load_json(struct lstmd_train_config *c, const char *json_text) {
+  json_t *root = json_loads(json_text, 0, NULL);
+  if (!json_is_object(root)) {
+    json_decref(root);
+    lstmd_errorf("checkpoint config is not a JSON object");
+    return LSTMD_EFORMAT;
+  }
+  const char *key;
+  json_t *v;
+  int rc = LSTMD_OK;
+  json_object_foreach(root, key, v) {
+    if (!rc && !json_is_string(v)) rc = LSTMD_EFORMAT;
+    if (!rc) rc = set_dotted(c, key, json_string_value(v), "checkpoint config");
+  }
+  json_decref(root);
+  return rc;
+}
+
+int lstmd_config_validate(const struct lstmd_train_config *c) {
+  if (!c->data_path[0]) {
+    lstmd_errorf("data.path is required (a directory made by lstmd prepare)");
+    return LSTMD_ECONFIG;
+  }
+  if (!c->run_dir[0]) {
+    lstmd_errorf("train.run_dir must not be empty");
+    return LSTMD_ECONFIG;
+  }
+  return LSTMD_OK;
+}
+
+void lstmd_config_print(const struct lstmd_train_config *c, FILE *out) {
+  char buf[1100];
+  for (int i = 0; i < kKeyCount; i++) {
+    format_value(c, &kKeys[i], buf, sizeof buf);
+    fprintf(out, "  %s.%s = %s\n", kKeys[i].section, kKeys[i].key, buf);
+  }
+}
+
+char *lstmd_config_to_json(const struct lstmd_train_config *c) {
+  json_t *root = json_object();
+  char buf[1100], name[128];
+  for (int i = 0; i < kKeyCount; i++) {
+    format_value(c, &kKeys[i], buf, sizeof buf);
+    snprintf(name, sizeof name, "%s.%s", kKeys[i].section, kKeys[i].key);
+    json_object_set_new(root, name, json_string(buf));
+  }
+  char *s = json_dumps(root, JSON_COMPACT);
+  json_decref(root);
+  return s;
+}
+
+void lstmd_config_help(FILE *out) {
+  fprintf(out, "Config keys (INI [section] key = value, or --set section.key=value):\n");
+  for (int i = 0; i < kKeyCount; i++) {
+    const struct cfg_key *k = &kKeys[i];
+    char range[160] = "";
+    if (k->type == CFG_ENUM) {
+      for (int j = 0; k->choices[j]; j++)
+        snprintf(range + strlen(range), sizeof range - strlen(range), "%s%s", j ? "|" : "",
+                 k->choices[j]);
+    } else if (k->type == CFG_INT || k->type == CFG_LONG) {
+      snprintf(range, sizeof range, "integer %.0f..%.0f", k->min, k->max);
+    } else if (k->type == CFG_FLOAT) {
+      snprintf(range, sizeof range, "number %g..%g", k->min, k->max);
+    } else {
+      snprintf(range, sizeof range, k->type == CFG_U64 ? "unsigned integer" : "text");
+    }
+    fprintf(out, "  %s.%-17s %-26s default %-13s %s\n", k->section, k->key, range,
+            k->def[0] ? k->def : "(none)", k->help);
+  }
+}

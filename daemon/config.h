@@ -1,0 +1,29 @@
+/* config.h — the one table behind the training config: INI files, `--set section.key=value`
+ * overrides, `lstmd train --help`, the effective config printed at start, and the JSON copy
+ * stored in checkpoints. Values out of range are rejected with the key named, never clamped;
+ * unknown sections and keys are errors. */
+#ifndef LSTMD_CONFIG_H
+#define LSTMD_CONFIG_H
+
+#include <stdio.h>
+
+#include "../worker/train_config.h"
+
+void lstmd_config_defaults(struct lstmd_train_config *c);
+/* Applies an INI file. Errors print "FILE:LINE: ..." and return LSTMD_ECONFIG (LSTMD_EIO when
+ * the file cannot be read). */
+int lstmd_config_load_ini(struct lstmd_train_config *c, const char *path);
+/* Applies one "section.key=value" assignment. */
+int lstmd_config_set(struct lstmd_train_config *c, const char *assignment);
+/* Applies a JSON object {"section.key": "value", ...} (as stored in checkpoints). */
+int lstmd_config_load_json(struct lstmd_train_config *c, const char *json_text);
+/* Checks what single keys cannot: required keys present. */
+int lstmd_config_validate(const struct lstmd_train_config *c);
+/* "section.key = value" lines. */
+void lstmd_config_print(const struct lstmd_train_config *c, FILE *out);
+/* JSON object text of every key (malloc'd; NULL on allocation failure). */
+char *lstmd_config_to_json(const struct lstmd_train_config *c);
+/* The key reference: name, type and range, default, help. */
+void lstmd_config_help(FILE *out);
+
+#endif

@@ -1,0 +1,104 @@
+/* dense_cpu.c — embedding, linear, losses, element-wise helpers and optimizer updates (CPU). */
+#include "dense_cpu.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+
+void lstmd_cpu_embedding_forward(int N, int E, const float *table, const int32_t *ids,
+                                 float *out) {
+  for (int n = 0; n < N; n++)
+    memcpy(out + (size_t)n * E, table + (size_t)ids[n] * E, (size_t)E * sizeof(float));
+}
+
+void lstmd_cpu_embedding_backward(int N, int E, const float *dout, const int32_t *ids,
+                                  float *dtable) {
+  for (int n = 0; n < N; n++) {
+    float *row = dtable + (size_t)ids[n] * E;
+    const float *d = dout + (size_t)n * E;
+    for (int e = 0; e < E; e++) row[e] += d[e];
+  }
+}
+
+void lstmd_cpu_linear_forward(int N, int In, int O, const float *x, const float *w, const float *b,
+                              float *y) {
+  for (int n = 0; n < N; n++) memcpy(y + (size_t)n * O, b, (size_t)O * sizeof(float));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, O, In, 1.0f, x, In, w, In, 1.0f, y, O);
+}
+
+void lstmd_cpu_linear_backward(int N, int In, int O, const float *x, const float *w,
+                               const float *dy, float *dw, float *db, float *dx) {
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, O, In, N, 1.0f, dy, O, x, In, 1.0f, dw, In);
+  for (int n = 0; n < N; n++) {
+    const float *row = dy + (size_t)n * O;
+    for (int o = 0; o < O; o++) db[o] += row[o];
+  }
+  if (dx)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, In, O, 1.0f, dy, O, w, In, 0.0f, dx, In);
+}
+
+double lstmd_cpu_softmax_xent(int N, int V, float *logits, const int32_t *targets,
+                              float grad_scale) {
+  double total = 0.0;
+  for (int n = 0; n < N; n++) {
+    float *z = logits + (size_t)n * V;
+    float mx = z[0];
+    for (int v = 1; v < V; v++) mx = z[v] > mx ? z[v] : mx;
+    double sum = 0.0;
+    for (int v = 0; v < V; v++) sum += exp((double)z[v] - mx);
+    double logsum = log(sum) + mx;
+    total += logsum - z[targets[n]];
+    if (grad_scale != 0.0f) {
+      for (int v = 0; v < V; v++) z[v] = grad_scale * (float)exp((double)z[v] - logsum);
+      z[targets[n]] -= grad_scale;
+    }
+  }
+  return total;
+}
+
+double lstmd_cpu_mse(size_t N, float *pred, const float *target, float grad_scale) {
+  double total = 0.0;
+  for (size_t i = 0; i < N; i++) {
+    double diff = (double)pred[i] - target[i];
+    total += diff * diff;
+    if (grad_scale != 0.0f) pred[i] = grad_scale * 2.0f * (float)diff;
+  }
+  return total;
+}
+
+void lstmd_cpu_mul_inplace(size_t n, float *x, const float *m) {
+  for (size_t i = 0; i < n; i++) x[i] *= m[i];
+}
+
+double lstmd_cpu_sumsq(size_t n, const float *x) {
+  double s = 0.0;
+  for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+  return s;
+}
+
+void lstmd_cpu_scale(size_t n, float *x, float s) {
+  for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+void lstmd_cpu_adamw(size_t n, float *p, const float *g, float *m, float *v, float lr, float beta1,
+                     float beta2, float eps, float weight_decay, long step) {
+  const float bc1 = 1.0f - (float)pow(beta1, (double)step);
+  const float bc2_sqrt = (float)sqrt(1.0 - pow(beta2, (double)step));
+  const float step_size = lr / bc1, decay = 1.0f - lr * weight_decay;
+  for (size_t i = 0; i < n; i++) {
+    m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
+    v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
+    float denom = sqrtf(v[i]) / bc2_sqrt + eps;
+    p[i] = p[i] * decay - step_size * m[i] / denom;
+  }
+}
+
+void lstmd_cpu_sgd(size_t n, float *p, const float *g, float *buf, float lr, float momentum,
+                   float weight_decay) {
+  for (size_t i = 0; i < n; i++) {
+    float d = g[i] + weight_decay * p[i];
+    buf[i] = momentum * buf[i] + d;
+    p[i] -= lr * buf[i];
+  }
+}

@@ -1,0 +1,120 @@
+/* lstm_cpu.c — float32 LSTM layer forward/backward with OpenBLAS GEMMs and fused gate passes.
+ * Per window: 1 GEMM for the input projection of all steps, 1 per step for the recurrence,
+ * and in backward 1 per step for the recurrent dh, then 3 large GEMMs for dW_ih, dW_hh, dx. */
+#include "lstm_cpu.h"
+
+#include <cblas.h>
+#include <string.h>
+
+#include "fastmath.h"
+
+#define LSTMD_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+/* Adds both biases, applies the gate nonlinearities in place, and advances c and h by one step.
+ * g [B,4H] holds pre-activations on entry and activated gates (i,f,g,o) on exit. */
+LSTMD_VECTOR_CLONES
+static void gate_forward_pass(int B, int H, float *g, const float *b_ih, const float *b_hh,
+                              const float *c_prev, float *c_next, float *h_next) {
+  for (int b = 0; b < B; b++) {
+    float *gi = g + (size_t)b * 4 * H, *gf = gi + H, *gg = gi + 2 * H, *go = gi + 3 * H;
+    const float *cp = c_prev + (size_t)b * H;
+    float *cn = c_next + (size_t)b * H, *hn = h_next + (size_t)b * H;
+#pragma omp simd
+    for (int j = 0; j < H; j++) {
+      float i = lstmd_sigmoidf(gi[j] + b_ih[j] + b_hh[j]);
+      float f = lstmd_sigmoidf(gf[j] + b_ih[H + j] + b_hh[H + j]);
+      float gv = lstmd_tanhf(gg[j] + b_ih[2 * H + j] + b_hh[2 * H + j]);
+      float o = lstmd_sigmoidf(go[j] + b_ih[3 * H + j] + b_hh[3 * H + j]);
+      float cv = f * cp[j] + i * gv;
+      gi[j] = i;
+      gf[j] = f;
+      gg[j] = gv;
+      go[j] = o;
+      cn[j] = cv;
+      hn[j] = o * lstmd_tanhf(cv);
+    }
+  }
+}
+
+/* One step of the backward gate pass: from dh (output gradient + recurrent part) and the carried
+ * dc, writes the pre-activation gradients da [B,4H] and updates dc_carry in place. */
+LSTMD_VECTOR_CLONES
+static void gate_backward_pass(int B, int H, const float *gates, const float *c_prev,
+                               const float *c_cur, const float *dh_out, const float *dh_rec,
+                               float *dc_carry, float *da) {
+  for (int b = 0; b < B; b++) {
+    const float *gi = gates + (size_t)b * 4 * H, *gf = gi + H, *gg = gi + 2 * H, *go = gi + 3 * H;
+    const float *cp = c_prev + (size_t)b * H, *cc = c_cur + (size_t)b * H;
+    const float *dho = dh_out + (size_t)b * H, *dhr = dh_rec + (size_t)b * H;
+    float *dcc = dc_carry + (size_t)b * H;
+    float *dai = da + (size_t)b * 4 * H, *daf = dai + H, *dag = dai + 2 * H, *dao = dai + 3 * H;
+#pragma omp simd
+    for (int j = 0; j < H; j++) {
+      float i = gi[j], f = gf[j], gv = gg[j], o = go[j];
+      float dh = dho[j] + dhr[j];
+      float tc = lstmd_tanhf(cc[j]);
+      float dc = dcc[j] + dh * o * (1.0f - tc * tc);
+      dai[j] = dc * gv * i * (1.0f - i);
+      daf[j] = dc * cp[j] * f * (1.0f - f);
+      dag[j] = dc * i * (1.0f - gv * gv);
+      dao[j] = dh * tc * o * (1.0f - o);
+      dcc[j] = dc * f;
+    }
+  }
+}
+
+void lstmd_cpu_lstm_forward(const struct lstmd_lstm_dims *d, const float *w_ih, const float *w_hh,
+                            const float *b_ih, const float *b_hh, const float *x, float *h,
+                            float *c, float *gates) {
+  const int T = d->steps, B = d->batch, In = d->input, H = d->hidden, G = 4 * H;
+  const size_t step_h = (size_t)B * H, step_g = (size_t)B * G;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T * B, G, In, 1.0f, x, In, w_ih, In, 0.0f,
+              gates, G);
+  for (int t = 0; t < T; t++) {
+    float *g = gates + t * step_g;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, G, H, 1.0f, h + t * step_h, H, w_hh,
+                H, 1.0f, g, G);
+    gate_forward_pass(B, H, g, b_ih, b_hh, c + t * step_h, c + (t + 1) * step_h,
+                      h + (t + 1) * step_h);
+  }
+}
+
+LSTMD_VECTOR_CLONES
+static void add_column_sums(int rows, int cols, const float *m, float *sum_a, float *sum_b) {
+  for (int r = 0; r < rows; r++) {
+    const float *row = m + (size_t)r * cols;
+#pragma omp simd
+    for (int j = 0; j < cols; j++) {
+      sum_a[j] += row[j];
+      sum_b[j] += row[j];
+    }
+  }
+}
+
+void lstmd_cpu_lstm_backward(const struct lstmd_lstm_dims *d, const float *w_ih, const float *w_hh,
+                             const float *x, const float *h, const float *c, const float *gates,
+                             const float *dh_out, float *dgates, float *work, float *dw_ih,
+                             float *dw_hh, float *db_ih, float *db_hh, float *dx) {
+  const int T = d->steps, B = d->batch, In = d->input, H = d->hidden, G = 4 * H;
+  const size_t step_h = (size_t)B * H, step_g = (size_t)B * G;
+  float *dh_rec = work, *dc_carry = work + step_h;
+  memset(work, 0, 2 * step_h * sizeof(float));
+  for (int t = T - 1; t >= 0; t--) {
+    float *da = dgates + t * step_g;
+    gate_backward_pass(B, H, gates + t * step_g, c + t * step_h, c + (t + 1) * step_h,
+                       dh_out + t * step_h, dh_rec, dc_carry, da);
+    if (t > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, H, G, 1.0f, da, G, w_hh, H, 0.0f,
+                  dh_rec, H);
+  }
+  const int N = T * B;
+  /* h[0..T-1] are the inputs of the recurrence at steps 0..T-1: contiguous [T*B,H]. */
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, G, H, N, 1.0f, dgates, G, h, H, 1.0f, dw_hh,
+              H);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, G, In, N, 1.0f, dgates, G, x, In, 1.0f, dw_ih,
+              In);
+  add_column_sums(N, G, dgates, db_ih, db_hh);
+  if (dx)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, In, G, 1.0f, dgates, G, w_ih, In, 0.0f,
+                dx, In);
+}

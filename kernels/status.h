@@ -1,0 +1,49 @@
+/* status.h — the status codes every lstmd module returns, and the macros that pass them up.
+ * 0 is success; failures are negative values from one X-macro list so that names and messages
+ * cannot drift apart. This header is a leaf (libc only): kernels/, comm/, worker/ and daemon/
+ * all include it, which is the one exception to "kernels and comm never include each other". */
+#ifndef LSTMD_STATUS_H
+#define LSTMD_STATUS_H
+
+#include <stdio.h>
+
+#define LSTMD_STATUS_LIST(X)                                              \
+  X(OK, 0, "success")                                                     \
+  X(EINVAL, -1, "invalid argument")                                       \
+  X(ENOMEM, -2, "out of memory")                                          \
+  X(EIO, -3, "input/output error")                                        \
+  X(EFORMAT, -4, "malformed file")                                        \
+  X(ECRC, -5, "checksum mismatch")                                        \
+  X(ECONFIG, -6, "bad configuration")                                     \
+  X(EUNSUPPORTED, -7, "not supported by this build or device")           \
+  X(ECUDA, -8, "CUDA error")                                              \
+  X(ECOMM, -9, "communication error")                                     \
+  X(EINTERRUPTED, -10, "interrupted")
+
+enum lstmd_status {
+#define LSTMD_STATUS_ENUM(name, value, msg) LSTMD_##name = value,
+  LSTMD_STATUS_LIST(LSTMD_STATUS_ENUM)
+#undef LSTMD_STATUS_ENUM
+};
+
+/* Returns the message of a status ("unknown status" for values outside the list). Static. */
+const char *lstmd_strerror(int status);
+/* Returns the symbolic name, e.g. "LSTMD_EFORMAT". Static string. */
+const char *lstmd_status_name(int status);
+
+/* Prints "lstmd: <message>" to stderr; use for user-facing errors. printf-style. */
+void lstmd_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Pass a failure up, leaving a breadcrumb (file:line and the failing expression) on stderr
+ * when LSTMD_TRACE is set in the environment. */
+void lstmd_breadcrumb(const char *file, int line, const char *expr, int status);
+#define LSTMD_TRY(expr)                                                   \
+  do {                                                                    \
+    int lstmd_try_rc_ = (expr);                                           \
+    if (lstmd_try_rc_ < 0) {                                              \
+      lstmd_breadcrumb(__FILE__, __LINE__, #expr, lstmd_try_rc_);         \
+      return lstmd_try_rc_;                                               \
+    }                                                                     \
+  } while (0)
+
+#endif

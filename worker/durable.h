@@ -1,0 +1,33 @@
+/* durable.h — crash-safe file replacement: write a temp file beside the target, fsync it,
+ * rename it over the target, fsync the directory. A crash at any point leaves either the old
+ * file or the new one, never a torn one. */
+#ifndef LSTMD_DURABLE_H
+#define LSTMD_DURABLE_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+struct lstmd_durable {
+  int fd;
+  char *path;     /* final path (owned) */
+  char *tmp_path; /* "<path>.tmp.<pid>" (owned) */
+};
+
+/* Creates the temp file. Returns 0 or LSTMD_EIO (message printed, naming the file). */
+int lstmd_durable_open(struct lstmd_durable *w, const char *path);
+/* Writes n bytes at the current end / at an offset. Returns 0 or LSTMD_EIO. */
+int lstmd_durable_write(struct lstmd_durable *w, const void *buf, size_t n);
+int lstmd_durable_pwrite(struct lstmd_durable *w, const void *buf, size_t n, off_t offset);
+/* fsync + rename + fsync(dir); frees w. On failure the temp file is removed. */
+int lstmd_durable_commit(struct lstmd_durable *w);
+/* Removes the temp file and frees w. Accepts a never-opened (zeroed) w. */
+void lstmd_durable_abort(struct lstmd_durable *w);
+
+/* Atomically makes `link_path` another name of the existing file `target` (hard link, or a
+ * copy where the file system has none). Returns 0 or LSTMD_EIO. */
+int lstmd_durable_link(const char *target, const char *link_path);
+
+/* Creates a directory (and its parents) if missing. Returns 0 or LSTMD_EIO. */
+int lstmd_mkdir_p(const char *dir);
+
+#endif

@@ -1,0 +1,34 @@
+/* metrics.h — what a training run reports: a live progress line (rewritten in place on a TTY,
+ * plain lines otherwise) on stderr, and <run_dir>/metrics.jsonl with one record per log step
+ * and per evaluation. */
+#ifndef LSTMD_METRICS_H
+#define LSTMD_METRICS_H
+
+#include <stdio.h>
+
+struct lstmd_metrics {
+  FILE *jsonl;
+  int tty;
+  int line_open; /* a progress line without newline is on screen */
+};
+
+struct lstmd_step_report {
+  long step, total_steps;
+  double loss;            /* mean training loss over the log interval */
+  double lr, grad_norm;
+  double tokens_per_s;
+  double elapsed_s, eta_s;
+  long long tokens;       /* tokens (time steps) trained so far */
+};
+
+/* Opens <run_dir>/metrics.jsonl for appending. Returns 0 or LSTMD_EIO. */
+int lstmd_metrics_open(struct lstmd_metrics *mt, const char *run_dir);
+void lstmd_metrics_close(struct lstmd_metrics *mt);
+void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report *r);
+/* kind_is_text selects whether bits per character are reported. */
+void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, int kind_is_text);
+/* A message line on stderr that does not tear the live progress line. */
+void lstmd_metrics_note(struct lstmd_metrics *mt, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,89 @@
+/* model.h — the LSTM model on the CPU backend: parameter layout in one flat buffer, activation
+ * workspace for a (steps, batch) shape, and forward/backward over one batch.
+ *
+ * Text:   ids → embed.weight [V,E] → L × LSTM(H) → head [V,H] → softmax cross-entropy.
+ * Series: rows [W] → L × LSTM(H) → head [K,H] → MSE against the next K target values.
+ * Flat parameter order (and gradient order, the same): embed.weight (text only), then for each
+ * layer k: lstm.weight_ih_l{k}, lstm.weight_hh_l{k}, lstm.bias_ih_l{k}, lstm.bias_hh_l{k}, then
+ * head.weight, head.bias. Names, shapes and gate order (i,f,g,o) are PyTorch's. */
+#ifndef LSTMD_MODEL_H
+#define LSTMD_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rng.h"
+
+#define LSTMD_MAX_LAYERS 16
+#define LSTMD_MAX_TENSORS (4 * LSTMD_MAX_LAYERS + 3)
+
+enum lstmd_model_kind { LSTMD_MODEL_TEXT = 1, LSTMD_MODEL_SERIES = 2 };
+
+struct lstmd_model_shape {
+  int kind;   /* enum lstmd_model_kind */
+  int vocab;  /* text: V (token ids < V) */
+  int embed;  /* text: E */
+  int width;  /* series: W input columns */
+  int hidden; /* H */
+  int layers; /* L */
+  int horizon;/* series: K */
+};
+
+struct lstmd_tensor {
+  char name[32];
+  int rank;          /* 1 or 2 */
+  int64_t shape[2];
+  size_t offset;     /* in floats, into params/grads */
+  size_t count;      /* elements */
+};
+
+struct lstmd_model {
+  struct lstmd_model_shape shape;
+  int n_tensors;
+  struct lstmd_tensor tensors[LSTMD_MAX_TENSORS];
+  size_t n_params;
+  float *params; /* [n_params], 64-byte aligned */
+  float *grads;  /* [n_params] */
+};
+
+/* One batch, sequence-major ([t][b]...). Text uses ids/targets, series x/y. */
+struct lstmd_batch {
+  int steps, batch;
+  int32_t *ids;     /* [T,B] input token ids */
+  int32_t *targets; /* [T,B] next token ids */
+  float *x;         /* [T,B,W] normalised input rows */
+  float *y;         /* [T,B,K] normalised next target values */
+};
+
+struct lstmd_workspace; /* activations for one (T, B); opaque */
+
+/* Validates the shape (message on failure, LSTMD_ECONFIG), lays out and allocates parameters
+ * (zeroed) and gradients. Free with lstmd_model_destroy (NULL and half-built are fine). */
+int lstmd_model_create(const struct lstmd_model_shape *shape, struct lstmd_model **out);
+void lstmd_model_destroy(struct lstmd_model *m);
+/* PyTorch's default initialisation: LSTM and head U(-1/√H, 1/√H), embedding N(0,1). */
+void lstmd_model_init_params(struct lstmd_model *m, struct lstmd_rng *rng);
+const struct lstmd_tensor *lstmd_model_tensor(const struct lstmd_model *m, const char *name);
+/* Multiply-adds of one training step per token (forward + backward), for GFLOP/s reports. */
+double lstmd_model_flops_per_token(const struct lstmd_model_shape *s);
+
+int lstmd_workspace_create(const struct lstmd_model *m, int steps, int batch, float dropout,
+                           struct lstmd_workspace **out);
+void lstmd_workspace_destroy(struct lstmd_workspace *ws);
+struct lstmd_batch *lstmd_workspace_batch(struct lstmd_workspace *ws);
+/* Zeroes the recurrent state of all streams (h0 = c0 = 0). */
+void lstmd_workspace_reset_state(struct lstmd_workspace *ws);
+/* Recurrent state [L,B,H] each, for checkpoints: copy out / in. */
+void lstmd_workspace_get_state(const struct lstmd_workspace *ws, float *h, float *c);
+void lstmd_workspace_set_state(struct lstmd_workspace *ws, const float *h, const float *c);
+/* Output of the head after forward: [T,B,V] logits (text) or [T,B,K] predictions (series). */
+const float *lstmd_workspace_output(const struct lstmd_workspace *ws);
+
+/* Forward over the workspace's batch. Returns the summed loss (cross-entropy in nats, or squared
+ * error) over all T·B targets (·K for series). With grad_scale != 0 it then runs backward and
+ * accumulates grad_scale·∂loss/∂params into m->grads. dropout_rng == NULL disables dropout
+ * (evaluation). carry_state != 0 leaves each stream's final (h, c) as the next initial state. */
+double lstmd_model_step(struct lstmd_model *m, struct lstmd_workspace *ws, float grad_scale,
+                        struct lstmd_rng *dropout_rng, int carry_state);
+
+#endif

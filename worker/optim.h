@@ -1,0 +1,41 @@
+/* optim.h — optimizer state and one update on the flat fp32 parameters: global-norm gradient
+ * clipping, learning-rate schedule (linear warmup, then cosine to zero or constant), and AdamW
+ * or SGD with momentum. Moments are flat buffers aligned with the parameter buffer. */
+#ifndef LSTMD_OPTIM_H
+#define LSTMD_OPTIM_H
+
+#include <stddef.h>
+
+enum lstmd_optim_algo { LSTMD_OPTIM_ADAMW = 0, LSTMD_OPTIM_SGD = 1 };
+enum lstmd_schedule { LSTMD_SCHEDULE_COSINE = 0, LSTMD_SCHEDULE_CONSTANT = 1 };
+
+struct lstmd_optim_config {
+  int algo;           /* enum lstmd_optim_algo */
+  float lr;           /* peak learning rate */
+  float weight_decay; /* AdamW: decoupled; SGD: added to the gradient */
+  float beta1, beta2, eps;
+  float momentum;     /* SGD */
+  float clip_norm;    /* 0: no clipping */
+  long warmup_steps;  /* may exceed total_steps */
+  int schedule;       /* enum lstmd_schedule */
+  long total_steps;
+};
+
+struct lstmd_optim {
+  struct lstmd_optim_config cfg;
+  size_t n;
+  float *m;  /* AdamW first moment / SGD momentum buffer [n] */
+  float *v;  /* AdamW second moment [n] (NULL for SGD) */
+  long step; /* updates done so far */
+};
+
+int lstmd_optim_create(const struct lstmd_optim_config *cfg, size_t n, struct lstmd_optim **out);
+void lstmd_optim_destroy(struct lstmd_optim *o);
+/* Learning rate of update number `step` (0-based). */
+float lstmd_optim_lr(const struct lstmd_optim_config *cfg, long step);
+/* Clips grads in place to cfg.clip_norm (global L2 norm), applies one update to params, and
+ * advances step. Returns the gradient norm before clipping in *grad_norm. A non-finite norm
+ * skips the update and returns LSTMD_EINVAL (parameters stay as they were). */
+int lstmd_optim_step(struct lstmd_optim *o, float *params, float *grads, double *grad_norm);
+
+#endif

@@ -1,0 +1,28 @@
+/* rng.h — xoshiro256** random streams: seeded from a u64 and a stream id, serialisable as text
+ * so that checkpoints restore them exactly. */
+#ifndef LSTMD_RNG_H
+#define LSTMD_RNG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct lstmd_rng {
+  uint64_t s[4];
+};
+
+/* Seeds stream `stream` of `seed` (splitmix64 expansion; distinct streams are independent). */
+void lstmd_rng_seed(struct lstmd_rng *r, uint64_t seed, uint64_t stream);
+uint64_t lstmd_rng_next(struct lstmd_rng *r);
+/* Uniform in [0,1) with 24 random bits. */
+float lstmd_rng_uniform(struct lstmd_rng *r);
+/* Uniform integer in [0,n), n > 0, without modulo bias. */
+uint64_t lstmd_rng_below(struct lstmd_rng *r, uint64_t n);
+/* Standard normal (Box–Muller, one value per call). */
+float lstmd_rng_normal(struct lstmd_rng *r);
+
+/* Text form: 64 hex digits. buf must hold LSTMD_RNG_TEXT_BYTES. Parse returns 0 or LSTMD_EFORMAT. */
+#define LSTMD_RNG_TEXT_BYTES 65
+void lstmd_rng_format(const struct lstmd_rng *r, char *buf);
+int lstmd_rng_parse(struct lstmd_rng *r, const char *text);
+
+#endif

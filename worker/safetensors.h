@@ -1,0 +1,41 @@
+/* safetensors.h — writing and reading safetensors files (8-byte LE header length, JSON header,
+ * tensor bytes). Only F32 and I64 tensors are produced; reading validates the layout as the
+ * reference implementation does (contiguous, no gaps or overlaps, sizes match shapes). */
+#ifndef LSTMD_SAFETENSORS_H
+#define LSTMD_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LSTMD_ST_MAX_RANK 4
+
+struct lstmd_st_tensor {
+  const char *name;
+  const float *data;   /* F32, row-major */
+  int rank;
+  int64_t shape[LSTMD_ST_MAX_RANK];
+};
+
+struct lstmd_st_meta {
+  const char *key, *value;
+};
+
+/* Writes the tensors (in the given order) and string metadata atomically to `path`. */
+int lstmd_st_write(const char *path, const struct lstmd_st_tensor *tensors, int n_tensors,
+                   const struct lstmd_st_meta *meta, int n_meta);
+
+struct lstmd_st_file; /* an open, validated file; opaque */
+
+/* Opens and validates. Every failure prints a message naming the file. */
+int lstmd_st_open(const char *path, struct lstmd_st_file **out);
+void lstmd_st_close(struct lstmd_st_file *f);
+/* Metadata value for key, or NULL. Owned by f. */
+const char *lstmd_st_meta_get(const struct lstmd_st_file *f, const char *key);
+/* Reads tensor `name` into out after checking dtype F32 and the exact shape (rank, dims).
+ * Returns LSTMD_EFORMAT with a message on any mismatch or if the tensor is missing. */
+int lstmd_st_read_f32(const struct lstmd_st_file *f, const char *name, int rank,
+                      const int64_t *shape, float *out);
+/* 1 if the file has a tensor called name. */
+int lstmd_st_has(const struct lstmd_st_file *f, const char *name);
+
+#endif

@@ -1,0 +1,35 @@
+/* train_config.h — the effective configuration of a training run as plain values. daemon/config.c
+ * owns the table that parses, validates, documents and prints these fields. */
+#ifndef LSTMD_TRAIN_CONFIG_H
+#define LSTMD_TRAIN_CONFIG_H
+
+#include <stdint.h>
+
+#include "optim.h"
+
+enum lstmd_device { LSTMD_DEVICE_CPU = 0, LSTMD_DEVICE_CUDA = 1 };
+enum lstmd_precision { LSTMD_PRECISION_FP32 = 0, LSTMD_PRECISION_FP16 = 1, LSTMD_PRECISION_BF16 = 2 };
+
+struct lstmd_train_config {
+  /* [data] */
+  char data_path[1024];
+  int seq_len;    /* T: inputs per window */
+  int batch_size; /* B: windows per step per rank */
+  int order;      /* enum lstmd_order */
+  /* [model] */
+  int embed, hidden, layers;
+  float dropout;
+  /* [optim] */
+  struct lstmd_optim_config optim; /* total_steps is filled from train.steps */
+  int grad_accum;
+  /* [train] */
+  long steps;
+  uint64_t seed;
+  int device;    /* enum lstmd_device */
+  int precision; /* enum lstmd_precision */
+  char run_dir[1024];
+  long checkpoint_every, eval_every, log_every; /* steps; 0 disables periodic ones */
+  int threads;   /* BLAS threads; 0 = all cores */
+};
+
+#endif
