@@ -206,6 +206,9 @@ void lstmd_workspace_destroy(struct lstmd_workspace *ws) {
 
 struct lstmd_batch *lstmd_workspace_batch(struct lstmd_workspace *ws) { return &ws->batch; }
 const float *lstmd_workspace_output(const struct lstmd_workspace *ws) { return ws->out; }
+const float *lstmd_workspace_dropout_mask(const struct lstmd_workspace *ws, int layer) {
+  return ws->layer[layer].mask;
+}
 
 void lstmd_workspace_reset_state(struct lstmd_workspace *ws) {
   const size_t BH = (size_t)ws->B * ws->model->shape.hidden;

@@ -76,7 +76,11 @@ void lstmd_workspace_reset_state(struct lstmd_workspace *ws);
 /* Recurrent state [L,B,H] each, for checkpoints: copy out / in. */
 void lstmd_workspace_get_state(const struct lstmd_workspace *ws, float *h, float *c);
 void lstmd_workspace_set_state(struct lstmd_workspace *ws, const float *h, const float *c);
-/* Output of the head after forward: [T,B,V] logits (text) or [T,B,K] predictions (series). */
+/* Dropout mask [T,B,H] applied to layer `layer`'s output in the last step (NULL when the
+ * layer has none: the top layer, or dropout off). Values are 0 or 1/(1-p). */
+const float *lstmd_workspace_dropout_mask(const struct lstmd_workspace *ws, int layer);
+/* Output of the head after a forward with grad_scale == 0 (a training step overwrites it with
+ * its gradient): [T,B,V] logits (text) or [T,B,K] predictions (series). */
 const float *lstmd_workspace_output(const struct lstmd_workspace *ws);
 
 /* Forward over the workspace's batch. Returns the summed loss (cross-entropy in nats, or squared

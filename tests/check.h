@@ -1,0 +1,45 @@
+/* check.h — tiny assertion helpers shared by the C unit tests: element-wise closeness against a
+ * float64 reference, |x − ref| ≤ atol + rtol·|ref|, printing the first mismatches. */
+#ifndef LSTMD_TEST_CHECK_H
+#define LSTMD_TEST_CHECK_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int g_failures;
+
+static inline int check_close(const char *what, const float *got, const double *ref, size_t n,
+                              double atol, double rtol) {
+  size_t bad = 0;
+  double worst = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    double err = fabs((double)got[i] - ref[i]), tol = atol + rtol * fabs(ref[i]);
+    if (!(err <= tol)) {
+      if (bad < 5) fprintf(stderr, "  %s[%zu]: got %.9g, want %.9g (err %.3g > tol %.3g)\n", what, i, got[i], ref[i], err, tol);
+      bad++;
+    }
+    if (err > worst) worst = err;
+  }
+  printf("%-34s %s  (%zu values, max abs err %.3g)\n", what, bad ? "FAIL" : "ok", n, worst);
+  if (bad) g_failures++;
+  return bad == 0;
+}
+
+static inline void check_true(const char *what, int ok) {
+  printf("%-34s %s\n", what, ok ? "ok" : "FAIL");
+  if (!ok) g_failures++;
+}
+
+static inline int check_summary(const char *suite) {
+  printf("%s: %s (%d failing checks)\n", suite, g_failures ? "FAILED" : "passed", g_failures);
+  return g_failures ? 1 : 0;
+}
+
+/* Deterministic uniform values in [-scale, scale] (a small LCG: tests need no rng module). */
+static inline double test_uniform(unsigned long long *state, double scale) {
+  *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
+  return ((double)(*state >> 11) / 9007199254740992.0 * 2.0 - 1.0) * scale;
+}
+
+#endif

@@ -1,0 +1,303 @@
+/* test_kernels_cpu.c — every CPU kernel against a straightforward float64 reference:
+ * vector exp/sigmoid/tanh, LSTM layer forward and backward (BPTT), linear, embedding,
+ * softmax cross-entropy, MSE, AdamW and SGD. Shapes include odd sizes so that the vectorised
+ * loops' remainders are exercised. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/cpu/dense_cpu.h"
+#include "../kernels/cpu/fastmath.h"
+#include "../kernels/cpu/lstm_cpu.h"
+#include "check.h"
+
+static unsigned long long g_seed = 12345;
+
+static float *rand_f(size_t n, double scale, double *copy) {
+  float *x = malloc(n * sizeof *x);
+  for (size_t i = 0; i < n; i++) {
+    x[i] = (float)test_uniform(&g_seed, scale);
+    if (copy) copy[i] = x[i];
+  }
+  return x;
+}
+static double *zeros_d(size_t n) { return calloc(n, sizeof(double)); }
+static float *zeros_f(size_t n) { return calloc(n, sizeof(float)); }
+static double *to_d(const float *x, size_t n) {
+  double *d = malloc(n * sizeof *d);
+  for (size_t i = 0; i < n; i++) d[i] = x[i];
+  return d;
+}
+static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+static void test_fastmath(void) {
+  enum { N = 20001 };
+  float x[N], e[N], s[N], t[N];
+  double re[N], rs[N], rt[N];
+  for (int i = 0; i < N; i++) {
+    x[i] = -40.0f + 80.0f * (float)i / (N - 1);
+    e[i] = lstmd_expf(x[i] * 2.0f);
+    s[i] = lstmd_sigmoidf(x[i]);
+    t[i] = lstmd_tanhf(x[i] * 0.25f);
+    re[i] = exp((double)(x[i] * 2.0f));
+    rs[i] = sigm(x[i]);
+    rt[i] = tanh((double)(x[i] * 0.25f));
+  }
+  check_close("fastmath expf [-80,80]", e, re, N, 1e-37, 4e-7);
+  check_close("fastmath sigmoid", s, rs, N, 1e-7, 1e-6);
+  check_close("fastmath tanh", t, rt, N, 1e-7, 1e-6);
+  float tiny[3] = {lstmd_tanhf(1e-6f), lstmd_tanhf(-3e-4f), lstmd_tanhf(0.0f)};
+  double rtiny[3] = {tanh(1e-6f), tanh(-3e-4f), 0.0};
+  check_close("fastmath tanh near 0 (relative)", tiny, rtiny, 3, 0.0, 1e-6);
+}
+
+/* Float64 LSTM layer: forward over T steps from (h0, c0), then BPTT for dh_out. */
+struct ref_lstm {
+  int T, B, In, H;
+  double *wih, *whh, *bih, *bhh, *x, *h, *c, *gates; /* h, c: [T+1,B,H]; gates [T,B,4H] */
+};
+
+static void ref_forward(struct ref_lstm *r) {
+  const int B = r->B, In = r->In, H = r->H;
+  for (int t = 0; t < r->T; t++)
+    for (int b = 0; b < B; b++) {
+      const double *x = r->x + ((size_t)t * B + b) * In, *hp = r->h + ((size_t)t * B + b) * H;
+      const double *cp = r->c + ((size_t)t * B + b) * H;
+      double *g = r->gates + ((size_t)t * B + b) * 4 * H;
+      for (int j = 0; j < 4 * H; j++) {
+        double a = r->bih[j] + r->bhh[j];
+        for (int k = 0; k < In; k++) a += r->wih[(size_t)j * In + k] * x[k];
+        for (int k = 0; k < H; k++) a += r->whh[(size_t)j * H + k] * hp[k];
+        g[j] = (j / H == 2) ? tanh(a) : sigm(a);
+      }
+      double *hn = r->h + ((size_t)(t + 1) * B + b) * H, *cn = r->c + ((size_t)(t + 1) * B + b) * H;
+      for (int j = 0; j < H; j++) {
+        cn[j] = g[H + j] * cp[j] + g[j] * g[2 * H + j];
+        hn[j] = g[3 * H + j] * tanh(cn[j]);
+      }
+    }
+}
+
+static void ref_backward(const struct ref_lstm *r, const double *dh_out, double *dwih, double *dwhh,
+                         double *db, double *dx) {
+  const int B = r->B, In = r->In, H = r->H;
+  double *dh_next = zeros_d((size_t)B * H), *dc_next = zeros_d((size_t)B * H);
+  double *dh_prev = zeros_d((size_t)B * H), *da = zeros_d(4 * (size_t)H);
+  for (int t = r->T - 1; t >= 0; t--) {
+    memset(dh_prev, 0, sizeof(double) * B * H);
+    for (int b = 0; b < B; b++) {
+      const double *g = r->gates + ((size_t)t * B + b) * 4 * H;
+      const double *cp = r->c + ((size_t)t * B + b) * H, *cc = r->c + ((size_t)(t + 1) * B + b) * H;
+      const double *x = r->x + ((size_t)t * B + b) * In, *hp = r->h + ((size_t)t * B + b) * H;
+      for (int j = 0; j < H; j++) {
+        double i = g[j], f = g[H + j], gg = g[2 * H + j], o = g[3 * H + j];
+        double dh = dh_out[((size_t)t * B + b) * H + j] + dh_next[(size_t)b * H + j];
+        double tc = tanh(cc[j]);
+        double dc = dc_next[(size_t)b * H + j] + dh * o * (1 - tc * tc);
+        da[j] = dc * gg * i * (1 - i);
+        da[H + j] = dc * cp[j] * f * (1 - f);
+        da[2 * H + j] = dc * i * (1 - gg * gg);
+        da[3 * H + j] = dh * tc * o * (1 - o);
+        dc_next[(size_t)b * H + j] = dc * f;
+      }
+      for (int j = 0; j < 4 * H; j++) {
+        db[j] += da[j];
+        for (int k = 0; k < In; k++) {
+          dwih[(size_t)j * In + k] += da[j] * x[k];
+          dx[((size_t)t * B + b) * In + k] += r->wih[(size_t)j * In + k] * da[j];
+        }
+        for (int k = 0; k < H; k++) {
+          dwhh[(size_t)j * H + k] += da[j] * hp[k];
+          dh_prev[(size_t)b * H + k] += r->whh[(size_t)j * H + k] * da[j];
+        }
+      }
+    }
+    memcpy(dh_next, dh_prev, sizeof(double) * B * H);
+  }
+  free(dh_next);
+  free(dc_next);
+  free(dh_prev);
+  free(da);
+}
+
+static void test_lstm(int T, int B, int In, int H) {
+  const size_t G = 4 * (size_t)H, NB = (size_t)T * B;
+  struct ref_lstm r = {T, B, In, H};
+  r.wih = zeros_d(G * In);
+  r.whh = zeros_d(G * H);
+  r.bih = zeros_d(G);
+  r.bhh = zeros_d(G);
+  r.x = zeros_d(NB * In);
+  r.h = zeros_d((NB + B) * H);
+  r.c = zeros_d((NB + B) * H);
+  r.gates = zeros_d(NB * G);
+  float *wih = rand_f(G * In, 0.4, r.wih), *whh = rand_f(G * H, 0.4, r.whh);
+  float *bih = rand_f(G, 0.3, r.bih), *bhh = rand_f(G, 0.3, r.bhh);
+  float *x = rand_f(NB * In, 1.0, r.x);
+  float *h = zeros_f((NB + B) * H), *c = zeros_f((NB + B) * H), *gates = zeros_f(NB * G);
+  for (int i = 0; i < B * H; i++) { /* non-zero initial state, as in stream order */
+    h[i] = (float)test_uniform(&g_seed, 0.8);
+    c[i] = (float)test_uniform(&g_seed, 1.5);
+    r.h[i] = h[i];
+    r.c[i] = c[i];
+  }
+  struct lstmd_lstm_dims d = {T, B, In, H};
+  lstmd_cpu_lstm_forward(&d, wih, whh, bih, bhh, x, h, c, gates);
+  ref_forward(&r);
+  char name[96];
+  snprintf(name, sizeof name, "lstm fwd h T%d B%d I%d H%d", T, B, In, H);
+  check_close(name, h, r.h, (NB + B) * H, 1e-6, 1e-5);
+  snprintf(name, sizeof name, "lstm fwd c T%d B%d I%d H%d", T, B, In, H);
+  check_close(name, c, r.c, (NB + B) * H, 1e-6, 1e-5);
+  check_close("lstm fwd gates", gates, r.gates, NB * G, 1e-6, 1e-5);
+
+  double *rdh = zeros_d(NB * H);
+  float *dh_out = rand_f(NB * H, 1.0, rdh);
+  float *dwih = rand_f(G * In, 0.1, NULL), *dwhh = rand_f(G * H, 0.1, NULL);
+  float *dbih = rand_f(G, 0.1, NULL), *dbhh = rand_f(G, 0.1, NULL); /* backward accumulates */
+  double *rdwih = to_d(dwih, G * In), *rdwhh = to_d(dwhh, G * H), *rdb = zeros_d(G);
+  double *rdbih = to_d(dbih, G), *rdbhh = to_d(dbhh, G), *rdx = zeros_d(NB * In);
+  float *dx = zeros_f(NB * In), *dgates = zeros_f(NB * G), *work = zeros_f(2 * (size_t)B * H);
+  lstmd_cpu_lstm_backward(&d, wih, whh, x, h, c, gates, dh_out, dgates, work, dwih, dwhh, dbih, dbhh, dx);
+  ref_backward(&r, rdh, rdwih, rdwhh, rdb, rdx);
+  for (size_t j = 0; j < G; j++) {
+    rdbih[j] += rdb[j];
+    rdbhh[j] += rdb[j];
+  }
+  check_close("lstm bwd dW_ih (accumulated)", dwih, rdwih, G * In, 1e-5, 1e-4);
+  check_close("lstm bwd dW_hh (accumulated)", dwhh, rdwhh, G * H, 1e-5, 1e-4);
+  check_close("lstm bwd db_ih", dbih, rdbih, G, 1e-5, 1e-4);
+  check_close("lstm bwd db_hh", dbhh, rdbhh, G, 1e-5, 1e-4);
+  check_close("lstm bwd dx", dx, rdx, NB * In, 1e-5, 1e-4);
+  void *all[] = {r.wih, r.whh, r.bih, r.bhh, r.x, r.h, r.c, r.gates, wih, whh, bih, bhh, x, h, c,
+                 gates, rdh, dh_out, dwih, dwhh, dbih, dbhh, rdwih, rdwhh, rdb, rdbih, rdbhh, rdx,
+                 dx, dgates, work};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+}
+
+static void test_dense(void) {
+  enum { N = 13, In = 11, O = 7, V = 9 };
+  double rx[N * In], rw[O * In], rb[O], rdy[N * O];
+  float *x = rand_f(N * In, 1.0, rx), *w = rand_f(O * In, 0.5, rw), *b = rand_f(O, 0.5, rb);
+  float y[N * O], dx[N * In], dw[O * In] = {0}, db[O] = {0};
+  double ry[N * O], rdx[N * In] = {0}, rdw[O * In] = {0}, rdb[O] = {0};
+  lstmd_cpu_linear_forward(N, In, O, x, w, b, y);
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < O; o++) {
+      ry[n * O + o] = rb[o];
+      for (int k = 0; k < In; k++) ry[n * O + o] += rx[n * In + k] * rw[o * In + k];
+    }
+  check_close("linear forward", y, ry, N * O, 1e-6, 1e-5);
+  float *dy = rand_f(N * O, 1.0, rdy);
+  lstmd_cpu_linear_backward(N, In, O, x, w, dy, dw, db, dx);
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < O; o++) {
+      rdb[o] += rdy[n * O + o];
+      for (int k = 0; k < In; k++) {
+        rdw[o * In + k] += rdy[n * O + o] * rx[n * In + k];
+        rdx[n * In + k] += rdy[n * O + o] * rw[o * In + k];
+      }
+    }
+  check_close("linear backward dw", dw, rdw, O * In, 1e-5, 1e-4);
+  check_close("linear backward db", db, rdb, O, 1e-5, 1e-4);
+  check_close("linear backward dx", dx, rdx, N * In, 1e-5, 1e-4);
+
+  /* embedding: repeated ids accumulate */
+  int32_t ids[N];
+  for (int n = 0; n < N; n++) ids[n] = (n * 5) % V;
+  double rtable[V * In];
+  float *table = rand_f(V * In, 1.0, rtable), emb[N * In], dtable[V * In] = {0};
+  double remb[N * In], rdtable[V * In] = {0};
+  lstmd_cpu_embedding_forward(N, In, table, ids, emb);
+  for (int n = 0; n < N; n++)
+    for (int k = 0; k < In; k++) remb[n * In + k] = rtable[ids[n] * In + k];
+  check_close("embedding forward", emb, remb, N * In, 0, 0);
+  lstmd_cpu_embedding_backward(N, In, x, ids, dtable);
+  for (int n = 0; n < N; n++)
+    for (int k = 0; k < In; k++) rdtable[ids[n] * In + k] += rx[n * In + k];
+  check_close("embedding backward", dtable, rdtable, V * In, 1e-6, 1e-6);
+
+  /* softmax cross-entropy: loss and gradient, with large logits for stability */
+  double rz[N * V];
+  float *z = rand_f(N * V, 30.0, rz);
+  int32_t tg[N];
+  for (int n = 0; n < N; n++) tg[n] = (n * 7 + 3) % V;
+  double rloss = 0, rgrad[N * V];
+  const double scale = 0.25;
+  for (int n = 0; n < N; n++) {
+    double mx = rz[n * V], s = 0;
+    for (int v = 1; v < V; v++) mx = fmax(mx, rz[n * V + v]);
+    for (int v = 0; v < V; v++) s += exp(rz[n * V + v] - mx);
+    rloss += log(s) + mx - rz[n * V + tg[n]];
+    for (int v = 0; v < V; v++) rgrad[n * V + v] = scale * (exp(rz[n * V + v] - mx) / s - (v == tg[n]));
+  }
+  float loss_f = (float)lstmd_cpu_softmax_xent(N, V, z, tg, (float)scale);
+  check_close("softmax xent loss", &loss_f, &rloss, 1, 1e-5, 1e-6);
+  check_close("softmax xent grad", z, rgrad, N * V, 1e-7, 1e-5);
+
+  /* MSE */
+  double rp[N], rt[N], rg[N], rl = 0;
+  float *p = rand_f(N, 2.0, rp), *t = rand_f(N, 2.0, rt);
+  for (int n = 0; n < N; n++) {
+    rl += (rp[n] - rt[n]) * (rp[n] - rt[n]);
+    rg[n] = scale * 2 * (rp[n] - rt[n]);
+  }
+  float l = (float)lstmd_cpu_mse(N, p, t, (float)scale);
+  check_close("mse loss", &l, &rl, 1, 1e-6, 1e-6);
+  check_close("mse grad", p, rg, N, 1e-7, 1e-6);
+  free(x); free(w); free(b); free(dy); free(table); free(z); free(p); free(t);
+}
+
+static void test_optimizers(void) {
+  enum { N = 37 };
+  double rp[N], rg[N], rm[N], rv[N];
+  float *p = rand_f(N, 1.0, rp), *g = rand_f(N, 1.0, rg), *m = rand_f(N, 0.1, rm);
+  float *v = rand_f(N, 0.1, rv);
+  for (int i = 0; i < N; i++) v[i] = (float)(rv[i] = fabs(rv[i]));
+  const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.1;
+  const long step = 3;
+  lstmd_cpu_adamw(N, p, g, m, v, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, step);
+  for (int i = 0; i < N; i++) {
+    rp[i] *= 1 - lr * wd;
+    rm[i] = b1 * rm[i] + (1 - b1) * rg[i];
+    rv[i] = b2 * rv[i] + (1 - b2) * rg[i] * rg[i];
+    double mhat = rm[i] / (1 - pow(b1, step)), vhat = rv[i] / (1 - pow(b2, step));
+    rp[i] -= lr * mhat / (sqrt(vhat) + eps);
+  }
+  check_close("adamw params", p, rp, N, 1e-6, 1e-5);
+  check_close("adamw exp_avg", m, rm, N, 1e-7, 1e-6);
+  check_close("adamw exp_avg_sq", v, rv, N, 1e-8, 1e-6);
+
+  double sp[N], sg[N], sb[N];
+  float *q = rand_f(N, 1.0, sp), *h = rand_f(N, 1.0, sg), *buf = rand_f(N, 0.5, sb);
+  lstmd_cpu_sgd(N, q, h, buf, 0.05f, 0.9f, 0.01f);
+  for (int i = 0; i < N; i++) {
+    double d = sg[i] + 0.01 * sp[i];
+    sb[i] = 0.9 * sb[i] + d;
+    sp[i] -= 0.05 * sb[i];
+  }
+  check_close("sgd momentum params", q, sp, N, 1e-6, 1e-5);
+  check_close("sgd momentum buffer", buf, sb, N, 1e-6, 1e-5);
+  float ss[N];
+  double rs[N], sumsq = 0;
+  for (int i = 0; i < N; i++) {
+    ss[i] = q[i];
+    rs[i] = (double)q[i] * 0.5;
+    sumsq += (double)q[i] * q[i];
+  }
+  float got = (float)lstmd_cpu_sumsq(N, q);
+  check_close("sumsq", &got, &sumsq, 1, 1e-6, 1e-6);
+  lstmd_cpu_scale(N, ss, 0.5f);
+  check_close("scale", ss, rs, N, 0, 1e-7);
+  free(p); free(g); free(m); free(v); free(q); free(h); free(buf);
+}
+
+int main(void) {
+  test_fastmath();
+  test_lstm(5, 3, 4, 6);
+  test_lstm(7, 5, 19, 37); /* odd sizes: vector remainders */
+  test_lstm(3, 2, 64, 64);
+  test_dense();
+  test_optimizers();
+  return check_summary("test_kernels_cpu");
+}
