@@ -37,7 +37,8 @@ int lstmd_st_write(const char *path, const struct lstmd_st_tensor *tensors, int 
     offset += n;
   }
   for (int i = 0; i < n_meta; i++) json_object_set_new(md, meta[i].key, json_string(meta[i].value));
-  json_object_set_new(root, "__metadata__", md);
+  if (n_meta) json_object_set_new(root, "__metadata__", md);
+  else json_decref(md);
   char *text = json_dumps(root, JSON_COMPACT);
   json_decref(root);
   if (!text) return LSTMD_ENOMEM;

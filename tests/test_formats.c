@@ -1,0 +1,204 @@
+/* test_formats.c — file formats and config parsing: CRC-32C check value, the safetensors
+ * reference test vector (exact bytes) and the reader's rejections, the dataset format round
+ * trip and its corruption checks, and the config table's errors. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../daemon/config.h"
+#include "../kernels/status.h"
+#include "../worker/dataset.h"
+#include "../worker/safetensors.h"
+#include "check.h"
+
+static char g_dir[] = "/tmp/lstmd-test-formats-XXXXXX";
+
+static char *path_in(const char *name) {
+  static char buf[8][256];
+  static int k;
+  k = (k + 1) % 8;
+  snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
+  return buf[k];
+}
+
+static void write_bytes(const char *path, const void *data, size_t n) {
+  FILE *f = fopen(path, "wb");
+  fwrite(data, 1, n, f);
+  fclose(f);
+}
+
+static size_t read_bytes(const char *path, unsigned char *buf, size_t cap) {
+  FILE *f = fopen(path, "rb");
+  size_t n = f ? fread(buf, 1, cap, f) : 0;
+  if (f) fclose(f);
+  return n;
+}
+
+static void test_crc(void) {
+  check_true("crc32c(\"123456789\") = e3069283", lstmd_crc32c(0, "123456789", 9) == 0xE3069283u);
+  uint32_t part = lstmd_crc32c(0, "1234", 4);
+  check_true("crc32c chains across calls", lstmd_crc32c(part, "56789", 5) == 0xE3069283u);
+}
+
+static void test_safetensors(void) {
+  static const char want_hex[] =
+      "3800000000000000"
+      "7b2277223a7b226474797065223a22463332222c227368617065223a5b325d2c22646174615f6f666673657473"
+      "223a5b302c385d7d7d2020"
+      "0000803f00000040";
+  unsigned char want[72], got[256];
+  for (int i = 0; i < 72; i++) sscanf(want_hex + 2 * i, "%2hhx", &want[i]);
+  float w[2] = {1.0f, 2.0f};
+  struct lstmd_st_tensor t = {"w", w, 1, {2}};
+  check_true("safetensors write", lstmd_st_write(path_in("w.st"), &t, 1, NULL, 0) == 0);
+  size_t n = read_bytes(path_in("w.st"), got, sizeof got);
+  check_true("safetensors reference vector, byte for byte", n == 72 && !memcmp(got, want, 72));
+
+  struct lstmd_st_meta meta[] = {{"k", "v"}};
+  float big[6] = {1, 2, 3, 4, 5, 6};
+  struct lstmd_st_tensor two[] = {{"a", big, 2, {2, 3}}, {"b", w, 1, {2}}};
+  lstmd_st_write(path_in("two.st"), two, 2, meta, 1);
+  struct lstmd_st_file *f = NULL;
+  float back[6] = {0};
+  int64_t shape[2] = {2, 3}, wrong[2] = {3, 2};
+  int ok = lstmd_st_open(path_in("two.st"), &f) == 0 && f &&
+           lstmd_st_read_f32(f, "a", 2, shape, back) == 0 && !memcmp(back, big, sizeof big) &&
+           lstmd_st_meta_get(f, "k") && !strcmp(lstmd_st_meta_get(f, "k"), "v");
+  check_true("safetensors round trip with metadata", ok);
+  check_true("safetensors shape mismatch rejected", f && lstmd_st_read_f32(f, "a", 2, wrong, back) != 0);
+  check_true("safetensors missing tensor rejected", f && lstmd_st_read_f32(f, "zz", 1, shape, back) != 0);
+  lstmd_st_close(f);
+
+  /* Hostile files: each must be rejected without crashing. */
+  n = read_bytes(path_in("two.st"), got, sizeof got);
+  struct {
+    const char *what;
+    size_t len;
+    int patch_at;
+    char patch;
+  } cases[] = {{"truncated data", n - 3, -1, 0},
+               {"shorter than 8 bytes", 5, -1, 0},
+               {"header not JSON", n, 9, '#'},
+               {"header length huge", n, 5, 0x7f}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    unsigned char bad[256];
+    memcpy(bad, got, n);
+    if (cases[i].patch_at >= 0) bad[cases[i].patch_at] = (unsigned char)cases[i].patch;
+    write_bytes(path_in("bad.st"), bad, cases[i].len);
+    struct lstmd_st_file *g = NULL;
+    char what[96];
+    snprintf(what, sizeof what, "safetensors rejects: %s", cases[i].what);
+    int rc = lstmd_st_open(path_in("bad.st"), &g);
+    check_true(what, rc != 0 && g == NULL);
+  }
+  const char *gap = "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}";
+  unsigned char buf[128] = {0};
+  size_t len = strlen(gap);
+  buf[0] = (unsigned char)len;
+  memcpy(buf + 8, gap, len);
+  write_bytes(path_in("gap.st"), buf, 8 + len + 8);
+  struct lstmd_st_file *g = NULL;
+  check_true("safetensors rejects: gap before data", lstmd_st_open(path_in("gap.st"), &g) != 0);
+  const char *dup = "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                    "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+  len = strlen(dup);
+  memset(buf, 0, sizeof buf);
+  buf[0] = (unsigned char)len;
+  memcpy(buf + 8, dup, len);
+  write_bytes(path_in("dup.st"), buf, 8 + len + 4);
+  check_true("safetensors rejects: duplicate keys", lstmd_st_open(path_in("dup.st"), &g) != 0);
+}
+
+static void test_dataset(void) {
+  struct lstmd_dataset_info info = {.kind = LSTMD_DATASET_SERIES, .width = 2, .horizon = 3};
+  strcpy(info.names[0], "temp");
+  strcpy(info.names[1], "wind");
+  info.mean[0] = 10.0f;
+  info.mean[1] = -1.0f;
+  info.std[0] = 2.0f;
+  info.std[1] = 0.5f;
+  float rows[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  struct lstmd_dataset_writer w = {0};
+  int rc = lstmd_dataset_writer_open(&w, path_in("s.bin"), &info);
+  if (!rc) rc = lstmd_dataset_writer_append(&w, rows, 3);
+  if (!rc) rc = lstmd_dataset_writer_append(&w, rows + 6, 2);
+  if (!rc) rc = lstmd_dataset_writer_finish(&w, 42);
+  if (!rc) rc = lstmd_dataset_writer_commit(&w);
+  check_true("dataset write (streamed)", rc == 0);
+  struct lstmd_dataset ds;
+  float back[4];
+  rc = lstmd_dataset_open(path_in("s.bin"), &ds);
+  int ok = rc == 0 && lstmd_dataset_verify(&ds) == 0 && ds.info.count == 5 && ds.info.width == 2 &&
+           ds.info.horizon == 3 && ds.info.pair_id == 42 && !strcmp(ds.info.names[1], "wind") &&
+           ds.info.std[1] == 0.5f && lstmd_dataset_read(&ds, 3, 2, back) == 0 && back[0] == 7 &&
+           back[3] == 10 && lstmd_dataset_read(&ds, 4, 2, back) != 0;
+  check_true("dataset round trip and ranged reads", ok);
+  if (rc == 0) lstmd_dataset_close(&ds);
+
+  unsigned char file[512];
+  size_t n = read_bytes(path_in("s.bin"), file, sizeof file);
+  file[n - 1] ^= 0x40; /* payload bit flip */
+  write_bytes(path_in("flip.bin"), file, n);
+  rc = lstmd_dataset_open(path_in("flip.bin"), &ds);
+  check_true("dataset: payload bit flip -> CRC error", rc == 0 && lstmd_dataset_verify(&ds) == LSTMD_ECRC);
+  if (rc == 0) lstmd_dataset_close(&ds);
+  file[n - 1] ^= 0x40;
+  file[70] ^= 1; /* inside the column table */
+  write_bytes(path_in("hdr.bin"), file, n);
+  check_true("dataset: header bit flip rejected", lstmd_dataset_open(path_in("hdr.bin"), &ds) != 0);
+  file[70] ^= 1;
+  write_bytes(path_in("short.bin"), file, n - 4);
+  check_true("dataset: truncated file rejected", lstmd_dataset_open(path_in("short.bin"), &ds) != 0);
+  write_bytes(path_in("tiny.bin"), file, 10);
+  check_true("dataset: 10-byte file rejected", lstmd_dataset_open(path_in("tiny.bin"), &ds) != 0);
+  check_true("dataset: missing file rejected", lstmd_dataset_open(path_in("nope.bin"), &ds) != 0);
+  struct stat st;
+  char tmpname[300];
+  snprintf(tmpname, sizeof tmpname, "%s.tmp.%d", path_in("s.bin"), (int)getpid());
+  check_true("dataset: no temp file left behind", stat(tmpname, &st) != 0);
+}
+
+static void test_config(void) {
+  struct lstmd_train_config c;
+  lstmd_config_defaults(&c);
+  check_true("config defaults", c.seq_len == 128 && c.hidden == 256 && c.optim.algo == 0 &&
+                                     c.optim.lr > 0.0019f && c.optim.lr < 0.0021f);
+  check_true("--set valid", lstmd_config_set(&c, "model.layers=3") == 0 && c.layers == 3);
+  check_true("--set enum", lstmd_config_set(&c, "data.order=stream") == 0 && c.order == 1);
+  check_true("--set out of range rejected, not clamped",
+             lstmd_config_set(&c, "model.layers=0") != 0 && c.layers == 3);
+  check_true("--set unknown key rejected", lstmd_config_set(&c, "model.colour=red") != 0);
+  check_true("--set non-numeric rejected", lstmd_config_set(&c, "optim.lr=fast") != 0);
+  check_true("--set trailing junk rejected", lstmd_config_set(&c, "train.steps=10x") != 0);
+  check_true("--set bad enum rejected", lstmd_config_set(&c, "optim.algo=adam") != 0);
+  check_true("--set missing '=' rejected", lstmd_config_set(&c, "train.steps") != 0);
+  const char *ini = "[data]\npath = /x\nseq_len = 64\n[train]\nsteps = 5\n";
+  write_bytes(path_in("ok.ini"), ini, strlen(ini));
+  check_true("ini file", lstmd_config_load_ini(&c, path_in("ok.ini")) == 0 && c.seq_len == 64 &&
+                             c.steps == 5 && !strcmp(c.data_path, "/x"));
+  const char *bad = "[data]\nseq_len = 64\n[model]\nwidth = 3\n";
+  write_bytes(path_in("bad.ini"), bad, strlen(bad));
+  check_true("ini unknown key rejected", lstmd_config_load_ini(&c, path_in("bad.ini")) != 0);
+  check_true("ini missing file rejected", lstmd_config_load_ini(&c, path_in("none.ini")) != 0);
+  char *json = lstmd_config_to_json(&c);
+  struct lstmd_train_config d;
+  lstmd_config_defaults(&d);
+  check_true("config JSON round trip",
+             json && lstmd_config_load_json(&d, json) == 0 && !memcmp(&c, &d, sizeof c));
+  free(json);
+}
+
+int main(void) {
+  if (!mkdtemp(g_dir)) return 2;
+  test_crc();
+  test_safetensors();
+  test_dataset();
+  test_config();
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+  if (system(cmd) != 0) return 2;
+  return check_summary("test_formats");
+}
