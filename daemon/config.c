@@ -307,7 +307,9 @@ void lstmd_config_help(FILE *out) {
     } else {
       snprintf(range, sizeof range, k->type == CFG_U64 ? "unsigned integer" : "text");
     }
-    fprintf(out, "  %s.%-17s %-26s default %-13s %s\n", k->section, k->key, range,
-            k->def[0] ? k->def : "(none)", k->help);
+    char name[64];
+    snprintf(name, sizeof name, "%s.%s", k->section, k->key);
+    fprintf(out, "  %-23s %-25s default %-13s %s\n", name, range, k->def[0] ? k->def : "(none)",
+            k->help);
   }
 }
