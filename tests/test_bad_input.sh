@@ -1,0 +1,456 @@
+#!/usr/bin/env bash
+# test_bad_input.sh — lstmd on bad input: missing/empty/malformed data files, corrupt prepared
+# datasets, bad configs, corrupt or foreign checkpoints, a prime outside the vocabulary.
+# Every case must: exit with exactly 2 (no crash, no 1), print nothing on stdout, print a message
+# on stderr that names the offending file (and CSV line / config key where given), and, for
+# prepare, leave nothing half-written in the output directory.
+#
+# usage: test_bad_input.sh LSTMD SOURCE_DIR        (ctest passes both)
+# Byte surgery on checkpoint headers uses python3 (standard library only).
+set -u
+
+if (($# != 2)); then
+  echo "usage: $0 LSTMD SOURCE_DIR" >&2
+  exit 2
+fi
+LSTMD=$(realpath -- "$1") || exit 1
+SRC=$(realpath -- "$2") || exit 1
+DATA=$SRC/data
+[[ -x $LSTMD ]] || { echo "FAIL: $LSTMD is not executable" >&2; exit 1; }
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/lstmd-badinput.XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT
+cd "$TMP" || exit 1
+
+# A corrupt file must never make lstmd allocate the machine away: cap the address space so that
+# a runaway allocation fails (and shows up as a wrong exit code) instead of summoning the OOM killer.
+MEM_LIMIT_KB=4194304
+TIMEOUT_S=120
+
+failures=0
+cases=0
+
+fail() {
+  echo "FAIL [$1]: $2"
+  failures=$((failures + 1))
+}
+
+# check NAME [--file PATH] [--has TEXT] [--clean-dir DIR] [--same-dir DIR COPY] [--no-ckpt DIR]
+#       -- COMMAND ARGS...
+#   --file PATH      stderr must contain PATH (the file the message is about)
+#   --has TEXT       stderr must contain TEXT (a line number, a config key, ...)
+#   --clean-dir DIR  afterwards DIR is absent or empty (no train.bin, val.bin, *.tmp.*)
+#   --same-dir D C   afterwards D has exactly the contents of the copy C (an older dataset survives)
+#   --no-ckpt DIR    afterwards DIR holds no checkpoint (*.safetensors*)
+check() {
+  local name=$1
+  shift
+  local -a files=() has=() clean=() same=() nockpt=()
+  while (($#)); do
+    case $1 in
+      --file) files+=("$2"); shift 2 ;;
+      --has) has+=("$2"); shift 2 ;;
+      --clean-dir) clean+=("$2"); shift 2 ;;
+      --same-dir) same+=("$2" "$3"); shift 3 ;;
+      --no-ckpt) nockpt+=("$2"); shift 2 ;;
+      --) shift; break ;;
+      *) echo "check: bad option $1" >&2; exit 2 ;;
+    esac
+  done
+  cases=$((cases + 1))
+  local out=$TMP/case.out err=$TMP/case.err rc
+  (
+    ulimit -v "$MEM_LIMIT_KB"
+    exec timeout "$TIMEOUT_S" "$@"
+  ) >"$out" 2>"$err"
+  rc=$?
+  local ok=1
+  if ((rc == 124)); then
+    fail "$name" "timed out after ${TIMEOUT_S}s"; ok=0
+  elif ((rc >= 128)); then
+    fail "$name" "crashed: exit $rc (signal $((rc - 128)))"; ok=0
+  elif ((rc != 2)); then
+    fail "$name" "exit code $rc, expected 2"; ok=0
+  fi
+  if [[ -s $out ]]; then
+    fail "$name" "stdout is not empty: $(head -c 200 "$out" | tr -c '[:print:]\n' '?')"; ok=0
+  fi
+  if [[ ! -s $err ]]; then
+    fail "$name" "stderr is empty (no message)"; ok=0
+  fi
+  local s
+  for s in ${files[@]+"${files[@]}"}; do
+    grep -qF -- "$s" "$err" || { fail "$name" "message does not name the file '$s'"; ok=0; }
+  done
+  for s in ${has[@]+"${has[@]}"}; do
+    grep -qF -- "$s" "$err" || { fail "$name" "message does not contain '$s'"; ok=0; }
+  done
+  for s in ${clean[@]+"${clean[@]}"}; do
+    if [[ -e $s ]]; then
+      local left
+      left=$(ls -A "$s" 2>&1)
+      if [[ -n $left ]]; then
+        fail "$name" "left files in $s: $(echo $left)"; ok=0
+      fi
+    fi
+  done
+  local i
+  for ((i = 0; i < ${#same[@]}; i += 2)); do
+    if ! diff -r "${same[i]}" "${same[i + 1]}" >/dev/null 2>&1; then
+      fail "$name" "changed the existing contents of ${same[i]}: $(ls -A "${same[i]}" | tr '\n' ' ')"
+      ok=0
+    fi
+  done
+  for s in ${nockpt[@]+"${nockpt[@]}"}; do
+    if compgen -G "$s/*.safetensors*" >/dev/null; then
+      fail "$name" "wrote a checkpoint into $s: $(ls "$s" | tr '\n' ' ')"; ok=0
+    fi
+  done
+  if ((ok)); then
+    echo "ok   [$name] exit $rc: $(grep -v '^  ' "$err" | grep -v 'effective config' | head -n 2 |
+      tr -c '[:print:]\n' '?' | paste -sd'|')"
+  else
+    echo "     command: $(printf '%q ' "$@")"
+    echo "     exit $rc; stderr (without the config listing):"
+    grep -v '^  ' "$err" | head -n 8 | tr -c '[:print:]\n' '?' | sed 's/^/       /'
+  fi
+}
+
+# setup CMD...: a step that must succeed for the cases below to mean anything.
+setup() {
+  if ! "$@" >"$TMP/setup.log" 2>&1; then
+    echo "FAIL [setup] $*"
+    sed 's/^/       /' "$TMP/setup.log" | tail -n 20
+    exit 1
+  fi
+}
+
+# flip_byte FILE OFFSET: xor one byte with 0x5a in place.
+flip_byte() {
+  local v
+  v=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d ' ')
+  [[ -n $v ]] || { echo "flip_byte: $1 has no byte at $2" >&2; exit 1; }
+  printf "\\$(printf '%03o' $((v ^ 0x5a)))" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+}
+
+# u32 FILE OFFSET: little-endian u32 at OFFSET.
+u32() {
+  od -An -tu4 --endian=little -j "$2" -N4 "$1" | tr -d ' '
+}
+
+# st_edit SRC DST OLD NEW: replaces the first OLD with NEW in a safetensors JSON header, fixing up
+# the 8-byte header length (padding with spaces to a multiple of 8). Fails if OLD is absent.
+st_edit() {
+  python3 - "$@" <<'EOF'
+import struct, sys
+src, dst, old, new = sys.argv[1], sys.argv[2], sys.argv[3].encode(), sys.argv[4].encode()
+raw = open(src, "rb").read()
+(n,) = struct.unpack("<Q", raw[:8])
+head = raw[8:8 + n]
+if old not in head:
+    sys.exit("st_edit: %r not in the header of %s" % (old, src))
+head = head.replace(old, new, 1).rstrip(b" ")
+head += b" " * (-len(head) % 8)
+open(dst, "wb").write(struct.pack("<Q", len(head)) + head + raw[8 + n:])
+EOF
+  [[ $? == 0 ]] || exit 1
+}
+
+# st_set_hlen SRC DST VALUE: rewrites the 8-byte header length prefix only.
+st_set_hlen() {
+  python3 -c '
+import struct, sys
+raw = open(sys.argv[1], "rb").read()
+open(sys.argv[2], "wb").write(struct.pack("<Q", int(sys.argv[3])) + raw[8:])' "$1" "$2" "$3" || exit 1
+}
+
+st_hlen() {
+  python3 -c 'import struct,sys; print(struct.unpack("<Q", open(sys.argv[1],"rb").read(8))[0])' "$1"
+}
+
+echo "lstmd: $LSTMD"
+echo "temp:  $TMP"
+
+# ---------------------------------------------------------------- good inputs to corrupt
+setup "$LSTMD" prepare text --input "$DATA/fortunes.txt" --out "$TMP/good-text"
+setup "$LSTMD" prepare series --input "$DATA/seattle-temps.csv" --target temp --horizon 2 \
+  --out "$TMP/good-series"
+TINY=(--set model.hidden=16 --set model.embed=8 --set model.layers=2 --set data.seq_len=16
+  --set data.batch_size=4 --set train.steps=2 --set train.eval_every=0 --set train.threads=1)
+setup "$LSTMD" train --set data.path="$TMP/good-text" --set train.run_dir="$TMP/run-text" "${TINY[@]}"
+setup "$LSTMD" train --set data.path="$TMP/good-series" --set train.run_dir="$TMP/run-series" \
+  "${TINY[@]}"
+CKPT=$TMP/run-text/step-2.safetensors
+SCKPT=$TMP/run-series/step-2.safetensors
+[[ -f $CKPT && -f $SCKPT ]] || { echo "FAIL [setup] no checkpoints: $(ls "$TMP"/run-*)"; exit 1; }
+# The good ones work (otherwise every case below would pass for the wrong reason).
+setup "$LSTMD" eval --checkpoint "$CKPT" --data "$TMP/good-text"
+setup "$LSTMD" sample --checkpoint "$CKPT" --prime "The " --length 10
+setup "$LSTMD" predict --checkpoint "$SCKPT" --input "$DATA/seattle-temps.csv" --out "$TMP/pred-ok.csv"
+
+# ---------------------------------------------------------------- prepare text
+check "prepare text: missing input" --file "$TMP/no-such.txt" --clean-dir "$TMP/o-missing" -- \
+  "$LSTMD" prepare text --input "$TMP/no-such.txt" --out "$TMP/o-missing"
+
+: >"$TMP/empty.txt"
+mkdir "$TMP/o-empty" # an existing, empty output directory must stay empty
+check "prepare text: empty input" --file "$TMP/empty.txt" --clean-dir "$TMP/o-empty" -- \
+  "$LSTMD" prepare text --input "$TMP/empty.txt" --out "$TMP/o-empty"
+
+check "prepare text: input is a directory" --file "$TMP/good-text" --clean-dir "$TMP/o-dir" -- \
+  "$LSTMD" prepare text --input "$TMP/good-text" --out "$TMP/o-dir"
+
+cp -r "$TMP/good-text" "$TMP/o-keep-text"
+cp -r "$TMP/good-text" "$TMP/o-keep-text.orig"
+check "prepare text: empty input over an existing dataset" --file "$TMP/empty.txt" \
+  --same-dir "$TMP/o-keep-text" "$TMP/o-keep-text.orig" -- \
+  "$LSTMD" prepare text --input "$TMP/empty.txt" --out "$TMP/o-keep-text"
+
+# ---------------------------------------------------------------- prepare series
+printf 'a,b\n1,2\n3\n4,5\n' >"$TMP/ragged.csv"
+check "prepare series: ragged CSV (short row)" --file "$TMP/ragged.csv" --has "ragged.csv:3" \
+  --clean-dir "$TMP/o-ragged" -- \
+  "$LSTMD" prepare series --input "$TMP/ragged.csv" --target a --out "$TMP/o-ragged"
+
+printf 'a,b\n1,2\n3,4\n5,6,7\n8,9\n' >"$TMP/ragged2.csv"
+check "prepare series: ragged CSV (long row)" --file "$TMP/ragged2.csv" --has "ragged2.csv:4" \
+  --clean-dir "$TMP/o-ragged2" -- \
+  "$LSTMD" prepare series --input "$TMP/ragged2.csv" --target a --out "$TMP/o-ragged2"
+
+printf 'x,a,b\n0,1,2\n1,3,4\n2,oops,6\n3,7,8\n' >"$TMP/nonnum.csv"
+check "prepare series: non-numeric target value" --file "$TMP/nonnum.csv" --has "nonnum.csv:4" \
+  --has "oops" --clean-dir "$TMP/o-nonnum" -- \
+  "$LSTMD" prepare series --input "$TMP/nonnum.csv" --target a --out "$TMP/o-nonnum"
+
+check "prepare series: non-numeric feature column" --file "$DATA/seattle-temps.csv" \
+  --has "seattle-temps.csv:2" --clean-dir "$TMP/o-date" -- \
+  "$LSTMD" prepare series --input "$DATA/seattle-temps.csv" --target temp --features date \
+  --out "$TMP/o-date"
+
+# A bad row near the end of a long file: the writers are well under way when it is found.
+{ cat "$DATA/seattle-temps.csv"; printf '\n2011/01/01 00:00,NaNish\n2011/01/01 01:00,40\n'; } \
+  | grep -v '^$' >"$TMP/late.csv"
+late_line=$(grep -n 'NaNish' "$TMP/late.csv" | cut -d: -f1)
+mkdir "$TMP/o-late"
+check "prepare series: bad value on line $late_line of a long file" --file "$TMP/late.csv" \
+  --has "late.csv:$late_line" --clean-dir "$TMP/o-late" -- \
+  "$LSTMD" prepare series --input "$TMP/late.csv" --target temp --out "$TMP/o-late"
+
+cp -r "$TMP/good-series" "$TMP/o-keep-series"
+cp -r "$TMP/good-series" "$TMP/o-keep-series.orig"
+check "prepare series: late bad value over an existing dataset" --file "$TMP/late.csv" \
+  --same-dir "$TMP/o-keep-series" "$TMP/o-keep-series.orig" -- \
+  "$LSTMD" prepare series --input "$TMP/late.csv" --target temp --out "$TMP/o-keep-series"
+
+check "prepare series: unknown --target column" --file "$DATA/seattle-temps.csv" --has "nope" \
+  --clean-dir "$TMP/o-target" -- \
+  "$LSTMD" prepare series --input "$DATA/seattle-temps.csv" --target nope --out "$TMP/o-target"
+
+check "prepare series: unknown --features column" --file "$DATA/seattle-temps.csv" \
+  --has "humidity" --clean-dir "$TMP/o-feat" -- \
+  "$LSTMD" prepare series --input "$DATA/seattle-temps.csv" --target temp --features humidity \
+  --out "$TMP/o-feat"
+
+check "prepare series: empty file" --file "$TMP/empty.txt" --clean-dir "$TMP/o-sempty" -- \
+  "$LSTMD" prepare series --input "$TMP/empty.txt" --target a --out "$TMP/o-sempty"
+
+printf 'a,b\n' >"$TMP/header-only.csv"
+check "prepare series: header only" --file "$TMP/header-only.csv" --clean-dir "$TMP/o-hdr" -- \
+  "$LSTMD" prepare series --input "$TMP/header-only.csv" --target a --out "$TMP/o-hdr"
+
+check "prepare series: missing file" --file "$TMP/no-such.csv" --clean-dir "$TMP/o-smissing" -- \
+  "$LSTMD" prepare series --input "$TMP/no-such.csv" --target a --out "$TMP/o-smissing"
+
+# ---------------------------------------------------------------- corrupt prepared datasets
+# train.bin cut short by 100 bytes.
+cp -r "$TMP/good-text" "$TMP/d-trunc"
+truncate -s -100 "$TMP/d-trunc/train.bin"
+check "train: truncated train.bin" --file "$TMP/d-trunc/train.bin" --no-ckpt "$TMP/run-trunc" -- \
+  "$LSTMD" train --set data.path="$TMP/d-trunc" --set train.run_dir="$TMP/run-trunc" "${TINY[@]}"
+check "eval: truncated train.bin" --file "$TMP/d-trunc/train.bin" -- \
+  "$LSTMD" eval --checkpoint "$CKPT" --data "$TMP/d-trunc"
+
+# train.bin cut inside its header.
+cp -r "$TMP/good-text" "$TMP/d-trunc-hdr"
+truncate -s 40 "$TMP/d-trunc-hdr/train.bin"
+check "train: train.bin cut inside the header" --file "$TMP/d-trunc-hdr/train.bin" \
+  --no-ckpt "$TMP/run-trunc-hdr" -- \
+  "$LSTMD" train --set data.path="$TMP/d-trunc-hdr" --set train.run_dir="$TMP/run-trunc-hdr" "${TINY[@]}"
+
+# One flipped payload byte: only the CRC can tell.
+cp -r "$TMP/good-text" "$TMP/d-flip"
+hb=$(u32 "$TMP/d-flip/train.bin" 20)
+[[ $hb =~ ^[0-9]+$ ]] && ((hb >= 64)) || { echo "FAIL [setup] bad header_bytes '$hb'"; exit 1; }
+flip_byte "$TMP/d-flip/train.bin" $((hb + 123457))
+check "train: flipped payload byte in train.bin (CRC)" --file "$TMP/d-flip/train.bin" \
+  --no-ckpt "$TMP/run-flip" -- \
+  "$LSTMD" train --set data.path="$TMP/d-flip" --set train.run_dir="$TMP/run-flip" "${TINY[@]}"
+check "eval: flipped payload byte in train.bin (CRC)" --file "$TMP/d-flip/train.bin" -- \
+  "$LSTMD" eval --checkpoint "$CKPT" --data "$TMP/d-flip"
+
+cp -r "$TMP/good-series" "$TMP/d-flip-val"
+hb=$(u32 "$TMP/d-flip-val/val.bin" 20)
+flip_byte "$TMP/d-flip-val/val.bin" $((hb + 7))
+check "train: flipped payload byte in series val.bin (CRC)" --file "$TMP/d-flip-val/val.bin" \
+  --no-ckpt "$TMP/run-flip-val" -- \
+  "$LSTMD" train --set data.path="$TMP/d-flip-val" --set train.run_dir="$TMP/run-flip-val" "${TINY[@]}"
+
+# A flipped header byte (inside the vocabulary table): the header CRC.
+cp -r "$TMP/good-text" "$TMP/d-flip-hdr"
+flip_byte "$TMP/d-flip-hdr/train.bin" 70
+check "train: flipped header byte in train.bin" --file "$TMP/d-flip-hdr/train.bin" \
+  --no-ckpt "$TMP/run-flip-hdr" -- \
+  "$LSTMD" train --set data.path="$TMP/d-flip-hdr" --set train.run_dir="$TMP/run-flip-hdr" "${TINY[@]}"
+
+mkdir "$TMP/d-none"
+check "train: data dir without train.bin" --file "$TMP/d-none" -- \
+  "$LSTMD" train --set data.path="$TMP/d-none" --set train.run_dir="$TMP/run-none" "${TINY[@]}"
+
+# ---------------------------------------------------------------- bad configs
+GOOD=(--set data.path="$TMP/good-text" --set train.run_dir="$TMP/run-cfg")
+printf '[data]\npath = %s\n[model]\nhidden = 16\nbogus = 3\n' "$TMP/good-text" >"$TMP/unknown.ini"
+check "train: unknown key in config file" --file "$TMP/unknown.ini" --has "bogus" --has "unknown.ini:5" \
+  --no-ckpt "$TMP/run-cfg" -- \
+  "$LSTMD" train --config "$TMP/unknown.ini" --set train.run_dir="$TMP/run-cfg"
+check "train: unknown key in --set" --has "model.bogus" --no-ckpt "$TMP/run-cfg" -- \
+  "$LSTMD" train "${GOOD[@]}" --set model.bogus=1
+check "train: unknown section in --set" --has "nosuch.hidden" -- \
+  "$LSTMD" train "${GOOD[@]}" --set nosuch.hidden=1
+check "train: --set without '='" --has "model.layers" -- \
+  "$LSTMD" train "${GOOD[@]}" --set model.layers
+
+printf '[data]\npath = %s\n[model]\nlayers = 0\n' "$TMP/good-text" >"$TMP/layers0.ini"
+check "train: model.layers=0 in config file" --file "$TMP/layers0.ini" --has "model.layers" \
+  --has "layers0.ini:4" -- \
+  "$LSTMD" train --config "$TMP/layers0.ini" --set train.run_dir="$TMP/run-cfg"
+check "train: model.layers=0 in --set" --has "model.layers" --no-ckpt "$TMP/run-cfg" -- \
+  "$LSTMD" train "${GOOD[@]}" --set model.layers=0
+check "train: model.layers=17 (above the maximum)" --has "model.layers" -- \
+  "$LSTMD" train "${GOOD[@]}" --set model.layers=17
+check "train: model.dropout=1.5" --has "model.dropout" -- \
+  "$LSTMD" train "${GOOD[@]}" --set model.dropout=1.5
+check "train: train.steps=-1" --has "train.steps" -- \
+  "$LSTMD" train "${GOOD[@]}" --set train.steps=-1
+
+printf '[data]\npath = %s\n[optim]\nlr = fast\n' "$TMP/good-text" >"$TMP/nonnum.ini"
+check "train: non-numeric value in config file" --file "$TMP/nonnum.ini" --has "optim.lr" \
+  --has "nonnum.ini:4" -- \
+  "$LSTMD" train --config "$TMP/nonnum.ini" --set train.run_dir="$TMP/run-cfg"
+check "train: non-numeric value in --set" --has "model.hidden" --has "abc" -- \
+  "$LSTMD" train "${GOOD[@]}" --set model.hidden=abc
+check "train: integer key given a fraction" --has "data.seq_len" -- \
+  "$LSTMD" train "${GOOD[@]}" --set data.seq_len=12.5
+check "train: integer key overflowing" --has "train.steps" -- \
+  "$LSTMD" train "${GOOD[@]}" --set train.steps=99999999999999999999999
+check "train: NaN learning rate" --has "optim.lr" -- \
+  "$LSTMD" train "${GOOD[@]}" --set optim.lr=nan
+check "train: negative seed" --has "train.seed" -- \
+  "$LSTMD" train "${GOOD[@]}" --set train.seed=-3
+check "train: bad enum value" --has "data.order" -- \
+  "$LSTMD" train "${GOOD[@]}" --set data.order=random
+
+printf 'this is not an ini file\n' >"$TMP/garbage.ini"
+check "train: config file with a syntax error" --file "$TMP/garbage.ini" -- \
+  "$LSTMD" train --config "$TMP/garbage.ini"
+check "train: nonexistent config file" --file "$TMP/no-such.ini" -- \
+  "$LSTMD" train --config "$TMP/no-such.ini"
+check "train: no data.path" --has "data.path" -- \
+  "$LSTMD" train --set train.run_dir="$TMP/run-cfg"
+check "train: data.path does not exist" --file "$TMP/no-such-dir" --no-ckpt "$TMP/run-cfg" -- \
+  "$LSTMD" train --set data.path="$TMP/no-such-dir" --set train.run_dir="$TMP/run-cfg" "${TINY[@]}"
+
+# ---------------------------------------------------------------- bad checkpoints
+size=$(stat -c %s "$CKPT")
+hlen=$(st_hlen "$CKPT")
+for cut in 0 5 100 $((8 + hlen / 2)) $((8 + hlen + 1000)) $((size / 2)) $((size - 1)); do
+  head -c "$cut" "$CKPT" >"$TMP/trunc-$cut.safetensors"
+  check "eval: checkpoint truncated to $cut of $size bytes" --file "$TMP/trunc-$cut.safetensors" -- \
+    "$LSTMD" eval --checkpoint "$TMP/trunc-$cut.safetensors" --data "$TMP/good-text"
+  check "sample: checkpoint truncated to $cut of $size bytes" --file "$TMP/trunc-$cut.safetensors" -- \
+    "$LSTMD" sample --checkpoint "$TMP/trunc-$cut.safetensors" --length 5
+done
+check "train --resume: truncated checkpoint" --file "$TMP/trunc-$((size / 2)).safetensors" -- \
+  "$LSTMD" train --set data.path="$TMP/good-text" --set train.run_dir="$TMP/run-resume" "${TINY[@]}" \
+  --set train.steps=4 --resume "$TMP/trunc-$((size / 2)).safetensors"
+
+for foreign in "$DATA/fortunes.txt" "$TMP/good-text/train.bin" "$DATA/seattle-temps.csv"; do
+  check "eval: not a checkpoint ($(basename "$foreign"))" --file "$foreign" -- \
+    "$LSTMD" eval --checkpoint "$foreign" --data "$TMP/good-text"
+  check "sample: not a checkpoint ($(basename "$foreign"))" --file "$foreign" -- \
+    "$LSTMD" sample --checkpoint "$foreign" --length 5
+done
+check "sample: checkpoint is a directory" --file "$TMP/run-text" -- \
+  "$LSTMD" sample --checkpoint "$TMP/run-text" --length 5
+check "sample: nonexistent checkpoint" --file "$TMP/no-such.safetensors" -- \
+  "$LSTMD" sample --checkpoint "$TMP/no-such.safetensors" --length 5
+
+# Corrupted headers: the JSON itself, the length prefix, tensor entries, lstmd's metadata.
+# Each entry: name | text to replace | replacement.
+corruptions=(
+  "JSON syntax|{\"|x\""
+  "tensor shape disagrees with data_offsets|\"shape\":[|\"shape\":[3,"
+  "tensor dtype F16|\"dtype\":\"F32\"|\"dtype\":\"F16\""
+  "tensor dtype unknown|\"dtype\":\"F32\"|\"dtype\":\"Q99\""
+  "data_offsets shifted|\"data_offsets\":[0,|\"data_offsets\":[4,"
+  "format tag|\"format\":\"lstmd-checkpoint-1\"|\"format\":\"lstmd-checkpoint-7\""
+  "model.kind unknown|\"model.kind\":\"text\"|\"model.kind\":\"txt\""
+  "model.hidden disagrees with the tensors|\"model.hidden\":\"16\"|\"model.hidden\":\"17\""
+  "model.hidden huge|\"model.hidden\":\"16\"|\"model.hidden\":\"60000\""
+  "model.hidden negative|\"model.hidden\":\"16\"|\"model.hidden\":\"-16\""
+  "model.layers=0|\"model.layers\":\"2\"|\"model.layers\":\"0\""
+  "model.layers=3 (tensors missing)|\"model.layers\":\"2\"|\"model.layers\":\"3\""
+  "model.vocab disagrees with vocab list|\"model.vocab\":\"|\"model.vocab\":\"1"
+  "vocab list not ascending|\"vocab\":\"[|\"vocab\":\"[255,"
+  "vocab list malformed|\"vocab\":\"[|\"vocab\":\"[x"
+  "data.seq_len=0|\"data.seq_len\":\"16\"|\"data.seq_len\":\"0\""
+)
+i=0
+for c in "${corruptions[@]}"; do
+  IFS='|' read -r what old new <<<"$c"
+  i=$((i + 1))
+  f=$TMP/hdr-$i.safetensors
+  st_edit "$CKPT" "$f" "$old" "$new"
+  check "eval: corrupted header: $what" --file "$f" -- \
+    "$LSTMD" eval --checkpoint "$f" --data "$TMP/good-text"
+  check "sample: corrupted header: $what" --file "$f" -- \
+    "$LSTMD" sample --checkpoint "$f" --length 5
+done
+st_set_hlen "$CKPT" "$TMP/hlen-big.safetensors" $((1 << 62))
+check "sample: header length prefix 2^62" --file "$TMP/hlen-big.safetensors" -- \
+  "$LSTMD" sample --checkpoint "$TMP/hlen-big.safetensors" --length 5
+st_set_hlen "$CKPT" "$TMP/hlen-small.safetensors" $((hlen - 8))
+check "eval: header length prefix 8 bytes short" --file "$TMP/hlen-small.safetensors" -- \
+  "$LSTMD" eval --checkpoint "$TMP/hlen-small.safetensors" --data "$TMP/good-text"
+st_set_hlen "$CKPT" "$TMP/hlen-zero.safetensors" 0
+check "sample: header length prefix 0" --file "$TMP/hlen-zero.safetensors" -- \
+  "$LSTMD" sample --checkpoint "$TMP/hlen-zero.safetensors" --length 5
+
+# ---------------------------------------------------------------- checkpoint vs data / command
+check "sample: prime byte 0x01 outside the vocabulary" --file "$CKPT" --has "0x01" -- \
+  "$LSTMD" sample --checkpoint "$CKPT" --prime $'The\x01' --length 5
+check "sample: prime byte 0xff outside the vocabulary" --file "$CKPT" --has "0xff" -- \
+  "$LSTMD" sample --checkpoint "$CKPT" --prime $'\xff' --length 5
+check "sample: series checkpoint" --file "$SCKPT" -- \
+  "$LSTMD" sample --checkpoint "$SCKPT" --length 5
+check "eval: text checkpoint on series data" --file "$TMP/good-series" -- \
+  "$LSTMD" eval --checkpoint "$CKPT" --data "$TMP/good-series"
+
+# ---------------------------------------------------------------- predict on bad CSVs
+check "predict: text checkpoint" --file "$CKPT" --clean-dir "$TMP/p1" -- \
+  "$LSTMD" predict --checkpoint "$CKPT" --input "$DATA/seattle-temps.csv" --out "$TMP/p1/out.csv"
+mkdir "$TMP/p2"
+check "predict: input without the target column" --file "$TMP/ragged2.csv" --clean-dir "$TMP/p2" -- \
+  "$LSTMD" predict --checkpoint "$SCKPT" --input "$TMP/ragged2.csv" --out "$TMP/p2/out.csv"
+printf 'date,temp\nx,1\ny,2\nz,warm\n' >"$TMP/pred-bad.csv"
+mkdir "$TMP/p3"
+check "predict: non-numeric value" --file "$TMP/pred-bad.csv" --has "pred-bad.csv:4" \
+  --clean-dir "$TMP/p3" -- \
+  "$LSTMD" predict --checkpoint "$SCKPT" --input "$TMP/pred-bad.csv" --out "$TMP/p3/out.csv"
+mkdir "$TMP/p4"
+check "predict: missing input" --file "$TMP/no-such.csv" --clean-dir "$TMP/p4" -- \
+  "$LSTMD" predict --checkpoint "$SCKPT" --input "$TMP/no-such.csv" --out "$TMP/p4/out.csv"
+
+echo
+echo "$cases cases, $failures failure(s)"
+((failures == 0)) || exit 1
+exit 0
