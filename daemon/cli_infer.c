@@ -78,7 +78,7 @@ int lstmd_cmd_sample(int argc, char **argv) {
   struct lstmd_model *m;
   struct lstmd_data_meta meta;
   if ((rc = lstmd_checkpoint_load_model(ckpt, &m, &meta))) return lstmd_exit_code(rc);
-  rc = lstmd_sample(m, &meta, prime, length, (float)temperature, (uint64_t)seed, stdout);
+  rc = lstmd_sample(m, &meta, ckpt, prime, length, (float)temperature, (uint64_t)seed, stdout);
   lstmd_model_destroy(m);
   return lstmd_exit_code(rc);
 }
@@ -104,7 +104,7 @@ int lstmd_cmd_predict(int argc, char **argv) {
   struct lstmd_model *m;
   struct lstmd_data_meta meta;
   if ((rc = lstmd_checkpoint_load_model(ckpt, &m, &meta))) return lstmd_exit_code(rc);
-  rc = lstmd_predict(m, &meta, input, out, (int)batch);
+  rc = lstmd_predict(m, &meta, ckpt, input, out, (int)batch);
   lstmd_model_destroy(m);
   return lstmd_exit_code(rc);
 }

@@ -249,11 +249,21 @@ int lstmd_checkpoint_load_model(const char *path, struct lstmd_model **out_model
   struct lstmd_model_shape s;
   struct lstmd_model *m = NULL;
   int rc = read_shape(f, path, &s);
-  if (!rc) rc = lstmd_model_create(&s, &m);
-  if (rc == LSTMD_ECONFIG) {
-    lstmd_errorf("%s: the model shape in the checkpoint is invalid", path);
+  const char *bad = rc ? NULL : lstmd_model_shape_error(&s);
+  if (bad) {
+    lstmd_errorf("%s: invalid model shape in the metadata: %s", path, bad);
     rc = LSTMD_EFORMAT;
   }
+  if (!rc) { /* every tensor present with its shape before anything is allocated */
+    struct lstmd_model *layout = malloc(sizeof *layout);
+    rc = layout ? LSTMD_OK : LSTMD_ENOMEM;
+    if (layout) lstmd_model_layout(&s, layout);
+    for (int i = 0; !rc && i < layout->n_tensors; i++)
+      rc = lstmd_st_check_f32(f, layout->tensors[i].name, layout->tensors[i].rank,
+                              layout->tensors[i].shape);
+    free(layout);
+  }
+  if (!rc) rc = lstmd_model_create(&s, &m);
   if (!rc) rc = read_data_meta(f, path, &s, data);
   if (!rc) rc = read_model_tensors(f, m);
   lstmd_st_close(f);

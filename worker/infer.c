@@ -82,11 +82,11 @@ static int draw(const float *logits, int V, float temperature, struct lstmd_rng 
   return V - 1;
 }
 
-int lstmd_sample(struct lstmd_model *m, const struct lstmd_data_meta *d, const char *prime,
-                 long length, float temperature, uint64_t seed, FILE *out) {
+int lstmd_sample(struct lstmd_model *m, const struct lstmd_data_meta *d, const char *ckpt_name,
+                 const char *prime, long length, float temperature, uint64_t seed, FILE *out) {
   const struct lstmd_dataset_info *info = &d->info;
   if (m->shape.kind != LSTMD_MODEL_TEXT) {
-    lstmd_errorf("sample needs a text model; this checkpoint is a series model (use predict)");
+    lstmd_errorf("%s: a series model; sample needs a text model (use predict)", ckpt_name);
     return LSTMD_EINVAL;
   }
   int id_of[256];
@@ -98,9 +98,10 @@ int lstmd_sample(struct lstmd_model *m, const struct lstmd_data_meta *d, const c
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)prime[i];
     if (id_of[c] < 0) {
-      lstmd_errorf("prime byte %zu (0x%02x%s%c%s) is not in the model's vocabulary", i, c,
-                   c >= 32 && c < 127 ? ", '" : "", c >= 32 && c < 127 ? c : ' ',
-                   c >= 32 && c < 127 ? "'" : "");
+      char shown[8] = "";
+      if (c >= 32 && c < 127) snprintf(shown, sizeof shown, " '%c'", c);
+      lstmd_errorf("%s: prime byte %zu (0x%02x%s) is not in the model's vocabulary", ckpt_name, i,
+                   c, shown);
       return LSTMD_EINVAL;
     }
   }
@@ -151,11 +152,11 @@ static int predict_chunk(struct lstmd_model *m, struct lstmd_workspace *ws,
   return LSTMD_OK;
 }
 
-int lstmd_predict(struct lstmd_model *m, const struct lstmd_data_meta *d, const char *input_csv,
-                  const char *out_csv, int batch) {
+int lstmd_predict(struct lstmd_model *m, const struct lstmd_data_meta *d, const char *ckpt_name,
+                  const char *input_csv, const char *out_csv, int batch) {
   const struct lstmd_dataset_info *info = &d->info;
   if (m->shape.kind != LSTMD_MODEL_SERIES) {
-    lstmd_errorf("predict needs a series model; this checkpoint is a text model (use sample)");
+    lstmd_errorf("%s: a text model; predict needs a series model (use sample)", ckpt_name);
     return LSTMD_EINVAL;
   }
   const char *names[LSTMD_MAX_COLUMNS];

@@ -23,14 +23,15 @@ int lstmd_check_compatible(const struct lstmd_data_meta *d, const struct lstmd_d
 
 /* Writes prime, then `length` sampled bytes, to out. temperature 0 is greedy (argmax). A prime
  * byte outside the vocabulary gives LSTMD_EINVAL with a message. prime may be NULL (starts from
- * "\n" if the vocabulary has it, else from its first byte). */
-int lstmd_sample(struct lstmd_model *m, const struct lstmd_data_meta *d, const char *prime,
-                 long length, float temperature, uint64_t seed, FILE *out);
+ * "\n" if the vocabulary has it, else from its first byte). ckpt_name names the model in
+ * messages. */
+int lstmd_sample(struct lstmd_model *m, const struct lstmd_data_meta *d, const char *ckpt_name,
+                 const char *prime, long length, float temperature, uint64_t seed, FILE *out);
 
 /* Forecasts the next K target values after every row of input_csv (which must have the training
  * columns), in windows of the training seq_len, each from a zero state, `batch` windows at a
  * time. Writes out_csv atomically: "row,<target>+1,...,<target>+K". */
-int lstmd_predict(struct lstmd_model *m, const struct lstmd_data_meta *d, const char *input_csv,
-                  const char *out_csv, int batch);
+int lstmd_predict(struct lstmd_model *m, const struct lstmd_data_meta *d, const char *ckpt_name,
+                  const char *input_csv, const char *out_csv, int batch);
 
 #endif

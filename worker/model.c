@@ -51,22 +51,19 @@ static void add_tensor(struct lstmd_model *m, const char *name, int rank, int64_
   m->n_params += (t->count + 15) / 16 * 16; /* keep every tensor 64-byte aligned */
 }
 
-int lstmd_model_create(const struct lstmd_model_shape *s, struct lstmd_model **out) {
-  *out = NULL;
-  const char *bad = NULL;
-  if (s->kind != LSTMD_MODEL_TEXT && s->kind != LSTMD_MODEL_SERIES) bad = "unknown model kind";
-  else if (s->hidden < 1 || s->hidden > 65536) bad = "hidden size out of range";
-  else if (s->layers < 1 || s->layers > LSTMD_MAX_LAYERS) bad = "layer count out of range";
-  else if (s->kind == LSTMD_MODEL_TEXT && (s->vocab < 1 || s->vocab > 256 || s->embed < 1))
-    bad = "vocabulary or embedding size out of range";
-  else if (s->kind == LSTMD_MODEL_SERIES && (s->width < 1 || s->horizon < 1))
-    bad = "series width or horizon out of range";
-  if (bad) {
-    lstmd_errorf("model: %s", bad);
-    return LSTMD_ECONFIG;
-  }
-  struct lstmd_model *m = calloc(1, sizeof *m);
-  if (!m) return LSTMD_ENOMEM;
+const char *lstmd_model_shape_error(const struct lstmd_model_shape *s) {
+  if (s->kind != LSTMD_MODEL_TEXT && s->kind != LSTMD_MODEL_SERIES) return "unknown model kind";
+  if (s->hidden < 1 || s->hidden > 65536) return "hidden size out of range";
+  if (s->layers < 1 || s->layers > LSTMD_MAX_LAYERS) return "layer count out of range";
+  if (s->kind == LSTMD_MODEL_TEXT && (s->vocab < 1 || s->vocab > 256 || s->embed < 1 || s->embed > 65536))
+    return "vocabulary or embedding size out of range";
+  if (s->kind == LSTMD_MODEL_SERIES && (s->width < 1 || s->width > 65536 || s->horizon < 1 || s->horizon > 65536))
+    return "series width or horizon out of range";
+  return NULL;
+}
+
+void lstmd_model_layout(const struct lstmd_model_shape *s, struct lstmd_model *m) {
+  memset(m, 0, sizeof *m);
   m->shape = *s;
   const int H = s->hidden;
   char name[32];
@@ -84,10 +81,23 @@ int lstmd_model_create(const struct lstmd_model_shape *s, struct lstmd_model **o
   }
   add_tensor(m, "head.weight", 2, output_width(s), H);
   add_tensor(m, "head.bias", 1, output_width(s), 0);
+}
+
+int lstmd_model_create(const struct lstmd_model_shape *s, struct lstmd_model **out) {
+  *out = NULL;
+  const char *bad = lstmd_model_shape_error(s);
+  if (bad) {
+    lstmd_errorf("model: %s", bad);
+    return LSTMD_ECONFIG;
+  }
+  struct lstmd_model *m = malloc(sizeof *m);
+  if (!m) return LSTMD_ENOMEM;
+  lstmd_model_layout(s, m);
   size_t bytes = (m->n_params * sizeof(float) + 63) / 64 * 64;
   m->params = aligned_alloc(64, bytes);
   m->grads = aligned_alloc(64, bytes);
   if (!m->params || !m->grads) {
+    lstmd_errorf("model: out of memory for %zu parameters", m->n_params);
     lstmd_model_destroy(m);
     return LSTMD_ENOMEM;
   }

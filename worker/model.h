@@ -57,6 +57,11 @@ struct lstmd_batch {
 
 struct lstmd_workspace; /* activations for one (T, B); opaque */
 
+/* NULL if the shape is valid, else what is wrong with it (static string). */
+const char *lstmd_model_shape_error(const struct lstmd_model_shape *shape);
+/* Fills m's shape, tensor table and n_params for a valid shape without allocating anything
+ * (params/grads stay NULL): lets a checkpoint reader check tensor shapes before allocating. */
+void lstmd_model_layout(const struct lstmd_model_shape *shape, struct lstmd_model *m);
 /* Validates the shape (message on failure, LSTMD_ECONFIG), lays out and allocates parameters
  * (zeroed) and gradients. Free with lstmd_model_destroy (NULL and half-built are fine). */
 int lstmd_model_create(const struct lstmd_model_shape *shape, struct lstmd_model **out);

@@ -49,6 +49,10 @@ static void on_field(void *data, size_t len, void *ctx) {
   if (st->failed) return;
   int f = st->field++;
   const char *text = data ? data : "";
+  if (st->record == 0 && f == 0 && len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3)) {
+    text += 3; /* UTF-8 byte order mark */
+    len -= 3;
+  }
   if (st->record == 0) {
     char **h = realloc(st->header, (size_t)(f + 1) * sizeof *h);
     if (!h) {

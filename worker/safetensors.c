@@ -148,7 +148,9 @@ int lstmd_st_open(const char *path, struct lstmd_st_file **out) {
   }
   struct stat st;
   uint8_t prefix[8];
-  if (fstat(f->fd, &st) != 0 || st.st_size < 8 || pread(f->fd, prefix, 8, 0) != 8)
+  if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode))
+    ST_FAIL("%s: not a regular file", path);
+  if (st.st_size < 8 || pread(f->fd, prefix, 8, 0) != 8)
     ST_FAIL("%s: not a safetensors file (shorter than 8 bytes)", path);
   uint64_t n = 0;
   for (int i = 7; i >= 0; i--) n = n << 8 | prefix[i];
@@ -222,8 +224,8 @@ static const struct st_entry *find(const struct lstmd_st_file *f, const char *na
 
 int lstmd_st_has(const struct lstmd_st_file *f, const char *name) { return find(f, name) != NULL; }
 
-int lstmd_st_read_f32(const struct lstmd_st_file *f, const char *name, int rank,
-                      const int64_t *shape, float *out) {
+int lstmd_st_check_f32(const struct lstmd_st_file *f, const char *name, int rank,
+                       const int64_t *shape) {
   const struct st_entry *e = find(f, name);
   if (!e) {
     lstmd_errorf("%s: no tensor '%s'", f->path, name);
@@ -232,10 +234,17 @@ int lstmd_st_read_f32(const struct lstmd_st_file *f, const char *name, int rank,
   int same = strcmp(e->dtype, "F32") == 0 && e->rank == rank;
   for (int d = 0; same && d < rank; d++) same = e->shape[d] == shape[d];
   if (!same) {
-    lstmd_errorf("%s: tensor '%s' has dtype %s and a shape other than this model expects", f->path,
-                 name, e->dtype);
+    lstmd_errorf("%s: tensor '%s' has dtype %s and a shape other than the metadata describes",
+                 f->path, name, e->dtype);
     return LSTMD_EFORMAT;
   }
+  return LSTMD_OK;
+}
+
+int lstmd_st_read_f32(const struct lstmd_st_file *f, const char *name, int rank,
+                      const int64_t *shape, float *out) {
+  LSTMD_TRY(lstmd_st_check_f32(f, name, rank, shape));
+  const struct st_entry *e = find(f, name);
   size_t n = (size_t)(e->end - e->begin);
   char *p = (char *)out;
   uint64_t off = f->data_start + e->begin;

@@ -35,6 +35,10 @@ const char *lstmd_st_meta_get(const struct lstmd_st_file *f, const char *key);
  * Returns LSTMD_EFORMAT with a message on any mismatch or if the tensor is missing. */
 int lstmd_st_read_f32(const struct lstmd_st_file *f, const char *name, int rank,
                       const int64_t *shape, float *out);
+/* Checks that tensor `name` exists with dtype F32 and exactly this shape, reading no data.
+ * Returns LSTMD_EFORMAT with a message naming the file otherwise. */
+int lstmd_st_check_f32(const struct lstmd_st_file *f, const char *name, int rank,
+                       const int64_t *shape);
 /* 1 if the file has a tensor called name. */
 int lstmd_st_has(const struct lstmd_st_file *f, const char *name);
 
