@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# bench_cpu.sh LSTMD_BINARY — CPU training throughput of lstmd against a PyTorch peer and OpenBLAS.
+#
+#   bench/bench_cpu.sh build/lstmd            (what `make bench` runs)
+#   BENCH_OUT=results.txt bench/bench_cpu.sh build/lstmd
+#
+# Model (bench/char_lm_h512.ini and bench/torch_lstm_peer.py): char-LM on data/fortunes.txt,
+# Embedding(V,64) -> LSTM(64,512, 2 layers) -> Linear(512,V), T=128, B=32, fp32, AdamW, clip 1.
+# Measures, interleaved ROUNDS times (the machines are noisy; best of each is reported):
+#   lstmd train (steady-state tokens/s from metrics.jsonl, excluding the first log interval, and
+#   the overall figure lstmd prints), the torch peer at 1 and 2 threads;
+# then OpenBLAS sgemm at 2048^3 and at the LSTM recurrence shapes (bench/sgemm_rate.c).
+# Targets: lstmd/torch >= 2.0; lstmd GFLOP/s >= 0.60 x sgemm 2048^3 GFLOP/s.
+#
+# Environment:
+#   OPENBLAS_CORETYPE  kept if set; else chosen from /proc/cpuinfo (AVX-512 -> SkylakeX,
+#                      AVX2+FMA -> Haswell). Exported before any measured process starts.
+#   BENCH_OUT          also write the whole output to this file
+#   ROUNDS (3)  LSTMD_STEPS (30)  TORCH_STEPS (20)  BUILD (dir of LSTMD_BINARY)
+#   PYTHON_TORCH (/usr/bin/python3: Debian's python3-torch)
+#   BENCH_STRICT=1     exit 3 when a target is BELOW (default: exit 0 once measured)
+set -euo pipefail
+
+if [[ $# -ne 1 || "$1" == -h || "$1" == --help ]]; then
+  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+  [[ $# -eq 1 ]] && exit 0 || exit 2
+fi
+LSTMD=$1
+[[ -x "$LSTMD" ]] || { echo "bench_cpu.sh: $LSTMD: not an executable (run make first)" >&2; exit 2; }
+LSTMD=$(cd "$(dirname "$LSTMD")" && pwd)/$(basename "$LSTMD")
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(dirname "$HERE")
+BUILD=${BUILD:-$(dirname "$LSTMD")}
+ROUNDS=${ROUNDS:-3}
+LSTMD_STEPS=${LSTMD_STEPS:-30}
+TORCH_STEPS=${TORCH_STEPS:-20}
+PYTHON_TORCH=${PYTHON_TORCH:-/usr/bin/python3}
+LOG_EVERY=5
+# Model of bench/char_lm_h512.ini (V is read from `lstmd prepare`).
+E=64 H=512 L=2 V=109 T=128 B=32
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/lstmd-bench.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+
+main() {
+  local t_start=$SECONDS
+  echo "== lstmd CPU benchmark: $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname), $(nproc) cores"
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+  echo "lstmd: $LSTMD ($("$LSTMD" --version 2>&1)), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
+
+  # --- OpenBLAS kernels: must be in the environment before lstmd/torch/sgemm_rate start ---
+  local flags want=""
+  flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2-) "
+  if [[ $flags == *" avx512f "* && $flags == *" avx512bw "* && $flags == *" avx512vl "* &&
+        $flags == *" avx512dq "* ]]; then want=SkylakeX
+  elif [[ $flags == *" avx2 "* && $flags == *" fma "* ]]; then want=Haswell; fi
+  if [[ -n "${OPENBLAS_CORETYPE:-}" ]]; then
+    echo "OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE (from the environment)"
+    [[ -n $want && $want != "$OPENBLAS_CORETYPE" ]] &&
+      echo "  note: the CPU flags suggest $want; unset OPENBLAS_CORETYPE to use it"
+  elif [[ -n $want ]]; then
+    export OPENBLAS_CORETYPE=$want
+    echo "OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE (from the CPU flags)"
+  else
+    echo "OPENBLAS_CORETYPE unset (no AVX2/AVX-512 in the CPU flags): OpenBLAS detects"
+  fi
+
+  # --- build sgemm_rate (outside the product's CMake) ---
+  mkdir -p "$BUILD"
+  # shellcheck disable=SC2046
+  cc -O2 -Wall "$HERE/sgemm_rate.c" -o "$BUILD/sgemm_rate" $(pkg-config --cflags --libs openblas)
+
+  # --- data ---
+  "$LSTMD" prepare text --input "$ROOT/data/fortunes.txt" --out "$TMP/ds" 2>"$TMP/prepare.log" ||
+    { cat "$TMP/prepare.log"; return 1; }
+  local v
+  v=$(sed -n 's/.*vocabulary \([0-9]*\).*/\1/p' "$TMP/prepare.log")
+  [[ -n $v ]] && V=$v
+  echo "data: $(sed 's/^lstmd: //' "$TMP/prepare.log")"
+
+  local have_torch=1
+  "$PYTHON_TORCH" -c 'import torch' 2>/dev/null || {
+    have_torch=0
+    echo "torch peer: $PYTHON_TORCH cannot import torch (apt-get install python3-torch): skipped"
+  }
+
+  # --- interleaved rounds: lstmd, torch 1 thread, torch 2 threads ---
+  local best_lstmd=0 best_lstmd_overall=0 best_torch=0 best_torch_label="-" r
+  for ((r = 1; r <= ROUNDS; r++)); do
+    local run="$TMP/run-$r" log="$TMP/lstmd-$r.log"
+    if ! timeout 300 "$LSTMD" train --config "$HERE/char_lm_h512.ini" --set "data.path=$TMP/ds" \
+         --set "train.run_dir=$run" --set "train.steps=$LSTMD_STEPS" \
+         --set "train.log_every=$LOG_EVERY" 2>"$log"; then
+      echo "lstmd train failed:"; tail -20 "$log"; return 1
+    fi
+    local overall steady blas
+    overall=$(sed -n 's/.*trained steps .* (\([0-9.]*\) tokens\/s).*/\1/p' "$log")
+    blas=$(sed -n 's/.*effective config (\(.*\)):.*/\1/p' "$log")
+    # Steady state: tokens and seconds between the first and the last progress record.
+    steady=$(awk -F'[:,}]' '/"tokens_per_s"/ {
+        for (i = 1; i < NF; i++) {
+          if ($i ~ /"tokens"$/) tok = $(i + 1); if ($i ~ /"elapsed_s"$/) el = $(i + 1) }
+        n++; if (n == 1) { t0 = tok; e0 = el } else { t1 = tok; e1 = el } }
+      END { if (n >= 2 && e1 > e0) printf "%.0f", (t1 - t0) / (e1 - e0); else print "" }' \
+      "$run/metrics.jsonl")
+    [[ -n $steady ]] || steady=$overall
+    printf 'round %d  lstmd  %7.0f tok/s steady (steps %d..%d), %7.0f overall  [%s]\n' "$r" \
+      "$steady" $((LOG_EVERY + 1)) "$LSTMD_STEPS" "$overall" "$blas"
+    best_lstmd=$(max "$best_lstmd" "$steady")
+    best_lstmd_overall=$(max "$best_lstmd_overall" "$overall")
+
+    ((have_torch)) || continue
+    local th line rate
+    for th in 1 2; do
+      # 2 threads: passive OpenMP waiting, or libgomp's spinning starves OpenBLAS's threads.
+      local envs=()
+      ((th > 1)) && envs=(OMP_WAIT_POLICY=passive)
+      if ! line=$(env "${envs[@]}" timeout 180 "$PYTHON_TORCH" "$HERE/torch_lstm_peer.py" \
+                    --threads "$th" --steps "$TORCH_STEPS" --max-seconds 40 2>"$TMP/torch.err" |
+                  grep '^torch_peer'); then
+        echo "round $r  torch  threads=$th failed:"; tail -5 "$TMP/torch.err"; continue
+      fi
+      rate=$(sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p' <<<"$line")
+      printf 'round %d  torch  %7.0f tok/s threads=%d  [%s]\n' "$r" "$rate" "$th" \
+        "openblas_core=${line#*openblas_core=}"
+      if awk -v a="$rate" -v b="$best_torch" 'BEGIN { exit !(a > b) }'; then
+        best_torch=$rate
+        best_torch_label="threads=$th"
+      fi
+    done
+  done
+
+  # --- OpenBLAS sgemm ---
+  echo
+  echo "-- sgemm_rate (all cores) --"
+  "$BUILD/sgemm_rate" --reps 5 | tee "$TMP/sgemm.txt"
+  echo "-- sgemm_rate --threads 1 --"
+  "$BUILD/sgemm_rate" --reps 3 --threads 1 | grep -v '^openblas config'
+  local sq fwd bwd
+  sq=$(awk '$1 == "square_2048" { print $7 }' "$TMP/sgemm.txt")
+  fwd=$(awk '$1 == "lstm_fwd_rec" { print $7 }' "$TMP/sgemm.txt")
+  bwd=$(awk '$1 == "lstm_bwd_rec" { print $7 }' "$TMP/sgemm.txt")
+
+  # --- summary ---
+  local fpt gflops below=0
+  fpt=$(awk -v E=$E -v H=$H -v L=$L -v V="$V" 'BEGIN {
+    f = 2 * V * H; for (k = 0; k < L; k++) f += 2 * 4 * H * ((k == 0 ? E : H) + H); printf "%.0f", 3 * f }')
+  gflops=$(awk -v t="$best_lstmd" -v f="$fpt" 'BEGIN { printf "%.1f", t * f / 1e9 }')
+  echo
+  echo "== summary (best of $ROUNDS rounds; model E=$E H=$H L=$L V=$V, T=$T B=$B, fp32;"
+  echo "   $fpt FLOP/token = 3 x forward, as lstmd_model_flops_per_token)"
+  awk -v lt="$best_lstmd" -v lo="$best_lstmd_overall" -v tt="$best_torch" -v tl="$best_torch_label" \
+      -v g="$gflops" -v sq="$sq" -v fw="$fwd" -v bw="$bwd" -v core="${OPENBLAS_CORETYPE:-detected}" '
+    function verdict(ok) { return ok ? "PASS" : "BELOW" }
+    BEGIN {
+      ratio = tt > 0 ? lt / tt : 0; frac = sq > 0 ? g / sq : 0
+      printf "%-44s %12s  %s\n", "metric", "value", "target"
+      printf "%-44s %12.0f\n", "lstmd tokens/s (steady state)", lt
+      printf "%-44s %12.0f\n", "lstmd tokens/s (overall, incl. first steps)", lo
+      printf "%-44s %12.0f  (%s)\n", "torch 1.13 tokens/s (best)", tt, tl
+      if (tt > 0) printf "%-44s %12.2f  >= 2.00  %s\n", "ratio lstmd/torch", ratio, verdict(ratio >= 2.0)
+      else        printf "%-44s %12s  >= 2.00  n/a\n", "ratio lstmd/torch", "-"
+      printf "%-44s %12.1f\n", "lstmd GFLOP/s", g
+      printf "%-44s %12.1f  (%s)\n", "sgemm 2048^3 GFLOP/s", sq, core
+      printf "%-44s %12.1f  (%.2f of 2048^3)\n", "sgemm 32x2048x512 N,T (fwd recurrence)", fw, fw / sq
+      printf "%-44s %12.1f  (%.2f of 2048^3)\n", "sgemm 32x512x2048 N,N (bwd recurrence)", bw, bw / sq
+      printf "%-44s %12.2f  >= 0.60  %s\n", "lstmd GFLOP/s / sgemm 2048^3", frac, verdict(frac >= 0.60)
+      below = (tt > 0 && ratio < 2.0) || frac < 0.60
+      exit below ? 3 : 0
+    }' || below=$?
+  echo "(total $((SECONDS - t_start)) s)"
+  [[ ${BENCH_STRICT:-0} == 1 && $below -ne 0 ]] && return "$below"
+  return 0
+}
+
+max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 > b + 0) ? a : b }'; }
+
+if [[ -n "${BENCH_OUT:-}" ]]; then
+  mkdir -p "$(dirname "$BENCH_OUT")"
+  main 2>&1 | tee "$BENCH_OUT"
+  rc=${PIPESTATUS[0]}
+else
+  main
+  rc=$?
+fi
+exit "$rc"
