@@ -1,18 +1,17 @@
-/* blas_setup.h — making OpenBLAS use the right kernels and thread count.
+/* blas_setup.h — making OpenBLAS use the right kernels.
  * Debian's OpenBLAS picks its kernels when the library loads and, on VMs that hide the CPU
  * model, falls back to generic SSE3 ("Prescott") kernels that run sgemm ~4x slower than the
  * AVX-512 ones. OPENBLAS_CORETYPE must therefore be in the environment before the process
- * starts: when it is unset, we set it from the CPU's own feature flags and re-execute once. */
+ * starts: when it is unset, we set it from the CPU's own feature flags and re-execute once.
+ * A value the user set is respected, with a warning when it is weaker than the CPU. The same
+ * re-exec sets OPENBLAS_NUM_THREADS=1 when unset, so that OpenBLAS starts no idle threads; each
+ * command then asks for the threads it uses (OpenBLAS can add threads later, not drop them). */
 #ifndef LSTMD_BLAS_SETUP_H
 #define LSTMD_BLAS_SETUP_H
 
-#include <stddef.h>
-
 /* Call first thing in main. Returns only if no re-exec was needed (or it failed). */
 void lstmd_blas_select_kernels(char **argv);
-/* threads == 0: all online cores. */
-void lstmd_blas_set_threads(int threads);
-/* "OpenBLAS <corename>, <n> threads" into buf. */
-void lstmd_blas_describe(char *buf, size_t n);
+/* Warns on stderr when OPENBLAS_CORETYPE was preset to kernels weaker than this CPU supports. */
+void lstmd_blas_warn_weak_kernels(void);
 
 #endif

@@ -7,7 +7,7 @@
 #include "../worker/checkpoint.h"
 #include "../worker/dataset.h"
 #include "../worker/infer.h"
-#include "blas_setup.h"
+#include "../kernels/cpu/blas_cpu.h"
 #include "cli.h"
 
 static int require(const char *cmd, const char *name, const char *value) {
@@ -30,7 +30,7 @@ int lstmd_cmd_eval(int argc, char **argv) {
   if ((rc = require("eval", "checkpoint", ckpt)) || (rc = require("eval", "data", data))) return rc;
   long batch = 0;
   if (batch_text && (rc = lstmd_opt_long("eval", "batch", batch_text, 1, 65536, &batch))) return rc;
-  lstmd_blas_set_threads(0);
+  lstmd_cpu_set_blas_threads(0);
   struct lstmd_model *m;
   struct lstmd_data_meta meta;
   if ((rc = lstmd_checkpoint_load_model(ckpt, &m, &meta))) return lstmd_exit_code(rc);
@@ -74,7 +74,7 @@ int lstmd_cmd_sample(int argc, char **argv) {
       (rc = lstmd_opt_double("sample", "temperature", temp_text, 0.0, 100.0, &temperature)) ||
       (rc = lstmd_opt_long("sample", "seed", seed_text, 0, 0x7fffffffffffffffL, &seed)))
     return rc;
-  lstmd_blas_set_threads(1); /* one token at a time: threads only add overhead */
+  lstmd_cpu_set_blas_threads(1); /* one token at a time: threads only add overhead */
   struct lstmd_model *m;
   struct lstmd_data_meta meta;
   if ((rc = lstmd_checkpoint_load_model(ckpt, &m, &meta))) return lstmd_exit_code(rc);
@@ -100,7 +100,7 @@ int lstmd_cmd_predict(int argc, char **argv) {
       (rc = require("predict", "out", out)) ||
       (rc = lstmd_opt_long("predict", "batch", batch_text, 1, 65536, &batch)))
     return rc;
-  lstmd_blas_set_threads(0);
+  lstmd_cpu_set_blas_threads(0);
   struct lstmd_model *m;
   struct lstmd_data_meta meta;
   if ((rc = lstmd_checkpoint_load_model(ckpt, &m, &meta))) return lstmd_exit_code(rc);

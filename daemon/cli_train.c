@@ -74,10 +74,8 @@ int lstmd_cmd_train(int argc, char **argv) {
       resume = NULL;
     }
   }
-  lstmd_blas_set_threads(cfg.threads);
-  char blas[160];
-  lstmd_blas_describe(blas, sizeof blas);
-  fprintf(stderr, "lstmd: effective config (%s):\n", blas);
+  lstmd_blas_warn_weak_kernels();
+  fprintf(stderr, "lstmd: effective config:\n");
   lstmd_config_print(&cfg, stderr);
   char *json = lstmd_config_to_json(&cfg);
   if (!json) return 1;

@@ -126,12 +126,11 @@ static void gradcheck(const char *label, struct lstmd_model_shape shape, int T, 
     h0d[i] = h0[i] = (float)test_uniform(&seed, 0.5);
     c0d[i] = c0[i] = (float)test_uniform(&seed, 1.0);
   }
-  lstmd_workspace_set_state(ws, h0, c0);
+  lstmd_workspace_set_state(ws, h0, c0, B, 0);
   const float scale = 1.0f / (float)N;
-  struct lstmd_rng drop_rng;
-  lstmd_rng_seed(&drop_rng, 3, 2);
+  struct lstmd_dropout_key drop = {3, 5, 0};
   memset(m->grads, 0, m->n_params * sizeof(float));
-  double loss = lstmd_model_step(m, ws, scale, &drop_rng, 1);
+  double loss = lstmd_model_step(m, ws, scale, &drop, 1);
 
   struct ref_ctx r = {m, b, T, B, h0d, c0d};
   for (int l = 0; l < L; l++) r.masks[l] = lstmd_workspace_dropout_mask(ws, l);
@@ -181,6 +180,9 @@ int main(void) {
   gradcheck("text+dropout", text, 4, 3, 0.3f);
   text.layers = 3;
   gradcheck("text L3+dropout", text, 3, 2, 0.25f);
+  struct lstmd_model_shape wide = {.kind = LSTMD_MODEL_TEXT, .vocab = 5, .embed = 4, .hidden = 32,
+                                   .layers = 2};
+  gradcheck("text H32 (packed recurrence on AVX-512)", wide, 3, 9, 0.2f);
   struct lstmd_model_shape series = {.kind = LSTMD_MODEL_SERIES, .width = 3, .hidden = 5,
                                      .layers = 2, .horizon = 2};
   gradcheck("series", series, 5, 2, 0.0f);

@@ -9,6 +9,7 @@
 #include "../kernels/cpu/dense_cpu.h"
 #include "../kernels/cpu/fastmath.h"
 #include "../kernels/cpu/lstm_cpu.h"
+#include "../kernels/cpu/recur_gemm.h"
 #include "check.h"
 
 static unsigned long long g_seed = 12345;
@@ -120,7 +121,7 @@ static void ref_backward(const struct ref_lstm *r, const double *dh_out, double 
   free(da);
 }
 
-static void test_lstm(int T, int B, int In, int H) {
+static void test_lstm(int T, int B, int In, int H, int packed) {
   const size_t G = 4 * (size_t)H, NB = (size_t)T * B;
   struct ref_lstm r = {T, B, In, H};
   r.wih = zeros_d(G * In);
@@ -142,10 +143,11 @@ static void test_lstm(int T, int B, int In, int H) {
     r.c[i] = c[i];
   }
   struct lstmd_lstm_dims d = {T, B, In, H};
-  lstmd_cpu_lstm_forward(&d, wih, whh, bih, bhh, x, h, c, gates);
+  float *wpack = packed ? zeros_f(4 * (size_t)H * H) : NULL;
+  lstmd_cpu_lstm_forward(&d, wih, whh, bih, bhh, x, h, c, gates, wpack);
   ref_forward(&r);
   char name[96];
-  snprintf(name, sizeof name, "lstm fwd h T%d B%d I%d H%d", T, B, In, H);
+  snprintf(name, sizeof name, "lstm fwd h T%d B%d I%d H%d%s", T, B, In, H, packed ? " packed" : "");
   check_close(name, h, r.h, (NB + B) * H, 1e-6, 1e-5);
   snprintf(name, sizeof name, "lstm fwd c T%d B%d I%d H%d", T, B, In, H);
   check_close(name, c, r.c, (NB + B) * H, 1e-6, 1e-5);
@@ -158,7 +160,7 @@ static void test_lstm(int T, int B, int In, int H) {
   double *rdwih = to_d(dwih, G * In), *rdwhh = to_d(dwhh, G * H), *rdb = zeros_d(G);
   double *rdbih = to_d(dbih, G), *rdbhh = to_d(dbhh, G), *rdx = zeros_d(NB * In);
   float *dx = zeros_f(NB * In), *dgates = zeros_f(NB * G), *work = zeros_f(2 * (size_t)B * H);
-  lstmd_cpu_lstm_backward(&d, wih, whh, x, h, c, gates, dh_out, dgates, work, dwih, dwhh, dbih, dbhh, dx);
+  lstmd_cpu_lstm_backward(&d, wih, whh, x, h, c, gates, dh_out, dgates, work, dwih, dwhh, dbih, dbhh, dx, wpack);
   ref_backward(&r, rdh, rdwih, rdwhh, rdb, rdx);
   for (size_t j = 0; j < G; j++) {
     rdbih[j] += rdb[j];
@@ -171,7 +173,7 @@ static void test_lstm(int T, int B, int In, int H) {
   check_close("lstm bwd dx", dx, rdx, NB * In, 1e-5, 1e-4);
   void *all[] = {r.wih, r.whh, r.bih, r.bhh, r.x, r.h, r.c, r.gates, wih, whh, bih, bhh, x, h, c,
                  gates, rdh, dh_out, dwih, dwhh, dbih, dbhh, rdwih, rdwhh, rdb, rdbih, rdbhh, rdx,
-                 dx, dgates, work};
+                 dx, dgates, work, wpack};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
 }
 
@@ -294,9 +296,15 @@ static void test_optimizers(void) {
 
 int main(void) {
   test_fastmath();
-  test_lstm(5, 3, 4, 6);
-  test_lstm(7, 5, 19, 37); /* odd sizes: vector remainders */
-  test_lstm(3, 2, 64, 64);
+  test_lstm(5, 3, 4, 6, 0);
+  test_lstm(7, 5, 19, 37, 0); /* odd sizes: vector remainders */
+  test_lstm(3, 2, 64, 64, 0);
+  if (lstmd_cpu_recur_fast(64)) { /* packed AVX-512 recurrence, row blocks of 8 and remainders */
+    test_lstm(4, 13, 24, 64, 1);
+    test_lstm(3, 16, 64, 96, 1);
+  } else {
+    printf("packed recurrence kernels: skipped (no AVX-512 on this CPU)\n");
+  }
   test_dense();
   test_optimizers();
   return check_summary("test_kernels_cpu");

@@ -2,7 +2,8 @@
 # test_train_cli.sh — end-to-end training behaviour through the lstmd binary:
 #  1. determinism: the same config and seed give byte-identical checkpoints;
 #  2. bitwise resume: k steps + --resume to n equals n straight steps (shuffle and stream order,
-#     dropout, gradient accumulation, SGD and AdamW);
+#     dropout, gradient accumulation, SGD and AdamW); the batch split over 2 or 3 threads gives
+#     the weights of one thread (within 1e-5);
 #  3. SIGTERM finishes the step, writes a checkpoint, exits 0, and the run resumes from it;
 #  4. text: eval prints one JSON line; sample prints the prime then N bytes, greedy is repeatable;
 #  5. series: prepare → train → eval → predict writes one forecast row per input row.
@@ -61,6 +62,22 @@ for v in "${variants[@]}"; do
   if cmp -s "$d/full/run/step-12.safetensors" "$d/part/run/step-12.safetensors"; then
     ok "bitwise resume ($v): step 6 + resume = 12 straight steps"
   else bad "bitwise resume ($v): checkpoints differ"; fi
+done
+
+# 2b. the batch split across threads computes what one thread computes (SGD: Adam would turn
+#     rounding-level differences of near-zero gradients into full-size steps)
+for order in shuffle stream; do
+  split=(--set optim.algo=sgd --set optim.lr=0.5 --set data.order=$order --set model.dropout=0.2
+         --set model.hidden=32)
+  for th in 1 2 3; do
+    run "$TMP/split-$order-$th" 12 "${split[@]}" --set train.threads=$th || bad "threads=$th run"
+  done
+  for th in 2 3; do
+    if msg=$(/usr/bin/python3 "$SRC/tests/compare_checkpoints.py" "$TMP/split-$order-1/run/step-12.safetensors" \
+             "$TMP/split-$order-$th/run/step-12.safetensors" --rtol 1e-5); then
+      ok "batch split over $th threads = 1 thread ($order, dropout): $msg"
+    else bad "batch split over $th threads ($order): $msg"; fi
+  done
 done
 
 # 3. SIGTERM: finish the step, checkpoint, exit 0, resumable

@@ -55,6 +55,48 @@ int lstmd_read_window(const struct lstmd_dataset *ds, uint64_t first, int T, int
   return LSTMD_OK;
 }
 
+int lstmd_batch_alloc(const struct lstmd_dataset *ds, int T, int B, struct lstmd_batch *b) {
+  const size_t N = (size_t)T * B;
+  memset(b, 0, sizeof *b);
+  b->steps = T;
+  b->batch = B;
+  if (ds->info.kind == LSTMD_DATASET_TEXT) {
+    b->ids = malloc(N * sizeof *b->ids);
+    b->targets = malloc(N * sizeof *b->targets);
+    if (b->ids && b->targets) return LSTMD_OK;
+  } else {
+    b->width = ds->info.width;
+    b->horizon = ds->info.horizon;
+    b->x = malloc(N * b->width * sizeof *b->x);
+    b->y = malloc(N * b->horizon * sizeof *b->y);
+    if (b->x && b->y) return LSTMD_OK;
+  }
+  lstmd_batch_free(b);
+  return LSTMD_ENOMEM;
+}
+
+void lstmd_batch_free(struct lstmd_batch *b) {
+  free(b->ids);
+  free(b->targets);
+  free(b->x);
+  free(b->y);
+  memset(b, 0, sizeof *b);
+}
+
+void lstmd_batch_slice(const struct lstmd_batch *src, int col0, struct lstmd_batch *dst) {
+  const int n = dst->batch, W = src->width, K = src->horizon;
+  for (int t = 0; t < src->steps; t++) {
+    const size_t from = (size_t)t * src->batch + col0, to = (size_t)t * n;
+    if (src->ids) {
+      memcpy(dst->ids + to, src->ids + from, n * sizeof *src->ids);
+      memcpy(dst->targets + to, src->targets + from, n * sizeof *src->targets);
+    } else {
+      memcpy(dst->x + to * W, src->x + from * W, (size_t)n * W * sizeof *src->x);
+      memcpy(dst->y + to * K, src->y + from * K, (size_t)n * K * sizeof *src->y);
+    }
+  }
+}
+
 /* Fisher–Yates permutation of the windows for `epoch`, from its own random stream. */
 static void shuffle_epoch(struct lstmd_batcher *b, uint64_t epoch) {
   struct lstmd_rng rng;

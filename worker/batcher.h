@@ -41,6 +41,12 @@ struct lstmd_batcher_cursor lstmd_batcher_get_cursor(const struct lstmd_batcher 
 /* Restores a cursor saved by get_cursor (LSTMD_EINVAL if it is out of range). */
 int lstmd_batcher_set_cursor(struct lstmd_batcher *b, struct lstmd_batcher_cursor c);
 
+/* A standalone batch buffer of T×B for this dataset (free with lstmd_batch_free). */
+int lstmd_batch_alloc(const struct lstmd_dataset *ds, int steps, int batch, struct lstmd_batch *b);
+void lstmd_batch_free(struct lstmd_batch *b);
+/* Copies columns [col0, col0 + dst->batch) of src into dst (same steps, kind and widths). */
+void lstmd_batch_slice(const struct lstmd_batch *src, int col0, struct lstmd_batch *dst);
+
 /* Fills `out` with window `w` of ds at batch column `col` (window w covers elements
  * [w·T, w·T + T + K)). Shared with evaluation, which walks windows in order. */
 int lstmd_read_window(const struct lstmd_dataset *ds, uint64_t first, int steps, int batch,

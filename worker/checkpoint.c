@@ -103,12 +103,9 @@ int lstmd_checkpoint_save(const char *path, const struct lstmd_model *m,
     meta_addf(&l, "optim.step", "%ld", o->step);
   }
   if (progress) {
-    char rng[LSTMD_RNG_TEXT_BYTES];
-    lstmd_rng_format(&progress->dropout_rng, rng);
     meta_addf(&l, "train.step", "%ld", progress->step);
     meta_addf(&l, "train.epoch", "%" PRIu64, progress->cursor.epoch);
     meta_addf(&l, "train.position", "%" PRIu64, progress->cursor.position);
-    meta_addf(&l, "train.dropout_rng", "%s", rng);
   }
   int rc = LSTMD_OK;
   for (int i = 0; i < l.n; i++)
@@ -301,11 +298,6 @@ int lstmd_checkpoint_load_train(const char *path, struct lstmd_model *m, struct 
   if (!rc) rc = meta_long(f, path, "train.step", 0, 1L << 60, &step);
   if (!rc) rc = meta_u64(f, path, "train.epoch", 10, &epoch);
   if (!rc) rc = meta_u64(f, path, "train.position", 10, &position);
-  const char *rng = lstmd_st_meta_get(f, "train.dropout_rng");
-  if (!rc && (!rng || lstmd_rng_parse(&p->dropout_rng, rng) != 0)) {
-    lstmd_errorf("%s: metadata 'train.dropout_rng' is missing or malformed", path);
-    rc = LSTMD_EFORMAT;
-  }
   if (!rc && p->state_h) {
     int64_t dims[3] = {m->shape.layers, p->state_batch, m->shape.hidden};
     if (!rc) rc = lstmd_st_read_f32(f, "state.h", 3, dims, p->state_h);

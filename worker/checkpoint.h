@@ -1,7 +1,8 @@
 /* checkpoint.h — lstmd checkpoints as safetensors: the model tensors under PyTorch's names (so
  * torch.nn.LSTM/Embedding/Linear load them as they are), optimizer moments as flat tensors,
  * carried recurrent state, and in __metadata__ everything else needed to resume exactly:
- * model shape, vocabulary / series columns, step, data cursor, RNG, the effective config. */
+ * model shape, vocabulary / series columns, step, data cursor, the effective config. (Dropout
+ * masks are a function of seed and step, so there is no random state to save.) */
 #ifndef LSTMD_CHECKPOINT_H
 #define LSTMD_CHECKPOINT_H
 
@@ -24,7 +25,6 @@ struct lstmd_data_meta {
 struct lstmd_train_progress {
   long step;
   struct lstmd_batcher_cursor cursor;
-  struct lstmd_rng dropout_rng;
   float *state_h, *state_c; /* [L,B,H] carried state (stream order), or NULL */
   int state_batch;          /* B of state_h/state_c */
 };

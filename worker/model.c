@@ -10,6 +10,7 @@
 
 #include "../kernels/cpu/dense_cpu.h"
 #include "../kernels/cpu/lstm_cpu.h"
+#include "../kernels/cpu/recur_gemm.h"
 #include "../kernels/status.h"
 
 struct layer_acts {
@@ -30,6 +31,8 @@ struct lstmd_workspace {
   float *dh, *dx; /* [T,B,max(H,In0)] gradient w.r.t. a layer's output / input */
   float *dgates;  /* [T,B,4H] */
   float *work;    /* [2,B,H] */
+  float *wpack;   /* [4H·H] packed W_hh for the per-step GEMMs, or NULL (recur_gemm.h) */
+  float *grads;   /* where gradients accumulate: m->grads or a thread's own buffer */
   void *arena;
 };
 
@@ -168,6 +171,7 @@ int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float drop
   SLICE(N * wide);                                       /* dx */
   SLICE(N * 4 * H);                                      /* dgates */
   SLICE(2 * (size_t)B * H);                              /* work */
+  SLICE(lstmd_cpu_recur_fast((int)H) ? 4 * H * H : 0);   /* wpack */
 #undef SLICE
   for (size_t i = 0; i < n; i++) total += sizes[i];
   struct lstmd_workspace *ws = calloc(1, sizeof *ws);
@@ -179,6 +183,7 @@ int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float drop
   memset(a, 0, total * sizeof(float));
   ws->arena = a;
   ws->model = m;
+  ws->grads = m->grads;
   ws->T = T;
   ws->B = B;
   ws->dropout = masked ? dropout : 0.0f;
@@ -186,6 +191,8 @@ int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float drop
 #define TAKE() (sizes[i] ? (a += sizes[i], a - sizes[i++]) : (i++, (float *)NULL))
   ws->batch.steps = T;
   ws->batch.batch = B;
+  ws->batch.width = s->kind == LSTMD_MODEL_SERIES ? s->width : 0;
+  ws->batch.horizon = s->kind == LSTMD_MODEL_SERIES ? s->horizon : 0;
   ws->batch.ids = (int32_t *)TAKE();
   ws->batch.targets = (int32_t *)TAKE();
   ws->batch.x = TAKE();
@@ -203,6 +210,7 @@ int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float drop
   ws->dx = TAKE();
   ws->dgates = TAKE();
   ws->work = TAKE();
+  ws->wpack = TAKE();
 #undef TAKE
   *out = ws;
   return LSTMD_OK;
@@ -215,6 +223,7 @@ void lstmd_workspace_destroy(struct lstmd_workspace *ws) {
 }
 
 struct lstmd_batch *lstmd_workspace_batch(struct lstmd_workspace *ws) { return &ws->batch; }
+void lstmd_workspace_set_grads(struct lstmd_workspace *ws, float *grads) { ws->grads = grads; }
 const float *lstmd_workspace_output(const struct lstmd_workspace *ws) { return ws->out; }
 const float *lstmd_workspace_dropout_mask(const struct lstmd_workspace *ws, int layer) {
   return ws->layer[layer].mask;
@@ -228,19 +237,23 @@ void lstmd_workspace_reset_state(struct lstmd_workspace *ws) {
   }
 }
 
-void lstmd_workspace_get_state(const struct lstmd_workspace *ws, float *h, float *c) {
-  const size_t BH = (size_t)ws->B * ws->model->shape.hidden;
+void lstmd_workspace_get_state(const struct lstmd_workspace *ws, float *h, float *c,
+                               int full_batch, int col0) {
+  const size_t H = (size_t)ws->model->shape.hidden, BH = (size_t)ws->B * H;
   for (int l = 0; l < ws->model->shape.layers; l++) {
-    memcpy(h + l * BH, ws->layer[l].h, BH * sizeof(float));
-    memcpy(c + l * BH, ws->layer[l].c, BH * sizeof(float));
+    size_t at = ((size_t)l * full_batch + col0) * H;
+    memcpy(h + at, ws->layer[l].h, BH * sizeof(float));
+    memcpy(c + at, ws->layer[l].c, BH * sizeof(float));
   }
 }
 
-void lstmd_workspace_set_state(struct lstmd_workspace *ws, const float *h, const float *c) {
-  const size_t BH = (size_t)ws->B * ws->model->shape.hidden;
+void lstmd_workspace_set_state(struct lstmd_workspace *ws, const float *h, const float *c,
+                               int full_batch, int col0) {
+  const size_t H = (size_t)ws->model->shape.hidden, BH = (size_t)ws->B * H;
   for (int l = 0; l < ws->model->shape.layers; l++) {
-    memcpy(ws->layer[l].h, h + l * BH, BH * sizeof(float));
-    memcpy(ws->layer[l].c, c + l * BH, BH * sizeof(float));
+    size_t at = ((size_t)l * full_batch + col0) * H;
+    memcpy(ws->layer[l].h, h + at, BH * sizeof(float));
+    memcpy(ws->layer[l].c, c + at, BH * sizeof(float));
   }
 }
 
@@ -251,13 +264,13 @@ struct layer_params {
   float *dw_ih, *dw_hh, *db_ih, *db_hh;
 };
 
-static struct layer_params layer_params(const struct lstmd_model *m, int l) {
+static struct layer_params layer_params(const struct lstmd_model *m, float *grads, int l) {
   int first = (m->shape.kind == LSTMD_MODEL_TEXT) + 4 * l;
   const struct lstmd_tensor *t = &m->tensors[first];
   return (struct layer_params){
       m->params + t[0].offset, m->params + t[1].offset, m->params + t[2].offset,
-      m->params + t[3].offset, m->grads + t[0].offset, m->grads + t[1].offset,
-      m->grads + t[2].offset,  m->grads + t[3].offset};
+      m->params + t[3].offset, grads + t[0].offset,    grads + t[1].offset,
+      grads + t[2].offset,     grads + t[3].offset};
 }
 
 /* Input of layer l: the embedded ids / input rows, or the previous layer's (masked) output. */
@@ -267,9 +280,22 @@ static const float *layer_input(const struct lstmd_workspace *ws, int l) {
   return prev->dropped ? prev->dropped : prev->h + (size_t)ws->B * ws->model->shape.hidden;
 }
 
-static void make_dropout_mask(float *mask, size_t n, float p, struct lstmd_rng *rng) {
-  const float keep_scale = 1.0f / (1.0f - p);
-  for (size_t i = 0; i < n; i++) mask[i] = lstmd_rng_uniform(rng) < p ? 0.0f : keep_scale;
+/* Mask of layer l for all (t, b, j) of the workspace, from the counter-based key. */
+static void make_dropout_mask(const struct lstmd_workspace *ws, int l, float *mask,
+                              const struct lstmd_dropout_key *key) {
+  const int T = ws->T, B = ws->B, H = ws->model->shape.hidden;
+  const float keep_scale = 1.0f / (1.0f - ws->dropout);
+  const uint32_t threshold = (uint32_t)(ws->dropout * 16777216.0f); /* p in 24-bit units */
+  const uint64_t base = lstmd_hash64(key->seed ^ lstmd_hash64(key->step * 64 + (uint64_t)l));
+  for (int t = 0; t < T; t++)
+    for (int b = 0; b < B; b++) {
+      const uint64_t row = lstmd_hash64(base ^ ((uint64_t)t << 40 | (uint64_t)(key->col0 + b)));
+      float *m = mask + ((size_t)t * B + b) * H;
+      for (int j = 0; j < H; j++) {
+        uint32_t u = (uint32_t)(lstmd_hash64(row + (uint64_t)j * 0x9e3779b97f4a7c15ULL) >> 40);
+        m[j] = u < threshold ? 0.0f : keep_scale;
+      }
+    }
 }
 
 static void finish_state(struct lstmd_workspace *ws, int carry) {
@@ -293,44 +319,44 @@ static void backward(struct lstmd_model *m, struct lstmd_workspace *ws) {
   const struct lstmd_tensor *hw = &m->tensors[m->n_tensors - 2], *hb = &m->tensors[m->n_tensors - 1];
   const float *top = ws->layer[L - 1].h + (size_t)B * H;
   float *dh = ws->dh, *dx = ws->dx;
-  lstmd_cpu_linear_backward(N, H, O, top, m->params + hw->offset, ws->out, m->grads + hw->offset,
-                            m->grads + hb->offset, dh);
+  lstmd_cpu_linear_backward(N, H, O, top, m->params + hw->offset, ws->out, ws->grads + hw->offset,
+                            ws->grads + hb->offset, dh);
   for (int l = L - 1; l >= 0; l--) {
-    struct layer_params p = layer_params(m, l);
+    struct layer_params p = layer_params(m, ws->grads, l);
     struct layer_acts *a = &ws->layer[l];
     struct lstmd_lstm_dims d = {T, B, l == 0 ? In0 : H, H};
     int need_dx = l > 0 || s->kind == LSTMD_MODEL_TEXT;
     lstmd_cpu_lstm_backward(&d, p.w_ih, p.w_hh, layer_input(ws, l), a->h, a->c, a->gates, dh,
                             ws->dgates, ws->work, p.dw_ih, p.dw_hh, p.db_ih, p.db_hh,
-                            need_dx ? dx : NULL);
+                            need_dx ? dx : NULL, ws->wpack);
     if (l > 0) {
       if (ws->layer[l - 1].mask) lstmd_cpu_mul_inplace((size_t)N * H, dx, ws->layer[l - 1].mask);
       float *t = dh;
       dh = dx;
       dx = t;
     } else if (s->kind == LSTMD_MODEL_TEXT) {
-      lstmd_cpu_embedding_backward(N, s->embed, dx, ws->batch.ids, m->grads + m->tensors[0].offset);
+      lstmd_cpu_embedding_backward(N, s->embed, dx, ws->batch.ids, ws->grads + m->tensors[0].offset);
     }
   }
 }
 
 double lstmd_model_step(struct lstmd_model *m, struct lstmd_workspace *ws, float grad_scale,
-                        struct lstmd_rng *dropout_rng, int carry_state) {
+                        const struct lstmd_dropout_key *dropout, int carry_state) {
   const struct lstmd_model_shape *s = &m->shape;
   const int T = ws->T, B = ws->B, N = T * B, H = s->hidden, L = s->layers;
   const int O = output_width(s), In0 = input_width(s);
   if (s->kind == LSTMD_MODEL_TEXT)
     lstmd_cpu_embedding_forward(N, s->embed, m->params + m->tensors[0].offset, ws->batch.ids, ws->x0);
   for (int l = 0; l < L; l++) {
-    struct layer_params p = layer_params(m, l);
+    struct layer_params p = layer_params(m, ws->grads, l);
     struct layer_acts *a = &ws->layer[l];
     struct lstmd_lstm_dims d = {T, B, l == 0 ? In0 : H, H};
     lstmd_cpu_lstm_forward(&d, p.w_ih, p.w_hh, p.b_ih, p.b_hh, layer_input(ws, l), a->h, a->c,
-                           a->gates);
+                           a->gates, ws->wpack);
     if (a->mask) {
       const size_t n = (size_t)N * H;
-      if (dropout_rng) {
-        make_dropout_mask(a->mask, n, ws->dropout, dropout_rng);
+      if (dropout) {
+        make_dropout_mask(ws, l, a->mask, dropout);
       } else {
         for (size_t i = 0; i < n; i++) a->mask[i] = 1.0f;
       }

@@ -49,6 +49,7 @@ struct lstmd_model {
 /* One batch, sequence-major ([t][b]...). Text uses ids/targets, series x/y. */
 struct lstmd_batch {
   int steps, batch;
+  int width, horizon; /* series: W and K (0 for text) */
   int32_t *ids;     /* [T,B] input token ids */
   int32_t *targets; /* [T,B] next token ids */
   float *x;         /* [T,B,W] normalised input rows */
@@ -56,6 +57,15 @@ struct lstmd_batch {
 };
 
 struct lstmd_workspace; /* activations for one (T, B); opaque */
+
+/* Dropout masks are a pure function of (seed, step, layer, t, global batch column, unit), so the
+ * same windows get the same masks whatever the split of the batch across threads or ranks, and
+ * no random state needs to be checkpointed. */
+struct lstmd_dropout_key {
+  uint64_t seed;
+  uint64_t step; /* counts micro-batches */
+  int col0;      /* global batch column of the workspace's column 0 */
+};
 
 /* NULL if the shape is valid, else what is wrong with it (static string). */
 const char *lstmd_model_shape_error(const struct lstmd_model_shape *shape);
@@ -76,11 +86,17 @@ int lstmd_workspace_create(const struct lstmd_model *m, int steps, int batch, fl
                            struct lstmd_workspace **out);
 void lstmd_workspace_destroy(struct lstmd_workspace *ws);
 struct lstmd_batch *lstmd_workspace_batch(struct lstmd_workspace *ws);
+/* Gradients of this workspace's steps accumulate into `grads` ([n_params]) instead of
+ * m->grads, so that threads working on slices of one batch need no locks. */
+void lstmd_workspace_set_grads(struct lstmd_workspace *ws, float *grads);
 /* Zeroes the recurrent state of all streams (h0 = c0 = 0). */
 void lstmd_workspace_reset_state(struct lstmd_workspace *ws);
-/* Recurrent state [L,B,H] each, for checkpoints: copy out / in. */
-void lstmd_workspace_get_state(const struct lstmd_workspace *ws, float *h, float *c);
-void lstmd_workspace_set_state(struct lstmd_workspace *ws, const float *h, const float *c);
+/* Recurrent state, for checkpoints: h and c are [L,full_batch,H]; the workspace's B streams are
+ * columns [col0, col0+B) of it. Copy out / in. */
+void lstmd_workspace_get_state(const struct lstmd_workspace *ws, float *h, float *c,
+                               int full_batch, int col0);
+void lstmd_workspace_set_state(struct lstmd_workspace *ws, const float *h, const float *c,
+                               int full_batch, int col0);
 /* Dropout mask [T,B,H] applied to layer `layer`'s output in the last step (NULL when the
  * layer has none: the top layer, or dropout off). Values are 0 or 1/(1-p). */
 const float *lstmd_workspace_dropout_mask(const struct lstmd_workspace *ws, int layer);
@@ -90,9 +106,11 @@ const float *lstmd_workspace_output(const struct lstmd_workspace *ws);
 
 /* Forward over the workspace's batch. Returns the summed loss (cross-entropy in nats, or squared
  * error) over all T·B targets (·K for series). With grad_scale != 0 it then runs backward and
- * accumulates grad_scale·∂loss/∂params into m->grads. dropout_rng == NULL disables dropout
- * (evaluation). carry_state != 0 leaves each stream's final (h, c) as the next initial state. */
+ * accumulates grad_scale·∂loss/∂params into the workspace's gradient buffer (m->grads unless
+ * set). dropout == NULL disables dropout (evaluation). carry_state != 0 leaves each stream's
+ * final (h, c) as the next initial state. Reads m->params only, so several threads may step
+ * different workspaces of one model at once. */
 double lstmd_model_step(struct lstmd_model *m, struct lstmd_workspace *ws, float grad_scale,
-                        struct lstmd_rng *dropout_rng, int carry_state);
+                        const struct lstmd_dropout_key *dropout, int carry_state);
 
 #endif

@@ -20,6 +20,13 @@ uint64_t lstmd_rng_below(struct lstmd_rng *r, uint64_t n);
 /* Standard normal (Box–Muller, one value per call). */
 float lstmd_rng_normal(struct lstmd_rng *r);
 
+/* A stateless 64-bit mixer (splitmix64's finaliser): for counter-based random numbers. */
+static inline uint64_t lstmd_hash64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
 /* Text form: 64 hex digits. buf must hold LSTMD_RNG_TEXT_BYTES. Parse returns 0 or LSTMD_EFORMAT. */
 #define LSTMD_RNG_TEXT_BYTES 65
 void lstmd_rng_format(const struct lstmd_rng *r, char *buf);

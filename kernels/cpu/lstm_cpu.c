@@ -1,12 +1,14 @@
 /* lstm_cpu.c — float32 LSTM layer forward/backward with OpenBLAS GEMMs and fused gate passes.
  * Per window: 1 GEMM for the input projection of all steps, 1 per step for the recurrence,
- * and in backward 1 per step for the recurrent dh, then 3 large GEMMs for dW_ih, dW_hh, dx. */
+ * and in backward 1 per step for the recurrent dh, then 3 large GEMMs for dW_ih, dW_hh, dx.
+ * The per-step GEMMs use the packed-panel kernels of recur_gemm.c when the caller passes wpack. */
 #include "lstm_cpu.h"
 
 #include <cblas.h>
 #include <string.h>
 
 #include "fastmath.h"
+#include "recur_gemm.h"
 
 #define LSTMD_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
@@ -65,15 +67,19 @@ static void gate_backward_pass(int B, int H, const float *gates, const float *c_
 
 void lstmd_cpu_lstm_forward(const struct lstmd_lstm_dims *d, const float *w_ih, const float *w_hh,
                             const float *b_ih, const float *b_hh, const float *x, float *h,
-                            float *c, float *gates) {
+                            float *c, float *gates, float *wpack) {
   const int T = d->steps, B = d->batch, In = d->input, H = d->hidden, G = 4 * H;
   const size_t step_h = (size_t)B * H, step_g = (size_t)B * G;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T * B, G, In, 1.0f, x, In, w_ih, In, 0.0f,
               gates, G);
+  if (wpack) lstmd_cpu_pack_rows(G, H, w_hh, wpack);
   for (int t = 0; t < T; t++) {
     float *g = gates + t * step_g;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, G, H, 1.0f, h + t * step_h, H, w_hh,
-                H, 1.0f, g, G);
+    if (wpack)
+      lstmd_cpu_gemm_abt_packed(B, G, H, h + t * step_h, H, wpack, g, G);
+    else
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, G, H, 1.0f, h + t * step_h, H, w_hh,
+                  H, 1.0f, g, G);
     gate_forward_pass(B, H, g, b_ih, b_hh, c + t * step_h, c + (t + 1) * step_h,
                       h + (t + 1) * step_h);
   }
@@ -94,16 +100,19 @@ static void add_column_sums(int rows, int cols, const float *m, float *sum_a, fl
 void lstmd_cpu_lstm_backward(const struct lstmd_lstm_dims *d, const float *w_ih, const float *w_hh,
                              const float *x, const float *h, const float *c, const float *gates,
                              const float *dh_out, float *dgates, float *work, float *dw_ih,
-                             float *dw_hh, float *db_ih, float *db_hh, float *dx) {
+                             float *dw_hh, float *db_ih, float *db_hh, float *dx, float *wpack) {
   const int T = d->steps, B = d->batch, In = d->input, H = d->hidden, G = 4 * H;
   const size_t step_h = (size_t)B * H, step_g = (size_t)B * G;
   float *dh_rec = work, *dc_carry = work + step_h;
   memset(work, 0, 2 * step_h * sizeof(float));
+  if (wpack) lstmd_cpu_pack_cols(G, H, w_hh, wpack);
   for (int t = T - 1; t >= 0; t--) {
     float *da = dgates + t * step_g;
     gate_backward_pass(B, H, gates + t * step_g, c + t * step_h, c + (t + 1) * step_h,
                        dh_out + t * step_h, dh_rec, dc_carry, da);
-    if (t > 0)
+    if (t > 0 && wpack)
+      lstmd_cpu_gemm_ab_packed(B, H, G, da, G, wpack, dh_rec, H);
+    else if (t > 0)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, H, G, 1.0f, da, G, w_hh, H, 0.0f,
                   dh_rec, H);
   }

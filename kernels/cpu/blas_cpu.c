@@ -1,0 +1,19 @@
+/* blas_cpu.c — OpenBLAS thread count and identification (see blas_cpu.h). */
+#include "blas_cpu.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <unistd.h>
+
+int lstmd_cpu_cores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+void lstmd_cpu_set_blas_threads(int n) { openblas_set_num_threads(n > 0 ? n : lstmd_cpu_cores()); }
+
+int lstmd_cpu_blas_threads(void) { return openblas_get_num_threads(); }
+
+void lstmd_cpu_blas_describe(char *buf, size_t n) {
+  snprintf(buf, n, "OpenBLAS %s kernels", openblas_get_corename());
+}
