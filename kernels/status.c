@@ -26,12 +26,16 @@ const char *lstmd_status_name(int status) {
   return "LSTMD_UNKNOWN";
 }
 
-void lstmd_errorf(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
+void lstmd_verrorf(const char *fmt, va_list ap) {
   fputs("lstmd: ", stderr);
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
+}
+
+void lstmd_errorf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  lstmd_verrorf(fmt, ap);
   va_end(ap);
 }
 

@@ -33,6 +33,8 @@ const char *lstmd_status_name(int status);
 
 /* Prints "lstmd: <message>" to stderr; use for user-facing errors. printf-style. */
 void lstmd_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#include <stdarg.h>
+void lstmd_verrorf(const char *fmt, va_list ap);
 
 /* Pass a failure up, leaving a breadcrumb (file:line and the failing expression) on stderr
  * when LSTMD_TRACE is set in the environment. */

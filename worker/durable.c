@@ -48,21 +48,6 @@ int lstmd_durable_open(struct lstmd_durable *w, const char *path) {
   return LSTMD_OK;
 }
 
-int lstmd_durable_write(struct lstmd_durable *w, const void *buf, size_t n) {
-  const char *p = buf;
-  while (n > 0) {
-    ssize_t k = write(w->fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) {
-      lstmd_errorf("%s: write failed: %s", w->tmp_path, strerror(errno));
-      return LSTMD_EIO;
-    }
-    p += k;
-    n -= (size_t)k;
-  }
-  return LSTMD_OK;
-}
-
 int lstmd_durable_pwrite(struct lstmd_durable *w, const void *buf, size_t n, off_t offset) {
   const char *p = buf;
   while (n > 0) {
@@ -76,6 +61,12 @@ int lstmd_durable_pwrite(struct lstmd_durable *w, const void *buf, size_t n, off
     n -= (size_t)k;
     offset += k;
   }
+  return LSTMD_OK;
+}
+
+int lstmd_durable_write(struct lstmd_durable *w, const void *buf, size_t n) {
+  LSTMD_TRY(lstmd_durable_pwrite(w, buf, n, w->end));
+  w->end += (off_t)n;
   return LSTMD_OK;
 }
 

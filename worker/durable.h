@@ -11,6 +11,7 @@ struct lstmd_durable {
   int fd;
   char *path;     /* final path (owned) */
   char *tmp_path; /* "<path>.tmp.<pid>" (owned) */
+  off_t end;      /* where lstmd_durable_write appends */
 };
 
 /* Creates the temp file. Returns 0 or LSTMD_EIO (message printed, naming the file). */

@@ -182,11 +182,15 @@ int lstmd_predict(struct lstmd_model *m, const struct lstmd_data_meta *d, const 
   }
   struct lstmd_workspace *ws = NULL;
   size_t w = 0;
+  int ws_cols = 0;
   while (!rc && w < windows) {
     int cols = windows - w < (size_t)batch ? (int)(windows - w) : batch;
-    lstmd_workspace_destroy(ws);
-    ws = NULL;
-    rc = lstmd_workspace_create(m, T, cols, 0.0f, &ws);
+    if (cols != ws_cols) { /* the first chunk, and the last one if it is smaller */
+      lstmd_workspace_destroy(ws);
+      ws = NULL;
+      rc = lstmd_workspace_create(m, T, cols, 0.0f, &ws);
+      ws_cols = cols;
+    }
     if (!rc) rc = predict_chunk(m, ws, info, rows, w * T, T, cols, out);
     w += (size_t)cols;
   }

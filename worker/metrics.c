@@ -68,8 +68,6 @@ void lstmd_metrics_note(struct lstmd_metrics *mt, const char *fmt, ...) {
   if (mt) mt->line_open = 0;
   va_list ap;
   va_start(ap, fmt);
-  fputs("lstmd: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  lstmd_verrorf(fmt, ap);
   va_end(ap);
 }
