@@ -35,7 +35,7 @@ int lstmd_cmd_eval(int argc, char **argv) {
   struct lstmd_data_meta meta;
   if ((rc = lstmd_checkpoint_load_model(ckpt, &m, &meta))) return lstmd_exit_code(rc);
   struct lstmd_dataset train, val;
-  rc = lstmd_dataset_open_dir(data, &train, &val);
+  rc = lstmd_dataset_open_dir(data, &train, &val, 1);
   double loss = 0;
   uint64_t tokens = 0;
   if (!rc) {

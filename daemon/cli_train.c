@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../comm/comm.h"
 #include "../kernels/status.h"
 #include "../worker/trainer.h"
 #include "blas_setup.h"
@@ -74,13 +75,24 @@ int lstmd_cmd_train(int argc, char **argv) {
       resume = NULL;
     }
   }
-  lstmd_blas_warn_weak_kernels();
-  fprintf(stderr, "lstmd: effective config:\n");
-  lstmd_config_print(&cfg, stderr);
+  struct lstmd_comm *comm;
+  if ((rc = lstmd_comm_init(&argc, &argv, &comm))) return lstmd_exit_code(rc);
+  const int rank = lstmd_comm_rank(comm), world = lstmd_comm_size(comm);
+  if (rank == 0) {
+    lstmd_blas_warn_weak_kernels();
+    fprintf(stderr, "lstmd: effective config:\n");
+    lstmd_config_print(&cfg, stderr);
+  }
   char *json = lstmd_config_to_json(&cfg);
   if (!json) return 1;
   install_stop_handlers();
-  rc = lstmd_train_run(&cfg, json, resume);
+  rc = lstmd_train_run(&cfg, json, resume, comm);
   free(json);
+  if (rc && world > 1) {
+    /* This rank cannot go on; the others may be waiting for it in a collective. */
+    lstmd_errorf("rank %d (%s) stops the job: %s", rank, lstmd_comm_host(comm), lstmd_strerror(rc));
+    lstmd_comm_abort(comm, lstmd_exit_code(rc));
+  }
+  lstmd_comm_finalize(comm);
   return lstmd_exit_code(rc);
 }

@@ -13,7 +13,7 @@
 #include "../kernels/status.h"
 #include "../worker/batcher.h"
 
-enum cfg_type { CFG_INT, CFG_LONG, CFG_U64, CFG_FLOAT, CFG_STRING, CFG_ENUM };
+enum cfg_type { CFG_INT, CFG_LONG, CFG_U64, CFG_FLOAT, CFG_DOUBLE, CFG_STRING, CFG_ENUM };
 
 struct cfg_key {
   const char *section, *key;
@@ -78,7 +78,9 @@ static const struct cfg_key kKeys[] = {
     {"train", "log_every", CFG_LONG, F(log_every), 0, "10", 0, 1e12, NULL,
      "steps between progress lines and metrics records"},
     {"train", "threads", CFG_INT, F(threads), 0, "0", 0, 1024, NULL,
-     "threads the batch is split across (0: all cores)"},
+     "threads per rank the batch is split across (0: all cores)"},
+    {"train", "bucket_mb", CFG_DOUBLE, F(bucket_mb), 0, "4", 0.01, 1024, NULL,
+     "gradient all-reduce bucket size (MiB); buckets go out while backward runs"},
 };
 #undef F
 #undef S
@@ -131,19 +133,23 @@ static int set_value(struct lstmd_train_config *c, const struct cfg_key *k, cons
       else *(long *)field = (long)v;
       return LSTMD_OK;
     }
-    case CFG_FLOAT: {
+    case CFG_FLOAT:
+    case CFG_DOUBLE: {
       double v = strtod(value, &end);
       if (!*value || *end || errno || !isfinite(v)) break;
       if (v < k->min || v > k->max) {
         snprintf(err, errlen, "%g is out of range [%g, %g]", v, k->min, k->max);
         return LSTMD_ECONFIG;
       }
-      *(float *)field = (float)v;
+      if (k->type == CFG_FLOAT) *(float *)field = (float)v;
+      else *(double *)field = v;
       return LSTMD_OK;
     }
   }
   snprintf(err, errlen, "'%s' is not a valid %s", value,
-           k->type == CFG_FLOAT ? "number" : k->type == CFG_U64 ? "unsigned integer" : "integer");
+           k->type == CFG_FLOAT || k->type == CFG_DOUBLE ? "number"
+           : k->type == CFG_U64                        ? "unsigned integer"
+                                                       : "integer");
   return LSTMD_ECONFIG;
 }
 
@@ -157,6 +163,7 @@ static void format_value(const struct lstmd_train_config *c, const struct cfg_ke
     case CFG_INT: snprintf(buf, n, "%d", *(const int *)field); break;
     case CFG_LONG: snprintf(buf, n, "%ld", *(const long *)field); break;
     case CFG_FLOAT: snprintf(buf, n, "%.9g", *(const float *)field); break;
+    case CFG_DOUBLE: snprintf(buf, n, "%.17g", *(const double *)field); break;
   }
 }
 
@@ -302,7 +309,7 @@ void lstmd_config_help(FILE *out) {
                  k->choices[j]);
     } else if (k->type == CFG_INT || k->type == CFG_LONG) {
       snprintf(range, sizeof range, "integer %.0f..%.0f", k->min, k->max);
-    } else if (k->type == CFG_FLOAT) {
+    } else if (k->type == CFG_FLOAT || k->type == CFG_DOUBLE) {
       snprintf(range, sizeof range, "number %g..%g", k->min, k->max);
     } else {
       snprintf(range, sizeof range, k->type == CFG_U64 ? "unsigned integer" : "text");

@@ -38,6 +38,12 @@ int lstmd_read_window(const struct lstmd_dataset *ds, uint64_t first, int T, int
   LSTMD_TRY(lstmd_dataset_read(ds, first, (uint64_t)T + K, scratch));
   if (ds->info.kind == LSTMD_DATASET_TEXT) {
     const uint8_t *tok = scratch;
+    for (int t = 0; t <= T; t++)
+      if (tok[t] >= ds->info.vocab_size) { /* a rank that did not verify the whole file */
+        lstmd_errorf("%s: token id %d at %llu is outside the vocabulary (corrupt file)", ds->path,
+                     tok[t], (unsigned long long)(first + (uint64_t)t));
+        return LSTMD_EFORMAT;
+      }
     for (int t = 0; t < T; t++) {
       out->ids[(size_t)t * B + col] = tok[t];
       out->targets[(size_t)t * B + col] = tok[t + 1];

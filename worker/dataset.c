@@ -257,7 +257,8 @@ void lstmd_dataset_close(struct lstmd_dataset *ds) {
   ds->path = NULL;
 }
 
-int lstmd_dataset_open_dir(const char *dir, struct lstmd_dataset *train, struct lstmd_dataset *val) {
+int lstmd_dataset_open_dir(const char *dir, struct lstmd_dataset *train, struct lstmd_dataset *val,
+                           int verify) {
   char path[4096];
   memset(val, 0, sizeof *val);
   val->fd = -1;
@@ -267,8 +268,8 @@ int lstmd_dataset_open_dir(const char *dir, struct lstmd_dataset *train, struct 
   LSTMD_TRY(lstmd_dataset_open(path, train));
   snprintf(path, sizeof path, "%s/val.bin", dir);
   int rc = lstmd_dataset_open(path, val);
-  if (!rc) rc = lstmd_dataset_verify(train);
-  if (!rc) rc = lstmd_dataset_verify(val);
+  if (!rc && verify) rc = lstmd_dataset_verify(train);
+  if (!rc && verify) rc = lstmd_dataset_verify(val);
   const struct lstmd_dataset_info *a = &train->info, *b = &val->info;
   if (!rc && (a->pair_id != b->pair_id || a->kind != b->kind || a->width != b->width ||
               a->vocab_size != b->vocab_size || memcmp(a->vocab, b->vocab, 256) ||

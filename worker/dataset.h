@@ -71,8 +71,9 @@ int lstmd_dataset_verify(struct lstmd_dataset *ds);
 int lstmd_dataset_read(const struct lstmd_dataset *ds, uint64_t first, uint64_t n, void *out);
 void lstmd_dataset_close(struct lstmd_dataset *ds);
 
-/* Opens DIR/train.bin and DIR/val.bin, verifies both payloads, and checks they belong together
- * (same pair_id, kind and vocabulary/columns). */
-int lstmd_dataset_open_dir(const char *dir, struct lstmd_dataset *train, struct lstmd_dataset *val);
+/* Opens DIR/train.bin and DIR/val.bin, verifies both payloads when `verify` is set (one full
+ * read of each), and checks they belong together (same pair_id, kind, vocabulary/columns). */
+int lstmd_dataset_open_dir(const char *dir, struct lstmd_dataset *train, struct lstmd_dataset *val,
+                           int verify);
 
 #endif

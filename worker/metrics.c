@@ -45,8 +45,10 @@ void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report
   fflush(stderr);
   fprintf(mt->jsonl,
           "{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,"
-          "\"tokens\":%lld,\"elapsed_s\":%.3f}\n",
-          r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->tokens, r->elapsed_s);
+          "\"tokens\":%lld,\"elapsed_s\":%.3f,\"world\":%d,\"global_batch\":%d,"
+          "\"data_wait_s\":%.6f,\"compute_s\":%.6f,\"comm_wait_s\":%.6f}\n",
+          r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->tokens, r->elapsed_s,
+          r->world, r->global_batch, r->data_wait_s, r->compute_s, r->comm_wait_s);
   fflush(mt->jsonl);
 }
 

@@ -18,7 +18,11 @@ struct lstmd_step_report {
   double lr, grad_norm;
   double tokens_per_s;
   double elapsed_s, eta_s;
-  long long tokens;       /* tokens (time steps) trained so far */
+  long long tokens;       /* tokens (time steps) trained so far, all ranks */
+  int world, global_batch;
+  double data_wait_s;     /* per step: waiting for the batch */
+  double compute_s;       /* per step: forward + backward */
+  double comm_wait_s;     /* per step: all-reduce time not hidden behind backward */
 };
 
 /* Opens <run_dir>/metrics.jsonl for appending. Returns 0 or LSTMD_EIO. */

@@ -33,6 +33,8 @@ struct lstmd_workspace {
   float *work;    /* [2,B,H] */
   float *wpack;   /* [4H·H] packed W_hh for the per-step GEMMs, or NULL (recur_gemm.h) */
   float *grads;   /* where gradients accumulate: m->grads or a thread's own buffer */
+  lstmd_grads_ready_fn on_ready;
+  void *on_ready_ctx;
   void *arena;
 };
 
@@ -224,6 +226,15 @@ void lstmd_workspace_destroy(struct lstmd_workspace *ws) {
 
 struct lstmd_batch *lstmd_workspace_batch(struct lstmd_workspace *ws) { return &ws->batch; }
 void lstmd_workspace_set_grads(struct lstmd_workspace *ws, float *grads) { ws->grads = grads; }
+void lstmd_workspace_on_grads_ready(struct lstmd_workspace *ws, lstmd_grads_ready_fn fn,
+                                    void *ctx) {
+  ws->on_ready = fn;
+  ws->on_ready_ctx = ctx;
+}
+
+static void grads_ready(const struct lstmd_workspace *ws, size_t first) {
+  if (ws->on_ready) ws->on_ready(ws->on_ready_ctx, first);
+}
 const float *lstmd_workspace_output(const struct lstmd_workspace *ws) { return ws->out; }
 const float *lstmd_workspace_dropout_mask(const struct lstmd_workspace *ws, int layer) {
   return ws->layer[layer].mask;
@@ -263,6 +274,11 @@ struct layer_params {
   const float *w_ih, *w_hh, *b_ih, *b_hh;
   float *dw_ih, *dw_hh, *db_ih, *db_hh;
 };
+
+/* Offset of layer l's first tensor (lstm.weight_ih_l{l}) in the flat buffer. */
+static size_t layer_params_offset(const struct lstmd_model *m, int l) {
+  return m->tensors[(m->shape.kind == LSTMD_MODEL_TEXT) + 4 * l].offset;
+}
 
 static struct layer_params layer_params(const struct lstmd_model *m, float *grads, int l) {
   int first = (m->shape.kind == LSTMD_MODEL_TEXT) + 4 * l;
@@ -321,6 +337,7 @@ static void backward(struct lstmd_model *m, struct lstmd_workspace *ws) {
   float *dh = ws->dh, *dx = ws->dx;
   lstmd_cpu_linear_backward(N, H, O, top, m->params + hw->offset, ws->out, ws->grads + hw->offset,
                             ws->grads + hb->offset, dh);
+  grads_ready(ws, hw->offset);
   for (int l = L - 1; l >= 0; l--) {
     struct layer_params p = layer_params(m, ws->grads, l);
     struct layer_acts *a = &ws->layer[l];
@@ -329,6 +346,8 @@ static void backward(struct lstmd_model *m, struct lstmd_workspace *ws) {
     lstmd_cpu_lstm_backward(&d, p.w_ih, p.w_hh, layer_input(ws, l), a->h, a->c, a->gates, dh,
                             ws->dgates, ws->work, p.dw_ih, p.dw_hh, p.db_ih, p.db_hh,
                             need_dx ? dx : NULL, ws->wpack);
+    if (l > 0 || s->kind == LSTMD_MODEL_SERIES)
+      grads_ready(ws, layer_params_offset(m, l));
     if (l > 0) {
       if (ws->layer[l - 1].mask) lstmd_cpu_mul_inplace((size_t)N * H, dx, ws->layer[l - 1].mask);
       float *t = dh;
@@ -336,6 +355,7 @@ static void backward(struct lstmd_model *m, struct lstmd_workspace *ws) {
       dx = t;
     } else if (s->kind == LSTMD_MODEL_TEXT) {
       lstmd_cpu_embedding_backward(N, s->embed, dx, ws->batch.ids, ws->grads + m->tensors[0].offset);
+      grads_ready(ws, 0);
     }
   }
 }

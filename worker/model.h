@@ -89,6 +89,12 @@ struct lstmd_batch *lstmd_workspace_batch(struct lstmd_workspace *ws);
 /* Gradients of this workspace's steps accumulate into `grads` ([n_params]) instead of
  * m->grads, so that threads working on slices of one batch need no locks. */
 void lstmd_workspace_set_grads(struct lstmd_workspace *ws, float *grads);
+/* Called during backward each time the gradients of a suffix of the flat buffer are final for
+ * this workspace: all of [first, n_params) (head first, then each LSTM layer from the top, then
+ * the embedding, ending with first == 0). Lets gradient buckets go out while backward runs. */
+typedef void (*lstmd_grads_ready_fn)(void *ctx, size_t first);
+void lstmd_workspace_on_grads_ready(struct lstmd_workspace *ws, lstmd_grads_ready_fn fn,
+                                    void *ctx);
 /* Zeroes the recurrent state of all streams (h0 = c0 = 0). */
 void lstmd_workspace_reset_state(struct lstmd_workspace *ws);
 /* Recurrent state, for checkpoints: h and c are [L,full_batch,H]; the workspace's B streams are

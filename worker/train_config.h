@@ -29,7 +29,8 @@ struct lstmd_train_config {
   int precision; /* enum lstmd_precision */
   char run_dir[1024];
   long checkpoint_every, eval_every, log_every; /* steps; 0 disables periodic ones */
-  int threads;   /* BLAS threads; 0 = all cores */
+  int threads;   /* threads per rank the batch is split across; 0 = all cores */
+  double bucket_mb; /* gradient all-reduce bucket size */
 };
 
 #endif

@@ -1,0 +1,48 @@
+/* comm.h — the communicator between ranks: collectives on host buffers over MPI (an NCCL
+ * backend for device buffers comes with the GPU backend), with MPI_ERRORS_RETURN set so every
+ * failure comes back as a status, and waits that sleep instead of busy-polling.
+ *
+ * A process started without mpirun/srun is a valid one-rank world. */
+#ifndef LSTMD_COMM_H
+#define LSTMD_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct lstmd_comm;     /* opaque; one per process */
+struct lstmd_comm_req; /* an outstanding nonblocking collective */
+
+/* MPI_Init_thread(MPI_THREAD_MULTIPLE); rank and size of MPI_COMM_WORLD; local rank from
+ * MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). Returns 0 or LSTMD_ECOMM with a message. */
+int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out);
+/* MPI_Finalize (after all requests are done). NULL is fine. */
+void lstmd_comm_finalize(struct lstmd_comm *c);
+/* Ends the whole job now (MPI_Abort), from any rank. */
+void lstmd_comm_abort(struct lstmd_comm *c, int exit_code);
+
+int lstmd_comm_rank(const struct lstmd_comm *c);
+int lstmd_comm_size(const struct lstmd_comm *c);
+int lstmd_comm_local_rank(const struct lstmd_comm *c);
+/* Host name of this rank (for messages). */
+const char *lstmd_comm_host(const struct lstmd_comm *c);
+
+/* In-place sum over all ranks of n floats (any n; split into int-sized pieces internally). */
+int lstmd_comm_allreduce_sum_f32(struct lstmd_comm *c, float *buf, size_t n);
+/* Out-of-place variant: dst = Σ src over ranks (src and dst must not overlap). */
+int lstmd_comm_allreduce_sum_f32_to(struct lstmd_comm *c, const float *src, float *dst, size_t n);
+/* In-place sum / max of n doubles (metrics, flags). */
+int lstmd_comm_allreduce_sum_f64(struct lstmd_comm *c, double *buf, int n);
+int lstmd_comm_allreduce_max_f64(struct lstmd_comm *c, double *buf, int n);
+/* Broadcast `bytes` bytes from root (any size). */
+int lstmd_comm_bcast(struct lstmd_comm *c, void *buf, size_t bytes, int root);
+/* Gathers `bytes` from every rank into out (rank-major, size·bytes) on root. */
+int lstmd_comm_gather(struct lstmd_comm *c, const void *in, size_t bytes, void *out, int root);
+int lstmd_comm_barrier(struct lstmd_comm *c);
+
+/* Starts an in-place nonblocking sum of n floats (n <= INT_MAX). *req must be waited for. */
+int lstmd_comm_iallreduce_sum_f32(struct lstmd_comm *c, float *buf, size_t n,
+                                  struct lstmd_comm_req **req);
+/* Waits for a request (sleeping between polls) and frees it. */
+int lstmd_comm_wait(struct lstmd_comm *c, struct lstmd_comm_req *req);
+
+#endif

@@ -1,0 +1,196 @@
+/* comm_mpi.c — the MPI backend of comm.h.
+ *
+ * 1. Every communicator gets MPI_ERRORS_RETURN before first use, so the return codes checked
+ *    below are real (with the default MPI_ERRORS_ARE_FATAL such checks are dead code).
+ * 2. Open MPI's blocking collectives busy-poll a core. All waits here go through wait_request:
+ *    MPI_Test, spinning briefly, then sleeping with a growing interval (up to 2 ms), so a rank
+ *    waiting long (e.g. for rank 0's checkpoint write) costs almost no CPU, while short waits
+ *    still return within microseconds.
+ * 3. MPI counts are int: larger buffers are sent in pieces of at most 2^30 elements. */
+#define _GNU_SOURCE
+#include "comm.h"
+#include "comm_internal.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../kernels/status.h"
+
+struct lstmd_comm_req {
+  MPI_Request r;
+};
+
+enum { kPiece = 1 << 30 };
+
+static int mpi_failed(const struct lstmd_comm *c, int code, const char *what) {
+  if (code == MPI_SUCCESS) return 0;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  lstmd_errorf("rank %d (%s): %s failed: %s", c ? c->rank : -1, c ? c->host : "?", what, text);
+  return 1;
+}
+#define CHECK_MPI(c, call)                                     \
+  do {                                                         \
+    if (mpi_failed((c), (call), #call)) return LSTMD_ECOMM;    \
+  } while (0)
+
+static int wait_request(struct lstmd_comm *c, MPI_Request *r) {
+  long sleep_ns = 1000;
+  for (int spins = 0;; spins++) {
+    int done = 0;
+    CHECK_MPI(c, MPI_Test(r, &done, MPI_STATUS_IGNORE));
+    if (done) return LSTMD_OK;
+    if (spins < 200) continue;
+    struct timespec ts = {0, sleep_ns};
+    nanosleep(&ts, NULL);
+    if (sleep_ns < 2000000) sleep_ns *= 2;
+  }
+}
+
+int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out) {
+  *out = NULL;
+  struct lstmd_comm *c = calloc(1, sizeof *c);
+  if (!c) return LSTMD_ENOMEM;
+  int initialized = 0, provided = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+      lstmd_errorf("MPI_Init_thread failed");
+      free(c);
+      return LSTMD_ECOMM;
+    }
+    c->we_initialized = 1;
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  c->rank = -1;
+  if (provided < MPI_THREAD_MULTIPLE) {
+    lstmd_errorf("the MPI library does not provide MPI_THREAD_MULTIPLE");
+    lstmd_comm_finalize(c);
+    return LSTMD_ECOMM;
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int len = 0;
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &c->world) != MPI_SUCCESS ||
+      MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN) != MPI_SUCCESS ||
+      MPI_Comm_dup(MPI_COMM_WORLD, &c->grads) != MPI_SUCCESS ||
+      MPI_Comm_set_errhandler(c->grads, MPI_ERRORS_RETURN) != MPI_SUCCESS ||
+      MPI_Comm_rank(c->world, &c->rank) != MPI_SUCCESS ||
+      MPI_Comm_size(c->world, &c->size) != MPI_SUCCESS ||
+      MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &c->local) !=
+          MPI_SUCCESS ||
+      MPI_Comm_set_errhandler(c->local, MPI_ERRORS_RETURN) != MPI_SUCCESS ||
+      MPI_Comm_rank(c->local, &c->local_rank) != MPI_SUCCESS ||
+      MPI_Get_processor_name(c->host, &len) != MPI_SUCCESS) {
+    lstmd_errorf("MPI communicator set-up failed");
+    lstmd_comm_finalize(c);
+    return LSTMD_ECOMM;
+  }
+  *out = c;
+  return LSTMD_OK;
+}
+
+void lstmd_comm_finalize(struct lstmd_comm *c) {
+  if (!c) return;
+  if (c->local && c->local != MPI_COMM_NULL) MPI_Comm_free(&c->local);
+  if (c->world && c->world != MPI_COMM_NULL) MPI_Comm_free(&c->world);
+  if (c->grads && c->grads != MPI_COMM_NULL) MPI_Comm_free(&c->grads);
+  if (c->we_initialized) MPI_Finalize();
+  free(c);
+}
+
+void lstmd_comm_abort(struct lstmd_comm *c, int exit_code) {
+  MPI_Abort(c && c->world ? c->world : MPI_COMM_WORLD, exit_code);
+  _exit(exit_code); /* MPI_Abort should not return */
+}
+
+int lstmd_comm_rank(const struct lstmd_comm *c) { return c->rank; }
+int lstmd_comm_size(const struct lstmd_comm *c) { return c->size; }
+int lstmd_comm_local_rank(const struct lstmd_comm *c) { return c->local_rank; }
+const char *lstmd_comm_host(const struct lstmd_comm *c) { return c->host; }
+
+static int allreduce(struct lstmd_comm *c, const void *src, void *dst, int count,
+                     MPI_Datatype type, MPI_Op op) {
+  MPI_Request r;
+  CHECK_MPI(c, MPI_Iallreduce(src, dst, count, type, op, c->world, &r));
+  return wait_request(c, &r);
+}
+
+int lstmd_comm_allreduce_sum_f32(struct lstmd_comm *c, float *buf, size_t n) {
+  for (size_t off = 0; off < n; off += kPiece) {
+    int count = n - off < kPiece ? (int)(n - off) : kPiece;
+    LSTMD_TRY(allreduce(c, MPI_IN_PLACE, buf + off, count, MPI_FLOAT, MPI_SUM));
+  }
+  return LSTMD_OK;
+}
+
+int lstmd_comm_allreduce_sum_f32_to(struct lstmd_comm *c, const float *src, float *dst, size_t n) {
+  for (size_t off = 0; off < n; off += kPiece) {
+    int count = n - off < kPiece ? (int)(n - off) : kPiece;
+    LSTMD_TRY(allreduce(c, src + off, dst + off, count, MPI_FLOAT, MPI_SUM));
+  }
+  return LSTMD_OK;
+}
+
+int lstmd_comm_allreduce_sum_f64(struct lstmd_comm *c, double *buf, int n) {
+  return allreduce(c, MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM);
+}
+
+int lstmd_comm_allreduce_max_f64(struct lstmd_comm *c, double *buf, int n) {
+  return allreduce(c, MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_MAX);
+}
+
+int lstmd_comm_bcast(struct lstmd_comm *c, void *buf, size_t bytes, int root) {
+  for (size_t off = 0; off < bytes; off += kPiece) {
+    int count = bytes - off < kPiece ? (int)(bytes - off) : kPiece;
+    MPI_Request r;
+    CHECK_MPI(c, MPI_Ibcast((char *)buf + off, count, MPI_BYTE, root, c->world, &r));
+    LSTMD_TRY(wait_request(c, &r));
+  }
+  return LSTMD_OK;
+}
+
+int lstmd_comm_gather(struct lstmd_comm *c, const void *in, size_t bytes, void *out, int root) {
+  if (bytes > INT_MAX) {
+    lstmd_errorf("gather of %zu bytes per rank is too large", bytes);
+    return LSTMD_EINVAL;
+  }
+  MPI_Request r;
+  CHECK_MPI(c, MPI_Igather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, root, c->world, &r));
+  return wait_request(c, &r);
+}
+
+int lstmd_comm_barrier(struct lstmd_comm *c) {
+  MPI_Request r;
+  CHECK_MPI(c, MPI_Ibarrier(c->world, &r));
+  return wait_request(c, &r);
+}
+
+int lstmd_comm_iallreduce_sum_f32(struct lstmd_comm *c, float *buf, size_t n,
+                                  struct lstmd_comm_req **req) {
+  *req = NULL;
+  if (n > INT_MAX) {
+    lstmd_errorf("nonblocking all-reduce of %zu floats: use buckets below 2^31 elements", n);
+    return LSTMD_EINVAL;
+  }
+  struct lstmd_comm_req *q = malloc(sizeof *q);
+  if (!q) return LSTMD_ENOMEM;
+  int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, c->world, &q->r);
+  if (mpi_failed(c, rc, "MPI_Iallreduce")) {
+    free(q);
+    return LSTMD_ECOMM;
+  }
+  *req = q;
+  return LSTMD_OK;
+}
+
+int lstmd_comm_wait(struct lstmd_comm *c, struct lstmd_comm_req *req) {
+  int rc = wait_request(c, &req->r);
+  free(req);
+  return rc;
+}

@@ -1,0 +1,23 @@
+/* reducer.h — background gradient all-reduce: a thread that owns a communicator of its own,
+ * takes buckets (slices of the flat gradient buffer) as backward makes them final, runs one
+ * nonblocking all-reduce per bucket and drives it to completion, so communication overlaps the
+ * rest of backward. Buckets must be submitted in the same order on every rank. */
+#ifndef LSTMD_REDUCER_H
+#define LSTMD_REDUCER_H
+
+#include <stddef.h>
+
+struct lstmd_comm;
+struct lstmd_reducer;
+
+/* Starts the thread on a duplicate of c's world communicator. */
+int lstmd_reducer_create(struct lstmd_comm *c, struct lstmd_reducer **out);
+/* Waits for outstanding buckets, stops the thread. NULL is fine. */
+void lstmd_reducer_destroy(struct lstmd_reducer *r);
+/* Queues an in-place sum over ranks of buf[0..n) (n < 2^31). Thread-safe. */
+void lstmd_reducer_submit(struct lstmd_reducer *r, float *buf, size_t n);
+/* Waits until every submitted bucket is reduced. Returns 0, or LSTMD_ECOMM if one failed.
+ * *waited_s gets the time spent waiting here (the communication backward did not hide). */
+int lstmd_reducer_wait_all(struct lstmd_reducer *r, double *waited_s);
+
+#endif
