@@ -9,8 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct lstmd_comm;     /* opaque; one per process */
-struct lstmd_comm_req; /* an outstanding nonblocking collective */
+struct lstmd_comm; /* opaque; one per process */
 
 /* MPI_Init_thread(MPI_THREAD_MULTIPLE); rank and size of MPI_COMM_WORLD; local rank from
  * MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). Returns 0 or LSTMD_ECOMM with a message. */
@@ -38,11 +37,7 @@ int lstmd_comm_bcast(struct lstmd_comm *c, void *buf, size_t bytes, int root);
 /* Gathers `bytes` from every rank into out (rank-major, size·bytes) on root. */
 int lstmd_comm_gather(struct lstmd_comm *c, const void *in, size_t bytes, void *out, int root);
 int lstmd_comm_barrier(struct lstmd_comm *c);
-
-/* Starts an in-place nonblocking sum of n floats (n <= INT_MAX). *req must be waited for. */
-int lstmd_comm_iallreduce_sum_f32(struct lstmd_comm *c, float *buf, size_t n,
-                                  struct lstmd_comm_req **req);
-/* Waits for a request (sleeping between polls) and frees it. */
-int lstmd_comm_wait(struct lstmd_comm *c, struct lstmd_comm_req *req);
+/* Gradient buckets go through the reducer thread (reducer.h), which overlaps them with
+ * backward. */
 
 #endif

@@ -20,10 +20,6 @@
 
 #include "../kernels/status.h"
 
-struct lstmd_comm_req {
-  MPI_Request r;
-};
-
 enum { kPiece = 1 << 30 };
 
 static int mpi_failed(const struct lstmd_comm *c, int code, const char *what) {
@@ -169,28 +165,4 @@ int lstmd_comm_barrier(struct lstmd_comm *c) {
   MPI_Request r;
   CHECK_MPI(c, MPI_Ibarrier(c->world, &r));
   return wait_request(c, &r);
-}
-
-int lstmd_comm_iallreduce_sum_f32(struct lstmd_comm *c, float *buf, size_t n,
-                                  struct lstmd_comm_req **req) {
-  *req = NULL;
-  if (n > INT_MAX) {
-    lstmd_errorf("nonblocking all-reduce of %zu floats: use buckets below 2^31 elements", n);
-    return LSTMD_EINVAL;
-  }
-  struct lstmd_comm_req *q = malloc(sizeof *q);
-  if (!q) return LSTMD_ENOMEM;
-  int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, c->world, &q->r);
-  if (mpi_failed(c, rc, "MPI_Iallreduce")) {
-    free(q);
-    return LSTMD_ECOMM;
-  }
-  *req = q;
-  return LSTMD_OK;
-}
-
-int lstmd_comm_wait(struct lstmd_comm *c, struct lstmd_comm_req *req) {
-  int rc = wait_request(c, &req->r);
-  free(req);
-  return rc;
 }

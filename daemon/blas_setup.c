@@ -26,7 +26,13 @@ void lstmd_blas_select_kernels(char **argv) {
    * OpenBLAS starts at load time but lstmd does not use still wake up and steal cycles. */
   if (threads_unset) setenv("OPENBLAS_NUM_THREADS", "1", 1);
   setenv("LSTMD_BLAS_REEXEC", core ? "kernels" : "threads", 1);
-  execv("/proc/self/exe", argv);
+  /* The binary's real path, not /proc/self/exe, so that ps and top still call us lstmd. */
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    execv(self, argv);
+  }
   /* exec failed (no /proc?): carry on with whatever OpenBLAS detected. */
 }
 

@@ -35,6 +35,7 @@ static void install_stop_handlers(void) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL); /* what Open MPI's mpirun forwards to every rank */
 }
 
 int lstmd_cmd_train(int argc, char **argv) {

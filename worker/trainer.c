@@ -147,7 +147,9 @@ static int train_loop(struct run *r) {
     lstmd_metrics_note(&r->metrics, "trained steps %ld..%ld in %.1f s of training (%.0f tokens/s)",
                        first_step + 1, r->progress.step, elapsed,
                        (r->progress.step - first_step) * tokens_per_step / elapsed);
-  if (!(cfg->eval_every && r->progress.step % cfg->eval_every == 0)) evaluate_now(r);
+  /* On a stop request the checkpoint comes first and alone: the launcher's grace period before
+   * SIGKILL may be short (mpirun: odls_base_sigkill_timeout, 1 s by default; Slurm: KillWait). */
+  if (!stop && !(cfg->eval_every && r->progress.step % cfg->eval_every == 0)) evaluate_now(r);
   LSTMD_TRY(save_checkpoint(r));
   if (r->rank != 0) return LSTMD_OK;
   if (stop && r->progress.step < cfg->steps)

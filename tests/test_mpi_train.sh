@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# test_mpi_train.sh — data-parallel training under mpirun on this machine:
+#  1. equivalence: N=1 with batch 8, N=2 with batch 4, N=4 with batch 2 (oversubscribed) give the
+#     same weights within 1e-5, in both data orders, with dropout and small gradient buckets;
+#  2. a rank killed with SIGKILL: mpirun and every rank exit within 15 s, non-zero, naming the
+#     lost rank; the last checkpoint is whole; --resume reaches bitwise the weights of a run
+#     that was never interrupted;
+#  3. a checkpoint of N=2 resumes on N=1 with the same global batch (within 1e-5);
+#  4. SIGUSR1 to mpirun (forwarded to every rank) and SIGTERM to the ranks: the step finishes,
+#     a checkpoint is written, exit 0;
+#  5. ranks with different configs stop with an error on every rank, not a hang.
+set -u
+LSTMD=$(realpath "${1:?usage: test_mpi_train.sh LSTMD_BINARY SOURCE_DIR}")
+SRC=$(realpath "${2:?}")
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm=isolated
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+TMP=$(mktemp -d)
+trap 'pkill -9 -f "$TMP" 2>/dev/null; rm -rf "$TMP"' EXIT
+fails=0
+ok() { echo "ok    $*"; }
+bad() { echo "FAIL  $*"; fails=$((fails + 1)); }
+compare() { /usr/bin/python3 "$SRC/tests/compare_checkpoints.py" "$@"; }
+meta_step() {
+  /usr/bin/python3 -c 'import json,struct,sys; d=open(sys.argv[1],"rb").read(8+2**20); n=struct.unpack("<Q",d[:8])[0]; print(json.loads(d[8:8+n])["__metadata__"]["train.step"])' "$1"
+}
+
+head -c 300000 "$SRC/data/fortunes.txt" > "$TMP/small.txt"
+"$LSTMD" prepare text --input "$TMP/small.txt" --out "$TMP/ds" 2>/dev/null || bad "prepare"
+common=(--set data.path="$TMP/ds" --set data.seq_len=16 --set model.embed=8 --set model.hidden=32
+        --set train.log_every=0 --set train.eval_every=0 --set train.threads=1)
+
+# 1. equivalence over world sizes
+for order in shuffle stream; do
+  eq=("${common[@]}" --set data.order=$order --set optim.algo=sgd --set optim.lr=0.5
+      --set model.dropout=0.2 --set train.steps=6 --set train.bucket_mb=0.01)
+  "$LSTMD" train "${eq[@]}" --set data.batch_size=8 --set train.run_dir="$TMP/eq-$order-1" 2>/dev/null \
+    || bad "N=1 run ($order)"
+  for n in 2 4; do
+    timeout 120 mpirun -np $n "$LSTMD" train "${eq[@]}" --set data.batch_size=$((8 / n)) \
+      --set train.run_dir="$TMP/eq-$order-$n" >/dev/null 2>"$TMP/eq.log" || bad "N=$n run ($order): $(tail -3 "$TMP/eq.log")"
+    if msg=$(compare "$TMP/eq-$order-1/step-6.safetensors" "$TMP/eq-$order-$n/step-6.safetensors" --rtol 1e-5); then
+      ok "N=$n × batch $((8 / n)) = N=1 × batch 8 ($order, dropout): $msg"
+    else bad "N=$n ($order): $msg"; fi
+  done
+done
+
+# 2. kill a rank, then resume bitwise. Constant LR, so that train.steps does not shape the run.
+long=("${common[@]}" --set data.batch_size=4 --set optim.schedule=constant --set train.checkpoint_every=100
+      --set train.run_dir=run)
+mkdir -p "$TMP/killed" "$TMP/reference"
+(cd "$TMP/killed" && exec timeout 120 mpirun -np 2 "$LSTMD" train "${long[@]}" --set train.steps=1000000 \
+   >/dev/null 2>err.log) &
+job=$!
+for _ in $(seq 300); do [[ -f "$TMP/killed/run/step-200.safetensors" ]] && break; sleep 0.1; done
+ranks_of() { pgrep -P "$(pgrep -P "$1" mpirun)" lstmd; } # job = timeout -> mpirun -> ranks
+victim=$(ranks_of $job | tail -1)
+t0=$(date +%s)
+[[ -n $victim ]] && kill -9 "$victim" || { bad "no rank to kill"; kill $job; }
+wait $job
+rc=$?
+took=$(($(date +%s) - t0))
+left=$(pgrep -f "$TMP/killed" | wc -l)
+if [[ $rc -ne 0 && $took -le 15 && $left -eq 0 ]] && grep -q "rank [0-9]" "$TMP/killed/err.log"; then
+  ok "SIGKILL of one rank: job ended in ${took}s with status $rc, naming the rank"
+else bad "SIGKILL: rc=$rc after ${took}s, $left processes left: $(grep -i rank "$TMP/killed/err.log" | tail -2)"; fi
+k=$(meta_step "$TMP/killed/run/latest.safetensors")
+"$LSTMD" eval --checkpoint "$TMP/killed/run/latest.safetensors" --data "$TMP/ds" >/dev/null 2>&1 \
+  && ok "the last checkpoint (step $k) is whole" || bad "latest checkpoint unreadable"
+n=$((k + 30))
+(cd "$TMP/killed" && timeout 120 mpirun -np 2 "$LSTMD" train "${long[@]}" --set train.steps=$n --resume \
+   >/dev/null 2>resume.log) || bad "resume after kill: $(tail -2 "$TMP/killed/resume.log")"
+(cd "$TMP/reference" && timeout 120 mpirun -np 2 "$LSTMD" train "${long[@]}" --set train.steps=$n \
+   >/dev/null 2>ref.log) || bad "reference run"
+if cmp -s "$TMP/killed/run/step-$n.safetensors" "$TMP/reference/run/step-$n.safetensors"; then
+  ok "resume from step $k after the kill = uninterrupted run, bitwise (step $n)"
+else bad "resume after kill differs from the uninterrupted run"; fi
+
+# 3. N=2 checkpoint resumed on N=1 with the same global batch
+mkdir -p "$TMP/across"
+cp "$TMP/killed/run/step-$k.safetensors" "$TMP/across/start.safetensors"
+(cd "$TMP/across" && "$LSTMD" train "${common[@]}" --set data.batch_size=8 --set optim.schedule=constant \
+   --set train.checkpoint_every=100 --set train.run_dir=run --set train.steps=$n \
+   --resume start.safetensors >/dev/null 2>log) || bad "N=1 resume of an N=2 checkpoint: $(tail -2 "$TMP/across/log")"
+if msg=$(compare "$TMP/reference/run/step-$n.safetensors" "$TMP/across/run/step-$n.safetensors" --rtol 1e-5); then
+  ok "an N=2 checkpoint resumed on N=1 (batch 8) matches N=2: $msg"
+else bad "resume across world sizes: $msg"; fi
+
+# 4. stop requests
+for how in usr1-mpirun term-ranks; do
+  d="$TMP/stop-$how"
+  mkdir -p "$d"
+  (cd "$d" && exec timeout 60 mpirun -np 2 "$LSTMD" train "${long[@]}" --set train.steps=1000000 \
+     --set train.log_every=1 >/dev/null 2>err.log) &
+  job=$!
+  for _ in $(seq 200); do [[ -s "$d/run/metrics.jsonl" ]] && break; sleep 0.1; done
+  if [[ $how == usr1-mpirun ]]; then
+    kill -USR1 "$(pgrep -P $job mpirun)"
+  else
+    kill -TERM $(ranks_of $job)
+  fi
+  wait $job
+  rc=$?
+  if [[ $rc -eq 0 ]] && grep -q "stopped at step" "$d/err.log" && [[ -f "$d/run/latest.safetensors" ]]; then
+    ok "stop request ($how): exit 0 at step $(meta_step "$d/run/latest.safetensors") with a checkpoint"
+  else bad "stop request ($how): rc=$rc $(tail -2 "$d/err.log")"; fi
+done
+
+# 5. ranks that disagree
+t0=$(date +%s)
+timeout 60 mpirun -np 1 "$LSTMD" train "${common[@]}" --set data.batch_size=4 --set train.steps=5 \
+  --set train.run_dir="$TMP/mismatch" : -np 1 "$LSTMD" train "${common[@]}" --set data.batch_size=4 \
+  --set train.steps=5 --set model.hidden=64 --set train.run_dir="$TMP/mismatch" >/dev/null 2>"$TMP/mm.log"
+rc=$?
+took=$(($(date +%s) - t0))
+if [[ $rc -ne 0 && $rc -ne 124 ]] && grep -q "rank 1 .*config differs" "$TMP/mm.log" &&
+   grep -q "ranks disagree" "$TMP/mm.log"; then
+  ok "mismatched configs: error on every rank after ${took}s (status $rc)"
+else bad "mismatched configs: rc=$rc: $(tail -3 "$TMP/mm.log")"; fi
+
+[[ $fails -eq 0 ]] && echo "test_mpi_train: passed" || echo "test_mpi_train: $fails FAILED"
+exit $((fails > 0))
