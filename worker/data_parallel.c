@@ -31,7 +31,7 @@ struct lstmd_dp {
   struct lstmd_dp_config cfg;
   struct lstmd_comm *comm;
   int rank, world;
-  struct lstmd_batch batch;
+  const struct lstmd_batch *batch; /* of the micro-step in flight */
   struct lstmd_pool *pool;
   struct lstmd_reducer *reducer; /* NULL with one rank */
   int n_slices, blas_threads;
@@ -87,16 +87,15 @@ static void step_slice(void *arg, int i) {
   struct slice *s = &dp->slices[i];
   if (dp->first) memset(s->grads, 0, dp->model->n_params * sizeof(float));
   s->loss = 0.0;
-  lstmd_batch_slice(&dp->batch, s->col0, lstmd_workspace_batch(s->ws));
+  lstmd_batch_slice(dp->batch, s->col0, lstmd_workspace_batch(s->ws));
   const struct lstmd_dropout_key key = {dp->cfg.seed, dp->micro_step,
                                         dp->rank * dp->cfg.batch + s->col0};
   s->loss = lstmd_model_step(dp->model, s->ws, dp->grad_scale,
                              dp->cfg.dropout > 0 ? &key : NULL, dp->cfg.carry_state);
 }
 
-int lstmd_dp_create(struct lstmd_model *m, const struct lstmd_dataset *ds,
-                    const struct lstmd_dp_config *cfg, struct lstmd_comm *comm,
-                    struct lstmd_dp **out) {
+int lstmd_dp_create(struct lstmd_model *m, const struct lstmd_dp_config *cfg,
+                    struct lstmd_comm *comm, struct lstmd_dp **out) {
   *out = NULL;
   struct lstmd_dp *dp = calloc(1, sizeof *dp);
   if (!dp) return LSTMD_ENOMEM;
@@ -113,8 +112,7 @@ int lstmd_dp_create(struct lstmd_model *m, const struct lstmd_dataset *ds,
   size_t bucket = (size_t)(cfg->bucket_mb * 1048576.0 / sizeof(float));
   dp->bucket_floats = bucket < 1024 ? 1024 : bucket > (1u << 30) ? (1u << 30) : bucket;
   dp->n_buckets = (int)((m->n_params + dp->bucket_floats - 1) / dp->bucket_floats);
-  int rc = lstmd_batch_alloc(ds, cfg->seq_len, cfg->batch, &dp->batch);
-  if (!rc) rc = lstmd_pool_create(n, &dp->pool);
+  int rc = lstmd_pool_create(n, &dp->pool);
   if (!rc && dp->world > 1) rc = lstmd_reducer_create(comm, &dp->reducer);
   const size_t grad_bytes = (m->n_params * sizeof(float) + 63) / 64 * 64;
   for (int i = 0, col = 0; !rc && i < n; i++) {
@@ -152,12 +150,10 @@ void lstmd_dp_destroy(struct lstmd_dp *dp) {
     lstmd_workspace_destroy(dp->slices[i].ws);
     if (i > 0) free(dp->slices[i].grads);
   }
-  lstmd_batch_free(&dp->batch);
   pthread_mutex_destroy(&dp->mu);
   free(dp);
 }
 
-struct lstmd_batch *lstmd_dp_batch(struct lstmd_dp *dp) { return &dp->batch; }
 int lstmd_dp_threads(const struct lstmd_dp *dp) { return dp->n_slices; }
 int lstmd_dp_blas_threads(const struct lstmd_dp *dp) { return dp->blas_threads; }
 
@@ -165,8 +161,10 @@ void lstmd_dp_reset_state(struct lstmd_dp *dp) {
   for (int i = 0; i < dp->n_slices; i++) lstmd_workspace_reset_state(dp->slices[i].ws);
 }
 
-int lstmd_dp_micro_step(struct lstmd_dp *dp, float grad_scale, uint64_t micro_step, int first,
-                        int last, double *loss_sum, double *comm_wait_s) {
+int lstmd_dp_micro_step(struct lstmd_dp *dp, const struct lstmd_batch *batch, float grad_scale,
+                        uint64_t micro_step, int first, int last, double *loss_sum,
+                        double *comm_wait_s) {
+  dp->batch = batch;
   dp->grad_scale = grad_scale;
   dp->micro_step = micro_step;
   dp->first = first;

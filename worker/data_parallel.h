@@ -16,7 +16,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dataset.h"
 #include "model.h"
 
 struct lstmd_comm;
@@ -31,25 +30,23 @@ struct lstmd_dp_config {
   double bucket_mb;     /* gradient bucket size */
 };
 
-/* comm may be NULL (one rank). The model and dataset must outlive dp. */
-int lstmd_dp_create(struct lstmd_model *m, const struct lstmd_dataset *ds,
-                    const struct lstmd_dp_config *cfg, struct lstmd_comm *comm,
-                    struct lstmd_dp **out);
+/* comm may be NULL (one rank). The model must outlive dp. */
+int lstmd_dp_create(struct lstmd_model *m, const struct lstmd_dp_config *cfg,
+                    struct lstmd_comm *comm, struct lstmd_dp **out);
 void lstmd_dp_destroy(struct lstmd_dp *dp);
 
-/* This rank's batch buffer, [T, B], for the batcher to fill before each micro-step. */
-struct lstmd_batch *lstmd_dp_batch(struct lstmd_dp *dp);
 int lstmd_dp_threads(const struct lstmd_dp *dp);
 /* BLAS threads each slice's calls use. */
 int lstmd_dp_blas_threads(const struct lstmd_dp *dp);
 /* Zeroes the carried state of every stream of this rank. */
 void lstmd_dp_reset_state(struct lstmd_dp *dp);
 
-/* Forward + backward of the batch. first: gradients start from zero; last: the step's gradients
+/* Forward + backward of this rank's batch [T, B]. first: gradients start from zero; last: the step's gradients
  * are then summed over slices and ranks into model->grads. Returns the summed loss of this
  * rank's batch in *loss_sum, and in *comm_wait_s the all-reduce time backward did not hide. */
-int lstmd_dp_micro_step(struct lstmd_dp *dp, float grad_scale, uint64_t micro_step, int first,
-                        int last, double *loss_sum, double *comm_wait_s);
+int lstmd_dp_micro_step(struct lstmd_dp *dp, const struct lstmd_batch *batch, float grad_scale,
+                        uint64_t micro_step, int first, int last, double *loss_sum,
+                        double *comm_wait_s);
 
 /* Carried state of all ranks as [L, N·B, H] (collective; the result is complete on rank 0). */
 int lstmd_dp_gather_state(struct lstmd_dp *dp, float *h, float *c);

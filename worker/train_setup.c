@@ -104,7 +104,9 @@ static int build(struct run *r) {
   const struct lstmd_dp_config dpc = {cfg->seq_len, cfg->batch_size, cfg->threads,
                                       cfg->order == LSTMD_ORDER_STREAM, cfg->dropout, cfg->seed,
                                       cfg->bucket_mb};
-  LSTMD_TRY(lstmd_dp_create(r->model, &r->train, &dpc, r->comm, &r->dp));
+  LSTMD_TRY(lstmd_prefetch_create(r->batcher, &r->train, cfg->seq_len, cfg->batch_size,
+                                  &r->prefetch));
+  LSTMD_TRY(lstmd_dp_create(r->model, &dpc, r->comm, &r->dp));
   r->progress.state_batch = r->global_batch;
   if (cfg->order == LSTMD_ORDER_STREAM) {
     size_t n = (size_t)cfg->layers * r->global_batch * cfg->hidden;
@@ -180,6 +182,7 @@ int lstmd_run_setup(struct run *r, const char *resume_path) {
 void lstmd_run_free(struct run *r) {
   lstmd_metrics_close(&r->metrics);
   lstmd_dp_destroy(r->dp);
+  lstmd_prefetch_destroy(r->prefetch);
   lstmd_batcher_destroy(r->batcher);
   lstmd_optim_destroy(r->optim);
   lstmd_model_destroy(r->model);

@@ -38,7 +38,7 @@ static int save_checkpoint(struct run *r) {
   char path[4096], latest[4096];
   snprintf(path, sizeof path, "%s/step-%ld.safetensors", cfg->run_dir, r->progress.step);
   snprintf(latest, sizeof latest, "%s/latest.safetensors", cfg->run_dir);
-  r->progress.cursor = lstmd_batcher_get_cursor(r->batcher);
+  r->progress.cursor = lstmd_prefetch_cursor(r->prefetch);
   LSTMD_TRY(lstmd_checkpoint_save(path, r->model, r->optim, &r->data_meta, &r->progress,
                                   r->config_json));
   return lstmd_durable_link(path, latest);
@@ -70,11 +70,12 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   double totals[2] = {0.0, g_stop_requested ? 1.0 : 0.0}; /* loss sum, stop votes */
   for (int a = 0; a < cfg->grad_accum; a++) {
     int reset;
+    const struct lstmd_batch *batch;
     double t0 = now_s();
-    LSTMD_TRY(lstmd_batcher_next(r->batcher, lstmd_dp_batch(r->dp), &reset));
+    LSTMD_TRY(lstmd_prefetch_next(r->prefetch, &batch, &reset));
     if (reset) lstmd_dp_reset_state(r->dp);
     double t1 = now_s(), loss, comm_wait;
-    LSTMD_TRY(lstmd_dp_micro_step(r->dp, (float)(1.0 / targets),
+    LSTMD_TRY(lstmd_dp_micro_step(r->dp, batch, (float)(1.0 / targets),
                                   (uint64_t)r->progress.step * cfg->grad_accum + a, a == 0,
                                   a == cfg->grad_accum - 1, &loss, &comm_wait));
     double t2 = now_s();

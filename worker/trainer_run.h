@@ -10,6 +10,7 @@
 #include "metrics.h"
 #include "model.h"
 #include "optim.h"
+#include "prefetch.h"
 #include "train_config.h"
 
 struct lstmd_comm;
@@ -24,6 +25,7 @@ struct run {
   struct lstmd_model *model;
   struct lstmd_optim *optim;
   struct lstmd_batcher *batcher;
+  struct lstmd_prefetch *prefetch; /* reads the batcher's next batches on a thread */
   struct lstmd_dp *dp;
   struct lstmd_data_meta data_meta;
   struct lstmd_train_progress progress; /* state_h/state_c: [L, global_batch, H] */
