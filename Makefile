@@ -22,6 +22,7 @@ demo: deps all
 
 bench: deps all
 	bench/bench_cpu.sh $(BUILD)/lstmd
+	bench/bench_scaling.sh $(BUILD)/lstmd
 
 clean:
 	rm -rf $(BUILD)
