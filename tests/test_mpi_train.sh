@@ -8,7 +8,7 @@
 #  3. a checkpoint of N=2 resumes on N=1 with the same global batch (within 1e-5);
 #  4. SIGUSR1 to mpirun (forwarded to every rank) and SIGTERM to the ranks: the step finishes,
 #     a checkpoint is written, exit 0;
-#  5. ranks with different configs stop with an error on every rank, not a hang.
+#  5. ranks with different configs, or datasets, stop with an error on every rank, not a hang.
 set -u
 LSTMD=$(realpath "${1:?usage: test_mpi_train.sh LSTMD_BINARY SOURCE_DIR}")
 SRC=$(realpath "${2:?}")
@@ -116,6 +116,20 @@ if [[ $rc -ne 0 && $rc -ne 124 ]] && grep -q "rank 1 .*config differs" "$TMP/mm.
    grep -q "ranks disagree" "$TMP/mm.log"; then
   ok "mismatched configs: error on every rank after ${took}s (status $rc)"
 else bad "mismatched configs: rc=$rc: $(tail -3 "$TMP/mm.log")"; fi
+
+# ... and ranks with the same config whose datasets differ (same relative path, other files)
+mkdir -p "$TMP/wa" "$TMP/wb"
+cp -r "$TMP/ds" "$TMP/wa/ds"
+head -c 200000 "$SRC/data/fortunes.txt" > "$TMP/other.txt"
+"$LSTMD" prepare text --input "$TMP/other.txt" --out "$TMP/wb/ds" 2>/dev/null
+rel=(--set data.path=ds --set data.seq_len=16 --set model.hidden=32 --set data.batch_size=4
+     --set train.steps=5 --set train.run_dir=run --set train.threads=1)
+timeout 60 mpirun -np 1 -wdir "$TMP/wa" "$LSTMD" train "${rel[@]}" : -np 1 -wdir "$TMP/wb" "$LSTMD" train \
+  "${rel[@]}" >/dev/null 2>"$TMP/dm.log"
+rc=$?
+if [[ $rc -ne 0 && $rc -ne 124 ]] && grep -q "rank 1 .*dataset ds differs" "$TMP/dm.log"; then
+  ok "same config, different datasets: error naming rank 1 (status $rc)"
+else bad "different datasets: rc=$rc: $(tail -3 "$TMP/dm.log")"; fi
 
 [[ $fails -eq 0 ]] && echo "test_mpi_train: passed" || echo "test_mpi_train: $fails FAILED"
 exit $((fails > 0))
