@@ -346,8 +346,7 @@ static void backward(struct lstmd_model *m, struct lstmd_workspace *ws) {
     lstmd_cpu_lstm_backward(&d, p.w_ih, p.w_hh, layer_input(ws, l), a->h, a->c, a->gates, dh,
                             ws->dgates, ws->work, p.dw_ih, p.dw_hh, p.db_ih, p.db_hh,
                             need_dx ? dx : NULL, ws->wpack);
-    if (l > 0 || s->kind == LSTMD_MODEL_SERIES)
-      grads_ready(ws, layer_params_offset(m, l));
+    grads_ready(ws, layer_params_offset(m, l)); /* layer l and everything above it */
     if (l > 0) {
       if (ws->layer[l - 1].mask) lstmd_cpu_mul_inplace((size_t)N * H, dx, ws->layer[l - 1].mask);
       float *t = dh;
