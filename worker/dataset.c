@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "../kernels/status.h"
+#include "durable.h"
 
 static const char kMagic[8] = {'L', 'S', 'T', 'M', 'D', 'D', 'A', 'T'};
 enum { kVersion = 1, kFixedHeaderBytes = 64, kDtypeU8 = 1, kDtypeF32 = 2 };
@@ -118,19 +119,6 @@ int lstmd_dataset_writer_commit(struct lstmd_dataset_writer *w) {
 
 void lstmd_dataset_writer_abort(struct lstmd_dataset_writer *w) { lstmd_durable_abort(&w->file); }
 
-static int read_exact(int fd, void *buf, size_t n, uint64_t offset) {
-  char *p = buf;
-  while (n > 0) {
-    ssize_t k = pread(fd, p, n, (off_t)offset);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return k == 0 ? LSTMD_EFORMAT : LSTMD_EIO;
-    p += k;
-    n -= (size_t)k;
-    offset += (uint64_t)k;
-  }
-  return LSTMD_OK;
-}
-
 #define BAD(...)                        \
   do {                                  \
     lstmd_errorf(__VA_ARGS__);          \
@@ -176,7 +164,7 @@ int lstmd_dataset_open(const char *path, struct lstmd_dataset *ds) {
   if (!ds->path || fstat(ds->fd, &st) != 0) BAD("%s: cannot stat: %s", path, strerror(errno));
   uint8_t buf[MAX_HEADER_BYTES] = {0};
   if ((uint64_t)st.st_size < kFixedHeaderBytes ||
-      read_exact(ds->fd, buf, kFixedHeaderBytes, 0) != LSTMD_OK)
+      lstmd_read_at(ds->fd, buf, kFixedHeaderBytes, 0) != LSTMD_OK)
     BAD("%s: truncated dataset header (%lld bytes)", path, (long long)st.st_size);
   if (memcmp(buf, kMagic, 8) != 0) BAD("%s: not an lstmd dataset (bad magic)", path);
   if (get_u32(buf + 8) != kVersion)
@@ -200,7 +188,7 @@ int lstmd_dataset_open(const char *path, struct lstmd_dataset *ds) {
   info->vocab_size = text_ok ? (int)vocab : 0;
   info->horizon = series_ok ? (int)horizon : 0;
   if ((uint64_t)st.st_size < header_bytes ||
-      read_exact(ds->fd, buf, header_bytes, 0) != LSTMD_OK)
+      lstmd_read_at(ds->fd, buf, header_bytes, 0) != LSTMD_OK)
     BAD("%s: truncated dataset header", path);
   put_u32(buf + 48, 0);
   if (lstmd_crc32c(0, buf, header_bytes) != header_crc) BAD("%s: header checksum mismatch", path);
@@ -224,7 +212,7 @@ int lstmd_dataset_verify(struct lstmd_dataset *ds) {
   uint8_t max_id = ds->info.kind == LSTMD_DATASET_TEXT ? (uint8_t)(ds->info.vocab_size - 1) : 0;
   while (left > 0 && rc == LSTMD_OK) {
     size_t n = left > kChunk ? kChunk : (size_t)left;
-    rc = read_exact(ds->fd, buf, n, off);
+    rc = lstmd_read_at(ds->fd, buf, n, off);
     if (rc) break;
     crc = lstmd_crc32c(crc, buf, n);
     if (ds->info.kind == LSTMD_DATASET_TEXT)
@@ -245,7 +233,7 @@ int lstmd_dataset_verify(struct lstmd_dataset *ds) {
 
 int lstmd_dataset_read(const struct lstmd_dataset *ds, uint64_t first, uint64_t n, void *out) {
   if (first > ds->info.count || n > ds->info.count - first) return LSTMD_EINVAL;
-  int rc = read_exact(ds->fd, out, n * ds->elem_bytes, ds->payload_offset + first * ds->elem_bytes);
+  int rc = lstmd_read_at(ds->fd, out, n * ds->elem_bytes, ds->payload_offset + first * ds->elem_bytes);
   if (rc) lstmd_errorf("%s: read failed at element %llu", ds->path, (unsigned long long)first);
   return rc;
 }

@@ -149,6 +149,19 @@ int lstmd_durable_link(const char *target, const char *link_path) {
   return lstmd_durable_commit(&w);
 }
 
+int lstmd_read_at(int fd, void *buf, size_t n, uint64_t offset) {
+  char *p = buf;
+  while (n > 0) {
+    ssize_t k = pread(fd, p, n, (off_t)offset);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return k == 0 ? LSTMD_EFORMAT : LSTMD_EIO;
+    p += k;
+    n -= (size_t)k;
+    offset += (uint64_t)k;
+  }
+  return LSTMD_OK;
+}
+
 int lstmd_mkdir_p(const char *dir) {
   char *copy = strdup(dir);
   if (!copy) return LSTMD_ENOMEM;

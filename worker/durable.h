@@ -5,6 +5,7 @@
 #define LSTMD_DURABLE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct lstmd_durable {
@@ -27,6 +28,10 @@ void lstmd_durable_abort(struct lstmd_durable *w);
 /* Atomically makes `link_path` another name of the existing file `target` (hard link, or a
  * copy where the file system has none). Returns 0 or LSTMD_EIO. */
 int lstmd_durable_link(const char *target, const char *link_path);
+
+/* Reads exactly n bytes at offset (pread, retried on EINTR and short reads). Returns 0,
+ * LSTMD_EFORMAT when the file ends first, or LSTMD_EIO. */
+int lstmd_read_at(int fd, void *buf, size_t n, uint64_t offset);
 
 /* Creates a directory (and its parents) if missing. Returns 0 or LSTMD_EIO. */
 int lstmd_mkdir_p(const char *dir);

@@ -150,7 +150,7 @@ int lstmd_st_open(const char *path, struct lstmd_st_file **out) {
   uint8_t prefix[8];
   if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode))
     ST_FAIL("%s: not a regular file", path);
-  if (st.st_size < 8 || pread(f->fd, prefix, 8, 0) != 8)
+  if (st.st_size < 8 || lstmd_read_at(f->fd, prefix, 8, 0) != 0)
     ST_FAIL("%s: not a safetensors file (shorter than 8 bytes)", path);
   uint64_t n = 0;
   for (int i = 7; i >= 0; i--) n = n << 8 | prefix[i];
@@ -158,7 +158,7 @@ int lstmd_st_open(const char *path, struct lstmd_st_file **out) {
     ST_FAIL("%s: not a safetensors file or truncated (header length %llu, file %lld bytes)", path,
             (unsigned long long)n, (long long)st.st_size);
   char *text = malloc(n + 1);
-  if (!text || pread(f->fd, text, n, 8) != (ssize_t)n) {
+  if (!text || lstmd_read_at(f->fd, text, n, 8) != 0) {
     free(text);
     ST_FAIL("%s: cannot read header", path);
   }
@@ -245,19 +245,9 @@ int lstmd_st_read_f32(const struct lstmd_st_file *f, const char *name, int rank,
                       const int64_t *shape, float *out) {
   LSTMD_TRY(lstmd_st_check_f32(f, name, rank, shape));
   const struct st_entry *e = find(f, name);
-  size_t n = (size_t)(e->end - e->begin);
-  char *p = (char *)out;
-  uint64_t off = f->data_start + e->begin;
-  while (n > 0) {
-    ssize_t k = pread(f->fd, p, n, (off_t)off);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) {
-      lstmd_errorf("%s: cannot read tensor '%s'", f->path, name);
-      return LSTMD_EIO;
-    }
-    p += k;
-    n -= (size_t)k;
-    off += (uint64_t)k;
+  if (lstmd_read_at(f->fd, out, (size_t)(e->end - e->begin), f->data_start + e->begin) != 0) {
+    lstmd_errorf("%s: cannot read tensor '%s'", f->path, name);
+    return LSTMD_EIO;
   }
   return LSTMD_OK;
 }
