@@ -187,17 +187,17 @@ int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_jso
                   .val.fd = -1};
   r.rank = comm ? lstmd_comm_rank(comm) : 0;
   r.world = comm ? lstmd_comm_size(comm) : 1;
-  int rc = lstmd_run_setup(&r, resume_path);
-  if (!rc && r.rank == 0) {
-    rc = lstmd_mkdir_p(cfg->run_dir);
-    if (!rc) rc = lstmd_metrics_open(&r.metrics, cfg->run_dir);
-    if (!rc) describe_run(&r, resume_path);
-  }
-  /* rank 0's run directory must be usable before any rank starts the loop */
-  if (r.world > 1 && (rc == 0 || r.rank == 0)) {
-    double failed = rc ? 1.0 : 0.0;
-    int crc = lstmd_comm_allreduce_max_f64(comm, &failed, 1);
-    if (!rc) rc = crc ? crc : failed != 0.0 ? LSTMD_EIO : LSTMD_OK;
+  int rc = lstmd_run_setup(&r, resume_path); /* the same status on every rank */
+  if (!rc) {
+    int local = LSTMD_OK; /* rank 0's run directory must be usable before anyone trains */
+    if (r.rank == 0) {
+      local = lstmd_mkdir_p(cfg->run_dir);
+      if (!local) local = lstmd_metrics_open(&r.metrics, cfg->run_dir);
+      if (!local) describe_run(&r, resume_path);
+    }
+    double failed = local ? 1.0 : 0.0;
+    if (r.world > 1) rc = lstmd_comm_allreduce_max_f64(comm, &failed, 1);
+    if (!rc && failed != 0.0) rc = local ? local : LSTMD_EIO;
   }
   if (!rc) rc = train_loop(&r);
   lstmd_run_free(&r);
