@@ -87,9 +87,10 @@ int lstmd_cmd_train(int argc, char **argv) {
   char *json = lstmd_config_to_json(&cfg);
   if (!json) return 1;
   install_stop_handlers();
-  rc = lstmd_train_run(&cfg, json, resume, comm);
+  int all_know = 0;
+  rc = lstmd_train_run(&cfg, json, resume, comm, &all_know);
   free(json);
-  if (rc && world > 1) {
+  if (rc && world > 1 && !all_know) {
     /* This rank cannot go on; the others may be waiting for it in a collective. */
     lstmd_errorf("rank %d (%s) stops the job: %s", rank, lstmd_comm_host(comm), lstmd_strerror(rc));
     lstmd_comm_abort(comm, lstmd_exit_code(rc));

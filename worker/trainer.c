@@ -182,7 +182,7 @@ static void describe_run(struct run *r, const char *resume_path) {
 }
 
 int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_json,
-                    const char *resume_path, struct lstmd_comm *comm) {
+                    const char *resume_path, struct lstmd_comm *comm, int *all_know) {
   struct run r = {.cfg = cfg, .config_json = config_json, .comm = comm, .train.fd = -1,
                   .val.fd = -1};
   r.rank = comm ? lstmd_comm_rank(comm) : 0;
@@ -199,6 +199,7 @@ int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_jso
     if (r.world > 1) rc = lstmd_comm_allreduce_max_f64(comm, &failed, 1);
     if (!rc && failed != 0.0) rc = local ? local : LSTMD_EIO;
   }
+  *all_know = rc != 0; /* so far every failure was agreed on by all ranks */
   if (!rc) rc = train_loop(&r);
   lstmd_run_free(&r);
   return rc;

@@ -12,9 +12,10 @@ struct lstmd_comm;
  * or a checkpoint to continue from exactly (read by rank 0). Returns 0 when the run finished or
  * stopped cleanly (a checkpoint was written), else a negative status after printing why; a
  * failure that only some ranks see can leave the others in a collective, so the caller aborts
- * the job (lstmd_comm_abort) when the world has more than one rank. */
+ * the job (lstmd_comm_abort) when the world has more than one rank, unless *all_know is set:
+ * then every rank returned the same error (set-up checks) and may simply exit. */
 int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_json,
-                    const char *resume_path, struct lstmd_comm *comm);
+                    const char *resume_path, struct lstmd_comm *comm, int *all_know);
 
 /* Async-signal-safe: asks the running training loop to stop after the current step, write a
  * checkpoint and return. */
