@@ -85,7 +85,12 @@ int lstmd_cmd_train(int argc, char **argv) {
     lstmd_config_print(&cfg, stderr);
   }
   char *json = lstmd_config_to_json(&cfg);
-  if (!json) return 1;
+  if (!json) {
+    lstmd_errorf("out of memory");
+    if (world > 1) lstmd_comm_abort(comm, 1);
+    lstmd_comm_finalize(comm);
+    return 1;
+  }
   install_stop_handlers();
   int all_know = 0;
   rc = lstmd_train_run(&cfg, json, resume, comm, &all_know);

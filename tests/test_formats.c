@@ -10,6 +10,7 @@
 
 #include "../daemon/config.h"
 #include "../kernels/status.h"
+#include "../worker/checkpoint.h"
 #include "../worker/dataset.h"
 #include "../worker/safetensors.h"
 #include "check.h"
@@ -161,6 +162,40 @@ static void test_dataset(void) {
   check_true("dataset: no temp file left behind", stat(tmpname, &st) != 0);
 }
 
+/* A checkpoint whose metadata promises more series columns than any dataset can have must be
+ * refused before anything is sized from it (it once overflowed the column table). */
+static void test_hostile_checkpoint(void) {
+  static float zeros[4 * 2000];
+  /* every tensor present with the shapes the metadata implies, so only the width can fail */
+  struct lstmd_st_tensor t[] = {{"lstm.weight_ih_l0", zeros, 2, {4, 2000}},
+                                {"lstm.weight_hh_l0", zeros, 2, {4, 1}},
+                                {"lstm.bias_ih_l0", zeros, 1, {4}},
+                                {"lstm.bias_hh_l0", zeros, 1, {4}},
+                                {"head.weight", zeros, 2, {1, 1}},
+                                {"head.bias", zeros, 1, {1}}};
+  static char names[2000 * 8 + 2], ones[2000 * 4 + 2];
+  char *p = names, *q = ones;
+  *p++ = '[';
+  *q++ = '[';
+  for (int c = 0; c < 2000; c++) {
+    p += sprintf(p, "%s\"c%d\"", c ? "," : "", c);
+    q += sprintf(q, "%s1", c ? "," : "");
+  }
+  strcpy(p, "]");
+  strcpy(q, "]");
+  struct lstmd_st_meta meta[] = {
+      {"format", "lstmd-checkpoint-1"}, {"model.kind", "series"}, {"model.vocab", "0"},
+      {"model.embed", "0"},             {"model.width", "2000"},  {"model.hidden", "1"},
+      {"model.layers", "1"},            {"model.horizon", "1"},   {"series.columns", names},
+      {"series.mean", ones},            {"series.std", ones},     {"data.pair_id", "0"},
+      {"data.seq_len", "4"},            {"data.batch", "1"}};
+  lstmd_st_write(path_in("wide.st"), t, 6, meta, 14);
+  struct lstmd_model *m = NULL;
+  struct lstmd_data_meta d;
+  int rc = lstmd_checkpoint_load_model(path_in("wide.st"), &m, &d);
+  check_true("checkpoint with 2000 series columns refused", rc == LSTMD_EFORMAT && m == NULL);
+}
+
 static void test_config(void) {
   struct lstmd_train_config c;
   lstmd_config_defaults(&c);
@@ -196,6 +231,7 @@ int main(void) {
   test_crc();
   test_safetensors();
   test_dataset();
+  test_hostile_checkpoint();
   test_config();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

@@ -44,6 +44,16 @@ for order in shuffle stream; do
   done
 done
 
+# 1b. several threads per rank feeding the reducer at once, with gradient accumulation
+acc=("${common[@]}" --set data.order=stream --set optim.algo=sgd --set optim.lr=0.5 --set model.dropout=0.2
+     --set train.steps=4 --set train.bucket_mb=0.01 --set optim.grad_accum=2)
+"$LSTMD" train "${acc[@]}" --set data.batch_size=8 --set train.run_dir="$TMP/acc-1" 2>/dev/null || bad "accum N=1"
+timeout 120 mpirun -np 2 "$LSTMD" train "${acc[@]}" --set data.batch_size=4 --set train.threads=2 \
+  --set train.run_dir="$TMP/acc-2" >/dev/null 2>"$TMP/acc.log" || bad "accum N=2: $(tail -2 "$TMP/acc.log")"
+if msg=$(compare "$TMP/acc-1/step-4.safetensors" "$TMP/acc-2/step-4.safetensors" --rtol 1e-5); then
+  ok "N=2 × 2 threads with grad_accum=2 = N=1 × 1 thread: $msg"
+else bad "N=2 × 2 threads, grad_accum: $msg"; fi
+
 # 2. kill a rank, then resume bitwise. Constant LR, so that train.steps does not shape the run.
 long=("${common[@]}" --set data.batch_size=4 --set optim.schedule=constant --set train.checkpoint_every=100
       --set train.run_dir=run)

@@ -12,6 +12,7 @@
 #include "../kernels/cpu/lstm_cpu.h"
 #include "../kernels/cpu/recur_gemm.h"
 #include "../kernels/status.h"
+#include "dataset.h" /* LSTMD_MAX_COLUMNS: series inputs come from a dataset */
 
 struct layer_acts {
   float *h, *c;   /* [T+1,B,H]; slot 0 is the initial state */
@@ -62,7 +63,8 @@ const char *lstmd_model_shape_error(const struct lstmd_model_shape *s) {
   if (s->layers < 1 || s->layers > LSTMD_MAX_LAYERS) return "layer count out of range";
   if (s->kind == LSTMD_MODEL_TEXT && (s->vocab < 1 || s->vocab > 256 || s->embed < 1 || s->embed > 65536))
     return "vocabulary or embedding size out of range";
-  if (s->kind == LSTMD_MODEL_SERIES && (s->width < 1 || s->width > 65536 || s->horizon < 1 || s->horizon > 65536))
+  if (s->kind == LSTMD_MODEL_SERIES &&
+      (s->width < 1 || s->width > LSTMD_MAX_COLUMNS || s->horizon < 1 || s->horizon > 65536))
     return "series width or horizon out of range";
   return NULL;
 }

@@ -228,6 +228,10 @@ static void free_header(struct csv_state *st) {
 
 int lstmd_csv_read_columns(const char *path, const char *const *names, int n, float **values,
                            size_t *rows) {
+  if (n < 1 || n > LSTMD_MAX_COLUMNS) {
+    lstmd_errorf("%s: %d columns requested, at most %d", path, n, LSTMD_MAX_COLUMNS);
+    return LSTMD_EINVAL;
+  }
   struct csv_state st = {.input = path, .used = n};
   for (int u = 0; u < n; u++) st.want[u] = names[u];
   int rc = parse_csv(&st);
