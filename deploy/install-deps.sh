@@ -12,7 +12,7 @@ packages=(
   libisal-dev       # CRC-32C (hardware-accelerated) for dataset checksums
   libcsv-dev        # CSV parsing for time series
   libopenmpi-dev openmpi-bin libuv1-dev libprotobuf-c-dev protobuf-c-compiler
-  python3 python3-numpy python3-torch   # independent reference in tests, peer in benchmarks
+  python3 python3-numpy python3-torch python3-venv  # references in tests, peer in benchmarks
   slurm-wlm slurmctld slurmd slurm-client munge  # the one-node Slurm cluster of tests/test_slurm.sh
 )
 

@@ -13,6 +13,7 @@
 #include "../worker/checkpoint.h"
 #include "../worker/dataset.h"
 #include "../worker/safetensors.h"
+#include "../worker/tb_events.h"
 #include "check.h"
 
 static char g_dir[] = "/tmp/lstmd-test-formats-XXXXXX";
@@ -196,6 +197,26 @@ static void test_hostile_checkpoint(void) {
   check_true("checkpoint with 2000 series columns refused", rc == LSTMD_EFORMAT && m == NULL);
 }
 
+/* The two TensorBoard records of REFERENCE.md §4 (computed with an independent script there). */
+static void test_tensorboard_records(void) {
+  static const char *want[2] = {
+      "1800000000000000a37f4b220900000040fc54d9411a0d627261696e2e4576656e743a32eced8f9d",
+      "1a00000000000000129bd82d0900006040fc54d941102a2a0d0a0b0a046c6f7373150000a03f3c889104"};
+  uint8_t rec[2][128];
+  size_t n[2];
+  n[0] = lstmd_tb_encode_record(rec[0], sizeof rec[0], 1700000000.0, 0, "brain.Event:2", 0, NULL, NULL);
+  const char *tag = "loss";
+  const float value = 1.25f;
+  n[1] = lstmd_tb_encode_record(rec[1], sizeof rec[1], 1700000001.5, 42, NULL, 1, &tag, &value);
+  for (int k = 0; k < 2; k++) {
+    char hex[300] = "";
+    for (size_t i = 0; i < n[k]; i++) sprintf(hex + 2 * i, "%02x", rec[k][i]);
+    check_true(k ? "tensorboard scalar record, byte for byte" : "tensorboard file_version record",
+               !strcmp(hex, want[k]));
+    if (strcmp(hex, want[k])) printf("  got  %s\n  want %s\n", hex, want[k]);
+  }
+}
+
 static void test_config(void) {
   struct lstmd_train_config c;
   lstmd_config_defaults(&c);
@@ -232,6 +253,7 @@ int main(void) {
   test_safetensors();
   test_dataset();
   test_hostile_checkpoint();
+  test_tensorboard_records();
   test_config();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

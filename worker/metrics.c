@@ -18,7 +18,7 @@ int lstmd_metrics_open(struct lstmd_metrics *mt, const char *run_dir) {
     lstmd_errorf("%s: cannot open for appending", path);
     return LSTMD_EIO;
   }
-  return LSTMD_OK;
+  return lstmd_tb_open(&mt->tb, run_dir);
 }
 
 void lstmd_metrics_close(struct lstmd_metrics *mt) {
@@ -26,6 +26,7 @@ void lstmd_metrics_close(struct lstmd_metrics *mt) {
   mt->line_open = 0;
   if (mt->jsonl) fclose(mt->jsonl);
   mt->jsonl = NULL;
+  lstmd_tb_close(&mt->tb);
 }
 
 static void format_duration(double s, char *buf, size_t n) {
@@ -50,6 +51,13 @@ void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report
           r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->tokens, r->elapsed_s,
           r->world, r->global_batch, r->data_wait_s, r->compute_s, r->comm_wait_s);
   fflush(mt->jsonl);
+  static const char *const tags[] = {"train/loss",        "train/lr",          "train/grad_norm",
+                                     "train/tokens_per_s", "time/compute_s",    "time/comm_wait_s",
+                                     "time/data_wait_s"};
+  const float values[] = {(float)r->loss,         (float)r->lr,          (float)r->grad_norm,
+                          (float)r->tokens_per_s, (float)r->compute_s,   (float)r->comm_wait_s,
+                          (float)r->data_wait_s};
+  lstmd_tb_scalars(&mt->tb, r->step, 7, tags, values);
 }
 
 void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, int kind_is_text) {
@@ -58,9 +66,15 @@ void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, in
                        val_loss / M_LN2);
     fprintf(mt->jsonl, "{\"step\":%ld,\"val_loss\":%.6f,\"val_bpc\":%.6f}\n", step, val_loss,
             val_loss / M_LN2);
+    static const char *const tags[] = {"val/loss", "val/bpc"};
+    const float values[] = {(float)val_loss, (float)(val_loss / M_LN2)};
+    lstmd_tb_scalars(&mt->tb, step, 2, tags, values);
   } else {
     lstmd_metrics_note(mt, "eval step %ld: val_loss (MSE, normalised) %.6f", step, val_loss);
     fprintf(mt->jsonl, "{\"step\":%ld,\"val_loss\":%.6f}\n", step, val_loss);
+    static const char *const tags[] = {"val/loss"};
+    const float values[] = {(float)val_loss};
+    lstmd_tb_scalars(&mt->tb, step, 1, tags, values);
   }
   fflush(mt->jsonl);
 }

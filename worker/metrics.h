@@ -1,13 +1,16 @@
 /* metrics.h — what a training run reports: a live progress line (rewritten in place on a TTY,
  * plain lines otherwise) on stderr, and <run_dir>/metrics.jsonl with one record per log step
- * and per evaluation. */
+ * and per evaluation, and the same scalars as a TensorBoard event file. */
 #ifndef LSTMD_METRICS_H
 #define LSTMD_METRICS_H
 
 #include <stdio.h>
 
+#include "tb_events.h"
+
 struct lstmd_metrics {
   FILE *jsonl;
+  struct lstmd_tb tb; /* events.out.tfevents.* beside metrics.jsonl */
   int tty;
   int line_open; /* a progress line without newline is on screen */
 };
@@ -25,7 +28,8 @@ struct lstmd_step_report {
   double comm_wait_s;     /* per step: all-reduce time not hidden behind backward */
 };
 
-/* Opens <run_dir>/metrics.jsonl for appending. Returns 0 or LSTMD_EIO. */
+/* Opens <run_dir>/metrics.jsonl for appending and a new TensorBoard event file there.
+ * Returns 0 or LSTMD_EIO. */
 int lstmd_metrics_open(struct lstmd_metrics *mt, const char *run_dir);
 void lstmd_metrics_close(struct lstmd_metrics *mt);
 void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report *r);

@@ -1,0 +1,31 @@
+/* tb_events.h — TensorBoard event files: TFRecord framing (little-endian length, masked CRC-32C
+ * of the length, the serialized Event, masked CRC-32C of it), a first event carrying
+ * file_version "brain.Event:2", then Summary scalars (simple_value). The few protobuf fields
+ * needed are encoded here by hand (layout in REFERENCE.md §4, checked by test_formats against a
+ * known record and by test_tensorboard with TensorBoard's own reader). */
+#ifndef LSTMD_TB_EVENTS_H
+#define LSTMD_TB_EVENTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct lstmd_tb {
+  FILE *f;
+};
+
+/* Creates <run_dir>/events.out.tfevents.<unix time>.<host>.<pid> and writes the file_version
+ * event. Returns 0 or LSTMD_EIO (message printed). */
+int lstmd_tb_open(struct lstmd_tb *tb, const char *run_dir);
+/* One event at `step` holding n scalars tags[i] = values[i]; flushed. */
+void lstmd_tb_scalars(struct lstmd_tb *tb, long step, int n, const char *const *tags,
+                      const float *values);
+void lstmd_tb_close(struct lstmd_tb *tb);
+
+/* Encodes one TFRecord of an Event {wall_time, step, file_version or scalars} into buf
+ * (capacity cap). Returns the record's length, or 0 if it does not fit. For tests. */
+size_t lstmd_tb_encode_record(uint8_t *buf, size_t cap, double wall_time, long step,
+                              const char *file_version, int n, const char *const *tags,
+                              const float *values);
+
+#endif
