@@ -31,6 +31,8 @@ struct lstmd_reducer {
   int head, tail; /* queue[head..tail) waits; tail - head <= kMaxBuckets */
   int busy;       /* the thread is reducing a bucket */
   int failed, quit;
+  lstmd_bucket_observer observer;
+  void *observer_ctx;
 };
 
 static double now_s(void) {
@@ -67,7 +69,9 @@ static void *reducer_main(void *arg) {
     r->busy = 1;
     int failed = r->failed;
     pthread_mutex_unlock(&r->mu);
+    double t0 = now_s();
     int rc = failed ? LSTMD_ECOMM : reduce_one(r->comm, b);
+    if (r->observer) r->observer(r->observer_ctx, b.n, t0, now_s());
     pthread_mutex_lock(&r->mu);
     r->busy = 0;
     if (rc) r->failed = 1;
@@ -104,6 +108,11 @@ void lstmd_reducer_destroy(struct lstmd_reducer *r) {
   pthread_cond_destroy(&r->work);
   pthread_cond_destroy(&r->idle);
   free(r);
+}
+
+void lstmd_reducer_observe(struct lstmd_reducer *r, lstmd_bucket_observer fn, void *ctx) {
+  r->observer = fn;
+  r->observer_ctx = ctx;
 }
 
 void lstmd_reducer_submit(struct lstmd_reducer *r, float *buf, size_t n) {

@@ -39,17 +39,20 @@ static void install_stop_handlers(void) {
 }
 
 int lstmd_cmd_train(int argc, char **argv) {
-  const char *config_path = NULL, *resume = NULL;
+  const char *config_path = NULL, *resume = NULL, *trace = NULL;
   int help = 0;
   struct set_list sets = {0};
   struct lstmd_opt opts[] = {{"config", &config_path},
                              {"set", NULL, NULL, 0, on_set, &sets},
                              {"resume", &resume, NULL, 1},
+                             {"trace", &trace},
                              {"help", NULL, &help}};
-  int rc = lstmd_parse_opts("train", argc, argv, 2, opts, 4);
+  int rc = lstmd_parse_opts("train", argc, argv, 2, opts, 5);
   if (rc) return rc;
   if (help) {
     printf("usage: lstmd train --config JOB.ini [--set section.key=value ...] [--resume [CKPT]]\n"
+           "                   [--trace FILE]\n"
+           "  --trace FILE    Chrome trace (chrome://tracing, Perfetto) of every step on every rank\n"
            "  --resume        continue from <train.run_dir>/latest.safetensors (fresh start if none)\n"
            "  --resume CKPT   continue from the given checkpoint\n\n");
     lstmd_config_help(stdout);
@@ -65,6 +68,7 @@ int lstmd_cmd_train(int argc, char **argv) {
   for (int i = 0; i < sets.n; i++)
     if ((rc = lstmd_config_set(&cfg, sets.items[i]))) return lstmd_exit_code(rc);
   if ((rc = lstmd_config_validate(&cfg))) return lstmd_exit_code(rc);
+  cfg.trace_path = trace;
 
   char latest[1100];
   if (resume && !*resume) {

@@ -54,6 +54,12 @@ if msg=$(compare "$TMP/acc-1/step-4.safetensors" "$TMP/acc-2/step-4.safetensors"
   ok "N=2 × 2 threads with grad_accum=2 = N=1 × 1 thread: $msg"
 else bad "N=2 × 2 threads, grad_accum: $msg"; fi
 
+# 1c. the step timeline: one track per rank, all-reduce overlapping backward
+timeout 120 mpirun -np 2 "$LSTMD" train "${acc[@]}" --set data.batch_size=4 --set train.threads=2 \
+  --set train.run_dir="$TMP/traced" --trace "$TMP/trace.json" >/dev/null 2>"$TMP/trace.log" || bad "traced run"
+if msg=$(/usr/bin/python3 "$SRC/tests/check_trace.py" "$TMP/trace.json" 2 2>&1); then ok "--trace: $msg"
+else bad "--trace: $msg"; fi
+
 # 2. kill a rank, then resume bitwise. Constant LR, so that train.steps does not shape the run.
 long=("${common[@]}" --set data.batch_size=4 --set optim.schedule=constant --set train.checkpoint_every=100
       --set train.run_dir=run)

@@ -4,6 +4,7 @@
 #include "data_parallel.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@
 #include "../kernels/status.h"
 #include "batcher.h"
 #include "pool.h"
+#include "trace.h"
 
 enum { kMaxSlices = 256 };
 
@@ -41,6 +43,7 @@ struct lstmd_dp {
   uint64_t micro_step;
   int first, collecting;
   /* buckets: bucket k is [bucket_lo(k), bucket_hi(k)), k = 0 at the end of the buffer */
+  struct lstmd_trace *trace; /* NULL: no timeline */
   size_t bucket_floats;
   int n_buckets, next_bucket;
   pthread_mutex_t mu;
@@ -90,8 +93,27 @@ static void step_slice(void *arg, int i) {
   lstmd_batch_slice(dp->batch, s->col0, lstmd_workspace_batch(s->ws));
   const struct lstmd_dropout_key key = {dp->cfg.seed, dp->micro_step,
                                         dp->rank * dp->cfg.batch + s->col0};
-  s->loss = lstmd_model_step(dp->model, s->ws, dp->grad_scale,
-                             dp->cfg.dropout > 0 ? &key : NULL, dp->cfg.carry_state);
+  const double t0 = dp->trace ? lstmd_trace_now() : 0.0;
+  s->loss = lstmd_model_forward(dp->model, s->ws, dp->grad_scale,
+                                dp->cfg.dropout > 0 ? &key : NULL);
+  const double t1 = dp->trace ? lstmd_trace_now() : 0.0;
+  lstmd_model_backward(dp->model, s->ws);
+  lstmd_model_end_window(s->ws, dp->cfg.carry_state);
+  if (dp->trace) {
+    lstmd_trace_event(dp->trace, 1 + i, "forward", t0, t1, NULL);
+    lstmd_trace_event(dp->trace, 1 + i, "backward", t1, lstmd_trace_now(), NULL);
+  }
+}
+
+static void on_bucket_done(void *ctx, size_t n, double begin_s, double end_s) {
+  char args[64];
+  snprintf(args, sizeof args, "{\"floats\":%zu}", n);
+  lstmd_trace_event(ctx, LSTMD_TRACE_TID_REDUCER, "all-reduce bucket", begin_s, end_s, args);
+}
+
+void lstmd_dp_set_trace(struct lstmd_dp *dp, struct lstmd_trace *trace) {
+  dp->trace = trace;
+  if (dp->reducer && trace) lstmd_reducer_observe(dp->reducer, on_bucket_done, trace);
 }
 
 int lstmd_dp_create(struct lstmd_model *m, const struct lstmd_dp_config *cfg,

@@ -48,6 +48,10 @@ int lstmd_dp_micro_step(struct lstmd_dp *dp, const struct lstmd_batch *batch, fl
                         uint64_t micro_step, int first, int last, double *loss_sum,
                         double *comm_wait_s);
 
+/* Records forward, backward (per slice thread) and all-reduce buckets on the timeline. */
+struct lstmd_trace;
+void lstmd_dp_set_trace(struct lstmd_dp *dp, struct lstmd_trace *trace);
+
 /* Carried state of all ranks as [L, N·B, H] (collective; the result is complete on rank 0). */
 int lstmd_dp_gather_state(struct lstmd_dp *dp, float *h, float *c);
 /* Sets this rank's columns from a global [L, N·B, H] state. */

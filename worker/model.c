@@ -316,7 +316,7 @@ static void make_dropout_mask(const struct lstmd_workspace *ws, int l, float *ma
     }
 }
 
-static void finish_state(struct lstmd_workspace *ws, int carry) {
+void lstmd_model_end_window(struct lstmd_workspace *ws, int carry) {
   const size_t BH = (size_t)ws->B * ws->model->shape.hidden, last = (size_t)ws->T * BH;
   for (int l = 0; l < ws->model->shape.layers; l++) {
     struct layer_acts *a = &ws->layer[l];
@@ -330,7 +330,7 @@ static void finish_state(struct lstmd_workspace *ws, int carry) {
   }
 }
 
-static void backward(struct lstmd_model *m, struct lstmd_workspace *ws) {
+void lstmd_model_backward(struct lstmd_model *m, struct lstmd_workspace *ws) {
   const struct lstmd_model_shape *s = &m->shape;
   const int T = ws->T, B = ws->B, N = T * B, H = s->hidden, L = s->layers;
   const int O = output_width(s), In0 = input_width(s);
@@ -363,6 +363,14 @@ static void backward(struct lstmd_model *m, struct lstmd_workspace *ws) {
 
 double lstmd_model_step(struct lstmd_model *m, struct lstmd_workspace *ws, float grad_scale,
                         const struct lstmd_dropout_key *dropout, int carry_state) {
+  double loss = lstmd_model_forward(m, ws, grad_scale, dropout);
+  if (grad_scale != 0.0f) lstmd_model_backward(m, ws);
+  lstmd_model_end_window(ws, carry_state);
+  return loss;
+}
+
+double lstmd_model_forward(struct lstmd_model *m, struct lstmd_workspace *ws, float grad_scale,
+                           const struct lstmd_dropout_key *dropout) {
   const struct lstmd_model_shape *s = &m->shape;
   const int T = ws->T, B = ws->B, N = T * B, H = s->hidden, L = s->layers;
   const int O = output_width(s), In0 = input_width(s);
@@ -393,7 +401,5 @@ double lstmd_model_step(struct lstmd_model *m, struct lstmd_workspace *ws, float
     loss = lstmd_cpu_softmax_xent(N, O, ws->out, ws->batch.targets, grad_scale);
   else
     loss = lstmd_cpu_mse((size_t)N * O, ws->out, ws->batch.y, grad_scale);
-  if (grad_scale != 0.0f) backward(m, ws);
-  finish_state(ws, carry_state);
   return loss;
 }

@@ -118,5 +118,12 @@ const float *lstmd_workspace_output(const struct lstmd_workspace *ws);
  * different workspaces of one model at once. */
 double lstmd_model_step(struct lstmd_model *m, struct lstmd_workspace *ws, float grad_scale,
                         const struct lstmd_dropout_key *dropout, int carry_state);
+/* The three parts of lstmd_model_step, for callers that time them: forward and loss (the
+ * output is replaced by its gradient when grad_scale != 0), backward (only after a forward with
+ * grad_scale != 0), and the hand-over of the recurrent state to the next window. */
+double lstmd_model_forward(struct lstmd_model *m, struct lstmd_workspace *ws, float grad_scale,
+                           const struct lstmd_dropout_key *dropout);
+void lstmd_model_backward(struct lstmd_model *m, struct lstmd_workspace *ws);
+void lstmd_model_end_window(struct lstmd_workspace *ws, int carry_state);
 
 #endif

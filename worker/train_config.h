@@ -31,6 +31,8 @@ struct lstmd_train_config {
   long checkpoint_every, eval_every, log_every; /* steps; 0 disables periodic ones */
   int threads;   /* threads per rank the batch is split across; 0 = all cores */
   double bucket_mb; /* gradient all-reduce bucket size */
+  /* Not in the config table: from the command line (`lstmd train --trace FILE`). */
+  const char *trace_path; /* Chrome trace of the steps, or NULL */
 };
 
 #endif

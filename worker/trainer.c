@@ -17,20 +17,15 @@
 #include "../kernels/status.h"
 #include "durable.h"
 #include "infer.h"
+#include "trace.h"
 #include "trainer_run.h"
 
 static volatile sig_atomic_t g_stop_requested;
 
 void lstmd_train_request_stop(void) { g_stop_requested = 1; }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Collective: every rank gathers its carried state; rank 0 writes the checkpoint. */
-static int save_checkpoint(struct run *r) {
+static int save_checkpoint_now(struct run *r) {
   if (r->progress.state_h)
     LSTMD_TRY(lstmd_dp_gather_state(r->dp, r->progress.state_h, r->progress.state_c));
   if (r->rank != 0) return LSTMD_OK;
@@ -44,13 +39,22 @@ static int save_checkpoint(struct run *r) {
   return lstmd_durable_link(path, latest);
 }
 
+static int save_checkpoint(struct run *r) {
+  const double t0 = lstmd_trace_now();
+  int rc = save_checkpoint_now(r);
+  lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "checkpoint", t0, lstmd_trace_now(), NULL);
+  return rc;
+}
+
 /* Rank 0: validation loss, with all of this rank's threads in BLAS. */
 static void evaluate_now(struct run *r) {
   if (r->rank != 0 || !r->has_val) return;
   double loss;
   uint64_t tokens;
   lstmd_cpu_set_blas_threads(r->cfg->threads);
+  const double t0 = lstmd_trace_now();
   int rc = lstmd_evaluate(r->model, &r->val, r->cfg->seq_len, r->cfg->batch_size, &loss, &tokens);
+  lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "evaluation", t0, lstmd_trace_now(), NULL);
   lstmd_cpu_set_blas_threads(lstmd_dp_blas_threads(r->dp));
   if (rc == 0)
     lstmd_metrics_eval(&r->metrics, r->progress.step, loss, r->model->shape.kind == LSTMD_MODEL_TEXT);
@@ -71,14 +75,17 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   for (int a = 0; a < cfg->grad_accum; a++) {
     int reset;
     const struct lstmd_batch *batch;
-    double t0 = now_s();
+    double t0 = lstmd_trace_now();
     LSTMD_TRY(lstmd_prefetch_next(r->prefetch, &batch, &reset));
     if (reset) lstmd_dp_reset_state(r->dp);
-    double t1 = now_s(), loss, comm_wait;
+    double t1 = lstmd_trace_now(), loss, comm_wait;
     LSTMD_TRY(lstmd_dp_micro_step(r->dp, batch, (float)(1.0 / targets),
                                   (uint64_t)r->progress.step * cfg->grad_accum + a, a == 0,
                                   a == cfg->grad_accum - 1, &loss, &comm_wait));
-    double t2 = now_s();
+    double t2 = lstmd_trace_now();
+    lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "data wait", t0, t1, NULL);
+    if (comm_wait > 0) lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "wait for all-reduce",
+                                         t2 - comm_wait, t2, NULL);
     tm->data_s += t1 - t0;
     tm->compute_s += t2 - t1 - comm_wait;
     tm->comm_s += comm_wait;
@@ -87,7 +94,10 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   if (r->world > 1) LSTMD_TRY(lstmd_comm_allreduce_sum_f64(r->comm, totals, 2));
   *loss_out = totals[0] / targets;
   *stop = totals[1] > 0.0;
-  if (lstmd_optim_step(r->optim, m->params, m->grads, grad_norm) != 0) {
+  const double t_opt = lstmd_trace_now();
+  int bad = lstmd_optim_step(r->optim, m->params, m->grads, grad_norm);
+  lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "optimizer", t_opt, lstmd_trace_now(), NULL);
+  if (bad) {
     lstmd_errorf("step %ld: non-finite gradient norm (loss %g); lower optim.lr or set "
                  "optim.clip_norm", r->progress.step + 1, *loss_out);
     return LSTMD_EINVAL;
@@ -117,7 +127,7 @@ static int train_loop(struct run *r) {
   const struct lstmd_train_config *cfg = r->cfg;
   const double tokens_per_step = (double)cfg->seq_len * r->global_batch * cfg->grad_accum;
   const long first_step = r->progress.step;
-  double t0 = now_s(), interval_t0 = t0, interval_loss = 0.0;
+  double t0 = lstmd_trace_now(), interval_t0 = t0, interval_loss = 0.0;
   struct step_times tm = {0};
   long interval_steps = 0;
   int stop = 0;
@@ -128,22 +138,22 @@ static int train_loop(struct run *r) {
     interval_steps++;
     const long step = r->progress.step;
     if (r->rank == 0 && ((cfg->log_every && step % cfg->log_every == 0) || step == cfg->steps)) {
-      double t = now_s();
+      double t = lstmd_trace_now();
       report(r, interval_steps, interval_loss, grad_norm, t - interval_t0, t - t0, &tm);
       interval_t0 = t;
       interval_loss = 0.0;
       interval_steps = 0;
       tm = (struct step_times){0};
     }
-    const double pause_t0 = now_s(); /* evaluation and checkpoints are not training time */
+    const double pause_t0 = lstmd_trace_now(); /* evaluation and checkpoints are not training time */
     if (cfg->eval_every && step % cfg->eval_every == 0) evaluate_now(r);
     if (cfg->checkpoint_every && step % cfg->checkpoint_every == 0 && step != cfg->steps && !stop)
       LSTMD_TRY(save_checkpoint(r));
-    const double paused = now_s() - pause_t0;
+    const double paused = lstmd_trace_now() - pause_t0;
     interval_t0 += paused;
     t0 += paused;
   }
-  double elapsed = now_s() - t0;
+  double elapsed = lstmd_trace_now() - t0;
   if (r->rank == 0 && r->progress.step > first_step)
     lstmd_metrics_note(&r->metrics, "trained steps %ld..%ld in %.1f s of training (%.0f tokens/s)",
                        first_step + 1, r->progress.step, elapsed,
@@ -199,8 +209,11 @@ int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_jso
     if (r.world > 1) rc = lstmd_comm_allreduce_max_f64(comm, &failed, 1);
     if (!rc && failed != 0.0) rc = local ? local : LSTMD_EIO;
   }
+  if (!rc) rc = lstmd_trace_open(cfg->trace_path, comm, &r.trace); /* agreed on too */
+  if (!rc) lstmd_dp_set_trace(r.dp, r.trace);
   *all_know = rc != 0; /* so far every failure was agreed on by all ranks */
   if (!rc) rc = train_loop(&r);
+  if (!rc) lstmd_trace_close(r.trace); /* collective: only when every rank got here */
   lstmd_run_free(&r);
   return rc;
 }

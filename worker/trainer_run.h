@@ -30,6 +30,7 @@ struct run {
   struct lstmd_data_meta data_meta;
   struct lstmd_train_progress progress; /* state_h/state_c: [L, global_batch, H] */
   struct lstmd_metrics metrics;         /* rank 0 only */
+  struct lstmd_trace *trace;            /* --trace, or NULL */
   int has_val, resumed;
 };
 
