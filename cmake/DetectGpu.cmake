@@ -1,12 +1,15 @@
 # DetectGpu.cmake — looks for the CUDA toolkit, cuDNN and NCCL and prints one line for each.
-# Sets LSTMD_HAVE_CUDA / LSTMD_HAVE_CUDNN / LSTMD_HAVE_NCCL. Nothing here is required.
+# Sets LSTMD_HAVE_CUDA / LSTMD_HAVE_CUDNN / LSTMD_HAVE_NCCL, and LSTMD_CUDA_VERSION /
+# LSTMD_CUDNN_VERSION / LSTMD_NCCL_VERSION ("not found" when absent). Nothing here is required.
 find_package(CUDAToolkit QUIET)
 if(CUDAToolkit_FOUND)
   message(STATUS "lstmd: [found]     CUDA ${CUDAToolkit_VERSION} (${CUDAToolkit_BIN_DIR})")
   set(LSTMD_HAVE_CUDA ON)
+  set(LSTMD_CUDA_VERSION ${CUDAToolkit_VERSION})
 else()
   message(STATUS "lstmd: [not found] CUDA toolkit: GPU backend disabled")
   set(LSTMD_HAVE_CUDA OFF)
+  set(LSTMD_CUDA_VERSION "not found")
 endif()
 
 set(_gpu_hints ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/include
@@ -18,9 +21,11 @@ if(LSTMD_HAVE_CUDA AND CUDNN_INCLUDE_DIR AND CUDNN_LIBRARY)
   string(REGEX REPLACE ".*MAJOR ([0-9]+).*MINOR ([0-9]+).*PATCHLEVEL ([0-9]+).*" "\\1.\\2.\\3" _v "${_v}")
   message(STATUS "lstmd: [found]     cuDNN ${_v} (${CUDNN_LIBRARY})")
   set(LSTMD_HAVE_CUDNN ON)
+  set(LSTMD_CUDNN_VERSION ${_v})
 else()
   message(STATUS "lstmd: [not found] cuDNN")
   set(LSTMD_HAVE_CUDNN OFF)
+  set(LSTMD_CUDNN_VERSION "not found")
 endif()
 
 find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_gpu_hints})
@@ -30,7 +35,9 @@ if(LSTMD_HAVE_CUDA AND NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
   string(REGEX REPLACE ".*MAJOR ([0-9]+).*MINOR ([0-9]+).*PATCH ([0-9]+).*" "\\1.\\2.\\3" _v "${_v}")
   message(STATUS "lstmd: [found]     NCCL ${_v} (${NCCL_LIBRARY})")
   set(LSTMD_HAVE_NCCL ON)
+  set(LSTMD_NCCL_VERSION ${_v})
 else()
   message(STATUS "lstmd: [not found] NCCL")
   set(LSTMD_HAVE_NCCL OFF)
+  set(LSTMD_NCCL_VERSION "not found")
 endif()

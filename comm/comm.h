@@ -24,6 +24,10 @@ int lstmd_comm_size(const struct lstmd_comm *c);
 int lstmd_comm_local_rank(const struct lstmd_comm *c);
 /* Host name of this rank (for messages). */
 const char *lstmd_comm_host(const struct lstmd_comm *c);
+/* "MPI <major>.<minor>, <library version string>" of the MPI library loaded at run time, first
+ * line only; needs no MPI_Init (MPI_Get_version and MPI_Get_library_version may be called
+ * before it). */
+void lstmd_comm_describe_library(char *buf, size_t n);
 
 /* In-place sum over all ranks of n floats (any n; split into int-sized pieces internally). */
 int lstmd_comm_allreduce_sum_f32(struct lstmd_comm *c, float *buf, size_t n);

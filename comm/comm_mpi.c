@@ -110,6 +110,18 @@ int lstmd_comm_size(const struct lstmd_comm *c) { return c->size; }
 int lstmd_comm_local_rank(const struct lstmd_comm *c) { return c->local_rank; }
 const char *lstmd_comm_host(const struct lstmd_comm *c) { return c->host; }
 
+void lstmd_comm_describe_library(char *buf, size_t n) {
+  int major = 0, minor = 0, len = 0;
+  char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+  lib[0] = 0;
+  MPI_Get_version(&major, &minor);
+  MPI_Get_library_version(lib, &len);
+  lib[strcspn(lib, "\n")] = 0; /* Open MPI adds the release date etc. on later lines */
+  size_t l = strlen(lib);
+  while (l > 0 && (lib[l - 1] == ' ' || lib[l - 1] == ',')) lib[--l] = 0;
+  snprintf(buf, n, "MPI %d.%d, %s", major, minor, lib[0] ? lib : "(unknown library)");
+}
+
 static int allreduce(struct lstmd_comm *c, const void *src, void *dst, int count,
                      MPI_Datatype type, MPI_Op op) {
   MPI_Request r;

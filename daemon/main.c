@@ -2,11 +2,53 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../comm/comm.h"
+#include "../kernels/cpu/blas_cpu.h"
 #include "../kernels/status.h"
 #include "blas_setup.h"
 #include "cli.h"
 
 #define LSTMD_VERSION "0.1.0"
+
+/* Set by CMakeLists.txt from cmake/DetectGpu.cmake. Nothing GPU is compiled yet, so the
+ * LSTMD_BUILT_WITH_* are 0 even where the configure step found the libraries. */
+#ifndef LSTMD_BUILT_WITH_CUDA
+#define LSTMD_BUILT_WITH_CUDA 0
+#endif
+#ifndef LSTMD_BUILT_WITH_CUDNN
+#define LSTMD_BUILT_WITH_CUDNN 0
+#endif
+#ifndef LSTMD_BUILT_WITH_NCCL
+#define LSTMD_BUILT_WITH_NCCL 0
+#endif
+#ifndef LSTMD_CONFIGURE_CUDA
+#define LSTMD_CONFIGURE_CUDA "not found"
+#endif
+#ifndef LSTMD_CONFIGURE_CUDNN
+#define LSTMD_CONFIGURE_CUDNN "not found"
+#endif
+#ifndef LSTMD_CONFIGURE_NCCL
+#define LSTMD_CONFIGURE_NCCL "not found"
+#endif
+
+/* lstmd --version: this build and the libraries it runs with. No MPI_Init (a login node may
+ * have no MPI runtime set up); the MPI calls used are allowed before it. */
+static void print_version(void) {
+  char buf[512];
+  printf("lstmd %s\n", LSTMD_VERSION);
+  lstmd_comm_describe_library(buf, sizeof buf);
+  printf("MPI:         %s\n", buf);
+  lstmd_cpu_blas_describe(buf, sizeof buf);
+  printf("BLAS:        %s", buf);
+  lstmd_cpu_blas_config(buf, sizeof buf);
+  printf(" (%s)\n", buf);
+  printf("CPU backend: built\n");
+  printf("GPU backend: %s (found at configure time: CUDA %s, cuDNN %s, NCCL %s)\n",
+         LSTMD_BUILT_WITH_CUDA ? "built" : "not built", LSTMD_CONFIGURE_CUDA,
+         LSTMD_CONFIGURE_CUDNN, LSTMD_CONFIGURE_NCCL);
+  printf("compiled in: CUDA %s, cuDNN %s, NCCL %s\n", LSTMD_BUILT_WITH_CUDA ? "yes" : "no",
+         LSTMD_BUILT_WITH_CUDNN ? "yes" : "no", LSTMD_BUILT_WITH_NCCL ? "yes" : "no");
+}
 
 static void usage(FILE *out) {
   fprintf(out,
@@ -18,7 +60,8 @@ static void usage(FILE *out) {
           "  lstmd train   --config JOB.ini [--set section.key=value ...] [--resume [CKPT]]\n"
           "  lstmd eval    --checkpoint CKPT --data DIR [--batch N]\n"
           "  lstmd sample  --checkpoint CKPT [--prime TEXT] [--length N] [--temperature T] [--seed S]\n"
-          "  lstmd predict --checkpoint CKPT --input FILE.csv --out FILE.csv [--batch N]\n\n"
+          "  lstmd predict --checkpoint CKPT --input FILE.csv --out FILE.csv [--batch N]\n"
+          "  lstmd --version   (lstmd, MPI, OpenBLAS and GPU backend versions)\n\n"
           "`lstmd train --help` lists the config keys. Data goes to stdout, messages to stderr.\n");
 }
 
@@ -30,7 +73,7 @@ int main(int argc, char **argv) {
     return argc < 2 ? 2 : 0;
   }
   if (!strcmp(argv[1], "--version")) {
-    printf("lstmd %s\n", LSTMD_VERSION);
+    print_version();
     return 0;
   }
   static const struct {

@@ -1,16 +1,31 @@
 #!/usr/bin/env bash
-# test_slurm.sh — lstmd under Slurm on a one-node test cluster (tests/slurm_cluster.sh):
+# test_slurm.sh — lstmd under Slurm on a one-node test cluster (deploy/slurm/local-cluster.sh):
 #  1. `srun --mpi=pmix -n 2` trains data-parallel and matches one rank with the global batch
 #     (within 1e-5);
-#  2. `scancel -s TERM` stops the job cleanly: exit 0 and a checkpoint.
-# Skipped (77) where Slurm is not installed.
+#  2. `scancel -s TERM` stops the job cleanly: exit 0 and a checkpoint;
+#  3. `sbatch --wait deploy/slurm/train.sbatch` with 2 tasks × 1 CPU: the job's exit code is 0,
+#     its output names a 2-rank world, the checkpoint exists and `lstmd eval` reads it; a second
+#     submission with more steps resumes from that checkpoint (what a requeued job does).
+# Skipped (77) where Slurm is not installed. The daemons are stopped however the test ends
+# (jobs still queued are cancelled first, so no slurmstepd or lstmd outlives the test).
 set -u
 LSTMD=$(realpath "${1:?usage: test_slurm.sh LSTMD_BINARY SOURCE_DIR}")
 SRC=$(realpath "${2:?}")
+CLUSTER=$SRC/deploy/slurm/local-cluster.sh
 TMP=$(mktemp -d)
-cleanup() { "$SRC/tests/slurm_cluster.sh" stop "$TMP/cluster"; rm -rf "$TMP"; }
+cleanup() {
+  trap '' INT TERM # a second signal must not cut the cleanup short
+  if [[ -n ${SLURM_CONF-} ]] && jobs=$(squeue -h -o %i 2>/dev/null) && [[ -n $jobs ]]; then
+    scancel $jobs 2>/dev/null
+    for _ in $(seq 100); do [[ -z $(squeue -h -o %i 2>/dev/null) ]] && break; sleep 0.1; done
+  fi
+  "$CLUSTER" stop "$TMP/cluster"
+  rm -rf "$TMP"
+}
 trap cleanup EXIT
-conf=$("$SRC/tests/slurm_cluster.sh" start "$TMP/cluster")
+trap 'exit 130' INT
+trap 'exit 143' TERM
+conf=$("$CLUSTER" start "$TMP/cluster")
 rc=$?
 [[ $rc -eq 77 ]] && exit 77
 [[ $rc -ne 0 ]] && { echo "test_slurm: could not start the test cluster"; exit 1; }
@@ -43,6 +58,50 @@ rc=$?
 if [[ $rc -eq 0 ]] && grep -q "stopped at step" "$TMP/stop.log" && [[ -f "$TMP/stop/latest.safetensors" ]]; then
   ok "scancel -s TERM: exit 0 with a checkpoint"
 else bad "scancel: rc=$rc $(tail -2 "$TMP/stop.log")"; fi
+
+# 3. the batch script, as a user would submit it (CONFIG/RUN/LSTMD from the environment).
+cat > "$TMP/job.ini" <<INI
+[data]
+path = $TMP/ds
+seq_len = 16
+batch_size = 4
+[model]
+hidden = 32
+[optim]
+algo = sgd
+lr = 0.5
+[train]
+steps = 6
+log_every = 1
+eval_every = 0
+checkpoint_every = 3
+INI
+sbatch_job() { # sbatch_job OUTFILE [lstmd train args...]: sbatch --wait's status (the job's)
+  local out=$1
+  shift
+  LSTMD=$LSTMD CONFIG=$TMP/job.ini RUN=$TMP/sb timeout 180 \
+    sbatch --wait --quiet -N 1 --ntasks-per-node=2 --cpus-per-task=1 --time=5 -D "$TMP" \
+      -o "$out" "$SRC/deploy/slurm/train.sbatch" "$@"
+}
+sbatch_job "$TMP/sbatch1.out"
+rc=$?
+if [[ $rc -eq 0 ]]; then ok "sbatch --wait train.sbatch: job exit code 0"
+else bad "sbatch --wait train.sbatch: rc=$rc: $(tail -5 "$TMP/sbatch1.out" 2>/dev/null)"; fi
+grep -q "2 ranks" "$TMP/sbatch1.out" 2>/dev/null && ok "job output names a 2-rank world" \
+  || bad "job output does not mention 2 ranks: $(grep -m2 -e rank -e world "$TMP/sbatch1.out" 2>/dev/null)"
+grep -q "^  train.threads = 1$" "$TMP/sbatch1.out" 2>/dev/null \
+  || bad "job output does not show train.threads from SLURM_CPUS_PER_TASK"
+if [[ -f "$TMP/sb/step-6.safetensors" ]] \
+   && ev=$("$LSTMD" eval --checkpoint "$TMP/sb/latest.safetensors" --data "$TMP/ds" 2>&1) \
+   && grep -q '"loss"' <<<"$ev"; then
+  ok "checkpoint written by the job; lstmd eval: $ev"
+else bad "checkpoint/eval after sbatch: $(ls "$TMP/sb" 2>&1) $ev"; fi
+sbatch_job "$TMP/sbatch2.out" --set train.steps=9
+rc=$?
+if [[ $rc -eq 0 ]] && grep -q "resumed from .* at step 6" "$TMP/sbatch2.out" \
+   && [[ -f "$TMP/sb/step-9.safetensors" ]]; then
+  ok "second submission resumed from step 6 and reached step 9"
+else bad "resubmission: rc=$rc $(grep -m3 -e resum -e error "$TMP/sbatch2.out" 2>/dev/null)"; fi
 
 [[ $fails -eq 0 ]] && echo "test_slurm: passed" || echo "test_slurm: $fails FAILED"
 exit $((fails > 0))

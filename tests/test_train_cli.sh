@@ -6,7 +6,9 @@
 #     the weights of one thread (within 1e-5);
 #  3. SIGTERM finishes the step, writes a checkpoint, exits 0, and the run resumes from it;
 #  4. text: eval prints one JSON line; sample prints the prime then N bytes, greedy is repeatable;
-#  5. series: prepare → train → eval → predict writes one forecast row per input row.
+#  5. series: prepare → train → eval → predict writes one forecast row per input row;
+#  6. --version names lstmd, the MPI library and the GPU backend's state, and exits 0;
+#  7. the example job configs (deploy/examples/*.ini) parse and train a few steps.
 set -u
 LSTMD=$(realpath "${1:?usage: test_train_cli.sh LSTMD_BINARY SOURCE_DIR}")
 SRC=$(realpath "${2:?}")
@@ -126,6 +128,22 @@ if [[ $(head -1 "$TMP/pred.csv") == "row,temp+1,temp+2,temp+3" && $(wc -l < "$TM
    awk -F, 'NR>1 && (NF!=4 || $1!=NR-2 || $2<0 || $2>120) {exit 1}' "$TMP/pred.csv"; then
   ok "predict: 100 rows of 3-step forecasts in a plausible range"
 else bad "predict output: $(head -3 "$TMP/pred.csv")"; fi
+
+# 6. --version (no mpirun: MPI_Get_library_version needs no MPI_Init)
+if ver=$("$LSTMD" --version 2>&1) && grep -q "^lstmd [0-9]" <<<"$ver" && grep -q "MPI" <<<"$ver" \
+   && grep -q "OpenBLAS" <<<"$ver" && grep -q "^GPU backend: " <<<"$ver"; then
+  ok "--version: $(head -1 <<<"$ver"), $(grep -m1 '^MPI' <<<"$ver" | cut -c14-50)…"
+else bad "--version output: $ver"; fi
+
+# 7. example configs
+for ex in char_lm:ds series_forecast:sds; do
+  name=${ex%%:*}
+  if "$LSTMD" train --config "$SRC/deploy/examples/$name.ini" --set data.path="$TMP/${ex#*:}" \
+       --set train.steps=2 --set train.run_dir="$TMP/ex_$name" --set train.threads=1 \
+       >/dev/null 2>"$TMP/ex_$name.log" && [[ -f "$TMP/ex_$name/step-2.safetensors" ]]; then
+    ok "deploy/examples/$name.ini trains"
+  else bad "deploy/examples/$name.ini: $(tail -2 "$TMP/ex_$name.log")"; fi
+done
 
 [[ $fails -eq 0 ]] && echo "test_train_cli: passed" || echo "test_train_cli: $fails FAILED"
 exit $((fails > 0))

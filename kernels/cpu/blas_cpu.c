@@ -3,6 +3,7 @@
 
 #include <cblas.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 int lstmd_cpu_cores(void) {
@@ -16,4 +17,12 @@ int lstmd_cpu_blas_threads(void) { return openblas_get_num_threads(); }
 
 void lstmd_cpu_blas_describe(char *buf, size_t n) {
   snprintf(buf, n, "OpenBLAS %s kernels", openblas_get_corename());
+}
+
+void lstmd_cpu_blas_config(char *buf, size_t n) {
+  const char *cfg = openblas_get_config();
+  snprintf(buf, n, "%s", cfg ? cfg : "(unknown)");
+  /* The string ends in a space on some builds. */
+  size_t len = strlen(buf);
+  while (len > 0 && buf[len - 1] == ' ') buf[--len] = 0;
 }

@@ -12,5 +12,8 @@ int lstmd_cpu_blas_threads(void);
 int lstmd_cpu_cores(void);
 /* "OpenBLAS <core> kernels" into buf. */
 void lstmd_cpu_blas_describe(char *buf, size_t n);
+/* OpenBLAS's build configuration (openblas_get_config(): version, DYNAMIC_ARCH, threading,
+ * max threads) into buf. */
+void lstmd_cpu_blas_config(char *buf, size_t n);
 
 #endif

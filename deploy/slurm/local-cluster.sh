@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# local-cluster.sh start DIR | stop DIR — a throwaway one-node Slurm cluster on this machine, for
+# trying deploy/slurm/train.sbatch on a laptop or workstation, and for tests/test_slurm.sh.
+#
+# Needs root (a root shell, a container or a VM: slurmd starts job steps as the submitting user)
+# and Debian's `slurm-wlm slurmctld slurmd slurm-client munge` (deploy/install-deps.sh). Everything
+# lives in DIR: its own munge key and socket, slurm.conf, state, spool and logs (DIR/log). Ports
+# are random in 20000-40001, so a real Slurm on the same machine is left alone. No cgroups, no
+# accounting (no sacct). One partition, `debug`; the node advertises LOCAL_CLUSTER_CPUS CPUs
+# (default 4, more than a 2-core laptop has is fine for trying things out).
+#
+#   conf=$(deploy/slurm/local-cluster.sh start /tmp/lc)   # prints the slurm.conf to use
+#   export SLURM_CONF=$conf
+#   sinfo; srun -n 2 hostname
+#   CONFIG=job.ini sbatch --wait deploy/slurm/train.sbatch
+#   deploy/slurm/local-cluster.sh stop /tmp/lc             # stops exactly the daemons it started
+#
+# `start` waits until the node is idle and exits 0, exits 77 when Slurm or munge is not
+# installed (ctest: skipped) and 1 when the node did not come up (logs in DIR/log; run `stop`).
+set -u
+cmd=${1:?usage: local-cluster.sh start|stop DIR}
+dir=${2:?usage: local-cluster.sh start|stop DIR}
+[[ $cmd == start || $cmd == stop ]] || { echo "usage: local-cluster.sh start|stop DIR" >&2; exit 2; }
+if [[ $cmd == stop ]]; then
+  pids=()
+  for f in "$dir"/slurmctld.pid "$dir"/slurmd.pid "$dir"/munge/munged.pid; do
+    [[ -f $f ]] || continue
+    pid=$(cat "$f")
+    # Only if that PID is still the daemon started here (a stale file may name a reused PID).
+    [[ $pid =~ ^[0-9]+$ ]] && [[ $(cat /proc/"$pid"/comm 2>/dev/null) == "$(basename "$f" .pid)" ]] \
+      && pids+=("$pid")
+  done
+  ((${#pids[@]})) || exit 0
+  kill "${pids[@]}" 2>/dev/null
+  for _ in $(seq 50); do kill -0 "${pids[@]}" 2>/dev/null || exit 0; sleep 0.1; done
+  kill -9 "${pids[@]}" 2>/dev/null
+  exit 0
+fi
+for b in munged slurmctld slurmd srun sinfo; do
+  command -v $b >/dev/null || { echo "local-cluster: $b not installed" >&2; exit 77; }
+done
+mkdir -p "$dir"/{state,spool,log,munge}
+dir=$(cd "$dir" && pwd) # slurm.conf needs absolute paths
+cpus=${LOCAL_CLUSTER_CPUS:-4}
+host=$(hostname)
+dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 2>/dev/null
+chmod 400 "$dir/munge/munge.key"
+# Ports out of the way of a real Slurm on the same machine.
+port=$((20000 + RANDOM % 20000))
+cat > "$dir/slurm.conf" <<CONF
+ClusterName=lstmdtest
+SlurmctldHost=$host
+SlurmUser=root
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
+AuthType=auth/munge
+AuthInfo=socket=$dir/munge/munge.sock
+CredType=cred/munge
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+MpiDefault=pmix
+SlurmdParameters=config_overrides
+MailProg=/bin/true
+ReturnToService=2
+NodeName=$host CPUs=$cpus State=UNKNOWN
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
+CONF
+munged -F --force --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.sock" \
+  --pid-file="$dir/munge/munged.pid" --log-file="$dir/log/munge.log" --seed-file="$dir/munge/seed" \
+  >/dev/null 2>&1 &
+echo $! > "$dir/munge/munged.pid"
+export SLURM_CONF=$dir/slurm.conf
+sleep 0.5
+slurmctld -D -i >"$dir/log/ctld.out" 2>&1 &
+echo $! > "$dir/slurmctld.pid"
+slurmd -D -N "$host" >"$dir/log/d.out" 2>&1 &
+echo $! > "$dir/slurmd.pid"
+for _ in $(seq 100); do
+  [[ $(sinfo -h -o %t 2>/dev/null) == idle ]] && { echo "$dir/slurm.conf"; exit 0; }
+  sleep 0.2
+done
+echo "local-cluster: the node did not come up; logs in $dir/log" >&2
+tail -5 "$dir/log/ctld.out" "$dir/log/d.out" >&2
+exit 1
