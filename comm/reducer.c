@@ -20,6 +20,7 @@ enum { kMaxBuckets = 4096 };
 struct bucket {
   float *buf;
   size_t n;
+  double queued_s;
 };
 
 struct lstmd_reducer {
@@ -71,7 +72,7 @@ static void *reducer_main(void *arg) {
     pthread_mutex_unlock(&r->mu);
     double t0 = now_s();
     int rc = failed ? LSTMD_ECOMM : reduce_one(r->comm, b);
-    if (r->observer) r->observer(r->observer_ctx, b.n, t0, now_s());
+    if (r->observer) r->observer(r->observer_ctx, b.n, b.queued_s, t0, now_s());
     pthread_mutex_lock(&r->mu);
     r->busy = 0;
     if (rc) r->failed = 1;
@@ -118,7 +119,7 @@ void lstmd_reducer_observe(struct lstmd_reducer *r, lstmd_bucket_observer fn, vo
 void lstmd_reducer_submit(struct lstmd_reducer *r, float *buf, size_t n) {
   pthread_mutex_lock(&r->mu);
   while (r->tail - r->head == kMaxBuckets) pthread_cond_wait(&r->idle, &r->mu);
-  r->queue[r->tail % kMaxBuckets] = (struct bucket){buf, n};
+  r->queue[r->tail % kMaxBuckets] = (struct bucket){buf, n, now_s()};
   r->tail++;
   pthread_cond_signal(&r->work);
   pthread_mutex_unlock(&r->mu);

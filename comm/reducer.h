@@ -17,8 +17,9 @@ void lstmd_reducer_destroy(struct lstmd_reducer *r);
 /* Queues an in-place sum over ranks of buf[0..n) (n < 2^31). Thread-safe. */
 void lstmd_reducer_submit(struct lstmd_reducer *r, float *buf, size_t n);
 /* Optional: called on the reducer thread after each bucket with its size (floats) and the
- * CLOCK_MONOTONIC seconds it started and finished (for the step timeline). */
-typedef void (*lstmd_bucket_observer)(void *ctx, size_t n, double begin_s, double end_s);
+ * CLOCK_MONOTONIC seconds it was submitted, started and finished (for the step timeline). */
+typedef void (*lstmd_bucket_observer)(void *ctx, size_t n, double queued_s, double begin_s,
+                                      double end_s);
 void lstmd_reducer_observe(struct lstmd_reducer *r, lstmd_bucket_observer fn, void *ctx);
 /* Waits until every submitted bucket is reduced. Returns 0, or LSTMD_ECOMM if one failed.
  * *waited_s gets the time spent waiting here (the communication backward did not hide). */

@@ -105,9 +105,9 @@ static void step_slice(void *arg, int i) {
   }
 }
 
-static void on_bucket_done(void *ctx, size_t n, double begin_s, double end_s) {
-  char args[64];
-  snprintf(args, sizeof args, "{\"floats\":%zu}", n);
+static void on_bucket_done(void *ctx, size_t n, double queued_s, double begin_s, double end_s) {
+  char args[96];
+  snprintf(args, sizeof args, "{\"floats\":%zu,\"queued_us\":%.3f}", n, queued_s * 1e6);
   lstmd_trace_event(ctx, LSTMD_TRACE_TID_REDUCER, "all-reduce bucket", begin_s, end_s, args);
 }
 
