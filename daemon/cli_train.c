@@ -71,18 +71,18 @@ int lstmd_cmd_train(int argc, char **argv) {
   cfg.trace_path = trace;
 
   char latest[1100];
-  if (resume && !*resume) {
+  struct lstmd_comm *comm;
+  if ((rc = lstmd_comm_init(&argc, &argv, &comm))) return lstmd_exit_code(rc);
+  const int rank = lstmd_comm_rank(comm), world = lstmd_comm_size(comm);
+  if (resume && !*resume) { /* rank 0's answer is the one that counts (train_setup.c) */
     snprintf(latest, sizeof latest, "%s/latest.safetensors", cfg.run_dir);
     if (access(latest, F_OK) == 0) {
       resume = latest;
     } else {
-      fprintf(stderr, "lstmd: no %s yet: starting a fresh run\n", latest);
+      if (rank == 0) fprintf(stderr, "lstmd: no %s yet: starting a fresh run\n", latest);
       resume = NULL;
     }
   }
-  struct lstmd_comm *comm;
-  if ((rc = lstmd_comm_init(&argc, &argv, &comm))) return lstmd_exit_code(rc);
-  const int rank = lstmd_comm_rank(comm), world = lstmd_comm_size(comm);
   if (rank == 0) {
     lstmd_blas_warn_weak_kernels();
     fprintf(stderr, "lstmd: effective config:\n");

@@ -178,9 +178,23 @@ struct ini_ctx {
   char first_error[512];
 };
 
-static int on_ini_pair(void *user, const char *section, const char *name, const char *value) {
+/* Drops a trailing comment that starts with whitespace then '#' or ';' ("steps = 5  # quick").
+ * Debian's inih is built without inline comments. */
+static const char *strip_inline_comment(const char *value, char *buf, size_t n) {
+  snprintf(buf, n, "%s", value);
+  for (char *p = buf; *p; p++)
+    if ((*p == '#' || *p == ';') && p > buf && (p[-1] == ' ' || p[-1] == '\t')) {
+      *p = '\0';
+      break;
+    }
+  for (size_t len = strlen(buf); len && (buf[len - 1] == ' ' || buf[len - 1] == '\t');) buf[--len] = '\0';
+  return buf;
+}
+
+static int on_ini_pair(void *user, const char *section, const char *name, const char *raw) {
   struct ini_ctx *ctx = user;
-  char err[384];
+  char err[384], value_buf[1100];
+  const char *value = strip_inline_comment(raw, value_buf, sizeof value_buf);
   const struct cfg_key *k = find_key(section, name);
   int rc;
   if (!k) {

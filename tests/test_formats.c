@@ -231,7 +231,7 @@ static void test_config(void) {
   check_true("--set trailing junk rejected", lstmd_config_set(&c, "train.steps=10x") != 0);
   check_true("--set bad enum rejected", lstmd_config_set(&c, "optim.algo=adam") != 0);
   check_true("--set missing '=' rejected", lstmd_config_set(&c, "train.steps") != 0);
-  const char *ini = "[data]\npath = /x\nseq_len = 64\n[train]\nsteps = 5\n";
+  const char *ini = "[data]\npath = /x\nseq_len = 64   # inline comment\n[train]\nsteps = 5 ; too\n";
   write_bytes(path_in("ok.ini"), ini, strlen(ini));
   check_true("ini file", lstmd_config_load_ini(&c, path_in("ok.ini")) == 0 && c.seq_len == 64 &&
                              c.steps == 5 && !strcmp(c.data_path, "/x"));

@@ -162,10 +162,13 @@ int lstmd_st_open(const char *path, struct lstmd_st_file **out) {
     free(text);
     ST_FAIL("%s: cannot read header", path);
   }
-  json_error_t jerr;
-  f->root = text[0] == '{' ? json_loadb(text, n, JSON_REJECT_DUPLICATES, &jerr) : NULL;
+  json_error_t jerr = {0};
+  const int text_first_brace = n > 0 && text[0] == '{';
+  f->root = text_first_brace ? json_loadb(text, n, JSON_REJECT_DUPLICATES, &jerr) : NULL;
   free(text);
-  if (!json_is_object(f->root)) ST_FAIL("%s: header is not a JSON object", path);
+  if (!json_is_object(f->root))
+    ST_FAIL("%s: header is not a valid JSON object%s%s", path, f->root || text_first_brace ? ": " : "",
+            f->root ? "" : jerr.text);
   f->data_start = 8 + n;
   f->entries = calloc(json_object_size(f->root) + 1, sizeof *f->entries);
   if (!f->entries) ST_FAIL("%s: out of memory", path);
