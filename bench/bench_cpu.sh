@@ -95,7 +95,7 @@ main() {
       echo "lstmd train failed:"; tail -20 "$log"; return 1
     fi
     local overall steady blas
-    overall=$(sed -n 's/.*trained steps .* (\([0-9.]*\) tokens\/s).*/\1/p' "$log")
+    overall=$(sed -n 's/.*trained steps .* (\([0-9.]*\) tokens\/s.*/\1/p' "$log")
     blas=$(sed -n 's/^lstmd: compute: \(.*\)/\1/p' "$log")
     # Steady state: tokens and seconds between the first and the last progress record.
     steady=$(awk -F'[:,}]' '/"tokens_per_s"/ {

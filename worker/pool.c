@@ -92,7 +92,6 @@ void lstmd_pool_destroy(struct lstmd_pool *p) {
   free(p);
 }
 
-int lstmd_pool_size(const struct lstmd_pool *p) { return p->n; }
 
 void lstmd_pool_run(struct lstmd_pool *p, void (*fn)(void *arg, int index), void *arg) {
   pthread_mutex_lock(&p->mu);

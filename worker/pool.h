@@ -10,7 +10,6 @@ struct lstmd_pool;
 /* n threads in all: the caller of lstmd_pool_run is index 0, n-1 threads are started. */
 int lstmd_pool_create(int n, struct lstmd_pool **out);
 void lstmd_pool_destroy(struct lstmd_pool *p);
-int lstmd_pool_size(const struct lstmd_pool *p);
 /* Runs fn(arg, i) for every i in [0, n) concurrently (i = 0 on the calling thread) and returns
  * when all have returned. */
 void lstmd_pool_run(struct lstmd_pool *p, void (*fn)(void *arg, int index), void *arg);

@@ -1,12 +1,8 @@
 /* rng.c — xoshiro256** (Blackman & Vigna), seeded through splitmix64. */
 #include "rng.h"
 
-#include <inttypes.h>
 #include <math.h>
-#include <stdio.h>
-#include <string.h>
 
-#include "../kernels/status.h"
 
 static uint64_t splitmix64(uint64_t *x) {
   uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
@@ -50,23 +46,4 @@ float lstmd_rng_normal(struct lstmd_rng *r) {
   double u1 = ((lstmd_rng_next(r) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
   double u2 = (lstmd_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
   return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
-}
-
-void lstmd_rng_format(const struct lstmd_rng *r, char *buf) {
-  for (int i = 0; i < 4; i++) snprintf(buf + 16 * i, 17, "%016" PRIx64, r->s[i]);
-}
-
-int lstmd_rng_parse(struct lstmd_rng *r, const char *text) {
-  if (strlen(text) != 64) return LSTMD_EFORMAT;
-  for (int i = 0; i < 4; i++) {
-    uint64_t v = 0;
-    for (int k = 0; k < 16; k++) {
-      char ch = text[16 * i + k];
-      int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
-      if (d < 0) return LSTMD_EFORMAT;
-      v = v << 4 | (uint64_t)d;
-    }
-    r->s[i] = v;
-  }
-  return LSTMD_OK;
 }

@@ -1,5 +1,6 @@
-/* rng.h — xoshiro256** random streams: seeded from a u64 and a stream id, serialisable as text
- * so that checkpoints restore them exactly. */
+/* rng.h — xoshiro256** random streams seeded from a u64 and a stream id (parameter
+ * initialisation, epoch permutations, sampling), plus a stateless mixer for counter-based random
+ * numbers (dropout masks). */
 #ifndef LSTMD_RNG_H
 #define LSTMD_RNG_H
 
@@ -27,9 +28,5 @@ static inline uint64_t lstmd_hash64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-/* Text form: 64 hex digits. buf must hold LSTMD_RNG_TEXT_BYTES. Parse returns 0 or LSTMD_EFORMAT. */
-#define LSTMD_RNG_TEXT_BYTES 65
-void lstmd_rng_format(const struct lstmd_rng *r, char *buf);
-int lstmd_rng_parse(struct lstmd_rng *r, const char *text);
 
 #endif

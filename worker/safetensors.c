@@ -225,7 +225,6 @@ static const struct st_entry *find(const struct lstmd_st_file *f, const char *na
   return NULL;
 }
 
-int lstmd_st_has(const struct lstmd_st_file *f, const char *name) { return find(f, name) != NULL; }
 
 int lstmd_st_check_f32(const struct lstmd_st_file *f, const char *name, int rank,
                        const int64_t *shape) {

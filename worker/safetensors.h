@@ -39,7 +39,5 @@ int lstmd_st_read_f32(const struct lstmd_st_file *f, const char *name, int rank,
  * Returns LSTMD_EFORMAT with a message naming the file otherwise. */
 int lstmd_st_check_f32(const struct lstmd_st_file *f, const char *name, int rank,
                        const int64_t *shape);
-/* 1 if the file has a tensor called name. */
-int lstmd_st_has(const struct lstmd_st_file *f, const char *name);
 
 #endif

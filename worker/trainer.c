@@ -155,9 +155,11 @@ static int train_loop(struct run *r) {
   }
   double elapsed = lstmd_trace_now() - t0;
   if (r->rank == 0 && r->progress.step > first_step)
-    lstmd_metrics_note(&r->metrics, "trained steps %ld..%ld in %.1f s of training (%.0f tokens/s)",
-                       first_step + 1, r->progress.step, elapsed,
-                       (r->progress.step - first_step) * tokens_per_step / elapsed);
+    lstmd_metrics_note(&r->metrics, "trained steps %ld..%ld in %.1f s of training (%.0f tokens/s, "
+                       "%.1f GFLOP/s)", first_step + 1, r->progress.step, elapsed,
+                       (r->progress.step - first_step) * tokens_per_step / elapsed,
+                       (r->progress.step - first_step) * tokens_per_step *
+                           lstmd_model_flops_per_token(&r->model->shape) / elapsed / 1e9);
   /* On a stop request the checkpoint comes first and alone: the launcher's grace period before
    * SIGKILL may be short (mpirun: odls_base_sigkill_timeout, 1 s by default; Slurm: KillWait). */
   if (!stop && !(cfg->eval_every && r->progress.step % cfg->eval_every == 0)) evaluate_now(r);
