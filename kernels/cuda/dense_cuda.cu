@@ -1,0 +1,164 @@
+/* dense_cuda.cu — CUDA kernels behind dense_cuda.h. One thread per element for the
+ * element-wise updates (grid-stride loops), one block per row for the softmax. */
+#include "dense_cuda.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+
+extern "C" {
+#include "../status.h"
+}
+
+static int check(const char *what) {
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return LSTMD_OK;
+  lstmd_errorf("CUDA: %s: %s", what, cudaGetErrorString(e));
+  return LSTMD_ECUDA;
+}
+
+static unsigned blocks_for(size_t n, unsigned threads) {
+  size_t b = (n + threads - 1) / threads;
+  return (unsigned)(b > 65535 * 8 ? 65535 * 8 : (b ? b : 1));
+}
+
+extern "C" int lstmd_cuda_device_count(void) {
+  int n = 0; /* left unwritten when there is no driver (PLATFORM.md) */
+  if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+  cudaGetLastError();
+  return n;
+}
+
+__global__ void embedding_forward(int N, int E, const float *table, const int32_t *ids, float *out) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)N * E;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t n = i / E, e = i % E;
+    out[i] = table[(size_t)ids[n] * E + e];
+  }
+}
+
+__global__ void embedding_backward(int N, int E, const float *dout, const int32_t *ids, float *dtable) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)N * E;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t n = i / E, e = i % E;
+    atomicAdd(&dtable[(size_t)ids[n] * E + e], dout[i]);
+  }
+}
+
+extern "C" int lstmd_cuda_embedding_forward(int N, int E, const float *table, const int32_t *ids,
+                                            float *out, void *stream) {
+  embedding_forward<<<blocks_for((size_t)N * E, 256), 256, 0, (cudaStream_t)stream>>>(N, E, table, ids, out);
+  return check("embedding forward");
+}
+
+extern "C" int lstmd_cuda_embedding_backward(int N, int E, const float *dout, const int32_t *ids,
+                                             float *dtable, void *stream) {
+  embedding_backward<<<blocks_for((size_t)N * E, 256), 256, 0, (cudaStream_t)stream>>>(N, E, dout, ids, dtable);
+  return check("embedding backward");
+}
+
+/* Block-wide reduction of one value per thread (blockDim.x a multiple of 32, at most 1024). */
+template <bool kMax>
+__device__ float block_reduce(float v, float *shared) {
+  for (int o = 16; o > 0; o >>= 1) {
+    float w = __shfl_down_sync(0xffffffffu, v, o);
+    v = kMax ? fmaxf(v, w) : v + w;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = threadIdx.x < warps ? shared[threadIdx.x] : (kMax ? -INFINITY : 0.0f);
+  if (warp == 0)
+    for (int o = 16; o > 0; o >>= 1) {
+      float w = __shfl_down_sync(0xffffffffu, v, o);
+      v = kMax ? fmaxf(v, w) : v + w;
+    }
+  if (threadIdx.x == 0) shared[0] = v;
+  __syncthreads();
+  v = shared[0];
+  __syncthreads();
+  return v;
+}
+
+__global__ void softmax_xent(int V, float *logits, const int32_t *targets, float grad_scale,
+                             float *row_loss) {
+  __shared__ float shared[32];
+  float *z = logits + (size_t)blockIdx.x * V;
+  float mx = -INFINITY;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, z[v]);
+  mx = block_reduce<true>(mx, shared);
+  float sum = 0.0f;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) sum += expf(z[v] - mx);
+  sum = block_reduce<false>(sum, shared);
+  const float logsum = logf(sum) + mx;
+  const int t = targets[blockIdx.x];
+  if (threadIdx.x == 0) row_loss[blockIdx.x] = logsum - z[t];
+  __syncthreads();
+  if (grad_scale != 0.0f)
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+      z[v] = grad_scale * (expf(z[v] - logsum) - (v == t ? 1.0f : 0.0f));
+}
+
+extern "C" int lstmd_cuda_softmax_xent(int N, int V, float *logits, const int32_t *targets,
+                                       float grad_scale, float *row_loss, void *stream) {
+  if (N > 0) softmax_xent<<<N, 128, 0, (cudaStream_t)stream>>>(V, logits, targets, grad_scale, row_loss);
+  return check("softmax cross-entropy");
+}
+
+__global__ void adamw(size_t n, float *p, const float *g, float *m, float *v, float step_size,
+                      float bc2_sqrt, float decay, float beta1, float beta2, float eps) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    float gi = g[i];
+    float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+    float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+  }
+}
+
+extern "C" int lstmd_cuda_adamw(size_t n, float *p, const float *g, float *m, float *v, float lr,
+                                float beta1, float beta2, float eps, float weight_decay, long step,
+                                void *stream) {
+  const float bc1 = 1.0f - (float)pow(beta1, (double)step);
+  const float bc2_sqrt = (float)sqrt(1.0 - pow(beta2, (double)step));
+  adamw<<<blocks_for(n, 256), 256, 0, (cudaStream_t)stream>>>(n, p, g, m, v, lr / bc1, bc2_sqrt,
+                                                               1.0f - lr * weight_decay, beta1, beta2, eps);
+  return check("AdamW");
+}
+
+__global__ void sgd(size_t n, float *p, const float *g, float *buf, float lr, float momentum,
+                    float weight_decay) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    float d = g[i] + weight_decay * p[i];
+    float b = momentum * buf[i] + d;
+    buf[i] = b;
+    p[i] -= lr * b;
+  }
+}
+
+extern "C" int lstmd_cuda_sgd(size_t n, float *p, const float *g, float *buf, float lr,
+                              float momentum, float weight_decay, void *stream) {
+  sgd<<<blocks_for(n, 256), 256, 0, (cudaStream_t)stream>>>(n, p, g, buf, lr, momentum, weight_decay);
+  return check("SGD");
+}
+
+__global__ void sumsq(size_t n, const float *x, double *out) {
+  __shared__ double partial[256];
+  double s = 0.0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    s += (double)x[i] * x[i];
+  partial[threadIdx.x] = s;
+  __syncthreads();
+  for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+    if (threadIdx.x < k) partial[threadIdx.x] += partial[threadIdx.x + k];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) atomicAdd(out, partial[0]);
+}
+
+extern "C" int lstmd_cuda_sumsq(size_t n, const float *x, double *out, void *stream) {
+  unsigned b = blocks_for(n, 256);
+  sumsq<<<b > 1024 ? 1024 : b, 256, 0, (cudaStream_t)stream>>>(n, x, out);
+  return check("squared norm");
+}
