@@ -22,6 +22,8 @@ void lstmd_comm_abort(struct lstmd_comm *c, int exit_code);
 int lstmd_comm_rank(const struct lstmd_comm *c);
 int lstmd_comm_size(const struct lstmd_comm *c);
 int lstmd_comm_local_rank(const struct lstmd_comm *c);
+/* Ranks on this node (MPI_COMM_TYPE_SHARED). */
+int lstmd_comm_local_size(const struct lstmd_comm *c);
 /* Host name of this rank (for messages). */
 const char *lstmd_comm_host(const struct lstmd_comm *c);
 /* "MPI <major>.<minor>, <library version string>" of the MPI library loaded at run time, first

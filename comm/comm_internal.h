@@ -8,7 +8,7 @@ struct lstmd_comm {
   MPI_Comm world;  /* collectives of the main thread */
   MPI_Comm grads;  /* the reducer thread's own, so its collectives never interleave with those */
   MPI_Comm local;  /* ranks on this node */
-  int rank, size, local_rank;
+  int rank, size, local_rank, local_size;
   int we_initialized; /* MPI_Init was ours, so MPI_Finalize is too */
   char host[MPI_MAX_PROCESSOR_NAME];
 };

@@ -82,6 +82,7 @@ int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out) {
           MPI_SUCCESS ||
       MPI_Comm_set_errhandler(c->local, MPI_ERRORS_RETURN) != MPI_SUCCESS ||
       MPI_Comm_rank(c->local, &c->local_rank) != MPI_SUCCESS ||
+      MPI_Comm_size(c->local, &c->local_size) != MPI_SUCCESS ||
       MPI_Get_processor_name(c->host, &len) != MPI_SUCCESS) {
     lstmd_errorf("MPI communicator set-up failed");
     lstmd_comm_finalize(c);
@@ -108,6 +109,7 @@ void lstmd_comm_abort(struct lstmd_comm *c, int exit_code) {
 int lstmd_comm_rank(const struct lstmd_comm *c) { return c->rank; }
 int lstmd_comm_size(const struct lstmd_comm *c) { return c->size; }
 int lstmd_comm_local_rank(const struct lstmd_comm *c) { return c->local_rank; }
+int lstmd_comm_local_size(const struct lstmd_comm *c) { return c->local_size; }
 const char *lstmd_comm_host(const struct lstmd_comm *c) { return c->host; }
 
 void lstmd_comm_describe_library(char *buf, size_t n) {

@@ -78,7 +78,7 @@ static const struct cfg_key kKeys[] = {
     {"train", "log_every", CFG_LONG, F(log_every), 0, "10", 0, 1e12, NULL,
      "steps between progress lines and metrics records"},
     {"train", "threads", CFG_INT, F(threads), 0, "0", 0, 1024, NULL,
-     "threads per rank the batch is split across (0: all cores)"},
+     "threads per rank the batch is split across (0: cores / ranks on the node)"},
     {"train", "bucket_mb", CFG_DOUBLE, F(bucket_mb), 0, "4", 0.01, 1024, NULL,
      "gradient all-reduce bucket size (MiB); buckets go out while backward runs"},
 };

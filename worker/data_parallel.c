@@ -127,7 +127,10 @@ int lstmd_dp_create(struct lstmd_model *m, const struct lstmd_dp_config *cfg,
   dp->rank = comm ? lstmd_comm_rank(comm) : 0;
   dp->world = comm ? lstmd_comm_size(comm) : 1;
   pthread_mutex_init(&dp->mu, NULL);
-  const int threads = cfg->threads > 0 ? cfg->threads : lstmd_cpu_cores();
+  /* threads = 0: this node's cores shared among the ranks on it */
+  const int local_ranks = comm ? lstmd_comm_local_size(comm) : 1;
+  int threads = cfg->threads > 0 ? cfg->threads : lstmd_cpu_cores() / local_ranks;
+  if (threads < 1) threads = 1;
   int n = threads < cfg->batch ? threads : cfg->batch;
   if (n > kMaxSlices) n = kMaxSlices;
   dp->blas_threads = threads / n;

@@ -23,7 +23,7 @@ struct lstmd_dp;
 
 struct lstmd_dp_config {
   int seq_len, batch;   /* T and this rank's B */
-  int threads;          /* threads of this rank (0: all cores) */
+  int threads;          /* threads of this rank (0: the node's cores / ranks on the node) */
   int carry_state;      /* stream order: state carried between windows */
   float dropout;
   uint64_t seed;
