@@ -22,7 +22,7 @@ head -c 200000 "$SRC/data/fortunes.txt" > "$TMP/small.txt"
 "$LSTMD" prepare text --input "$TMP/small.txt" --out "$TMP/ds" 2>/dev/null || bad "prepare text"
 common=(--set data.path="$TMP/ds" --set data.seq_len=16 --set data.batch_size=4
         --set model.embed=8 --set model.hidden=16 --set model.layers=2
-        --set train.log_every=0 --set train.eval_every=0 --set train.threads=1)
+        --set train.log_every=2 --set train.eval_every=0 --set train.threads=1)
 
 # run DIR STEPS [extra args...]: trains in DIR with run_dir "run" (same config text everywhere).
 run() {
@@ -61,6 +61,9 @@ for v in "${variants[@]}"; do
       --set train.checkpoint_every=6 "${extra[@]}" --resume >/dev/null 2>"$d/part/log.resume") \
     || bad "$v: resume failed: $(tail -2 "$d/part/log.resume")"
   grep -q "resumed from run/latest.safetensors at step 6" "$d/part/log.resume" || bad "$v: no resume message"
+  # one history: the records the interrupted run logged after step 6 are gone
+  /usr/bin/python3 -c 'import json,sys; s=[json.loads(l)["step"] for l in open(sys.argv[1]) if "\"loss\"" in l]; sys.exit(s != sorted(set(s)))' \
+    "$d/part/run/metrics.jsonl" || bad "$v: metrics.jsonl has repeated steps after the resume"
   if cmp -s "$d/full/run/step-12.safetensors" "$d/part/run/step-12.safetensors"; then
     ok "bitwise resume ($v): step 6 + resume = 12 straight steps"
   else bad "bitwise resume ($v): checkpoints differ"; fi

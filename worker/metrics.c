@@ -1,18 +1,45 @@
-/* metrics.c — progress line and metrics.jsonl (see metrics.h). */
+/* metrics.c — progress line, metrics.jsonl and the TensorBoard scalars (see metrics.h). */
+#define _GNU_SOURCE
 #include "metrics.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "../kernels/status.h"
+#include "durable.h"
 
-int lstmd_metrics_open(struct lstmd_metrics *mt, const char *run_dir) {
+/* Rewrites metrics.jsonl (atomically) without the records of steps after `step`. */
+static int drop_records_after(const char *path, long step) {
+  FILE *in = fopen(path, "r");
+  if (!in) return LSTMD_OK; /* nothing logged yet */
+  struct lstmd_durable out;
+  int rc = lstmd_durable_open(&out, path);
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t n;
+  while (!rc && (n = getline(&line, &cap, in)) > 0) {
+    const char *s = strstr(line, "\"step\":");
+    if (s && strtol(s + 7, NULL, 10) > step) continue;
+    rc = lstmd_durable_write(&out, line, (size_t)n);
+  }
+  free(line);
+  fclose(in);
+  if (rc) {
+    lstmd_durable_abort(&out);
+    return rc;
+  }
+  return lstmd_durable_commit(&out);
+}
+
+int lstmd_metrics_open(struct lstmd_metrics *mt, const char *run_dir, long resume_step) {
   char path[4096];
   memset(mt, 0, sizeof *mt);
   mt->tty = isatty(STDERR_FILENO);
   snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+  if (resume_step > 0) LSTMD_TRY(drop_records_after(path, resume_step));
   mt->jsonl = fopen(path, "a");
   if (!mt->jsonl) {
     lstmd_errorf("%s: cannot open for appending", path);

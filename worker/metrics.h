@@ -28,9 +28,11 @@ struct lstmd_step_report {
   double comm_wait_s;     /* per step: all-reduce time not hidden behind backward */
 };
 
-/* Opens <run_dir>/metrics.jsonl for appending and a new TensorBoard event file there.
- * Returns 0 or LSTMD_EIO. */
-int lstmd_metrics_open(struct lstmd_metrics *mt, const char *run_dir);
+/* Opens <run_dir>/metrics.jsonl for appending and a new TensorBoard event file there. A run
+ * that resumes at `resume_step` (0: a fresh start keeps the file as it is) first drops the
+ * records of later steps, which the interrupted run logged after its last checkpoint, so the
+ * file holds one history. Returns 0 or LSTMD_EIO. */
+int lstmd_metrics_open(struct lstmd_metrics *mt, const char *run_dir, long resume_step);
 void lstmd_metrics_close(struct lstmd_metrics *mt);
 void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report *r);
 /* kind_is_text selects whether bits per character are reported. */

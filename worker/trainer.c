@@ -204,7 +204,8 @@ int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_jso
     int local = LSTMD_OK; /* rank 0's run directory must be usable before anyone trains */
     if (r.rank == 0) {
       local = lstmd_mkdir_p(cfg->run_dir);
-      if (!local) local = lstmd_metrics_open(&r.metrics, cfg->run_dir);
+      if (!local)
+        local = lstmd_metrics_open(&r.metrics, cfg->run_dir, r.resumed ? r.progress.step : 0);
       if (!local) describe_run(&r, resume_path);
     }
     double failed = local ? 1.0 : 0.0;
