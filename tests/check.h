@@ -42,4 +42,15 @@ static inline double test_uniform(unsigned long long *state, double scale) {
   return ((double)(*state >> 11) / 9007199254740992.0 * 2.0 - 1.0) * scale;
 }
 
+/* n floats uniform in [-scale, scale] (malloc'd); copy (may be NULL) gets them as doubles. */
+static inline float *test_rand_floats(unsigned long long *state, size_t n, double scale,
+                                      double *copy) {
+  float *x = malloc(n * sizeof *x);
+  for (size_t i = 0; i < n; i++) {
+    x[i] = (float)test_uniform(state, scale);
+    if (copy) copy[i] = x[i];
+  }
+  return x;
+}
+
 #endif

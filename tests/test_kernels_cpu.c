@@ -15,12 +15,7 @@
 static unsigned long long g_seed = 12345;
 
 static float *rand_f(size_t n, double scale, double *copy) {
-  float *x = malloc(n * sizeof *x);
-  for (size_t i = 0; i < n; i++) {
-    x[i] = (float)test_uniform(&g_seed, scale);
-    if (copy) copy[i] = x[i];
-  }
-  return x;
+  return test_rand_floats(&g_seed, n, scale, copy);
 }
 static double *zeros_d(size_t n) { return calloc(n, sizeof(double)); }
 static float *zeros_f(size_t n) { return calloc(n, sizeof(float)); }

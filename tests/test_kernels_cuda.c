@@ -20,12 +20,7 @@ static void to_host(float *h, const float *d, size_t n) {
   cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost);
 }
 static float *rand_host(size_t n, double scale, double *copy) {
-  float *x = malloc(n * sizeof *x);
-  for (size_t i = 0; i < n; i++) {
-    x[i] = (float)test_uniform(&g_seed, scale);
-    if (copy) copy[i] = x[i];
-  }
-  return x;
+  return test_rand_floats(&g_seed, n, scale, copy);
 }
 
 static void test_embedding(void) {
