@@ -97,7 +97,7 @@ int lstmd_cmd_train(int argc, char **argv) {
   }
   install_stop_handlers();
   int all_know = 0;
-  rc = lstmd_train_run(&cfg, json, resume, comm, &all_know);
+  rc = lstmd_train_run(&cfg, json, resume, comm, NULL, &all_know);
   free(json);
   if (rc && world > 1 && !all_know) {
     /* This rank cannot go on; the others may be waiting for it in a collective. */

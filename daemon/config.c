@@ -174,7 +174,8 @@ void lstmd_config_defaults(struct lstmd_train_config *c) {
 }
 
 struct ini_ctx {
-  struct lstmd_train_config *c;
+  lstmd_config_pair_fn fn;
+  void *user;
   char first_error[512];
 };
 
@@ -193,25 +194,16 @@ static const char *strip_inline_comment(const char *value, char *buf, size_t n) 
 
 static int on_ini_pair(void *user, const char *section, const char *name, const char *raw) {
   struct ini_ctx *ctx = user;
-  char err[384], value_buf[1100];
+  char err[384], value_buf[1100], dotted[192];
   const char *value = strip_inline_comment(raw, value_buf, sizeof value_buf);
-  const struct cfg_key *k = find_key(section, name);
-  int rc;
-  if (!k) {
-    snprintf(err, sizeof err, "unknown key '%s.%s' (lstmd train --help lists them)", section, name);
-    rc = LSTMD_ECONFIG;
-  } else {
-    rc = set_value(ctx->c, k, value, err, sizeof err);
-  }
-  if (rc && !ctx->first_error[0]) {
-    if (k) snprintf(ctx->first_error, sizeof ctx->first_error, "%s.%s: %s", section, name, err);
-    else snprintf(ctx->first_error, sizeof ctx->first_error, "%s", err);
-  }
+  snprintf(dotted, sizeof dotted, "%s.%s", section, name);
+  int rc = ctx->fn(ctx->user, dotted, value, err, sizeof err);
+  if (rc && !ctx->first_error[0]) snprintf(ctx->first_error, sizeof ctx->first_error, "%s", err);
   return rc == 0;
 }
 
-int lstmd_config_load_ini(struct lstmd_train_config *c, const char *path) {
-  struct ini_ctx ctx = {.c = c};
+int lstmd_config_read_ini(const char *path, lstmd_config_pair_fn fn, void *user) {
+  struct ini_ctx ctx = {.fn = fn, .user = user};
   int line = ini_parse(path, on_ini_pair, &ctx);
   if (line < 0) {
     lstmd_errorf("%s: cannot read config file", path);
@@ -224,10 +216,9 @@ int lstmd_config_load_ini(struct lstmd_train_config *c, const char *path) {
   return LSTMD_OK;
 }
 
-/* Applies "section.key" = value; `origin` names where it came from in messages. */
-static int set_dotted(struct lstmd_train_config *c, const char *dotted, const char *value,
-                      const char *origin) {
-  char section[64], err[384];
+int lstmd_config_set_key(struct lstmd_train_config *c, const char *dotted, const char *value,
+                         char *err, size_t errlen) {
+  char section[64];
   const char *dot = strchr(dotted, '.');
   size_t n = dot ? (size_t)(dot - dotted) : 0;
   const struct cfg_key *k = NULL;
@@ -237,14 +228,32 @@ static int set_dotted(struct lstmd_train_config *c, const char *dotted, const ch
     k = find_key(section, dot + 1);
   }
   if (!k) {
-    lstmd_errorf("%s: unknown config key '%s' (lstmd train --help lists them)", origin, dotted);
+    snprintf(err, errlen, "unknown config key '%s' (lstmd train --help lists them)", dotted);
     return LSTMD_ECONFIG;
   }
-  if (set_value(c, k, value, err, sizeof err) != 0) {
-    lstmd_errorf("%s: %s: %s", origin, dotted, err);
+  char why[384];
+  if (set_value(c, k, value, why, sizeof why) != 0) {
+    snprintf(err, errlen, "%s: %s", dotted, why);
     return LSTMD_ECONFIG;
   }
   return LSTMD_OK;
+}
+
+static int apply_pair(void *user, const char *dotted, const char *value, char *err, size_t n) {
+  return lstmd_config_set_key(user, dotted, value, err, n);
+}
+
+int lstmd_config_load_ini(struct lstmd_train_config *c, const char *path) {
+  return lstmd_config_read_ini(path, apply_pair, c);
+}
+
+/* Applies "section.key" = value; `origin` names where it came from in messages. */
+static int set_dotted(struct lstmd_train_config *c, const char *dotted, const char *value,
+                      const char *origin) {
+  char err[512];
+  int rc = lstmd_config_set_key(c, dotted, value, err, sizeof err);
+  if (rc) lstmd_errorf("%s: %s", origin, err);
+  return rc;
 }
 
 int lstmd_config_set(struct lstmd_train_config *c, const char *assignment) {
@@ -279,16 +288,23 @@ int lstmd_config_load_json(struct lstmd_train_config *c, const char *json_text) 
   return rc;
 }
 
-int lstmd_config_validate(const struct lstmd_train_config *c) {
+int lstmd_config_check(const struct lstmd_train_config *c, char *err, size_t n) {
   if (!c->data_path[0]) {
-    lstmd_errorf("data.path is required (a directory made by lstmd prepare)");
+    snprintf(err, n, "data.path is required (a directory made by lstmd prepare)");
     return LSTMD_ECONFIG;
   }
   if (!c->run_dir[0]) {
-    lstmd_errorf("train.run_dir must not be empty");
+    snprintf(err, n, "train.run_dir must not be empty");
     return LSTMD_ECONFIG;
   }
   return LSTMD_OK;
+}
+
+int lstmd_config_validate(const struct lstmd_train_config *c) {
+  char err[256];
+  int rc = lstmd_config_check(c, err, sizeof err);
+  if (rc) lstmd_errorf("%s", err);
+  return rc;
 }
 
 void lstmd_config_print(const struct lstmd_train_config *c, FILE *out) {

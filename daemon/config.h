@@ -5,6 +5,7 @@
 #ifndef LSTMD_CONFIG_H
 #define LSTMD_CONFIG_H
 
+#include <stddef.h>
 #include <stdio.h>
 
 #include "../worker/train_config.h"
@@ -13,12 +14,22 @@ void lstmd_config_defaults(struct lstmd_train_config *c);
 /* Applies an INI file. Errors print "FILE:LINE: ..." and return LSTMD_ECONFIG (LSTMD_EIO when
  * the file cannot be read). */
 int lstmd_config_load_ini(struct lstmd_train_config *c, const char *path);
-/* Applies one "section.key=value" assignment. */
+/* Calls fn for every "section.key" = value of an INI file, inline comments dropped, stopping at
+ * the first nonzero return (whose err is then printed with FILE:LINE). */
+typedef int (*lstmd_config_pair_fn)(void *user, const char *dotted, const char *value, char *err,
+                                    size_t n);
+int lstmd_config_read_ini(const char *path, lstmd_config_pair_fn fn, void *user);
+/* Applies one "section.key" = value quietly: LSTMD_ECONFIG with the reason (naming the key) in
+ * err. What the daemon uses for the settings of submitted jobs. */
+int lstmd_config_set_key(struct lstmd_train_config *c, const char *dotted, const char *value,
+                         char *err, size_t n);
+/* Applies one "section.key=value" assignment (--set; messages on stderr). */
 int lstmd_config_set(struct lstmd_train_config *c, const char *assignment);
 /* Applies a JSON object {"section.key": "value", ...} (as stored in checkpoints). */
 int lstmd_config_load_json(struct lstmd_train_config *c, const char *json_text);
-/* Checks what single keys cannot: required keys present. */
+/* Checks what single keys cannot: required keys present. _check writes the reason into err. */
 int lstmd_config_validate(const struct lstmd_train_config *c);
+int lstmd_config_check(const struct lstmd_train_config *c, char *err, size_t n);
 /* "section.key = value" lines. */
 void lstmd_config_print(const struct lstmd_train_config *c, FILE *out);
 /* JSON object text of every key (malloc'd; NULL on allocation failure). */

@@ -1,8 +1,13 @@
 /* status.c — messages and names for the status list in status.h, and error printing. */
 #include "status.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
+
+static pthread_mutex_t g_last_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_last[1024];
 
 const char *lstmd_strerror(int status) {
   switch (status) {
@@ -27,9 +32,25 @@ const char *lstmd_status_name(int status) {
 }
 
 void lstmd_verrorf(const char *fmt, va_list ap) {
-  fputs("lstmd: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  char msg[sizeof g_last];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  fprintf(stderr, "lstmd: %s\n", msg);
+  pthread_mutex_lock(&g_last_mu);
+  memcpy(g_last, msg, sizeof g_last);
+  pthread_mutex_unlock(&g_last_mu);
+}
+
+void lstmd_last_error(char *buf, size_t n) {
+  if (!n) return;
+  pthread_mutex_lock(&g_last_mu);
+  snprintf(buf, n, "%s", g_last);
+  pthread_mutex_unlock(&g_last_mu);
+}
+
+void lstmd_last_error_clear(void) {
+  pthread_mutex_lock(&g_last_mu);
+  g_last[0] = '\0';
+  pthread_mutex_unlock(&g_last_mu);
 }
 
 void lstmd_errorf(const char *fmt, ...) {

@@ -34,7 +34,12 @@ const char *lstmd_status_name(int status);
 /* Prints "lstmd: <message>" to stderr; use for user-facing errors. printf-style. */
 void lstmd_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #include <stdarg.h>
+#include <stddef.h>
 void lstmd_verrorf(const char *fmt, va_list ap);
+/* The last message lstmd_errorf printed in this process, from any thread ("" after _clear), for
+ * reports such as the reason a daemon job failed. */
+void lstmd_last_error(char *buf, size_t n);
+void lstmd_last_error_clear(void);
 
 /* Pass a failure up, leaving a breadcrumb (file:line and the failing expression) on stderr
  * when LSTMD_TRACE is set in the environment. */

@@ -89,6 +89,14 @@ void lstmd_batch_free(struct lstmd_batch *b) {
   memset(b, 0, sizeof *b);
 }
 
+void lstmd_batch_zero(struct lstmd_batch *b) {
+  const size_t tb = (size_t)b->steps * b->batch;
+  if (b->ids) memset(b->ids, 0, tb * sizeof *b->ids);
+  if (b->targets) memset(b->targets, 0, tb * sizeof *b->targets);
+  if (b->x) memset(b->x, 0, tb * b->width * sizeof *b->x);
+  if (b->y) memset(b->y, 0, tb * b->horizon * sizeof *b->y);
+}
+
 void lstmd_batch_slice(const struct lstmd_batch *src, int col0, struct lstmd_batch *dst) {
   const int n = dst->batch, W = src->width, K = src->horizon;
   for (int t = 0; t < src->steps; t++) {

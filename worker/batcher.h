@@ -44,6 +44,8 @@ int lstmd_batcher_set_cursor(struct lstmd_batcher *b, struct lstmd_batcher_curso
 /* A standalone batch buffer of T×B for this dataset (free with lstmd_batch_free). */
 int lstmd_batch_alloc(const struct lstmd_dataset *ds, int steps, int batch, struct lstmd_batch *b);
 void lstmd_batch_free(struct lstmd_batch *b);
+/* Sets every input and target of b to zero (valid ids and values). */
+void lstmd_batch_zero(struct lstmd_batch *b);
 /* Copies columns [col0, col0 + dst->batch) of src into dst (same steps, kind and widths). */
 void lstmd_batch_slice(const struct lstmd_batch *src, int col0, struct lstmd_batch *dst);
 

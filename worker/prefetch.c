@@ -95,8 +95,12 @@ int lstmd_prefetch_next(struct lstmd_prefetch *p, const struct lstmd_batch **bat
   while (p->filled < p->consumed) pthread_cond_wait(&p->changed, &p->mu);
   struct slot *s = &p->slots[(p->consumed - 1) % kSlots];
   pthread_mutex_unlock(&p->mu);
-  if (s->status) return s->status;
   *batch = &s->batch;
+  if (s->status) {
+    lstmd_batch_zero(&s->batch); /* the caller may still run it to keep in step with other ranks */
+    *reset = 1;
+    return s->status;
+  }
   *reset = s->reset;
   p->cursor = s->cursor_after;
   return LSTMD_OK;

@@ -14,7 +14,9 @@ struct lstmd_prefetch;
 int lstmd_prefetch_create(struct lstmd_batcher *b, const struct lstmd_dataset *ds, int steps,
                           int batch, struct lstmd_prefetch **out);
 void lstmd_prefetch_destroy(struct lstmd_prefetch *p);
-/* The next batch (valid until the following call) and whether the state resets before it. */
+/* The next batch (valid until the following call) and whether the state resets before it. On a
+ * read error *batch is still set, to an all-zero batch of the right shape, so that a rank can
+ * run the step with the others and vote to fail it instead of leaving them in a collective. */
 int lstmd_prefetch_next(struct lstmd_prefetch *p, const struct lstmd_batch **batch, int *reset);
 /* Cursor after the last batch returned by _next (or the batcher's, before the first). */
 struct lstmd_batcher_cursor lstmd_prefetch_cursor(const struct lstmd_prefetch *p);

@@ -39,11 +39,20 @@ static int save_checkpoint_now(struct run *r) {
   return lstmd_durable_link(path, latest);
 }
 
+/* A checkpoint only rank 0 failed to write is voted on, so that every rank stops here together
+ * (the vote costs one small all-reduce per checkpoint). */
 static int save_checkpoint(struct run *r) {
   const double t0 = lstmd_trace_now();
   int rc = save_checkpoint_now(r);
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "checkpoint", t0, lstmd_trace_now(), NULL);
-  return rc;
+  if (r->world == 1 || rc == LSTMD_ECOMM) return rc;
+  double failed = rc ? 1.0 : 0.0;
+  LSTMD_TRY(lstmd_comm_allreduce_max_f64(r->comm, &failed, 1));
+  if (failed == 0.0) return LSTMD_OK;
+  r->failure_agreed = 1;
+  if (!rc) lstmd_errorf("rank %d: stopping: rank 0 could not write the checkpoint of step %ld",
+                        r->rank, r->progress.step);
+  return rc ? rc : LSTMD_EIO;
 }
 
 /* Rank 0: validation loss, with all of this rank's threads in BLAS. */
@@ -56,27 +65,44 @@ static void evaluate_now(struct run *r) {
   int rc = lstmd_evaluate(r->model, &r->val, r->cfg->seq_len, r->cfg->batch_size, &loss, &tokens);
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "evaluation", t0, lstmd_trace_now(), NULL);
   lstmd_cpu_set_blas_threads(lstmd_dp_blas_threads(r->dp));
-  if (rc == 0)
-    lstmd_metrics_eval(&r->metrics, r->progress.step, loss, r->model->shape.kind == LSTMD_MODEL_TEXT);
+  if (rc != 0) return;
+  const int text = r->model->shape.kind == LSTMD_MODEL_TEXT;
+  lstmd_metrics_eval(&r->metrics, r->progress.step, loss, text);
+  if (r->hooks->on_eval)
+    r->hooks->on_eval(r->hooks->ctx, r->progress.step, loss, text ? loss / M_LN2 : NAN);
 }
 
 struct step_times {
   double data_s, compute_s, comm_s; /* waiting for batches, forward+backward, exposed all-reduce */
 };
 
-/* One optimizer step. *stop is set when any rank was asked to stop (SIGINT/SIGTERM). */
+static int stop_wanted(const struct run *r) {
+  return g_stop_requested || (r->hooks->stop_requested && r->hooks->stop_requested(r->hooks->ctx));
+}
+
+/* One optimizer step. *stop is set when any rank was asked to stop (SIGINT/SIGTERM, or the
+ * hooks). A rank that cannot read its batch still runs the step on a zero batch, so that the
+ * gradient all-reduces stay matched, and votes to fail it: every rank then returns the failure
+ * here, before the optimizer, and no rank is left waiting in a collective. */
 static int train_step(struct run *r, double *loss_out, double *grad_norm, int *stop,
                       struct step_times *tm) {
   const struct lstmd_train_config *cfg = r->cfg;
   struct lstmd_model *m = r->model;
   const int per_input = m->shape.kind == LSTMD_MODEL_TEXT ? 1 : m->shape.horizon;
   const double targets = (double)cfg->seq_len * r->global_batch * per_input * cfg->grad_accum;
-  double totals[2] = {0.0, g_stop_requested ? 1.0 : 0.0}; /* loss sum, stop votes */
+  double totals[3] = {0.0, stop_wanted(r) ? 1.0 : 0.0, 0.0}; /* loss sum, stop, failure votes */
+  int data_rc = LSTMD_OK;
   for (int a = 0; a < cfg->grad_accum; a++) {
     int reset;
     const struct lstmd_batch *batch;
     double t0 = lstmd_trace_now();
-    LSTMD_TRY(lstmd_prefetch_next(r->prefetch, &batch, &reset));
+    int rc = lstmd_prefetch_next(r->prefetch, &batch, &reset);
+    if (rc) {
+      if (!data_rc) lstmd_errorf("rank %d: step %ld: reading this rank's batch failed: %s",
+                                 r->rank, r->progress.step + 1, lstmd_strerror(rc));
+      data_rc = rc;
+      totals[2] = 1.0;
+    }
     if (reset) lstmd_dp_reset_state(r->dp);
     double t1 = lstmd_trace_now(), loss, comm_wait;
     LSTMD_TRY(lstmd_dp_micro_step(r->dp, batch, (float)(1.0 / targets),
@@ -91,13 +117,27 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
     tm->comm_s += comm_wait;
     totals[0] += loss;
   }
-  if (r->world > 1) LSTMD_TRY(lstmd_comm_allreduce_sum_f64(r->comm, totals, 2));
+  if (r->world > 1) LSTMD_TRY(lstmd_comm_allreduce_sum_f64(r->comm, totals, 3));
+  if (totals[2] > 0.0) {
+    r->failure_agreed = 1;
+    if (data_rc) return data_rc;
+    lstmd_errorf("rank %d: stopping at step %ld: %.0f rank(s) could not read their data",
+                 r->rank, r->progress.step + 1, totals[2]);
+    return LSTMD_EIO;
+  }
   *loss_out = totals[0] / targets;
   *stop = totals[1] > 0.0;
+  if (!isfinite(*loss_out)) { /* the same sum on every rank: an agreed failure */
+    r->failure_agreed = 1;
+    lstmd_errorf("step %ld: the training loss is not finite (%g); lower optim.lr or set "
+                 "optim.clip_norm", r->progress.step + 1, *loss_out);
+    return LSTMD_EINVAL;
+  }
   const double t_opt = lstmd_trace_now();
   int bad = lstmd_optim_step(r->optim, m->params, m->grads, grad_norm);
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "optimizer", t_opt, lstmd_trace_now(), NULL);
-  if (bad) {
+  if (bad) { /* the norm of the all-reduced gradients: the same verdict on every rank */
+    r->failure_agreed = 1;
     lstmd_errorf("step %ld: non-finite gradient norm (loss %g); lower optim.lr or set "
                  "optim.clip_norm", r->progress.step + 1, *loss_out);
     return LSTMD_EINVAL;
@@ -121,6 +161,7 @@ static void report(struct run *r, long steps, double loss, double grad_norm, dou
       .global_batch = r->global_batch, .data_wait_s = tm->data_s / steps,
       .compute_s = tm->compute_s / steps, .comm_wait_s = tm->comm_s / steps};
   lstmd_metrics_step(&r->metrics, &rep);
+  if (r->hooks->on_step) r->hooks->on_step(r->hooks->ctx, &rep);
 }
 
 static int train_loop(struct run *r) {
@@ -132,7 +173,7 @@ static int train_loop(struct run *r) {
   long interval_steps = 0;
   int stop = 0;
   while (r->progress.step < cfg->steps && !stop) {
-    double loss, grad_norm;
+    double loss = 0.0, grad_norm = 0.0;
     LSTMD_TRY(train_step(r, &loss, &grad_norm, &stop, &tm));
     interval_loss += loss;
     interval_steps++;
@@ -165,6 +206,7 @@ static int train_loop(struct run *r) {
   if (!stop && !(cfg->eval_every && r->progress.step % cfg->eval_every == 0)) evaluate_now(r);
   LSTMD_TRY(save_checkpoint(r));
   if (r->rank != 0) return LSTMD_OK;
+  if (r->hooks->on_end) r->hooks->on_end(r->hooks->ctx, r->progress.step, r->progress.step < cfg->steps);
   if (stop && r->progress.step < cfg->steps)
     lstmd_metrics_note(&r->metrics, "stopped at step %ld on request; checkpoint %s/latest.safetensors"
                        " (resume with: lstmd train --config ... --resume)", r->progress.step, cfg->run_dir);
@@ -194,9 +236,11 @@ static void describe_run(struct run *r, const char *resume_path) {
 }
 
 int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_json,
-                    const char *resume_path, struct lstmd_comm *comm, int *all_know) {
+                    const char *resume_path, struct lstmd_comm *comm,
+                    const struct lstmd_train_hooks *hooks, int *all_know) {
+  static const struct lstmd_train_hooks kNoHooks;
   struct run r = {.cfg = cfg, .config_json = config_json, .comm = comm, .train.fd = -1,
-                  .val.fd = -1};
+                  .val.fd = -1, .hooks = hooks ? hooks : &kNoHooks};
   r.rank = comm ? lstmd_comm_rank(comm) : 0;
   r.world = comm ? lstmd_comm_size(comm) : 1;
   int rc = lstmd_run_setup(&r, resume_path); /* the same status on every rank */
@@ -215,7 +259,10 @@ int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_jso
   if (!rc) rc = lstmd_trace_open(cfg->trace_path, comm, &r.trace); /* agreed on too */
   if (!rc) lstmd_dp_set_trace(r.dp, r.trace);
   *all_know = rc != 0; /* so far every failure was agreed on by all ranks */
-  if (!rc) rc = train_loop(&r);
+  if (!rc) {
+    rc = train_loop(&r);
+    *all_know = rc != 0 && r.failure_agreed;
+  }
   if (!rc) lstmd_trace_close(r.trace); /* collective: only when every rank got here */
   lstmd_run_free(&r);
   return rc;

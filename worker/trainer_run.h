@@ -12,6 +12,7 @@
 #include "optim.h"
 #include "prefetch.h"
 #include "train_config.h"
+#include "trainer.h"
 
 struct lstmd_comm;
 
@@ -31,7 +32,9 @@ struct run {
   struct lstmd_train_progress progress; /* state_h/state_c: [L, global_batch, H] */
   struct lstmd_metrics metrics;         /* rank 0 only */
   struct lstmd_trace *trace;            /* --trace, or NULL */
+  const struct lstmd_train_hooks *hooks; /* never NULL (an empty set when none was given) */
   int has_val, resumed;
+  int failure_agreed; /* the failure being returned was voted on by every rank */
 };
 
 /* Builds the run (dataset, model, optimizer, batcher, data-parallel engine), checks that every
