@@ -40,6 +40,9 @@ int lstmd_comm_allreduce_sum_f64(struct lstmd_comm *c, double *buf, int n);
 int lstmd_comm_allreduce_max_f64(struct lstmd_comm *c, double *buf, int n);
 /* Broadcast `bytes` bytes from root (any size). */
 int lstmd_comm_bcast(struct lstmd_comm *c, void *buf, size_t bytes, int root);
+/* Broadcast of a small message that may be hours away (an idle daemon's next command): the
+ * wait polls at most 20 times a second, so idle ranks cost next to no CPU. */
+int lstmd_comm_bcast_idle(struct lstmd_comm *c, void *buf, int bytes, int root);
 /* Gathers `bytes` from every rank into out (rank-major, size·bytes) on root. */
 int lstmd_comm_gather(struct lstmd_comm *c, const void *in, size_t bytes, void *out, int root);
 int lstmd_comm_barrier(struct lstmd_comm *c);

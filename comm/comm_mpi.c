@@ -35,17 +35,23 @@ static int mpi_failed(const struct lstmd_comm *c, int code, const char *what) {
     if (mpi_failed((c), (call), #call)) return LSTMD_ECOMM;    \
   } while (0)
 
-static int wait_request(struct lstmd_comm *c, MPI_Request *r) {
+/* Polls a request, sleeping between polls with a backoff that grows to max_sleep_ns: 2 ms in
+ * the training loop, 50 ms for an idle daemon's wait for its next job (20 polls a second). */
+static int wait_request_backoff(struct lstmd_comm *c, MPI_Request *r, long max_sleep_ns) {
   long sleep_ns = 1000;
   for (int spins = 0;; spins++) {
     int done = 0;
     CHECK_MPI(c, MPI_Test(r, &done, MPI_STATUS_IGNORE));
     if (done) return LSTMD_OK;
     if (spins < 200) continue;
-    struct timespec ts = {0, sleep_ns};
+    struct timespec ts = {sleep_ns / 1000000000L, sleep_ns % 1000000000L};
     nanosleep(&ts, NULL);
-    if (sleep_ns < 2000000) sleep_ns *= 2;
+    if (sleep_ns < max_sleep_ns) sleep_ns = sleep_ns * 2 < max_sleep_ns ? sleep_ns * 2 : max_sleep_ns;
   }
+}
+
+static int wait_request(struct lstmd_comm *c, MPI_Request *r) {
+  return wait_request_backoff(c, r, 2000000L);
 }
 
 int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out) {
@@ -163,6 +169,12 @@ int lstmd_comm_bcast(struct lstmd_comm *c, void *buf, size_t bytes, int root) {
     LSTMD_TRY(wait_request(c, &r));
   }
   return LSTMD_OK;
+}
+
+int lstmd_comm_bcast_idle(struct lstmd_comm *c, void *buf, int bytes, int root) {
+  MPI_Request r;
+  CHECK_MPI(c, MPI_Ibcast(buf, bytes, MPI_BYTE, root, c->world, &r));
+  return wait_request_backoff(c, &r, 50000000L);
 }
 
 int lstmd_comm_gather(struct lstmd_comm *c, const void *in, size_t bytes, void *out, int root) {

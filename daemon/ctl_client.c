@@ -1,0 +1,147 @@
+/* ctl_client.c — blocking client I/O for the control protocol (see ctl_client.h). */
+#define _GNU_SOURCE
+#include "ctl_client.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "frame.h"
+
+/* Responses are bounded too: a job list of thousands of jobs fits easily in 64 MiB. */
+enum { kMaxResponse = 64 << 20 };
+
+static int connect_unix(const char *path, char *err, size_t n) {
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof addr.sun_path) {
+    snprintf(err, n, "socket path too long: %s", path);
+    return -1;
+  }
+  strcpy(addr.sun_path, path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+    snprintf(err, n, "cannot connect to %s: %s%s", path, strerror(errno),
+             errno == ENOENT || errno == ECONNREFUSED ? " (is `lstmd serve` running?)" : "");
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static int connect_tcp(const char *address, char *err, size_t n) {
+  char host[256];
+  const char *colon = strrchr(address, ':');
+  if (!colon || colon == address || (size_t)(colon - address) >= sizeof host) {
+    snprintf(err, n, "--tcp %s: expected HOST:PORT", address);
+    return -1;
+  }
+  snprintf(host, sizeof host, "%.*s", (int)(colon - address), address);
+  if (host[0] == '[') {
+    memmove(host, host + 1, strlen(host));
+    host[strcspn(host, "]")] = '\0';
+  }
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+  int g = getaddrinfo(host, colon + 1, &hints, &res);
+  if (g != 0) {
+    snprintf(err, n, "%s: %s", address, gai_strerror(g));
+    return -1;
+  }
+  int fd = -1;
+  for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  if (fd < 0) snprintf(err, n, "cannot connect to %s: %s", address, strerror(errno));
+  freeaddrinfo(res);
+  return fd;
+}
+
+int lstmd_ctl_connect(struct lstmd_ctl *c, const char *address, int tcp, char *err, size_t n) {
+  memset(c, 0, sizeof *c);
+  snprintf(c->where, sizeof c->where, "%s", address);
+  c->fd = tcp ? connect_tcp(address, err, n) : connect_unix(address, err, n);
+  return c->fd < 0 ? -1 : 0;
+}
+
+void lstmd_ctl_close(struct lstmd_ctl *c) {
+  if (c->fd >= 0) close(c->fd);
+  c->fd = -1;
+}
+
+int lstmd_ctl_send(struct lstmd_ctl *c, Lstmd__Request *req, char *err, size_t n) {
+  if (c->token) req->token = (char *)c->token;
+  size_t len;
+  uint8_t *frame = lstmd_frame_pack(&req->base, &len);
+  if (!frame) {
+    snprintf(err, n, "out of memory");
+    return -1;
+  }
+  size_t off = 0;
+  while (off < len) {
+    ssize_t w = send(c->fd, frame + off, len - off, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      snprintf(err, n, "%s: sending failed: %s", c->where, strerror(errno));
+      free(frame);
+      return -1;
+    }
+    off += (size_t)w;
+  }
+  free(frame);
+  return 0;
+}
+
+/* Reads exactly n bytes, waiting at most timeout_ms for each piece (<0: forever). */
+static int read_exact(struct lstmd_ctl *c, uint8_t *buf, size_t len, int timeout_ms, char *err,
+                      size_t n) {
+  size_t off = 0;
+  while (off < len) {
+    struct pollfd p = {.fd = c->fd, .events = POLLIN};
+    int r = poll(&p, 1, timeout_ms);
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0) {
+      snprintf(err, n, "%s: no answer within %d ms", c->where, timeout_ms);
+      return -1;
+    }
+    ssize_t got = r < 0 ? -1 : recv(c->fd, buf + off, len - off, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      snprintf(err, n, "%s: the daemon closed the connection%s", c->where,
+               got < 0 ? strerror(errno) : "");
+      return -1;
+    }
+    off += (size_t)got;
+  }
+  return 0;
+}
+
+Lstmd__Response *lstmd_ctl_recv(struct lstmd_ctl *c, int timeout_ms, char *err, size_t n) {
+  uint8_t header[LSTMD_FRAME_HEADER];
+  uint32_t len = 0;
+  if (read_exact(c, header, sizeof header, timeout_ms, err, n)) return NULL;
+  if (lstmd_frame_peek(header, sizeof header, kMaxResponse, &len) == LSTMD_FRAME_TOO_LARGE) {
+    snprintf(err, n, "%s: response of %u bytes is too large (not a lstmd daemon?)", c->where, len);
+    return NULL;
+  }
+  uint8_t *payload = malloc(len ? len : 1);
+  if (!payload) {
+    snprintf(err, n, "out of memory");
+    return NULL;
+  }
+  Lstmd__Response *resp = NULL;
+  if (read_exact(c, payload, len, timeout_ms, err, n) == 0) {
+    resp = lstmd__response__unpack(NULL, len, payload);
+    if (!resp) snprintf(err, n, "%s: malformed response (not a lstmd daemon?)", c->where);
+  }
+  free(payload);
+  return resp;
+}

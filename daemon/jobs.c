@@ -1,0 +1,351 @@
+/* jobs.c — the job table (see jobs.h). */
+#define _GNU_SOURCE
+#include "jobs.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "../kernels/status.h"
+#include "frame.h"
+
+enum { kMaxAttempts = 3 };
+
+static int64_t now_ms(void) {
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+/* Replaces a string field of an unpacked message (whose unset strings point at protobuf-c's
+ * shared empty string, which must not be freed). */
+static void set_str(char **field, const char *value) {
+  char *copy = strdup(value);
+  if (!copy) return; /* keep the old text rather than lose the field */
+  if (*field && *field != protobuf_c_empty_string) free(*field);
+  *field = copy;
+}
+
+/* A deep copy that owns all of its memory (pack, then unpack). */
+static Lstmd__Job *copy_job(const Lstmd__Job *job) {
+  size_t n = lstmd__job__get_packed_size(job);
+  uint8_t *buf = malloc(n ? n : 1);
+  if (!buf) return NULL;
+  lstmd__job__pack(job, buf);
+  Lstmd__Job *copy = lstmd__job__unpack(NULL, n, buf);
+  free(buf);
+  return copy;
+}
+
+static Lstmd__Job *find(struct lstmd_jobs *t, uint64_t id) {
+  for (size_t i = 0; i < t->n; i++)
+    if (t->v[i]->id == id) return t->v[i];
+  return NULL;
+}
+
+static int is_final(int state) {
+  return state == LSTMD__JOB_STATE__SUCCEEDED || state == LSTMD__JOB_STATE__FAILED ||
+         state == LSTMD__JOB_STATE__CANCELLED;
+}
+
+static uint8_t *job_frame(const Lstmd__Job *job, size_t *len) {
+  Lstmd__Response resp = LSTMD__RESPONSE__INIT;
+  resp.kind_case = LSTMD__RESPONSE__KIND_JOB;
+  resp.job = (Lstmd__Job *)job;
+  return lstmd_frame_pack(&resp.base, len);
+}
+
+static uint8_t *event_frame(const Lstmd__Job *job, int final, const Lstmd__Metrics *m, size_t *len) {
+  Lstmd__Event ev = LSTMD__EVENT__INIT;
+  ev.job_id = job->id;
+  if (m) {
+    ev.kind_case = LSTMD__EVENT__KIND_METRICS;
+    ev.metrics = (Lstmd__Metrics *)m;
+  } else if (final) {
+    ev.kind_case = LSTMD__EVENT__KIND_RESULT;
+    ev.result = (Lstmd__Job *)job;
+  } else {
+    ev.kind_case = LSTMD__EVENT__KIND_STATE;
+    ev.state = (Lstmd__Job *)job;
+  }
+  Lstmd__Response resp = LSTMD__RESPONSE__INIT;
+  resp.kind_case = LSTMD__RESPONSE__KIND_EVENT;
+  resp.event = &ev;
+  return lstmd_frame_pack(&resp.base, len);
+}
+
+static void post(struct lstmd_jobs *t, const Lstmd__Job *job, const Lstmd__Metrics *m) {
+  if (!t->post) return;
+  size_t len;
+  const int final = !m && is_final(job->state);
+  uint8_t *frame = event_frame(job, final, m, &len);
+  if (frame) t->post(t->post_ctx, job->id, final, frame, len);
+}
+
+/* Journals and announces a state change (lock held). */
+static int changed(struct lstmd_jobs *t, Lstmd__Job *job) {
+  int rc = lstmd_journal_append(&t->journal, job);
+  post(t, job, NULL);
+  return rc;
+}
+
+int lstmd_jobs_open(struct lstmd_jobs *t, const char *state_dir) {
+  memset(t, 0, sizeof *t);
+  pthread_mutex_init(&t->mu, NULL);
+  pthread_cond_init(&t->wake, NULL);
+  snprintf(t->state_dir, sizeof t->state_dir, "%s", state_dir);
+  LSTMD_TRY(lstmd_journal_open(&t->journal, state_dir, &t->v, &t->n));
+  t->next_id = t->n ? t->v[t->n - 1]->id + 1 : 1;
+  for (size_t i = 0; i < t->n; i++) {
+    Lstmd__Job *job = t->v[i];
+    if (job->state != LSTMD__JOB_STATE__RUNNING) continue;
+    if (job->attempts >= kMaxAttempts) {
+      job->state = LSTMD__JOB_STATE__FAILED;
+      job->finished_ms = now_ms();
+      char why[200];
+      snprintf(why, sizeof why, "the daemon stopped under it %u times; not retried again", job->attempts);
+      set_str(&job->reason, why);
+    } else {
+      job->state = LSTMD__JOB_STATE__QUEUED;
+      set_str(&job->reason, "interrupted: the daemon stopped while it ran; resumes from its last checkpoint");
+    }
+    LSTMD_TRY(lstmd_journal_append(&t->journal, job));
+  }
+  return LSTMD_OK;
+}
+
+void lstmd_jobs_close(struct lstmd_jobs *t) {
+  for (size_t i = 0; i < t->n; i++) lstmd__job__free_unpacked(t->v[i], NULL);
+  free(t->v);
+  t->v = NULL;
+  t->n = 0;
+  lstmd_journal_close(&t->journal);
+  pthread_cond_destroy(&t->wake);
+  pthread_mutex_destroy(&t->mu);
+}
+
+void lstmd_jobs_set_post(struct lstmd_jobs *t, lstmd_jobs_post_fn fn, void *ctx) {
+  pthread_mutex_lock(&t->mu);
+  t->post = fn;
+  t->post_ctx = ctx;
+  pthread_mutex_unlock(&t->mu);
+}
+
+uint8_t *lstmd_jobs_submit(struct lstmd_jobs *t, const Lstmd__JobSpec *spec, const char *run_dir,
+                           long total_steps, size_t *len) {
+  pthread_mutex_lock(&t->mu);
+  if (t->draining) {
+    pthread_mutex_unlock(&t->mu);
+    return lstmd_frame_pack_error(LSTMD__ERROR_CODE__SHUTTING_DOWN,
+                                  "the daemon is shutting down and takes no new jobs", len);
+  }
+  char dir[1200];
+  const uint64_t id = t->next_id;
+  if (run_dir) snprintf(dir, sizeof dir, "%s", run_dir);
+  else snprintf(dir, sizeof dir, "%s/runs/job-%llu", t->state_dir, (unsigned long long)id);
+  Lstmd__Job draft = LSTMD__JOB__INIT;
+  draft.id = id;
+  draft.name = spec->name;
+  draft.state = LSTMD__JOB_STATE__QUEUED;
+  draft.n_settings = spec->n_settings;
+  draft.settings = spec->settings;
+  draft.run_dir = dir;
+  draft.total_steps = total_steps;
+  draft.val_loss = draft.val_bpc = NAN;
+  draft.submitted_ms = now_ms();
+  Lstmd__Job *job = copy_job(&draft);
+  Lstmd__Job **grown = job ? realloc(t->v, (t->n + 1) * sizeof *grown) : NULL;
+  uint8_t *reply = NULL;
+  if (!grown) {
+    reply = lstmd_frame_pack_error(LSTMD__ERROR_CODE__INTERNAL, "out of memory", len);
+  } else if (lstmd_journal_append(&t->journal, job) != 0) {
+    t->v = grown;
+    reply = lstmd_frame_pack_error(LSTMD__ERROR_CODE__INTERNAL,
+                                   "the daemon could not write its job journal (see its log)", len);
+  } else {
+    t->v = grown;
+    t->v[t->n++] = job;
+    job = NULL;
+    t->next_id++;
+    reply = job_frame(t->v[t->n - 1], len);
+    pthread_cond_broadcast(&t->wake);
+  }
+  if (job) lstmd__job__free_unpacked(job, NULL);
+  pthread_mutex_unlock(&t->mu);
+  return reply;
+}
+
+static uint8_t *not_found(uint64_t id, size_t *len) {
+  char msg[64];
+  snprintf(msg, sizeof msg, "no job %llu", (unsigned long long)id);
+  return lstmd_frame_pack_error(LSTMD__ERROR_CODE__NOT_FOUND, msg, len);
+}
+
+uint8_t *lstmd_jobs_get(struct lstmd_jobs *t, uint64_t id, size_t *len) {
+  pthread_mutex_lock(&t->mu);
+  Lstmd__Job *job = find(t, id);
+  uint8_t *reply = job ? job_frame(job, len) : not_found(id, len);
+  pthread_mutex_unlock(&t->mu);
+  return reply;
+}
+
+uint8_t *lstmd_jobs_list(struct lstmd_jobs *t, size_t *len) {
+  pthread_mutex_lock(&t->mu);
+  Lstmd__JobList list = LSTMD__JOB_LIST__INIT;
+  list.n_jobs = t->n;
+  list.jobs = t->v;
+  Lstmd__Response resp = LSTMD__RESPONSE__INIT;
+  resp.kind_case = LSTMD__RESPONSE__KIND_JOBS;
+  resp.jobs = &list;
+  uint8_t *reply = lstmd_frame_pack(&resp.base, len);
+  pthread_mutex_unlock(&t->mu);
+  return reply;
+}
+
+uint8_t *lstmd_jobs_cancel(struct lstmd_jobs *t, uint64_t id, size_t *len) {
+  pthread_mutex_lock(&t->mu);
+  Lstmd__Job *job = find(t, id);
+  uint8_t *reply;
+  if (!job) {
+    reply = not_found(id, len);
+  } else {
+    if (job->state == LSTMD__JOB_STATE__QUEUED) {
+      job->state = LSTMD__JOB_STATE__CANCELLED;
+      job->cancel_requested = 1;
+      job->finished_ms = now_ms();
+      set_str(&job->reason, "cancelled before it started");
+      changed(t, job);
+    } else if (job->state == LSTMD__JOB_STATE__RUNNING && !job->cancel_requested) {
+      job->cancel_requested = 1;
+      atomic_store(&t->stop_running, 1);
+      post(t, job, NULL);
+    }
+    reply = job_frame(job, len);
+  }
+  pthread_mutex_unlock(&t->mu);
+  return reply;
+}
+
+uint8_t *lstmd_jobs_watch(struct lstmd_jobs *t, uint64_t id, int *final, size_t *len) {
+  pthread_mutex_lock(&t->mu);
+  Lstmd__Job *job = find(t, id);
+  uint8_t *reply;
+  *final = -1;
+  if (!job) {
+    reply = not_found(id, len);
+  } else {
+    *final = is_final(job->state);
+    reply = event_frame(job, *final, NULL, len);
+  }
+  pthread_mutex_unlock(&t->mu);
+  return reply;
+}
+
+uint64_t lstmd_jobs_drain(struct lstmd_jobs *t) {
+  pthread_mutex_lock(&t->mu);
+  t->draining = 1;
+  const uint64_t running = t->running_id;
+  atomic_store(&t->stop_running, 1);
+  pthread_cond_broadcast(&t->wake);
+  pthread_mutex_unlock(&t->mu);
+  return running;
+}
+
+Lstmd__Job *lstmd_jobs_next(struct lstmd_jobs *t) {
+  pthread_mutex_lock(&t->mu);
+  Lstmd__Job *job = NULL;
+  for (;;) {
+    if (t->draining) break;
+    for (size_t i = 0; i < t->n && !job; i++)
+      if (t->v[i]->state == LSTMD__JOB_STATE__QUEUED) job = t->v[i];
+    if (job) break;
+    pthread_cond_wait(&t->wake, &t->mu);
+  }
+  Lstmd__Job *copy = NULL;
+  if (job) {
+    job->state = LSTMD__JOB_STATE__RUNNING;
+    job->attempts++;
+    job->started_ms = now_ms();
+    job->cancel_requested = 0;
+    if (job->attempts > 1) {
+      char note[160];
+      snprintf(note, sizeof note, "resumed after an interruption (attempt %u)", job->attempts);
+      set_str(&job->reason, note);
+    }
+    t->running_id = job->id;
+    atomic_store(&t->stop_running, 0);
+    changed(t, job); /* a journal failure is reported; the job still runs */
+    copy = copy_job(job);
+  }
+  pthread_mutex_unlock(&t->mu);
+  return copy;
+}
+
+void lstmd_jobs_progress(struct lstmd_jobs *t, uint64_t id, long step, long total, double loss,
+                         double lr, double grad_norm, double tokens_per_s, double elapsed_s,
+                         double eta_s) {
+  pthread_mutex_lock(&t->mu);
+  Lstmd__Job *job = find(t, id);
+  if (job) {
+    job->step = step;
+    job->total_steps = total;
+    job->loss = loss;
+    job->tokens_per_s = tokens_per_s;
+    Lstmd__Metrics m = LSTMD__METRICS__INIT;
+    m.step = step;
+    m.total_steps = total;
+    m.loss = loss;
+    m.lr = lr;
+    m.grad_norm = grad_norm;
+    m.tokens_per_s = tokens_per_s;
+    m.elapsed_s = elapsed_s;
+    m.eta_s = eta_s;
+    m.val_loss = m.val_bpc = NAN;
+    post(t, job, &m);
+  }
+  pthread_mutex_unlock(&t->mu);
+}
+
+void lstmd_jobs_eval(struct lstmd_jobs *t, uint64_t id, long step, double val_loss, double val_bpc) {
+  pthread_mutex_lock(&t->mu);
+  Lstmd__Job *job = find(t, id);
+  if (job) {
+    job->val_loss = val_loss;
+    job->val_bpc = val_bpc;
+    Lstmd__Metrics m = LSTMD__METRICS__INIT;
+    m.step = step;
+    m.total_steps = job->total_steps;
+    m.is_eval = 1;
+    m.val_loss = val_loss;
+    m.val_bpc = val_bpc;
+    post(t, job, &m);
+  }
+  pthread_mutex_unlock(&t->mu);
+}
+
+void lstmd_jobs_finish(struct lstmd_jobs *t, uint64_t id, int state, long step, const char *reason) {
+  pthread_mutex_lock(&t->mu);
+  Lstmd__Job *job = find(t, id);
+  if (job) {
+    job->state = state;
+    if (step >= 0) job->step = step;
+    set_str(&job->reason, reason ? reason : "");
+    if (is_final(state)) job->finished_ms = now_ms();
+    changed(t, job);
+  }
+  if (t->running_id == id) t->running_id = 0;
+  atomic_store(&t->stop_running, t->draining);
+  pthread_mutex_unlock(&t->mu);
+}
+
+int lstmd_jobs_stop_requested(struct lstmd_jobs *t) { return atomic_load(&t->stop_running); }
+
+int lstmd_jobs_cancel_requested(struct lstmd_jobs *t, uint64_t id) {
+  pthread_mutex_lock(&t->mu);
+  Lstmd__Job *job = find(t, id);
+  int yes = job && job->cancel_requested;
+  pthread_mutex_unlock(&t->mu);
+  return yes;
+}

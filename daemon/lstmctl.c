@@ -1,0 +1,403 @@
+/* lstmctl.c — the command-line client of `lstmd serve`: submit, status, list, cancel, watch,
+ * shutdown. Human-readable output by default, one JSON document per answer with --json.
+ *
+ * Exit status: 0 success (watch: the job SUCCEEDED); 1 the watched job FAILED or was CANCELLED,
+ * or the daemon failed internally; 2 bad usage or a request the daemon refused (invalid job
+ * settings, a malformed request, shutting down); 3 the daemon cannot be reached or the
+ * connection broke; 4 no such job; 5 wrong or missing token. */
+#define _GNU_SOURCE
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "config.h"
+#include "ctl_client.h"
+#include "frame.h"
+
+enum { kExitOk = 0, kExitJob = 1, kExitUsage = 2, kExitUnreachable = 3, kExitNotFound = 4,
+       kExitAuth = 5 };
+enum { kReplyTimeoutMs = 30000 };
+
+static int g_json;
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: lstmctl [--socket PATH | --tcp HOST:PORT --token-file F] [--json] COMMAND\n"
+          "  submit --config JOB.ini [--set section.key=value ...] [--name NAME]\n"
+          "                       queue a job; prints its id on the last line\n"
+          "  status ID            one job\n"
+          "  list                 all jobs, oldest first\n"
+          "  cancel ID            cancel (a running job stops within a step, with a checkpoint)\n"
+          "  watch ID             follow a job until it ends; exit 0 only if it SUCCEEDED\n"
+          "  shutdown             drain the daemon: checkpoint the running job and stop\n"
+          "The socket defaults to $LSTMD_SOCKET. Paths in a job (data.path, train.run_dir) are\n"
+          "resolved by the daemon, relative to its --data-root.\n"
+          "Exit status: 0 ok; 1 job failed/cancelled (watch); 2 usage or refused; 3 daemon\n"
+          "unreachable; 4 no such job; 5 wrong token.\n");
+}
+
+/* ---- printing ---- */
+
+static json_t *job_json(const Lstmd__Job *j) {
+  json_t *settings = json_object();
+  for (size_t i = 0; i < j->n_settings; i++)
+    json_object_set_new(settings, j->settings[i]->key, json_string(j->settings[i]->value));
+  json_t *o = json_pack("{s:I, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:b}",
+                        "id", (json_int_t)j->id, "name", j->name, "state",
+                        lstmd_job_state_name(j->state), "reason", j->reason, "run_dir", j->run_dir,
+                        "step", (json_int_t)j->step, "total_steps", (json_int_t)j->total_steps,
+                        "submitted_ms", (json_int_t)j->submitted_ms, "started_ms",
+                        (json_int_t)j->started_ms, "finished_ms", (json_int_t)j->finished_ms,
+                        "attempts", (int)j->attempts, "cancel_requested", j->cancel_requested);
+  /* NaN (nothing measured yet) becomes null */
+  json_object_set_new(o, "loss", j->step ? json_real(j->loss) : json_null());
+  json_object_set_new(o, "val_loss", isfinite(j->val_loss) ? json_real(j->val_loss) : json_null());
+  json_object_set_new(o, "val_bpc", isfinite(j->val_bpc) ? json_real(j->val_bpc) : json_null());
+  json_object_set_new(o, "tokens_per_s", json_real(j->tokens_per_s));
+  json_object_set_new(o, "settings", settings);
+  return o;
+}
+
+static void print_json(json_t *o) {
+  char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  if (text) puts(text);
+  free(text);
+  json_decref(o);
+  fflush(stdout);
+}
+
+static void print_job_line(const Lstmd__Job *j) {
+  printf("%-5llu %-10s %7lld/%-7lld", (unsigned long long)j->id, lstmd_job_state_name(j->state),
+         (long long)j->step, (long long)j->total_steps);
+  if (j->step) printf(" loss %.4f", j->loss);
+  if (isfinite(j->val_loss)) printf(" val %.4f", j->val_loss);
+  if (j->name[0]) printf("  %s", j->name);
+  if (j->reason[0]) printf("  (%s)", j->reason);
+  putchar('\n');
+}
+
+static void print_job(const Lstmd__Job *j) {
+  if (g_json) {
+    print_json(job_json(j));
+    return;
+  }
+  printf("job %llu%s%s: %s\n", (unsigned long long)j->id, j->name[0] ? " " : "", j->name,
+         lstmd_job_state_name(j->state));
+  if (j->reason[0]) printf("  %s\n", j->reason);
+  printf("  step %lld of %lld", (long long)j->step, (long long)j->total_steps);
+  if (j->step) printf(", loss %.4f, %.0f tokens/s", j->loss, j->tokens_per_s);
+  if (isfinite(j->val_loss)) printf(", val loss %.4f", j->val_loss);
+  if (isfinite(j->val_bpc)) printf(" (%.3f bpc)", j->val_bpc);
+  printf("\n  run dir %s, attempts %u\n", j->run_dir, j->attempts);
+  fflush(stdout);
+}
+
+static int error_exit(const Lstmd__Error *e) {
+  if (g_json) print_json(json_pack("{s:s, s:i}", "error", e->message, "code", e->code));
+  else fprintf(stderr, "lstmctl: %s\n", e->message);
+  switch (e->code) {
+    case LSTMD__ERROR_CODE__NOT_FOUND: return kExitNotFound;
+    case LSTMD__ERROR_CODE__UNAUTHENTICATED: return kExitAuth;
+    case LSTMD__ERROR_CODE__INTERNAL: return kExitJob;
+    default: return kExitUsage;
+  }
+}
+
+/* ---- requests ---- */
+
+struct settings_list {
+  Lstmd__Setting **v;
+  size_t n;
+};
+
+static int add_setting(struct settings_list *l, const char *key, const char *value) {
+  Lstmd__Setting **grown = realloc(l->v, (l->n + 1) * sizeof *grown);
+  Lstmd__Setting *s = malloc(sizeof *s);
+  if (!grown || !s) {
+    free(s);
+    return -1;
+  }
+  l->v = grown;
+  lstmd__setting__init(s);
+  s->key = strdup(key);
+  s->value = strdup(value);
+  l->v[l->n++] = s;
+  return s->key && s->value ? 0 : -1;
+}
+
+static int on_ini_pair(void *user, const char *dotted, const char *value, char *err, size_t n) {
+  if (add_setting(user, dotted, value)) {
+    snprintf(err, n, "out of memory");
+    return -1;
+  }
+  return 0;
+}
+
+/* One request, one response (watch reads more itself). */
+static Lstmd__Response *roundtrip(struct lstmd_ctl *c, Lstmd__Request *req, int *exit_code) {
+  char err[512];
+  Lstmd__Response *resp = NULL;
+  if (lstmd_ctl_send(c, req, err, sizeof err) == 0) resp = lstmd_ctl_recv(c, kReplyTimeoutMs, err, sizeof err);
+  if (!resp) {
+    fprintf(stderr, "lstmctl: %s\n", err);
+    *exit_code = kExitUnreachable;
+    return NULL;
+  }
+  if (resp->kind_case == LSTMD__RESPONSE__KIND_ERROR) {
+    *exit_code = error_exit(resp->error);
+    lstmd__response__free_unpacked(resp, NULL);
+    return NULL;
+  }
+  *exit_code = kExitOk;
+  return resp;
+}
+
+static int parse_id(const char *text, uint64_t *id) {
+  char *end;
+  unsigned long long v = text ? strtoull(text, &end, 10) : 0;
+  if (!text || !*text || *end || v == 0 || text[0] == '-') {
+    fprintf(stderr, "lstmctl: expected a job id (a positive number), got '%s'\n", text ? text : "");
+    return -1;
+  }
+  *id = v;
+  return 0;
+}
+
+static int cmd_submit(struct lstmd_ctl *c, int argc, char **argv) {
+  const char *config = NULL, *name = "";
+  struct settings_list sets = {0};
+  int rc = kExitOk;
+  for (int i = 0; i < argc && !rc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--config") && v) config = argv[++i];
+    else if (!strcmp(a, "--name") && v) name = argv[++i];
+    else if (!strcmp(a, "--set") && v) {
+      const char *eq = strchr(v, '=');
+      if (!eq || eq == v) {
+        fprintf(stderr, "lstmctl: --set %s: expected section.key=value\n", v);
+        rc = kExitUsage;
+      } else {
+        char key[128];
+        snprintf(key, sizeof key, "%.*s", (int)(eq - v), v);
+        if (add_setting(&sets, key, eq + 1)) rc = kExitJob;
+      }
+      i++;
+    } else {
+      fprintf(stderr, "lstmctl: submit: unexpected '%s'\n", a);
+      rc = kExitUsage;
+    }
+  }
+  struct settings_list all = {0};
+  if (!rc && config && lstmd_config_read_ini(config, on_ini_pair, &all) != 0) rc = kExitUsage;
+  for (size_t i = 0; i < sets.n && !rc; i++) /* --set after the file, as with lstmd train */
+    if (add_setting(&all, sets.v[i]->key, sets.v[i]->value)) rc = kExitJob;
+  if (!rc && !config && !sets.n) {
+    fprintf(stderr, "lstmctl: submit needs --config JOB.ini and/or --set options\n");
+    rc = kExitUsage;
+  }
+  if (!rc) {
+    Lstmd__JobSpec spec = LSTMD__JOB_SPEC__INIT;
+    spec.name = (char *)name;
+    spec.n_settings = all.n;
+    spec.settings = all.v;
+    Lstmd__SubmitJob submit = LSTMD__SUBMIT_JOB__INIT;
+    submit.spec = &spec;
+    Lstmd__Request req = LSTMD__REQUEST__INIT;
+    req.kind_case = LSTMD__REQUEST__KIND_SUBMIT;
+    req.submit = &submit;
+    Lstmd__Response *resp = roundtrip(c, &req, &rc);
+    if (resp && resp->kind_case == LSTMD__RESPONSE__KIND_JOB) {
+      if (g_json) print_json(job_json(resp->job));
+      else printf("submitted job %llu (%s)\n%llu\n", (unsigned long long)resp->job->id,
+                  lstmd_job_state_name(resp->job->state), (unsigned long long)resp->job->id);
+    }
+    if (resp) lstmd__response__free_unpacked(resp, NULL);
+  }
+  for (struct settings_list *l = &sets; l; l = l == &sets ? &all : NULL) {
+    for (size_t i = 0; i < l->n; i++) {
+      free(l->v[i]->key);
+      free(l->v[i]->value);
+      free(l->v[i]);
+    }
+    free(l->v);
+  }
+  return rc;
+}
+
+static int cmd_simple(struct lstmd_ctl *c, const char *cmd, const char *arg) {
+  Lstmd__Request req = LSTMD__REQUEST__INIT;
+  Lstmd__GetJob get = LSTMD__GET_JOB__INIT;
+  Lstmd__CancelJob cancel = LSTMD__CANCEL_JOB__INIT;
+  Lstmd__ListJobs list = LSTMD__LIST_JOBS__INIT;
+  Lstmd__Shutdown shutdown = LSTMD__SHUTDOWN__INIT;
+  uint64_t id = 0;
+  if ((!strcmp(cmd, "status") || !strcmp(cmd, "cancel")) && parse_id(arg, &id)) return kExitUsage;
+  if (!strcmp(cmd, "status")) {
+    get.id = id;
+    req.kind_case = LSTMD__REQUEST__KIND_GET;
+    req.get = &get;
+  } else if (!strcmp(cmd, "cancel")) {
+    cancel.id = id;
+    req.kind_case = LSTMD__REQUEST__KIND_CANCEL;
+    req.cancel = &cancel;
+  } else if (!strcmp(cmd, "list")) {
+    req.kind_case = LSTMD__REQUEST__KIND_LIST;
+    req.list = &list;
+  } else {
+    req.kind_case = LSTMD__REQUEST__KIND_SHUTDOWN;
+    req.shutdown = &shutdown;
+  }
+  int rc;
+  Lstmd__Response *resp = roundtrip(c, &req, &rc);
+  if (!resp) return rc;
+  if (resp->kind_case == LSTMD__RESPONSE__KIND_JOB) {
+    print_job(resp->job);
+  } else if (resp->kind_case == LSTMD__RESPONSE__KIND_JOBS) {
+    if (g_json) {
+      json_t *a = json_array();
+      for (size_t i = 0; i < resp->jobs->n_jobs; i++) json_array_append_new(a, job_json(resp->jobs->jobs[i]));
+      print_json(a);
+    } else {
+      printf("%-5s %-10s %15s\n", "ID", "STATE", "STEP");
+      for (size_t i = 0; i < resp->jobs->n_jobs; i++) print_job_line(resp->jobs->jobs[i]);
+    }
+  } else if (resp->kind_case == LSTMD__RESPONSE__KIND_SHUTDOWN) {
+    uint64_t running = resp->shutdown->running_job;
+    if (g_json) print_json(json_pack("{s:b, s:I}", "draining", 1, "running_job", (json_int_t)running));
+    else if (running) printf("daemon draining: checkpointing job %llu, then stopping\n", (unsigned long long)running);
+    else printf("daemon draining: no job running; stopping\n");
+  } else {
+    fprintf(stderr, "lstmctl: unexpected answer from the daemon\n");
+    rc = kExitUnreachable;
+  }
+  lstmd__response__free_unpacked(resp, NULL);
+  return rc;
+}
+
+static void print_metrics(uint64_t id, const Lstmd__Metrics *m) {
+  if (m->is_eval) {
+    printf("job %llu step %lld: val loss %.4f", (unsigned long long)id, (long long)m->step, m->val_loss);
+    if (isfinite(m->val_bpc)) printf(" (%.3f bpc)", m->val_bpc);
+    putchar('\n');
+  } else {
+    printf("job %llu step %lld/%lld: loss %.4f lr %.3g grad norm %.3g %.0f tokens/s eta %.0f s\n",
+           (unsigned long long)id, (long long)m->step, (long long)m->total_steps, m->loss, m->lr,
+           m->grad_norm, m->tokens_per_s, m->eta_s);
+  }
+  fflush(stdout);
+}
+
+static int cmd_watch(struct lstmd_ctl *c, const char *arg) {
+  uint64_t id;
+  if (parse_id(arg, &id)) return kExitUsage;
+  Lstmd__WatchJob watch = LSTMD__WATCH_JOB__INIT;
+  watch.id = id;
+  Lstmd__Request req = LSTMD__REQUEST__INIT;
+  req.kind_case = LSTMD__REQUEST__KIND_WATCH;
+  req.watch = &watch;
+  int rc;
+  Lstmd__Response *resp = roundtrip(c, &req, &rc);
+  char err[512];
+  while (resp) {
+    if (resp->kind_case != LSTMD__RESPONSE__KIND_EVENT) {
+      rc = resp->kind_case == LSTMD__RESPONSE__KIND_ERROR ? error_exit(resp->error) : kExitUnreachable;
+      lstmd__response__free_unpacked(resp, NULL);
+      return rc;
+    }
+    const Lstmd__Event *ev = resp->event;
+    const Lstmd__Job *job = ev->kind_case == LSTMD__EVENT__KIND_RESULT ? ev->result
+                            : ev->kind_case == LSTMD__EVENT__KIND_STATE ? ev->state : NULL;
+    if (g_json) {
+      json_t *o = json_pack("{s:I}", "job_id", (json_int_t)ev->job_id);
+      if (job) json_object_set_new(o, ev->kind_case == LSTMD__EVENT__KIND_RESULT ? "result" : "state", job_json(job));
+      else if (ev->metrics) json_object_set_new(o, "metrics", json_pack("{s:I, s:I, s:b, s:f, s:f, s:f, s:f}",
+          "step", (json_int_t)ev->metrics->step, "total_steps", (json_int_t)ev->metrics->total_steps,
+          "is_eval", ev->metrics->is_eval, "loss", isfinite(ev->metrics->loss) ? ev->metrics->loss : 0.0,
+          "val_loss", isfinite(ev->metrics->val_loss) ? ev->metrics->val_loss : 0.0,
+          "tokens_per_s", ev->metrics->tokens_per_s, "lr", ev->metrics->lr));
+      print_json(o);
+    } else if (job) {
+      printf("job %llu: %s%s%s\n", (unsigned long long)job->id, lstmd_job_state_name(job->state),
+             job->reason[0] ? ": " : "", job->reason);
+      fflush(stdout);
+    } else if (ev->metrics) {
+      print_metrics(ev->job_id, ev->metrics);
+    }
+    if (ev->kind_case == LSTMD__EVENT__KIND_RESULT) {
+      rc = job->state == LSTMD__JOB_STATE__SUCCEEDED ? kExitOk : kExitJob;
+      lstmd__response__free_unpacked(resp, NULL);
+      return rc;
+    }
+    lstmd__response__free_unpacked(resp, NULL);
+    resp = lstmd_ctl_recv(c, -1, err, sizeof err);
+  }
+  if (rc == kExitOk) { /* the stream broke before the job ended */
+    fprintf(stderr, "lstmctl: %s (the job has not ended; watch it again when the daemon is back)\n", err);
+    rc = kExitUnreachable;
+  }
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  const char *socket_path = getenv("LSTMD_SOCKET"), *tcp = NULL, *token_file = getenv("LSTMD_TOKEN_FILE");
+  int i = 1;
+  for (; i < argc && !strncmp(argv[i], "--", 2); i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--json")) g_json = 1;
+    else if (!strcmp(a, "--help")) {
+      usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "--socket") && v) socket_path = argv[++i];
+    else if (!strcmp(a, "--tcp") && v) tcp = argv[++i];
+    else if (!strcmp(a, "--token-file") && v) token_file = argv[++i];
+    else {
+      fprintf(stderr, "lstmctl: unknown or incomplete option '%s'\n", a);
+      usage(stderr);
+      return kExitUsage;
+    }
+  }
+  if (i >= argc) {
+    usage(stderr);
+    return kExitUsage;
+  }
+  const char *cmd = argv[i++];
+  static const char *const kCommands[] = {"submit", "status", "list", "cancel", "watch", "shutdown"};
+  int known = 0;
+  for (size_t k = 0; k < sizeof kCommands / sizeof *kCommands; k++) known |= !strcmp(cmd, kCommands[k]);
+  if (!known) {
+    fprintf(stderr, "lstmctl: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return kExitUsage;
+  }
+  if (!tcp && !socket_path) {
+    fprintf(stderr, "lstmctl: no daemon address: give --socket PATH (or set LSTMD_SOCKET), or --tcp\n");
+    return kExitUsage;
+  }
+  char token[300] = "", err[512];
+  if (tcp) {
+    FILE *f = token_file ? fopen(token_file, "r") : NULL;
+    if (!f || !fgets(token, sizeof token, f)) {
+      fprintf(stderr, "lstmctl: --tcp needs a readable --token-file (or LSTMD_TOKEN_FILE)\n");
+      if (f) fclose(f);
+      return kExitUsage;
+    }
+    fclose(f);
+    token[strcspn(token, "\r\n")] = '\0';
+  }
+  struct lstmd_ctl c;
+  if (lstmd_ctl_connect(&c, tcp ? tcp : socket_path, tcp != NULL, err, sizeof err)) {
+    fprintf(stderr, "lstmctl: %s\n", err);
+    return kExitUnreachable;
+  }
+  if (tcp) c.token = token;
+  int rc;
+  const char *arg = i < argc ? argv[i] : NULL;
+  if (!strcmp(cmd, "submit")) rc = cmd_submit(&c, argc - i, argv + i);
+  else if (!strcmp(cmd, "watch")) rc = cmd_watch(&c, arg);
+  else rc = cmd_simple(&c, cmd, arg);
+  lstmd_ctl_close(&c);
+  return rc;
+}

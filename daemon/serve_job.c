@@ -1,0 +1,37 @@
+/* serve_job.c — job settings to a training config (see serve_job.h). */
+#include "serve_job.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "../kernels/status.h"
+#include "access.h"
+#include "config.h"
+
+int lstmd_serve_job_config(Lstmd__Setting *const *settings, size_t n, const char *data_root,
+                           struct lstmd_train_config *cfg, int *has_run_dir, char *err,
+                           size_t errlen) {
+  lstmd_config_defaults(cfg);
+  *has_run_dir = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (lstmd_config_set_key(cfg, settings[i]->key, settings[i]->value, err, errlen))
+      return LSTMD_ECONFIG;
+    if (!strcmp(settings[i]->key, "train.run_dir")) *has_run_dir = 1;
+  }
+  if (lstmd_config_check(cfg, err, errlen)) return LSTMD_ECONFIG;
+  char resolved[sizeof cfg->data_path], why[1400];
+  if (lstmd_path_inside(data_root, cfg->data_path, 1, resolved, sizeof resolved, why, sizeof why)) {
+    snprintf(err, errlen, "data.path: %s", why);
+    return LSTMD_ECONFIG;
+  }
+  memcpy(cfg->data_path, resolved, sizeof resolved);
+  if (*has_run_dir) {
+    char dir[sizeof cfg->run_dir];
+    if (lstmd_path_inside(data_root, cfg->run_dir, 0, dir, sizeof dir, why, sizeof why)) {
+      snprintf(err, errlen, "train.run_dir: %s", why);
+      return LSTMD_ECONFIG;
+    }
+    memcpy(cfg->run_dir, dir, sizeof dir);
+  }
+  return LSTMD_OK;
+}

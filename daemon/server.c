@@ -1,0 +1,511 @@
+/* server.c — the control server's libuv loop: listeners, connections, requests (see server.h). */
+#define _GNU_SOURCE
+#include "server.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "../kernels/status.h"
+#include "access.h"
+#include "frame.h"
+#include "serve_job.h"
+
+enum {
+  kReadChunk = 64 << 10,
+  kBufferBudget = 256 << 20,   /* request bytes buffered over all connections */
+  kMaxQueuedPerConn = 16 << 20 /* replies + events not yet taken by a (slow) client */
+};
+
+struct event {
+  struct event *next;
+  uint64_t job_id;
+  int final;
+  uint8_t *frame;
+  size_t len;
+};
+
+struct conn {
+  union {
+    uv_stream_t stream;
+    uv_pipe_t pipe;
+    uv_tcp_t tcp;
+  } h;
+  uv_timer_t idle;
+  struct lstmd_server *srv;
+  struct conn *prev, *next;
+  int is_tcp, closing, handles_open;
+  uint8_t *buf; /* the request being received */
+  size_t len, cap;
+  uint32_t payload_len;
+  size_t queued; /* bytes handed to uv_write and not yet written */
+  uint64_t watch_id; /* 0: not watching */
+};
+
+struct write_req {
+  uv_write_t req;
+  struct conn *c;
+  uint8_t *frame;
+  size_t len;
+};
+
+struct lstmd_server {
+  struct lstmd_server_config cfg;
+  struct lstmd_jobs *jobs;
+  uv_loop_t loop;
+  uv_pipe_t unix_listener;
+  uv_tcp_t tcp_listener;
+  int have_tcp, stopping;
+  uv_async_t wakeup; /* events queued, or stop requested */
+  uv_signal_t signals[3];
+  pthread_t thread;
+  pthread_mutex_t mu; /* guards events and stop_requested */
+  struct event *events, **events_tail;
+  int stop_requested;
+  struct conn *conns;
+  int n_conns;
+  size_t buffered;
+  char scratch[kReadChunk];
+};
+
+static void conn_close(struct conn *c);
+
+/* ---- writing ---- */
+
+static void on_written(uv_write_t *req, int status) {
+  struct write_req *w = (struct write_req *)req;
+  (void)status; /* a failed write shows up as a read error or EOF and closes the connection */
+  w->c->queued -= w->len;
+  free(w->frame);
+  free(w);
+}
+
+/* Queues a frame (taking ownership). A client that lets too much pile up is dropped. */
+static void conn_send(struct conn *c, uint8_t *frame, size_t len) {
+  if (!frame) return;
+  if (c->closing || c->queued + len > kMaxQueuedPerConn) {
+    free(frame);
+    if (!c->closing) conn_close(c);
+    return;
+  }
+  struct write_req *w = malloc(sizeof *w);
+  if (!w) {
+    free(frame);
+    conn_close(c);
+    return;
+  }
+  *w = (struct write_req){.c = c, .frame = frame, .len = len};
+  uv_buf_t b = uv_buf_init((char *)frame, (unsigned)len);
+  c->queued += len;
+  if (uv_write(&w->req, &c->h.stream, &b, 1, on_written) != 0) {
+    c->queued -= len;
+    free(frame);
+    free(w);
+    conn_close(c);
+  }
+}
+
+static void conn_send_error(struct conn *c, int code, const char *msg) {
+  size_t len = 0;
+  uint8_t *frame = lstmd_frame_pack_error(code, msg, &len);
+  conn_send(c, frame, len);
+}
+
+/* ---- connection life ---- */
+
+static void on_handle_closed(uv_handle_t *h) {
+  struct conn *c = h->data;
+  if (--c->handles_open > 0) return;
+  c->srv->buffered -= c->cap;
+  free(c->buf);
+  free(c);
+}
+
+static void on_shutdown_done(uv_shutdown_t *req, int status) {
+  (void)status;
+  struct conn *c = req->data;
+  free(req);
+  uv_close((uv_handle_t *)&c->h.stream, on_handle_closed);
+}
+
+/* Closes after the queued replies are written (uv_shutdown waits for pending writes). */
+static void conn_close(struct conn *c) {
+  if (c->closing) return;
+  c->closing = 1;
+  struct lstmd_server *s = c->srv;
+  if (c->prev) c->prev->next = c->next;
+  else s->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  s->n_conns--;
+  uv_read_stop(&c->h.stream);
+  uv_close((uv_handle_t *)&c->idle, on_handle_closed);
+  uv_shutdown_t *req = malloc(sizeof *req);
+  if (req) req->data = c;
+  if (!req || uv_shutdown(req, &c->h.stream, on_shutdown_done) != 0) {
+    free(req);
+    uv_close((uv_handle_t *)&c->h.stream, on_handle_closed);
+  }
+}
+
+static void on_idle_timeout(uv_timer_t *t) {
+  struct conn *c = t->data;
+  if (c->watch_id == 0) conn_close(c);
+}
+
+static void idle_restart(struct conn *c) {
+  uv_timer_start(&c->idle, on_idle_timeout, (uint64_t)(c->srv->cfg.idle_timeout_s * 1000.0), 0);
+}
+
+/* ---- requests ---- */
+
+static void start_drain(struct lstmd_server *s, const char *why) {
+  uint64_t running = lstmd_jobs_drain(s->jobs);
+  fprintf(stderr, "lstmd: %s: draining (%s)\n", why,
+          running ? "checkpointing the running job" : "no job running");
+}
+
+static void handle_request(struct conn *c, const uint8_t *payload, size_t n) {
+  struct lstmd_server *s = c->srv;
+  char err[1600];
+  int code;
+  Lstmd__Request *r = lstmd_request_parse(payload, n, &code, err, sizeof err);
+  if (!r) {
+    conn_send_error(c, code, err);
+    return;
+  }
+  if (c->is_tcp && !lstmd_token_equal(s->cfg.token, r->token)) {
+    lstmd_request_free(r);
+    conn_send_error(c, LSTMD__ERROR_CODE__UNAUTHENTICATED, "wrong or missing token");
+    conn_close(c);
+    return;
+  }
+  uint8_t *reply = NULL;
+  size_t len = 0;
+  switch (r->kind_case) {
+    case LSTMD__REQUEST__KIND_SUBMIT: {
+      struct lstmd_train_config cfg;
+      int has_run_dir;
+      const Lstmd__JobSpec *spec = r->submit->spec;
+      if (lstmd_serve_job_config(spec->settings, spec->n_settings, s->cfg.data_root, &cfg,
+                                 &has_run_dir, err, sizeof err))
+        reply = lstmd_frame_pack_error(LSTMD__ERROR_CODE__INVALID_JOB, err, &len);
+      else
+        reply = lstmd_jobs_submit(s->jobs, spec, has_run_dir ? cfg.run_dir : NULL, cfg.steps, &len);
+      break;
+    }
+    case LSTMD__REQUEST__KIND_GET: reply = lstmd_jobs_get(s->jobs, r->get->id, &len); break;
+    case LSTMD__REQUEST__KIND_LIST: reply = lstmd_jobs_list(s->jobs, &len); break;
+    case LSTMD__REQUEST__KIND_CANCEL: reply = lstmd_jobs_cancel(s->jobs, r->cancel->id, &len); break;
+    case LSTMD__REQUEST__KIND_WATCH: {
+      int final;
+      reply = lstmd_jobs_watch(s->jobs, r->watch->id, &final, &len);
+      /* Events posted before this snapshot are delivered after it; they are older, never lost. */
+      if (final == 0 && reply) {
+        c->watch_id = r->watch->id;
+        uv_timer_stop(&c->idle);
+      }
+      break;
+    }
+    case LSTMD__REQUEST__KIND_SHUTDOWN: {
+      Lstmd__ShutdownAck ack = LSTMD__SHUTDOWN_ACK__INIT;
+      ack.running_job = lstmd_jobs_drain(s->jobs);
+      Lstmd__Response resp = LSTMD__RESPONSE__INIT;
+      resp.kind_case = LSTMD__RESPONSE__KIND_SHUTDOWN;
+      resp.shutdown = &ack;
+      reply = lstmd_frame_pack(&resp.base, &len);
+      fprintf(stderr, "lstmd: shutdown requested by a client: draining\n");
+      break;
+    }
+    default: break; /* rejected by lstmd_request_parse */
+  }
+  lstmd_request_free(r);
+  if (!reply) conn_send_error(c, LSTMD__ERROR_CODE__INTERNAL, "out of memory");
+  else conn_send(c, reply, len);
+}
+
+/* ---- reading ---- */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
+  (void)suggested;
+  struct conn *c = h->data;
+  *b = uv_buf_init(c->srv->scratch, sizeof c->srv->scratch);
+}
+
+/* Makes room for `more` bytes, growing by doubling up to the frame being received. */
+static int reserve(struct conn *c, size_t more) {
+  if (c->len + more <= c->cap) return 0;
+  size_t want = c->cap ? c->cap : 256;
+  while (want < c->len + more) want *= 2;
+  size_t limit = LSTMD_FRAME_HEADER + (size_t)c->srv->cfg.max_frame;
+  if (want > limit) want = limit;
+  if (c->srv->buffered - c->cap + want > kBufferBudget) return -1;
+  uint8_t *grown = realloc(c->buf, want);
+  if (!grown) return -1;
+  c->srv->buffered += want - c->cap;
+  c->buf = grown;
+  c->cap = want;
+  return 0;
+}
+
+static void release_buffer(struct conn *c) {
+  if (c->cap <= 4096) return;
+  c->srv->buffered -= c->cap;
+  free(c->buf);
+  c->buf = NULL;
+  c->cap = 0;
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
+  struct conn *c = st->data;
+  if (nread < 0) {
+    conn_close(c);
+    return;
+  }
+  const uint8_t *p = (const uint8_t *)b->base;
+  size_t left = (size_t)nread;
+  while (left > 0 && !c->closing) {
+    size_t want = c->len < LSTMD_FRAME_HEADER ? LSTMD_FRAME_HEADER - c->len
+                                               : LSTMD_FRAME_HEADER + c->payload_len - c->len;
+    size_t take = want < left ? want : left;
+    if (reserve(c, take) != 0) {
+      conn_send_error(c, LSTMD__ERROR_CODE__INTERNAL, "the daemon is short of buffer space; retry");
+      conn_close(c);
+      return;
+    }
+    memcpy(c->buf + c->len, p, take);
+    c->len += take;
+    p += take;
+    left -= take;
+    int state = lstmd_frame_peek(c->buf, c->len, c->srv->cfg.max_frame, &c->payload_len);
+    if (state == LSTMD_FRAME_TOO_LARGE) {
+      char msg[128];
+      snprintf(msg, sizeof msg, "frame of %u bytes is larger than the maximum of %u",
+               c->payload_len, c->srv->cfg.max_frame);
+      conn_send_error(c, LSTMD__ERROR_CODE__FRAME_TOO_LARGE, msg);
+      conn_close(c);
+      return;
+    }
+    if (state == LSTMD_FRAME_READY) {
+      handle_request(c, c->buf + LSTMD_FRAME_HEADER, c->payload_len);
+      c->len = 0;
+      c->payload_len = 0;
+      release_buffer(c);
+      if (!c->closing && c->watch_id == 0) idle_restart(c);
+    }
+  }
+}
+
+/* ---- accepting ---- */
+
+static void on_connection(uv_stream_t *listener, int status) {
+  struct lstmd_server *s = listener->data;
+  if (status < 0 || s->stopping) return;
+  const int is_tcp = listener == (uv_stream_t *)&s->tcp_listener;
+  struct conn *c = calloc(1, sizeof *c);
+  if (!c) return;
+  c->srv = s;
+  c->is_tcp = is_tcp;
+  if (is_tcp) uv_tcp_init(&s->loop, &c->h.tcp);
+  else uv_pipe_init(&s->loop, &c->h.pipe, 0);
+  c->h.stream.data = c;
+  c->handles_open = 1;
+  if (uv_accept(listener, &c->h.stream) != 0) {
+    uv_close((uv_handle_t *)&c->h.stream, on_handle_closed);
+    return;
+  }
+  uv_os_fd_t fd;
+  char why[200];
+  int refuse = s->n_conns >= s->cfg.max_connections;
+  if (!refuse && !is_tcp && uv_fileno((uv_handle_t *)&c->h.stream, &fd) == 0 &&
+      !lstmd_peer_allowed(fd, s->cfg.socket_group, why, sizeof why)) {
+    fprintf(stderr, "lstmd: refused a connection: %s\n", why);
+    refuse = 1;
+  }
+  if (refuse) {
+    uv_close((uv_handle_t *)&c->h.stream, on_handle_closed);
+    return;
+  }
+  uv_timer_init(&s->loop, &c->idle);
+  c->idle.data = c;
+  c->handles_open = 2;
+  c->next = s->conns;
+  if (s->conns) s->conns->prev = c;
+  s->conns = c;
+  s->n_conns++;
+  idle_restart(c);
+  uv_read_start(&c->h.stream, on_alloc, on_read);
+}
+
+/* ---- events and stop, from other threads ---- */
+
+static void post_event(void *ctx, uint64_t job_id, int final, uint8_t *frame, size_t len) {
+  struct lstmd_server *s = ctx;
+  struct event *e = malloc(sizeof *e);
+  if (!e) {
+    free(frame);
+    return;
+  }
+  *e = (struct event){.job_id = job_id, .final = final, .frame = frame, .len = len};
+  pthread_mutex_lock(&s->mu);
+  *s->events_tail = e;
+  s->events_tail = &e->next;
+  pthread_mutex_unlock(&s->mu);
+  uv_async_send(&s->wakeup);
+}
+
+static void close_everything(struct lstmd_server *s) {
+  s->stopping = 1;
+  uv_close((uv_handle_t *)&s->unix_listener, NULL);
+  if (s->have_tcp) uv_close((uv_handle_t *)&s->tcp_listener, NULL);
+  for (int i = 0; i < 3; i++) uv_close((uv_handle_t *)&s->signals[i], NULL);
+  while (s->conns) conn_close(s->conns);
+  uv_close((uv_handle_t *)&s->wakeup, NULL);
+}
+
+static void on_wakeup(uv_async_t *a) {
+  struct lstmd_server *s = a->data;
+  pthread_mutex_lock(&s->mu);
+  struct event *list = s->events;
+  s->events = NULL;
+  s->events_tail = &s->events;
+  const int stop = s->stop_requested;
+  pthread_mutex_unlock(&s->mu);
+  while (list) {
+    struct event *e = list;
+    list = e->next;
+    for (struct conn *c = s->conns, *next; c; c = next) {
+      next = c->next; /* conn_send may close c */
+      if (c->watch_id != e->job_id) continue;
+      uint8_t *copy = malloc(e->len);
+      if (copy) memcpy(copy, e->frame, e->len);
+      else conn_close(c);
+      conn_send(c, copy, e->len);
+      if (e->final && !c->closing) {
+        c->watch_id = 0;
+        idle_restart(c);
+      }
+    }
+    free(e->frame);
+    free(e);
+  }
+  if (stop && !s->stopping) close_everything(s);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  start_drain(h->data, strsignal(signum));
+}
+
+void lstmd_server_stop(struct lstmd_server *s) {
+  pthread_mutex_lock(&s->mu);
+  s->stop_requested = 1;
+  pthread_mutex_unlock(&s->mu);
+  uv_async_send(&s->wakeup);
+}
+
+static void *loop_main(void *arg) {
+  struct lstmd_server *s = arg;
+  uv_run(&s->loop, UV_RUN_DEFAULT);
+  return NULL;
+}
+
+/* ---- start ---- */
+
+static int bind_unix(struct lstmd_server *s) {
+  char err[300];
+  if (lstmd_socket_make_way(s->cfg.socket_path, err, sizeof err)) {
+    lstmd_errorf("--socket: %s", err);
+    return LSTMD_EINVAL;
+  }
+  uv_pipe_init(&s->loop, &s->unix_listener, 0);
+  s->unix_listener.data = s;
+  mode_t old = umask(0177); /* the socket is born 0600: no window where others may connect */
+  int rc = uv_pipe_bind(&s->unix_listener, s->cfg.socket_path);
+  umask(old);
+  if (!rc && s->cfg.socket_group >= 0) {
+    if (chown(s->cfg.socket_path, (uid_t)-1, (gid_t)s->cfg.socket_group) != 0 ||
+        chmod(s->cfg.socket_path, 0660) != 0)
+      rc = UV_EPERM;
+  }
+  if (!rc) rc = uv_listen((uv_stream_t *)&s->unix_listener, 512, on_connection);
+  if (rc) {
+    lstmd_errorf("--socket %s: %s", s->cfg.socket_path, uv_strerror(rc));
+    return LSTMD_EINVAL;
+  }
+  return LSTMD_OK;
+}
+
+static int bind_tcp(struct lstmd_server *s) {
+  struct sockaddr_storage addr;
+  int rc = uv_ip4_addr(s->cfg.listen_host, s->cfg.listen_port, (struct sockaddr_in *)&addr);
+  if (rc) rc = uv_ip6_addr(s->cfg.listen_host, s->cfg.listen_port, (struct sockaddr_in6 *)&addr);
+  if (rc) {
+    lstmd_errorf("--listen: '%s' is not an IPv4 or IPv6 address", s->cfg.listen_host);
+    return LSTMD_EINVAL;
+  }
+  uv_tcp_init(&s->loop, &s->tcp_listener);
+  s->tcp_listener.data = s;
+  s->have_tcp = 1;
+  rc = uv_tcp_bind(&s->tcp_listener, (struct sockaddr *)&addr, 0);
+  if (!rc) rc = uv_listen((uv_stream_t *)&s->tcp_listener, 512, on_connection);
+  if (rc) {
+    lstmd_errorf("--listen %s:%d: %s", s->cfg.listen_host, s->cfg.listen_port, uv_strerror(rc));
+    return LSTMD_EINVAL;
+  }
+  return LSTMD_OK;
+}
+
+int lstmd_server_start(const struct lstmd_server_config *cfg, struct lstmd_jobs *jobs,
+                       struct lstmd_server **out) {
+  struct lstmd_server *s = calloc(1, sizeof *s);
+  if (!s) return LSTMD_ENOMEM;
+  s->cfg = *cfg;
+  s->jobs = jobs;
+  s->events_tail = &s->events;
+  pthread_mutex_init(&s->mu, NULL);
+  uv_loop_init(&s->loop);
+  int rc = bind_unix(s);
+  if (!rc && cfg->listen_host) rc = bind_tcp(s);
+  if (rc) {
+    uv_close((uv_handle_t *)&s->unix_listener, NULL);
+    if (s->have_tcp) uv_close((uv_handle_t *)&s->tcp_listener, NULL);
+    uv_run(&s->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&s->loop);
+    unlink(cfg->socket_path);
+    free(s);
+    return rc;
+  }
+  uv_async_init(&s->loop, &s->wakeup, on_wakeup);
+  s->wakeup.data = s;
+  const int sigs[3] = {SIGINT, SIGTERM, SIGUSR1};
+  for (int i = 0; i < 3; i++) {
+    uv_signal_init(&s->loop, &s->signals[i]);
+    s->signals[i].data = s;
+    uv_signal_start(&s->signals[i], on_signal, sigs[i]);
+  }
+  lstmd_jobs_set_post(jobs, post_event, s);
+  if (pthread_create(&s->thread, NULL, loop_main, s) != 0) {
+    lstmd_errorf("cannot start the control server thread");
+    return LSTMD_ENOMEM;
+  }
+  *out = s;
+  return LSTMD_OK;
+}
+
+void lstmd_server_join(struct lstmd_server *s) {
+  pthread_join(s->thread, NULL);
+  lstmd_jobs_set_post(s->jobs, NULL, NULL);
+  for (struct event *e = s->events, *next; e; e = next) {
+    next = e->next;
+    free(e->frame);
+    free(e);
+  }
+  uv_loop_close(&s->loop);
+  unlink(s->cfg.socket_path);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}

@@ -1,0 +1,43 @@
+/* server.h — the control server of `lstmd serve`: a libuv loop on its own thread of rank 0.
+ *
+ * It accepts connections on the UNIX socket (and the TCP listener when configured), reads
+ * length-prefixed frames (frame.h) with the size checked before anything is buffered, answers
+ * requests from the job table (jobs.h), and streams job events to watchers. Nothing on this
+ * thread calls MPI or trains: the job runner (cli_serve.c) owns that, and events come to the
+ * loop through the job table's post hook (a locked queue + uv_async_send).
+ *
+ * Bad clients cost bounded resources: a frame larger than the maximum is answered with an error
+ * and the connection closed; buffers grow only as bytes arrive, within a budget for all
+ * connections together; a connection that does not complete a request within the idle timeout
+ * is closed; beyond the connection limit new connections are closed at once. */
+#ifndef LSTMD_SERVER_H
+#define LSTMD_SERVER_H
+
+#include <stdint.h>
+
+#include "jobs.h"
+
+struct lstmd_server_config {
+  const char *socket_path;
+  long socket_group;      /* gid for mode 0660, or -1 for 0600 */
+  const char *listen_host; /* NULL: no TCP listener */
+  int listen_port;
+  const char *token;      /* required with a TCP listener */
+  const char *data_root;  /* absolute and resolved */
+  uint32_t max_frame;
+  double idle_timeout_s;
+  int max_connections;
+};
+
+struct lstmd_server;
+
+/* Binds the listeners (errors are reported here, before any thread starts), then runs the loop
+ * on a new thread. SIGINT, SIGTERM and SIGUSR1 start a drain, like a Shutdown request. */
+int lstmd_server_start(const struct lstmd_server_config *cfg, struct lstmd_jobs *jobs,
+                       struct lstmd_server **out);
+/* From any thread: flush what is queued for the clients, close everything and end the loop. */
+void lstmd_server_stop(struct lstmd_server *s);
+/* Waits for the loop thread, removes the socket file and frees the server. */
+void lstmd_server_join(struct lstmd_server *s);
+
+#endif
