@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# test_serve.sh — `lstmd serve` under `mpirun -np 2`, driven by lstmctl, end to end:
+#  1. the socket is mode 0600; submit two jobs, watch one to SUCCEEDED (exit 0, progress lines),
+#     cancel the other while it runs (CANCELLED within seconds, with a checkpoint); list;
+#  2. refusals: a path outside the data root, an unknown key, an unknown job id, no daemon;
+#  3. a failing job (not a dataset) is FAILED with its reason, and the next job still runs; a
+#     dataset truncated under a running job (a read error on the ranks) fails it on every rank
+#     together, and the daemon goes on;
+#  4. TCP with a token: the right token is served, a wrong one refused;
+#  5. idle CPU of the daemon (all ranks and mpirun) from /proc: < 1% of a core;
+#  6. `lstmctl shutdown` during a job: exit 0; a restarted daemon lists every record and resumes
+#     the job from its checkpoint, ending bitwise equal to an uninterrupted `lstmd train` run;
+#     the same after SIGKILL of a rank (a crash): the journal requeues the job and it resumes.
+set -u
+LSTMD=$(realpath "${1:?usage: test_serve.sh LSTMD LSTMCTL SOURCE_DIR}")
+CTL=$(realpath "${2:?}")
+SRC=$(realpath "${3:?}")
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm=isolated
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+TMP=$(mktemp -d)
+SOCK=$TMP/s.sock
+SERVE_PID=
+cleanup() {
+  [[ -n $SERVE_PID ]] && kill -9 "$SERVE_PID" 2>/dev/null
+  pkill -9 -f "$TMP/state" 2>/dev/null
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+fails=0
+ok() { echo "ok    $*"; }
+bad() { echo "FAIL  $*"; fails=$((fails + 1)); }
+ctl() { "$CTL" --socket "$SOCK" "$@"; }
+field() { ctl --json status "$1" | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
+wait_for() { # wait_for SECONDS COMMAND...: polls until the command succeeds
+  local end=$((SECONDS + $1)); shift
+  until "$@" 2>/dev/null; do ((SECONDS < end)) || return 1; sleep 0.2; done
+}
+start_daemon() {
+  mpirun -np 2 "$LSTMD" serve --socket "$SOCK" --state-dir "$TMP/state" --data-root "$TMP" "$@" \
+    >>"$TMP/serve.log" 2>&1 &
+  SERVE_PID=$!
+  wait_for 30 test -S "$SOCK" && wait_for 10 ctl list >/dev/null || { bad "daemon did not start: $(tail -5 "$TMP/serve.log")"; exit 1; }
+}
+stop_daemon() { # waits for the daemon to exit; returns its status
+  local end=$((SECONDS + 60))
+  while kill -0 "$SERVE_PID" 2>/dev/null && ((SECONDS < end)); do sleep 0.2; done
+  wait "$SERVE_PID"; local rc=$?; SERVE_PID=; return $rc
+}
+state_is() { [[ $(field "$1" state) == "$2" ]]; }
+running_step() { [[ $(field "$1" state) == RUNNING && $(field "$1" step) -gt 0 ]]; }
+
+head -c 400000 "$SRC/data/fortunes.txt" > "$TMP/small.txt"
+"$LSTMD" prepare text --input "$TMP/small.txt" --out "$TMP/ds" 2>/dev/null || bad "prepare"
+cat > "$TMP/job.ini" <<EOF
+[data]
+path = ds
+seq_len = 16
+batch_size = 4
+[model]
+embed = 8
+hidden = 32
+[train]
+steps = 40
+log_every = 10
+eval_every = 20
+checkpoint_every = 10
+threads = 1
+EOF
+long=(--config "$TMP/job.ini" --set train.steps=1000000 --set train.checkpoint_every=0)
+
+# 1. submit, watch, cancel, list
+start_daemon
+mode=$(stat -c %a "$SOCK")
+[[ $mode == 600 ]] && ok "socket mode 0600" || bad "socket mode is $mode"
+a=$(ctl submit --config "$TMP/job.ini" --name short | tail -1)
+b=$(ctl submit "${long[@]}" --name long | tail -1)
+[[ $a == 1 && $b == 2 ]] && ok "submit prints the job id last ($a, $b)" || bad "submit ids: '$a' '$b'"
+ctl watch "$a" > "$TMP/watch.txt"; rc=$?
+if [[ $rc == 0 ]] && grep -q "step 40/40" "$TMP/watch.txt" && tail -1 "$TMP/watch.txt" | grep -q SUCCEEDED; then
+  ok "watch follows job $a to SUCCEEDED (exit 0, $(grep -c 'loss' "$TMP/watch.txt") progress lines)"
+else bad "watch $a: rc=$rc $(tail -3 "$TMP/watch.txt")"; fi
+wait_for 30 running_step "$b" || bad "job $b did not start"
+t0=$SECONDS
+ctl cancel "$b" >/dev/null || bad "cancel exit status"
+wait_for 15 state_is "$b" CANCELLED && ok "job $b CANCELLED within $((SECONDS - t0)) s of the request" \
+  || bad "job $b not cancelled: $(ctl status "$b")"
+step=$(field "$b" step); run_dir=$(field "$b" run_dir)
+ck=$(/usr/bin/python3 -c 'import json,struct,sys; d=open(sys.argv[1],"rb").read(8+2**20); n=struct.unpack("<Q",d[:8])[0]; print(json.loads(d[8:8+n])["__metadata__"]["train.step"])' "$run_dir/latest.safetensors" 2>/dev/null)
+[[ -n $ck && $ck == "$step" ]] && ok "the cancelled job's checkpoint is at its last step ($step)" || bad "checkpoint step '$ck' vs job step '$step'"
+ctl watch "$b" >/dev/null; [[ $? == 1 ]] && ok "watch of a cancelled job exits 1" || bad "watch of a cancelled job"
+n=$(ctl --json list | /usr/bin/python3 -c "import json,sys; print(len(json.load(sys.stdin)))")
+[[ $n == 2 ]] && ok "list shows both jobs" || bad "list: $n jobs"
+
+# 2. refusals
+msg=$(ctl submit --config "$TMP/job.ini" --set data.path=/etc 2>&1); rc=$?
+[[ $rc == 2 && $msg == *"outside the data root"* ]] && ok "a dataset outside --data-root is refused (exit 2)" || bad "outside root: rc=$rc $msg"
+msg=$(ctl submit --config "$TMP/job.ini" --set train.run_dir=../elsewhere 2>&1); rc=$?
+[[ $rc == 2 && $msg == *"outside the data root"* ]] && ok "a run dir escaping with .. is refused" || bad "run dir: rc=$rc $msg"
+msg=$(ctl submit --config "$TMP/job.ini" --set model.hiddn=3 2>&1); rc=$?
+[[ $rc == 2 && $msg == *"model.hiddn"* ]] && ok "an unknown key is refused, named" || bad "unknown key: rc=$rc $msg"
+ctl status 999 >/dev/null 2>&1; [[ $? == 4 ]] && ok "unknown job id: exit 4" || bad "unknown id"
+"$CTL" --socket "$TMP/nobody.sock" list >/dev/null 2>&1; [[ $? == 3 ]] && ok "no daemon: exit 3" || bad "no daemon"
+
+# 3. failures
+mkdir -p "$TMP/notdata"
+f=$(ctl submit --config "$TMP/job.ini" --set data.path=notdata --name broken | tail -1)
+g=$(ctl submit --config "$TMP/job.ini" --name after-broken | tail -1)
+ctl watch "$f" >/dev/null; rc=$?
+reason=$(field "$f" reason)
+[[ $rc == 1 && $(field "$f" state) == FAILED && $reason == *notdata* ]] && ok "a bad dataset fails its job: $reason" \
+  || bad "broken job: rc=$rc $(ctl status "$f")"
+ctl watch "$g" >/dev/null && ok "the next job still SUCCEEDED" || bad "job after a failure: $(ctl status "$g")"
+cp -r "$TMP/ds" "$TMP/ds2"
+h=$(ctl submit "${long[@]}" --set data.path=ds2 --set data.order=shuffle --name truncated | tail -1)
+wait_for 30 running_step "$h" || bad "job $h did not start"
+truncate -s 100000 "$TMP/ds2/train.bin"
+wait_for 30 state_is "$h" FAILED && ok "a dataset truncated under a running job fails it on all ranks: $(field "$h" reason)" \
+  || bad "truncated dataset: $(ctl status "$h")"
+i=$(ctl submit --config "$TMP/job.ini" | tail -1)
+ctl watch "$i" >/dev/null && ok "and the daemon runs the next job" || bad "after truncation: $(ctl status "$i")"
+
+# 5. idle CPU: utime + stime (clock ticks) of mpirun and its ranks over 10 s
+pids="$SERVE_PID $(pgrep -P "$SERVE_PID" | tr '\n' ' ')"
+ticks() { local t=0; for p in $pids; do t=$((t + $(awk '{print $14 + $15}' /proc/$p/stat 2>/dev/null || echo 0))); done; echo $t; }
+t1=$(ticks); sleep 10; t2=$(ticks)
+pct=$(awk -v d=$((t2 - t1)) -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", 100 * d / hz / 10 }')
+awk -v p="$pct" 'BEGIN { exit !(p < 1.0) }' && ok "idle daemon: $pct% of one core (mpirun + 2 ranks, 10 s)" || bad "idle CPU $pct%"
+
+# 6a. shutdown during a job; restart; resume bitwise
+c=$(ctl submit --config "$TMP/job.ini" --set train.steps=300 --set train.checkpoint_every=25 --name resumed | tail -1)
+wait_for 30 running_step "$c" || bad "job $c did not start"
+ctl shutdown >/dev/null || bad "shutdown exit status"
+stop_daemon && ok "shutdown drains and the daemon exits 0" || bad "daemon exit status after shutdown"
+[[ -S $SOCK ]] && bad "socket left behind" || ok "socket removed"
+start_daemon
+states=$(ctl --json list | /usr/bin/python3 -c "import json,sys; print(' '.join(j['state'] for j in json.load(sys.stdin)))")
+[[ $states == "SUCCEEDED CANCELLED FAILED SUCCEEDED FAILED SUCCEEDED "* ]] && ok "restarted daemon lists every record: $states" || bad "records after restart: $states"
+ctl watch "$c" >/dev/null && [[ $(field "$c" attempts) == 2 ]] && ok "job $c resumed after the restart and SUCCEEDED" \
+  || bad "resume: $(ctl status "$c")"
+mpirun -np 2 "$LSTMD" train --config "$TMP/job.ini" --set data.path="$TMP/ds" --set train.steps=300 \
+  --set train.checkpoint_every=25 --set train.run_dir="$TMP/straight" >/dev/null 2>&1 || bad "straight run"
+if msg=$(/usr/bin/python3 "$SRC/tests/compare_checkpoints.py" "$(field "$c" run_dir)/step-300.safetensors" \
+         "$TMP/straight/step-300.safetensors" --rtol 0); then
+  ok "resumed job == uninterrupted run, bitwise ($msg)"
+else bad "resumed job differs: $msg"; fi
+
+# 6b. a crash (SIGKILL of rank 1) while a job runs; restart; the journal requeues it
+d=$(ctl submit --config "$TMP/job.ini" --set train.steps=400 --set train.checkpoint_every=20 --name crashed | tail -1)
+wait_for 30 running_step "$d" || bad "job $d did not start"
+sleep 0.5
+kill -9 "$(pgrep -P "$SERVE_PID" | tail -1)"
+stop_daemon; rc=$?
+[[ $rc != 0 ]] && ok "a rank killed: the daemon ends (status $rc)" || bad "daemon survived a lost rank?"
+start_daemon
+ctl watch "$d" >/dev/null && [[ $(field "$d" attempts) == 2 ]] && ok "the crashed job resumed after the restart and SUCCEEDED" \
+  || bad "crash resume: $(ctl status "$d")"
+grep -q "resumed from" "$TMP/serve.log" && ok "it resumed from a checkpoint" || bad "no resume line in the log"
+
+# 4. TCP with a token
+ctl shutdown >/dev/null; stop_daemon
+port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$TMP/token"; chmod 600 "$TMP/token"
+echo wrong-token-of-sufficient-length > "$TMP/wrong"
+start_daemon --listen "127.0.0.1:$port" --token-file "$TMP/token"
+"$CTL" --tcp "127.0.0.1:$port" --token-file "$TMP/token" list >/dev/null && ok "TCP with the token is served" || bad "TCP with token"
+"$CTL" --tcp "127.0.0.1:$port" --token-file "$TMP/wrong" list >/dev/null 2>&1; rc=$?
+[[ $rc == 5 ]] && ok "TCP with a wrong token: refused (exit 5)" || bad "wrong token: rc=$rc"
+ctl shutdown >/dev/null; stop_daemon || bad "final shutdown"
+
+if ((fails)); then echo "--- serve.log (tail)"; tail -30 "$TMP/serve.log"; echo "$fails check(s) failed"; exit 1; fi
+echo "all checks passed"
