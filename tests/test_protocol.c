@@ -1,0 +1,238 @@
+/* test_protocol.c — the daemon's pure parts: frame boundaries (every split of a stream of
+ * frames, lying and oversize prefixes), request validation, the job journal (replay, a torn or
+ * corrupt tail, compaction), the job table's states, path confinement (.., symlinks) and the
+ * token compare. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../daemon/access.h"
+#include "../daemon/frame.h"
+#include "../daemon/jobs.h"
+#include "../daemon/journal.h"
+#include "../kernels/status.h"
+#include "check.h"
+
+static char g_dir[] = "/tmp/lstmd-test-protocol-XXXXXX";
+
+static uint8_t *pack_request(Lstmd__Request *r, size_t *len) { return lstmd_frame_pack(&r->base, len); }
+
+static void test_frames(void) {
+  uint32_t n = 0;
+  uint8_t hdr[4];
+  check_true("frame: empty needs more", lstmd_frame_peek(hdr, 0, 100, &n) == LSTMD_FRAME_NEED_MORE);
+  lstmd_frame_put_header(hdr, 101);
+  check_true("frame: oversize prefix refused at once",
+             lstmd_frame_peek(hdr, 4, 100, &n) == LSTMD_FRAME_TOO_LARGE && n == 101);
+  lstmd_frame_put_header(hdr, 0xffffffffu);
+  check_true("frame: 4 GiB prefix refused", lstmd_frame_peek(hdr, 4, LSTMD_FRAME_MAX_DEFAULT, &n) == LSTMD_FRAME_TOO_LARGE);
+
+  /* Three requests back to back, cut at every byte: each prefix of the stream holds exactly the
+   * frames that are complete in it. */
+  Lstmd__ListJobs list = LSTMD__LIST_JOBS__INIT;
+  Lstmd__GetJob get = LSTMD__GET_JOB__INIT;
+  get.id = 7;
+  Lstmd__Request r1 = LSTMD__REQUEST__INIT, r2 = LSTMD__REQUEST__INIT;
+  r1.kind_case = LSTMD__REQUEST__KIND_LIST;
+  r1.list = &list;
+  r2.kind_case = LSTMD__REQUEST__KIND_GET;
+  r2.get = &get;
+  size_t l1, l2;
+  uint8_t *f1 = pack_request(&r1, &l1), *f2 = pack_request(&r2, &l2);
+  uint8_t stream[256];
+  size_t total = 0;
+  memcpy(stream, f1, l1), total += l1;
+  memcpy(stream + total, f2, l2), total += l2;
+  memcpy(stream + total, f1, l1), total += l1;
+  int good = 1;
+  for (size_t cut = 0; cut <= total; cut++) {
+    size_t off = 0, frames = 0;
+    for (;;) {
+      int st = lstmd_frame_peek(stream + off, cut - off, 1024, &n);
+      if (st != LSTMD_FRAME_READY) break;
+      int code;
+      char err[256];
+      Lstmd__Request *r = lstmd_request_parse(stream + off + 4, n, &code, err, sizeof err);
+      good &= r != NULL && r->kind_case == (frames == 1 ? LSTMD__REQUEST__KIND_GET : LSTMD__REQUEST__KIND_LIST);
+      lstmd_request_free(r);
+      off += 4 + n;
+      frames++;
+    }
+    size_t expect = cut >= l1 + l2 + l1 ? 3 : cut >= l1 + l2 ? 2 : cut >= l1 ? 1 : 0;
+    good &= frames == expect;
+  }
+  check_true("frame: every cut of a 3-frame stream", good);
+  free(f1);
+  free(f2);
+}
+
+static int parse_fails_with(const uint8_t *p, size_t n, int want_code, const char *want_text) {
+  int code = -1;
+  char err[512] = "";
+  Lstmd__Request *r = lstmd_request_parse(p, n, &code, err, sizeof err);
+  lstmd_request_free(r);
+  return !r && code == want_code && strstr(err, want_text) != NULL;
+}
+
+static void test_requests(void) {
+  const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f};
+  check_true("request: junk bytes", parse_fails_with(junk, sizeof junk, LSTMD__ERROR_CODE__BAD_REQUEST, "malformed"));
+  check_true("request: empty message has no kind", parse_fails_with(junk, 0, LSTMD__ERROR_CODE__BAD_REQUEST, "unknown request kind"));
+  const uint8_t unknown_kind[] = {0xa2, 0x06, 0x00}; /* field 100, length-delimited, empty */
+  check_true("request: unknown oneof field", parse_fails_with(unknown_kind, sizeof unknown_kind, LSTMD__ERROR_CODE__BAD_REQUEST, "unknown request kind"));
+
+  Lstmd__CancelJob cancel = LSTMD__CANCEL_JOB__INIT; /* id 0 */
+  Lstmd__Request r = LSTMD__REQUEST__INIT;
+  r.kind_case = LSTMD__REQUEST__KIND_CANCEL;
+  r.cancel = &cancel;
+  size_t len;
+  uint8_t *f = pack_request(&r, &len);
+  check_true("request: cancel without an id", parse_fails_with(f + 4, len - 4, LSTMD__ERROR_CODE__BAD_REQUEST, "no job id"));
+  free(f);
+
+  Lstmd__Setting good = LSTMD__SETTING__INIT, bad = LSTMD__SETTING__INIT;
+  good.key = "train.steps";
+  good.value = "10";
+  bad.key = "train.steps;rm";
+  bad.value = "1";
+  Lstmd__Setting *settings[] = {&good, &bad};
+  Lstmd__JobSpec spec = LSTMD__JOB_SPEC__INIT;
+  spec.settings = settings;
+  spec.n_settings = 1;
+  Lstmd__SubmitJob submit = LSTMD__SUBMIT_JOB__INIT;
+  submit.spec = &spec;
+  r.kind_case = LSTMD__REQUEST__KIND_SUBMIT;
+  r.submit = &submit;
+  f = pack_request(&r, &len);
+  int code;
+  char err[256];
+  Lstmd__Request *ok = lstmd_request_parse(f + 4, len - 4, &code, err, sizeof err);
+  check_true("request: a valid submit", ok && ok->submit->spec->n_settings == 1 &&
+                                            !strcmp(ok->submit->spec->settings[0]->value, "10"));
+  lstmd_request_free(ok);
+  free(f);
+  spec.n_settings = 2;
+  f = pack_request(&r, &len);
+  check_true("request: a malformed key is named", parse_fails_with(f + 4, len - 4, LSTMD__ERROR_CODE__INVALID_JOB, "train.steps;rm"));
+  free(f);
+  Lstmd__Setting *many[LSTMD_MAX_SETTINGS + 1];
+  for (int i = 0; i <= LSTMD_MAX_SETTINGS; i++) many[i] = &good;
+  spec.settings = many;
+  spec.n_settings = LSTMD_MAX_SETTINGS + 1;
+  f = pack_request(&r, &len);
+  check_true("request: too many settings", parse_fails_with(f + 4, len - 4, LSTMD__ERROR_CODE__BAD_REQUEST, "at most"));
+  free(f);
+  submit.spec = NULL;
+  f = pack_request(&r, &len);
+  check_true("request: submit without a spec", parse_fails_with(f + 4, len - 4, LSTMD__ERROR_CODE__BAD_REQUEST, "no job spec"));
+  free(f);
+}
+
+static void test_journal_and_jobs(void) {
+  char dir[256];
+  snprintf(dir, sizeof dir, "%s/state", g_dir);
+  mkdir(dir, 0700);
+  struct lstmd_jobs t;
+  check_true("jobs: open an empty state dir", lstmd_jobs_open(&t, dir) == 0 && t.n == 0);
+  Lstmd__JobSpec spec = LSTMD__JOB_SPEC__INIT;
+  spec.name = "a";
+  size_t len;
+  for (int i = 0; i < 3; i++) free(lstmd_jobs_submit(&t, &spec, NULL, 100, &len));
+  Lstmd__Job *j1 = lstmd_jobs_next(&t); /* job 1 RUNNING */
+  free(lstmd_jobs_cancel(&t, 2, &len));  /* queued: CANCELLED at once */
+  check_true("jobs: FIFO and cancel of a queued job",
+             j1 && j1->id == 1 && t.v[0]->state == LSTMD__JOB_STATE__RUNNING &&
+                 t.v[1]->state == LSTMD__JOB_STATE__CANCELLED && t.v[2]->state == LSTMD__JOB_STATE__QUEUED);
+  free(lstmd_jobs_cancel(&t, 1, &len)); /* running: asks the trainer to stop */
+  check_true("jobs: cancel of the running job sets the stop flag", lstmd_jobs_stop_requested(&t) && lstmd_jobs_cancel_requested(&t, 1));
+  lstmd__job__free_unpacked(j1, NULL);
+  lstmd_jobs_close(&t); /* "crash" with job 1 RUNNING */
+
+  /* A torn record at the end, as after a crash mid-append. */
+  char path[300];
+  snprintf(path, sizeof path, "%s/jobs.journal", dir);
+  FILE *f = fopen(path, "ab");
+  fwrite("\x40\x00\x00\x00\x12\x34", 1, 6, f);
+  fclose(f);
+  check_true("journal: replay past a torn tail", lstmd_jobs_open(&t, dir) == 0 && t.n == 3);
+  check_true("journal: a job RUNNING at the crash is queued again",
+             t.v[0]->state == LSTMD__JOB_STATE__QUEUED && t.v[0]->attempts == 1 &&
+                 strstr(t.v[0]->reason, "resumes") != NULL && t.v[1]->state == LSTMD__JOB_STATE__CANCELLED);
+  check_true("journal: ids continue after the last", t.next_id == 4);
+  lstmd_jobs_close(&t);
+  struct stat st;
+  stat(path, &st);
+  const off_t compacted = st.st_size;
+
+  /* Flip a byte inside the last record: its CRC fails and it is dropped, earlier ones stay. */
+  f = fopen(path, "r+b");
+  fseek(f, compacted - 3, SEEK_SET);
+  int c = fgetc(f);
+  fseek(f, compacted - 3, SEEK_SET);
+  fputc(c ^ 0x5a, f);
+  fclose(f);
+  check_true("journal: a corrupt record is dropped, not trusted", lstmd_jobs_open(&t, dir) == 0 && t.n >= 2);
+  lstmd_jobs_close(&t);
+
+  /* Interrupted in its 1st (above), 2nd and 3rd attempts: failed, not retried forever. */
+  int attempts_ok = 1;
+  for (int i = 0; i < 2; i++) {
+    lstmd_jobs_open(&t, dir);
+    Lstmd__Job *j = lstmd_jobs_next(&t);
+    attempts_ok &= j && j->id == 1;
+    if (j) lstmd__job__free_unpacked(j, NULL);
+    lstmd_jobs_close(&t);
+  }
+  lstmd_jobs_open(&t, dir);
+  check_true("jobs: failed after 3 interrupted attempts", attempts_ok && t.v[0]->state == LSTMD__JOB_STATE__FAILED);
+  lstmd_jobs_close(&t);
+
+  snprintf(path, sizeof path, "%s/bad/jobs.journal", g_dir);
+  char bad_dir[300];
+  snprintf(bad_dir, sizeof bad_dir, "%s/bad", g_dir);
+  mkdir(bad_dir, 0700);
+  f = fopen(path, "wb");
+  fputs("not a journal", f);
+  fclose(f);
+  check_true("journal: a foreign file is refused", lstmd_jobs_open(&t, bad_dir) == LSTMD_EFORMAT);
+}
+
+static void test_paths_and_tokens(void) {
+  char root[256], out[4096], err[512], p[512];
+  snprintf(root, sizeof root, "%s/root", g_dir);
+  mkdir(root, 0700);
+  snprintf(p, sizeof p, "%s/data", root);
+  mkdir(p, 0700);
+  snprintf(p, sizeof p, "%s/escape", root);
+  if (symlink("/etc", p) != 0) perror("symlink");
+  check_true("path: relative inside", lstmd_path_inside(root, "data", 1, out, sizeof out, err, sizeof err) == 0 &&
+                                          !strncmp(out, root, strlen(root)));
+  check_true("path: .. out of the root", lstmd_path_inside(root, "data/../../x", 0, out, sizeof out, err, sizeof err) != 0);
+  check_true("path: a symlink out of the root", lstmd_path_inside(root, "escape", 1, out, sizeof out, err, sizeof err) != 0);
+  check_true("path: new dir under a symlink out", lstmd_path_inside(root, "escape/new/run", 0, out, sizeof out, err, sizeof err) != 0);
+  check_true("path: absolute elsewhere", lstmd_path_inside(root, "/tmp", 1, out, sizeof out, err, sizeof err) != 0);
+  check_true("path: new run dir inside", lstmd_path_inside(root, "runs/a/b", 0, out, sizeof out, err, sizeof err) == 0);
+  check_true("path: missing dataset", lstmd_path_inside(root, "nope", 1, out, sizeof out, err, sizeof err) != 0);
+  check_true("token: equal", lstmd_token_equal("0123456789abcdef", "0123456789abcdef"));
+  check_true("token: prefix, longer, empty differ",
+             !lstmd_token_equal("0123456789abcdef", "0123456789abcde") &&
+                 !lstmd_token_equal("0123456789abcdef", "0123456789abcdefX") &&
+                 !lstmd_token_equal("0123456789abcdef", ""));
+}
+
+int main(void) {
+  if (!mkdtemp(g_dir)) return 1;
+  test_frames();
+  test_requests();
+  test_journal_and_jobs();
+  test_paths_and_tokens();
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+  if (system(cmd) != 0) return 1;
+  printf(g_failures ? "%d check(s) failed\n" : "all checks passed\n", g_failures);
+  return g_failures != 0;
+}
