@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "../comm/comm.h"
@@ -286,13 +287,24 @@ static int start_rank0(const struct serve_opts *o, struct lstmd_jobs *jobs, stru
     LSTMD_TRY(lstmd_opt_long("serve", "listen", port_text, 1, 65535, &port));
   }
   LSTMD_TRY(lstmd_jobs_open(jobs, o->state_dir));
+  /* Connections are file descriptors: raise the soft limit to the hard one and keep a margin
+   * for the job's own files below it. */
+  struct rlimit nofile;
+  int max_conns = 1000;
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+    getrlimit(RLIMIT_NOFILE, &nofile);
+    if (nofile.rlim_cur != RLIM_INFINITY && (rlim_t)max_conns + 128 > nofile.rlim_cur)
+      max_conns = nofile.rlim_cur > 256 ? (int)nofile.rlim_cur - 128 : 64;
+  }
   static char host_copy[256];
   snprintf(host_copy, sizeof host_copy, "%s", host);
   struct lstmd_server_config sc = {
       .socket_path = o->socket, .socket_group = group, .listen_host = o->listen ? host_copy : NULL,
       .listen_port = (int)port, .token = token, .data_root = data_root,
       .max_frame = (uint32_t)o->max_frame, .idle_timeout_s = (double)o->idle_timeout,
-      .max_connections = 1000};
+      .max_connections = max_conns};
   LSTMD_TRY(lstmd_server_start(&sc, jobs, srv));
   fprintf(stderr, "lstmd: serving on %s%s%s (state %s, data root %s)\n", o->socket,
           o->listen ? " and tcp " : "", o->listen ? o->listen : "", o->state_dir, data_root);
