@@ -191,8 +191,12 @@ static double percentile(const uint64_t *hist, uint64_t total, double q) {
   return NAN;
 }
 
-/* Runs one row; prints it. Returns 0, or 1 when any client failed. */
-static int run_row(const char *label, const char *socket, int mode) {
+struct row {
+  double p50_s, p99_s, rate;
+};
+
+/* Runs one row; prints it and fills *out. Returns 0, or 1 when any client failed. */
+static int run_row(const char *label, const char *socket, int mode, struct row *out) {
   struct worker *w = calloc((size_t)g.clients, sizeof *w);
   if (!w) return 1;
   atomic_store(&g_phase, 0);
@@ -225,6 +229,7 @@ static int run_row(const char *label, const char *socket, int mode) {
   }
   pthread_barrier_destroy(&g_ready);
   free(w);
+  *out = (struct row){percentile(hist, total, 0.50), percentile(hist, total, 0.99), total / elapsed};
   printf("%-22s %9.3f %9.3f %9.3f %11.0f %9llu %7llu\n", label,
          1e3 * percentile(hist, total, 0.50), 1e3 * percentile(hist, total, 0.99), 1e3 * max_s,
          total / elapsed, (unsigned long long)total, (unsigned long long)errors);
@@ -392,17 +397,28 @@ int main(int argc, char **argv) {
   printf("%-22s %9s %9s %9s %11s %9s %7s\n", "server", "p50_ms", "p99_ms", "max_ms", "requests/s",
          "requests", "errors");
   int rc = 0;
-  if (strstr(rows, "lstmd")) rc |= run_row("lstmd", socket, MODE_CLIENT);
-  if (strstr(rows, "raw")) rc |= run_row("lstmd, raw frames", socket, MODE_RAW);
+  struct row daemon = {0}, raw = {0}, peer = {0};
+  if (strstr(rows, "lstmd")) rc |= run_row("lstmd", socket, MODE_CLIENT, &daemon);
+  if (strstr(rows, "raw")) rc |= run_row("lstmd, raw frames", socket, MODE_RAW, &raw);
   if (strstr(rows, "peer")) {
     char path[108];
     snprintf(path, sizeof path, "/tmp/bench_serve_peer.%d.sock", (int)getpid());
     pid_t pid = start_peer(path);
     if (pid < 0) return 1;
-    rc |= run_row("raw frame peer", path, MODE_RAW);
+    rc |= run_row("raw frame peer", path, MODE_RAW, &peer);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     unlink(path);
   }
+  /* The daemon's overhead: each daemon row over the peer measured in the same run. */
+  const struct row *mine[2] = {&daemon, &raw};
+  const char *names[2] = {"lstmd", "lstmd, raw frames"};
+  for (int i = 0; i < 2; i++)
+    if (mine[i]->rate > 0 && peer.rate > 0)
+      printf("%-22s p50 %.2fx, p99 %.2fx, requests/s %.2fx of the peer\n", names[i],
+             mine[i]->p50_s / peer.p50_s, mine[i]->p99_s / peer.p99_s, mine[i]->rate / peer.rate);
+  if (daemon.rate > 0 && g.clients == 64)
+    printf("target p99 < 2 ms with 64 clients (lstmd row): %s\n",
+           daemon.p99_s < 2e-3 ? "met" : "NOT MET");
   return rc;
 }
