@@ -1,9 +1,10 @@
 # Makefile — thin wrapper over CMake: `make` builds into build/, `make test` installs missing
-# Debian packages, builds and runs ctest, `make demo` trains a small char-LM on the bundled corpus.
+# Debian packages, builds and runs ctest, `make demo` trains a small char-LM on the bundled corpus,
+# `make bench` runs bench/*.sh (`make bench-serve`: only the control daemon's).
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure test demo bench clean
+.PHONY: all deps configure test demo bench bench-serve clean
 
 all: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -23,6 +24,10 @@ demo: deps all
 bench: deps all
 	bench/bench_cpu.sh $(BUILD)/lstmd
 	bench/bench_scaling.sh $(BUILD)/lstmd
+	bench/bench_serve.sh $(BUILD)/lstmd
+
+bench-serve: deps all
+	bench/bench_serve.sh $(BUILD)/lstmd
 
 clean:
 	rm -rf $(BUILD)
