@@ -100,26 +100,46 @@ int lstmd_ctl_send(struct lstmd_ctl *c, Lstmd__Request *req, char *err, size_t n
   return 0;
 }
 
-/* Reads exactly n bytes, waiting at most timeout_ms for each piece (<0: forever). */
-static int read_exact(struct lstmd_ctl *c, uint8_t *buf, size_t len, int timeout_ms, char *err,
-                      size_t n) {
-  size_t off = 0;
-  while (off < len) {
+/* Refills c->in: a nonblocking recv first (the reply is usually there already), poll only when
+ * it is not, waiting at most timeout_ms (<0: forever). */
+static int fill(struct lstmd_ctl *c, int timeout_ms, char *err, size_t n) {
+  for (;;) {
+    ssize_t got = recv(c->fd, c->in, sizeof c->in, MSG_DONTWAIT);
+    if (got > 0) {
+      c->in_pos = 0;
+      c->in_len = (size_t)got;
+      return 0;
+    }
+    if (got == 0) {
+      snprintf(err, n, "%s: the daemon closed the connection", c->where);
+      return -1;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      snprintf(err, n, "%s: receiving failed: %s", c->where, strerror(errno));
+      return -1;
+    }
     struct pollfd p = {.fd = c->fd, .events = POLLIN};
     int r = poll(&p, 1, timeout_ms);
-    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && errno != EINTR) {
+      snprintf(err, n, "%s: poll: %s", c->where, strerror(errno));
+      return -1;
+    }
     if (r == 0) {
       snprintf(err, n, "%s: no answer within %d ms", c->where, timeout_ms);
       return -1;
     }
-    ssize_t got = r < 0 ? -1 : recv(c->fd, buf + off, len - off, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      snprintf(err, n, "%s: the daemon closed the connection%s", c->where,
-               got < 0 ? strerror(errno) : "");
-      return -1;
-    }
-    off += (size_t)got;
+  }
+}
+
+static int read_exact(struct lstmd_ctl *c, uint8_t *buf, size_t len, int timeout_ms, char *err,
+                      size_t n) {
+  for (size_t off = 0; off < len;) {
+    if (c->in_pos == c->in_len && fill(c, timeout_ms, err, n)) return -1;
+    size_t take = c->in_len - c->in_pos < len - off ? c->in_len - c->in_pos : len - off;
+    memcpy(buf + off, c->in + c->in_pos, take);
+    c->in_pos += take;
+    off += take;
   }
   return 0;
 }

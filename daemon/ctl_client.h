@@ -5,10 +5,15 @@
 
 #include "lstmd.pb-c.h"
 
+#include <stddef.h>
+#include <stdint.h>
+
 struct lstmd_ctl {
   int fd;
   const char *token; /* sent with every request (TCP); NULL for the UNIX socket */
   char where[300];   /* for messages: the socket path or host:port */
+  uint8_t in[65536]; /* received bytes not yet consumed: most replies take one recv */
+  size_t in_pos, in_len;
 };
 
 /* Connects to a UNIX socket path, or to "host:port" when tcp is set. Returns 0, or -1 with the
