@@ -10,8 +10,9 @@
 
 #define LSTMD_VERSION "0.1.0"
 
-/* Set by CMakeLists.txt from cmake/DetectGpu.cmake. Nothing GPU is compiled yet, so the
- * LSTMD_BUILT_WITH_* are 0 even where the configure step found the libraries. */
+/* Set by CMakeLists.txt from cmake/DetectGpu.cmake: LSTMD_BUILT_WITH_* say what this binary
+ * contains (the GPU backend needs CUDA and cuDNN; NCCL is optional), LSTMD_CONFIGURE_* what the
+ * configure step found. */
 #ifndef LSTMD_BUILT_WITH_CUDA
 #define LSTMD_BUILT_WITH_CUDA 0
 #endif
