@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "../kernels/status.h"
+#include "nvtx.h"
 #include "safetensors.h"
 
 #define FORMAT_TAG "lstmd-checkpoint-1"
@@ -114,7 +115,9 @@ int lstmd_checkpoint_save(const char *path, const struct lstmd_model *m,
   int rc = LSTMD_OK;
   for (int i = 0; i < l.n; i++)
     if (!l.owned[i]) rc = LSTMD_ENOMEM;
+  lstmd_nvtx_push("checkpoint");
   if (!rc) rc = lstmd_st_write(path, t, n, l.items, l.n);
+  lstmd_nvtx_pop();
   for (int i = 0; i < l.n; i++) free(l.owned[i]);
   return rc;
 }

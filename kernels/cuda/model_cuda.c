@@ -386,6 +386,10 @@ int lstmd_cuda_model_backward(struct lstmd_cuda_model *m, const float *params, f
   return LSTMD_OK;
 }
 
+void lstmd_cuda_model_null_seq_lengths(struct lstmd_cuda_model *m, int on) {
+  lstmd_cudnn_lstm_use_null_seq_lengths(m->lstm, on);
+}
+
 int lstmd_cuda_model_reset_state(struct lstmd_cuda_model *m) {
   m->state_zero = 1;
   return LSTMD_OK;

@@ -91,6 +91,9 @@ int lstmd_cuda_model_backward(struct lstmd_cuda_model *m, const float *params, f
                               int flush, lstmd_cuda_ready_fn ready, void *ready_ctx);
 int lstmd_cuda_model_zero_lstm_grads(struct lstmd_cuda_model *m);
 
+/* Passes NULL as cuDNN's device sequence lengths from now on (the GPU test checks both). */
+void lstmd_cuda_model_null_seq_lengths(struct lstmd_cuda_model *m, int on);
+
 /* Carried state. Zero it; or copy it to / from the host as fp32 [L,B,H] h and c (synchronous). */
 int lstmd_cuda_model_reset_state(struct lstmd_cuda_model *m);
 int lstmd_cuda_model_get_state(struct lstmd_cuda_model *m, float *h, float *c);
