@@ -45,6 +45,7 @@ struct lstmd_nccl {
   int mode;
   char desc[256];
   double timeout_s;
+  int device;     /* the rank's CUDA device, made current on the watchdog thread too */
   float *staging; /* host-staged: pinned [max_count] */
   size_t max_count;
 #if LSTMD_WITH_NCCL
@@ -112,6 +113,7 @@ static ncclResult_t settle(struct lstmd_nccl *n) {
 
 static void *watchdog_main(void *arg) {
   struct lstmd_nccl *n = arg;
+  cudaSetDevice(n->device); /* else the runtime would create a context on device 0 here */
   while (!n->quit && !n->failed) {
     sleep_us(10000);
     ncclResult_t st = ncclSuccess;
@@ -151,16 +153,18 @@ static void *watchdog_main(void *arg) {
 /* ncclCommInitRank over MPI (see 1.); returns this rank's verdict, not yet agreed. */
 static int init_nccl(struct lstmd_nccl *n) {
   struct lstmd_comm *c = n->c;
-  ncclUniqueId id;
-  memset(&id, 0, sizeof id);
-  int local = LSTMD_OK;
-  if (c->rank == 0 && nccl_failed(n, ncclGetUniqueId(&id), "ncclGetUniqueId")) local = LSTMD_ECOMM;
-  if (!mpi_ok(c, MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, c->world), "MPI_Bcast(NCCL id)"))
+  struct {
+    int ok;
+    ncclUniqueId id;
+  } msg;
+  memset(&msg, 0, sizeof msg);
+  if (c->rank == 0) msg.ok = !nccl_failed(n, ncclGetUniqueId(&msg.id), "ncclGetUniqueId");
+  if (!mpi_ok(c, MPI_Bcast(&msg, sizeof msg, MPI_BYTE, 0, c->world), "MPI_Bcast(NCCL id)"))
     return LSTMD_ECOMM;
-  if (local) return local; /* rank 0 broadcast zeros; the agreement step stops everyone */
+  if (!msg.ok) return LSTMD_ECOMM; /* rank 0 said why; the agreement step follows */
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
-  ncclResult_t r = ncclCommInitRankConfig(&n->comm, c->size, id, c->rank, &cfg);
+  ncclResult_t r = ncclCommInitRankConfig(&n->comm, c->size, msg.id, c->rank, &cfg);
   if (r == ncclInProgress || r == ncclSuccess) r = settle(n);
   if (r == ncclSuccess) return LSTMD_OK;
   if (r == ncclInProgress)
@@ -190,6 +194,7 @@ int lstmd_nccl_create(struct lstmd_comm *c, size_t max_count, double timeout_s,
     cudaGetLastError();
     me.bus[0] = '\0';
   }
+  n->device = dev;
   if (!all || !mpi_ok(c, MPI_Allgather(&me, sizeof me, MPI_BYTE, all, sizeof me, MPI_BYTE, c->world),
                       "MPI_Allgather(GPU ids)")) {
     free(all);
@@ -259,6 +264,16 @@ void lstmd_nccl_destroy(struct lstmd_nccl *n) {
   if (n->staging) cudaFreeHost(n->staging);
   pthread_mutex_destroy(&n->mu);
   free(n);
+}
+
+void lstmd_nccl_describe_library(char *buf, size_t n) {
+#if LSTMD_WITH_NCCL
+  int v = 0;
+  if (ncclGetVersion(&v) == ncclSuccess) snprintf(buf, n, "NCCL %d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+  else snprintf(buf, n, "NCCL (version unknown)");
+#else
+  snprintf(buf, n, "NCCL not built in");
+#endif
 }
 
 int lstmd_nccl_mode(const struct lstmd_nccl *n) { return n->mode; }

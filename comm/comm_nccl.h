@@ -39,6 +39,8 @@ int lstmd_nccl_allreduce_sum(struct lstmd_nccl *n, float *buf, size_t count, voi
 /* Hands the watchdog an event (a cudaEvent_t) just recorded after the collectives enqueued so
  * far: if it has not completed timeout_s from now, the job fails. */
 void lstmd_nccl_watch(struct lstmd_nccl *n, void *event);
+/* "NCCL 2.28.9" as loaded at run time, or "not built in". Needs no MPI or GPU. */
+void lstmd_nccl_describe_library(char *buf, size_t n);
 /* Non-zero once the communicator failed (error or timeout; already aborted, reason printed). */
 int lstmd_nccl_failed(struct lstmd_nccl *n);
 

@@ -7,6 +7,10 @@
 #include "../kernels/status.h"
 #include "blas_setup.h"
 #include "cli.h"
+#if LSTMD_BUILT_WITH_CUDA
+#include "../comm/comm_nccl.h"
+#include "../kernels/cuda/device_cuda.h"
+#endif
 
 #define LSTMD_VERSION "0.1.0"
 
@@ -49,6 +53,17 @@ static void print_version(void) {
          LSTMD_CONFIGURE_CUDNN, LSTMD_CONFIGURE_NCCL);
   printf("compiled in: CUDA %s, cuDNN %s, NCCL %s\n", LSTMD_BUILT_WITH_CUDA ? "yes" : "no",
          LSTMD_BUILT_WITH_CUDNN ? "yes" : "no", LSTMD_BUILT_WITH_NCCL ? "yes" : "no");
+#if LSTMD_BUILT_WITH_CUDA
+  lstmd_cuda_describe_libraries(buf, sizeof buf);
+  printf("GPU runtime: %s, ", buf);
+  lstmd_nccl_describe_library(buf, sizeof buf);
+  printf("%s\n", buf);
+  char why[256];
+  const int devices = lstmd_cuda_probe(why, sizeof why);
+  printf("GPU devices: %d", devices);
+  if (!devices) printf(" (%s)", why);
+  printf("\n");
+#endif
 }
 
 static void usage(FILE *out) {

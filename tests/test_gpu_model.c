@@ -285,7 +285,7 @@ static void test_carried_state(void) {
 /* ---- the engines (lstmd_dp_* with device -1 or 0) ---- */
 
 static struct lstmd_dp *make_dp(struct lstmd_model *m, int device, int precision, int carry) {
-  struct lstmd_dp_config c = {T, B, 1, carry, 0.0f, 3, 4.0, device, precision, 60.0};
+  struct lstmd_dp_config c = {T, B, 1, carry, 0.0f, 3, 4.0, device >= 0, device, precision, 60.0};
   struct lstmd_dp *dp = NULL;
   return lstmd_dp_create(m, &c, NULL, &dp) ? NULL : dp;
 }

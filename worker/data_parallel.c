@@ -133,10 +133,10 @@ int lstmd_dp_create(struct lstmd_model *m, const struct lstmd_dp_config *cfg,
   dp->rank = comm ? lstmd_comm_rank(comm) : 0;
   dp->world = comm ? lstmd_comm_size(comm) : 1;
   pthread_mutex_init(&dp->mu, NULL);
-  if (cfg->device >= 0) {
+  if (cfg->use_gpu) {
 #if LSTMD_WITH_GPU
     const struct lstmd_gpu_config gc = {cfg->seq_len, cfg->batch, cfg->carry_state, cfg->dropout,
-                                        cfg->seed, cfg->bucket_mb, cfg->device, cfg->precision,
+                                        cfg->seed, cfg->bucket_mb, cfg->gpu_device, cfg->precision,
                                         cfg->comm_timeout_s};
     int rc = lstmd_gpu_create(m, &gc, comm, &dp->gpu);
 #else

@@ -11,7 +11,7 @@
  * r·B + j..., which is what dropout masks and carried state are keyed on, so N ranks with
  * batch b compute what one rank with batch N·b computes.
  *
- * With cfg.device >= 0 the same calls drive the GPU engine instead (worker/gpu_engine.h): the
+ * With cfg.use_gpu the same calls drive the GPU engine instead (worker/gpu_engine.h): the
  * parameters, gradients and optimizer state then live on the device, and the host model is
  * brought up to date by lstmd_dp_sync_host. */
 #ifndef LSTMD_DATA_PARALLEL_H
@@ -32,7 +32,8 @@ struct lstmd_dp_config {
   float dropout;
   uint64_t seed;
   double bucket_mb;     /* gradient bucket size */
-  int device;           /* -1: the CPU engine; else the CUDA device of this rank (GPU engine) */
+  int use_gpu;          /* 0 (also when left out): the CPU engine; 1: the GPU engine */
+  int gpu_device;       /* GPU engine: this rank's CUDA device */
   int precision;        /* enum lstmd_precision (GPU engine; the CPU engine is fp32) */
   double comm_timeout_s;/* GPU engine: limit on one step's gradient all-reduce */
 };

@@ -176,6 +176,7 @@ int lstmd_gpu_create(struct lstmd_model *m, const struct lstmd_gpu_config *cfg,
   if (!rc) lstmd_cuda_describe_device(g->device_desc, sizeof g->device_desc);
   if (!rc) rc = create_streams(g);
   if (!rc) rc = alloc_buffers(g);
+  if (!rc && cuda_failed(cudaDeviceSynchronize(), "zeroing the buffers")) rc = LSTMD_ECUDA;
   if (!rc) {
     struct lstmd_cuda_model_config mc = {.steps = cfg->seq_len, .batch = cfg->batch,
                                          .dtype = g->dtype,
@@ -236,6 +237,9 @@ int lstmd_gpu_upload(struct lstmd_gpu *g, const struct lstmd_optim *o,
     CHECK_CUDA(cudaMemcpy(g->m, o->m, n, cudaMemcpyHostToDevice));
     if (o->v) CHECK_CUDA(cudaMemcpy(g->v, o->v, n, cudaMemcpyHostToDevice));
   }
+  /* cudaMemcpy runs on the legacy stream, which our non-blocking streams do not wait for, and
+   * may return before the DMA from its staging buffer is done. */
+  CHECK_CUDA(cudaDeviceSynchronize());
   LSTMD_TRY(lstmd_cuda_model_load_weights(g->cm, g->params));
   CHECK_CUDA(cudaStreamSynchronize(g->compute));
   g->uploaded = 1;

@@ -106,7 +106,7 @@ static int build(struct run *r) {
                                  r->world, cfg->seed, &r->batcher));
   const struct lstmd_dp_config dpc = {cfg->seq_len, cfg->batch_size, cfg->threads,
                                       cfg->order == LSTMD_ORDER_STREAM, cfg->dropout, cfg->seed,
-                                      cfg->bucket_mb, backend == LSTMD_DEVICE_CUDA ? gpu : -1,
+                                      cfg->bucket_mb, backend == LSTMD_DEVICE_CUDA, gpu,
                                       cfg->precision, cfg->comm_timeout_s};
   LSTMD_TRY(lstmd_prefetch_create(r->batcher, &r->train, cfg->seq_len, cfg->batch_size,
                                   &r->prefetch));

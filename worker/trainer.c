@@ -97,6 +97,7 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   *stop = totals[1] > 0.0;
   const double t_opt = lstmd_trace_now();
   int bad = lstmd_dp_optim_step(r->dp, r->optim, grad_norm);
+  if (bad && bad != LSTMD_EINVAL) return bad; /* GPU engine: a CUDA or communication failure */
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "optimizer", t_opt, lstmd_trace_now(), NULL);
   if (bad) {
     lstmd_errorf("step %ld: non-finite gradient norm (loss %g); lower optim.lr or set "

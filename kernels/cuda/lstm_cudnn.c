@@ -177,6 +177,11 @@ int lstmd_cudnn_lstm_create(void *handle, const struct lstmd_cudnn_lstm_config *
     lstmd_errorf("CUDA: zeroing the weight gradients: %s", cudaGetErrorString(cudaGetLastError()));
     rc = LSTMD_ECUDA;
   }
+  /* The legacy-stream copy and memset above before any use on the handle's stream. */
+  if (!rc && cudaDeviceSynchronize() != cudaSuccess) {
+    lstmd_errorf("CUDA: cuDNN LSTM set-up: %s", cudaGetErrorString(cudaGetLastError()));
+    rc = LSTMD_ECUDA;
+  }
   if (rc) {
     lstmd_cudnn_lstm_destroy(l);
     return rc;

@@ -34,6 +34,7 @@ struct lstmd_cuda_model {
   int algo;
   double trial_ms;
   struct lstmd_cuda_segment *segs; /* device [16·L]: flat master → cuDNN weight space */
+  struct lstmd_cuda_segment *segs_back; /* device [16·L]: weight space → flat (offsets swapped) */
   int n_segs;
   size_t max_seg;
   struct lstmd_cuda_inputs in;
@@ -125,6 +126,8 @@ static int alloc_activations(struct lstmd_cuda_model *m) {
   LSTMD_TRY(dev_alloc(m, (void **)&m->ones, N * sizeof(float), "ones"));
   LSTMD_TRY(dev_alloc(m, (void **)&m->segs, sizeof(struct lstmd_cuda_segment) * 16 * l->layers,
                       "weight map"));
+  LSTMD_TRY(dev_alloc(m, (void **)&m->segs_back,
+                      sizeof(struct lstmd_cuda_segment) * 16 * l->layers, "weight map"));
   float *ones = malloc(N * sizeof(float));
   if (!ones) return LSTMD_ENOMEM;
   for (size_t i = 0; i < N; i++) ones[i] = 1.0f;
@@ -269,9 +272,19 @@ int lstmd_cuda_model_create(const struct lstmd_cuda_model_config *cfg, void *str
     if (cuda_failed(cudaMemcpy(m->segs, segs, sizeof *segs * m->n_segs, cudaMemcpyHostToDevice),
                     "copying the weight map"))
       rc = LSTMD_ECUDA;
+    for (int i = 0; i < m->n_segs; i++) { /* the same pieces, weight space → flat */
+      const size_t flat = segs[i].src_offset;
+      segs[i].src_offset = segs[i].dst_offset;
+      segs[i].dst_offset = flat;
+    }
+    if (!rc && cuda_failed(cudaMemcpy(m->segs_back, segs, sizeof *segs * m->n_segs,
+                                      cudaMemcpyHostToDevice), "copying the weight map"))
+      rc = LSTMD_ECUDA;
   }
   free(segs);
-  if (!rc && cuda_failed(cudaStreamSynchronize(m->stream), "model set-up")) rc = LSTMD_ECUDA;
+  /* Everything above on the legacy stream (cudaMemcpy) or ours must be done before the
+   * caller's non-blocking streams use it. */
+  if (!rc && cuda_failed(cudaDeviceSynchronize(), "model set-up")) rc = LSTMD_ECUDA;
   if (rc) {
     lstmd_cuda_model_destroy(m);
     return rc;
@@ -371,7 +384,7 @@ int lstmd_cuda_model_backward(struct lstmd_cuda_model *m, const float *params, f
   }
   LSTMD_TRY(lstmd_cudnn_lstm_backward(m->lstm, m->bw_x, m->y_rnn, dy, m->dx_rnn, m->bw_hx, m->bw_cx));
   if (flush) {
-    LSTMD_TRY(lstmd_cuda_copy_segments(m->n_segs, m->segs, m->max_seg,
+    LSTMD_TRY(lstmd_cuda_copy_segments(m->n_segs, m->segs_back, m->max_seg,
                                        lstmd_cudnn_lstm_dweights(m->lstm), m->cfg.dtype, grads,
                                        LSTMD_DT_F32, flush == LSTMD_FLUSH_ADD, m->stream));
     if (ready) LSTMD_TRY(ready(ctx, l->off_w_ih[0]));
