@@ -13,6 +13,7 @@
 #include "../kernels/cpu/blas_cpu.h"
 #include "../kernels/status.h"
 #include "batcher.h"
+#include "infer.h"
 #include "nvtx.h"
 #include "optim.h"
 #include "pool.h"
@@ -340,6 +341,14 @@ int lstmd_dp_sync_host(struct lstmd_dp *dp, struct lstmd_optim *o, struct lstmd_
 #endif
   (void)dp, (void)o, (void)p;
   return LSTMD_OK;
+}
+
+int lstmd_dp_evaluate(struct lstmd_dp *dp, const struct lstmd_dataset *ds, int seq_len, int batch,
+                      double *mean_loss, uint64_t *tokens) {
+#if LSTMD_WITH_GPU
+  if (dp->gpu) return lstmd_gpu_evaluate(dp->gpu, ds, mean_loss, tokens);
+#endif
+  return lstmd_evaluate(dp->model, ds, seq_len, batch, mean_loss, tokens);
 }
 
 double lstmd_dp_loss_scale(const struct lstmd_dp *dp) {

@@ -69,6 +69,11 @@ int lstmd_dp_optim_step(struct lstmd_dp *dp, struct lstmd_optim *o, double *grad
 /* Brings model->params (and o's moments, p's loss scale, when not NULL) up to date on the host:
  * needed before evaluating or writing a checkpoint with the GPU engine; nothing to do on the CPU. */
 int lstmd_dp_sync_host(struct lstmd_dp *dp, struct lstmd_optim *o, struct lstmd_train_progress *p);
+/* Validation loss as lstmd_evaluate (infer.h) computes it, on the engine's device (the GPU
+ * engine scores in its own (T, B) chunks; the result is the same). Rank-local. */
+struct lstmd_dataset;
+int lstmd_dp_evaluate(struct lstmd_dp *dp, const struct lstmd_dataset *ds, int seq_len, int batch,
+                      double *mean_loss, uint64_t *tokens);
 /* fp16 loss scale (0 when none). */
 double lstmd_dp_loss_scale(const struct lstmd_dp *dp);
 /* 1 with the GPU engine; then desc gets its one-line description. */

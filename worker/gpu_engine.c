@@ -31,6 +31,7 @@
 #include "../kernels/cuda/lstm_cudnn.h"
 #include "../kernels/cuda/model_cuda.h"
 #include "../kernels/status.h"
+#include "batcher.h"
 #include "loss_scale.h"
 #include "nvtx.h"
 #include "train_config.h"
@@ -422,6 +423,47 @@ int lstmd_gpu_optim_step(struct lstmd_gpu *g, struct lstmd_optim *o, double *gra
   if (!rc) rc = lstmd_cuda_model_load_weights(g->cm, g->params);
   lstmd_nvtx_pop();
   return rc;
+}
+
+int lstmd_gpu_evaluate(struct lstmd_gpu *g, const struct lstmd_dataset *ds, double *mean_loss,
+                       uint64_t *tokens) {
+  const int T = g->cfg.seq_len, B = g->cfg.batch;
+  const uint64_t n = lstmd_window_count(ds, T);
+  if (n == 0) {
+    lstmd_errorf("%s: too short for one window of seq_len %d", ds->path, T);
+    return LSTMD_ECONFIG;
+  }
+  const int text = g->model->shape.kind == LSTMD_MODEL_TEXT;
+  const size_t K = text ? 1 : (size_t)g->model->shape.horizon;
+  struct lstmd_batch b;
+  memset(&b, 0, sizeof b);
+  void *scratch = malloc(lstmd_window_scratch_bytes(ds, T));
+  float *rows = malloc((size_t)T * B * K * sizeof(float));
+  int rc = scratch && rows ? lstmd_batch_alloc(ds, T, B, &b) : LSTMD_ENOMEM;
+  double sum = 0.0;
+  lstmd_nvtx_push("evaluation");
+  for (uint64_t w = 0; !rc && w < n; w += (uint64_t)B) {
+    const int cols = n - w < (uint64_t)B ? (int)(n - w) : B; /* the rest repeat window w */
+    for (int col = 0; !rc && col < B; col++)
+      rc = lstmd_read_window(ds, (w + (uint64_t)(col < cols ? col : 0)) * (uint64_t)T, T, B, col,
+                             &b, scratch);
+    if (!rc) rc = copy_batch(g, &b);
+    if (!rc) rc = lstmd_cuda_model_eval(g->cm, g->params, rows);
+    for (int t = 0; !rc && t < T; t++)
+      for (int col = 0; col < cols; col++)
+        for (size_t k = 0; k < K; k++) {
+          const double v = rows[((size_t)t * B + col) * K + k];
+          sum += text ? v : v * v;
+        }
+  }
+  lstmd_nvtx_pop();
+  lstmd_batch_free(&b);
+  free(scratch);
+  free(rows);
+  if (rc) return rc;
+  *tokens = n * (uint64_t)T;
+  *mean_loss = sum / ((double)*tokens * (double)K);
+  return LSTMD_OK;
 }
 
 void lstmd_gpu_reset_state(struct lstmd_gpu *g) { lstmd_cuda_model_reset_state(g->cm); }

@@ -62,6 +62,13 @@ void lstmd_gpu_reset_state(struct lstmd_gpu *g);
 int lstmd_gpu_get_state(struct lstmd_gpu *g, float *h, float *c);
 int lstmd_gpu_set_state(struct lstmd_gpu *g, const float *h, const float *c);
 
+/* lstmd_evaluate on the GPU (same contract and result), with the engine's (T, B): windows in
+ * chunks of B, the last chunk padded with repeats of its first window, which are not scored.
+ * Inference mode; the carried training state is left alone. */
+struct lstmd_dataset;
+int lstmd_gpu_evaluate(struct lstmd_gpu *g, const struct lstmd_dataset *ds, double *mean_loss,
+                       uint64_t *tokens);
+
 /* fp16: the current loss scale; 0 for the other precisions. */
 double lstmd_gpu_loss_scale(const struct lstmd_gpu *g);
 /* Forces the fp16 loss scale (tests, resume); LSTMD_EINVAL if not usable. */

@@ -49,12 +49,12 @@ static int save_checkpoint(struct run *r) {
 
 /* Rank 0: validation loss, with all of this rank's threads in BLAS. */
 static void evaluate_now(struct run *r) {
-  if (r->rank != 0 || !r->has_val || lstmd_dp_sync_host(r->dp, NULL, NULL)) return;
+  if (r->rank != 0 || !r->has_val) return;
   double loss;
   uint64_t tokens;
   lstmd_cpu_set_blas_threads(r->cfg->threads);
   const double t0 = lstmd_trace_now();
-  int rc = lstmd_evaluate(r->model, &r->val, r->cfg->seq_len, r->cfg->batch_size, &loss, &tokens);
+  int rc = lstmd_dp_evaluate(r->dp, &r->val, r->cfg->seq_len, r->cfg->batch_size, &loss, &tokens);
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "evaluation", t0, lstmd_trace_now(), NULL);
   lstmd_cpu_set_blas_threads(lstmd_dp_blas_threads(r->dp));
   if (rc == 0)

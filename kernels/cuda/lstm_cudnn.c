@@ -9,7 +9,10 @@
  * 2. Any failure of cuDNN at set-up for a non-standard algorithm is reported as
  *    LSTMD_EUNSUPPORTED without a message: the caller tries another algorithm.
  * 3. The sequence lengths are kept on the device too (the sample passes them to every call;
- *    they are never overwritten while the object lives, so asynchronous reads are safe). */
+ *    they are never overwritten while the object lives, so asynchronous reads are safe).
+ * 4. 16-bit data asks for CUDNN_TENSOR_OP_MATH (what PyTorch does for fp16). Which math types
+ *    cuDNN 9 accepts with bf16 RNN data is not documented in the headers, so if the set-up fails
+ *    with it, it is tried once more with CUDNN_DEFAULT_MATH before giving up. */
 #include "lstm_cudnn.h"
 
 #include <cuda_runtime.h>
@@ -34,6 +37,7 @@ struct lstmd_cudnn_lstm {
   int32_t *seq_dev; /* [B] device copy */
   int null_seq;
   int quiet;        /* failures of the RNN calls are reported quietly (algorithm trials) */
+  int math_retry;   /* 16-bit data: second try with CUDNN_DEFAULT_MATH */
   void *w, *dw;     /* weight space and its gradient */
   size_t w_bytes;
   void *work, *reserve;
@@ -52,9 +56,11 @@ static cudnnDataType_t cudnn_type(int dtype) {
          : dtype == LSTMD_DT_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
 }
 
-/* fp32 data: FMA math (TF32 off) unless allowed; 16-bit data: tensor cores (PyTorch's rule). */
-static cudnnMathType_t math_type(const struct lstmd_cudnn_lstm_config *c) {
-  if (c->dtype != LSTMD_DT_F32) return CUDNN_TENSOR_OP_MATH;
+/* fp32 data: FMA math (TF32 off) unless allowed; 16-bit data: tensor cores (PyTorch's rule for
+ * fp16), or DEFAULT_MATH on the second try (see 4. above). */
+static cudnnMathType_t math_type(const struct lstmd_cudnn_lstm *l) {
+  const struct lstmd_cudnn_lstm_config *c = &l->cfg;
+  if (c->dtype != LSTMD_DT_F32) return l->math_retry ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH;
   return c->allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 
@@ -94,7 +100,7 @@ static int make_descriptors(struct lstmd_cudnn_lstm *l, int quiet) {
   CHECK_CUDNN(cudnnCreateRNNDescriptor(&l->rnn), 0);
   CHECK_CUDNN(cudnnSetRNNDescriptor_v8(l->rnn, (cudnnRNNAlgo_t)c->algo, CUDNN_LSTM,
                                        CUDNN_RNN_DOUBLE_BIAS, CUDNN_UNIDIRECTIONAL,
-                                       CUDNN_LINEAR_INPUT, dt, CUDNN_DATA_FLOAT, math_type(c),
+                                       CUDNN_LINEAR_INPUT, dt, CUDNN_DATA_FLOAT, math_type(l),
                                        c->input, c->hidden, c->hidden, c->layers, l->dropout,
                                        CUDNN_RNN_PADDED_IO_ENABLED),
               quiet);
@@ -127,15 +133,14 @@ static int check_config(const struct lstmd_cudnn_lstm_config *c) {
   return LSTMD_OK;
 }
 
-int lstmd_cudnn_lstm_create(void *handle, const struct lstmd_cudnn_lstm_config *cfg,
-                            struct lstmd_cudnn_lstm **out) {
+static int create_once(cudnnHandle_t handle, const struct lstmd_cudnn_lstm_config *cfg,
+                       int math_retry, int quiet, struct lstmd_cudnn_lstm **out) {
   *out = NULL;
-  LSTMD_TRY(check_config(cfg));
   struct lstmd_cudnn_lstm *l = calloc(1, sizeof *l);
   if (!l) return LSTMD_ENOMEM;
   l->cfg = *cfg;
-  l->handle = (cudnnHandle_t)handle;
-  const int quiet = cfg->algo != LSTMD_RNN_STANDARD; /* see 2. above */
+  l->handle = handle;
+  l->math_retry = math_retry;
   int rc = LSTMD_OK;
   cudnnStatus_t s = cudnnCreateDropoutDescriptor(&l->dropout);
   if (!s) s = cudnnDropoutGetStatesSize(l->handle, &l->dropout_bytes);
@@ -190,6 +195,17 @@ int lstmd_cudnn_lstm_create(void *handle, const struct lstmd_cudnn_lstm_config *
   return LSTMD_OK;
 }
 
+int lstmd_cudnn_lstm_create(void *handle, const struct lstmd_cudnn_lstm_config *cfg,
+                            struct lstmd_cudnn_lstm **out) {
+  *out = NULL;
+  LSTMD_TRY(check_config(cfg));
+  const int quiet = cfg->algo != LSTMD_RNN_STANDARD; /* see 2. above */
+  const int retry = cfg->dtype != LSTMD_DT_F32;     /* see 4. above */
+  int rc = create_once((cudnnHandle_t)handle, cfg, 0, quiet || retry, out);
+  if (rc == LSTMD_EUNSUPPORTED && retry) rc = create_once((cudnnHandle_t)handle, cfg, 1, quiet, out);
+  return rc;
+}
+
 void lstmd_cudnn_lstm_destroy(struct lstmd_cudnn_lstm *l) {
   if (!l) return;
   if (l->h_desc) cudnnDestroyTensorDescriptor(l->h_desc);
@@ -219,8 +235,9 @@ size_t lstmd_cudnn_lstm_device_bytes(const struct lstmd_cudnn_lstm *l) {
 void lstmd_cudnn_lstm_use_null_seq_lengths(struct lstmd_cudnn_lstm *l, int on) { l->null_seq = on; }
 void lstmd_cudnn_lstm_set_quiet(struct lstmd_cudnn_lstm *l, int on) { l->quiet = on; }
 
-/* Element offset of addr in the weight space, after checking the piece's shape: a matrix
- * {1, rows, cols} or a bias {1, rows, 1}. */
+/* Element offset of addr in the weight space, after checking the piece's size: a row-major
+ * rows × cols matrix (cuDNN reports {1, rows, cols}; like PyTorch we rely on the element count
+ * only) or a bias of `rows`. */
 static int piece_offset(const struct lstmd_cudnn_lstm *l, cudnnTensorDescriptor_t d,
                         const void *addr, int rows, int cols, size_t *offset, const char *what,
                         int layer, int id) {
@@ -230,7 +247,9 @@ static int piece_offset(const struct lstmd_cudnn_lstm *l, cudnnTensorDescriptor_
     return LSTMD_ECUDA;
   const size_t es = lstmd_dtype_bytes(l->cfg.dtype);
   const ptrdiff_t bytes = (const char *)addr - (const char *)l->w;
-  if (!addr || nb != 3 || dim[0] != 1 || dim[1] != rows || dim[2] != cols || bytes < 0 ||
+  long long count = 1;
+  for (int i = 0; i < nb && i < 3; i++) count *= dim[i];
+  if (!addr || nb < 1 || nb > 3 || count != (long long)rows * cols || bytes < 0 ||
       bytes % (ptrdiff_t)es || (size_t)bytes + (size_t)rows * cols * es > l->w_bytes) {
     lstmd_errorf("cuDNN weight layout: layer %d linear layer %d %s is %dx%dx%d (%d dims) at byte "
                  "%td, expected 1x%dx%d inside %zu bytes", layer, id, what, dim[0], dim[1], dim[2],

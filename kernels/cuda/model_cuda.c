@@ -51,6 +51,7 @@ struct lstmd_cuda_model {
   float *ones;     /* [N] */
   void *state[2];  /* [2][L,B,H] data type: h then c; state[cur] is the next initial state */
   float *state_f;  /* [2][L,B,H] fp32 staging for get/set */
+  double *eval_loss; /* the loss sum of evaluation forwards (not used: per-row results are) */
   int cur, state_zero;
   const void *bw_x, *bw_hx, *bw_cx; /* what the last training forward used, for backward */
   size_t device_bytes;
@@ -124,6 +125,7 @@ static int alloc_activations(struct lstmd_cuda_model *m) {
   LSTMD_TRY(dev_alloc(m, &m->state[1], 2 * S * es, "recurrent state"));
   LSTMD_TRY(dev_alloc(m, (void **)&m->state_f, 2 * S * sizeof(float), "state staging"));
   LSTMD_TRY(dev_alloc(m, (void **)&m->ones, N * sizeof(float), "ones"));
+  LSTMD_TRY(dev_alloc(m, (void **)&m->eval_loss, sizeof(double), "evaluation loss"));
   LSTMD_TRY(dev_alloc(m, (void **)&m->segs, sizeof(struct lstmd_cuda_segment) * 16 * l->layers,
                       "weight map"));
   LSTMD_TRY(dev_alloc(m, (void **)&m->segs_back,
@@ -396,6 +398,23 @@ int lstmd_cuda_model_backward(struct lstmd_cuda_model *m, const float *params, f
   LSTMD_TRY(lstmd_cuda_embedding_backward(N, l->embed, m->dxf, m->in.ids, grads + l->off_embed,
                                           m->stream));
   if (ready) LSTMD_TRY(ready(ctx, 0));
+  return LSTMD_OK;
+}
+
+int lstmd_cuda_model_eval(struct lstmd_cuda_model *m, const float *params, float *host_rows) {
+  const struct lstmd_cuda_model_layout *l = &m->cfg.layout;
+  const size_t N = (size_t)m->cfg.steps * m->cfg.batch;
+  const int saved_cur = m->cur, saved_zero = m->state_zero;
+  m->state_zero = 1;
+  /* Series: grad_scale 0.5 makes the MSE kernel leave 2·0.5·(pred − target) in out. */
+  int rc = lstmd_cuda_model_forward(m, params, l->text ? 0.0f : 0.5f, 0, 0, m->eval_loss);
+  m->cur = saved_cur;
+  m->state_zero = saved_zero;
+  if (rc) return rc;
+  const float *src = l->text ? m->row_loss : m->out;
+  const size_t n = l->text ? N : N * (size_t)l->horizon;
+  CHECK_CUDA(cudaMemcpyAsync(host_rows, src, n * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+  CHECK_CUDA(cudaStreamSynchronize(m->stream));
   return LSTMD_OK;
 }
 

@@ -90,6 +90,10 @@ int lstmd_cuda_model_forward(struct lstmd_cuda_model *m, const float *params, fl
 int lstmd_cuda_model_backward(struct lstmd_cuda_model *m, const float *params, float *grads,
                               int flush, lstmd_cuda_ready_fn ready, void *ready_ctx);
 int lstmd_cuda_model_zero_lstm_grads(struct lstmd_cuda_model *m);
+/* Evaluation: an inference-mode forward from a zero state that leaves the carried state as it
+ * was, then copies to the host (synchronously) the loss of every target: text: per-row
+ * cross-entropy [T,B]; series: the error pred − target [T,B,K] (square it to score). */
+int lstmd_cuda_model_eval(struct lstmd_cuda_model *m, const float *params, float *host_rows);
 
 /* Passes NULL as cuDNN's device sequence lengths from now on (the GPU test checks both). */
 void lstmd_cuda_model_null_seq_lengths(struct lstmd_cuda_model *m, int on);
