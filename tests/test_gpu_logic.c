@@ -175,9 +175,11 @@ static void test_cudnn_descriptors(void) {
   static const char *const names[] = {"fp32", "fp16", "bf16"};
   char why[512], what[96];
   for (int dt = LSTMD_DT_F32; dt <= LSTMD_DT_BF16; dt++)
-    for (int algo = 0; algo < LSTMD_RNN_ALGO_COUNT; algo++) {
-      struct lstmd_cudnn_lstm_config c = {64, 256, 2, 32, 16, dt, 0, 0.1f, 1, algo};
-      snprintf(what, sizeof what, "cuDNN descriptors %s %s", names[dt], lstmd_rnn_algo_name(algo));
+    for (int k = 0; k < 2 * LSTMD_RNN_ALGO_COUNT; k++) {
+      const int algo = k / 2, packed = k % 2;
+      struct lstmd_cudnn_lstm_config c = {64, 256, 2, 32, 16, dt, 0, 0.1f, 1, algo, packed};
+      snprintf(what, sizeof what, "cuDNN descriptors %s %s%s", names[dt], lstmd_rnn_algo_name(algo),
+               packed ? " packed" : "");
       int rc = lstmd_cudnn_lstm_check_descriptors(&c, why, sizeof why);
       check_true(what, rc == 0);
       if (rc) printf("  %s\n", why);

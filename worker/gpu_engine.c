@@ -483,12 +483,13 @@ long lstmd_gpu_skipped_steps(const struct lstmd_gpu *g) { return g->skipped; }
 
 void lstmd_gpu_describe(const struct lstmd_gpu *g, char *buf, size_t n) {
   double ms = 0.0;
-  const int algo = lstmd_cuda_model_algo(g->cm, &ms);
+  int packed = 0;
+  const int algo = lstmd_cuda_model_algo(g->cm, &ms, &packed);
   char timing[48] = "";
   if (ms > 0.0) snprintf(timing, sizeof timing, ", %.2f ms per forward+backward", ms);
-  snprintf(buf, n, "GPU %d (%s), %s, cuDNN LSTM algorithm %s%s, %.2f GiB on the device; "
+  snprintf(buf, n, "GPU %d (%s), %s, cuDNN LSTM algorithm %s%s%s, %.2f GiB on the device; "
            "gradients summed by %s", g->cfg.device, g->device_desc, precision_name(g->cfg.precision),
-           lstmd_rnn_algo_name(algo), timing,
+           lstmd_rnn_algo_name(algo), packed ? " (packed layout)" : "", timing,
            (double)(lstmd_cuda_model_device_bytes(g->cm) + 4 * g->model->n_params * sizeof(float)) /
                (1024.0 * 1024.0 * 1024.0),
            g->nccl ? lstmd_nccl_describe(g->nccl) : "nothing (one rank)");

@@ -6,8 +6,8 @@
  *    length = T → h/c tensor descriptors [L,B,H] → weight space size → temp space sizes for
  *    training and inference (the larger work space is kept) → cudnnBuildRNNDynamic for the
  *    persistent-dynamic algorithm.
- * 2. Any failure of cuDNN at set-up for a non-standard algorithm is reported as
- *    LSTMD_EUNSUPPORTED without a message: the caller tries another algorithm.
+ * 2. Any failure of cuDNN at set-up for a non-standard algorithm or the packed layout is
+ *    reported as LSTMD_EUNSUPPORTED without a message: the caller tries another one.
  * 3. The sequence lengths are kept on the device too (the sample passes them to every call;
  *    they are never overwritten while the object lives, so asynchronous reads are safe).
  * 4. 16-bit data asks for CUDNN_TENSOR_OP_MATH (what PyTorch does for fp16). Which math types
@@ -102,18 +102,21 @@ static int make_descriptors(struct lstmd_cudnn_lstm *l, int quiet) {
                                        CUDNN_RNN_DOUBLE_BIAS, CUDNN_UNIDIRECTIONAL,
                                        CUDNN_LINEAR_INPUT, dt, CUDNN_DATA_FLOAT, math_type(l),
                                        c->input, c->hidden, c->hidden, c->layers, l->dropout,
-                                       CUDNN_RNN_PADDED_IO_ENABLED),
+                                       c->packed ? CUDNN_RNN_PADDED_IO_DISABLED
+                                                 : CUDNN_RNN_PADDED_IO_ENABLED),
               quiet);
+  const cudnnRNNDataLayout_t layout = c->packed ? CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED
+                                                : CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED;
   l->seq_host = malloc(sizeof(int) * (size_t)c->batch);
   if (!l->seq_host) return LSTMD_ENOMEM;
   for (int b = 0; b < c->batch; b++) l->seq_host[b] = c->steps;
   double pad = 0.0; /* zero bits: 0 in every data type */
   CHECK_CUDNN(cudnnCreateRNNDataDescriptor(&l->x_desc), 0);
   CHECK_CUDNN(cudnnCreateRNNDataDescriptor(&l->y_desc), 0);
-  CHECK_CUDNN(cudnnSetRNNDataDescriptor(l->x_desc, dt, CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED,
-                                        c->steps, c->batch, c->input, l->seq_host, &pad), quiet);
-  CHECK_CUDNN(cudnnSetRNNDataDescriptor(l->y_desc, dt, CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED,
-                                        c->steps, c->batch, c->hidden, l->seq_host, &pad), quiet);
+  CHECK_CUDNN(cudnnSetRNNDataDescriptor(l->x_desc, dt, layout, c->steps, c->batch, c->input,
+                                        l->seq_host, &pad), quiet);
+  CHECK_CUDNN(cudnnSetRNNDataDescriptor(l->y_desc, dt, layout, c->steps, c->batch, c->hidden,
+                                        l->seq_host, &pad), quiet);
   int dims[3] = {c->layers, c->batch, c->hidden}, strides[3] = {c->batch * c->hidden, c->hidden, 1};
   CHECK_CUDNN(cudnnCreateTensorDescriptor(&l->h_desc), 0);
   CHECK_CUDNN(cudnnCreateTensorDescriptor(&l->c_desc), 0);
@@ -199,7 +202,7 @@ int lstmd_cudnn_lstm_create(void *handle, const struct lstmd_cudnn_lstm_config *
                             struct lstmd_cudnn_lstm **out) {
   *out = NULL;
   LSTMD_TRY(check_config(cfg));
-  const int quiet = cfg->algo != LSTMD_RNN_STANDARD; /* see 2. above */
+  const int quiet = cfg->algo != LSTMD_RNN_STANDARD || cfg->packed; /* see 2. above */
   const int retry = cfg->dtype != LSTMD_DT_F32;     /* see 4. above */
   int rc = create_once((cudnnHandle_t)handle, cfg, 0, quiet || retry, out);
   if (rc == LSTMD_EUNSUPPORTED && retry) rc = create_once((cudnnHandle_t)handle, cfg, 1, quiet, out);

@@ -40,6 +40,10 @@ struct lstmd_cudnn_lstm_config {
   float dropout;             /* between layers, training mode only */
   unsigned long long seed;   /* of cuDNN's dropout states */
   int algo;                  /* enum lstmd_rnn_algo */
+  int packed;                /* 1: CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED with padded I/O off;
+                              * 0: SEQ_MAJOR_UNPACKED with padded I/O on. Every window has all T
+                              * steps, so both describe the same memory; some algorithms may
+                              * accept only one of them. */
 };
 
 struct lstmd_cudnn_lstm;

@@ -31,7 +31,7 @@ struct lstmd_cuda_model {
   cublasHandle_t blas;
   cudnnHandle_t dnn;
   struct lstmd_cudnn_lstm *lstm;
-  int algo;
+  int algo, packed;
   double trial_ms;
   struct lstmd_cuda_segment *segs; /* device [16·L]: flat master → cuDNN weight space */
   struct lstmd_cuda_segment *segs_back; /* device [16·L]: weight space → flat (offsets swapped) */
@@ -177,6 +177,10 @@ static int choose_lstm(struct lstmd_cuda_model *m) {
   if (forced >= 0) {
     lc.algo = forced;
     int rc = lstmd_cudnn_lstm_create(m->dnn, &lc, &m->lstm);
+    if (rc == LSTMD_EUNSUPPORTED) { /* the other data layout */
+      lc.packed = m->packed = 1;
+      rc = lstmd_cudnn_lstm_create(m->dnn, &lc, &m->lstm);
+    }
     if (rc == LSTMD_EUNSUPPORTED)
       lstmd_errorf("cuDNN algorithm %s is not supported for this shape and type",
                    lstmd_rnn_algo_name(forced));
@@ -188,13 +192,15 @@ static int choose_lstm(struct lstmd_cuda_model *m) {
   CHECK_CUDA(cudaEventCreate(&t1));
   int rc = LSTMD_OK;
   double best_ms = 0.0;
-  for (int a = 0; a < LSTMD_RNN_ALGO_COUNT; a++) {
+  for (int trial = 0; trial < 2 * LSTMD_RNN_ALGO_COUNT; trial++) {
+    const int a = trial / 2, first = trial == 0; /* standard, unpacked: must work */
     lc.algo = a;
+    lc.packed = trial % 2;
     struct lstmd_cudnn_lstm *l = NULL;
     int r = lstmd_cudnn_lstm_create(m->dnn, &lc, &l);
     if (r == LSTMD_EUNSUPPORTED) continue;
     if (r) { rc = r; break; } /* a real failure (standard, or out of memory) */
-    lstmd_cudnn_lstm_set_quiet(l, a != LSTMD_RNN_STANDARD);
+    lstmd_cudnn_lstm_set_quiet(l, !first);
     float ms = 0.0f;
     r = lstm_trial(m, l); /* warm-up (and the first call's set-up) */
     if (!r && cudaEventRecord(t0, m->stream) != cudaSuccess) r = LSTMD_ECUDA;
@@ -206,7 +212,7 @@ static int choose_lstm(struct lstmd_cuda_model *m) {
       cudaStreamSynchronize(m->stream);
       cudaGetLastError();
       lstmd_cudnn_lstm_destroy(l);
-      if (a == LSTMD_RNN_STANDARD) { rc = r; break; }
+      if (first) { rc = r; break; }
       continue;
     }
     lstmd_cudnn_lstm_set_quiet(l, 0);
@@ -214,6 +220,7 @@ static int choose_lstm(struct lstmd_cuda_model *m) {
       lstmd_cudnn_lstm_destroy(m->lstm);
       m->lstm = l;
       m->algo = a;
+      m->packed = lc.packed;
       best_ms = ms / 3.0;
     } else {
       lstmd_cudnn_lstm_destroy(l);
@@ -307,8 +314,9 @@ void lstmd_cuda_model_destroy(struct lstmd_cuda_model *m) {
 
 struct lstmd_cuda_inputs *lstmd_cuda_model_inputs(struct lstmd_cuda_model *m) { return &m->in; }
 
-int lstmd_cuda_model_algo(const struct lstmd_cuda_model *m, double *trial_ms) {
+int lstmd_cuda_model_algo(const struct lstmd_cuda_model *m, double *trial_ms, int *packed) {
   if (trial_ms) *trial_ms = m->trial_ms;
+  if (packed) *packed = m->packed;
   return m->algo;
 }
 

@@ -67,8 +67,9 @@ int lstmd_cuda_model_create(const struct lstmd_cuda_model_config *cfg, void *str
 void lstmd_cuda_model_destroy(struct lstmd_cuda_model *m);
 
 struct lstmd_cuda_inputs *lstmd_cuda_model_inputs(struct lstmd_cuda_model *m);
-/* The algorithm in use and how long one forward+backward took when they were timed (0 if not). */
-int lstmd_cuda_model_algo(const struct lstmd_cuda_model *m, double *trial_ms);
+/* The algorithm in use, how long one forward+backward took when they were timed (0 if not),
+ * and whether the packed data layout is used (see lstm_cudnn.h). */
+int lstmd_cuda_model_algo(const struct lstmd_cuda_model *m, double *trial_ms, int *packed);
 size_t lstmd_cuda_model_device_bytes(const struct lstmd_cuda_model *m);
 
 /* Refreshes the cuDNN weight space from the fp32 master parameters (device, [n_params]). */
