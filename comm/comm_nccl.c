@@ -257,8 +257,14 @@ void lstmd_nccl_destroy(struct lstmd_nccl *n) {
   if (n->comm) {
     int in_flight = n->watched && cudaEventQuery(n->watched) == cudaErrorNotReady;
     cudaGetLastError();
-    if (in_flight) ncclCommAbort(n->comm); /* a blocking destroy could wait for a dead peer */
-    else ncclCommDestroy(n->comm);
+    if (in_flight) { /* a blocking destroy could wait for a dead peer */
+      ncclCommAbort(n->comm);
+    } else { /* non-blocking communicator: finalize, wait for it (bounded), then free */
+      ncclResult_t r = ncclCommFinalize(n->comm);
+      if (r == ncclSuccess || r == ncclInProgress) r = settle(n);
+      if (r == ncclSuccess) ncclCommDestroy(n->comm);
+      else ncclCommAbort(n->comm);
+    }
   }
 #endif
   if (n->staging) cudaFreeHost(n->staging);
