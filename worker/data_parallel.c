@@ -222,10 +222,15 @@ int lstmd_dp_micro_step(struct lstmd_dp *dp, const struct lstmd_batch *batch, fl
                         uint64_t micro_step, int first, int last, double *loss_sum,
                         double *comm_wait_s) {
 #if LSTMD_WITH_GPU
-  if (dp->gpu) {
+  if (dp->gpu) { /* on the timeline: until the GPU finished backward (the exposed all-reduce
+                  * wait is the trainer's own event) */
+    const double t0 = dp->trace ? lstmd_trace_now() : 0.0;
     lstmd_nvtx_push("micro-batch (GPU)");
     int rc = lstmd_gpu_micro_step(dp->gpu, batch, grad_scale, first, last, loss_sum, comm_wait_s);
     lstmd_nvtx_pop();
+    if (dp->trace)
+      lstmd_trace_event(dp->trace, 1, "forward+backward (GPU)", t0, lstmd_trace_now() - *comm_wait_s,
+                        NULL);
     return rc;
   }
 #endif
