@@ -74,6 +74,7 @@ static void usage(FILE *out) {
           "  lstmd prepare series --input FILE.csv --target COL [--features A,B,...] [--horizon K]\n"
           "                       --out DIR [--val-fraction F]\n"
           "  lstmd train   --config JOB.ini [--set section.key=value ...] [--resume [CKPT]]\n"
+          "                [--trace FILE] [--device auto|cpu|cuda]\n"
           "  lstmd eval    --checkpoint CKPT --data DIR [--batch N]\n"
           "  lstmd sample  --checkpoint CKPT [--prime TEXT] [--length N] [--temperature T] [--seed S]\n"
           "  lstmd predict --checkpoint CKPT --input FILE.csv --out FILE.csv [--batch N]\n"

@@ -39,6 +39,9 @@ if [ "$n_auto" -gt 0 ]; then # no usable GPU here
     && ok "train.device=cuda without a GPU: exit 2: $(grep 'train.device=cuda' "$TMP/cuda.log")" \
     || { bad "train.device=cuda without a GPU: exit $rc (want 2)"; cat "$TMP/cuda.log"; }
   [ ! -e "$TMP/cuda/latest.safetensors" ] && ok "  ... and wrote nothing" || bad "cuda run wrote a checkpoint"
+  (cd "$TMP" && "$LSTMD" train "${common[@]}" --device cuda --set train.run_dir=cuda2 2>/dev/null >/dev/null)
+  rc=$?
+  [ $rc -eq 2 ] && ok "--device cuda without a GPU: exit 2" || bad "--device cuda: exit $rc (want 2)"
   if command -v "$MPIEXEC" >/dev/null; then
     (cd "$TMP" && "$MPIEXEC" -np 2 "$LSTMD" train "${common[@]}" --set train.run_dir=mpi 2> mpi.log >/dev/null)
     rc=$?
