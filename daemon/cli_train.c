@@ -39,20 +39,22 @@ static void install_stop_handlers(void) {
 }
 
 int lstmd_cmd_train(int argc, char **argv) {
-  const char *config_path = NULL, *resume = NULL, *trace = NULL;
+  const char *config_path = NULL, *resume = NULL, *trace = NULL, *device = NULL;
   int help = 0;
   struct set_list sets = {0};
   struct lstmd_opt opts[] = {{"config", &config_path},
                              {"set", NULL, NULL, 0, on_set, &sets},
                              {"resume", &resume, NULL, 1},
                              {"trace", &trace},
+                             {"device", &device},
                              {"help", NULL, &help}};
-  int rc = lstmd_parse_opts("train", argc, argv, 2, opts, 5);
+  int rc = lstmd_parse_opts("train", argc, argv, 2, opts, 6);
   if (rc) return rc;
   if (help) {
     printf("usage: lstmd train --config JOB.ini [--set section.key=value ...] [--resume [CKPT]]\n"
-           "                   [--trace FILE]\n"
+           "                   [--trace FILE] [--device auto|cpu|cuda]\n"
            "  --trace FILE    Chrome trace (chrome://tracing, Perfetto) of every step on every rank\n"
+           "  --device D      the same as --set train.device=D, applied after the other --set\n"
            "  --resume        continue from <train.run_dir>/latest.safetensors (fresh start if none)\n"
            "  --resume CKPT   continue from the given checkpoint\n\n");
     lstmd_config_help(stdout);
@@ -67,6 +69,11 @@ int lstmd_cmd_train(int argc, char **argv) {
   if (config_path && (rc = lstmd_config_load_ini(&cfg, config_path))) return lstmd_exit_code(rc);
   for (int i = 0; i < sets.n; i++)
     if ((rc = lstmd_config_set(&cfg, sets.items[i]))) return lstmd_exit_code(rc);
+  if (device) {
+    char assignment[96];
+    snprintf(assignment, sizeof assignment, "train.device=%s", device);
+    if ((rc = lstmd_config_set(&cfg, assignment))) return lstmd_exit_code(rc);
+  }
   if ((rc = lstmd_config_validate(&cfg))) return lstmd_exit_code(rc);
   cfg.trace_path = trace;
 

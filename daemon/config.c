@@ -28,8 +28,8 @@ struct cfg_key {
 static const char *const kOrders[] = {"shuffle", "stream", NULL};
 static const char *const kAlgos[] = {"adamw", "sgd", NULL};
 static const char *const kSchedules[] = {"cosine", "constant", NULL};
-static const char *const kDevices[] = {"cpu", "cuda", NULL};
-static const char *const kPrecisions[] = {"fp32", "fp16", "bf16", NULL};
+static const char *const kDevices[] = {"cpu", "cuda", "auto", NULL}; /* enum lstmd_device */
+static const char *const kPrecisions[] = {"fp32", "fp16", "bf16", "tf32", NULL};
 
 #define F(field) offsetof(struct lstmd_train_config, field)
 #define S(field) sizeof(((struct lstmd_train_config *)0)->field)
@@ -66,9 +66,12 @@ static const struct cfg_key kKeys[] = {
     {"train", "steps", CFG_LONG, F(steps), 0, "1000", 1, 1e12, NULL, "optimizer steps"},
     {"train", "seed", CFG_U64, F(seed), 0, "1", 0, 0, NULL,
      "seed of initialisation, shuffling and dropout (same seed: bitwise same run)"},
-    {"train", "device", CFG_ENUM, F(device), 0, "cpu", 0, 0, kDevices, "compute backend"},
+    {"train", "device", CFG_ENUM, F(device), 0, "auto", 0, 0, kDevices,
+     "compute backend; auto: CUDA when a GPU is usable, else the CPU"},
     {"train", "precision", CFG_ENUM, F(precision), 0, "fp32", 0, 0, kPrecisions,
-     "fp32 (CPU and GPU) or mixed fp16/bf16 (GPU)"},
+     "fp32 (CPU and GPU, no TF32), tf32, or mixed fp16/bf16 (GPU; fp32 master weights)"},
+    {"train", "comm_timeout_s", CFG_DOUBLE, F(comm_timeout_s), 0, "600", 1, 86400, NULL,
+     "GPU: a gradient all-reduce unfinished after this long fails the job"},
     {"train", "run_dir", CFG_STRING, F(run_dir), S(run_dir), "runs/default", 0, 0, NULL,
      "checkpoints, metrics.jsonl"},
     {"train", "checkpoint_every", CFG_LONG, F(checkpoint_every), 0, "1000", 0, 1e12, NULL,

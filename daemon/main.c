@@ -7,11 +7,16 @@
 #include "../kernels/status.h"
 #include "blas_setup.h"
 #include "cli.h"
+#if LSTMD_BUILT_WITH_CUDA
+#include "../comm/comm_nccl.h"
+#include "../kernels/cuda/device_cuda.h"
+#endif
 
 #define LSTMD_VERSION "0.1.0"
 
-/* Set by CMakeLists.txt from cmake/DetectGpu.cmake. Nothing GPU is compiled yet, so the
- * LSTMD_BUILT_WITH_* are 0 even where the configure step found the libraries. */
+/* Set by CMakeLists.txt from cmake/DetectGpu.cmake: LSTMD_BUILT_WITH_* say what this binary
+ * contains (the GPU backend needs CUDA and cuDNN; NCCL is optional), LSTMD_CONFIGURE_* what the
+ * configure step found. */
 #ifndef LSTMD_BUILT_WITH_CUDA
 #define LSTMD_BUILT_WITH_CUDA 0
 #endif
@@ -48,6 +53,17 @@ static void print_version(void) {
          LSTMD_CONFIGURE_CUDNN, LSTMD_CONFIGURE_NCCL);
   printf("compiled in: CUDA %s, cuDNN %s, NCCL %s\n", LSTMD_BUILT_WITH_CUDA ? "yes" : "no",
          LSTMD_BUILT_WITH_CUDNN ? "yes" : "no", LSTMD_BUILT_WITH_NCCL ? "yes" : "no");
+#if LSTMD_BUILT_WITH_CUDA
+  lstmd_cuda_describe_libraries(buf, sizeof buf);
+  printf("GPU runtime: %s, ", buf);
+  lstmd_nccl_describe_library(buf, sizeof buf);
+  printf("%s\n", buf);
+  char why[256];
+  const int devices = lstmd_cuda_probe(why, sizeof why);
+  printf("GPU devices: %d", devices);
+  if (!devices) printf(" (%s)", why);
+  printf("\n");
+#endif
 }
 
 static void usage(FILE *out) {
@@ -58,6 +74,7 @@ static void usage(FILE *out) {
           "  lstmd prepare series --input FILE.csv --target COL [--features A,B,...] [--horizon K]\n"
           "                       --out DIR [--val-fraction F]\n"
           "  lstmd train   --config JOB.ini [--set section.key=value ...] [--resume [CKPT]]\n"
+          "                [--trace FILE] [--device auto|cpu|cuda]\n"
           "  lstmd eval    --checkpoint CKPT --data DIR [--batch N]\n"
           "  lstmd sample  --checkpoint CKPT [--prime TEXT] [--length N] [--temperature T] [--seed S]\n"
           "  lstmd predict --checkpoint CKPT --input FILE.csv --out FILE.csv [--batch N]\n"

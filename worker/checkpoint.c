@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "../kernels/status.h"
+#include "nvtx.h"
 #include "safetensors.h"
 
 #define FORMAT_TAG "lstmd-checkpoint-1"
@@ -106,11 +107,17 @@ int lstmd_checkpoint_save(const char *path, const struct lstmd_model *m,
     meta_addf(&l, "train.step", "%ld", progress->step);
     meta_addf(&l, "train.epoch", "%" PRIu64, progress->cursor.epoch);
     meta_addf(&l, "train.position", "%" PRIu64, progress->cursor.position);
+    if (progress->loss_scale > 0.0) { /* fp16 on a GPU: the dynamic loss scale resumes too */
+      meta_addf(&l, "train.loss_scale", "%.9g", progress->loss_scale);
+      meta_addf(&l, "train.loss_scale_good_steps", "%ld", progress->loss_scale_good_steps);
+    }
   }
   int rc = LSTMD_OK;
   for (int i = 0; i < l.n; i++)
     if (!l.owned[i]) rc = LSTMD_ENOMEM;
+  lstmd_nvtx_push("checkpoint");
   if (!rc) rc = lstmd_st_write(path, t, n, l.items, l.n);
+  lstmd_nvtx_pop();
   for (int i = 0; i < l.n; i++) free(l.owned[i]);
   return rc;
 }
@@ -303,6 +310,18 @@ int lstmd_checkpoint_load_train(const char *path, struct lstmd_model *m, struct 
     if (!rc) rc = lstmd_st_read_f32(f, "state.h", 3, dims, p->state_h);
     if (!rc) rc = lstmd_st_read_f32(f, "state.c", 3, dims, p->state_c);
   }
+  double loss_scale = 0.0;
+  long scale_good = 0;
+  const char *ls = lstmd_st_meta_get(f, "train.loss_scale"); /* optional: fp16 runs only */
+  if (!rc && ls) {
+    char *end;
+    loss_scale = strtod(ls, &end);
+    if (!*ls || *end || !(loss_scale > 0.0 && loss_scale < 1e30)) {
+      lstmd_errorf("%s: metadata 'train.loss_scale' is malformed", path);
+      rc = LSTMD_EFORMAT;
+    }
+    if (!rc) rc = meta_long(f, path, "train.loss_scale_good_steps", 0, 1L << 60, &scale_good);
+  }
   if (!rc && config_json) {
     const char *cfg = lstmd_st_meta_get(f, "config");
     *config_json = strdup(cfg ? cfg : "{}");
@@ -312,6 +331,8 @@ int lstmd_checkpoint_load_train(const char *path, struct lstmd_model *m, struct 
     p->step = step;
     p->cursor.epoch = epoch;
     p->cursor.position = position;
+    p->loss_scale = loss_scale;
+    p->loss_scale_good_steps = scale_good;
   }
   lstmd_st_close(f);
   return rc;

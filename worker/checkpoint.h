@@ -27,6 +27,8 @@ struct lstmd_train_progress {
   struct lstmd_batcher_cursor cursor;
   float *state_h, *state_c; /* [L,B,H] carried state (stream order), or NULL */
   int state_batch;          /* B of state_h/state_c */
+  double loss_scale;        /* fp16 dynamic loss scale (0: none) */
+  long loss_scale_good_steps; /* clean steps since it last changed */
 };
 
 /* Writes <path> atomically. optim and progress may be NULL (model-only export).

@@ -13,8 +13,14 @@
 #include "../kernels/cpu/blas_cpu.h"
 #include "../kernels/status.h"
 #include "batcher.h"
+#include "infer.h"
+#include "nvtx.h"
+#include "optim.h"
 #include "pool.h"
 #include "trace.h"
+#if LSTMD_WITH_GPU
+#include "gpu_engine.h"
+#endif
 
 enum { kMaxSlices = 256 };
 
@@ -30,6 +36,7 @@ struct slice {
 
 struct lstmd_dp {
   struct lstmd_model *model;
+  struct lstmd_gpu *gpu; /* the GPU engine drives the step instead of the slices below */
   struct lstmd_dp_config cfg;
   struct lstmd_comm *comm;
   int rank, world;
@@ -127,6 +134,25 @@ int lstmd_dp_create(struct lstmd_model *m, const struct lstmd_dp_config *cfg,
   dp->rank = comm ? lstmd_comm_rank(comm) : 0;
   dp->world = comm ? lstmd_comm_size(comm) : 1;
   pthread_mutex_init(&dp->mu, NULL);
+  if (cfg->use_gpu) {
+#if LSTMD_WITH_GPU
+    const struct lstmd_gpu_config gc = {cfg->seq_len, cfg->batch, cfg->carry_state, cfg->dropout,
+                                        cfg->seed, cfg->bucket_mb, cfg->gpu_device, cfg->precision,
+                                        cfg->comm_timeout_s};
+    int rc = lstmd_gpu_create(m, &gc, comm, &dp->gpu);
+#else
+    lstmd_errorf("this build has no GPU backend");
+    int rc = LSTMD_EUNSUPPORTED;
+#endif
+    if (rc) {
+      lstmd_dp_destroy(dp);
+      return rc;
+    }
+    dp->n_slices = 0;
+    dp->blas_threads = 1;
+    *out = dp;
+    return LSTMD_OK;
+  }
   /* threads = 0: this node's cores shared among the ranks on it */
   const int local_ranks = comm ? lstmd_comm_local_size(comm) : 1;
   int threads = cfg->threads > 0 ? cfg->threads : lstmd_cpu_cores() / local_ranks;
@@ -169,6 +195,9 @@ int lstmd_dp_create(struct lstmd_model *m, const struct lstmd_dp_config *cfg,
 
 void lstmd_dp_destroy(struct lstmd_dp *dp) {
   if (!dp) return;
+#if LSTMD_WITH_GPU
+  lstmd_gpu_destroy(dp->gpu);
+#endif
   lstmd_reducer_destroy(dp->reducer);
   lstmd_pool_destroy(dp->pool);
   for (int i = 0; i < dp->n_slices; i++) {
@@ -179,16 +208,33 @@ void lstmd_dp_destroy(struct lstmd_dp *dp) {
   free(dp);
 }
 
-int lstmd_dp_threads(const struct lstmd_dp *dp) { return dp->n_slices; }
+int lstmd_dp_threads(const struct lstmd_dp *dp) { return dp->gpu ? 1 : dp->n_slices; }
 int lstmd_dp_blas_threads(const struct lstmd_dp *dp) { return dp->blas_threads; }
 
 void lstmd_dp_reset_state(struct lstmd_dp *dp) {
+#if LSTMD_WITH_GPU
+  if (dp->gpu) lstmd_gpu_reset_state(dp->gpu);
+#endif
   for (int i = 0; i < dp->n_slices; i++) lstmd_workspace_reset_state(dp->slices[i].ws);
 }
 
 int lstmd_dp_micro_step(struct lstmd_dp *dp, const struct lstmd_batch *batch, float grad_scale,
                         uint64_t micro_step, int first, int last, double *loss_sum,
                         double *comm_wait_s) {
+#if LSTMD_WITH_GPU
+  if (dp->gpu) { /* on the timeline: until the GPU finished backward (the exposed all-reduce
+                  * wait is the trainer's own event) */
+    const double t0 = dp->trace ? lstmd_trace_now() : 0.0;
+    lstmd_nvtx_push("micro-batch (GPU)");
+    int rc = lstmd_gpu_micro_step(dp->gpu, batch, grad_scale, first, last, loss_sum, comm_wait_s);
+    lstmd_nvtx_pop();
+    if (dp->trace)
+      lstmd_trace_event(dp->trace, 1, "forward+backward (GPU)", t0, lstmd_trace_now() - *comm_wait_s,
+                        NULL);
+    return rc;
+  }
+#endif
+  lstmd_nvtx_push("forward+backward");
   dp->batch = batch;
   dp->grad_scale = grad_scale;
   dp->micro_step = micro_step;
@@ -197,26 +243,37 @@ int lstmd_dp_micro_step(struct lstmd_dp *dp, const struct lstmd_batch *batch, fl
   dp->next_bucket = 0;
   for (int i = 0; i < dp->n_slices; i++) dp->slices[i].ready = dp->model->n_params;
   lstmd_pool_run(dp->pool, step_slice, dp);
+  lstmd_nvtx_pop();
   dp->collecting = 0;
   *loss_sum = 0.0;
   for (int i = 0; i < dp->n_slices; i++) *loss_sum += dp->slices[i].loss;
   *comm_wait_s = 0.0;
   if (!last) return LSTMD_OK;
   while (dp->next_bucket < dp->n_buckets) flush_bucket(dp, dp->next_bucket++);
-  return dp->reducer ? lstmd_reducer_wait_all(dp->reducer, comm_wait_s) : LSTMD_OK;
+  lstmd_nvtx_push("all-reduce wait");
+  int rc = dp->reducer ? lstmd_reducer_wait_all(dp->reducer, comm_wait_s) : LSTMD_OK;
+  lstmd_nvtx_pop();
+  return rc;
 }
 
 int lstmd_dp_gather_state(struct lstmd_dp *dp, float *h, float *c) {
   const int L = dp->model->shape.layers, B = dp->cfg.batch, N = dp->world;
   const size_t H = (size_t)dp->model->shape.hidden, local = (size_t)L * B * H;
   float *mine = malloc(2 * local * sizeof(float));
+#if LSTMD_WITH_GPU
+  int gpu_rc = dp->gpu && mine ? lstmd_gpu_get_state(dp->gpu, mine, mine + local) : LSTMD_OK;
+  if (gpu_rc) {
+    free(mine);
+    return gpu_rc;
+  }
+#endif
   float *all = dp->rank == 0 && N > 1 ? malloc(2 * local * N * sizeof(float)) : NULL;
   if (!mine || (dp->rank == 0 && N > 1 && !all)) {
     free(mine);
     free(all);
     return LSTMD_ENOMEM;
   }
-  for (int i = 0; i < dp->n_slices; i++)
+  for (int i = 0; mine && i < dp->n_slices; i++)
     lstmd_workspace_get_state(dp->slices[i].ws, mine, mine + local, B, dp->slices[i].col0);
   int rc = LSTMD_OK;
   if (N == 1) {
@@ -240,7 +297,81 @@ int lstmd_dp_gather_state(struct lstmd_dp *dp, float *h, float *c) {
 
 void lstmd_dp_set_state(struct lstmd_dp *dp, const float *h, const float *c) {
   const int global = dp->cfg.batch * dp->world;
+#if LSTMD_WITH_GPU
+  if (dp->gpu) { /* this rank's columns of the global [L, N·B, H] state */
+    const int L = dp->model->shape.layers, B = dp->cfg.batch;
+    const size_t H = (size_t)dp->model->shape.hidden, local = (size_t)L * B * H;
+    float *mine = malloc(2 * local * sizeof(float));
+    if (!mine) {
+      lstmd_errorf("out of memory for the recurrent state");
+      return;
+    }
+    for (int l = 0; l < L; l++) {
+      size_t at = ((size_t)l * global + (size_t)dp->rank * B) * H;
+      memcpy(mine + (size_t)l * B * H, h + at, (size_t)B * H * sizeof(float));
+      memcpy(mine + local + (size_t)l * B * H, c + at, (size_t)B * H * sizeof(float));
+    }
+    lstmd_gpu_set_state(dp->gpu, mine, mine + local);
+    free(mine);
+    return;
+  }
+#endif
   for (int i = 0; i < dp->n_slices; i++)
     lstmd_workspace_set_state(dp->slices[i].ws, h, c, global,
                               dp->rank * dp->cfg.batch + dp->slices[i].col0);
+}
+
+int lstmd_dp_upload(struct lstmd_dp *dp, const struct lstmd_optim *o,
+                    const struct lstmd_train_progress *p) {
+#if LSTMD_WITH_GPU
+  if (dp->gpu) return lstmd_gpu_upload(dp->gpu, o, p);
+#endif
+  (void)dp, (void)o, (void)p;
+  return LSTMD_OK;
+}
+
+int lstmd_dp_optim_step(struct lstmd_dp *dp, struct lstmd_optim *o, double *grad_norm) {
+#if LSTMD_WITH_GPU
+  if (dp->gpu) return lstmd_gpu_optim_step(dp->gpu, o, grad_norm);
+#endif
+  lstmd_nvtx_push("optimizer");
+  int rc = lstmd_optim_step(o, dp->model->params, dp->model->grads, grad_norm);
+  lstmd_nvtx_pop();
+  return rc;
+}
+
+int lstmd_dp_sync_host(struct lstmd_dp *dp, struct lstmd_optim *o, struct lstmd_train_progress *p) {
+#if LSTMD_WITH_GPU
+  if (dp->gpu) return lstmd_gpu_sync_host(dp->gpu, o, p);
+#endif
+  (void)dp, (void)o, (void)p;
+  return LSTMD_OK;
+}
+
+int lstmd_dp_evaluate(struct lstmd_dp *dp, const struct lstmd_dataset *ds, int seq_len, int batch,
+                      double *mean_loss, uint64_t *tokens) {
+#if LSTMD_WITH_GPU
+  if (dp->gpu) return lstmd_gpu_evaluate(dp->gpu, ds, mean_loss, tokens);
+#endif
+  return lstmd_evaluate(dp->model, ds, seq_len, batch, mean_loss, tokens);
+}
+
+double lstmd_dp_loss_scale(const struct lstmd_dp *dp) {
+#if LSTMD_WITH_GPU
+  if (dp->gpu) return lstmd_gpu_loss_scale(dp->gpu);
+#endif
+  (void)dp;
+  return 0.0;
+}
+
+int lstmd_dp_describe_gpu(const struct lstmd_dp *dp, char *desc, size_t n) {
+#if LSTMD_WITH_GPU
+  if (dp->gpu) {
+    lstmd_gpu_describe(dp->gpu, desc, n);
+    return 1;
+  }
+#endif
+  (void)dp;
+  if (n) desc[0] = '\0';
+  return 0;
 }

@@ -9,7 +9,11 @@
  *
  * Batch columns are global: rank r's slice starting at local column j holds global columns
  * r·B + j..., which is what dropout masks and carried state are keyed on, so N ranks with
- * batch b compute what one rank with batch N·b computes. */
+ * batch b compute what one rank with batch N·b computes.
+ *
+ * With cfg.use_gpu the same calls drive the GPU engine instead (worker/gpu_engine.h): the
+ * parameters, gradients and optimizer state then live on the device, and the host model is
+ * brought up to date by lstmd_dp_sync_host. */
 #ifndef LSTMD_DATA_PARALLEL_H
 #define LSTMD_DATA_PARALLEL_H
 
@@ -28,6 +32,10 @@ struct lstmd_dp_config {
   float dropout;
   uint64_t seed;
   double bucket_mb;     /* gradient bucket size */
+  int use_gpu;          /* 0 (also when left out): the CPU engine; 1: the GPU engine */
+  int gpu_device;       /* GPU engine: this rank's CUDA device */
+  int precision;        /* enum lstmd_precision (GPU engine; the CPU engine is fp32) */
+  double comm_timeout_s;/* GPU engine: limit on one step's gradient all-reduce */
 };
 
 /* comm may be NULL (one rank). The model must outlive dp. */
@@ -47,6 +55,29 @@ void lstmd_dp_reset_state(struct lstmd_dp *dp);
 int lstmd_dp_micro_step(struct lstmd_dp *dp, const struct lstmd_batch *batch, float grad_scale,
                         uint64_t micro_step, int first, int last, double *loss_sum,
                         double *comm_wait_s);
+
+/* After set-up/resume, before the first step: the GPU engine copies the host model's
+ * parameters, o's moments and p's loss scale to the device (CPU engine: nothing to do). */
+struct lstmd_optim;
+struct lstmd_train_progress;
+int lstmd_dp_upload(struct lstmd_dp *dp, const struct lstmd_optim *o,
+                    const struct lstmd_train_progress *p);
+/* Clipping and one optimizer update of model->params from the summed gradients (on the device
+ * for the GPU engine). Returns 0 (fp16: also when an overflow skipped the update) or
+ * LSTMD_EINVAL for a non-finite gradient norm, like lstmd_optim_step. */
+int lstmd_dp_optim_step(struct lstmd_dp *dp, struct lstmd_optim *o, double *grad_norm);
+/* Brings model->params (and o's moments, p's loss scale, when not NULL) up to date on the host:
+ * needed before evaluating or writing a checkpoint with the GPU engine; nothing to do on the CPU. */
+int lstmd_dp_sync_host(struct lstmd_dp *dp, struct lstmd_optim *o, struct lstmd_train_progress *p);
+/* Validation loss as lstmd_evaluate (infer.h) computes it, on the engine's device (the GPU
+ * engine scores in its own (T, B) chunks; the result is the same). Rank-local. */
+struct lstmd_dataset;
+int lstmd_dp_evaluate(struct lstmd_dp *dp, const struct lstmd_dataset *ds, int seq_len, int batch,
+                      double *mean_loss, uint64_t *tokens);
+/* fp16 loss scale (0 when none). */
+double lstmd_dp_loss_scale(const struct lstmd_dp *dp);
+/* 1 with the GPU engine; then desc gets its one-line description. */
+int lstmd_dp_describe_gpu(const struct lstmd_dp *dp, char *desc, size_t n);
 
 /* Records forward, backward (per slice thread) and all-reduce buckets on the timeline. */
 struct lstmd_trace;

@@ -74,10 +74,17 @@ void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report
   fprintf(mt->jsonl,
           "{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,"
           "\"tokens\":%lld,\"elapsed_s\":%.3f,\"world\":%d,\"global_batch\":%d,"
-          "\"data_wait_s\":%.6f,\"compute_s\":%.6f,\"comm_wait_s\":%.6f}\n",
+          "\"data_wait_s\":%.6f,\"compute_s\":%.6f,\"comm_wait_s\":%.6f",
           r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->tokens, r->elapsed_s,
           r->world, r->global_batch, r->data_wait_s, r->compute_s, r->comm_wait_s);
+  if (r->loss_scale > 0.0) fprintf(mt->jsonl, ",\"loss_scale\":%.9g", r->loss_scale);
+  fputs("}\n", mt->jsonl);
   fflush(mt->jsonl);
+  if (r->loss_scale > 0.0) {
+    static const char *const scale_tag[] = {"train/loss_scale"};
+    const float scale_value[] = {(float)r->loss_scale};
+    lstmd_tb_scalars(&mt->tb, r->step, 1, scale_tag, scale_value);
+  }
   static const char *const tags[] = {"train/loss",        "train/lr",          "train/grad_norm",
                                      "train/tokens_per_s", "time/compute_s",    "time/comm_wait_s",
                                      "time/data_wait_s"};

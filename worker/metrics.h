@@ -26,6 +26,7 @@ struct lstmd_step_report {
   double data_wait_s;     /* per step: waiting for the batch */
   double compute_s;       /* per step: forward + backward */
   double comm_wait_s;     /* per step: all-reduce time not hidden behind backward */
+  double loss_scale;      /* fp16 dynamic loss scale at the end of the interval (0: none) */
 };
 
 /* Opens <run_dir>/metrics.jsonl for appending and a new TensorBoard event file there. A run

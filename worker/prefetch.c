@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "../kernels/status.h"
+#include "nvtx.h"
 
 enum { kSlots = 2 };
 
@@ -89,12 +90,14 @@ int lstmd_prefetch_next(struct lstmd_prefetch *p, const struct lstmd_batch **bat
     if (pthread_create(&p->thread, NULL, producer, p) != 0) return LSTMD_ENOMEM;
     p->started = 1;
   }
+  lstmd_nvtx_push("data wait");
   pthread_mutex_lock(&p->mu);
   p->consumed++; /* releases the slot handed out last time */
   pthread_cond_broadcast(&p->changed);
   while (p->filled < p->consumed) pthread_cond_wait(&p->changed, &p->mu);
   struct slot *s = &p->slots[(p->consumed - 1) % kSlots];
   pthread_mutex_unlock(&p->mu);
+  lstmd_nvtx_pop();
   *batch = &s->batch;
   if (s->status) {
     lstmd_batch_zero(&s->batch); /* the caller may still run it to keep in step with other ranks */

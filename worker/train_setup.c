@@ -14,6 +14,7 @@
 
 #include "../comm/comm.h"
 #include "../kernels/status.h"
+#include "device_select.h"
 #include "trainer_run.h"
 
 static int all_agree(struct run *r, int my_rc) {
@@ -71,14 +72,16 @@ static int check_plan(struct run *r) {
 
 static int build(struct run *r) {
   const struct lstmd_train_config *cfg = r->cfg;
-  if (cfg->device != LSTMD_DEVICE_CPU) {
-    lstmd_errorf("train.device=cuda: this build has no GPU backend yet; use train.device=cpu");
-    return LSTMD_EUNSUPPORTED;
-  }
-  if (cfg->precision != LSTMD_PRECISION_FP32) {
+  /* First, before anything a rank can fail at alone: the choice is collective (device_select.h). */
+  int backend, gpu;
+  LSTMD_TRY(lstmd_device_choose(cfg->device, r->comm, &backend, &gpu));
+  if (backend == LSTMD_DEVICE_CPU && cfg->device == LSTMD_DEVICE_CPU &&
+      cfg->precision != LSTMD_PRECISION_FP32) {
     lstmd_errorf("train.precision: the CPU backend trains in fp32 only");
     return LSTMD_ECONFIG;
   }
+  if (backend == LSTMD_DEVICE_CPU && cfg->precision != LSTMD_PRECISION_FP32 && r->rank == 0)
+    lstmd_errorf("train.precision applies to the GPU backend; the CPU backend trains in fp32");
   LSTMD_TRY(lstmd_dataset_open_dir(cfg->data_path, &r->train, &r->val, r->rank == 0));
   const struct lstmd_dataset_info *info = &r->train.info;
   struct lstmd_model_shape shape = {.hidden = cfg->hidden, .layers = cfg->layers};
@@ -103,7 +106,8 @@ static int build(struct run *r) {
                                  r->world, cfg->seed, &r->batcher));
   const struct lstmd_dp_config dpc = {cfg->seq_len, cfg->batch_size, cfg->threads,
                                       cfg->order == LSTMD_ORDER_STREAM, cfg->dropout, cfg->seed,
-                                      cfg->bucket_mb};
+                                      cfg->bucket_mb, backend == LSTMD_DEVICE_CUDA, gpu,
+                                      cfg->precision, cfg->comm_timeout_s};
   LSTMD_TRY(lstmd_prefetch_create(r->batcher, &r->train, cfg->seq_len, cfg->batch_size,
                                   &r->prefetch));
   LSTMD_TRY(lstmd_dp_create(r->model, &dpc, r->comm, &r->dp));
@@ -176,6 +180,7 @@ int lstmd_run_setup(struct run *r, const char *resume_path) {
     rc = lstmd_batcher_set_cursor(r->batcher, r->progress.cursor);
     if (!rc && r->progress.state_h) lstmd_dp_set_state(r->dp, r->progress.state_h, r->progress.state_c);
   }
+  if (!rc) rc = all_agree(r, lstmd_dp_upload(r->dp, r->optim, &r->progress)); /* GPU: to the device */
   return rc;
 }
 

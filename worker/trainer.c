@@ -29,6 +29,7 @@ static int save_checkpoint_now(struct run *r) {
   if (r->progress.state_h)
     LSTMD_TRY(lstmd_dp_gather_state(r->dp, r->progress.state_h, r->progress.state_c));
   if (r->rank != 0) return LSTMD_OK;
+  LSTMD_TRY(lstmd_dp_sync_host(r->dp, r->optim, &r->progress)); /* GPU: device → host */
   const struct lstmd_train_config *cfg = r->cfg;
   char path[4096], latest[4096];
   snprintf(path, sizeof path, "%s/step-%ld.safetensors", cfg->run_dir, r->progress.step);
@@ -62,7 +63,7 @@ static void evaluate_now(struct run *r) {
   uint64_t tokens;
   lstmd_cpu_set_blas_threads(r->cfg->threads);
   const double t0 = lstmd_trace_now();
-  int rc = lstmd_evaluate(r->model, &r->val, r->cfg->seq_len, r->cfg->batch_size, &loss, &tokens);
+  int rc = lstmd_dp_evaluate(r->dp, &r->val, r->cfg->seq_len, r->cfg->batch_size, &loss, &tokens);
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "evaluation", t0, lstmd_trace_now(), NULL);
   lstmd_cpu_set_blas_threads(lstmd_dp_blas_threads(r->dp));
   if (rc != 0) return;
@@ -134,7 +135,8 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
     return LSTMD_EINVAL;
   }
   const double t_opt = lstmd_trace_now();
-  int bad = lstmd_optim_step(r->optim, m->params, m->grads, grad_norm);
+  int bad = lstmd_dp_optim_step(r->dp, r->optim, grad_norm);
+  if (bad && bad != LSTMD_EINVAL) return bad; /* GPU engine: a CUDA or communication failure */
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "optimizer", t_opt, lstmd_trace_now(), NULL);
   if (bad) { /* the norm of the all-reduced gradients: the same verdict on every rank */
     r->failure_agreed = 1;
@@ -159,7 +161,8 @@ static void report(struct run *r, long steps, double loss, double grad_norm, dou
       .eta_s = (cfg->steps - step) * tokens_per_step / rate,
       .tokens = (long long)(step * tokens_per_step), .world = r->world,
       .global_batch = r->global_batch, .data_wait_s = tm->data_s / steps,
-      .compute_s = tm->compute_s / steps, .comm_wait_s = tm->comm_s / steps};
+      .compute_s = tm->compute_s / steps, .comm_wait_s = tm->comm_s / steps,
+      .loss_scale = lstmd_dp_loss_scale(r->dp)};
   lstmd_metrics_step(&r->metrics, &rep);
   if (r->hooks->on_step) r->hooks->on_step(r->hooks->ctx, &rep);
 }
@@ -222,10 +225,15 @@ static void describe_run(struct run *r, const char *resume_path) {
   char blas[96];
   lstmd_cpu_blas_describe(blas, sizeof blas);
   int bt = lstmd_dp_blas_threads(r->dp);
-  lstmd_metrics_note(&r->metrics, "compute: CPU, %d rank%s, each splitting its batch across %d "
-                     "threads, %s with %d thread%s per call; global batch %d windows",
-                     r->world, r->world == 1 ? "" : "s", lstmd_dp_threads(r->dp), blas, bt,
-                     bt == 1 ? "" : "s", r->global_batch);
+  char gpu[512];
+  if (lstmd_dp_describe_gpu(r->dp, gpu, sizeof gpu))
+    lstmd_metrics_note(&r->metrics, "compute: %d rank%s, rank 0 on %s; global batch %d windows",
+                       r->world, r->world == 1 ? "" : "s", gpu, r->global_batch);
+  else
+    lstmd_metrics_note(&r->metrics, "compute: CPU, %d rank%s, each splitting its batch across %d "
+                       "threads, %s with %d thread%s per call; global batch %d windows",
+                       r->world, r->world == 1 ? "" : "s", lstmd_dp_threads(r->dp), blas, bt,
+                       bt == 1 ? "" : "s", r->global_batch);
   lstmd_metrics_note(&r->metrics, "data: %s, %llu training %s%s, model %zu parameters",
                      info->kind == LSTMD_DATASET_TEXT ? "text" : "series",
                      (unsigned long long)info->count,

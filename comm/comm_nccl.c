@@ -1,0 +1,328 @@
+/* comm_nccl.c — NCCL (or host-staged MPI) sums of device buffers (see comm_nccl.h).
+ *
+ * 1. Set-up, collective over MPI: every rank all-gathers (host name, PCI bus id of its current
+ *    GPU). If two ranks share a GPU, every rank sees it in the same table and all switch to the
+ *    host-staged fallback together, with one warning from rank 0. Otherwise rank 0 makes the
+ *    unique id, MPI_Bcast sends it, and ncclCommInitRankConfig runs non-blocking: the rank
+ *    polls ncclCommGetAsyncError until the communicator is ready or timeout_s passes (then
+ *    aborts it). The ranks agree on the outcome with an MPI max-reduction, so a rank whose init
+ *    failed never leaves the others inside a later collective.
+ * 2. A non-blocking communicator may return ncclInProgress from ncclAllReduce; the call is then
+ *    still being enqueued and we poll ncclCommGetAsyncError until it is not, as NCCL requires
+ *    before the next call on the communicator.
+ * 3. Watchdog thread: every 10 ms it checks ncclCommGetAsyncError and whether the watched event
+ *    has completed; an error, or the event still pending timeout_s after it was handed over,
+ *    makes it print the reason (rank, host, NCCL's last error), ncclCommAbort the communicator
+ *    (which also unblocks kernels waiting on a dead peer) and set `failed`. The host side of the
+ *    engine polls lstmd_nccl_failed while it waits on the GPU, so the job fails on every rank
+ *    whose peer died instead of hanging. */
+#define _GNU_SOURCE
+#include "comm_nccl.h"
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#if LSTMD_WITH_NCCL
+#include <nccl.h>
+#endif
+
+#include "../kernels/status.h"
+#include "comm.h"
+#include "comm_internal.h"
+
+struct peer {
+  char host[MPI_MAX_PROCESSOR_NAME];
+  char bus[32];
+};
+
+struct lstmd_nccl {
+  struct lstmd_comm *c;
+  int mode;
+  char desc[256];
+  double timeout_s;
+  int device;     /* the rank's CUDA device, made current on the watchdog thread too */
+  float *staging; /* host-staged: pinned [max_count] */
+  size_t max_count;
+#if LSTMD_WITH_NCCL
+  ncclComm_t comm;
+#endif
+  pthread_t watchdog;
+  int watchdog_running;
+  pthread_mutex_t mu;
+  cudaEvent_t watched; /* NULL: nothing in flight */
+  double watched_since;
+  volatile int failed, quit;
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+
+static int mpi_ok(const struct lstmd_comm *c, int code, const char *what) {
+  if (code == MPI_SUCCESS) return 1;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  lstmd_errorf("rank %d (%s): %s failed: %s", c->rank, c->host, what, text);
+  return 0;
+}
+
+/* Looks for two ranks on one GPU in the gathered table; describes the first pair in why. */
+static int find_shared_gpu(const struct peer *all, int n, char *why, size_t len) {
+  for (int i = 0; i < n; i++)
+    for (int j = i + 1; j < n; j++)
+      if (all[i].bus[0] && !strcmp(all[i].host, all[j].host) && !strcmp(all[i].bus, all[j].bus)) {
+        snprintf(why, len, "ranks %d and %d share GPU %s on %s", i, j, all[i].bus, all[i].host);
+        return 1;
+      }
+  return 0;
+}
+
+#if LSTMD_WITH_NCCL
+static void sleep_us(long us) {
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+  nanosleep(&ts, NULL);
+}
+
+static int nccl_failed(struct lstmd_nccl *n, ncclResult_t r, const char *what) {
+  if (r == ncclSuccess) return 0;
+  const char *last = n->comm ? ncclGetLastError(n->comm) : NULL;
+  lstmd_errorf("rank %d (%s): %s: %s%s%s", n->c->rank, n->c->host, what, ncclGetErrorString(r),
+               last && *last ? ": " : "", last ? last : "");
+  return 1;
+}
+
+/* Polls until the communicator's pending operation is done (see 2.); bounded by the timeout. */
+static ncclResult_t settle(struct lstmd_nccl *n) {
+  const double t0 = now_s();
+  ncclResult_t st = ncclInProgress;
+  while (ncclCommGetAsyncError(n->comm, &st) == ncclSuccess && st == ncclInProgress) {
+    if (now_s() - t0 > n->timeout_s) return ncclInProgress;
+    sleep_us(100);
+  }
+  return st;
+}
+
+static void *watchdog_main(void *arg) {
+  struct lstmd_nccl *n = arg;
+  cudaSetDevice(n->device); /* else the runtime would create a context on device 0 here */
+  while (!n->quit && !n->failed) {
+    sleep_us(10000);
+    ncclResult_t st = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(n->comm, &st);
+    const char *why = NULL;
+    char buf[160];
+    if (r != ncclSuccess || (st != ncclSuccess && st != ncclInProgress)) {
+      why = ncclGetErrorString(r != ncclSuccess ? r : st);
+    } else {
+      pthread_mutex_lock(&n->mu);
+      if (n->watched) {
+        cudaError_t q = cudaEventQuery(n->watched);
+        if (q == cudaSuccess) {
+          n->watched = NULL;
+        } else if (q != cudaErrorNotReady) {
+          snprintf(buf, sizeof buf, "CUDA error while waiting for the all-reduce: %s", cudaGetErrorString(q));
+          why = buf;
+        } else if (now_s() - n->watched_since > n->timeout_s) {
+          snprintf(buf, sizeof buf, "gradient all-reduce unfinished after %.0f s (train.comm_timeout_s); "
+                   "a rank has probably died or hangs", n->timeout_s);
+          why = buf;
+        }
+      }
+      pthread_mutex_unlock(&n->mu);
+    }
+    if (!why) continue;
+    const char *last = ncclGetLastError(n->comm);
+    lstmd_errorf("rank %d (%s): NCCL failed: %s%s%s; aborting the communicator", n->c->rank,
+                 n->c->host, why, last && *last ? ": " : "", last ? last : "");
+    ncclCommAbort(n->comm);
+    n->comm = NULL;
+    n->failed = 1;
+  }
+  return NULL;
+}
+
+/* ncclCommInitRank over MPI (see 1.); returns this rank's verdict, not yet agreed. */
+static int init_nccl(struct lstmd_nccl *n) {
+  struct lstmd_comm *c = n->c;
+  struct {
+    int ok;
+    ncclUniqueId id;
+  } msg;
+  memset(&msg, 0, sizeof msg);
+  if (c->rank == 0) msg.ok = !nccl_failed(n, ncclGetUniqueId(&msg.id), "ncclGetUniqueId");
+  if (!mpi_ok(c, MPI_Bcast(&msg, sizeof msg, MPI_BYTE, 0, c->world), "MPI_Bcast(NCCL id)"))
+    return LSTMD_ECOMM;
+  if (!msg.ok) return LSTMD_ECOMM; /* rank 0 said why; the agreement step follows */
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclResult_t r = ncclCommInitRankConfig(&n->comm, c->size, msg.id, c->rank, &cfg);
+  if (r == ncclInProgress || r == ncclSuccess) r = settle(n);
+  if (r == ncclSuccess) return LSTMD_OK;
+  if (r == ncclInProgress)
+    lstmd_errorf("rank %d (%s): ncclCommInitRank did not finish in %.0f s", c->rank, c->host, n->timeout_s);
+  else
+    nccl_failed(n, r, "ncclCommInitRank");
+  if (n->comm) ncclCommAbort(n->comm);
+  n->comm = NULL;
+  return LSTMD_ECOMM;
+}
+#endif
+
+int lstmd_nccl_create(struct lstmd_comm *c, size_t max_count, double timeout_s,
+                      struct lstmd_nccl **out) {
+  *out = NULL;
+  struct lstmd_nccl *n = calloc(1, sizeof *n);
+  if (!n) return LSTMD_ENOMEM;
+  n->c = c;
+  n->timeout_s = timeout_s;
+  n->max_count = max_count;
+  pthread_mutex_init(&n->mu, NULL);
+  struct peer me, *all = calloc((size_t)c->size, sizeof *all);
+  memset(&me, 0, sizeof me);
+  snprintf(me.host, sizeof me.host, "%s", c->host);
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetPCIBusId(me.bus, sizeof me.bus, dev) != cudaSuccess) {
+    cudaGetLastError();
+    me.bus[0] = '\0';
+  }
+  n->device = dev;
+  if (!all || !mpi_ok(c, MPI_Allgather(&me, sizeof me, MPI_BYTE, all, sizeof me, MPI_BYTE, c->world),
+                      "MPI_Allgather(GPU ids)")) {
+    free(all);
+    lstmd_nccl_destroy(n);
+    return all ? LSTMD_ECOMM : LSTMD_ENOMEM;
+  }
+  char why[160] = "";
+  const int shared = find_shared_gpu(all, c->size, why, sizeof why);
+  free(all);
+  int rc = LSTMD_OK;
+#if LSTMD_WITH_NCCL
+  n->mode = shared ? LSTMD_NCCL_HOST_STAGED : LSTMD_NCCL_DEVICE;
+  if (shared && c->rank == 0)
+    lstmd_errorf("warning: %s; NCCL cannot run two ranks on one GPU, so gradients are summed over "
+                 "MPI through host memory (slower). Give every rank its own GPU (Slurm: "
+                 "--gpus-per-task=1; mpirun: as many ranks per node as GPUs)", why);
+  if (!shared) rc = init_nccl(n);
+  double bad = rc ? 1.0 : 0.0; /* agreement: every rank learns whether any init failed */
+  if (!mpi_ok(c, MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_DOUBLE, MPI_MAX, c->world), "MPI_Allreduce"))
+    rc = LSTMD_ECOMM;
+  else if (bad != 0.0 && !rc) {
+    rc = LSTMD_ECOMM; /* another rank failed and said why */
+  }
+  if (!rc && n->mode == LSTMD_NCCL_DEVICE) {
+    int v = 0;
+    ncclGetVersion(&v);
+    snprintf(n->desc, sizeof n->desc, "NCCL %d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+    if (pthread_create(&n->watchdog, NULL, watchdog_main, n) != 0) rc = LSTMD_ENOMEM;
+    else n->watchdog_running = 1;
+  }
+#else
+  n->mode = LSTMD_NCCL_HOST_STAGED;
+  if (!shared) snprintf(why, sizeof why, "this build has no NCCL");
+  if (c->rank == 0)
+    lstmd_errorf("warning: %s: gradients are summed over MPI through host memory (slower)", why);
+#endif
+  if (!rc && n->mode == LSTMD_NCCL_HOST_STAGED) {
+    snprintf(n->desc, sizeof n->desc, "MPI through host memory (%s)", why);
+    if (cudaMallocHost((void **)&n->staging, (max_count ? max_count : 1) * sizeof(float)) != cudaSuccess) {
+      cudaGetLastError();
+      n->staging = NULL;
+      lstmd_errorf("cannot allocate %zu bytes of pinned memory for the gradient all-reduce",
+                   max_count * sizeof(float));
+      rc = LSTMD_ENOMEM;
+    }
+  }
+  if (rc) {
+    lstmd_nccl_destroy(n);
+    return rc;
+  }
+  *out = n;
+  return LSTMD_OK;
+}
+
+void lstmd_nccl_destroy(struct lstmd_nccl *n) {
+  if (!n) return;
+  n->quit = 1;
+  if (n->watchdog_running) pthread_join(n->watchdog, NULL);
+#if LSTMD_WITH_NCCL
+  if (n->comm) {
+    int in_flight = n->watched && cudaEventQuery(n->watched) == cudaErrorNotReady;
+    cudaGetLastError();
+    if (in_flight) { /* a blocking destroy could wait for a dead peer */
+      ncclCommAbort(n->comm);
+    } else { /* non-blocking communicator: finalize, wait for it (bounded), then free */
+      ncclResult_t r = ncclCommFinalize(n->comm);
+      if (r == ncclSuccess || r == ncclInProgress) r = settle(n);
+      if (r == ncclSuccess) ncclCommDestroy(n->comm);
+      else ncclCommAbort(n->comm);
+    }
+  }
+#endif
+  if (n->staging) cudaFreeHost(n->staging);
+  pthread_mutex_destroy(&n->mu);
+  free(n);
+}
+
+void lstmd_nccl_describe_library(char *buf, size_t n) {
+#if LSTMD_WITH_NCCL
+  int v = 0;
+  if (ncclGetVersion(&v) == ncclSuccess) snprintf(buf, n, "NCCL %d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+  else snprintf(buf, n, "NCCL (version unknown)");
+#else
+  snprintf(buf, n, "NCCL not built in");
+#endif
+}
+
+int lstmd_nccl_mode(const struct lstmd_nccl *n) { return n->mode; }
+const char *lstmd_nccl_describe(const struct lstmd_nccl *n) { return n->desc; }
+int lstmd_nccl_failed(struct lstmd_nccl *n) { return n->failed; }
+
+void lstmd_nccl_watch(struct lstmd_nccl *n, void *event) {
+  pthread_mutex_lock(&n->mu);
+  n->watched = (cudaEvent_t)event;
+  n->watched_since = now_s();
+  pthread_mutex_unlock(&n->mu);
+}
+
+static int staged_allreduce(struct lstmd_nccl *n, float *buf, size_t count, cudaStream_t s) {
+  if (count > n->max_count) {
+    lstmd_errorf("host-staged all-reduce of %zu floats exceeds its buffer (%zu)", count, n->max_count);
+    return LSTMD_EINVAL;
+  }
+  cudaError_t e = cudaMemcpyAsync(n->staging, buf, count * sizeof(float), cudaMemcpyDeviceToHost, s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  if (e != cudaSuccess) {
+    lstmd_errorf("rank %d (%s): staging the gradients: %s", n->c->rank, n->c->host, cudaGetErrorString(e));
+    return LSTMD_ECOMM;
+  }
+  LSTMD_TRY(lstmd_comm_allreduce_sum_f32(n->c, n->staging, count));
+  e = cudaMemcpyAsync(buf, n->staging, count * sizeof(float), cudaMemcpyHostToDevice, s);
+  if (e != cudaSuccess) {
+    lstmd_errorf("rank %d (%s): unstaging the gradients: %s", n->c->rank, n->c->host, cudaGetErrorString(e));
+    return LSTMD_ECOMM;
+  }
+  return LSTMD_OK;
+}
+
+int lstmd_nccl_allreduce_sum(struct lstmd_nccl *n, float *buf, size_t count, void *stream) {
+  if (n->failed) return LSTMD_ECOMM;
+  if (count == 0) return LSTMD_OK;
+  if (n->mode == LSTMD_NCCL_HOST_STAGED) return staged_allreduce(n, buf, count, (cudaStream_t)stream);
+#if LSTMD_WITH_NCCL
+  ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, n->comm, (cudaStream_t)stream);
+  if (r == ncclInProgress) r = settle(n);
+  if (nccl_failed(n, r, "ncclAllReduce")) return LSTMD_ECOMM;
+  return LSTMD_OK;
+#else
+  return LSTMD_EUNSUPPORTED;
+#endif
+}

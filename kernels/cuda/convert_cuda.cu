@@ -1,0 +1,126 @@
+/* convert_cuda.cu — kernels behind convert_cuda.h: grid-stride loops, one value per thread;
+ * reductions go through a block sum in double and one atomicAdd per block. */
+#include "convert_cuda.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "../status.h"
+}
+
+static int check(const char *what) {
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return LSTMD_OK;
+  lstmd_errorf("CUDA: %s: %s", what, cudaGetErrorString(e));
+  return LSTMD_ECUDA;
+}
+
+static unsigned blocks_for(size_t n, unsigned threads, unsigned cap) {
+  size_t b = (n + threads - 1) / threads;
+  return (unsigned)(b > cap ? cap : (b ? b : 1));
+}
+
+__device__ __forceinline__ float load(const void *p, int type, size_t i) {
+  if (type == LSTMD_DT_F16) return __half2float(((const __half *)p)[i]);
+  if (type == LSTMD_DT_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+  return ((const float *)p)[i];
+}
+
+__device__ __forceinline__ void store(void *p, int type, size_t i, float v) {
+  if (type == LSTMD_DT_F16) ((__half *)p)[i] = __float2half_rn(v);
+  else if (type == LSTMD_DT_BF16) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+  else ((float *)p)[i] = v;
+}
+
+__global__ void cast_kernel(size_t n, const void *src, int st, void *dst, int dt) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    store(dst, dt, i, load(src, st, i));
+}
+
+extern "C" int lstmd_cuda_cast(size_t n, const void *src, int src_type, void *dst, int dst_type,
+                               void *stream) {
+  if (n == 0) return LSTMD_OK;
+  cast_kernel<<<blocks_for(n, 256, 65535u * 8), 256, 0, (cudaStream_t)stream>>>(n, src, src_type, dst, dst_type);
+  return check("cast");
+}
+
+/* blockIdx.y = segment; x blocks stride over the segment. */
+__global__ void segments_kernel(const lstmd_cuda_segment *segs, const void *src, int st, void *dst,
+                                int dt, int accumulate) {
+  const lstmd_cuda_segment s = segs[blockIdx.y];
+  for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < s.count; j += (size_t)gridDim.x * blockDim.x) {
+    float v = load(src, st, s.src_offset + j);
+    if (accumulate) ((float *)dst)[s.dst_offset + j] += v;
+    else store(dst, dt, s.dst_offset + j, v);
+  }
+}
+
+extern "C" int lstmd_cuda_copy_segments(int n_segs, const struct lstmd_cuda_segment *segs,
+                                        size_t max_count, const void *src, int src_type,
+                                        void *dst, int dst_type, int accumulate, void *stream) {
+  if (n_segs <= 0) return LSTMD_OK;
+  if (n_segs > 65535 || (accumulate && dst_type != LSTMD_DT_F32)) {
+    lstmd_errorf("copy_segments: %d segments (max 65535), accumulate into type %d", n_segs, dst_type);
+    return LSTMD_EINVAL;
+  }
+  dim3 grid(blocks_for(max_count, 256, 4096), (unsigned)n_segs);
+  segments_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(segs, src, src_type, dst, dst_type, accumulate);
+  return check("segment copy");
+}
+
+/* Sum of one double per thread over the block (blockDim.x == 256). */
+__device__ double block_sum(double v) {
+  __shared__ double part[256];
+  part[threadIdx.x] = v;
+  __syncthreads();
+  for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+    if (threadIdx.x < k) part[threadIdx.x] += part[threadIdx.x + k];
+    __syncthreads();
+  }
+  return part[0];
+}
+
+__global__ void sum_kernel(size_t n, const float *x, double *acc) {
+  double s = 0.0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    s += x[i];
+  s = block_sum(s);
+  if (threadIdx.x == 0) atomicAdd(acc, s);
+}
+
+extern "C" int lstmd_cuda_sum(size_t n, const float *x, double *acc, void *stream) {
+  if (n == 0) return LSTMD_OK;
+  sum_kernel<<<blocks_for(n, 256, 1024), 256, 0, (cudaStream_t)stream>>>(n, x, acc);
+  return check("sum");
+}
+
+__global__ void mse_kernel(size_t n, float *pred, const float *target, float grad_scale, double *acc) {
+  double s = 0.0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    float d = pred[i] - target[i];
+    s += (double)d * d;
+    if (grad_scale != 0.0f) pred[i] = grad_scale * 2.0f * d;
+  }
+  s = block_sum(s);
+  if (threadIdx.x == 0) atomicAdd(acc, s);
+}
+
+extern "C" int lstmd_cuda_mse(size_t n, float *pred, const float *target, float grad_scale,
+                              double *acc, void *stream) {
+  if (n == 0) return LSTMD_OK;
+  mse_kernel<<<blocks_for(n, 256, 1024), 256, 0, (cudaStream_t)stream>>>(n, pred, target, grad_scale, acc);
+  return check("mse");
+}
+
+__global__ void scale_kernel(size_t n, float *x, float s) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    x[i] *= s;
+}
+
+extern "C" int lstmd_cuda_scale(size_t n, float *x, float s, void *stream) {
+  if (n == 0) return LSTMD_OK;
+  scale_kernel<<<blocks_for(n, 256, 65535u * 8), 256, 0, (cudaStream_t)stream>>>(n, x, s);
+  return check("scale");
+}

@@ -1,0 +1,366 @@
+/* lstm_cudnn.c — the multi-layer LSTM on cuDNN's v8-style RNN API (see lstm_cudnn.h).
+ *
+ * 1. Set-up follows NVIDIA's v8 RNN sample: dropout descriptor (states kept alive as long as
+ *    the RNN descriptor) → cudnnSetRNNDescriptor_v8 (LSTM, double bias, unidirectional, linear
+ *    input, padded I/O for the unpacked layout) → RNN data descriptors for x and y with every
+ *    length = T → h/c tensor descriptors [L,B,H] → weight space size → temp space sizes for
+ *    training and inference (the larger work space is kept) → cudnnBuildRNNDynamic for the
+ *    persistent-dynamic algorithm.
+ * 2. Any failure of cuDNN at set-up for a non-standard algorithm or the packed layout is
+ *    reported as LSTMD_EUNSUPPORTED without a message: the caller tries another one.
+ * 3. The sequence lengths are kept on the device too (the sample passes them to every call;
+ *    they are never overwritten while the object lives, so asynchronous reads are safe).
+ * 4. 16-bit data asks for CUDNN_TENSOR_OP_MATH (what PyTorch does for fp16). Which math types
+ *    cuDNN 9 accepts with bf16 RNN data is not documented in the headers, so if the set-up fails
+ *    with it, it is tried once more with CUDNN_DEFAULT_MATH before giving up. */
+#include "lstm_cudnn.h"
+
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../status.h"
+
+struct lstmd_cudnn_lstm {
+  struct lstmd_cudnn_lstm_config cfg;
+  cudnnHandle_t handle;
+  cudnnDropoutDescriptor_t dropout;
+  cudnnRNNDescriptor_t rnn;
+  cudnnRNNDataDescriptor_t x_desc, y_desc;
+  cudnnTensorDescriptor_t h_desc, c_desc;
+  void *dropout_states;
+  size_t dropout_bytes;
+  int *seq_host;    /* [B], all T */
+  int32_t *seq_dev; /* [B] device copy */
+  int null_seq;
+  int quiet;        /* failures of the RNN calls are reported quietly (algorithm trials) */
+  int math_retry;   /* 16-bit data: second try with CUDNN_DEFAULT_MATH */
+  void *w, *dw;     /* weight space and its gradient */
+  size_t w_bytes;
+  void *work, *reserve;
+  size_t work_bytes, reserve_bytes;
+};
+
+static const char *const kAlgoNames[] = {"standard", "persist_static", "persist_dynamic",
+                                         "persist_static_small_h"};
+
+const char *lstmd_rnn_algo_name(int algo) {
+  return algo >= 0 && algo < LSTMD_RNN_ALGO_COUNT ? kAlgoNames[algo] : "unknown";
+}
+
+static cudnnDataType_t cudnn_type(int dtype) {
+  return dtype == LSTMD_DT_F16 ? CUDNN_DATA_HALF
+         : dtype == LSTMD_DT_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
+/* fp32 data: FMA math (TF32 off) unless allowed; 16-bit data: tensor cores (PyTorch's rule for
+ * fp16), or DEFAULT_MATH on the second try (see 4. above). */
+static cudnnMathType_t math_type(const struct lstmd_cudnn_lstm *l) {
+  const struct lstmd_cudnn_lstm_config *c = &l->cfg;
+  if (c->dtype != LSTMD_DT_F32) return l->math_retry ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH;
+  return c->allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
+
+static int cudnn_failed(cudnnStatus_t s, const char *what, int quiet) {
+  if (s == CUDNN_STATUS_SUCCESS) return 0;
+  if (!quiet) {
+    char detail[512];
+    detail[0] = '\0';
+    cudnnGetLastErrorString(detail, sizeof detail);
+    lstmd_errorf("cuDNN: %s: %s%s%s", what, cudnnGetErrorString(s), detail[0] ? ": " : "", detail);
+  }
+  return 1;
+}
+#define CHECK_CUDNN(call, quiet)                                                       \
+  do {                                                                                 \
+    cudnnStatus_t s_ = (call);                                                         \
+    if (cudnn_failed(s_, #call, (quiet)))                                              \
+      return (quiet) ? LSTMD_EUNSUPPORTED : LSTMD_ECUDA;                               \
+  } while (0)
+
+static int cuda_alloc(void **p, size_t bytes, const char *what) {
+  *p = NULL;
+  if (bytes == 0) return LSTMD_OK;
+  cudaError_t e = cudaMalloc(p, bytes);
+  if (e == cudaSuccess) return LSTMD_OK;
+  cudaGetLastError();
+  *p = NULL;
+  lstmd_errorf("CUDA: cannot allocate %.1f MiB for %s: %s", (double)bytes / 1048576.0, what,
+               cudaGetErrorString(e));
+  return LSTMD_ENOMEM;
+}
+
+/* The RNN, data and state descriptors of cfg (dropout descriptor already made). */
+static int make_descriptors(struct lstmd_cudnn_lstm *l, int quiet) {
+  const struct lstmd_cudnn_lstm_config *c = &l->cfg;
+  const cudnnDataType_t dt = cudnn_type(c->dtype);
+  CHECK_CUDNN(cudnnCreateRNNDescriptor(&l->rnn), 0);
+  CHECK_CUDNN(cudnnSetRNNDescriptor_v8(l->rnn, (cudnnRNNAlgo_t)c->algo, CUDNN_LSTM,
+                                       CUDNN_RNN_DOUBLE_BIAS, CUDNN_UNIDIRECTIONAL,
+                                       CUDNN_LINEAR_INPUT, dt, CUDNN_DATA_FLOAT, math_type(l),
+                                       c->input, c->hidden, c->hidden, c->layers, l->dropout,
+                                       c->packed ? CUDNN_RNN_PADDED_IO_DISABLED
+                                                 : CUDNN_RNN_PADDED_IO_ENABLED),
+              quiet);
+  const cudnnRNNDataLayout_t layout = c->packed ? CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED
+                                                : CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED;
+  l->seq_host = malloc(sizeof(int) * (size_t)c->batch);
+  if (!l->seq_host) return LSTMD_ENOMEM;
+  for (int b = 0; b < c->batch; b++) l->seq_host[b] = c->steps;
+  double pad = 0.0; /* zero bits: 0 in every data type */
+  CHECK_CUDNN(cudnnCreateRNNDataDescriptor(&l->x_desc), 0);
+  CHECK_CUDNN(cudnnCreateRNNDataDescriptor(&l->y_desc), 0);
+  CHECK_CUDNN(cudnnSetRNNDataDescriptor(l->x_desc, dt, layout, c->steps, c->batch, c->input,
+                                        l->seq_host, &pad), quiet);
+  CHECK_CUDNN(cudnnSetRNNDataDescriptor(l->y_desc, dt, layout, c->steps, c->batch, c->hidden,
+                                        l->seq_host, &pad), quiet);
+  int dims[3] = {c->layers, c->batch, c->hidden}, strides[3] = {c->batch * c->hidden, c->hidden, 1};
+  CHECK_CUDNN(cudnnCreateTensorDescriptor(&l->h_desc), 0);
+  CHECK_CUDNN(cudnnCreateTensorDescriptor(&l->c_desc), 0);
+  CHECK_CUDNN(cudnnSetTensorNdDescriptor(l->h_desc, dt, 3, dims, strides), quiet);
+  CHECK_CUDNN(cudnnSetTensorNdDescriptor(l->c_desc, dt, 3, dims, strides), quiet);
+  return LSTMD_OK;
+}
+
+static int check_config(const struct lstmd_cudnn_lstm_config *c) {
+  if (c->input < 1 || c->hidden < 1 || c->layers < 1 || c->steps < 1 || c->batch < 1 ||
+      c->dtype < LSTMD_DT_F32 || c->dtype > LSTMD_DT_BF16 || c->algo < 0 ||
+      c->algo >= LSTMD_RNN_ALGO_COUNT || !(c->dropout >= 0.0f && c->dropout < 1.0f)) {
+    lstmd_errorf("cuDNN LSTM: invalid configuration (I %d, H %d, L %d, T %d, B %d, type %d, algo %d)",
+                 c->input, c->hidden, c->layers, c->steps, c->batch, c->dtype, c->algo);
+    return LSTMD_EINVAL;
+  }
+  return LSTMD_OK;
+}
+
+static int create_once(cudnnHandle_t handle, const struct lstmd_cudnn_lstm_config *cfg,
+                       int math_retry, int quiet, struct lstmd_cudnn_lstm **out) {
+  *out = NULL;
+  struct lstmd_cudnn_lstm *l = calloc(1, sizeof *l);
+  if (!l) return LSTMD_ENOMEM;
+  l->cfg = *cfg;
+  l->handle = handle;
+  l->math_retry = math_retry;
+  int rc = LSTMD_OK;
+  cudnnStatus_t s = cudnnCreateDropoutDescriptor(&l->dropout);
+  if (!s) s = cudnnDropoutGetStatesSize(l->handle, &l->dropout_bytes);
+  if (s) rc = cudnn_failed(s, "dropout descriptor", 0) ? LSTMD_ECUDA : LSTMD_OK;
+  if (!rc) rc = cuda_alloc(&l->dropout_states, l->dropout_bytes, "dropout states");
+  if (!rc && cudnn_failed(cudnnSetDropoutDescriptor(l->dropout, l->handle, cfg->dropout,
+                                                    l->dropout_states, l->dropout_bytes, cfg->seed),
+                          "cudnnSetDropoutDescriptor", 0))
+    rc = LSTMD_ECUDA;
+  if (!rc) rc = make_descriptors(l, quiet);
+  if (!rc && cudnn_failed(cudnnGetRNNWeightSpaceSize(l->handle, l->rnn, &l->w_bytes),
+                          "cudnnGetRNNWeightSpaceSize", quiet))
+    rc = quiet ? LSTMD_EUNSUPPORTED : LSTMD_ECUDA;
+  size_t work_train = 0, work_infer = 0, reserve = 0;
+  if (!rc && cudnn_failed(cudnnGetRNNTempSpaceSizes(l->handle, l->rnn, CUDNN_FWD_MODE_TRAINING,
+                                                    l->x_desc, &work_train, &reserve),
+                          "cudnnGetRNNTempSpaceSizes(training)", quiet))
+    rc = quiet ? LSTMD_EUNSUPPORTED : LSTMD_ECUDA;
+  if (!rc && cudnn_failed(cudnnGetRNNTempSpaceSizes(l->handle, l->rnn, CUDNN_FWD_MODE_INFERENCE,
+                                                    l->x_desc, &work_infer, NULL),
+                          "cudnnGetRNNTempSpaceSizes(inference)", quiet))
+    rc = quiet ? LSTMD_EUNSUPPORTED : LSTMD_ECUDA;
+  l->work_bytes = work_train > work_infer ? work_train : work_infer;
+  l->reserve_bytes = reserve;
+  if (!rc && cfg->algo == LSTMD_RNN_PERSIST_DYNAMIC &&
+      cudnn_failed(cudnnBuildRNNDynamic(l->handle, l->rnn, cfg->batch), "cudnnBuildRNNDynamic", 1))
+    rc = LSTMD_EUNSUPPORTED;
+  if (!rc) rc = cuda_alloc(&l->w, l->w_bytes, "the cuDNN weight space");
+  if (!rc) rc = cuda_alloc(&l->dw, l->w_bytes, "the cuDNN weight gradients");
+  if (!rc) rc = cuda_alloc(&l->work, l->work_bytes, "the cuDNN work space");
+  if (!rc) rc = cuda_alloc(&l->reserve, l->reserve_bytes, "the cuDNN reserve space");
+  if (!rc) rc = cuda_alloc((void **)&l->seq_dev, sizeof(int32_t) * (size_t)cfg->batch, "sequence lengths");
+  if (!rc && cudaMemcpy(l->seq_dev, l->seq_host, sizeof(int32_t) * (size_t)cfg->batch,
+                        cudaMemcpyHostToDevice) != cudaSuccess) {
+    lstmd_errorf("CUDA: copying the sequence lengths: %s", cudaGetErrorString(cudaGetLastError()));
+    rc = LSTMD_ECUDA;
+  }
+  if (!rc && cudaMemset(l->dw, 0, l->w_bytes) != cudaSuccess) {
+    lstmd_errorf("CUDA: zeroing the weight gradients: %s", cudaGetErrorString(cudaGetLastError()));
+    rc = LSTMD_ECUDA;
+  }
+  /* The legacy-stream copy and memset above before any use on the handle's stream. */
+  if (!rc && cudaDeviceSynchronize() != cudaSuccess) {
+    lstmd_errorf("CUDA: cuDNN LSTM set-up: %s", cudaGetErrorString(cudaGetLastError()));
+    rc = LSTMD_ECUDA;
+  }
+  if (rc) {
+    lstmd_cudnn_lstm_destroy(l);
+    return rc;
+  }
+  *out = l;
+  return LSTMD_OK;
+}
+
+int lstmd_cudnn_lstm_create(void *handle, const struct lstmd_cudnn_lstm_config *cfg,
+                            struct lstmd_cudnn_lstm **out) {
+  *out = NULL;
+  LSTMD_TRY(check_config(cfg));
+  const int quiet = cfg->algo != LSTMD_RNN_STANDARD || cfg->packed; /* see 2. above */
+  const int retry = cfg->dtype != LSTMD_DT_F32;     /* see 4. above */
+  int rc = create_once((cudnnHandle_t)handle, cfg, 0, quiet || retry, out);
+  if (rc == LSTMD_EUNSUPPORTED && retry) rc = create_once((cudnnHandle_t)handle, cfg, 1, quiet, out);
+  return rc;
+}
+
+void lstmd_cudnn_lstm_destroy(struct lstmd_cudnn_lstm *l) {
+  if (!l) return;
+  if (l->h_desc) cudnnDestroyTensorDescriptor(l->h_desc);
+  if (l->c_desc) cudnnDestroyTensorDescriptor(l->c_desc);
+  if (l->x_desc) cudnnDestroyRNNDataDescriptor(l->x_desc);
+  if (l->y_desc) cudnnDestroyRNNDataDescriptor(l->y_desc);
+  if (l->rnn) cudnnDestroyRNNDescriptor(l->rnn);
+  if (l->dropout) cudnnDestroyDropoutDescriptor(l->dropout);
+  cudaFree(l->dropout_states);
+  cudaFree(l->seq_dev);
+  cudaFree(l->w);
+  cudaFree(l->dw);
+  cudaFree(l->work);
+  cudaFree(l->reserve);
+  free(l->seq_host);
+  free(l);
+}
+
+void *lstmd_cudnn_lstm_weights(struct lstmd_cudnn_lstm *l) { return l->w; }
+void *lstmd_cudnn_lstm_dweights(struct lstmd_cudnn_lstm *l) { return l->dw; }
+size_t lstmd_cudnn_lstm_weight_count(const struct lstmd_cudnn_lstm *l) {
+  return l->w_bytes / lstmd_dtype_bytes(l->cfg.dtype);
+}
+size_t lstmd_cudnn_lstm_device_bytes(const struct lstmd_cudnn_lstm *l) {
+  return 2 * l->w_bytes + l->work_bytes + l->reserve_bytes + l->dropout_bytes;
+}
+void lstmd_cudnn_lstm_use_null_seq_lengths(struct lstmd_cudnn_lstm *l, int on) { l->null_seq = on; }
+void lstmd_cudnn_lstm_set_quiet(struct lstmd_cudnn_lstm *l, int on) { l->quiet = on; }
+
+/* Element offset of addr in the weight space, after checking the piece's size: a row-major
+ * rows × cols matrix (cuDNN reports {1, rows, cols}; like PyTorch we rely on the element count
+ * only) or a bias of `rows`. */
+static int piece_offset(const struct lstmd_cudnn_lstm *l, cudnnTensorDescriptor_t d,
+                        const void *addr, int rows, int cols, size_t *offset, const char *what,
+                        int layer, int id) {
+  cudnnDataType_t dt;
+  int nb = 0, dim[3] = {0, 0, 0}, stride[3];
+  if (cudnn_failed(cudnnGetTensorNdDescriptor(d, 3, &dt, &nb, dim, stride), "cudnnGetTensorNdDescriptor", 0))
+    return LSTMD_ECUDA;
+  const size_t es = lstmd_dtype_bytes(l->cfg.dtype);
+  const ptrdiff_t bytes = (const char *)addr - (const char *)l->w;
+  long long count = 1;
+  for (int i = 0; i < nb && i < 3; i++) count *= dim[i];
+  if (!addr || nb < 1 || nb > 3 || count != (long long)rows * cols || bytes < 0 ||
+      bytes % (ptrdiff_t)es || (size_t)bytes + (size_t)rows * cols * es > l->w_bytes) {
+    lstmd_errorf("cuDNN weight layout: layer %d linear layer %d %s is %dx%dx%d (%d dims) at byte "
+                 "%td, expected 1x%dx%d inside %zu bytes", layer, id, what, dim[0], dim[1], dim[2],
+                 nb, bytes, rows, cols, l->w_bytes);
+    return LSTMD_EFORMAT;
+  }
+  *offset = (size_t)bytes / es;
+  return LSTMD_OK;
+}
+
+int lstmd_cudnn_lstm_weight_map(struct lstmd_cudnn_lstm *l, const size_t *off_w_ih,
+                                const size_t *off_w_hh, const size_t *off_b_ih,
+                                const size_t *off_b_hh, struct lstmd_cuda_segment *segs) {
+  const int H = l->cfg.hidden;
+  cudnnTensorDescriptor_t md = NULL, bd = NULL;
+  int rc = LSTMD_OK, n = 0;
+  if (cudnn_failed(cudnnCreateTensorDescriptor(&md), "cudnnCreateTensorDescriptor", 0) ||
+      cudnn_failed(cudnnCreateTensorDescriptor(&bd), "cudnnCreateTensorDescriptor", 0))
+    rc = LSTMD_ECUDA;
+  for (int k = 0; !rc && k < l->cfg.layers; k++) {
+    const int in = k == 0 ? l->cfg.input : H;
+    /* linLayerID 0-3: W (input) gates i,f,g,o; 4-7: R (recurrent) gates i,f,g,o. */
+    for (int id = 0; !rc && id < 8; id++) {
+      void *m_addr = NULL, *b_addr = NULL;
+      if (cudnn_failed(cudnnGetRNNWeightParams(l->handle, l->rnn, k, l->w_bytes, l->w, id, md,
+                                               &m_addr, bd, &b_addr), "cudnnGetRNNWeightParams", 0)) {
+        rc = LSTMD_ECUDA;
+        break;
+      }
+      const int gate = id % 4, recurrent = id >= 4, cols = recurrent ? H : in;
+      size_t m_off = 0, b_off = 0;
+      rc = piece_offset(l, md, m_addr, H, cols, &m_off, "matrix", k, id);
+      if (!rc) rc = piece_offset(l, bd, b_addr, H, 1, &b_off, "bias", k, id);
+      if (rc) break;
+      const size_t w_src = (recurrent ? off_w_hh[k] : off_w_ih[k]) + (size_t)gate * H * cols;
+      const size_t b_src = (recurrent ? off_b_hh[k] : off_b_ih[k]) + (size_t)gate * H;
+      segs[n++] = (struct lstmd_cuda_segment){w_src, m_off, (size_t)H * cols};
+      segs[n++] = (struct lstmd_cuda_segment){b_src, b_off, (size_t)H};
+    }
+  }
+  if (md) cudnnDestroyTensorDescriptor(md);
+  if (bd) cudnnDestroyTensorDescriptor(bd);
+  return rc;
+}
+
+int lstmd_cudnn_lstm_forward(struct lstmd_cudnn_lstm *l, int training, const void *x, void *y,
+                             const void *hx, const void *cx, void *hy, void *cy) {
+  CHECK_CUDNN(cudnnRNNForward(l->handle, l->rnn,
+                              training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE,
+                              l->null_seq ? NULL : l->seq_dev, l->x_desc, x, l->y_desc, y,
+                              l->h_desc, hx, hy, l->c_desc, cx, cy, l->w_bytes, l->w,
+                              l->work_bytes, l->work, training ? l->reserve_bytes : 0,
+                              training ? l->reserve : NULL),
+              l->quiet);
+  return LSTMD_OK;
+}
+
+int lstmd_cudnn_lstm_backward(struct lstmd_cudnn_lstm *l, const void *x, const void *y,
+                              const void *dy, void *dx, const void *hx, const void *cx) {
+  const int32_t *seq = l->null_seq ? NULL : l->seq_dev;
+  /* dhy, dcy NULL: no gradient arrives from the next window; dhx, dcx NULL: none is wanted. */
+  CHECK_CUDNN(cudnnRNNBackwardData_v8(l->handle, l->rnn, seq, l->y_desc, y, dy, l->x_desc, dx,
+                                      l->h_desc, hx, NULL, NULL, l->c_desc, cx, NULL, NULL,
+                                      l->w_bytes, l->w, l->work_bytes, l->work, l->reserve_bytes,
+                                      l->reserve),
+              l->quiet);
+  CHECK_CUDNN(cudnnRNNBackwardWeights_v8(l->handle, l->rnn, CUDNN_WGRAD_MODE_ADD, seq, l->x_desc,
+                                         x, l->h_desc, hx, l->y_desc, y, l->w_bytes, l->dw,
+                                         l->work_bytes, l->work, l->reserve_bytes, l->reserve),
+              l->quiet);
+  return LSTMD_OK;
+}
+
+int lstmd_cudnn_lstm_zero_dweights(struct lstmd_cudnn_lstm *l) {
+  cudaStream_t stream = NULL;
+  cudnnGetStream(l->handle, &stream);
+  cudaError_t e = cudaMemsetAsync(l->dw, 0, l->w_bytes, stream);
+  if (e == cudaSuccess) return LSTMD_OK;
+  lstmd_errorf("CUDA: zeroing the weight gradients: %s", cudaGetErrorString(e));
+  return LSTMD_ECUDA;
+}
+
+int lstmd_cudnn_lstm_check_descriptors(const struct lstmd_cudnn_lstm_config *cfg, char *why,
+                                       size_t n) {
+  why[0] = '\0';
+  if (check_config(cfg)) {
+    snprintf(why, n, "invalid configuration");
+    return LSTMD_EUNSUPPORTED;
+  }
+  struct lstmd_cudnn_lstm l;
+  memset(&l, 0, sizeof l);
+  l.cfg = *cfg;
+  int rc = cudnn_failed(cudnnCreateDropoutDescriptor(&l.dropout), "dropout descriptor", 1)
+               ? LSTMD_EUNSUPPORTED
+               : make_descriptors(&l, 1);
+  if (rc) {
+    char detail[512];
+    detail[0] = '\0';
+    cudnnGetLastErrorString(detail, sizeof detail);
+    snprintf(why, n, "cuDNN rejects the descriptors%s%s", detail[0] ? ": " : "", detail);
+    rc = LSTMD_EUNSUPPORTED;
+  }
+  if (l.h_desc) cudnnDestroyTensorDescriptor(l.h_desc);
+  if (l.c_desc) cudnnDestroyTensorDescriptor(l.c_desc);
+  if (l.x_desc) cudnnDestroyRNNDataDescriptor(l.x_desc);
+  if (l.y_desc) cudnnDestroyRNNDataDescriptor(l.y_desc);
+  if (l.rnn) cudnnDestroyRNNDescriptor(l.rnn);
+  if (l.dropout) cudnnDestroyDropoutDescriptor(l.dropout);
+  free(l.seq_host);
+  return rc;
+}

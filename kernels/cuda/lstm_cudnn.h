@@ -1,0 +1,109 @@
+/* lstm_cudnn.h — a stack of L LSTM layers on cuDNN 9's v8-style RNN API, for one fixed shape
+ * (T steps × B windows): forward in training or inference mode, backward data, and backward
+ * weights, which ADDS into the weight-gradient space (zero it once per optimizer step; that is
+ * also what makes gradient accumulation over micro-batches free). Dropout (cuDNN's own) is
+ * applied between layers in training mode only.
+ *
+ * Activations are sequence-major x[t][b][i] (CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED, every
+ * window full length); h/c states are [L][B][H]. All buffers are of the configured data type
+ * (fp32, fp16 or bf16); math is fp32 (or TF32 / tensor cores as configured).
+ *
+ * cuDNN's weight space is opaque; lstmd_cudnn_lstm_weight_map lists where each PyTorch-layout
+ * piece (weight_ih_l{k}, weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k}, gate blocks i,f,g,o) lives
+ * in it, from cudnnGetRNNWeightParams, so parameters and checkpoints keep one layout on every
+ * backend. */
+#ifndef LSTMD_LSTM_CUDNN_H
+#define LSTMD_LSTM_CUDNN_H
+
+#include <stddef.h>
+
+#include "convert_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* cuDNN's algorithms, in cudnnRNNAlgo_t order. */
+enum lstmd_rnn_algo {
+  LSTMD_RNN_STANDARD = 0,
+  LSTMD_RNN_PERSIST_STATIC = 1,
+  LSTMD_RNN_PERSIST_DYNAMIC = 2,
+  LSTMD_RNN_PERSIST_STATIC_SMALL_H = 3,
+  LSTMD_RNN_ALGO_COUNT = 4
+};
+
+struct lstmd_cudnn_lstm_config {
+  int input, hidden, layers; /* I (layer 0's input width), H, L */
+  int steps, batch;          /* T, B */
+  int dtype;                 /* enum lstmd_cuda_dtype of every buffer */
+  int allow_tf32;            /* fp32 data: TF32 tensor-core math allowed */
+  float dropout;             /* between layers, training mode only */
+  unsigned long long seed;   /* of cuDNN's dropout states */
+  int algo;                  /* enum lstmd_rnn_algo */
+  int packed;                /* 1: CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED with padded I/O off;
+                              * 0: SEQ_MAJOR_UNPACKED with padded I/O on. Every window has all T
+                              * steps, so both describe the same memory; some algorithms may
+                              * accept only one of them. */
+};
+
+struct lstmd_cudnn_lstm;
+
+/* "standard", "persist_static", ... */
+const char *lstmd_rnn_algo_name(int algo);
+
+/* Builds the descriptors and allocates weight, weight-gradient, work and reserve space on the
+ * current device. handle: a cudnnHandle_t whose stream the caller set. Returns 0, LSTMD_ENOMEM,
+ * LSTMD_EUNSUPPORTED when cuDNN does not support this algorithm/type/shape (quietly, so a
+ * caller can try another algorithm), or LSTMD_ECUDA after printing cuDNN's message.
+ * Free with lstmd_cudnn_lstm_destroy (NULL and half-built are fine). */
+int lstmd_cudnn_lstm_create(void *handle, const struct lstmd_cudnn_lstm_config *cfg,
+                            struct lstmd_cudnn_lstm **out);
+void lstmd_cudnn_lstm_destroy(struct lstmd_cudnn_lstm *l);
+
+/* Weight space and its gradient: weight_count elements of the data type each. */
+void *lstmd_cudnn_lstm_weights(struct lstmd_cudnn_lstm *l);
+void *lstmd_cudnn_lstm_dweights(struct lstmd_cudnn_lstm *l);
+size_t lstmd_cudnn_lstm_weight_count(const struct lstmd_cudnn_lstm *l);
+/* Bytes of device memory this object holds (weights, gradients, work, reserve, dropout). */
+size_t lstmd_cudnn_lstm_device_bytes(const struct lstmd_cudnn_lstm *l);
+
+/* Where the PyTorch-layout tensors of layer k live. off_* are element offsets of
+ * lstm.weight_ih_l{k} [4H,in], weight_hh_l{k} [4H,H], bias_ih_l{k} [4H], bias_hh_l{k} [4H] in
+ * the caller's flat buffer. Writes 16·L segments {flat offset → weight-space element offset,
+ * count} into segs (room for 16·L) after checking every piece's shape that cuDNN reports.
+ * Returns 0 or LSTMD_ECUDA / LSTMD_EFORMAT (unexpected layout) with a message. */
+int lstmd_cudnn_lstm_weight_map(struct lstmd_cudnn_lstm *l, const size_t *off_w_ih,
+                                const size_t *off_w_hh, const size_t *off_b_ih,
+                                const size_t *off_b_hh, struct lstmd_cuda_segment *segs);
+
+/* Forward over the window. x [T,B,I], y [T,B,H] (written). hx/cx [L,B,H] initial state, NULL
+ * for zeros; hy/cy [L,B,H] final state, may be NULL. training: keeps what backward needs in the
+ * reserve space and applies dropout. */
+int lstmd_cudnn_lstm_forward(struct lstmd_cudnn_lstm *l, int training, const void *x, void *y,
+                             const void *hx, const void *cx, void *hy, void *cy);
+/* Backward after a training forward with the same x, y, hx, cx: dx [T,B,I] is written from
+ * dy [T,B,H] (no gradient flows into the initial state: truncated BPTT), then the weight
+ * gradients are ADDED into the dweight space. */
+int lstmd_cudnn_lstm_backward(struct lstmd_cudnn_lstm *l, const void *x, const void *y,
+                              const void *dy, void *dx, const void *hx, const void *cx);
+/* Zeroes the weight-gradient space (cudaMemsetAsync on the handle's stream). */
+int lstmd_cudnn_lstm_zero_dweights(struct lstmd_cudnn_lstm *l);
+/* Passes NULL instead of the device copy of the sequence lengths to the RNN calls from now on
+ * (cuDNN >= 8.9.1 documents NULL as accepted; the GPU test checks both). */
+void lstmd_cudnn_lstm_use_null_seq_lengths(struct lstmd_cudnn_lstm *l, int on);
+
+/* While on, cuDNN failures in forward/backward return LSTMD_EUNSUPPORTED without a message
+ * (used while trying algorithms). */
+void lstmd_cudnn_lstm_set_quiet(struct lstmd_cudnn_lstm *l, int on);
+
+/* Without a device: builds the RNN and data descriptors for cfg (no handle needed) and reports
+ * what cuDNN rejects, so configurations are checked where there is no GPU. Returns 0 or
+ * LSTMD_EUNSUPPORTED with cuDNN's reason in why. */
+int lstmd_cudnn_lstm_check_descriptors(const struct lstmd_cudnn_lstm_config *cfg, char *why,
+                                       size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

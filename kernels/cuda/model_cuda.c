@@ -1,0 +1,460 @@
+/* model_cuda.c — the model's forward and backward on one device (see model_cuda.h).
+ *
+ * cuBLAS is column-major; our matrices are row-major, so a row-major [R,C] matrix is a
+ * column-major C×R one. With Y [N,H] the LSTM output, W [O,H] the head and G [N,O] the logits'
+ * gradient:
+ *   logits = Y·Wᵀ  → sgemm(T, N, O, N, H, W, ld H, Y, ld H, → ld O)
+ *   dY     = G·W   → sgemm(N, N, H, N, O, W, ld H, G, ld O, → ld H)
+ *   dW    += Gᵀ·Y  → sgemm(N, T, H, O, N, Y, ld H, G, ld O, → ld H)
+ *   db    += Gᵀ·1  → sgemv(N, O, N, G, ld O, ones);   logits += b·1ᵀ → sger(O, N, b, ones)
+ * The cuDNN algorithm is chosen once: each one cuDNN accepts for the shape is timed on a
+ * forward + backward of the real (T, B) and the fastest kept. */
+#define _GNU_SOURCE
+#include "model_cuda.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../status.h"
+#include "dense_cuda.h"
+#include "lstm_cudnn.h"
+
+enum { kMaxAllocs = 32 };
+
+struct lstmd_cuda_model {
+  struct lstmd_cuda_model_config cfg;
+  cudaStream_t stream;
+  cublasHandle_t blas;
+  cudnnHandle_t dnn;
+  struct lstmd_cudnn_lstm *lstm;
+  int algo, packed;
+  double trial_ms;
+  struct lstmd_cuda_segment *segs; /* device [16·L]: flat master → cuDNN weight space */
+  struct lstmd_cuda_segment *segs_back; /* device [16·L]: weight space → flat (offsets swapped) */
+  int n_segs;
+  size_t max_seg;
+  struct lstmd_cuda_inputs in;
+  float *xf;       /* text: embedded ids [N,E] */
+  void *x16;       /* 16-bit LSTM input [N,I] (NULL in fp32) */
+  void *y_rnn;     /* LSTM output [N,H], data type */
+  float *yf;       /* fp32 view of it (a cast copy in 16-bit) */
+  float *out;      /* [N,O] logits / predictions, then their gradient */
+  float *dyf;      /* [N,H] */
+  void *dy16;      /* 16-bit copy of dyf (NULL in fp32) */
+  void *dx_rnn;    /* [N,I] data type */
+  float *dxf;      /* text, 16-bit: fp32 copy of dx for the embedding gradient */
+  float *row_loss; /* text: [N] */
+  float *ones;     /* [N] */
+  void *state[2];  /* [2][L,B,H] data type: h then c; state[cur] is the next initial state */
+  float *state_f;  /* [2][L,B,H] fp32 staging for get/set */
+  double *eval_loss; /* the loss sum of evaluation forwards (not used: per-row results are) */
+  int cur, state_zero;
+  const void *bw_x, *bw_hx, *bw_cx; /* what the last training forward used, for backward */
+  size_t device_bytes;
+  void *allocs[kMaxAllocs];
+  int n_allocs;
+};
+
+static int cuda_failed(cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return 0;
+  cudaGetLastError();
+  lstmd_errorf("CUDA: %s: %s", what, cudaGetErrorString(e));
+  return 1;
+}
+#define CHECK_CUDA(call) \
+  do { if (cuda_failed((call), #call)) return LSTMD_ECUDA; } while (0)
+
+static int blas_failed(cublasStatus_t s, const char *what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return 0;
+  lstmd_errorf("cuBLAS: %s: %s", what, cublasGetStatusString(s));
+  return 1;
+}
+#define CHECK_BLAS(call) \
+  do { if (blas_failed((call), #call)) return LSTMD_ECUDA; } while (0)
+
+static int dev_alloc(struct lstmd_cuda_model *m, void **p, size_t bytes, const char *what) {
+  *p = NULL;
+  if (bytes == 0) return LSTMD_OK;
+  if (m->n_allocs == kMaxAllocs) return LSTMD_ENOMEM;
+  cudaError_t e = cudaMalloc(p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    *p = NULL;
+    lstmd_errorf("CUDA: cannot allocate %.1f MiB for %s: %s", (double)bytes / 1048576.0, what,
+                 cudaGetErrorString(e));
+    return LSTMD_ENOMEM;
+  }
+  m->allocs[m->n_allocs++] = *p;
+  m->device_bytes += bytes;
+  return cudaMemsetAsync(*p, 0, bytes, m->stream) == cudaSuccess ? LSTMD_OK : LSTMD_ECUDA;
+}
+
+static int input_width(const struct lstmd_cuda_model_layout *l) { return l->text ? l->embed : l->width; }
+static int output_width(const struct lstmd_cuda_model_layout *l) { return l->text ? l->vocab : l->horizon; }
+
+static int alloc_activations(struct lstmd_cuda_model *m) {
+  const struct lstmd_cuda_model_layout *l = &m->cfg.layout;
+  const size_t N = (size_t)m->cfg.steps * m->cfg.batch, H = (size_t)l->hidden;
+  const size_t I = (size_t)input_width(l), O = (size_t)output_width(l);
+  const size_t es = lstmd_dtype_bytes(m->cfg.dtype), S = (size_t)l->layers * m->cfg.batch * H;
+  const int half = m->cfg.dtype != LSTMD_DT_F32;
+  if (l->text) {
+    LSTMD_TRY(dev_alloc(m, (void **)&m->in.ids, N * sizeof(int32_t), "token ids"));
+    LSTMD_TRY(dev_alloc(m, (void **)&m->in.targets, N * sizeof(int32_t), "targets"));
+    LSTMD_TRY(dev_alloc(m, (void **)&m->xf, N * I * sizeof(float), "embedded inputs"));
+    LSTMD_TRY(dev_alloc(m, (void **)&m->row_loss, N * sizeof(float), "row losses"));
+    if (half) LSTMD_TRY(dev_alloc(m, (void **)&m->dxf, N * I * sizeof(float), "input gradient"));
+  } else {
+    LSTMD_TRY(dev_alloc(m, (void **)&m->in.x, N * I * sizeof(float), "input rows"));
+    LSTMD_TRY(dev_alloc(m, (void **)&m->in.y, N * O * sizeof(float), "target rows"));
+  }
+  if (half) LSTMD_TRY(dev_alloc(m, &m->x16, N * I * es, "16-bit inputs"));
+  LSTMD_TRY(dev_alloc(m, &m->y_rnn, N * H * es, "LSTM output"));
+  if (half) LSTMD_TRY(dev_alloc(m, (void **)&m->yf, N * H * sizeof(float), "LSTM output (fp32)"));
+  else m->yf = m->y_rnn;
+  LSTMD_TRY(dev_alloc(m, (void **)&m->out, N * O * sizeof(float), "head output"));
+  LSTMD_TRY(dev_alloc(m, (void **)&m->dyf, N * H * sizeof(float), "output gradient"));
+  if (half) LSTMD_TRY(dev_alloc(m, &m->dy16, N * H * es, "16-bit output gradient"));
+  LSTMD_TRY(dev_alloc(m, &m->dx_rnn, N * I * es, "LSTM input gradient"));
+  if (!half && l->text) m->dxf = m->dx_rnn;
+  LSTMD_TRY(dev_alloc(m, &m->state[0], 2 * S * es, "recurrent state"));
+  LSTMD_TRY(dev_alloc(m, &m->state[1], 2 * S * es, "recurrent state"));
+  LSTMD_TRY(dev_alloc(m, (void **)&m->state_f, 2 * S * sizeof(float), "state staging"));
+  LSTMD_TRY(dev_alloc(m, (void **)&m->ones, N * sizeof(float), "ones"));
+  LSTMD_TRY(dev_alloc(m, (void **)&m->eval_loss, sizeof(double), "evaluation loss"));
+  LSTMD_TRY(dev_alloc(m, (void **)&m->segs, sizeof(struct lstmd_cuda_segment) * 16 * l->layers,
+                      "weight map"));
+  LSTMD_TRY(dev_alloc(m, (void **)&m->segs_back,
+                      sizeof(struct lstmd_cuda_segment) * 16 * l->layers, "weight map"));
+  float *ones = malloc(N * sizeof(float));
+  if (!ones) return LSTMD_ENOMEM;
+  for (size_t i = 0; i < N; i++) ones[i] = 1.0f;
+  cudaError_t e = cudaMemcpy(m->ones, ones, N * sizeof(float), cudaMemcpyHostToDevice);
+  free(ones);
+  CHECK_CUDA(e);
+  m->state_zero = 1;
+  return LSTMD_OK;
+}
+
+static void *lstm_input(struct lstmd_cuda_model *m) {
+  if (m->x16) return m->x16;
+  return m->cfg.layout.text ? (void *)m->xf : (void *)m->in.x;
+}
+
+/* One forward + backward of the LSTM alone, for timing the algorithms. */
+static int lstm_trial(struct lstmd_cuda_model *m, struct lstmd_cudnn_lstm *l) {
+  LSTMD_TRY(lstmd_cudnn_lstm_forward(l, 1, lstm_input(m), m->y_rnn, NULL, NULL, NULL, NULL));
+  return lstmd_cudnn_lstm_backward(l, lstm_input(m), m->y_rnn, m->dy16 ? m->dy16 : m->dyf,
+                                   m->dx_rnn, NULL, NULL);
+}
+
+static int parse_algo(const char *s) {
+  for (int a = 0; a < LSTMD_RNN_ALGO_COUNT; a++)
+    if (!strcmp(s, lstmd_rnn_algo_name(a))) return a;
+  return -2;
+}
+
+/* Creates m->lstm with the configured or the fastest working algorithm (see the header). */
+static int choose_lstm(struct lstmd_cuda_model *m) {
+  const struct lstmd_cuda_model_layout *lay = &m->cfg.layout;
+  struct lstmd_cudnn_lstm_config lc = {input_width(lay), lay->hidden, lay->layers, m->cfg.steps,
+                                       m->cfg.batch, m->cfg.dtype, m->cfg.allow_tf32,
+                                       m->cfg.dropout, m->cfg.seed, LSTMD_RNN_STANDARD};
+  int forced = m->cfg.algo;
+  const char *env = getenv("LSTMD_CUDNN_ALGO");
+  if (env && *env) {
+    forced = parse_algo(env);
+    if (forced < 0) {
+      lstmd_errorf("LSTMD_CUDNN_ALGO=%s: not one of standard, persist_static, persist_dynamic, "
+                   "persist_static_small_h", env);
+      return LSTMD_ECONFIG;
+    }
+  }
+  if (forced >= 0) {
+    lc.algo = forced;
+    int rc = lstmd_cudnn_lstm_create(m->dnn, &lc, &m->lstm);
+    if (rc == LSTMD_EUNSUPPORTED) { /* the other data layout */
+      lc.packed = m->packed = 1;
+      rc = lstmd_cudnn_lstm_create(m->dnn, &lc, &m->lstm);
+    }
+    if (rc == LSTMD_EUNSUPPORTED)
+      lstmd_errorf("cuDNN algorithm %s is not supported for this shape and type",
+                   lstmd_rnn_algo_name(forced));
+    m->algo = forced;
+    return rc;
+  }
+  cudaEvent_t t0, t1;
+  CHECK_CUDA(cudaEventCreate(&t0));
+  CHECK_CUDA(cudaEventCreate(&t1));
+  int rc = LSTMD_OK;
+  double best_ms = 0.0;
+  for (int trial = 0; trial < 2 * LSTMD_RNN_ALGO_COUNT; trial++) {
+    const int a = trial / 2, first = trial == 0; /* standard, unpacked: must work */
+    lc.algo = a;
+    lc.packed = trial % 2;
+    struct lstmd_cudnn_lstm *l = NULL;
+    int r = lstmd_cudnn_lstm_create(m->dnn, &lc, &l);
+    if (r == LSTMD_EUNSUPPORTED) continue;
+    if (r) { rc = r; break; } /* a real failure (standard, or out of memory) */
+    lstmd_cudnn_lstm_set_quiet(l, !first);
+    float ms = 0.0f;
+    r = lstm_trial(m, l); /* warm-up (and the first call's set-up) */
+    if (!r && cudaEventRecord(t0, m->stream) != cudaSuccess) r = LSTMD_ECUDA;
+    for (int i = 0; !r && i < 3; i++) r = lstm_trial(m, l);
+    if (!r && (cudaEventRecord(t1, m->stream) != cudaSuccess || cudaEventSynchronize(t1) != cudaSuccess ||
+               cudaEventElapsedTime(&ms, t0, t1) != cudaSuccess))
+      r = LSTMD_ECUDA;
+    if (r) { /* this algorithm fails at run time: drain and clear, try the next */
+      cudaStreamSynchronize(m->stream);
+      cudaGetLastError();
+      lstmd_cudnn_lstm_destroy(l);
+      if (first) { rc = r; break; }
+      continue;
+    }
+    lstmd_cudnn_lstm_set_quiet(l, 0);
+    if (!m->lstm || ms / 3.0 < best_ms) {
+      lstmd_cudnn_lstm_destroy(m->lstm);
+      m->lstm = l;
+      m->algo = a;
+      m->packed = lc.packed;
+      best_ms = ms / 3.0;
+    } else {
+      lstmd_cudnn_lstm_destroy(l);
+    }
+  }
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  m->trial_ms = best_ms;
+  if (!rc && !m->lstm) {
+    lstmd_errorf("cuDNN supports none of its LSTM algorithms for this shape and type");
+    rc = LSTMD_EUNSUPPORTED;
+  }
+  return rc;
+}
+
+int lstmd_cuda_model_create(const struct lstmd_cuda_model_config *cfg, void *stream,
+                            struct lstmd_cuda_model **out) {
+  *out = NULL;
+  const struct lstmd_cuda_model_layout *lay = &cfg->layout;
+  if (lay->layers < 1 || lay->layers > LSTMD_CUDA_MAX_LAYERS || cfg->steps < 1 || cfg->batch < 1) {
+    lstmd_errorf("GPU model: invalid shape (L %d, T %d, B %d)", lay->layers, cfg->steps, cfg->batch);
+    return LSTMD_EINVAL;
+  }
+  struct lstmd_cuda_model *m = calloc(1, sizeof *m);
+  if (!m) return LSTMD_ENOMEM;
+  m->cfg = *cfg;
+  m->stream = (cudaStream_t)stream;
+  int rc = LSTMD_OK;
+  cudnnStatus_t ds = cudnnCreate(&m->dnn);
+  if (ds != CUDNN_STATUS_SUCCESS) {
+    lstmd_errorf("cuDNN: cudnnCreate: %s", cudnnGetErrorString(ds));
+    m->dnn = NULL;
+    rc = LSTMD_ECUDA;
+  }
+  if (!rc && cudnnSetStream(m->dnn, m->stream) != CUDNN_STATUS_SUCCESS) rc = LSTMD_ECUDA;
+  if (!rc && blas_failed(cublasCreate(&m->blas), "cublasCreate")) {
+    m->blas = NULL;
+    rc = LSTMD_ECUDA;
+  }
+  if (!rc && blas_failed(cublasSetStream(m->blas, m->stream), "cublasSetStream")) rc = LSTMD_ECUDA;
+  const int tf32 = cfg->dtype != LSTMD_DT_F32 || cfg->allow_tf32;
+  if (!rc && blas_failed(cublasSetMathMode(m->blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                          : CUBLAS_DEFAULT_MATH), "cublasSetMathMode"))
+    rc = LSTMD_ECUDA;
+  if (!rc) rc = alloc_activations(m);
+  if (!rc) rc = choose_lstm(m);
+  struct lstmd_cuda_segment *segs = NULL;
+  if (!rc) {
+    segs = malloc(sizeof *segs * 16 * lay->layers);
+    rc = segs ? lstmd_cudnn_lstm_weight_map(m->lstm, lay->off_w_ih, lay->off_w_hh, lay->off_b_ih,
+                                            lay->off_b_hh, segs)
+              : LSTMD_ENOMEM;
+  }
+  if (!rc) {
+    m->n_segs = 16 * lay->layers;
+    for (int i = 0; i < m->n_segs; i++)
+      if (segs[i].count > m->max_seg) m->max_seg = segs[i].count;
+    if (cuda_failed(cudaMemcpy(m->segs, segs, sizeof *segs * m->n_segs, cudaMemcpyHostToDevice),
+                    "copying the weight map"))
+      rc = LSTMD_ECUDA;
+    for (int i = 0; i < m->n_segs; i++) { /* the same pieces, weight space → flat */
+      const size_t flat = segs[i].src_offset;
+      segs[i].src_offset = segs[i].dst_offset;
+      segs[i].dst_offset = flat;
+    }
+    if (!rc && cuda_failed(cudaMemcpy(m->segs_back, segs, sizeof *segs * m->n_segs,
+                                      cudaMemcpyHostToDevice), "copying the weight map"))
+      rc = LSTMD_ECUDA;
+  }
+  free(segs);
+  /* Everything above on the legacy stream (cudaMemcpy) or ours must be done before the
+   * caller's non-blocking streams use it. */
+  if (!rc && cuda_failed(cudaDeviceSynchronize(), "model set-up")) rc = LSTMD_ECUDA;
+  if (rc) {
+    lstmd_cuda_model_destroy(m);
+    return rc;
+  }
+  *out = m;
+  return LSTMD_OK;
+}
+
+void lstmd_cuda_model_destroy(struct lstmd_cuda_model *m) {
+  if (!m) return;
+  if (m->stream) cudaStreamSynchronize(m->stream);
+  lstmd_cudnn_lstm_destroy(m->lstm);
+  for (int i = 0; i < m->n_allocs; i++) cudaFree(m->allocs[i]);
+  if (m->blas) cublasDestroy(m->blas);
+  if (m->dnn) cudnnDestroy(m->dnn);
+  free(m);
+}
+
+struct lstmd_cuda_inputs *lstmd_cuda_model_inputs(struct lstmd_cuda_model *m) { return &m->in; }
+
+int lstmd_cuda_model_algo(const struct lstmd_cuda_model *m, double *trial_ms, int *packed) {
+  if (trial_ms) *trial_ms = m->trial_ms;
+  if (packed) *packed = m->packed;
+  return m->algo;
+}
+
+size_t lstmd_cuda_model_device_bytes(const struct lstmd_cuda_model *m) {
+  return m->device_bytes + (m->lstm ? lstmd_cudnn_lstm_device_bytes(m->lstm) : 0);
+}
+
+int lstmd_cuda_model_load_weights(struct lstmd_cuda_model *m, const float *params) {
+  return lstmd_cuda_copy_segments(m->n_segs, m->segs, m->max_seg, params, LSTMD_DT_F32,
+                                  lstmd_cudnn_lstm_weights(m->lstm), m->cfg.dtype, 0, m->stream);
+}
+
+int lstmd_cuda_model_zero_lstm_grads(struct lstmd_cuda_model *m) {
+  return lstmd_cudnn_lstm_zero_dweights(m->lstm);
+}
+
+int lstmd_cuda_model_forward(struct lstmd_cuda_model *m, const float *params, float grad_scale,
+                             int training, int carry_state, double *loss_acc) {
+  const struct lstmd_cuda_model_layout *l = &m->cfg.layout;
+  const int N = m->cfg.steps * m->cfg.batch, H = l->hidden, O = output_width(l);
+  const int I = input_width(l);
+  const size_t S = (size_t)l->layers * m->cfg.batch * H, es = lstmd_dtype_bytes(m->cfg.dtype);
+  const float one = 1.0f, zero = 0.0f;
+  if (l->text)
+    LSTMD_TRY(lstmd_cuda_embedding_forward(N, l->embed, params + l->off_embed, m->in.ids, m->xf,
+                                           m->stream));
+  if (m->x16)
+    LSTMD_TRY(lstmd_cuda_cast((size_t)N * I, l->text ? m->xf : m->in.x, LSTMD_DT_F32, m->x16,
+                              m->cfg.dtype, m->stream));
+  const void *x_rnn = lstm_input(m);
+  /* The final state goes to the other buffer, so the initial one stays intact for backward. */
+  const char *hx = m->state_zero ? NULL : (const char *)m->state[m->cur];
+  const char *cx = hx ? hx + S * es : NULL;
+  char *hy = carry_state ? (char *)m->state[1 - m->cur] : NULL;
+  char *cy = hy ? hy + S * es : NULL;
+  LSTMD_TRY(lstmd_cudnn_lstm_forward(m->lstm, training, x_rnn, m->y_rnn, hx, cx, hy, cy));
+  m->bw_x = x_rnn;
+  m->bw_hx = hx;
+  m->bw_cx = cx;
+  if (carry_state) {
+    m->cur = 1 - m->cur;
+    m->state_zero = 0;
+  } else {
+    m->state_zero = 1;
+  }
+  if (m->yf != m->y_rnn)
+    LSTMD_TRY(lstmd_cuda_cast((size_t)N * H, m->y_rnn, m->cfg.dtype, m->yf, LSTMD_DT_F32, m->stream));
+  CHECK_BLAS(cublasSgemm(m->blas, CUBLAS_OP_T, CUBLAS_OP_N, O, N, H, &one, params + l->off_head_w,
+                         H, m->yf, H, &zero, m->out, O));
+  CHECK_BLAS(cublasSger(m->blas, O, N, &one, params + l->off_head_b, 1, m->ones, 1, m->out, O));
+  if (l->text) {
+    LSTMD_TRY(lstmd_cuda_softmax_xent(N, O, m->out, m->in.targets, grad_scale, m->row_loss, m->stream));
+    return lstmd_cuda_sum((size_t)N, m->row_loss, loss_acc, m->stream);
+  }
+  return lstmd_cuda_mse((size_t)N * O, m->out, m->in.y, grad_scale, loss_acc, m->stream);
+}
+
+int lstmd_cuda_model_backward(struct lstmd_cuda_model *m, const float *params, float *grads,
+                              int flush, lstmd_cuda_ready_fn ready, void *ctx) {
+  const struct lstmd_cuda_model_layout *l = &m->cfg.layout;
+  const int N = m->cfg.steps * m->cfg.batch, H = l->hidden, O = output_width(l);
+  const float one = 1.0f, zero = 0.0f;
+  if (!flush) ready = NULL;
+  CHECK_BLAS(cublasSgemm(m->blas, CUBLAS_OP_N, CUBLAS_OP_T, H, O, N, &one, m->yf, H, m->out, O,
+                         &one, grads + l->off_head_w, H));
+  CHECK_BLAS(cublasSgemv(m->blas, CUBLAS_OP_N, O, N, &one, m->out, O, m->ones, 1, &one,
+                         grads + l->off_head_b, 1));
+  CHECK_BLAS(cublasSgemm(m->blas, CUBLAS_OP_N, CUBLAS_OP_N, H, N, O, &one, params + l->off_head_w,
+                         H, m->out, O, &zero, m->dyf, H));
+  if (ready) LSTMD_TRY(ready(ctx, l->off_head_w));
+  void *dy = m->dyf;
+  if (m->dy16) {
+    LSTMD_TRY(lstmd_cuda_cast((size_t)N * H, m->dyf, LSTMD_DT_F32, m->dy16, m->cfg.dtype, m->stream));
+    dy = m->dy16;
+  }
+  LSTMD_TRY(lstmd_cudnn_lstm_backward(m->lstm, m->bw_x, m->y_rnn, dy, m->dx_rnn, m->bw_hx, m->bw_cx));
+  if (flush) {
+    LSTMD_TRY(lstmd_cuda_copy_segments(m->n_segs, m->segs_back, m->max_seg,
+                                       lstmd_cudnn_lstm_dweights(m->lstm), m->cfg.dtype, grads,
+                                       LSTMD_DT_F32, flush == LSTMD_FLUSH_ADD, m->stream));
+    if (ready) LSTMD_TRY(ready(ctx, l->off_w_ih[0]));
+  }
+  if (!l->text) return LSTMD_OK;
+  if (m->dxf != m->dx_rnn)
+    LSTMD_TRY(lstmd_cuda_cast((size_t)N * l->embed, m->dx_rnn, m->cfg.dtype, m->dxf, LSTMD_DT_F32,
+                              m->stream));
+  LSTMD_TRY(lstmd_cuda_embedding_backward(N, l->embed, m->dxf, m->in.ids, grads + l->off_embed,
+                                          m->stream));
+  if (ready) LSTMD_TRY(ready(ctx, 0));
+  return LSTMD_OK;
+}
+
+int lstmd_cuda_model_eval(struct lstmd_cuda_model *m, const float *params, float *host_rows) {
+  const struct lstmd_cuda_model_layout *l = &m->cfg.layout;
+  const size_t N = (size_t)m->cfg.steps * m->cfg.batch;
+  const int saved_cur = m->cur, saved_zero = m->state_zero;
+  m->state_zero = 1;
+  /* Series: grad_scale 0.5 makes the MSE kernel leave 2·0.5·(pred − target) in out. */
+  int rc = lstmd_cuda_model_forward(m, params, l->text ? 0.0f : 0.5f, 0, 0, m->eval_loss);
+  m->cur = saved_cur;
+  m->state_zero = saved_zero;
+  if (rc) return rc;
+  const float *src = l->text ? m->row_loss : m->out;
+  const size_t n = l->text ? N : N * (size_t)l->horizon;
+  CHECK_CUDA(cudaMemcpyAsync(host_rows, src, n * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+  CHECK_CUDA(cudaStreamSynchronize(m->stream));
+  return LSTMD_OK;
+}
+
+void lstmd_cuda_model_null_seq_lengths(struct lstmd_cuda_model *m, int on) {
+  lstmd_cudnn_lstm_use_null_seq_lengths(m->lstm, on);
+}
+
+int lstmd_cuda_model_reset_state(struct lstmd_cuda_model *m) {
+  m->state_zero = 1;
+  return LSTMD_OK;
+}
+
+int lstmd_cuda_model_get_state(struct lstmd_cuda_model *m, float *h, float *c) {
+  const size_t S = (size_t)m->cfg.layout.layers * m->cfg.batch * m->cfg.layout.hidden;
+  if (m->state_zero) {
+    memset(h, 0, S * sizeof(float));
+    memset(c, 0, S * sizeof(float));
+    return LSTMD_OK;
+  }
+  LSTMD_TRY(lstmd_cuda_cast(2 * S, m->state[m->cur], m->cfg.dtype, m->state_f, LSTMD_DT_F32, m->stream));
+  CHECK_CUDA(cudaMemcpyAsync(h, m->state_f, S * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+  CHECK_CUDA(cudaMemcpyAsync(c, m->state_f + S, S * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+  CHECK_CUDA(cudaStreamSynchronize(m->stream));
+  return LSTMD_OK;
+}
+
+int lstmd_cuda_model_set_state(struct lstmd_cuda_model *m, const float *h, const float *c) {
+  const size_t S = (size_t)m->cfg.layout.layers * m->cfg.batch * m->cfg.layout.hidden;
+  CHECK_CUDA(cudaMemcpyAsync(m->state_f, h, S * sizeof(float), cudaMemcpyHostToDevice, m->stream));
+  CHECK_CUDA(cudaMemcpyAsync(m->state_f + S, c, S * sizeof(float), cudaMemcpyHostToDevice, m->stream));
+  LSTMD_TRY(lstmd_cuda_cast(2 * S, m->state_f, LSTMD_DT_F32, m->state[m->cur], m->cfg.dtype, m->stream));
+  CHECK_CUDA(cudaStreamSynchronize(m->stream));
+  m->state_zero = 0;
+  return LSTMD_OK;
+}

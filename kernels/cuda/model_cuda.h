@@ -1,0 +1,111 @@
+/* model_cuda.h — the whole LSTM model on one CUDA device for one fixed (T, B): embedding
+ * (text) → L-layer cuDNN LSTM → linear head (cuBLAS) → softmax cross-entropy (text) or MSE
+ * (series), forward and backward. The caller owns the flat fp32 master parameters and gradients
+ * on the device, in the same layout as the CPU model (worker/model.h); this object owns the
+ * activations, the cuDNN weight space (a cast copy of the LSTM tensors, refreshed with
+ * _load_weights after every update) and the carried recurrent state.
+ *
+ * Precision: the LSTM runs in the data type (fp32, fp16 or bf16); embedding, head and loss run
+ * in fp32 (TF32 allowed unless dtype is fp32 with allow_tf32 off), so only the LSTM's inputs and
+ * outputs are cast. Gradients land in fp32. */
+#ifndef LSTMD_MODEL_CUDA_H
+#define LSTMD_MODEL_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "convert_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { LSTMD_CUDA_MAX_LAYERS = 16 };
+
+/* Where each tensor lives in the flat parameter buffer (element offsets), and the shape. */
+struct lstmd_cuda_model_layout {
+  int text;            /* 1: ids → embedding, softmax; 0: series rows → MSE */
+  int vocab, embed;    /* text */
+  int width, horizon;  /* series */
+  int hidden, layers;
+  size_t n_params;
+  size_t off_embed;
+  size_t off_w_ih[LSTMD_CUDA_MAX_LAYERS], off_w_hh[LSTMD_CUDA_MAX_LAYERS];
+  size_t off_b_ih[LSTMD_CUDA_MAX_LAYERS], off_b_hh[LSTMD_CUDA_MAX_LAYERS];
+  size_t off_head_w, off_head_b;
+};
+
+struct lstmd_cuda_model_config {
+  struct lstmd_cuda_model_layout layout;
+  int steps, batch;        /* T, B */
+  int dtype;               /* enum lstmd_cuda_dtype of the LSTM */
+  int allow_tf32;          /* fp32: TF32 tensor cores in cuDNN and cuBLAS */
+  float dropout;           /* cuDNN dropout between layers (training only) */
+  unsigned long long seed; /* of the dropout states */
+  int algo;                /* enum lstmd_rnn_algo, or -1: time each and keep the fastest */
+};
+
+/* The batch buffers on the device that the caller fills before a step (sequence-major). */
+struct lstmd_cuda_inputs {
+  int32_t *ids, *targets; /* text: [T,B] */
+  float *x, *y;           /* series: [T,B,W] inputs, [T,B,K] targets */
+};
+
+/* Called while a step is being enqueued, right after the work that makes the gradients
+ * [first, n_params) final has been enqueued on the stream (head first, then the LSTM when
+ * flushed, then the embedding with first == 0). Lets the caller start all-reduces early. */
+typedef int (*lstmd_cuda_ready_fn)(void *ctx, size_t first);
+
+struct lstmd_cuda_model;
+
+/* Creates cuBLAS/cuDNN handles on `stream` (a cudaStream_t) of the current device, chooses the
+ * cuDNN algorithm (cfg->algo, or the fastest that works; the environment variable
+ * LSTMD_CUDNN_ALGO=standard|persist_static|persist_dynamic|persist_static_small_h forces one)
+ * and allocates everything. Returns 0 or a status after printing why. */
+int lstmd_cuda_model_create(const struct lstmd_cuda_model_config *cfg, void *stream,
+                            struct lstmd_cuda_model **out);
+void lstmd_cuda_model_destroy(struct lstmd_cuda_model *m);
+
+struct lstmd_cuda_inputs *lstmd_cuda_model_inputs(struct lstmd_cuda_model *m);
+/* The algorithm in use, how long one forward+backward took when they were timed (0 if not),
+ * and whether the packed data layout is used (see lstm_cudnn.h). */
+int lstmd_cuda_model_algo(const struct lstmd_cuda_model *m, double *trial_ms, int *packed);
+size_t lstmd_cuda_model_device_bytes(const struct lstmd_cuda_model *m);
+
+/* Refreshes the cuDNN weight space from the fp32 master parameters (device, [n_params]). */
+int lstmd_cuda_model_load_weights(struct lstmd_cuda_model *m, const float *params);
+
+enum lstmd_flush { LSTMD_FLUSH_NONE = 0, LSTMD_FLUSH_SET = 1, LSTMD_FLUSH_ADD = 2 };
+
+/* Forward of one micro-batch on the inputs. Adds the summed loss (nats / squared error, over
+ * all targets) to *loss_acc (a device double). With grad_scale != 0 the head output is replaced
+ * by grad_scale·∂loss/∂output, ready for _backward. carry_state: the final state becomes the
+ * next window's initial state (else the next window starts from zero). training == 0:
+ * inference mode (no dropout, no reserve), for evaluation and checks. */
+int lstmd_cuda_model_forward(struct lstmd_cuda_model *m, const float *params, float grad_scale,
+                             int training, int carry_state, double *loss_acc);
+/* Backward after a training forward with grad_scale != 0: head and embedding gradients are
+ * ADDED to grads (device fp32 [n_params]); the LSTM's are added into cuDNN's gradient space
+ * (zero it with _zero_lstm_grads), and copied into grads when flush is SET / added when ADD.
+ * ready (may be NULL) is called as regions become final, only when flush != NONE. */
+int lstmd_cuda_model_backward(struct lstmd_cuda_model *m, const float *params, float *grads,
+                              int flush, lstmd_cuda_ready_fn ready, void *ready_ctx);
+int lstmd_cuda_model_zero_lstm_grads(struct lstmd_cuda_model *m);
+/* Evaluation: an inference-mode forward from a zero state that leaves the carried state as it
+ * was, then copies to the host (synchronously) the loss of every target: text: per-row
+ * cross-entropy [T,B]; series: the error pred − target [T,B,K] (square it to score). */
+int lstmd_cuda_model_eval(struct lstmd_cuda_model *m, const float *params, float *host_rows);
+
+/* Passes NULL as cuDNN's device sequence lengths from now on (the GPU test checks both). */
+void lstmd_cuda_model_null_seq_lengths(struct lstmd_cuda_model *m, int on);
+
+/* Carried state. Zero it; or copy it to / from the host as fp32 [L,B,H] h and c (synchronous). */
+int lstmd_cuda_model_reset_state(struct lstmd_cuda_model *m);
+int lstmd_cuda_model_get_state(struct lstmd_cuda_model *m, float *h, float *c);
+int lstmd_cuda_model_set_state(struct lstmd_cuda_model *m, const float *h, const float *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,204 @@
+/* test_gpu_logic.c — the parts of the GPU backend that run without a GPU, so CI checks them:
+ * train.device=auto|cpu|cuda decisions and the rank → GPU mapping, the device probe on this
+ * machine, the fp16 loss-scale state machine, the config keys, the loss scale's checkpoint
+ * round trip, and (in builds with the GPU backend) cuDNN's acceptance of our RNN descriptors,
+ * which needs no device. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../daemon/config.h"
+#include "../kernels/status.h"
+#include "../worker/checkpoint.h"
+#include "../worker/device_select.h"
+#include "../worker/loss_scale.h"
+#include "check.h"
+#if LSTMD_WITH_GPU
+#include "../kernels/cuda/lstm_cudnn.h"
+#endif
+
+static void test_gpu_for_rank(void) {
+  char w[256];
+  check_true("no visible GPU: no device", lstmd_gpu_for_rank(0, 0, 1, w, sizeof w) == -1);
+  check_true("one visible GPU, one rank: device 0, no warning",
+             lstmd_gpu_for_rank(1, 0, 1, w, sizeof w) == 0 && !w[0]);
+  check_true("Slurm --gpus-per-task=1 (one visible, local rank 3 of 4): device 0",
+             lstmd_gpu_for_rank(1, 3, 4, w, sizeof w) == 0);
+  check_true("  ... warns that the ranks share it", strstr(w, "same single GPU") != NULL);
+  check_true("mpirun, 4 GPUs, local rank 2 of 4: device 2, no warning",
+             lstmd_gpu_for_rank(4, 2, 4, w, sizeof w) == 2 && !w[0]);
+  check_true("8 GPUs, local rank 7 of 8: device 7", lstmd_gpu_for_rank(8, 7, 8, w, sizeof w) == 7);
+  check_true("4 GPUs, local rank 5 of 8: device 1 (mod)", lstmd_gpu_for_rank(4, 5, 8, w, sizeof w) == 1);
+  check_true("  ... warns that local ranks exceed devices", strstr(w, "8 ranks") && strstr(w, "4 visible"));
+  check_true("CUDA_VISIBLE_DEVICES=2,3 by hand, local rank 1 of 2: device 1",
+             lstmd_gpu_for_rank(2, 1, 2, w, sizeof w) == 1 && !w[0]);
+}
+
+static void test_decide(void) {
+  char msg[512];
+  int b = -1;
+  struct lstmd_device_probe none_built = {0, 0, "this build has no GPU backend"};
+  struct lstmd_device_probe no_dev = {1, 0, "cudaGetDeviceCount: CUDA driver version is insufficient"};
+  struct lstmd_device_probe two = {1, 2, ""};
+  check_true("cpu: the CPU, silently",
+             lstmd_device_decide(LSTMD_DEVICE_CPU, &two, &b, msg, sizeof msg) == 0 &&
+                 b == LSTMD_DEVICE_CPU && !msg[0]);
+  check_true("auto with a device: CUDA, silently",
+             lstmd_device_decide(LSTMD_DEVICE_AUTO, &two, &b, msg, sizeof msg) == 0 &&
+                 b == LSTMD_DEVICE_CUDA && !msg[0]);
+  int rc = lstmd_device_decide(LSTMD_DEVICE_AUTO, &no_dev, &b, msg, sizeof msg);
+  check_true("auto without a device: the CPU, not an error", rc == 0 && b == LSTMD_DEVICE_CPU);
+  check_true("  ... one line saying why",
+             strstr(msg, "device auto: no usable CUDA device (cudaGetDeviceCount: CUDA driver") == msg &&
+                 strstr(msg, "; using the CPU backend") && !strchr(msg, '\n'));
+  rc = lstmd_device_decide(LSTMD_DEVICE_AUTO, &none_built, &b, msg, sizeof msg);
+  check_true("auto in a build without the GPU backend: the CPU, says so",
+             rc == 0 && b == LSTMD_DEVICE_CPU && strstr(msg, "no GPU backend") &&
+                 strstr(msg, "using the CPU backend"));
+  rc = lstmd_device_decide(LSTMD_DEVICE_CUDA, &no_dev, &b, msg, sizeof msg);
+  check_true("cuda without a device: LSTMD_EUNSUPPORTED (exit 2) naming why",
+             rc == LSTMD_EUNSUPPORTED && strstr(msg, "train.device=cuda") &&
+                 strstr(msg, "insufficient"));
+  rc = lstmd_device_decide(LSTMD_DEVICE_CUDA, &none_built, &b, msg, sizeof msg);
+  check_true("cuda in a build without the backend: an error naming why",
+             rc == LSTMD_EUNSUPPORTED && strstr(msg, "no GPU backend"));
+  check_true("cuda with a device: CUDA",
+             lstmd_device_decide(LSTMD_DEVICE_CUDA, &two, &b, msg, sizeof msg) == 0 &&
+                 b == LSTMD_DEVICE_CUDA);
+}
+
+static void test_probe(void) {
+  struct lstmd_device_probe p;
+  lstmd_device_probe_run(&p);
+  printf("  probe: backend %s, %d device(s)%s%s\n", p.backend_built ? "built" : "not built",
+         p.count, p.count ? "" : ": ", p.count ? "" : p.why);
+#if LSTMD_WITH_GPU
+  check_true("probe: the build says it has the GPU backend", p.backend_built == 1);
+#else
+  check_true("probe: the build says it has no GPU backend", p.backend_built == 0);
+#endif
+  check_true("probe: no device comes with a reason", p.count > 0 || p.why[0]);
+  /* One-rank agreement path, as lstmd train runs it. */
+  int backend = -1, gpu = -2;
+  int rc = lstmd_device_choose(LSTMD_DEVICE_AUTO, NULL, &backend, &gpu);
+  check_true("choose auto never fails", rc == 0 && (backend == LSTMD_DEVICE_CUDA) == (gpu >= 0));
+}
+
+static void test_loss_scaler(void) {
+  struct lstmd_loss_scaler s;
+  lstmd_loss_scaler_init(&s);
+  check_true("loss scale starts at 65536", s.scale == 65536.0f);
+  check_true("overflow: skip the step",
+             lstmd_loss_scaler_update(&s, 1) == LSTMD_LOSS_SCALE_SKIP && s.scale == 32768.0f);
+  int grew_early = 0;
+  for (int i = 0; i < 1999; i++) {
+    lstmd_loss_scaler_update(&s, 0);
+    grew_early |= s.scale != 32768.0f;
+  }
+  check_true("1999 clean steps: no growth yet", !grew_early && s.good_steps == 1999);
+  check_true("2000th clean step: grows x2",
+             lstmd_loss_scaler_update(&s, 0) == LSTMD_LOSS_SCALE_APPLY && s.scale == 65536.0f &&
+                 s.good_steps == 0);
+  lstmd_loss_scaler_update(&s, 0);
+  lstmd_loss_scaler_update(&s, 1);
+  check_true("an overflow resets the clean run", s.good_steps == 0 && s.scale == 32768.0f);
+  check_true("restore 2^24 after 1999 clean steps", lstmd_loss_scaler_restore(&s, 16777216.0, 1999) == 0);
+  lstmd_loss_scaler_update(&s, 0);
+  check_true("growth stops at the maximum 2^24", s.scale == 16777216.0f && s.good_steps == 0);
+  check_true("restore rejects 0, NaN, negative",
+             lstmd_loss_scaler_restore(&s, 0.0, 0) != 0 && lstmd_loss_scaler_restore(&s, NAN, 0) != 0 &&
+                 lstmd_loss_scaler_restore(&s, 8.0, -1) != 0);
+  lstmd_loss_scaler_init(&s);
+  int rc = 0, skips = 0;
+  for (int i = 0; i < 100 && rc >= 0; i++) {
+    rc = lstmd_loss_scaler_update(&s, 1);
+    skips += rc == LSTMD_LOSS_SCALE_SKIP;
+  }
+  check_true("a run of 64 overflows gives up (error, not endless skipping)",
+             rc == LSTMD_EINVAL && skips == 63);
+}
+
+static void test_config_keys(void) {
+  struct lstmd_train_config c;
+  lstmd_config_defaults(&c);
+  check_true("train.device defaults to auto", c.device == LSTMD_DEVICE_AUTO);
+  check_true("train.device=cuda / cpu / auto", !lstmd_config_set(&c, "train.device=cuda") &&
+                                                   c.device == LSTMD_DEVICE_CUDA &&
+                                                   !lstmd_config_set(&c, "train.device=cpu") &&
+                                                   c.device == LSTMD_DEVICE_CPU &&
+                                                   !lstmd_config_set(&c, "train.device=auto"));
+  check_true("train.device=gpu rejected", lstmd_config_set(&c, "train.device=gpu") != 0);
+  check_true("train.precision=tf32", !lstmd_config_set(&c, "train.precision=tf32") &&
+                                         c.precision == LSTMD_PRECISION_TF32);
+  check_true("train.comm_timeout_s: default 600, 0 rejected",
+             c.comm_timeout_s == 600.0 && lstmd_config_set(&c, "train.comm_timeout_s=0") != 0);
+}
+
+static void test_checkpoint_loss_scale(void) {
+  char dir[] = "/tmp/lstmd-test-gpu-logic-XXXXXX", path[256];
+  if (!mkdtemp(dir)) return;
+  snprintf(path, sizeof path, "%s/ck.safetensors", dir);
+  struct lstmd_model_shape shape = {.kind = LSTMD_MODEL_TEXT, .vocab = 5, .embed = 3, .hidden = 4, .layers = 1};
+  struct lstmd_model *m = NULL;
+  struct lstmd_optim *o = NULL;
+  struct lstmd_optim_config oc = {.algo = LSTMD_OPTIM_ADAMW, .lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f};
+  lstmd_model_create(&shape, &m);
+  lstmd_optim_create(&oc, m->n_params, &o);
+  struct lstmd_data_meta d;
+  memset(&d, 0, sizeof d);
+  d.info.kind = LSTMD_DATASET_TEXT;
+  d.info.vocab_size = 5;
+  for (int k = 0; k < 5; k++) d.info.vocab[k] = (uint8_t)('a' + k);
+  d.seq_len = 4;
+  d.batch = 2;
+  struct lstmd_train_progress p = {.step = 7, .loss_scale = 1024.0, .loss_scale_good_steps = 17};
+  int rc = lstmd_checkpoint_save(path, m, o, &d, &p, "{}");
+  struct lstmd_train_progress q;
+  memset(&q, 0, sizeof q);
+  if (!rc) rc = lstmd_checkpoint_load_train(path, m, o, &q, NULL);
+  check_true("checkpoint keeps the fp16 loss scale",
+             rc == 0 && q.step == 7 && q.loss_scale == 1024.0 && q.loss_scale_good_steps == 17);
+  p.loss_scale = 0.0;
+  rc = lstmd_checkpoint_save(path, m, o, &d, &p, "{}");
+  q.loss_scale = 5.0;
+  if (!rc) rc = lstmd_checkpoint_load_train(path, m, o, &q, NULL);
+  check_true("a checkpoint without one loads with loss scale 0", rc == 0 && q.loss_scale == 0.0);
+  unlink(path);
+  rmdir(dir);
+  lstmd_optim_destroy(o);
+  lstmd_model_destroy(m);
+}
+
+#if LSTMD_WITH_GPU
+static void test_cudnn_descriptors(void) {
+  static const char *const names[] = {"fp32", "fp16", "bf16"};
+  char why[512], what[96];
+  for (int dt = LSTMD_DT_F32; dt <= LSTMD_DT_BF16; dt++)
+    for (int k = 0; k < 2 * LSTMD_RNN_ALGO_COUNT; k++) {
+      const int algo = k / 2, packed = k % 2;
+      struct lstmd_cudnn_lstm_config c = {64, 256, 2, 32, 16, dt, 0, 0.1f, 1, algo, packed};
+      snprintf(what, sizeof what, "cuDNN descriptors %s %s%s", names[dt], lstmd_rnn_algo_name(algo),
+               packed ? " packed" : "");
+      int rc = lstmd_cudnn_lstm_check_descriptors(&c, why, sizeof why);
+      check_true(what, rc == 0);
+      if (rc) printf("  %s\n", why);
+    }
+  struct lstmd_cudnn_lstm_config bad = {64, 0, 2, 32, 16, LSTMD_DT_F32, 0, 0.0f, 1, 0};
+  check_true("cuDNN descriptors: hidden 0 rejected",
+             lstmd_cudnn_lstm_check_descriptors(&bad, why, sizeof why) == LSTMD_EUNSUPPORTED);
+}
+#endif
+
+int main(void) {
+  test_gpu_for_rank();
+  test_decide();
+  test_probe();
+  test_loss_scaler();
+  test_config_keys();
+  test_checkpoint_loss_scale();
+#if LSTMD_WITH_GPU
+  test_cudnn_descriptors();
+#endif
+  return check_summary("test_gpu_logic");
+}

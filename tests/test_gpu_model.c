@@ -1,0 +1,586 @@
+/* test_gpu_model.c — the GPU backend against the CPU backend (the reference), on the same
+ * weights and batches: forward loss (training and inference mode) and every gradient tensor
+ * (fp32 with TF32 off: relative error < 1e-4; bf16 and fp16: < 2e-2), carried state across
+ * windows, several training steps with gradient accumulation (SGD and AdamW), fp16 loss scaling
+ * with an overflow forced by a huge scale, a checkpoint that goes CPU → GPU → CPU, and the
+ * validation loss computed on the GPU (inference mode) against the CPU's.
+ * Exits 77 (ctest: skipped) where no CUDA device is usable. */
+#define _GNU_SOURCE
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../kernels/cuda/device_cuda.h"
+#include "../kernels/cuda/lstm_cudnn.h"
+#include "../kernels/cuda/model_cuda.h"
+#include "../kernels/status.h"
+#include "../worker/checkpoint.h"
+#include "../worker/data_parallel.h"
+#include "../worker/dataset.h"
+#include "../worker/infer.h"
+#include "../worker/prepare.h"
+#include "../worker/model.h"
+#include "../worker/optim.h"
+#include "../worker/train_config.h"
+#include "check.h"
+
+enum { T = 7, B = 5 };
+static unsigned long long g_seed = 77;
+
+/* ---- fixtures ---- */
+
+static struct lstmd_model *make_model(int text, int hidden, int layers, uint64_t seed) {
+  struct lstmd_model_shape s = {.kind = text ? LSTMD_MODEL_TEXT : LSTMD_MODEL_SERIES,
+                                .vocab = 11, .embed = 6, .width = 3, .horizon = 2,
+                                .hidden = hidden, .layers = layers};
+  if (!text) s.vocab = s.embed = 0;
+  else s.width = s.horizon = 0;
+  struct lstmd_model *m = NULL;
+  lstmd_model_create(&s, &m);
+  struct lstmd_rng rng;
+  lstmd_rng_seed(&rng, seed, 1);
+  lstmd_model_init_params(m, &rng);
+  return m;
+}
+
+static struct lstmd_model *clone_model(const struct lstmd_model *m) {
+  struct lstmd_model *c = NULL;
+  lstmd_model_create(&m->shape, &c);
+  memcpy(c->params, m->params, m->n_params * sizeof(float));
+  return c;
+}
+
+/* A batch of T×B (text: ids/targets < V; series: rows of width W and K targets). */
+static void fill_batch(struct lstmd_batch *b, const struct lstmd_model *m, int steps, int batch) {
+  const struct lstmd_model_shape *s = &m->shape;
+  const size_t N = (size_t)steps * batch;
+  memset(b, 0, sizeof *b);
+  b->steps = steps;
+  b->batch = batch;
+  if (s->kind == LSTMD_MODEL_TEXT) {
+    b->ids = malloc(N * sizeof(int32_t));
+    b->targets = malloc(N * sizeof(int32_t));
+    for (size_t i = 0; i < N; i++) {
+      b->ids[i] = (int32_t)((unsigned)(test_uniform(&g_seed, 1.0) * 1e6 + 1e6) % (unsigned)s->vocab);
+      b->targets[i] = (int32_t)((unsigned)(test_uniform(&g_seed, 1.0) * 1e6 + 1e6) % (unsigned)s->vocab);
+    }
+  } else {
+    b->width = s->width;
+    b->horizon = s->horizon;
+    b->x = test_rand_floats(&g_seed, N * s->width, 1.0, NULL);
+    b->y = test_rand_floats(&g_seed, N * s->horizon, 1.0, NULL);
+  }
+}
+
+static void free_batch(struct lstmd_batch *b) {
+  free(b->ids);
+  free(b->targets);
+  free(b->x);
+  free(b->y);
+}
+
+static double targets_of(const struct lstmd_model *m, int steps, int batch) {
+  return (double)steps * batch * (m->shape.kind == LSTMD_MODEL_TEXT ? 1 : m->shape.horizon);
+}
+
+/* ‖a − b‖ / ‖b‖ over n values. */
+static double rel_err(const float *a, const float *b, size_t n) {
+  double d = 0.0, r = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    r += (double)b[i] * b[i];
+  }
+  return r > 0.0 ? sqrt(d / r) : sqrt(d);
+}
+
+static void check_rel(const char *what, const float *got, const float *ref, size_t n, double tol) {
+  double e = rel_err(got, ref, n);
+  char line[160];
+  snprintf(line, sizeof line, "%s (rel %.2e < %.0e)", what, e, tol);
+  check_true(line, e < tol);
+}
+
+/* ---- the GPU model alone (kernels/cuda/model_cuda) ---- */
+
+static void layout_of(const struct lstmd_model *m, struct lstmd_cuda_model_layout *l) {
+  const struct lstmd_model_shape *s = &m->shape;
+  memset(l, 0, sizeof *l);
+  l->text = s->kind == LSTMD_MODEL_TEXT;
+  l->vocab = s->vocab;
+  l->embed = s->embed;
+  l->width = s->width;
+  l->horizon = s->horizon;
+  l->hidden = s->hidden;
+  l->layers = s->layers;
+  l->n_params = m->n_params;
+  if (l->text) l->off_embed = m->tensors[0].offset;
+  for (int k = 0; k < s->layers; k++) {
+    l->off_w_ih[k] = m->tensors[l->text + 4 * k].offset;
+    l->off_w_hh[k] = m->tensors[l->text + 4 * k + 1].offset;
+    l->off_b_ih[k] = m->tensors[l->text + 4 * k + 2].offset;
+    l->off_b_hh[k] = m->tensors[l->text + 4 * k + 3].offset;
+  }
+  l->off_head_w = m->tensors[m->n_tensors - 2].offset;
+  l->off_head_b = m->tensors[m->n_tensors - 1].offset;
+}
+
+struct gpu_fixture {
+  struct lstmd_cuda_model *cm;
+  cudaStream_t stream;
+  float *params, *grads;
+  double *loss;
+};
+
+static int gpu_fixture_open(struct gpu_fixture *f, const struct lstmd_model *m, int dtype, int algo) {
+  memset(f, 0, sizeof *f);
+  cudaStreamCreate(&f->stream);
+  struct lstmd_cuda_model_config c = {.steps = T, .batch = B, .dtype = dtype, .allow_tf32 = 0,
+                                      .dropout = 0.0f, .seed = 1, .algo = algo};
+  layout_of(m, &c.layout);
+  int rc = lstmd_cuda_model_create(&c, f->stream, &f->cm);
+  if (rc) return rc;
+  cudaMalloc((void **)&f->params, m->n_params * sizeof(float));
+  cudaMalloc((void **)&f->grads, m->n_params * sizeof(float));
+  cudaMalloc((void **)&f->loss, sizeof(double));
+  cudaMemcpy(f->params, m->params, m->n_params * sizeof(float), cudaMemcpyHostToDevice);
+  return lstmd_cuda_model_load_weights(f->cm, f->params);
+}
+
+static void gpu_fixture_close(struct gpu_fixture *f) {
+  lstmd_cuda_model_destroy(f->cm);
+  cudaFree(f->params);
+  cudaFree(f->grads);
+  cudaFree(f->loss);
+  cudaStreamDestroy(f->stream);
+}
+
+static void gpu_inputs(struct gpu_fixture *f, const struct lstmd_model *m, const struct lstmd_batch *b) {
+  struct lstmd_cuda_inputs *in = lstmd_cuda_model_inputs(f->cm);
+  const size_t N = (size_t)T * B;
+  if (m->shape.kind == LSTMD_MODEL_TEXT) {
+    cudaMemcpy(in->ids, b->ids, N * sizeof(int32_t), cudaMemcpyHostToDevice);
+    cudaMemcpy(in->targets, b->targets, N * sizeof(int32_t), cudaMemcpyHostToDevice);
+  } else {
+    cudaMemcpy(in->x, b->x, N * m->shape.width * sizeof(float), cudaMemcpyHostToDevice);
+    cudaMemcpy(in->y, b->y, N * m->shape.horizon * sizeof(float), cudaMemcpyHostToDevice);
+  }
+}
+
+/* Loss and gradients of one window on the GPU model (grads: host [n_params]). */
+static double gpu_step(struct gpu_fixture *f, const struct lstmd_model *m, float grad_scale,
+                       int training, int carry, float *grads) {
+  double loss = 0.0;
+  cudaMemset(f->loss, 0, sizeof(double));
+  cudaMemset(f->grads, 0, m->n_params * sizeof(float));
+  lstmd_cuda_model_zero_lstm_grads(f->cm);
+  int rc = lstmd_cuda_model_forward(f->cm, f->params, grad_scale, training, carry, f->loss);
+  if (!rc && grad_scale != 0.0f)
+    rc = lstmd_cuda_model_backward(f->cm, f->params, f->grads, LSTMD_FLUSH_SET, NULL, NULL);
+  cudaStreamSynchronize(f->stream);
+  if (rc) return NAN;
+  cudaMemcpy(&loss, f->loss, sizeof loss, cudaMemcpyDeviceToHost);
+  if (grads) cudaMemcpy(grads, f->grads, m->n_params * sizeof(float), cudaMemcpyDeviceToHost);
+  return loss;
+}
+
+/* CPU reference: loss and gradients of one window (state carried in ws when carry). */
+static double cpu_step(struct lstmd_model *m, struct lstmd_workspace *ws, const struct lstmd_batch *b,
+                       float grad_scale, int carry) {
+  lstmd_batch_slice(b, 0, lstmd_workspace_batch(ws));
+  memset(m->grads, 0, m->n_params * sizeof(float));
+  return lstmd_model_step(m, ws, grad_scale, NULL, carry);
+}
+
+static const char *dtype_name(int dt) { return dt == LSTMD_DT_F16 ? "fp16" : dt == LSTMD_DT_BF16 ? "bf16" : "fp32"; }
+
+static void test_gradients(int text, int dtype, int algo) {
+  struct lstmd_model *m = make_model(text, 16, 2, 5 + text);
+  struct lstmd_batch b;
+  fill_batch(&b, m, T, B);
+  struct lstmd_workspace *ws = NULL;
+  lstmd_workspace_create(m, T, B, 0.0f, &ws);
+  const float gs = (float)(1.0 / targets_of(m, T, B));
+  const double cpu_loss = cpu_step(m, ws, &b, gs, 0);
+  struct gpu_fixture f;
+  char what[160];
+  int rc = gpu_fixture_open(&f, m, dtype, algo);
+  snprintf(what, sizeof what, "%s %s algo %s: GPU model built", text ? "text" : "series",
+           dtype_name(dtype), algo < 0 ? "auto" : lstmd_rnn_algo_name(algo));
+  if (rc == LSTMD_EUNSUPPORTED && algo > 0) {
+    printf("%-34s skipped (cuDNN does not support it here)\n", what);
+    goto done;
+  }
+  check_true(what, rc == 0);
+  if (rc) goto done;
+  gpu_inputs(&f, m, &b);
+  float *g = malloc(m->n_params * sizeof(float));
+  const double tol = dtype == LSTMD_DT_F32 ? 1e-4 : 2e-2;
+  const double gpu_loss = gpu_step(&f, m, gs, 1, 0, g);
+  snprintf(what, sizeof what, "  loss %.6f vs CPU %.6f", gpu_loss, cpu_loss);
+  check_true(what, fabs(gpu_loss - cpu_loss) <= tol * fabs(cpu_loss));
+  for (int i = 0; i < m->n_tensors; i++) {
+    const struct lstmd_tensor *t = &m->tensors[i];
+    snprintf(what, sizeof what, "  grad %s", t->name);
+    check_rel(what, g + t->offset, m->grads + t->offset, t->count, tol);
+  }
+  const double infer = gpu_step(&f, m, 0.0f, 0, 0, NULL);
+  snprintf(what, sizeof what, "  inference-mode loss %.6f", infer);
+  check_true(what, fabs(infer - cpu_loss) <= tol * fabs(cpu_loss));
+  if (dtype == LSTMD_DT_F32 && algo < 0) { /* REFERENCE.md §1.6: is NULL accepted? */
+    lstmd_cuda_model_null_seq_lengths(f.cm, 1);
+    const double null_loss = gpu_step(&f, m, gs, 1, 0, NULL);
+    printf("  NULL devSeqLengths: %s (loss %.6f)\n",
+           isfinite(null_loss) ? "accepted" : "rejected (the device copy stays in use)", null_loss);
+    lstmd_cuda_model_null_seq_lengths(f.cm, 0);
+    cudaGetLastError();
+  }
+  free(g);
+done:
+  gpu_fixture_close(&f);
+  lstmd_workspace_destroy(ws);
+  free_batch(&b);
+  lstmd_model_destroy(m);
+}
+
+/* Two consecutive windows with the state carried: loss, gradients and final state. */
+static void test_carried_state(void) {
+  struct lstmd_model *m = make_model(1, 16, 2, 9);
+  struct lstmd_batch b1, b2;
+  fill_batch(&b1, m, T, B);
+  fill_batch(&b2, m, T, B);
+  struct lstmd_workspace *ws = NULL;
+  lstmd_workspace_create(m, T, B, 0.0f, &ws);
+  const float gs = (float)(1.0 / targets_of(m, T, B));
+  struct gpu_fixture f;
+  if (gpu_fixture_open(&f, m, LSTMD_DT_F32, LSTMD_RNN_STANDARD)) {
+    check_true("carried state: GPU model built", 0);
+    return;
+  }
+  cpu_step(m, ws, &b1, gs, 1);
+  const double cpu_loss = cpu_step(m, ws, &b2, gs, 1);
+  gpu_inputs(&f, m, &b1);
+  gpu_step(&f, m, gs, 1, 1, NULL);
+  gpu_inputs(&f, m, &b2);
+  float *g = malloc(m->n_params * sizeof(float));
+  const double gpu_loss = gpu_step(&f, m, gs, 1, 1, g);
+  check_true("carried state: second window's loss", fabs(gpu_loss - cpu_loss) <= 1e-4 * cpu_loss);
+  check_rel("carried state: second window's gradients", g, m->grads, m->n_params, 1e-4);
+  const size_t S = (size_t)m->shape.layers * B * m->shape.hidden;
+  float *h = malloc(S * sizeof(float)), *c = malloc(S * sizeof(float));
+  float *hr = malloc(S * sizeof(float)), *cr = malloc(S * sizeof(float));
+  lstmd_cuda_model_get_state(f.cm, h, c);
+  lstmd_workspace_get_state(ws, hr, cr, B, 0);
+  check_rel("carried state: h after two windows", h, hr, S, 1e-4);
+  check_rel("carried state: c after two windows", c, cr, S, 1e-4);
+  free(g);
+  free(h);
+  free(c);
+  free(hr);
+  free(cr);
+  gpu_fixture_close(&f);
+  lstmd_workspace_destroy(ws);
+  free_batch(&b1);
+  free_batch(&b2);
+  lstmd_model_destroy(m);
+}
+
+/* ---- the engines (lstmd_dp_* with device -1 or 0) ---- */
+
+static struct lstmd_dp *make_dp(struct lstmd_model *m, int device, int precision, int carry) {
+  struct lstmd_dp_config c = {T, B, 1, carry, 0.0f, 3, 4.0, device >= 0, device, precision, 60.0};
+  struct lstmd_dp *dp = NULL;
+  return lstmd_dp_create(m, &c, NULL, &dp) ? NULL : dp;
+}
+
+/* `steps` optimizer steps of `accum` micro-batches from `batches` (cycled); losses[] per step. */
+static int train(struct lstmd_dp *dp, struct lstmd_optim *o, struct lstmd_model *m,
+                 const struct lstmd_batch *batches, int n_batches, int steps, int accum,
+                 double *losses) {
+  const double targets = targets_of(m, T, B) * accum;
+  int k = 0;
+  for (int s = 0; s < steps; s++) {
+    double total = 0.0, loss, wait, norm;
+    for (int a = 0; a < accum; a++, k++) {
+      LSTMD_TRY(lstmd_dp_micro_step(dp, &batches[k % n_batches], (float)(1.0 / targets),
+                                    (uint64_t)k, a == 0, a == accum - 1, &loss, &wait));
+      total += loss;
+    }
+    if (losses) losses[s] = total / targets;
+    LSTMD_TRY(lstmd_dp_optim_step(dp, o, &norm));
+  }
+  return LSTMD_OK;
+}
+
+static void test_training(int algo, int precision, const char *name) {
+  enum { kSteps = 5, kAccum = 2, kBatches = 3 };
+  struct lstmd_model *cpu = make_model(1, 16, 2, 21), *gpu = clone_model(cpu);
+  float *p0 = malloc(cpu->n_params * sizeof(float));
+  memcpy(p0, cpu->params, cpu->n_params * sizeof(float));
+  struct lstmd_batch b[kBatches];
+  for (int i = 0; i < kBatches; i++) fill_batch(&b[i], cpu, T, B);
+  struct lstmd_optim_config oc = {.algo = algo, .lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f,
+                                  .eps = 1e-8f, .momentum = 0.9f, .clip_norm = 1.0f,
+                                  .schedule = LSTMD_SCHEDULE_CONSTANT, .total_steps = kSteps};
+  struct lstmd_optim *oc_cpu = NULL, *oc_gpu = NULL;
+  lstmd_optim_create(&oc, cpu->n_params, &oc_cpu);
+  lstmd_optim_create(&oc, cpu->n_params, &oc_gpu);
+  struct lstmd_dp *dc = make_dp(cpu, -1, LSTMD_PRECISION_FP32, 0);
+  struct lstmd_dp *dg = make_dp(gpu, 0, precision, 0);
+  char what[160];
+  snprintf(what, sizeof what, "%s: GPU engine built", name);
+  check_true(what, dg != NULL);
+  double lc[kSteps], lg[kSteps];
+  int rc = dg ? lstmd_dp_upload(dg, oc_gpu, NULL) : LSTMD_EINVAL;
+  if (!rc) rc = train(dc, oc_cpu, cpu, b, kBatches, kSteps, kAccum, lc);
+  if (!rc) rc = train(dg, oc_gpu, gpu, b, kBatches, kSteps, kAccum, lg);
+  if (!rc) rc = lstmd_dp_sync_host(dg, oc_gpu, NULL);
+  snprintf(what, sizeof what, "%s: %d steps of %d micro-batches ran", name, kSteps, kAccum);
+  check_true(what, rc == 0);
+  if (!rc) {
+    const int fp32 = precision == LSTMD_PRECISION_FP32;
+    double worst = 0.0;
+    for (int s = 0; s < kSteps; s++) worst = fmax(worst, fabs(lg[s] - lc[s]) / lc[s]);
+    snprintf(what, sizeof what, "%s: losses per step (rel %.1e)", name, worst);
+    check_true(what, worst < (fp32 ? 1e-4 : 2e-2));
+    float *dcpu = malloc(cpu->n_params * sizeof(float)), *dgpu = malloc(cpu->n_params * sizeof(float));
+    for (size_t i = 0; i < cpu->n_params; i++) {
+      dcpu[i] = cpu->params[i] - p0[i];
+      dgpu[i] = gpu->params[i] - p0[i];
+    }
+    /* SGD is linear in the gradients; Adam normalises them, so near-zero gradients can move a
+     * little differently: a looser bound. */
+    const double tol = !fp32 ? 5e-2 : algo == LSTMD_OPTIM_SGD ? 1e-3 : 2e-2;
+    snprintf(what, sizeof what, "%s: parameter updates", name);
+    check_rel(what, dgpu, dcpu, cpu->n_params, tol);
+    snprintf(what, sizeof what, "%s: optimizer step count", name);
+    check_true(what, oc_gpu->step == oc_cpu->step);
+    free(dcpu);
+    free(dgpu);
+  }
+  lstmd_dp_destroy(dc);
+  lstmd_dp_destroy(dg);
+  lstmd_optim_destroy(oc_cpu);
+  lstmd_optim_destroy(oc_gpu);
+  for (int i = 0; i < kBatches; i++) free_batch(&b[i]);
+  free(p0);
+  lstmd_model_destroy(cpu);
+  lstmd_model_destroy(gpu);
+}
+
+/* fp16 with the loss scale at its maximum (2^24) on a small batch and a head 8× its usual size:
+ * the scaled output gradient (~2^24/35 · 0.9 · |W|, |W| up to 1) exceeds fp16's 65504, so the
+ * first steps must be skipped with the scale halved each time, until one applies. */
+static void test_loss_scaling(void) {
+  struct lstmd_model *m = make_model(1, 64, 1, 31);
+  const struct lstmd_tensor *hw = lstmd_model_tensor(m, "head.weight");
+  for (size_t i = 0; i < hw->count; i++) m->params[hw->offset + i] *= 8.0f;
+  float *p0 = malloc(m->n_params * sizeof(float));
+  memcpy(p0, m->params, m->n_params * sizeof(float));
+  struct lstmd_batch b;
+  fill_batch(&b, m, T, B);
+  struct lstmd_optim_config oc = {.algo = LSTMD_OPTIM_SGD, .lr = 0.01f, .clip_norm = 0.0f,
+                                  .schedule = LSTMD_SCHEDULE_CONSTANT, .total_steps = 100};
+  struct lstmd_optim *o = NULL;
+  lstmd_optim_create(&oc, m->n_params, &o);
+  struct lstmd_dp *dp = make_dp(m, 0, LSTMD_PRECISION_FP16, 0);
+  struct lstmd_train_progress p = {.loss_scale = 16777216.0};
+  int rc = dp ? lstmd_dp_upload(dp, o, &p) : LSTMD_EINVAL;
+  check_true("fp16: engine with loss scale 2^24", rc == 0 && lstmd_dp_loss_scale(dp) == 16777216.0);
+  if (rc) goto done;
+  rc = train(dp, o, m, &b, 1, 1, 1, NULL);
+  lstmd_dp_sync_host(dp, NULL, NULL);
+  int same = !memcmp(m->params, p0, m->n_params * sizeof(float));
+  check_true("fp16 overflow: step skipped, weights untouched, no error", rc == 0 && same && o->step == 0);
+  check_true("fp16 overflow: scale backed off to 2^23", lstmd_dp_loss_scale(dp) == 8388608.0);
+  int steps = 1;
+  while (!rc && o->step == 0 && steps < 40) {
+    rc = train(dp, o, m, &b, 1, 1, 1, NULL);
+    steps++;
+  }
+  lstmd_dp_sync_host(dp, NULL, &p);
+  printf("  first applied step after %d overflows, loss scale %g\n", steps - 1, lstmd_dp_loss_scale(dp));
+  check_true("fp16: a step applies once the scale fits", rc == 0 && o->step == 1 &&
+                                                            memcmp(m->params, p0, m->n_params * sizeof(float)));
+  check_true("fp16: the scale in the progress record", p.loss_scale == lstmd_dp_loss_scale(dp));
+done:
+  lstmd_dp_destroy(dp);
+  lstmd_optim_destroy(o);
+  free_batch(&b);
+  free(p0);
+  lstmd_model_destroy(m);
+}
+
+/* 2 steps on the CPU → checkpoint → 2 on the GPU → checkpoint → 2 on the CPU, against 6 on the
+ * CPU alone. Stream order, so the carried state travels through the checkpoints too. */
+static void test_checkpoint_round_trip(void) {
+  enum { kBatches = 6 };
+  char dir[] = "/tmp/lstmd-test-gpu-model-XXXXXX", path[256];
+  if (!mkdtemp(dir)) return;
+  snprintf(path, sizeof path, "%s/ck.safetensors", dir);
+  struct lstmd_model *ref = make_model(1, 16, 2, 41), *m = clone_model(ref);
+  float *p0 = malloc(ref->n_params * sizeof(float));
+  memcpy(p0, ref->params, ref->n_params * sizeof(float));
+  struct lstmd_batch b[kBatches];
+  for (int i = 0; i < kBatches; i++) fill_batch(&b[i], ref, T, B);
+  struct lstmd_optim_config oc = {.algo = LSTMD_OPTIM_ADAMW, .lr = 0.003f, .beta1 = 0.9f,
+                                  .beta2 = 0.999f, .eps = 1e-8f, .clip_norm = 1.0f,
+                                  .schedule = LSTMD_SCHEDULE_CONSTANT, .total_steps = 6};
+  struct lstmd_optim *o_ref = NULL, *o = NULL;
+  lstmd_optim_create(&oc, ref->n_params, &o_ref);
+  lstmd_optim_create(&oc, ref->n_params, &o);
+  struct lstmd_dp *d_ref = make_dp(ref, -1, LSTMD_PRECISION_FP32, 1);
+  int rc = train(d_ref, o_ref, ref, b, kBatches, 6, 1, NULL);
+  struct lstmd_data_meta meta;
+  memset(&meta, 0, sizeof meta);
+  meta.info.kind = LSTMD_DATASET_TEXT;
+  meta.info.vocab_size = 11;
+  for (int k = 0; k < 11; k++) meta.info.vocab[k] = (uint8_t)('a' + k);
+  meta.seq_len = T;
+  meta.batch = B;
+  const size_t S = (size_t)ref->shape.layers * B * ref->shape.hidden;
+  struct lstmd_train_progress p = {.state_batch = B};
+  p.state_h = calloc(S, sizeof(float));
+  p.state_c = calloc(S, sizeof(float));
+  /* CPU: steps 1-2, using batches 0-1 */
+  struct lstmd_dp *d1 = make_dp(m, -1, LSTMD_PRECISION_FP32, 1);
+  if (!rc) rc = train(d1, o, m, b, 2, 2, 1, NULL);
+  if (!rc) rc = lstmd_dp_gather_state(d1, p.state_h, p.state_c);
+  p.step = 2;
+  if (!rc) rc = lstmd_checkpoint_save(path, m, o, &meta, &p, "{}");
+  lstmd_dp_destroy(d1);
+  /* GPU: steps 3-4 from the CPU checkpoint, batches 2-3 */
+  struct lstmd_model *g = NULL;
+  struct lstmd_data_meta meta2;
+  if (!rc) rc = lstmd_checkpoint_load_model(path, &g, &meta2);
+  struct lstmd_optim *og = NULL;
+  if (!rc) rc = lstmd_optim_create(&oc, g->n_params, &og);
+  if (!rc) rc = lstmd_checkpoint_load_train(path, g, og, &p, NULL);
+  struct lstmd_dp *d2 = rc ? NULL : make_dp(g, 0, LSTMD_PRECISION_FP32, 1);
+  if (!rc && !d2) rc = LSTMD_ECUDA;
+  if (!rc) lstmd_dp_set_state(d2, p.state_h, p.state_c);
+  if (!rc) rc = lstmd_dp_upload(d2, og, &p);
+  if (!rc) rc = train(d2, og, g, b + 2, 2, 2, 1, NULL);
+  if (!rc) rc = lstmd_dp_sync_host(d2, og, &p);
+  if (!rc) rc = lstmd_dp_gather_state(d2, p.state_h, p.state_c);
+  p.step = 4;
+  if (!rc) rc = lstmd_checkpoint_save(path, g, og, &meta, &p, "{}");
+  check_true("checkpoint CPU -> GPU: resumed and saved again", rc == 0);
+  lstmd_dp_destroy(d2);
+  /* CPU: steps 5-6 from the GPU checkpoint, batches 4-5 */
+  struct lstmd_model *c = NULL;
+  struct lstmd_optim *oc2 = NULL;
+  if (!rc) rc = lstmd_checkpoint_load_model(path, &c, &meta2);
+  if (!rc) rc = lstmd_optim_create(&oc, c->n_params, &oc2);
+  if (!rc) rc = lstmd_checkpoint_load_train(path, c, oc2, &p, NULL);
+  struct lstmd_dp *d3 = rc ? NULL : make_dp(c, -1, LSTMD_PRECISION_FP32, 1);
+  if (!rc) lstmd_dp_set_state(d3, p.state_h, p.state_c);
+  if (!rc) rc = train(d3, oc2, c, b + 4, 2, 2, 1, NULL);
+  check_true("checkpoint GPU -> CPU: resumed and trained", rc == 0 && oc2->step == 6);
+  if (!rc) {
+    float *dr = malloc(ref->n_params * sizeof(float)), *dc = malloc(ref->n_params * sizeof(float));
+    for (size_t i = 0; i < ref->n_params; i++) {
+      dr[i] = ref->params[i] - p0[i];
+      dc[i] = c->params[i] - p0[i];
+    }
+    check_rel("CPU→GPU→CPU vs CPU only: parameter updates", dc, dr, ref->n_params, 2e-2);
+    free(dr);
+    free(dc);
+  }
+  lstmd_dp_destroy(d3);
+  lstmd_dp_destroy(d_ref);
+  lstmd_optim_destroy(o_ref);
+  lstmd_optim_destroy(o);
+  lstmd_optim_destroy(og);
+  lstmd_optim_destroy(oc2);
+  lstmd_model_destroy(ref);
+  lstmd_model_destroy(m);
+  lstmd_model_destroy(g);
+  lstmd_model_destroy(c);
+  for (int i = 0; i < kBatches; i++) free_batch(&b[i]);
+  free(p.state_h);
+  free(p.state_c);
+  free(p0);
+  unlink(path);
+  rmdir(dir);
+}
+
+/* Validation loss on the GPU (inference mode, chunks of B with a padded last chunk) against
+ * lstmd_evaluate on the CPU, for a text and a series dataset made here. */
+static void test_evaluate(int text) {
+  char dir[] = "/tmp/lstmd-test-gpu-eval-XXXXXX", in[300], out[300];
+  if (!mkdtemp(dir)) return;
+  snprintf(in, sizeof in, "%s/input.%s", dir, text ? "txt" : "csv");
+  snprintf(out, sizeof out, "%s/data", dir);
+  FILE *f = fopen(in, "w");
+  if (!text) fprintf(f, "a,b\n");
+  for (int i = 0; i < 600; i++) {
+    if (text) fprintf(f, "%c", "the quick brown fox jumps over the lazy dog. "[i % 45]);
+    else fprintf(f, "%.5f,%.5f\n", sin(i * 0.1), cos(i * 0.37));
+  }
+  fclose(f);
+  int rc = text ? lstmd_prepare_text(in, out, 0.5) : lstmd_prepare_series(in, out, "a", "b", 2, 0.5);
+  struct lstmd_dataset train = {.fd = -1}, val = {.fd = -1};
+  if (!rc) rc = lstmd_dataset_open_dir(out, &train, &val, 1);
+  struct lstmd_model_shape s = {.kind = text ? LSTMD_MODEL_TEXT : LSTMD_MODEL_SERIES,
+                                .hidden = 16, .layers = 2};
+  if (text) {
+    s.vocab = val.info.vocab_size;
+    s.embed = 6;
+  } else {
+    s.width = val.info.width;
+    s.horizon = val.info.horizon;
+  }
+  struct lstmd_model *m = NULL;
+  if (!rc) rc = lstmd_model_create(&s, &m);
+  if (!rc) {
+    struct lstmd_rng rng;
+    lstmd_rng_seed(&rng, 3, 1);
+    lstmd_model_init_params(m, &rng);
+  }
+  double cpu = 0.0, gpu = 0.0;
+  uint64_t ct = 0, gt = 0;
+  if (!rc) rc = lstmd_evaluate(m, &val, T, 3, &cpu, &ct);
+  struct lstmd_dp *dp = rc ? NULL : make_dp(m, 0, LSTMD_PRECISION_FP32, 1);
+  if (!rc && dp) rc = lstmd_dp_upload(dp, NULL, NULL);
+  if (!rc && dp) rc = lstmd_dp_evaluate(dp, &val, T, B, &gpu, &gt);
+  char what[160];
+  snprintf(what, sizeof what, "%s evaluation on the GPU: %.6f vs CPU %.6f (%llu windows of %d)",
+           text ? "text" : "series", gpu, cpu, (unsigned long long)(ct / T), T);
+  check_true(what, rc == 0 && dp && gt == ct && fabs(gpu - cpu) <= 1e-5 * fabs(cpu));
+  lstmd_dp_destroy(dp);
+  lstmd_model_destroy(m);
+  lstmd_dataset_close(&train);
+  lstmd_dataset_close(&val);
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd) != 0) printf("  (could not remove %s)\n", dir);
+}
+
+int main(void) {
+  char why[256], libs[256], dev[160];
+  if (lstmd_cuda_probe(why, sizeof why) == 0) {
+    printf("test_gpu_model: no CUDA device (%s): skipped\n", why);
+    return 77;
+  }
+  lstmd_cuda_use_device(0);
+  lstmd_cuda_describe_device(dev, sizeof dev);
+  lstmd_cuda_describe_libraries(libs, sizeof libs);
+  printf("device: %s\nlibraries: %s\n", dev, libs);
+  for (int text = 1; text >= 0; text--) test_gradients(text, LSTMD_DT_F32, -1);
+  for (int algo = 0; algo < LSTMD_RNN_ALGO_COUNT; algo++) test_gradients(1, LSTMD_DT_F32, algo);
+  test_gradients(1, LSTMD_DT_BF16, -1);
+  test_gradients(0, LSTMD_DT_BF16, -1);
+  test_gradients(1, LSTMD_DT_F16, -1);
+  test_carried_state();
+  test_training(LSTMD_OPTIM_SGD, LSTMD_PRECISION_FP32, "SGD fp32");
+  test_training(LSTMD_OPTIM_ADAMW, LSTMD_PRECISION_FP32, "AdamW fp32");
+  test_training(LSTMD_OPTIM_SGD, LSTMD_PRECISION_BF16, "SGD bf16");
+  test_loss_scaling();
+  test_checkpoint_round_trip();
+  test_evaluate(1);
+  test_evaluate(0);
+  check_true("no CUDA error at the end", cudaDeviceSynchronize() == cudaSuccess);
+  return check_summary("test_gpu_model");
+}

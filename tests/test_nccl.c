@@ -1,0 +1,81 @@
+/* test_nccl.c — gradient sums between the ranks' GPUs (comm/comm_nccl) against answers known in
+ * closed form: rank r contributes (r+1)·(i mod 7 + 1) at element i, so every element must come
+ * back as N(N+1)/2·(i mod 7 + 1) on every rank, for several counts (odd ones, and one past
+ * the 2^20-float bucket size used by the engine). Run under mpirun; with one GPU per rank it
+ * tests NCCL, with ranks sharing a GPU the host-staged MPI fallback (the mode is printed).
+ * `test_nccl --probe` exits 77 (skipped) where no CUDA device is usable. */
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../comm/comm.h"
+#include "../comm/comm_nccl.h"
+#include "../kernels/cuda/device_cuda.h"
+#include "../kernels/status.h"
+#include "../worker/device_select.h"
+#include "check.h"
+
+int main(int argc, char **argv) {
+  char why[256], warn[256];
+  const int count = lstmd_cuda_probe(why, sizeof why);
+  if (argc > 1 && !strcmp(argv[1], "--probe")) {
+    printf("test_nccl: %d CUDA device(s)%s%s\n", count, count ? "" : ": ", count ? "" : why);
+    return count ? 0 : 77;
+  }
+  struct lstmd_comm *c = NULL;
+  if (lstmd_comm_init(&argc, &argv, &c)) return 1;
+  const int rank = lstmd_comm_rank(c), n = lstmd_comm_size(c);
+  if (count == 0) { /* every rank of one node sees the same */
+    if (rank == 0) printf("test_nccl: no CUDA device: skipped\n");
+    lstmd_comm_finalize(c);
+    return 77;
+  }
+  const int dev = lstmd_gpu_for_rank(count, lstmd_comm_local_rank(c), lstmd_comm_local_size(c), warn, sizeof warn);
+  if (lstmd_cuda_use_device(dev)) return 1;
+  static const size_t sizes[] = {1, 7, 1000, 65537, (1u << 20) + 3};
+  const size_t max = sizes[sizeof sizes / sizeof sizes[0] - 1];
+  struct lstmd_nccl *nc = NULL;
+  int rc = lstmd_nccl_create(c, max, 60.0, &nc);
+  check_true("communicator created on every rank", rc == 0);
+  if (rc) {
+    lstmd_comm_finalize(c);
+    return 1;
+  }
+  if (rank == 0) printf("ranks: %d, rank 0 on device %d, mode: %s\n", n, dev, lstmd_nccl_describe(nc));
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  float *h = malloc(max * sizeof(float)), *d = NULL;
+  double *ref = malloc(max * sizeof(double));
+  cudaMalloc((void **)&d, max * sizeof(float));
+  cudaEvent_t done;
+  cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    const size_t len = sizes[k];
+    for (size_t i = 0; i < len; i++) {
+      h[i] = (float)((rank + 1) * (int)(i % 7 + 1));
+      ref[i] = (double)n * (n + 1) / 2.0 * (double)(i % 7 + 1);
+    }
+    cudaMemcpy(d, h, len * sizeof(float), cudaMemcpyHostToDevice);
+    rc = lstmd_nccl_allreduce_sum(nc, d, len, s); /* an element count, not bytes */
+    cudaEventRecord(done, s);
+    lstmd_nccl_watch(nc, done);
+    cudaEventSynchronize(done);
+    cudaMemcpy(h, d, len * sizeof(float), cudaMemcpyDeviceToHost);
+    char what[96];
+    snprintf(what, sizeof what, "rank %d: sum of %zu floats", rank, len);
+    check_true(what, rc == 0);
+    check_close(what, h, ref, len, 0, 0);
+  }
+  check_true("watchdog saw no failure", !lstmd_nccl_failed(nc));
+  lstmd_nccl_destroy(nc); /* before the event it may still watch */
+  cudaEventDestroy(done);
+  cudaFree(d);
+  free(h);
+  free(ref);
+  cudaStreamDestroy(s);
+  int failed = check_summary("test_nccl");
+  double worst = failed;
+  lstmd_comm_allreduce_max_f64(c, &worst, 1);
+  lstmd_comm_finalize(c);
+  return worst != 0.0;
+}

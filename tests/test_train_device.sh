@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# test_train_device.sh — train.device through the lstmd binary.
+# Without a usable GPU (CI): auto trains on the CPU and says why in exactly one line (one rank
+# and two under mpirun), cuda exits 2 naming the reason, and --version says what is compiled in.
+# With a GPU: auto and cuda train on it in fp32, tf32, bf16 and fp16 (metrics.jsonl carries the
+# loss scale), and a GPU checkpoint resumes on the CPU and a CPU one on the GPU.
+set -u
+LSTMD=$(realpath "${1:?usage: test_train_device.sh LSTMD_BINARY SOURCE_DIR [MPIEXEC]}")
+SRC=$(realpath "${2:?}")
+MPIEXEC=${3:-mpirun}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+ok() { echo "ok    $*"; }
+bad() { echo "FAIL  $*"; fails=$((fails + 1)); }
+
+head -c 60000 "$SRC/data/fortunes.txt" > "$TMP/small.txt"
+"$LSTMD" prepare text --input "$TMP/small.txt" --out "$TMP/ds" 2>/dev/null || bad "prepare text"
+common=(--set data.path="$TMP/ds" --set data.seq_len=16 --set data.batch_size=4
+        --set model.embed=8 --set model.hidden=16 --set model.layers=2 --set train.steps=4
+        --set train.log_every=1 --set train.eval_every=0 --set train.threads=1)
+
+"$LSTMD" --version > "$TMP/version" || bad "--version exits 0"
+grep -q "^compiled in: CUDA \(yes\|no\), cuDNN \(yes\|no\), NCCL \(yes\|no\)$" "$TMP/version" \
+  && ok "--version: $(grep '^compiled in' "$TMP/version")" || bad "--version lacks the compiled-in line"
+
+(cd "$TMP" && "$LSTMD" train "${common[@]}" --set train.run_dir=auto 2> auto.log >/dev/null)
+rc=$?
+[ $rc -eq 0 ] && ok "train.device=auto (the default) trains" || { bad "auto exited $rc"; cat "$TMP/auto.log"; }
+n_auto=$(grep -c "device auto:" "$TMP/auto.log")
+if [ "$n_auto" -gt 0 ]; then # no usable GPU here
+  [ "$n_auto" -eq 1 ] && grep -q "device auto: .*; using the CPU backend$" "$TMP/auto.log" \
+    && ok "auto without a GPU: one line: $(grep 'device auto:' "$TMP/auto.log")" \
+    || bad "auto without a GPU: expected exactly one 'device auto: ...; using the CPU backend' line"
+  grep -q "compute: CPU" "$TMP/auto.log" && ok "auto without a GPU: the CPU backend ran" || bad "no CPU compute line"
+  (cd "$TMP" && "$LSTMD" train "${common[@]}" --set train.device=cuda --set train.run_dir=cuda 2> cuda.log >/dev/null)
+  rc=$?
+  [ $rc -eq 2 ] && grep -q "train.device=cuda, but" "$TMP/cuda.log" \
+    && ok "train.device=cuda without a GPU: exit 2: $(grep 'train.device=cuda' "$TMP/cuda.log")" \
+    || { bad "train.device=cuda without a GPU: exit $rc (want 2)"; cat "$TMP/cuda.log"; }
+  [ ! -e "$TMP/cuda/latest.safetensors" ] && ok "  ... and wrote nothing" || bad "cuda run wrote a checkpoint"
+  (cd "$TMP" && "$LSTMD" train "${common[@]}" --device cuda --set train.run_dir=cuda2 2>/dev/null >/dev/null)
+  rc=$?
+  [ $rc -eq 2 ] && ok "--device cuda without a GPU: exit 2" || bad "--device cuda: exit $rc (want 2)"
+  if command -v "$MPIEXEC" >/dev/null; then
+    (cd "$TMP" && "$MPIEXEC" -np 2 "$LSTMD" train "${common[@]}" --set train.run_dir=mpi 2> mpi.log >/dev/null)
+    rc=$?
+    [ $rc -eq 0 ] && [ "$(grep -c 'device auto:' "$TMP/mpi.log")" -eq 1 ] \
+      && ok "auto under mpirun -np 2: trains, one line (rank 0)" \
+      || { bad "auto under mpirun: exit $rc, $(grep -c 'device auto:' "$TMP/mpi.log") lines"; cat "$TMP/mpi.log"; }
+    (cd "$TMP" && "$MPIEXEC" -np 2 "$LSTMD" train "${common[@]}" --set train.device=cuda --set train.run_dir=mpic 2> mpic.log >/dev/null)
+    rc=$?
+    [ $rc -eq 2 ] && ok "cuda under mpirun -np 2 without a GPU: exit 2" || bad "cuda under mpirun: exit $rc (want 2)"
+  fi
+else # a GPU: train on it in every precision, and move checkpoints between the backends
+  grep -q "compute: .*GPU" "$TMP/auto.log" && ok "auto with a GPU: $(grep 'compute:' "$TMP/auto.log")" \
+    || { bad "auto with a GPU did not use it"; cat "$TMP/auto.log"; }
+  for p in fp32 tf32 bf16 fp16; do
+    (cd "$TMP" && "$LSTMD" train "${common[@]}" --set train.device=cuda --set train.precision=$p \
+       --set train.run_dir=gpu_$p 2> gpu_$p.log >/dev/null)
+    rc=$?
+    [ $rc -eq 0 ] && [ -s "$TMP/gpu_$p/latest.safetensors" ] && ok "cuda $p: trains, checkpoint written" \
+      || { bad "cuda $p: exit $rc"; cat "$TMP/gpu_$p.log"; }
+  done
+  grep -q '"loss_scale":' "$TMP/gpu_fp16/metrics.jsonl" && ok "fp16: loss_scale in metrics.jsonl" \
+    || bad "fp16: no loss_scale in metrics.jsonl"
+  (cd "$TMP" && "$LSTMD" train "${common[@]}" --set train.device=cpu --set train.steps=8 \
+     --set train.run_dir=gpu_fp32 --resume 2> resume_cpu.log >/dev/null) \
+    && grep -q "resumed from" "$TMP/resume_cpu.log" && ok "a GPU checkpoint resumes on the CPU" \
+    || { bad "GPU checkpoint did not resume on the CPU"; cat "$TMP/resume_cpu.log"; }
+  (cd "$TMP" && "$LSTMD" train "${common[@]}" --set train.device=cuda --set train.steps=12 \
+     --set train.run_dir=gpu_fp32 --resume 2> resume_gpu.log >/dev/null) \
+    && grep -q "resumed from" "$TMP/resume_gpu.log" && ok "a CPU checkpoint resumes on the GPU" \
+    || { bad "CPU checkpoint did not resume on the GPU"; cat "$TMP/resume_gpu.log"; }
+fi
+echo "test_train_device: $fails failure(s)"
+[ $fails -eq 0 ]
