@@ -12,6 +12,7 @@
 
 #include "../kernels/status.h"
 #include "../worker/batcher.h"
+#include "utf8.h"
 
 enum cfg_type { CFG_INT, CFG_LONG, CFG_U64, CFG_FLOAT, CFG_DOUBLE, CFG_STRING, CFG_ENUM };
 
@@ -104,6 +105,11 @@ static int set_value(struct lstmd_train_config *c, const struct cfg_key *k, cons
     case CFG_STRING:
       if (strlen(value) >= k->size) {
         snprintf(err, errlen, "value is longer than %zu bytes", k->size - 1);
+        return LSTMD_ECONFIG;
+      }
+      /* The config reaches the other ranks and checkpoints as JSON, which holds UTF-8 only. */
+      if (!lstmd_utf8_valid(value)) {
+        snprintf(err, errlen, "value is not valid UTF-8");
         return LSTMD_ECONFIG;
       }
       strcpy(field, value);
@@ -321,12 +327,15 @@ void lstmd_config_print(const struct lstmd_train_config *c, FILE *out) {
 char *lstmd_config_to_json(const struct lstmd_train_config *c) {
   json_t *root = json_object();
   char buf[1100], name[128];
-  for (int i = 0; i < kKeyCount; i++) {
+  int ok = root != NULL;
+  for (int i = 0; ok && i < kKeyCount; i++) {
     format_value(c, &kKeys[i], buf, sizeof buf);
     snprintf(name, sizeof name, "%s.%s", kKeys[i].section, kKeys[i].key);
-    json_object_set_new(root, name, json_string(buf));
+    /* json_string refuses text that is not UTF-8: fail rather than leave the key out (a rank
+     * loading this JSON would silently use the default). */
+    ok = json_object_set_new(root, name, json_string(buf)) == 0;
   }
-  char *s = json_dumps(root, JSON_COMPACT);
+  char *s = ok ? json_dumps(root, JSON_COMPACT) : NULL;
   json_decref(root);
   return s;
 }

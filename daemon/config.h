@@ -32,7 +32,8 @@ int lstmd_config_validate(const struct lstmd_train_config *c);
 int lstmd_config_check(const struct lstmd_train_config *c, char *err, size_t n);
 /* "section.key = value" lines. */
 void lstmd_config_print(const struct lstmd_train_config *c, FILE *out);
-/* JSON object text of every key (malloc'd; NULL on allocation failure). */
+/* JSON object text of every key (malloc'd; NULL on allocation failure or a value that is not
+ * UTF-8, which set_key refuses anyway). */
 char *lstmd_config_to_json(const struct lstmd_train_config *c);
 /* The key reference: name, type and range, default, help. */
 void lstmd_config_help(FILE *out);

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "utf8.h"
+
 int lstmd_frame_peek(const uint8_t *buf, size_t len, uint32_t max, uint32_t *payload_len) {
   if (len < LSTMD_FRAME_HEADER) return LSTMD_FRAME_NEED_MORE;
   const uint32_t n = (uint32_t)buf[0] << 24 | (uint32_t)buf[1] << 16 | (uint32_t)buf[2] << 8 | buf[3];
@@ -54,8 +56,41 @@ static int key_is_well_formed(const char *k) {
   return dots == 1;
 }
 
+/* Field number 0 is invalid in protobuf, but protobuf-c 1.4 decodes it when the key is written
+ * in an overlong varint (80 00) and keeps it as an unknown field; packed again (the daemon copies
+ * a job's settings into its Job record that way) it is written canonically and no longer decodes.
+ * Unknown fields with valid numbers are ignored, as proto3 wants. */
+static int has_field_zero(const ProtobufCMessage *m) {
+  for (unsigned i = 0; m && i < m->n_unknown_fields; i++)
+    if (m->unknown_fields[i].tag == 0) return 1;
+  return 0;
+}
+
+static int any_field_zero(const Lstmd__Request *r) {
+  if (has_field_zero(&r->base)) return 1;
+  switch (r->kind_case) {
+    case LSTMD__REQUEST__KIND_SUBMIT: {
+      const Lstmd__JobSpec *spec = r->submit->spec;
+      if (has_field_zero(&r->submit->base) || (spec && has_field_zero(&spec->base))) return 1;
+      for (size_t i = 0; spec && i < spec->n_settings; i++)
+        if (has_field_zero(&spec->settings[i]->base)) return 1;
+      return 0;
+    }
+    case LSTMD__REQUEST__KIND_GET: return has_field_zero(&r->get->base);
+    case LSTMD__REQUEST__KIND_LIST: return has_field_zero(&r->list->base);
+    case LSTMD__REQUEST__KIND_CANCEL: return has_field_zero(&r->cancel->base);
+    case LSTMD__REQUEST__KIND_WATCH: return has_field_zero(&r->watch->base);
+    case LSTMD__REQUEST__KIND_SHUTDOWN: return has_field_zero(&r->shutdown->base);
+    default: return 0;
+  }
+}
+
 static int validate(const Lstmd__Request *r, int *code, char *err, size_t n) {
   *code = LSTMD__ERROR_CODE__BAD_REQUEST;
+  if (any_field_zero(r)) {
+    snprintf(err, n, "malformed request (a field numbered 0)");
+    return -1;
+  }
   if (strlen(r->token) > LSTMD_MAX_TOKEN_LEN) {
     snprintf(err, n, "token longer than %d bytes", LSTMD_MAX_TOKEN_LEN);
     return -1;
@@ -69,6 +104,10 @@ static int validate(const Lstmd__Request *r, int *code, char *err, size_t n) {
       }
       if (strlen(spec->name) > LSTMD_MAX_NAME_LEN) {
         snprintf(err, n, "submit: job name longer than %d bytes", LSTMD_MAX_NAME_LEN);
+        return -1;
+      }
+      if (!lstmd_utf8_valid(spec->name)) { /* a proto3 string; stored in Job records */
+        snprintf(err, n, "submit: job name is not valid UTF-8");
         return -1;
       }
       if (spec->n_settings > LSTMD_MAX_SETTINGS) {

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "server.h"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,7 +20,8 @@
 enum {
   kReadChunk = 64 << 10,
   kBufferBudget = 256 << 20,   /* request bytes buffered over all connections */
-  kMaxQueuedPerConn = 16 << 20 /* replies + events not yet taken by a (slow) client */
+  kMaxQueuedPerConn = 16 << 20, /* replies + events not yet taken by a (slow) client */
+  kQueuedBudget = 256 << 20      /* the same over all connections */
 };
 
 struct event {
@@ -44,6 +46,7 @@ struct conn {
   size_t len, cap;
   uint32_t payload_len;
   size_t queued; /* bytes handed to uv_write and not yet written */
+  size_t peak;   /* most bytes buffered + queued at once */
   uint64_t watch_id; /* 0: not watching */
 };
 
@@ -69,11 +72,12 @@ struct lstmd_server {
   int stop_requested;
   struct conn *conns;
   int n_conns;
-  size_t buffered;
+  size_t buffered, queued;
   char scratch[kReadChunk];
 };
 
 static void conn_close(struct conn *c);
+static void conn_abort(struct conn *c);
 
 /* ---- writing ---- */
 
@@ -81,32 +85,37 @@ static void on_written(uv_write_t *req, int status) {
   struct write_req *w = (struct write_req *)req;
   (void)status; /* a failed write shows up as a read error or EOF and closes the connection */
   w->c->queued -= w->len;
+  w->c->srv->queued -= w->len;
   free(w->frame);
   free(w);
 }
 
-/* Queues a frame (taking ownership). A client that lets too much pile up is dropped. */
+/* Queues a frame (taking ownership). A client that lets too much pile up is dropped at once:
+ * flushing what it does not read would only keep the memory longer. */
 static void conn_send(struct conn *c, uint8_t *frame, size_t len) {
   if (!frame) return;
-  if (c->closing || c->queued + len > kMaxQueuedPerConn) {
+  if (c->closing || c->queued + len > kMaxQueuedPerConn || c->srv->queued + len > kQueuedBudget) {
     free(frame);
-    if (!c->closing) conn_close(c);
+    if (!c->closing) conn_abort(c);
     return;
   }
   struct write_req *w = malloc(sizeof *w);
   if (!w) {
     free(frame);
-    conn_close(c);
+    conn_abort(c);
     return;
   }
   *w = (struct write_req){.c = c, .frame = frame, .len = len};
   uv_buf_t b = uv_buf_init((char *)frame, (unsigned)len);
   c->queued += len;
+  c->srv->queued += len;
+  if (c->queued + c->cap > c->peak) c->peak = c->queued + c->cap;
   if (uv_write(&w->req, &c->h.stream, &b, 1, on_written) != 0) {
     c->queued -= len;
+    c->srv->queued -= len;
     free(frame);
     free(w);
-    conn_close(c);
+    conn_abort(c);
   }
 }
 
@@ -122,20 +131,38 @@ static void on_handle_closed(uv_handle_t *h) {
   struct conn *c = h->data;
   if (--c->handles_open > 0) return;
   c->srv->buffered -= c->cap;
+  const size_t peak = c->peak;
   free(c->buf);
   free(c);
+#ifdef __GLIBC__
+  /* glibc keeps freed chunks of its thread arena resident; after a client that held megabytes
+   * (a hoarder, a big frame) give them back, or each storm raises the daemon's RSS for good. */
+  if (peak >= (1u << 20)) malloc_trim(0);
+#else
+  (void)peak;
+#endif
+}
+
+/* Closes both handles once; closing the stream cancels its pending writes and shutdown (their
+ * callbacks run with UV_ECANCELED and free what they own). */
+static void close_handles(struct conn *c) {
+  if (!uv_is_closing((uv_handle_t *)&c->h.stream))
+    uv_close((uv_handle_t *)&c->h.stream, on_handle_closed);
+  if (!uv_is_closing((uv_handle_t *)&c->idle)) uv_close((uv_handle_t *)&c->idle, on_handle_closed);
 }
 
 static void on_shutdown_done(uv_shutdown_t *req, int status) {
   (void)status;
   struct conn *c = req->data;
   free(req);
-  uv_close((uv_handle_t *)&c->h.stream, on_handle_closed);
+  close_handles(c);
 }
 
-/* Closes after the queued replies are written (uv_shutdown waits for pending writes). */
-static void conn_close(struct conn *c) {
-  if (c->closing) return;
+/* A peer that has not taken its last replies within the grace loses them. */
+static void on_linger_timeout(uv_timer_t *t) { close_handles(t->data); }
+
+static int conn_unlink(struct conn *c) {
+  if (c->closing) return 0;
   c->closing = 1;
   struct lstmd_server *s = c->srv;
   if (c->prev) c->prev->next = c->next;
@@ -143,13 +170,26 @@ static void conn_close(struct conn *c) {
   if (c->next) c->next->prev = c->prev;
   s->n_conns--;
   uv_read_stop(&c->h.stream);
-  uv_close((uv_handle_t *)&c->idle, on_handle_closed);
+  return 1;
+}
+
+/* Closes after the queued replies are written (uv_shutdown waits for pending writes), but only
+ * waits the idle timeout for that: a peer that never reads would otherwise hold its connection
+ * and every reply queued for it for as long as it likes, outside the connection limit. */
+static void conn_close(struct conn *c) {
+  if (!conn_unlink(c)) return;
+  uv_timer_start(&c->idle, on_linger_timeout, (uint64_t)(c->srv->cfg.idle_timeout_s * 1000.0), 0);
   uv_shutdown_t *req = malloc(sizeof *req);
   if (req) req->data = c;
   if (!req || uv_shutdown(req, &c->h.stream, on_shutdown_done) != 0) {
     free(req);
-    uv_close((uv_handle_t *)&c->h.stream, on_handle_closed);
+    close_handles(c);
   }
+}
+
+/* Closes at once, dropping whatever is still queued. */
+static void conn_abort(struct conn *c) {
+  if (conn_unlink(c)) close_handles(c);
 }
 
 static void on_idle_timeout(uv_timer_t *t) {
@@ -249,6 +289,7 @@ static int reserve(struct conn *c, size_t more) {
   c->srv->buffered += want - c->cap;
   c->buf = grown;
   c->cap = want;
+  if (c->queued + c->cap > c->peak) c->peak = c->queued + c->cap;
   return 0;
 }
 
@@ -479,6 +520,10 @@ int lstmd_server_start(const struct lstmd_server_config *cfg, struct lstmd_jobs 
     free(s);
     return rc;
   }
+  /* A reply written to a client that has gone raises SIGPIPE, whose default action ends the
+   * whole rank (and so the MPI world); libuv leaves that to the application. Ignored, the write
+   * fails with EPIPE and only that connection is closed. */
+  signal(SIGPIPE, SIG_IGN);
   uv_async_init(&s->loop, &s->wakeup, on_wakeup);
   s->wakeup.data = s;
   const int sigs[3] = {SIGINT, SIGTERM, SIGUSR1};

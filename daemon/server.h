@@ -9,7 +9,10 @@
  * Bad clients cost bounded resources: a frame larger than the maximum is answered with an error
  * and the connection closed; buffers grow only as bytes arrive, within a budget for all
  * connections together; a connection that does not complete a request within the idle timeout
- * is closed; beyond the connection limit new connections are closed at once. */
+ * is closed; a client that does not read its replies is dropped (past 16 MiB queued at once, or
+ * the idle timeout after its connection was closed); beyond the connection limit new
+ * connections are closed at once. SIGPIPE is ignored in the whole process (a write to a client
+ * that has gone fails with EPIPE instead of ending the rank). */
 #ifndef LSTMD_SERVER_H
 #define LSTMD_SERVER_H
 
