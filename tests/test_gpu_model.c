@@ -17,6 +17,7 @@
 #include "../kernels/cuda/model_cuda.h"
 #include "../kernels/status.h"
 #include "../worker/checkpoint.h"
+#include "../worker/gpu_engine.h"
 #include "../worker/data_parallel.h"
 #include "../worker/dataset.h"
 #include "../worker/infer.h"
@@ -104,28 +105,6 @@ static void check_rel(const char *what, const float *got, const float *ref, size
 
 /* ---- the GPU model alone (kernels/cuda/model_cuda) ---- */
 
-static void layout_of(const struct lstmd_model *m, struct lstmd_cuda_model_layout *l) {
-  const struct lstmd_model_shape *s = &m->shape;
-  memset(l, 0, sizeof *l);
-  l->text = s->kind == LSTMD_MODEL_TEXT;
-  l->vocab = s->vocab;
-  l->embed = s->embed;
-  l->width = s->width;
-  l->horizon = s->horizon;
-  l->hidden = s->hidden;
-  l->layers = s->layers;
-  l->n_params = m->n_params;
-  if (l->text) l->off_embed = m->tensors[0].offset;
-  for (int k = 0; k < s->layers; k++) {
-    l->off_w_ih[k] = m->tensors[l->text + 4 * k].offset;
-    l->off_w_hh[k] = m->tensors[l->text + 4 * k + 1].offset;
-    l->off_b_ih[k] = m->tensors[l->text + 4 * k + 2].offset;
-    l->off_b_hh[k] = m->tensors[l->text + 4 * k + 3].offset;
-  }
-  l->off_head_w = m->tensors[m->n_tensors - 2].offset;
-  l->off_head_b = m->tensors[m->n_tensors - 1].offset;
-}
-
 struct gpu_fixture {
   struct lstmd_cuda_model *cm;
   cudaStream_t stream;
@@ -138,7 +117,7 @@ static int gpu_fixture_open(struct gpu_fixture *f, const struct lstmd_model *m, 
   cudaStreamCreate(&f->stream);
   struct lstmd_cuda_model_config c = {.steps = T, .batch = B, .dtype = dtype, .allow_tf32 = 0,
                                       .dropout = 0.0f, .seed = 1, .algo = algo};
-  layout_of(m, &c.layout);
+  lstmd_gpu_model_layout(m, &c.layout);
   int rc = lstmd_cuda_model_create(&c, f->stream, &f->cm);
   if (rc) return rc;
   cudaMalloc((void **)&f->params, m->n_params * sizeof(float));

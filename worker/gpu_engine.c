@@ -96,7 +96,7 @@ static const char *precision_name(int p) {
          : p == LSTMD_PRECISION_TF32 ? "tf32" : "fp32";
 }
 
-static void layout_of(const struct lstmd_model *m, struct lstmd_cuda_model_layout *l) {
+void lstmd_gpu_model_layout(const struct lstmd_model *m, struct lstmd_cuda_model_layout *l) {
   const struct lstmd_model_shape *s = &m->shape;
   memset(l, 0, sizeof *l);
   l->text = s->kind == LSTMD_MODEL_TEXT;
@@ -185,7 +185,7 @@ int lstmd_gpu_create(struct lstmd_model *m, const struct lstmd_gpu_config *cfg,
                                          .dropout = cfg->dropout,
                                          .seed = cfg->seed * 1000003ULL + (unsigned)g->rank,
                                          .algo = -1};
-    layout_of(m, &mc.layout);
+    lstmd_gpu_model_layout(m, &mc.layout);
     rc = lstmd_cuda_model_create(&mc, g->compute, &g->cm);
   }
   if (rc) {

@@ -22,6 +22,10 @@
 
 struct lstmd_comm;
 struct lstmd_gpu;
+struct lstmd_cuda_model_layout;
+
+/* Where each tensor of the CPU model's flat buffer lies, for the GPU model (same layout). */
+void lstmd_gpu_model_layout(const struct lstmd_model *m, struct lstmd_cuda_model_layout *l);
 
 struct lstmd_gpu_config {
   int seq_len, batch;    /* T and this rank's B */
