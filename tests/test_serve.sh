@@ -6,7 +6,8 @@
 #  3. a failing job (not a dataset) is FAILED with its reason, and the next job still runs; a
 #     dataset truncated under a running job (a read error on the ranks) fails it on every rank
 #     together, and the daemon goes on;
-#  4. TCP with a token: the right token is served, a wrong one refused;
+#  4. TCP with a token: the right token is served, a wrong one refused; another uid is refused
+#     by the SO_PEERCRED check even when the socket mode is opened up by hand;
 #  5. idle CPU of the daemon (all ranks and mpirun) from /proc: < 1% of a core;
 #  6. `lstmctl shutdown` during a job: exit 0; a restarted daemon lists every record and resumes
 #     the job from its checkpoint, ending bitwise equal to an uninterrupted `lstmd train` run;
@@ -165,6 +166,16 @@ start_daemon --listen "127.0.0.1:$port" --token-file "$TMP/token"
 "$CTL" --tcp "127.0.0.1:$port" --token-file "$TMP/token" list >/dev/null && ok "TCP with the token is served" || bad "TCP with token"
 "$CTL" --tcp "127.0.0.1:$port" --token-file "$TMP/wrong" list >/dev/null 2>&1; rc=$?
 [[ $rc == 5 ]] && ok "TCP with a wrong token: refused (exit 5)" || bad "wrong token: rc=$rc"
+# SO_PEERCRED: even with the socket's mode opened up by hand, another user is turned away.
+if id nobody >/dev/null 2>&1 && command -v runuser >/dev/null && [[ $(id -u) == 0 ]]; then
+  chmod 711 "$TMP"; chmod 666 "$SOCK"
+  runuser -u nobody -- "$CTL" --socket "$SOCK" list >/dev/null 2>&1; rc=$?
+  chmod 700 "$TMP"
+  [[ $rc == 3 ]] && grep -q "refused a connection: uid $(id -u nobody)" "$TMP/serve.log" \
+    && ok "another uid is refused by the SO_PEERCRED check (exit 3, logged)" || bad "peer check: rc=$rc"
+else
+  echo "skip  SO_PEERCRED check (needs root, runuser and the nobody user)"
+fi
 ctl shutdown >/dev/null; stop_daemon || bad "final shutdown"
 
 if ((fails)); then echo "--- serve.log (tail)"; tail -30 "$TMP/serve.log"; echo "$fails check(s) failed"; exit 1; fi
