@@ -9,30 +9,11 @@ set -u
 LSTMD=$(realpath "${1:?usage: test_slurm_serve.sh LSTMD_BINARY LSTMCTL_BINARY SOURCE_DIR}")
 LSTMCTL=$(realpath "${2:?}")
 SRC=$(realpath "${3:?}")
-CLUSTER=$SRC/deploy/slurm/local-cluster.sh
 TMP=$(mktemp -d)
+TEST_NAME=test_slurm_serve
 waiter=""
-cleanup() {
-  trap '' INT TERM # a second signal must not cut the cleanup short
-  if [[ -n ${SLURM_CONF-} ]] && jobs=$(squeue -h -o %i 2>/dev/null) && [[ -n $jobs ]]; then
-    scancel $jobs 2>/dev/null
-    for _ in $(seq 100); do [[ -z $(squeue -h -o %i 2>/dev/null) ]] && break; sleep 0.1; done
-  fi
-  [[ -n $waiter ]] && kill "$waiter" 2>/dev/null
-  "$CLUSTER" stop "$TMP/cluster"
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-conf=$("$CLUSTER" start "$TMP/cluster")
-rc=$?
-[[ $rc -eq 77 ]] && exit 77
-[[ $rc -ne 0 ]] && { echo "test_slurm_serve: could not start the test cluster"; exit 1; }
-export SLURM_CONF=$conf
-fails=0
-ok() { echo "ok    $*"; }
-bad() { echo "FAIL  $*"; fails=$((fails + 1)); }
+slurm_test_cleanup() { [[ -n $waiter ]] && kill "$waiter" 2>/dev/null; }
+source "$SRC/tests/slurm_cluster.sh"
 
 head -c 200000 "$SRC/data/fortunes.txt" > "$TMP/small.txt"
 "$LSTMD" prepare text --input "$TMP/small.txt" --out "$TMP/ds" 2>/dev/null

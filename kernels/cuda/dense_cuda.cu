@@ -10,12 +10,9 @@ extern "C" {
 #include "../status.h"
 }
 
-static int check(const char *what) {
-  cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess) return LSTMD_OK;
-  lstmd_errorf("CUDA: %s: %s", what, cudaGetErrorString(e));
-  return LSTMD_ECUDA;
-}
+#include "cuda_check.h"
+
+static int check(const char *what) { return lstmd_cuda_check_launch(what); }
 
 static unsigned blocks_for(size_t n, unsigned threads) {
   size_t b = (n + threads - 1) / threads;

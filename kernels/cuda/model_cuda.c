@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "../status.h"
+#include "cuda_check.h"
 #include "dense_cuda.h"
 #include "lstm_cudnn.h"
 
@@ -59,14 +60,8 @@ struct lstmd_cuda_model {
   int n_allocs;
 };
 
-static int cuda_failed(cudaError_t e, const char *what) {
-  if (e == cudaSuccess) return 0;
-  cudaGetLastError();
-  lstmd_errorf("CUDA: %s: %s", what, cudaGetErrorString(e));
-  return 1;
-}
 #define CHECK_CUDA(call) \
-  do { if (cuda_failed((call), #call)) return LSTMD_ECUDA; } while (0)
+  do { if (lstmd_cuda_failed((call), #call)) return LSTMD_ECUDA; } while (0)
 
 static int blas_failed(cublasStatus_t s, const char *what) {
   if (s == CUBLAS_STATUS_SUCCESS) return 0;
@@ -278,7 +273,7 @@ int lstmd_cuda_model_create(const struct lstmd_cuda_model_config *cfg, void *str
     m->n_segs = 16 * lay->layers;
     for (int i = 0; i < m->n_segs; i++)
       if (segs[i].count > m->max_seg) m->max_seg = segs[i].count;
-    if (cuda_failed(cudaMemcpy(m->segs, segs, sizeof *segs * m->n_segs, cudaMemcpyHostToDevice),
+    if (lstmd_cuda_failed(cudaMemcpy(m->segs, segs, sizeof *segs * m->n_segs, cudaMemcpyHostToDevice),
                     "copying the weight map"))
       rc = LSTMD_ECUDA;
     for (int i = 0; i < m->n_segs; i++) { /* the same pieces, weight space → flat */
@@ -286,14 +281,14 @@ int lstmd_cuda_model_create(const struct lstmd_cuda_model_config *cfg, void *str
       segs[i].src_offset = segs[i].dst_offset;
       segs[i].dst_offset = flat;
     }
-    if (!rc && cuda_failed(cudaMemcpy(m->segs_back, segs, sizeof *segs * m->n_segs,
+    if (!rc && lstmd_cuda_failed(cudaMemcpy(m->segs_back, segs, sizeof *segs * m->n_segs,
                                       cudaMemcpyHostToDevice), "copying the weight map"))
       rc = LSTMD_ECUDA;
   }
   free(segs);
   /* Everything above on the legacy stream (cudaMemcpy) or ours must be done before the
    * caller's non-blocking streams use it. */
-  if (!rc && cuda_failed(cudaDeviceSynchronize(), "model set-up")) rc = LSTMD_ECUDA;
+  if (!rc && lstmd_cuda_failed(cudaDeviceSynchronize(), "model set-up")) rc = LSTMD_ECUDA;
   if (rc) {
     lstmd_cuda_model_destroy(m);
     return rc;

@@ -1,0 +1,28 @@
+# slurm_cluster.sh — sourced by the Slurm tests (test_slurm.sh, test_slurm_serve.sh): starts the
+# one-node cluster of deploy/slurm/local-cluster.sh in $TMP/cluster and exports SLURM_CONF, or
+# exits 77 (skipped) where Slurm is not installed. However the test ends, its jobs still queued
+# are cancelled (so no slurmstepd or lstmd outlives it), the daemons it started are stopped and
+# $TMP is removed. Set SRC, TMP and TEST_NAME first; a test may define slurm_test_cleanup, which
+# runs before that. Also defines ok/bad and the failure count `fails`.
+CLUSTER=$SRC/deploy/slurm/local-cluster.sh
+cleanup() {
+  trap '' INT TERM # a second signal must not cut the cleanup short
+  declare -F slurm_test_cleanup >/dev/null && slurm_test_cleanup
+  if [[ -n ${SLURM_CONF-} ]] && jobs=$(squeue -h -o %i 2>/dev/null) && [[ -n $jobs ]]; then
+    scancel $jobs 2>/dev/null
+    for _ in $(seq 100); do [[ -z $(squeue -h -o %i 2>/dev/null) ]] && break; sleep 0.1; done
+  fi
+  "$CLUSTER" stop "$TMP/cluster"
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+conf=$("$CLUSTER" start "$TMP/cluster")
+rc=$?
+[[ $rc -eq 77 ]] && exit 77
+[[ $rc -ne 0 ]] && { echo "$TEST_NAME: could not start the test cluster"; exit 1; }
+export SLURM_CONF=$conf
+fails=0
+ok() { echo "ok    $*"; }
+bad() { echo "FAIL  $*"; fails=$((fails + 1)); }
