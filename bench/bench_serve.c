@@ -160,7 +160,6 @@ static void *client_main(void *arg) {
         break;
       }
       good = resp->kind_case == (is_list ? LSTMD__RESPONSE__KIND_JOBS : LSTMD__RESPONSE__KIND_JOB);
-      lstmd__response__free_unpacked(resp, NULL);
     } else {
       const struct canned *c = is_list ? &g.list : &g.get;
       long n = raw_round_trip(ctl.fd, c, buf, cap);

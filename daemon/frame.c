@@ -150,23 +150,23 @@ static int validate(const Lstmd__Request *r, int *code, char *err, size_t n) {
   }
 }
 
-Lstmd__Request *lstmd_request_parse(const uint8_t *payload, size_t len, int *code, char *err,
-                                    size_t errlen) {
-  Lstmd__Request *r = lstmd__request__unpack(NULL, len, payload);
+Lstmd__Request *lstmd_request_parse(const uint8_t *payload, size_t len, ProtobufCAllocator *alloc,
+                                    int *code, char *err, size_t errlen) {
+  Lstmd__Request *r = lstmd__request__unpack(alloc, len, payload);
   if (!r) {
     *code = LSTMD__ERROR_CODE__BAD_REQUEST;
     snprintf(err, errlen, "malformed request (not a lstmd.Request message)");
     return NULL;
   }
   if (validate(r, code, err, errlen) != 0) {
-    lstmd__request__free_unpacked(r, NULL);
+    lstmd__request__free_unpacked(r, alloc);
     return NULL;
   }
   return r;
 }
 
-void lstmd_request_free(Lstmd__Request *r) {
-  if (r) lstmd__request__free_unpacked(r, NULL);
+void lstmd_request_free(Lstmd__Request *r, ProtobufCAllocator *alloc) {
+  if (r) lstmd__request__free_unpacked(r, alloc);
 }
 
 uint8_t *lstmd_frame_pack(const ProtobufCMessage *msg, size_t *len) {

@@ -33,11 +33,12 @@ int lstmd_frame_peek(const uint8_t *buf, size_t len, uint32_t max, uint32_t *pay
 void lstmd_frame_put_header(uint8_t out[LSTMD_FRAME_HEADER], uint32_t payload_len);
 
 /* Unpacks and validates one request payload: a known kind, ids present, settings within the
- * limits above and shaped "section.key". Returns the request (free with lstmd_request_free), or
- * NULL with *code (an Lstmd__ErrorCode) and a message in err. */
-Lstmd__Request *lstmd_request_parse(const uint8_t *payload, size_t len, int *code, char *err,
-                                    size_t errlen);
-void lstmd_request_free(Lstmd__Request *r);
+ * limits above and shaped "section.key". Returns the request (free with lstmd_request_free and
+ * the same allocator: NULL for malloc, or an arena's, see arena.h), or NULL with *code (an
+ * Lstmd__ErrorCode) and a message in err. */
+Lstmd__Request *lstmd_request_parse(const uint8_t *payload, size_t len, ProtobufCAllocator *alloc,
+                                    int *code, char *err, size_t errlen);
+void lstmd_request_free(Lstmd__Request *r, ProtobufCAllocator *alloc);
 /* "submit", "get", ...; "unknown" for anything else. */
 const char *lstmd_request_kind_name(int kind_case);
 

@@ -39,10 +39,22 @@ static Lstmd__Job *copy_job(const Lstmd__Job *job) {
   return copy;
 }
 
+static size_t index_of(const struct lstmd_jobs *t, uint64_t id) {
+  size_t i = 0;
+  while (i < t->n && t->v[i]->id != id) i++;
+  return i;
+}
+
+static Lstmd__Job *lookup(const struct lstmd_jobs *t, uint64_t id) {
+  const size_t i = index_of(t, id);
+  return i < t->n ? t->v[i] : NULL;
+}
+
+/* The job with this id, about to be changed (so cached replies are stale); NULL if none. */
 static Lstmd__Job *find(struct lstmd_jobs *t, uint64_t id) {
-  for (size_t i = 0; i < t->n; i++)
-    if (t->v[i]->id == id) return t->v[i];
-  return NULL;
+  Lstmd__Job *job = lookup(t, id);
+  if (job) t->version++;
+  return job;
 }
 
 static int is_final(int state) {
@@ -54,6 +66,35 @@ static uint8_t *job_frame(const Lstmd__Job *job, size_t *len) {
   Lstmd__Response resp = LSTMD__RESPONSE__INIT;
   resp.kind_case = LSTMD__RESPONSE__KIND_JOB;
   resp.job = (Lstmd__Job *)job;
+  return lstmd_frame_pack(&resp.base, len);
+}
+
+/* A copy of the cached reply, packed again first when the table changed since (lock held). */
+static uint8_t *cached_reply(struct lstmd_jobs *t, struct lstmd_reply_cache *c,
+                             uint8_t *(*pack)(const void *what, size_t *len), const void *what,
+                             size_t *len) {
+  if (!c->frame || c->version != t->version) {
+    free(c->frame);
+    c->frame = pack(what, &c->len);
+    c->version = t->version;
+    if (!c->frame) return NULL;
+  }
+  uint8_t *copy = malloc(c->len);
+  if (copy) memcpy(copy, c->frame, c->len);
+  *len = c->len;
+  return copy;
+}
+
+static uint8_t *pack_job(const void *job, size_t *len) { return job_frame(job, len); }
+
+static uint8_t *pack_list(const void *table, size_t *len) {
+  const struct lstmd_jobs *t = table;
+  Lstmd__JobList list = LSTMD__JOB_LIST__INIT;
+  list.n_jobs = t->n;
+  list.jobs = t->v;
+  Lstmd__Response resp = LSTMD__RESPONSE__INIT;
+  resp.kind_case = LSTMD__RESPONSE__KIND_JOBS;
+  resp.jobs = &list;
   return lstmd_frame_pack(&resp.base, len);
 }
 
@@ -97,6 +138,8 @@ int lstmd_jobs_open(struct lstmd_jobs *t, const char *state_dir) {
   pthread_cond_init(&t->wake, NULL);
   snprintf(t->state_dir, sizeof t->state_dir, "%s", state_dir);
   LSTMD_TRY(lstmd_journal_open(&t->journal, state_dir, &t->v, &t->n));
+  t->job_replies = calloc(t->n ? t->n : 1, sizeof *t->job_replies);
+  if (!t->job_replies) return LSTMD_ENOMEM;
   t->next_id = t->n ? t->v[t->n - 1]->id + 1 : 1;
   for (size_t i = 0; i < t->n; i++) {
     Lstmd__Job *job = t->v[i];
@@ -117,7 +160,14 @@ int lstmd_jobs_open(struct lstmd_jobs *t, const char *state_dir) {
 }
 
 void lstmd_jobs_close(struct lstmd_jobs *t) {
-  for (size_t i = 0; i < t->n; i++) lstmd__job__free_unpacked(t->v[i], NULL);
+  for (size_t i = 0; i < t->n; i++) {
+    lstmd__job__free_unpacked(t->v[i], NULL);
+    free(t->job_replies[i].frame);
+  }
+  free(t->job_replies);
+  free(t->list_reply.frame);
+  t->job_replies = NULL;
+  t->list_reply.frame = NULL;
   free(t->v);
   t->v = NULL;
   t->n = 0;
@@ -157,18 +207,24 @@ uint8_t *lstmd_jobs_submit(struct lstmd_jobs *t, const Lstmd__JobSpec *spec, con
   draft.submitted_ms = now_ms();
   Lstmd__Job *job = copy_job(&draft);
   Lstmd__Job **grown = job ? realloc(t->v, (t->n + 1) * sizeof *grown) : NULL;
+  if (grown) t->v = grown;
+  struct lstmd_reply_cache *caches =
+      grown ? realloc(t->job_replies, (t->n + 1) * sizeof *caches) : NULL;
+  if (caches) {
+    t->job_replies = caches;
+    t->job_replies[t->n] = (struct lstmd_reply_cache){0};
+  }
   uint8_t *reply = NULL;
-  if (!grown) {
+  if (!caches) {
     reply = lstmd_frame_pack_error(LSTMD__ERROR_CODE__INTERNAL, "out of memory", len);
   } else if (lstmd_journal_append(&t->journal, job) != 0) {
-    t->v = grown;
     reply = lstmd_frame_pack_error(LSTMD__ERROR_CODE__INTERNAL,
                                    "the daemon could not write its job journal (see its log)", len);
   } else {
-    t->v = grown;
     t->v[t->n++] = job;
     job = NULL;
     t->next_id++;
+    t->version++;
     reply = job_frame(t->v[t->n - 1], len);
     pthread_cond_broadcast(&t->wake);
   }
@@ -185,21 +241,16 @@ static uint8_t *not_found(uint64_t id, size_t *len) {
 
 uint8_t *lstmd_jobs_get(struct lstmd_jobs *t, uint64_t id, size_t *len) {
   pthread_mutex_lock(&t->mu);
-  Lstmd__Job *job = find(t, id);
-  uint8_t *reply = job ? job_frame(job, len) : not_found(id, len);
+  const size_t i = index_of(t, id);
+  uint8_t *reply = i < t->n ? cached_reply(t, &t->job_replies[i], pack_job, t->v[i], len)
+                            : not_found(id, len);
   pthread_mutex_unlock(&t->mu);
   return reply;
 }
 
 uint8_t *lstmd_jobs_list(struct lstmd_jobs *t, size_t *len) {
   pthread_mutex_lock(&t->mu);
-  Lstmd__JobList list = LSTMD__JOB_LIST__INIT;
-  list.n_jobs = t->n;
-  list.jobs = t->v;
-  Lstmd__Response resp = LSTMD__RESPONSE__INIT;
-  resp.kind_case = LSTMD__RESPONSE__KIND_JOBS;
-  resp.jobs = &list;
-  uint8_t *reply = lstmd_frame_pack(&resp.base, len);
+  uint8_t *reply = cached_reply(t, &t->list_reply, pack_list, t, len);
   pthread_mutex_unlock(&t->mu);
   return reply;
 }
@@ -230,7 +281,7 @@ uint8_t *lstmd_jobs_cancel(struct lstmd_jobs *t, uint64_t id, size_t *len) {
 
 uint8_t *lstmd_jobs_watch(struct lstmd_jobs *t, uint64_t id, int *final, size_t *len) {
   pthread_mutex_lock(&t->mu);
-  Lstmd__Job *job = find(t, id);
+  Lstmd__Job *job = lookup(t, id);
   uint8_t *reply;
   *final = -1;
   if (!job) {
@@ -265,6 +316,7 @@ Lstmd__Job *lstmd_jobs_next(struct lstmd_jobs *t) {
   }
   Lstmd__Job *copy = NULL;
   if (job) {
+    t->version++;
     job->state = LSTMD__JOB_STATE__RUNNING;
     job->attempts++;
     job->started_ms = now_ms();
@@ -344,7 +396,7 @@ int lstmd_jobs_stop_requested(struct lstmd_jobs *t) { return atomic_load(&t->sto
 
 int lstmd_jobs_cancel_requested(struct lstmd_jobs *t, uint64_t id) {
   pthread_mutex_lock(&t->mu);
-  Lstmd__Job *job = find(t, id);
+  Lstmd__Job *job = lookup(t, id);
   int yes = job && job->cancel_requested;
   pthread_mutex_unlock(&t->mu);
   return yes;

@@ -6,6 +6,10 @@
  * Every state change is journaled (journal.h) before it is visible, and posted as an event
  * frame to the server (which fans it out to the watchers of the job).
  *
+ * Status replies are cached: every change bumps the table's version, and a GetJob or ListJobs
+ * reply is packed once per version and copied after that. Clients that poll status (a
+ * dashboard, 64 scripts) then cost the daemon a memcpy, not a protobuf pack, per request.
+ *
  * States: QUEUED → RUNNING → SUCCEEDED | FAILED | CANCELLED; a running job interrupted by a
  * shutdown or a daemon crash goes back to QUEUED and resumes from its last checkpoint; one that
  * was interrupted kMaxAttempts times is failed instead of being retried forever. */
@@ -24,11 +28,21 @@
 typedef void (*lstmd_jobs_post_fn)(void *ctx, uint64_t job_id, int final, uint8_t *frame,
                                    size_t len);
 
+/* A packed reply and the table version it shows. */
+struct lstmd_reply_cache {
+  uint8_t *frame;
+  size_t len;
+  uint64_t version;
+};
+
 struct lstmd_jobs {
   pthread_mutex_t mu;
   pthread_cond_t wake; /* the runner waits on it for a queued job or a drain */
   Lstmd__Job **v;      /* ordered by id */
   size_t n;
+  uint64_t version;    /* bumped by every change to v or a job in it */
+  struct lstmd_reply_cache *job_replies; /* GetJob, parallel to v */
+  struct lstmd_reply_cache list_reply;   /* ListJobs */
   uint64_t next_id;
   uint64_t running_id; /* 0: none */
   int draining;

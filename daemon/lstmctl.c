@@ -148,7 +148,6 @@ static Lstmd__Response *roundtrip(struct lstmd_ctl *c, Lstmd__Request *req, int 
   }
   if (resp->kind_case == LSTMD__RESPONSE__KIND_ERROR) {
     *exit_code = error_exit(resp->error);
-    lstmd__response__free_unpacked(resp, NULL);
     return NULL;
   }
   *exit_code = kExitOk;
@@ -214,7 +213,6 @@ static int cmd_submit(struct lstmd_ctl *c, int argc, char **argv) {
       else printf("submitted job %llu (%s)\n%llu\n", (unsigned long long)resp->job->id,
                   lstmd_job_state_name(resp->job->state), (unsigned long long)resp->job->id);
     }
-    if (resp) lstmd__response__free_unpacked(resp, NULL);
   }
   for (struct settings_list *l = &sets; l; l = l == &sets ? &all : NULL) {
     for (size_t i = 0; i < l->n; i++) {
@@ -273,7 +271,6 @@ static int cmd_simple(struct lstmd_ctl *c, const char *cmd, const char *arg) {
     fprintf(stderr, "lstmctl: unexpected answer from the daemon\n");
     rc = kExitUnreachable;
   }
-  lstmd__response__free_unpacked(resp, NULL);
   return rc;
 }
 
@@ -303,9 +300,8 @@ static int cmd_watch(struct lstmd_ctl *c, const char *arg) {
   char err[512];
   while (resp) {
     if (resp->kind_case != LSTMD__RESPONSE__KIND_EVENT) {
-      rc = resp->kind_case == LSTMD__RESPONSE__KIND_ERROR ? error_exit(resp->error) : kExitUnreachable;
-      lstmd__response__free_unpacked(resp, NULL);
-      return rc;
+      return resp->kind_case == LSTMD__RESPONSE__KIND_ERROR ? error_exit(resp->error)
+                                                            : kExitUnreachable;
     }
     const Lstmd__Event *ev = resp->event;
     const Lstmd__Job *job = ev->kind_case == LSTMD__EVENT__KIND_RESULT ? ev->result
@@ -327,11 +323,8 @@ static int cmd_watch(struct lstmd_ctl *c, const char *arg) {
       print_metrics(ev->job_id, ev->metrics);
     }
     if (ev->kind_case == LSTMD__EVENT__KIND_RESULT) {
-      rc = job->state == LSTMD__JOB_STATE__SUCCEEDED ? kExitOk : kExitJob;
-      lstmd__response__free_unpacked(resp, NULL);
-      return rc;
+      return job->state == LSTMD__JOB_STATE__SUCCEEDED ? kExitOk : kExitJob;
     }
-    lstmd__response__free_unpacked(resp, NULL);
     resp = lstmd_ctl_recv(c, -1, err, sizeof err);
   }
   if (rc == kExitOk) { /* the stream broke before the job ended */

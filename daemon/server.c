@@ -4,6 +4,7 @@
 
 #include <malloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 
 #include "../kernels/status.h"
 #include "access.h"
+#include "arena.h"
 #include "frame.h"
 #include "serve_job.h"
 
@@ -73,6 +75,7 @@ struct lstmd_server {
   struct conn *conns;
   int n_conns;
   size_t buffered, queued;
+  struct lstmd_arena arena; /* the request being handled, unpacked (loop thread only) */
   char scratch[kReadChunk];
 };
 
@@ -90,8 +93,10 @@ static void on_written(uv_write_t *req, int status) {
   free(w);
 }
 
-/* Queues a frame (taking ownership). A client that lets too much pile up is dropped at once:
- * flushing what it does not read would only keep the memory longer. */
+/* Sends a frame (taking ownership). With nothing queued before it, it is written at once
+ * (uv_try_write: the usual reply needs no write request, callback or poll for writability);
+ * what the socket does not take is queued. A client that lets too much pile up is dropped at
+ * once: flushing what it does not read would only keep the memory longer. */
 static void conn_send(struct conn *c, uint8_t *frame, size_t len) {
   if (!frame) return;
   if (c->closing || c->queued + len > kMaxQueuedPerConn || c->srv->queued + len > kQueuedBudget) {
@@ -99,14 +104,30 @@ static void conn_send(struct conn *c, uint8_t *frame, size_t len) {
     if (!c->closing) conn_abort(c);
     return;
   }
+  size_t done = 0;
+  if (c->queued == 0) {
+    uv_buf_t now = uv_buf_init((char *)frame, (unsigned)len);
+    int wrote = uv_try_write(&c->h.stream, &now, 1);
+    if (wrote < 0 && wrote != UV_EAGAIN) { /* the peer is gone */
+      free(frame);
+      conn_abort(c);
+      return;
+    }
+    if (wrote > 0) done = (size_t)wrote;
+    if (done == len) {
+      free(frame);
+      return;
+    }
+  }
   struct write_req *w = malloc(sizeof *w);
   if (!w) {
     free(frame);
     conn_abort(c);
     return;
   }
+  len -= done;
   *w = (struct write_req){.c = c, .frame = frame, .len = len};
-  uv_buf_t b = uv_buf_init((char *)frame, (unsigned)len);
+  uv_buf_t b = uv_buf_init((char *)frame + done, (unsigned)len);
   c->queued += len;
   c->srv->queued += len;
   if (c->queued + c->cap > c->peak) c->peak = c->queued + c->cap;
@@ -213,13 +234,16 @@ static void handle_request(struct conn *c, const uint8_t *payload, size_t n) {
   struct lstmd_server *s = c->srv;
   char err[1600];
   int code;
-  Lstmd__Request *r = lstmd_request_parse(payload, n, &code, err, sizeof err);
+  ProtobufCAllocator *arena = lstmd_arena_allocator(&s->arena);
+  Lstmd__Request *r = lstmd_request_parse(payload, n, arena, &code, err, sizeof err);
   if (!r) {
+    lstmd_arena_reset(&s->arena);
     conn_send_error(c, code, err);
     return;
   }
   if (c->is_tcp && !lstmd_token_equal(s->cfg.token, r->token)) {
-    lstmd_request_free(r);
+    lstmd_request_free(r, arena);
+    lstmd_arena_reset(&s->arena);
     conn_send_error(c, LSTMD__ERROR_CODE__UNAUTHENTICATED, "wrong or missing token");
     conn_close(c);
     return;
@@ -263,7 +287,8 @@ static void handle_request(struct conn *c, const uint8_t *payload, size_t n) {
     }
     default: break; /* rejected by lstmd_request_parse */
   }
-  lstmd_request_free(r);
+  lstmd_request_free(r, arena);
+  lstmd_arena_reset(&s->arena);
   if (!reply) conn_send_error(c, LSTMD__ERROR_CODE__INTERNAL, "out of memory");
   else conn_send(c, reply, len);
 }
@@ -448,8 +473,21 @@ void lstmd_server_stop(struct lstmd_server *s) {
   uv_async_send(&s->wakeup);
 }
 
+/* mpirun binds each rank to its core(s), and this thread inherits rank 0's binding; but it
+ * answers clients, not compute, and pinned behind the rank's busy core a burst of status
+ * requests waits for that core while others idle. So it may run on any CPU the job may use:
+ * asking for all of them, the kernel keeps the ones in the process's cpuset (a Slurm
+ * allocation's cgroup stays the limit). If that fails, it keeps the binding. */
+static void unpin_this_thread(void) {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) CPU_SET(cpu, &all);
+  (void)pthread_setaffinity_np(pthread_self(), sizeof all, &all);
+}
+
 static void *loop_main(void *arg) {
   struct lstmd_server *s = arg;
+  unpin_this_thread();
   uv_run(&s->loop, UV_RUN_DEFAULT);
   return NULL;
 }
@@ -537,6 +575,7 @@ int lstmd_server_start(const struct lstmd_server_config *cfg, struct lstmd_jobs 
     lstmd_errorf("cannot start the control server thread");
     return LSTMD_ENOMEM;
   }
+  pthread_setname_np(s->thread, "lstmd-control"); /* as top -H and /proc show it */
   *out = s;
   return LSTMD_OK;
 }
@@ -551,6 +590,7 @@ void lstmd_server_join(struct lstmd_server *s) {
   }
   uv_loop_close(&s->loop);
   unlink(s->cfg.socket_path);
+  lstmd_arena_free(&s->arena);
   pthread_mutex_destroy(&s->mu);
   free(s);
 }

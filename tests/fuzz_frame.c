@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/arena.h"
 #include "daemon/config.h"
 #include "daemon/frame.h"
 #include "kernels/status.h"
@@ -73,11 +74,17 @@ static void check_error_reply(int code, const char *msg) {
   free(f);
 }
 
+/* The daemon parses into an arena (server.c); the re-parse below uses malloc, so the byte-equal
+ * re-encoding also checks that both allocators unpack the same message. */
+static struct lstmd_arena g_arena;
+
 static void parse_one(const uint8_t *payload, size_t n) {
   char err[1600];
   memset(err, 0x5a, sizeof err);
   int code = -1;
-  Lstmd__Request *r = lstmd_request_parse(payload, n, &code, err, sizeof err);
+  lstmd_arena_reset(&g_arena);
+  ProtobufCAllocator *arena = lstmd_arena_allocator(&g_arena);
+  Lstmd__Request *r = lstmd_request_parse(payload, n, arena, &code, err, sizeof err);
   if (!r) {
     fuzz_frame_counts.rejected++;
     REQUIRE(code == LSTMD__ERROR_CODE__BAD_REQUEST || code == LSTMD__ERROR_CODE__INVALID_JOB);
@@ -105,7 +112,7 @@ static void parse_one(const uint8_t *payload, size_t n) {
   uint32_t plen = 0;
   REQUIRE(lstmd_frame_peek(f, len, UINT32_MAX, &plen) == LSTMD_FRAME_READY);
   REQUIRE(plen == len - LSTMD_FRAME_HEADER);
-  Lstmd__Request *r2 = lstmd_request_parse(f + LSTMD_FRAME_HEADER, plen, &code, err, sizeof err);
+  Lstmd__Request *r2 = lstmd_request_parse(f + LSTMD_FRAME_HEADER, plen, NULL, &code, err, sizeof err);
   if (!r2) fprintf(stderr, "fuzz_frame: a re-encoded %s request is refused: %s\n",
                    lstmd_request_kind_name(r->kind_case), err);
   REQUIRE(r2 != NULL && r2->kind_case == r->kind_case);
@@ -113,8 +120,8 @@ static void parse_one(const uint8_t *payload, size_t n) {
   REQUIRE(f2 && len2 == len && memcmp(f, f2, len) == 0);
   free(f);
   free(f2);
-  lstmd_request_free(r2);
-  lstmd_request_free(r);
+  lstmd_request_free(r2, NULL);
+  lstmd_request_free(r, arena);
 }
 
 /* Walks the input as the daemon walks a connection's bytes, under a given maximum. */

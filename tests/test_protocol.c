@@ -1,7 +1,7 @@
 /* test_protocol.c — the daemon's pure parts: frame boundaries (every split of a stream of
  * frames, lying and oversize prefixes), request validation, the job journal (replay, a torn or
- * corrupt tail, compaction), the job table's states, path confinement (.., symlinks) and the
- * token compare. */
+ * corrupt tail, compaction), the job table's states, path confinement (.., symlinks), the
+ * token compare, and the arena that holds unpacked messages. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../daemon/access.h"
+#include "../daemon/arena.h"
 #include "../daemon/frame.h"
 #include "../daemon/jobs.h"
 #include "../daemon/journal.h"
@@ -56,9 +57,9 @@ static void test_frames(void) {
       if (st != LSTMD_FRAME_READY) break;
       int code;
       char err[256];
-      Lstmd__Request *r = lstmd_request_parse(stream + off + 4, n, &code, err, sizeof err);
+      Lstmd__Request *r = lstmd_request_parse(stream + off + 4, n, NULL, &code, err, sizeof err);
       good &= r != NULL && r->kind_case == (frames == 1 ? LSTMD__REQUEST__KIND_GET : LSTMD__REQUEST__KIND_LIST);
-      lstmd_request_free(r);
+      lstmd_request_free(r, NULL);
       off += 4 + n;
       frames++;
     }
@@ -73,8 +74,8 @@ static void test_frames(void) {
 static int parse_fails_with(const uint8_t *p, size_t n, int want_code, const char *want_text) {
   int code = -1;
   char err[512] = "";
-  Lstmd__Request *r = lstmd_request_parse(p, n, &code, err, sizeof err);
-  lstmd_request_free(r);
+  Lstmd__Request *r = lstmd_request_parse(p, n, NULL, &code, err, sizeof err);
+  lstmd_request_free(r, NULL);
   return !r && code == want_code && strstr(err, want_text) != NULL;
 }
 
@@ -110,10 +111,10 @@ static void test_requests(void) {
   f = pack_request(&r, &len);
   int code;
   char err[256];
-  Lstmd__Request *ok = lstmd_request_parse(f + 4, len - 4, &code, err, sizeof err);
+  Lstmd__Request *ok = lstmd_request_parse(f + 4, len - 4, NULL, &code, err, sizeof err);
   check_true("request: a valid submit", ok && ok->submit->spec->n_settings == 1 &&
                                             !strcmp(ok->submit->spec->settings[0]->value, "10"));
-  lstmd_request_free(ok);
+  lstmd_request_free(ok, NULL);
   free(f);
   spec.n_settings = 2;
   f = pack_request(&r, &len);
@@ -132,6 +133,53 @@ static void test_requests(void) {
   free(f);
 }
 
+/* Unpacks a reply frame (and frees it). */
+static Lstmd__Response *unpack_reply(uint8_t *frame, size_t len) {
+  Lstmd__Response *r = frame ? lstmd__response__unpack(NULL, len - 4, frame + 4) : NULL;
+  free(frame);
+  return r;
+}
+
+static Lstmd__Response *get_reply(struct lstmd_jobs *t, uint64_t id) {
+  size_t len = 0;
+  uint8_t *f = lstmd_jobs_get(t, id, &len);
+  return unpack_reply(f, len);
+}
+
+static Lstmd__Response *list_reply(struct lstmd_jobs *t) {
+  size_t len = 0;
+  uint8_t *f = lstmd_jobs_list(t, &len);
+  return unpack_reply(f, len);
+}
+
+/* GetJob and ListJobs replies are cached per table version: each change must show. */
+static void check_status_replies(struct lstmd_jobs *t) {
+  size_t len, len2;
+  uint8_t *a = lstmd_jobs_get(t, 1, &len), *b = lstmd_jobs_get(t, 1, &len2);
+  check_true("status: a repeated GetJob gives the same bytes", a && b && len == len2 && !memcmp(a, b, len));
+  free(a);
+  free(b);
+  lstmd_jobs_progress(t, 1, 7, 100, 2.5, 1e-3, 0.5, 1000.0, 1.0, 10.0);
+  Lstmd__Response *g = get_reply(t, 1);
+  Lstmd__Response *l = list_reply(t);
+  check_true("status: progress shows in GetJob and ListJobs",
+             g && g->job->step == 7 && g->job->loss == 2.5 && l && l->jobs->n_jobs == 3 &&
+                 l->jobs->jobs[0]->step == 7 && l->jobs->jobs[1]->state == LSTMD__JOB_STATE__CANCELLED);
+  lstmd__response__free_unpacked(g, NULL);
+  lstmd__response__free_unpacked(l, NULL);
+  lstmd_jobs_eval(t, 1, 7, 1.25, 1.8);
+  g = get_reply(t, 1);
+  l = list_reply(t);
+  check_true("status: an evaluation shows too", g && g->job->val_loss == 1.25 && l &&
+                                                    l->jobs->jobs[0]->val_loss == 1.25);
+  lstmd__response__free_unpacked(g, NULL);
+  lstmd__response__free_unpacked(l, NULL);
+  g = get_reply(t, 99);
+  check_true("status: an unknown id is NOT_FOUND", g && g->kind_case == LSTMD__RESPONSE__KIND_ERROR &&
+                                                       g->error->code == LSTMD__ERROR_CODE__NOT_FOUND);
+  lstmd__response__free_unpacked(g, NULL);
+}
+
 static void test_journal_and_jobs(void) {
   char dir[256];
   snprintf(dir, sizeof dir, "%s/state", g_dir);
@@ -141,7 +189,13 @@ static void test_journal_and_jobs(void) {
   Lstmd__JobSpec spec = LSTMD__JOB_SPEC__INIT;
   spec.name = "a";
   size_t len;
+  Lstmd__Response *l = list_reply(&t);
+  check_true("status: an empty list", l && l->kind_case == LSTMD__RESPONSE__KIND_JOBS && l->jobs->n_jobs == 0);
+  lstmd__response__free_unpacked(l, NULL);
   for (int i = 0; i < 3; i++) free(lstmd_jobs_submit(&t, &spec, NULL, 100, &len));
+  l = list_reply(&t);
+  check_true("status: submitted jobs are listed", l && l->jobs->n_jobs == 3 && l->jobs->jobs[2]->id == 3);
+  lstmd__response__free_unpacked(l, NULL);
   Lstmd__Job *j1 = lstmd_jobs_next(&t); /* job 1 RUNNING */
   free(lstmd_jobs_cancel(&t, 2, &len));  /* queued: CANCELLED at once */
   check_true("jobs: FIFO and cancel of a queued job",
@@ -149,6 +203,7 @@ static void test_journal_and_jobs(void) {
                  t.v[1]->state == LSTMD__JOB_STATE__CANCELLED && t.v[2]->state == LSTMD__JOB_STATE__QUEUED);
   free(lstmd_jobs_cancel(&t, 1, &len)); /* running: asks the trainer to stop */
   check_true("jobs: cancel of the running job sets the stop flag", lstmd_jobs_stop_requested(&t) && lstmd_jobs_cancel_requested(&t, 1));
+  check_status_replies(&t);
   lstmd__job__free_unpacked(j1, NULL);
   lstmd_jobs_close(&t); /* "crash" with job 1 RUNNING */
 
@@ -224,8 +279,75 @@ static void test_paths_and_tokens(void) {
                  !lstmd_token_equal("0123456789abcdef", ""));
 }
 
+/* A job list of n jobs whose reasons are reason_len bytes, packed; unpacked into the arena it
+ * must re-pack to the same bytes as unpacked with malloc. */
+static int arena_round_trip(struct lstmd_arena *a, size_t n, size_t reason_len) {
+  Lstmd__Job *jobs = calloc(n, sizeof *jobs), **ptrs = calloc(n, sizeof *ptrs);
+  char *reason = malloc(reason_len + 1), names[64];
+  memset(reason, 'r', reason_len);
+  reason[reason_len] = '\0';
+  Lstmd__Setting set = LSTMD__SETTING__INIT, *sets[] = {&set, &set};
+  set.key = "train.steps";
+  set.value = "100";
+  for (size_t i = 0; i < n; i++) {
+    lstmd__job__init(&jobs[i]);
+    jobs[i].id = i + 1;
+    snprintf(names, sizeof names, "job-%zu", i);
+    jobs[i].name = strdup(names);
+    jobs[i].reason = reason;
+    jobs[i].settings = sets;
+    jobs[i].n_settings = i % 3;
+    jobs[i].loss = 1.0 / (double)(i + 1);
+    ptrs[i] = &jobs[i];
+  }
+  Lstmd__JobList list = LSTMD__JOB_LIST__INIT;
+  list.jobs = ptrs;
+  list.n_jobs = n;
+  Lstmd__Response resp = LSTMD__RESPONSE__INIT;
+  resp.kind_case = LSTMD__RESPONSE__KIND_JOBS;
+  resp.jobs = &list;
+  size_t len = 0, len_a = 0, len_m = 0;
+  uint8_t *f = lstmd_frame_pack(&resp.base, &len);
+  lstmd_arena_reset(a);
+  Lstmd__Response *in_arena = lstmd__response__unpack(lstmd_arena_allocator(a), len - 4, f + 4);
+  Lstmd__Response *in_heap = lstmd__response__unpack(NULL, len - 4, f + 4);
+  uint8_t *fa = in_arena ? lstmd_frame_pack(&in_arena->base, &len_a) : NULL;
+  uint8_t *fm = in_heap ? lstmd_frame_pack(&in_heap->base, &len_m) : NULL;
+  int ok = fa && fm && len_a == len && len_m == len && !memcmp(fa, f, len) && !memcmp(fm, f, len) &&
+           in_arena->jobs->n_jobs == n && ((uintptr_t)in_arena->jobs->jobs % 16) == 0;
+  for (size_t i = 0; ok && i < n; i++)
+    ok = ((uintptr_t)in_arena->jobs->jobs[i] % 16) == 0 && in_arena->jobs->jobs[i]->loss == jobs[i].loss;
+  if (in_heap) lstmd__response__free_unpacked(in_heap, NULL);
+  for (size_t i = 0; i < n; i++) free(jobs[i].name);
+  free(fa);
+  free(fm);
+  free(f);
+  free(reason);
+  free(ptrs);
+  free(jobs);
+  return ok;
+}
+
+static void test_arena(void) {
+  struct lstmd_arena a;
+  lstmd_arena_init(&a);
+  check_true("arena: a small list unpacks as with malloc", arena_round_trip(&a, 5, 40));
+  check_true("arena: thousands of jobs (many blocks)", arena_round_trip(&a, 3000, 100));
+  check_true("arena: a piece larger than a block", arena_round_trip(&a, 2, 300000));
+  check_true("arena: reused after big messages", arena_round_trip(&a, 5, 40));
+  lstmd_arena_reset(&a);
+  check_true("arena: a reset keeps at most one ordinary block, empty",
+             !a.blocks || (a.blocks->next == NULL && a.blocks->used == 0));
+  lstmd_arena_free(&a);
+  check_true("arena: freed", a.blocks == NULL);
+  struct lstmd_arena zero = {0};
+  check_true("arena: a zero-initialised arena works", arena_round_trip(&zero, 50, 10));
+  lstmd_arena_free(&zero);
+}
+
 int main(void) {
   if (!mkdtemp(g_dir)) return 1;
+  test_arena();
   test_frames();
   test_requests();
   test_journal_and_jobs();
