@@ -14,7 +14,7 @@ static struct lstmd_arena_block *block_new(size_t cap, struct lstmd_arena_block 
 
 static void *arena_alloc(void *data, size_t size) {
   struct lstmd_arena *a = data;
-  if (size > SIZE_MAX - 2 * kAlign) return NULL;
+  if (size > SIZE_MAX - sizeof(struct lstmd_arena_block) - kAlign) return NULL; /* no wrap below */
   size = (size + kAlign - 1) & ~(size_t)(kAlign - 1);
   struct lstmd_arena_block *b = a->blocks;
   if (!b || b->cap - b->used < size) {

@@ -19,7 +19,7 @@ struct lstmd_arena_block {
 };
 
 struct lstmd_arena {
-  struct lstmd_arena_block *blocks; /* newest first; the oldest is kept by reset */
+  struct lstmd_arena_block *blocks; /* newest first; reset keeps the oldest if it is 64 KiB */
   ProtobufCAllocator allocator;
 };
 

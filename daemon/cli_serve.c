@@ -18,6 +18,7 @@
 #include <grp.h>
 #include <limits.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -244,8 +245,8 @@ static int follower(struct lstmd_comm *comm) {
 /* ---- set-up ---- */
 
 /* Rank 0: state dir (locked against a second daemon), data root, job table, server. */
-static int start_rank0(const struct serve_opts *o, struct lstmd_jobs *jobs, struct lstmd_server **srv,
-                       int *lock_fd, char *data_root) {
+static int start_rank0(const struct serve_opts *o, const cpu_set_t *cpus, struct lstmd_jobs *jobs,
+                       struct lstmd_server **srv, int *lock_fd, char *data_root) {
   LSTMD_TRY(lstmd_mkdir_p(o->state_dir));
   char lock_path[1200];
   snprintf(lock_path, sizeof lock_path, "%s/lock", o->state_dir);
@@ -304,11 +305,37 @@ static int start_rank0(const struct serve_opts *o, struct lstmd_jobs *jobs, stru
       .socket_path = o->socket, .socket_group = group, .listen_host = o->listen ? host_copy : NULL,
       .listen_port = (int)port, .token = token, .data_root = data_root,
       .max_frame = (uint32_t)o->max_frame, .idle_timeout_s = (double)o->idle_timeout,
-      .max_connections = max_conns};
+      .max_connections = max_conns, .cpus = CPU_COUNT(cpus) > 0 ? cpus : NULL};
   LSTMD_TRY(lstmd_server_start(&sc, jobs, srv));
   fprintf(stderr, "lstmd: serving on %s%s%s (state %s, data root %s)\n", o->socket,
           o->listen ? " and tcp " : "", o->listen ? o->listen : "", o->state_dir, data_root);
   return LSTMD_OK;
+}
+
+/* Collective. Rank 0 gets in *out the CPUs that this job's ranks on its node are bound to
+ * (the union of their affinity masks; ranks match by processor name), for the control thread:
+ * it answers clients, not compute, and held to rank 0's own core(s) a burst of status requests
+ * waits for that core while the job's other cores idle. The union never reaches CPUs the job
+ * was not given (another job's cores on a shared node). Returns 0 or a comm status. */
+static int job_cpus_here(struct lstmd_comm *comm, cpu_set_t *out) {
+  struct mine {
+    char host[256];
+    cpu_set_t cpus;
+  } me;
+  memset(&me, 0, sizeof me);
+  snprintf(me.host, sizeof me.host, "%s", lstmd_comm_host(comm));
+  if (sched_getaffinity(0, sizeof me.cpus, &me.cpus) != 0) CPU_ZERO(&me.cpus);
+  const int rank = lstmd_comm_rank(comm), world = lstmd_comm_size(comm);
+  struct mine *all = rank == 0 ? calloc((size_t)world, sizeof *all) : NULL;
+  if (rank == 0 && !all) return LSTMD_ENOMEM; /* the others are in the gather: abort */
+  int rc = lstmd_comm_gather(comm, &me, sizeof me, all, 0);
+  if (rank == 0 && rc == 0) {
+    CPU_ZERO(out);
+    for (int r = 0; r < world; r++)
+      if (strcmp(all[r].host, me.host) == 0) CPU_OR(out, out, &all[r].cpus);
+  }
+  free(all);
+  return rc;
 }
 
 static void usage(void) {
@@ -354,6 +381,12 @@ int lstmd_cmd_serve(int argc, char **argv) {
   struct lstmd_comm *comm;
   if ((rc = lstmd_comm_init(&argc, &argv, &comm))) return lstmd_exit_code(rc);
   const int rank = lstmd_comm_rank(comm);
+  cpu_set_t job_cpus;
+  if ((rc = job_cpus_here(comm, &job_cpus))) {
+    if (rc == LSTMD_ENOMEM) lstmd_comm_abort(comm, 1);
+    lstmd_comm_finalize(comm);
+    return lstmd_exit_code(rc);
+  }
   if (rank != 0) {
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
@@ -370,7 +403,7 @@ int lstmd_cmd_serve(int argc, char **argv) {
   int lock_fd = -1;
   char data_root[PATH_MAX];
   memset(&jobs, 0, sizeof jobs);
-  rc = start_rank0(&o, &jobs, &srv, &lock_fd, data_root);
+  rc = start_rank0(&o, &job_cpus, &jobs, &srv, &lock_fd, data_root);
   if (rc) { /* the other ranks are waiting for a command: tell them to go */
     struct command bye = {.kind = kCmdExit, .exit_code = lstmd_exit_code(rc)};
     send_command(comm, &bye, NULL);

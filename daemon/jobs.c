@@ -50,11 +50,19 @@ static Lstmd__Job *lookup(const struct lstmd_jobs *t, uint64_t id) {
   return i < t->n ? t->v[i] : NULL;
 }
 
-/* The job with this id, about to be changed (so cached replies are stale); NULL if none. */
+/* Job i is about to change: its cached GetJob reply goes, and the list's is out of date. */
+static void touch(struct lstmd_jobs *t, size_t i) {
+  t->version++;
+  free(t->job_replies[i].frame);
+  t->job_replies[i].frame = NULL;
+}
+
+/* The job with this id, about to be changed; NULL if none. */
 static Lstmd__Job *find(struct lstmd_jobs *t, uint64_t id) {
-  Lstmd__Job *job = lookup(t, id);
-  if (job) t->version++;
-  return job;
+  const size_t i = index_of(t, id);
+  if (i == t->n) return NULL;
+  touch(t, i);
+  return t->v[i];
 }
 
 static int is_final(int state) {
@@ -69,14 +77,15 @@ static uint8_t *job_frame(const Lstmd__Job *job, size_t *len) {
   return lstmd_frame_pack(&resp.base, len);
 }
 
-/* A copy of the cached reply, packed again first when the table changed since (lock held). */
-static uint8_t *cached_reply(struct lstmd_jobs *t, struct lstmd_reply_cache *c,
+/* A copy of the cached reply, packed again first when it is missing or older than version
+ * (lock held). */
+static uint8_t *cached_reply(struct lstmd_reply_cache *c, uint64_t version,
                              uint8_t *(*pack)(const void *what, size_t *len), const void *what,
                              size_t *len) {
-  if (!c->frame || c->version != t->version) {
+  if (!c->frame || c->version != version) {
     free(c->frame);
     c->frame = pack(what, &c->len);
-    c->version = t->version;
+    c->version = version;
     if (!c->frame) return NULL;
   }
   uint8_t *copy = malloc(c->len);
@@ -162,7 +171,7 @@ int lstmd_jobs_open(struct lstmd_jobs *t, const char *state_dir) {
 void lstmd_jobs_close(struct lstmd_jobs *t) {
   for (size_t i = 0; i < t->n; i++) {
     lstmd__job__free_unpacked(t->v[i], NULL);
-    free(t->job_replies[i].frame);
+    if (t->job_replies) free(t->job_replies[i].frame); /* NULL when open ran out of memory */
   }
   free(t->job_replies);
   free(t->list_reply.frame);
@@ -242,7 +251,8 @@ static uint8_t *not_found(uint64_t id, size_t *len) {
 uint8_t *lstmd_jobs_get(struct lstmd_jobs *t, uint64_t id, size_t *len) {
   pthread_mutex_lock(&t->mu);
   const size_t i = index_of(t, id);
-  uint8_t *reply = i < t->n ? cached_reply(t, &t->job_replies[i], pack_job, t->v[i], len)
+  /* A job's reply stays until the job itself changes (touch), whatever else runs. */
+  uint8_t *reply = i < t->n ? cached_reply(&t->job_replies[i], 0, pack_job, t->v[i], len)
                             : not_found(id, len);
   pthread_mutex_unlock(&t->mu);
   return reply;
@@ -250,7 +260,7 @@ uint8_t *lstmd_jobs_get(struct lstmd_jobs *t, uint64_t id, size_t *len) {
 
 uint8_t *lstmd_jobs_list(struct lstmd_jobs *t, size_t *len) {
   pthread_mutex_lock(&t->mu);
-  uint8_t *reply = cached_reply(t, &t->list_reply, pack_list, t, len);
+  uint8_t *reply = cached_reply(&t->list_reply, t->version, pack_list, t, len);
   pthread_mutex_unlock(&t->mu);
   return reply;
 }
@@ -316,7 +326,7 @@ Lstmd__Job *lstmd_jobs_next(struct lstmd_jobs *t) {
   }
   Lstmd__Job *copy = NULL;
   if (job) {
-    t->version++;
+    touch(t, (size_t)index_of(t, job->id));
     job->state = LSTMD__JOB_STATE__RUNNING;
     job->attempts++;
     job->started_ms = now_ms();

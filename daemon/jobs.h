@@ -6,9 +6,10 @@
  * Every state change is journaled (journal.h) before it is visible, and posted as an event
  * frame to the server (which fans it out to the watchers of the job).
  *
- * Status replies are cached: every change bumps the table's version, and a GetJob or ListJobs
- * reply is packed once per version and copied after that. Clients that poll status (a
- * dashboard, 64 scripts) then cost the daemon a memcpy, not a protobuf pack, per request.
+ * Status replies are cached: a job's GetJob reply is packed once per change of that job, the
+ * ListJobs reply once per change of the table (its version), and copied after that. Clients
+ * that poll status (a dashboard, 64 scripts) then cost the daemon a memcpy, not a protobuf
+ * pack, per request — for finished jobs even while another job reports progress.
  *
  * States: QUEUED → RUNNING → SUCCEEDED | FAILED | CANCELLED; a running job interrupted by a
  * shutdown or a daemon crash goes back to QUEUED and resumes from its last checkpoint; one that
@@ -28,7 +29,8 @@
 typedef void (*lstmd_jobs_post_fn)(void *ctx, uint64_t job_id, int final, uint8_t *frame,
                                    size_t len);
 
-/* A packed reply and the table version it shows. */
+/* A packed reply and the table version it shows (ListJobs; GetJob replies are dropped when
+ * their job changes instead). */
 struct lstmd_reply_cache {
   uint8_t *frame;
   size_t len;

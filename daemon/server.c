@@ -76,6 +76,7 @@ struct lstmd_server {
   int n_conns;
   size_t buffered, queued;
   struct lstmd_arena arena; /* the request being handled, unpacked (loop thread only) */
+  cpu_set_t cpus;           /* a copy of *cfg.cpus */
   char scratch[kReadChunk];
 };
 
@@ -473,21 +474,11 @@ void lstmd_server_stop(struct lstmd_server *s) {
   uv_async_send(&s->wakeup);
 }
 
-/* mpirun binds each rank to its core(s), and this thread inherits rank 0's binding; but it
- * answers clients, not compute, and pinned behind the rank's busy core a burst of status
- * requests waits for that core while others idle. So it may run on any CPU the job may use:
- * asking for all of them, the kernel keeps the ones in the process's cpuset (a Slurm
- * allocation's cgroup stays the limit). If that fails, it keeps the binding. */
-static void unpin_this_thread(void) {
-  cpu_set_t all;
-  CPU_ZERO(&all);
-  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) CPU_SET(cpu, &all);
-  (void)pthread_setaffinity_np(pthread_self(), sizeof all, &all);
-}
-
 static void *loop_main(void *arg) {
   struct lstmd_server *s = arg;
-  unpin_this_thread();
+  /* See cfg.cpus (cli_serve.c: the CPUs of this job's ranks on this node). If the kernel
+   * refuses them, the thread keeps rank 0's binding. */
+  if (s->cfg.cpus) (void)pthread_setaffinity_np(pthread_self(), sizeof s->cpus, &s->cpus);
   uv_run(&s->loop, UV_RUN_DEFAULT);
   return NULL;
 }
@@ -543,6 +534,7 @@ int lstmd_server_start(const struct lstmd_server_config *cfg, struct lstmd_jobs 
   struct lstmd_server *s = calloc(1, sizeof *s);
   if (!s) return LSTMD_ENOMEM;
   s->cfg = *cfg;
+  if (cfg->cpus) s->cpus = *cfg->cpus;
   s->jobs = jobs;
   s->events_tail = &s->events;
   pthread_mutex_init(&s->mu, NULL);

@@ -16,6 +16,7 @@
 #ifndef LSTMD_SERVER_H
 #define LSTMD_SERVER_H
 
+#include <sched.h>
 #include <stdint.h>
 
 #include "jobs.h"
@@ -30,6 +31,7 @@ struct lstmd_server_config {
   uint32_t max_frame;
   double idle_timeout_s;
   int max_connections;
+  const cpu_set_t *cpus; /* where the control thread may run (NULL: where it is started) */
 };
 
 struct lstmd_server;

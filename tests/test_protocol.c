@@ -174,6 +174,15 @@ static void check_status_replies(struct lstmd_jobs *t) {
                                                     l->jobs->jobs[0]->val_loss == 1.25);
   lstmd__response__free_unpacked(g, NULL);
   lstmd__response__free_unpacked(l, NULL);
+  free(lstmd_jobs_get(t, 3, &len));
+  lstmd_jobs_finish(t, 3, LSTMD__JOB_STATE__FAILED, 0, "test failure");
+  g = get_reply(t, 3);
+  l = list_reply(t);
+  check_true("status: a finished job shows at once", g && g->job->state == LSTMD__JOB_STATE__FAILED &&
+                                                         !strcmp(g->job->reason, "test failure") && l &&
+                                                         l->jobs->jobs[2]->state == LSTMD__JOB_STATE__FAILED);
+  lstmd__response__free_unpacked(g, NULL);
+  lstmd__response__free_unpacked(l, NULL);
   g = get_reply(t, 99);
   check_true("status: an unknown id is NOT_FOUND", g && g->kind_case == LSTMD__RESPONSE__KIND_ERROR &&
                                                        g->error->code == LSTMD__ERROR_CODE__NOT_FOUND);
@@ -196,8 +205,21 @@ static void test_journal_and_jobs(void) {
   l = list_reply(&t);
   check_true("status: submitted jobs are listed", l && l->jobs->n_jobs == 3 && l->jobs->jobs[2]->id == 3);
   lstmd__response__free_unpacked(l, NULL);
+  free(lstmd_jobs_get(&t, 1, &len)); /* fill the reply caches before the changes below */
+  free(lstmd_jobs_get(&t, 2, &len));
+  free(lstmd_jobs_list(&t, &len));
   Lstmd__Job *j1 = lstmd_jobs_next(&t); /* job 1 RUNNING */
   free(lstmd_jobs_cancel(&t, 2, &len));  /* queued: CANCELLED at once */
+  Lstmd__Response *g1 = get_reply(&t, 1), *g2 = get_reply(&t, 2);
+  l = list_reply(&t);
+  check_true("status: a job taken to run and a cancelled one show at once",
+             g1 && g1->job->state == LSTMD__JOB_STATE__RUNNING && g2 &&
+                 g2->job->state == LSTMD__JOB_STATE__CANCELLED && l &&
+                 l->jobs->jobs[0]->state == LSTMD__JOB_STATE__RUNNING &&
+                 l->jobs->jobs[1]->state == LSTMD__JOB_STATE__CANCELLED);
+  lstmd__response__free_unpacked(g1, NULL);
+  lstmd__response__free_unpacked(g2, NULL);
+  lstmd__response__free_unpacked(l, NULL);
   check_true("jobs: FIFO and cancel of a queued job",
              j1 && j1->id == 1 && t.v[0]->state == LSTMD__JOB_STATE__RUNNING &&
                  t.v[1]->state == LSTMD__JOB_STATE__CANCELLED && t.v[2]->state == LSTMD__JOB_STATE__QUEUED);

@@ -9,7 +9,7 @@
 #  4. TCP with a token: the right token is served, a wrong one refused; another uid is refused
 #     by the SO_PEERCRED check even when the socket mode is opened up by hand;
 #  5. idle CPU of the daemon (all ranks and mpirun) from /proc: < 1% of a core; the control
-#     thread is not confined to rank 0's CPU binding;
+#     thread may run on the CPUs of all the job's ranks, not only rank 0's;
 #  6. `lstmctl shutdown` during a job: exit 0; a restarted daemon lists every record and resumes
 #     the job from its checkpoint, ending bitwise equal to an uninterrupted `lstmd train` run;
 #     the same after SIGKILL of a rank (a crash): the journal requeues the job and it resumes.
@@ -127,14 +127,24 @@ ticks() { local t=0; for p in $pids; do t=$((t + $(awk '{print $14 + $15}' /proc
 t1=$(ticks); sleep 10; t2=$(ticks)
 pct=$(awk -v d=$((t2 - t1)) -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", 100 * d / hz / 10 }')
 awk -v p="$pct" 'BEGIN { exit !(p < 1.0) }' && ok "idle daemon: $pct% of one core (mpirun + 2 ranks, 10 s)" || bad "idle CPU $pct%"
-# The control thread is not held to rank 0's binding: it may use every CPU mpirun may.
+# The control thread is not held to rank 0's binding: it may use the CPUs of all the job's
+# ranks on the node (the union of their affinity lists), and no others.
 allowed() { awk '/^Cpus_allowed_list/ {print $2}' "$1"; }
-control=$(grep -lx lstmd-control /proc/$(pgrep -P "$SERVE_PID" | head -1)/task/*/comm /proc/$(pgrep -P "$SERVE_PID" | tail -1)/task/*/comm 2>/dev/null | head -1)
-rank0=${control%/task/*}
-if [[ -n $control && $(allowed "${control%/comm}/status") == "$(allowed /proc/$SERVE_PID/status)" ]]; then
-  ok "control thread may run on CPUs $(allowed "${control%/comm}/status") (rank 0 is bound to $(allowed "$rank0/status"))"
+cpu_union() { /usr/bin/python3 -c '
+import sys
+cpus = set()
+for spec in sys.argv[1:]:
+    for part in spec.split(","):
+        a, _, b = part.partition("-")
+        cpus.update(range(int(a), int(b or a) + 1))
+print(",".join(map(str, sorted(cpus))))' "$@"; }
+ranks=$(pgrep -P "$SERVE_PID" | tr '\n' ' ')
+control=$(for r in $ranks; do grep -lx lstmd-control /proc/"$r"/task/*/comm 2>/dev/null; done | head -1)
+rank_lists=$(for r in $ranks; do allowed /proc/"$r"/status; done | tr '\n' ' ')
+if [[ -n $control && $(cpu_union "$(allowed "${control%/comm}/status")") == "$(cpu_union $rank_lists)" ]]; then
+  ok "control thread may run on CPUs $(allowed "${control%/comm}/status"), the ranks' CPUs ($rank_lists)"
 else
-  bad "control thread: ${control:-not found (no thread named lstmd-control)}"
+  bad "control thread: ${control:-not found (no thread named lstmd-control)}; ranks on $rank_lists"
 fi
 
 # 6a. shutdown during a job; restart; resume bitwise
