@@ -15,13 +15,16 @@
  *    makes it print the reason (rank, host, NCCL's last error), ncclCommAbort the communicator
  *    (which also unblocks kernels waiting on a dead peer) and set `failed`. The host side of the
  *    engine polls lstmd_nccl_failed while it waits on the GPU, so the job fails on every rank
- *    whose peer died instead of hanging. */
+ *    whose peer died instead of hanging. The abort frees the communicator, so every use of it
+ *    after set-up (the engine's ncclAllReduce and its polling, the watchdog's checks and abort)
+ *    happens under `mu`, and only while `failed` is unset. */
 #define _GNU_SOURCE
 #include "comm_nccl.h"
 
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,10 +56,10 @@ struct lstmd_nccl {
 #endif
   pthread_t watchdog;
   int watchdog_running;
-  pthread_mutex_t mu;
+  pthread_mutex_t mu;   /* guards comm (after set-up), watched and watched_since */
   cudaEvent_t watched; /* NULL: nothing in flight */
   double watched_since;
-  volatile int failed, quit;
+  atomic_int failed, quit; /* failed: set under mu when the communicator was aborted */
 };
 
 static double now_s(void) {
@@ -104,11 +107,13 @@ static int nccl_failed(struct lstmd_nccl *n, ncclResult_t r, const char *what) {
 static ncclResult_t settle(struct lstmd_nccl *n) {
   const double t0 = now_s();
   ncclResult_t st = ncclInProgress;
-  while (ncclCommGetAsyncError(n->comm, &st) == ncclSuccess && st == ncclInProgress) {
+  for (;;) {
+    ncclResult_t q = ncclCommGetAsyncError(n->comm, &st);
+    if (q != ncclSuccess) return q; /* the query's own failure, not a timeout */
+    if (st != ncclInProgress) return st;
     if (now_s() - t0 > n->timeout_s) return ncclInProgress;
     sleep_us(100);
   }
-  return st;
 }
 
 static void *watchdog_main(void *arg) {
@@ -116,6 +121,7 @@ static void *watchdog_main(void *arg) {
   cudaSetDevice(n->device); /* else the runtime would create a context on device 0 here */
   while (!n->quit && !n->failed) {
     sleep_us(10000);
+    pthread_mutex_lock(&n->mu);
     ncclResult_t st = ncclSuccess;
     ncclResult_t r = ncclCommGetAsyncError(n->comm, &st);
     const char *why = NULL;
@@ -123,7 +129,6 @@ static void *watchdog_main(void *arg) {
     if (r != ncclSuccess || (st != ncclSuccess && st != ncclInProgress)) {
       why = ncclGetErrorString(r != ncclSuccess ? r : st);
     } else {
-      pthread_mutex_lock(&n->mu);
       if (n->watched) {
         cudaError_t q = cudaEventQuery(n->watched);
         if (q == cudaSuccess) {
@@ -137,15 +142,16 @@ static void *watchdog_main(void *arg) {
           why = buf;
         }
       }
-      pthread_mutex_unlock(&n->mu);
     }
-    if (!why) continue;
-    const char *last = ncclGetLastError(n->comm);
-    lstmd_errorf("rank %d (%s): NCCL failed: %s%s%s; aborting the communicator", n->c->rank,
-                 n->c->host, why, last && *last ? ": " : "", last ? last : "");
-    ncclCommAbort(n->comm);
-    n->comm = NULL;
-    n->failed = 1;
+    if (why) {
+      const char *last = ncclGetLastError(n->comm);
+      lstmd_errorf("rank %d (%s): NCCL failed: %s%s%s; aborting the communicator", n->c->rank,
+                   n->c->host, why, last && *last ? ": " : "", last ? last : "");
+      ncclCommAbort(n->comm);
+      n->comm = NULL;
+      n->failed = 1;
+    }
+    pthread_mutex_unlock(&n->mu);
   }
   return NULL;
 }
@@ -260,6 +266,9 @@ void lstmd_nccl_destroy(struct lstmd_nccl *n) {
     if (in_flight) { /* a blocking destroy could wait for a dead peer */
       ncclCommAbort(n->comm);
     } else { /* non-blocking communicator: finalize, wait for it (bounded), then free */
+      /* Finalize waits for every peer to be quiescent; one that died outside a collective would
+       * hold it for the whole comm timeout. A healthy finalize takes milliseconds. */
+      if (n->timeout_s > 10.0) n->timeout_s = 10.0;
       ncclResult_t r = ncclCommFinalize(n->comm);
       if (r == ncclSuccess || r == ncclInProgress) r = settle(n);
       if (r == ncclSuccess) ncclCommDestroy(n->comm);
@@ -318,10 +327,15 @@ int lstmd_nccl_allreduce_sum(struct lstmd_nccl *n, float *buf, size_t count, voi
   if (count == 0) return LSTMD_OK;
   if (n->mode == LSTMD_NCCL_HOST_STAGED) return staged_allreduce(n, buf, count, (cudaStream_t)stream);
 #if LSTMD_WITH_NCCL
-  ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, n->comm, (cudaStream_t)stream);
-  if (r == ncclInProgress) r = settle(n);
-  if (nccl_failed(n, r, "ncclAllReduce")) return LSTMD_ECOMM;
-  return LSTMD_OK;
+  pthread_mutex_lock(&n->mu); /* the watchdog may abort (free) the communicator: see 3. */
+  int rc = LSTMD_ECOMM;
+  if (!n->failed) {
+    ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, n->comm, (cudaStream_t)stream);
+    if (r == ncclInProgress) r = settle(n);
+    if (!nccl_failed(n, r, "ncclAllReduce")) rc = LSTMD_OK;
+  }
+  pthread_mutex_unlock(&n->mu);
+  return rc;
 #else
   return LSTMD_EUNSUPPORTED;
 #endif

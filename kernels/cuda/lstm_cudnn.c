@@ -157,13 +157,13 @@ static int create_once(cudnnHandle_t handle, const struct lstmd_cudnn_lstm_confi
   if (!rc && cudnn_failed(cudnnGetRNNWeightSpaceSize(l->handle, l->rnn, &l->w_bytes),
                           "cudnnGetRNNWeightSpaceSize", quiet))
     rc = quiet ? LSTMD_EUNSUPPORTED : LSTMD_ECUDA;
-  size_t work_train = 0, work_infer = 0, reserve = 0;
+  size_t work_train = 0, work_infer = 0, reserve = 0, reserve_infer = 0; /* the last: unused */
   if (!rc && cudnn_failed(cudnnGetRNNTempSpaceSizes(l->handle, l->rnn, CUDNN_FWD_MODE_TRAINING,
                                                     l->x_desc, &work_train, &reserve),
                           "cudnnGetRNNTempSpaceSizes(training)", quiet))
     rc = quiet ? LSTMD_EUNSUPPORTED : LSTMD_ECUDA;
   if (!rc && cudnn_failed(cudnnGetRNNTempSpaceSizes(l->handle, l->rnn, CUDNN_FWD_MODE_INFERENCE,
-                                                    l->x_desc, &work_infer, NULL),
+                                                    l->x_desc, &work_infer, &reserve_infer),
                           "cudnnGetRNNTempSpaceSizes(inference)", quiet))
     rc = quiet ? LSTMD_EUNSUPPORTED : LSTMD_ECUDA;
   l->work_bytes = work_train > work_infer ? work_train : work_infer;

@@ -194,7 +194,11 @@ static int choose_lstm(struct lstmd_cuda_model *m) {
     struct lstmd_cudnn_lstm *l = NULL;
     int r = lstmd_cudnn_lstm_create(m->dnn, &lc, &l);
     if (r == LSTMD_EUNSUPPORTED) continue;
-    if (r) { rc = r; break; } /* a real failure (standard, or out of memory) */
+    if (r && first) { rc = r; break; } /* the standard algorithm must work */
+    if (r) { /* e.g. out of memory beside the best so far: that candidate is skipped */
+      cudaGetLastError();
+      continue;
+    }
     lstmd_cudnn_lstm_set_quiet(l, !first);
     float ms = 0.0f;
     r = lstm_trial(m, l); /* warm-up (and the first call's set-up) */
@@ -228,6 +232,8 @@ static int choose_lstm(struct lstmd_cuda_model *m) {
     lstmd_errorf("cuDNN supports none of its LSTM algorithms for this shape and type");
     rc = LSTMD_EUNSUPPORTED;
   }
+  /* The trials accumulated weight gradients of uninitialised weights: start from zero. */
+  if (!rc) rc = lstmd_cudnn_lstm_zero_dweights(m->lstm);
   return rc;
 }
 
