@@ -1,4 +1,5 @@
-# slurm_cluster.sh — sourced by the Slurm tests (test_slurm.sh, test_slurm_serve.sh): starts the
+# slurm_cluster.sh — sourced by the Slurm tests (test_slurm.sh, test_slurm_serve.sh,
+# test_slurm_gpus.sh, which exports LOCAL_CLUSTER_FAKE_GPUS first): starts the
 # one-node cluster of deploy/slurm/local-cluster.sh in $TMP/cluster and exports SLURM_CONF, or
 # exits 77 (skipped) where Slurm is not installed. However the test ends, its jobs still queued
 # are cancelled (so no slurmstepd or lstmd outlives it), the daemons it started are stopped and

@@ -9,6 +9,13 @@
 # accounting (no sacct). One partition, `debug`; the node advertises LOCAL_CLUSTER_CPUS CPUs
 # (default 4, more than a 2-core laptop has is fine for trying things out).
 #
+# LOCAL_CLUSTER_FAKE_GPUS=N (default 0: no GPUs) declares N fake GPUs as GRES (`Gres=gpu:N`), for
+# testing how Slurm hands GPUs to the ranks (--gpus-per-task, --gpus) on a machine without any:
+# each is a character device DIR/dev/gpuI with /dev/null's numbers (Slurm rejects plain files),
+# listed in DIR/gres.conf with AutoDetect=off. Job steps get CUDA_VISIBLE_DEVICES from Slurm as on
+# a GPU node, but nothing can run on these devices, and without cgroups nothing keeps a task from
+# opening the ones it was not given. `stop` removes the device nodes. Used by test_slurm_gpus.sh.
+#
 #   conf=$(deploy/slurm/local-cluster.sh start /tmp/lc)   # prints the slurm.conf to use
 #   export SLURM_CONF=$conf
 #   sinfo; srun -n 2 hostname
@@ -30,12 +37,17 @@ if [[ $cmd == stop ]]; then
     [[ $pid =~ ^[0-9]+$ ]] && [[ $(cat /proc/"$pid"/comm 2>/dev/null) == "$(basename "$f" .pid)" ]] \
       && pids+=("$pid")
   done
-  ((${#pids[@]})) || exit 0
-  kill "${pids[@]}" 2>/dev/null
-  for _ in $(seq 50); do kill -0 "${pids[@]}" 2>/dev/null || exit 0; sleep 0.1; done
-  kill -9 "${pids[@]}" 2>/dev/null
+  if ((${#pids[@]})); then
+    kill "${pids[@]}" 2>/dev/null
+    for _ in $(seq 50); do kill -0 "${pids[@]}" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "${pids[@]}" 2>/dev/null
+  fi
+  rm -f "$dir"/dev/gpu[0-9]* # the fake GPUs' device nodes, if any
+  [[ -d $dir/dev ]] && rmdir "$dir/dev" 2>/dev/null
   exit 0
 fi
+gpus=${LOCAL_CLUSTER_FAKE_GPUS:-0}
+[[ $gpus =~ ^[0-9]+$ ]] || { echo "local-cluster: LOCAL_CLUSTER_FAKE_GPUS must be a count" >&2; exit 2; }
 for b in munged slurmctld slurmd srun sinfo; do
   command -v $b >/dev/null || { echo "local-cluster: $b not installed" >&2; exit 77; }
 done
@@ -47,6 +59,19 @@ dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 2>/dev/null
 chmod 400 "$dir/munge/munge.key"
 # Ports out of the way of a real Slurm on the same machine.
 port=$((20000 + RANDOM % 20000))
+gres_types='' node_gres=''
+rm -f "$dir/gres.conf" "$dir"/dev/gpu[0-9]*
+if ((gpus > 0)); then
+  mkdir -p "$dir/dev"
+  echo "AutoDetect=off" > "$dir/gres.conf"
+  for ((i = 0; i < gpus; i++)); do
+    mknod -m 666 "$dir/dev/gpu$i" c 1 3 \
+      || { echo "local-cluster: cannot create the fake GPU $dir/dev/gpu$i (mknod)" >&2; exit 1; }
+    echo "NodeName=$host Name=gpu File=$dir/dev/gpu$i" >> "$dir/gres.conf"
+  done
+  gres_types=$'GresTypes=gpu\n'
+  node_gres=" Gres=gpu:$gpus"
+fi
 cat > "$dir/slurm.conf" <<CONF
 ClusterName=lstmdtest
 SlurmctldHost=$host
@@ -72,7 +97,7 @@ MpiDefault=pmix
 SlurmdParameters=config_overrides
 MailProg=/bin/true
 ReturnToService=2
-NodeName=$host CPUs=$cpus State=UNKNOWN
+${gres_types}NodeName=$host CPUs=$cpus$node_gres State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 CONF
 munged -F --force --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.sock" \
