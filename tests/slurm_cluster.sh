@@ -27,3 +27,23 @@ export SLURM_CONF=$conf
 fails=0
 ok() { echo "ok    $*"; }
 bad() { echo "FAIL  $*"; fails=$((fails + 1)); }
+# A 6-step job on $TMP/ds (checkpoints at 3 and 6), for the batch scripts; [train] comes last,
+# so a test may append more train keys.
+small_job_ini() {
+  cat <<INI
+[data]
+path = $TMP/ds
+seq_len = 16
+batch_size = 4
+[model]
+hidden = 32
+[optim]
+algo = sgd
+lr = 0.5
+[train]
+steps = 6
+log_every = 1
+eval_every = 0
+checkpoint_every = 3
+INI
+}

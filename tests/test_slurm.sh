@@ -41,22 +41,7 @@ if [[ $rc -eq 0 ]] && grep -q "stopped at step" "$TMP/stop.log" && [[ -f "$TMP/s
 else bad "scancel: rc=$rc $(tail -2 "$TMP/stop.log")"; fi
 
 # 3. the batch script, as a user would submit it (CONFIG/RUN/LSTMD from the environment).
-cat > "$TMP/job.ini" <<INI
-[data]
-path = $TMP/ds
-seq_len = 16
-batch_size = 4
-[model]
-hidden = 32
-[optim]
-algo = sgd
-lr = 0.5
-[train]
-steps = 6
-log_every = 1
-eval_every = 0
-checkpoint_every = 3
-INI
+small_job_ini > "$TMP/job.ini"
 sbatch_job() { # sbatch_job OUTFILE [lstmd train args...]: sbatch --wait's status (the job's)
   local out=$1
   shift

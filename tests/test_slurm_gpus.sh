@@ -26,23 +26,7 @@ gres=$(sinfo -h -o %G 2>/dev/null)
 
 head -c 200000 "$SRC/data/fortunes.txt" > "$TMP/small.txt"
 "$LSTMD" prepare text --input "$TMP/small.txt" --out "$TMP/ds" 2>/dev/null
-cat > "$TMP/job.ini" <<INI
-[data]
-path = $TMP/ds
-seq_len = 16
-batch_size = 4
-[model]
-hidden = 32
-[optim]
-algo = sgd
-lr = 0.5
-[train]
-device = cpu
-steps = 6
-log_every = 1
-eval_every = 0
-checkpoint_every = 3
-INI
+{ small_job_ini; echo "device = cpu"; } > "$TMP/job.ini" # [train] is the last section
 # train.sbatch runs "$LSTMD --version" in the batch shell, then srun "$LSTMD" train ... per rank.
 cat > "$TMP/lstmd-env" <<SH
 #!/bin/bash
