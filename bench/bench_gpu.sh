@@ -33,7 +33,7 @@ E=64
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/lstmd-bench-gpu.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 
-# flops_per_token H L V: lstmd_model_flops_per_token (worker/model.c) for the text model.
+# flops_per_token H L V: lstmd_model_flops_per_token (worker/model/model.c) for the text model.
 flops_per_token() {
   awk -v H="$1" -v L="$2" -v V="$3" -v E="$E" 'BEGIN {
     f = 2 * V * H; for (k = 0; k < L; k++) f += 2 * 4 * H * ((k == 0 ? E : H) + H); printf "%.0f", 3 * f }'

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../kernels/status.h"
+#include "kernels/status.h"
 
 enum { kPiece = 1 << 30 };
 

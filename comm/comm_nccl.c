@@ -34,7 +34,7 @@
 #include <nccl.h>
 #endif
 
-#include "../kernels/status.h"
+#include "kernels/status.h"
 #include "comm.h"
 #include "comm_internal.h"
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "../kernels/status.h"
+#include "kernels/status.h"
 #include "comm.h"
 #include "comm_internal.h"
 

@@ -14,7 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "../kernels/status.h"
+#include "kernels/status.h"
 
 int lstmd_socket_make_way(const char *path, char *err, size_t n) {
   struct sockaddr_un addr = {.sun_family = AF_UNIX};

@@ -3,11 +3,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../kernels/status.h"
-#include "../worker/checkpoint.h"
-#include "../worker/dataset.h"
-#include "../worker/infer.h"
-#include "../kernels/cpu/blas_cpu.h"
+#include "kernels/status.h"
+#include "worker/io/checkpoint.h"
+#include "worker/data/dataset.h"
+#include "worker/model/infer.h"
+#include "kernels/cpu/blas_cpu.h"
 #include "cli.h"
 
 static int require(const char *cmd, const char *name, const char *value) {

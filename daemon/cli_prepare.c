@@ -2,8 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../kernels/status.h"
-#include "../worker/prepare.h"
+#include "kernels/status.h"
+#include "worker/data/prepare.h"
 #include "cli.h"
 
 static int need(const char *cmd, const char *name, const char *value) {

@@ -27,10 +27,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "../comm/comm.h"
-#include "../kernels/status.h"
-#include "../worker/durable.h"
-#include "../worker/trainer.h"
+#include "comm/comm.h"
+#include "kernels/status.h"
+#include "worker/io/durable.h"
+#include "worker/train/trainer.h"
 #include "access.h"
 #include "blas_setup.h"
 #include "cli.h"

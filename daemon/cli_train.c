@@ -5,9 +5,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../comm/comm.h"
-#include "../kernels/status.h"
-#include "../worker/trainer.h"
+#include "comm/comm.h"
+#include "kernels/status.h"
+#include "worker/train/trainer.h"
 #include "blas_setup.h"
 #include "cli.h"
 #include "config.h"

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/status.h"
-#include "../worker/batcher.h"
+#include "kernels/status.h"
+#include "worker/data/batcher.h"
 #include "utf8.h"
 
 enum cfg_type { CFG_INT, CFG_LONG, CFG_U64, CFG_FLOAT, CFG_DOUBLE, CFG_STRING, CFG_ENUM };

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "../worker/train_config.h"
+#include "worker/train/train_config.h"
 
 void lstmd_config_defaults(struct lstmd_train_config *c);
 /* Applies an INI file. Errors print "FILE:LINE: ..." and return LSTMD_ECONFIG (LSTMD_EIO when

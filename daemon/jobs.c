@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/time.h>
 
-#include "../kernels/status.h"
+#include "kernels/status.h"
 #include "frame.h"
 
 enum { kMaxAttempts = 3 };

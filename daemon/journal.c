@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../kernels/status.h"
-#include "../worker/durable.h"
+#include "kernels/status.h"
+#include "worker/io/durable.h"
 
 static const char kMagic[8] = {'L', 'S', 'T', 'M', 'D', 'J', '1', '\n'};
 enum { kRecordHeader = 8, kMaxRecord = 16 << 20 };

@@ -2,14 +2,14 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../comm/comm.h"
-#include "../kernels/cpu/blas_cpu.h"
-#include "../kernels/status.h"
+#include "comm/comm.h"
+#include "kernels/cpu/blas_cpu.h"
+#include "kernels/status.h"
 #include "blas_setup.h"
 #include "cli.h"
 #if LSTMD_BUILT_WITH_CUDA
-#include "../comm/comm_nccl.h"
-#include "../kernels/cuda/device_cuda.h"
+#include "comm/comm_nccl.h"
+#include "kernels/cuda/device_cuda.h"
 #endif
 
 #define LSTMD_VERSION "0.1.0"

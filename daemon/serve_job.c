@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../kernels/status.h"
+#include "kernels/status.h"
 #include "access.h"
 #include "config.h"
 

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "../worker/train_config.h"
+#include "worker/train/train_config.h"
 #include "lstmd.pb-c.h"
 
 /* Applies settings over the defaults, resolves data.path (must exist) and train.run_dir (if

@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "../kernels/status.h"
+#include "kernels/status.h"
 #include "access.h"
 #include "arena.h"
 #include "frame.h"

@@ -13,9 +13,9 @@
 #include <string.h>
 
 #include "kernels/status.h"
-#include "worker/checkpoint.h"
-#include "worker/model.h"
-#include "worker/rng.h"
+#include "worker/io/checkpoint.h"
+#include "worker/model/model.h"
+#include "worker/model/rng.h"
 
 static int write_file(const char *path, const void *data, size_t bytes) {
   FILE *f = fopen(path, "wb");

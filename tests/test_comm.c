@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../comm/comm.h"
-#include "../comm/reducer.h"
-#include "../kernels/status.h"
+#include "comm/comm.h"
+#include "comm/reducer.h"
+#include "kernels/status.h"
 #include "check.h"
 
 /* Rank r contributes value(r, i) = (r + 1) · (i % 97 + 1) / 8: exact in float, and the sum over

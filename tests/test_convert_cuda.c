@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/cuda/convert_cuda.h"
-#include "../kernels/cuda/dense_cuda.h"
+#include "kernels/cuda/convert_cuda.h"
+#include "kernels/cuda/dense_cuda.h"
 #include "check.h"
 
 static unsigned long long g_seed = 99;

@@ -8,12 +8,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../daemon/config.h"
-#include "../kernels/status.h"
-#include "../worker/checkpoint.h"
-#include "../worker/dataset.h"
-#include "../worker/safetensors.h"
-#include "../worker/tb_events.h"
+#include "daemon/config.h"
+#include "kernels/status.h"
+#include "worker/io/checkpoint.h"
+#include "worker/data/dataset.h"
+#include "worker/io/safetensors.h"
+#include "worker/io/tb_events.h"
 #include "check.h"
 
 static char g_dir[] = "/tmp/lstmd-test-formats-XXXXXX";

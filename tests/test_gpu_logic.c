@@ -8,14 +8,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../daemon/config.h"
-#include "../kernels/status.h"
-#include "../worker/checkpoint.h"
-#include "../worker/device_select.h"
-#include "../worker/loss_scale.h"
+#include "daemon/config.h"
+#include "kernels/status.h"
+#include "worker/io/checkpoint.h"
+#include "worker/engine/device_select.h"
+#include "worker/engine/loss_scale.h"
 #include "check.h"
 #if LSTMD_WITH_GPU
-#include "../kernels/cuda/lstm_cudnn.h"
+#include "kernels/cuda/lstm_cudnn.h"
 #endif
 
 static void test_gpu_for_rank(void) {

@@ -12,19 +12,19 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../kernels/cuda/device_cuda.h"
-#include "../kernels/cuda/lstm_cudnn.h"
-#include "../kernels/cuda/model_cuda.h"
-#include "../kernels/status.h"
-#include "../worker/checkpoint.h"
-#include "../worker/gpu_engine.h"
-#include "../worker/data_parallel.h"
-#include "../worker/dataset.h"
-#include "../worker/infer.h"
-#include "../worker/prepare.h"
-#include "../worker/model.h"
-#include "../worker/optim.h"
-#include "../worker/train_config.h"
+#include "kernels/cuda/device_cuda.h"
+#include "kernels/cuda/lstm_cudnn.h"
+#include "kernels/cuda/model_cuda.h"
+#include "kernels/status.h"
+#include "worker/io/checkpoint.h"
+#include "worker/engine/gpu_engine.h"
+#include "worker/engine/data_parallel.h"
+#include "worker/data/dataset.h"
+#include "worker/model/infer.h"
+#include "worker/data/prepare.h"
+#include "worker/model/model.h"
+#include "worker/model/optim.h"
+#include "worker/train/train_config.h"
 #include "check.h"
 
 enum { T = 7, B = 5 };

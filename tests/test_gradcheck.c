@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/status.h"
-#include "../worker/model.h"
+#include "kernels/status.h"
+#include "worker/model/model.h"
 #include "check.h"
 
 struct ref_ctx {

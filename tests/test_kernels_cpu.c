@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/cpu/dense_cpu.h"
-#include "../kernels/cpu/fastmath.h"
-#include "../kernels/cpu/lstm_cpu.h"
-#include "../kernels/cpu/recur_gemm.h"
+#include "kernels/cpu/dense_cpu.h"
+#include "kernels/cpu/fastmath.h"
+#include "kernels/cpu/lstm_cpu.h"
+#include "kernels/cpu/recur_gemm.h"
 #include "check.h"
 
 static unsigned long long g_seed = 12345;

@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../comm/comm.h"
-#include "../comm/comm_nccl.h"
-#include "../kernels/cuda/device_cuda.h"
-#include "../kernels/status.h"
-#include "../worker/device_select.h"
+#include "comm/comm.h"
+#include "comm/comm_nccl.h"
+#include "kernels/cuda/device_cuda.h"
+#include "kernels/status.h"
+#include "worker/engine/device_select.h"
 #include "check.h"
 
 int main(int argc, char **argv) {

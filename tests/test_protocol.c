@@ -10,12 +10,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../daemon/access.h"
-#include "../daemon/arena.h"
-#include "../daemon/frame.h"
-#include "../daemon/jobs.h"
-#include "../daemon/journal.h"
-#include "../kernels/status.h"
+#include "daemon/access.h"
+#include "daemon/arena.h"
+#include "daemon/frame.h"
+#include "daemon/jobs.h"
+#include "daemon/journal.h"
+#include "kernels/status.h"
 #include "check.h"
 
 static char g_dir[] = "/tmp/lstmd-test-protocol-XXXXXX";

@@ -7,7 +7,7 @@
 #include <cuda_runtime.h>
 
 extern "C" {
-#include "../status.h"
+#include "kernels/status.h"
 }
 
 #include "cuda_check.h"

@@ -5,7 +5,7 @@
 
 #include <cuda_runtime.h>
 
-#include "../status.h"
+#include "kernels/status.h"
 
 /* Nonzero (after printing "CUDA: what: reason" and clearing the sticky error) when e failed. */
 static inline int lstmd_cuda_failed(cudaError_t e, const char *what) {

@@ -6,7 +6,7 @@
 #include <cudnn.h>
 #include <stdio.h>
 
-#include "../status.h"
+#include "kernels/status.h"
 
 int lstmd_cuda_probe(char *why, size_t n) {
   int count = 0; /* cudaGetDeviceCount leaves it unwritten without a driver (PLATFORM.md) */

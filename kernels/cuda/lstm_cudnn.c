@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../status.h"
+#include "kernels/status.h"
 
 struct lstmd_cudnn_lstm {
   struct lstmd_cudnn_lstm_config cfg;

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../status.h"
+#include "kernels/status.h"
 #include "cuda_check.h"
 #include "dense_cuda.h"
 #include "lstm_cudnn.h"

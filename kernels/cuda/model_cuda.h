@@ -1,7 +1,7 @@
 /* model_cuda.h — the whole LSTM model on one CUDA device for one fixed (T, B): embedding
  * (text) → L-layer cuDNN LSTM → linear head (cuBLAS) → softmax cross-entropy (text) or MSE
  * (series), forward and backward. The caller owns the flat fp32 master parameters and gradients
- * on the device, in the same layout as the CPU model (worker/model.h); this object owns the
+ * on the device, in the same layout as the CPU model (worker/model/model.h); this object owns the
  * activations, the cuDNN weight space (a cast copy of the LSTM tensors, refreshed with
  * _load_weights after every update) and the carried recurrent state.
  *

@@ -1,0 +1,79 @@
+/* dataset.h — the prepared-dataset file format (one file per split, DIR/train.bin and
+ * DIR/val.bin) and ranged reads of it. Byte layout (little-endian), documented in README.md:
+ *   0  "LSTMDDAT"      8  u32 version (1)      12 u32 kind (1 text, 2 series)
+ *   16 u32 dtype (1 u8 token ids, 2 f32 rows)   20 u32 header_bytes (payload offset, 64-aligned)
+ *   24 u64 count (tokens or rows)               32 u32 width (1, or columns per row)
+ *   36 u32 vocab_size (text)                    40 u32 horizon (series)
+ *   44 u32 payload_crc32c                       48 u32 header_crc32c (this field read as 0)
+ *   52 u32 reserved                             56 u64 pair_id (same in both splits)
+ *   64 text: vocab_size bytes, the byte value of each token id, ascending
+ *      series: width × (u8 length + name bytes), then f32 mean[width], f32 std[width]
+ *      (training-split statistics; column 0 is the target), zero padding to header_bytes. */
+#ifndef LSTMD_DATASET_H
+#define LSTMD_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "worker/io/durable.h"
+
+enum lstmd_dataset_kind { LSTMD_DATASET_TEXT = 1, LSTMD_DATASET_SERIES = 2 };
+#define LSTMD_MAX_COLUMNS 64
+#define LSTMD_MAX_NAME_BYTES 64 /* including the NUL */
+
+struct lstmd_dataset_info {
+  int kind;
+  uint64_t count;                /* tokens (text) or rows (series) */
+  int width;                     /* 1 (text) or columns per row (series), target first */
+  int vocab_size;                /* text: number of distinct byte values */
+  uint8_t vocab[256];            /* text: byte value of token id k */
+  int horizon;                   /* series: how many next target values are predicted */
+  char names[LSTMD_MAX_COLUMNS][LSTMD_MAX_NAME_BYTES]; /* series column names */
+  float mean[LSTMD_MAX_COLUMNS]; /* series: training-split mean of each column */
+  float std[LSTMD_MAX_COLUMNS];  /* series: training-split std (1 where constant) */
+  uint32_t payload_crc32c;
+  uint64_t pair_id;
+};
+
+struct lstmd_dataset {
+  struct lstmd_dataset_info info;
+  int fd;
+  char *path;
+  uint64_t payload_offset;
+  size_t elem_bytes; /* bytes per token (1) or per row (4·width) */
+};
+
+/* CRC-32C (Castagnoli) of buf, continuing from crc (start with 0). Uses ISA-L. */
+uint32_t lstmd_crc32c(uint32_t crc, const void *buf, size_t n);
+
+/* Streaming writer of one split into a temp file; nothing is visible at `path` until commit.
+ * open: info describes everything but count/payload_crc32c/pair_id (filled in as data comes).
+ * append: n elements (u8 token ids, or rows of width f32). finish: writes the header.
+ * commit: fsync + rename into place. abort: removes the temp file (safe after any step). */
+struct lstmd_dataset_writer {
+  struct lstmd_durable file;
+  struct lstmd_dataset_info info;
+  size_t header_bytes;
+};
+int lstmd_dataset_writer_open(struct lstmd_dataset_writer *w, const char *path,
+                              const struct lstmd_dataset_info *info);
+int lstmd_dataset_writer_append(struct lstmd_dataset_writer *w, const void *data, uint64_t n);
+int lstmd_dataset_writer_finish(struct lstmd_dataset_writer *w, uint64_t pair_id);
+int lstmd_dataset_writer_commit(struct lstmd_dataset_writer *w);
+void lstmd_dataset_writer_abort(struct lstmd_dataset_writer *w);
+
+/* Opens a split and checks its header (magic, version, sizes, header CRC, file length).
+ * Every failure prints a message naming the file and returns LSTMD_EFORMAT/LSTMD_EIO. */
+int lstmd_dataset_open(const char *path, struct lstmd_dataset *ds);
+/* Reads the whole payload once and checks its CRC (LSTMD_ECRC on mismatch). */
+int lstmd_dataset_verify(struct lstmd_dataset *ds);
+/* Reads elements [first, first+n) (tokens or rows) into out with pread. */
+int lstmd_dataset_read(const struct lstmd_dataset *ds, uint64_t first, uint64_t n, void *out);
+void lstmd_dataset_close(struct lstmd_dataset *ds);
+
+/* Opens DIR/train.bin and DIR/val.bin, verifies both payloads when `verify` is set (one full
+ * read of each), and checks they belong together (same pair_id, kind, vocabulary/columns). */
+int lstmd_dataset_open_dir(const char *dir, struct lstmd_dataset *train, struct lstmd_dataset *val,
+                           int verify);
+
+#endif

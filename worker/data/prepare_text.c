@@ -1,0 +1,115 @@
+/* prepare_text.c — `lstmd prepare text`: byte-level corpus → train.bin/val.bin, streamed in two
+ * passes (byte histogram, then id mapping) so a corpus never has to fit in memory. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kernels/status.h"
+#include "dataset.h"
+#include "prepare.h"
+
+enum { kChunkBytes = 1 << 20 };
+
+/* Reads up to n bytes; returns bytes read (0 at end) or -1 with errno set. */
+static ssize_t read_some(int fd, uint8_t *buf, size_t n) {
+  ssize_t k;
+  do k = read(fd, buf, n);
+  while (k < 0 && errno == EINTR);
+  return k;
+}
+
+int lstmd_prepare_text(const char *input, const char *out_dir, double val_fraction) {
+  int fd = open(input, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    lstmd_errorf("%s: cannot open input: %s", input, strerror(errno));
+    return LSTMD_EIO;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    lstmd_errorf("%s: not a regular file", input);
+    close(fd);
+    return LSTMD_EIO;
+  }
+  uint64_t size = (uint64_t)st.st_size;
+  uint64_t val_n = (uint64_t)(val_fraction * (double)size), train_n = size - val_n;
+  if (size == 0) {
+    lstmd_errorf("%s: input is empty", input);
+    close(fd);
+    return LSTMD_EFORMAT;
+  }
+  if (train_n < 2) {
+    lstmd_errorf("%s: %llu bytes leave fewer than 2 for training", input, (unsigned long long)size);
+    close(fd);
+    return LSTMD_EFORMAT;
+  }
+  uint8_t *buf = malloc(kChunkBytes);
+  if (!buf) {
+    close(fd);
+    return LSTMD_ENOMEM;
+  }
+  uint64_t hist[256] = {0}, seen = 0;
+  ssize_t k;
+  while ((k = read_some(fd, buf, kChunkBytes)) > 0) {
+    for (ssize_t i = 0; i < k; i++) hist[buf[i]]++;
+    seen += (uint64_t)k;
+  }
+  struct lstmd_dataset_info info = {.kind = LSTMD_DATASET_TEXT, .width = 1};
+  uint8_t id_of[256] = {0};
+  for (int b = 0; b < 256; b++)
+    if (hist[b]) {
+      id_of[b] = (uint8_t)info.vocab_size;
+      info.vocab[info.vocab_size++] = (uint8_t)b;
+    }
+  int rc = LSTMD_OK;
+  if (k < 0 || seen != size) {
+    lstmd_errorf("%s: read failed or file changed while reading", input);
+    rc = LSTMD_EIO;
+  }
+  struct lstmd_dataset_writer train = {0}, val = {0};
+  char path[4096];
+  int opened = 0;
+  if (!rc) rc = lstmd_mkdir_p(out_dir);
+  if (!rc) {
+    snprintf(path, sizeof path, "%s/train.bin", out_dir);
+    rc = lstmd_dataset_writer_open(&train, path, &info);
+    opened = rc == 0;
+  }
+  if (!rc) {
+    snprintf(path, sizeof path, "%s/val.bin", out_dir);
+    rc = lstmd_dataset_writer_open(&val, path, &info);
+    opened += rc == 0;
+  }
+  if (!rc && lseek(fd, 0, SEEK_SET) != 0) rc = LSTMD_EIO;
+  uint64_t pos = 0;
+  while (!rc && (k = read_some(fd, buf, kChunkBytes)) > 0) {
+    for (ssize_t i = 0; i < k; i++) buf[i] = id_of[buf[i]];
+    uint64_t n = (uint64_t)k, to_train = pos < train_n ? train_n - pos : 0;
+    if (to_train > n) to_train = n;
+    if (to_train) rc = lstmd_dataset_writer_append(&train, buf, to_train);
+    if (!rc && n > to_train) rc = lstmd_dataset_writer_append(&val, buf + to_train, n - to_train);
+    pos += n;
+  }
+  if (!rc && (k < 0 || pos != size)) {
+    lstmd_errorf("%s: read failed or file changed while reading", input);
+    rc = LSTMD_EIO;
+  }
+  uint64_t pair_id = (uint64_t)train.info.payload_crc32c << 32 | val.info.payload_crc32c;
+  if (!rc) rc = lstmd_dataset_writer_finish(&train, pair_id);
+  if (!rc) rc = lstmd_dataset_writer_finish(&val, pair_id);
+  if (!rc) rc = lstmd_dataset_writer_commit(&val);
+  if (!rc) rc = lstmd_dataset_writer_commit(&train);
+  if (rc && opened >= 1) lstmd_dataset_writer_abort(&train);
+  if (rc && opened >= 2) lstmd_dataset_writer_abort(&val);
+  free(buf);
+  close(fd);
+  if (!rc)
+    fprintf(stderr, "lstmd: prepared text %s: %llu bytes, vocabulary %d, train %llu, val %llu -> %s\n",
+            input, (unsigned long long)size, info.vocab_size, (unsigned long long)train_n,
+            (unsigned long long)val_n, out_dir);
+  return rc;
+}

@@ -1,0 +1,496 @@
+/* gpu_engine.c — data-parallel training on one GPU per rank (see gpu_engine.h).
+ *
+ * 1. Streams: `copy` (batches in), `compute` (model, optimizer), `comm` (all-reduce). Orders
+ *    between them are events only: compute waits for the batch copy; the copy of the next batch
+ *    waits for the compute stream to have finished with the input buffers (inputs_free); the
+ *    comm stream waits for each gradient region; compute waits for comm_done before the
+ *    optimizer. The host waits on the GPU in two places: the loss of a micro-batch (and, on the
+ *    last one, the end of the all-reduce, which measures the communication backward did not
+ *    hide), and the gradient norm the optimizer needs for clipping and the fp16 overflow check.
+ *    Those waits poll the event and the NCCL watchdog, so a failed peer ends the wait.
+ * 2. cuDNN's weight gradients accumulate (CUDNN_WGRAD_MODE_ADD): fp32/tf32 zero them once per
+ *    step and copy them into the flat fp32 gradients after the last micro-batch; 16-bit types
+ *    zero them every micro-batch and add them into the fp32 gradients, so accumulation over
+ *    micro-batches happens in fp32.
+ * 3. The pinned staging buffers of the batch are double-buffered; one is refilled only after
+ *    its previous copy has completed (copy_done event). */
+#define _GNU_SOURCE
+#include "gpu_engine.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/comm.h"
+#include "comm/comm_nccl.h"
+#include "kernels/cuda/dense_cuda.h"
+#include "kernels/cuda/device_cuda.h"
+#include "kernels/cuda/lstm_cudnn.h"
+#include "kernels/cuda/model_cuda.h"
+#include "kernels/status.h"
+#include "worker/data/batcher.h"
+#include "loss_scale.h"
+#include "worker/io/nvtx.h"
+#include "worker/train/train_config.h"
+
+enum { kMaxRegions = 8 };
+
+struct lstmd_gpu {
+  struct lstmd_model *model;
+  struct lstmd_gpu_config cfg;
+  struct lstmd_comm *comm;
+  int rank, world, dtype, fp16;
+  cudaStream_t compute, copy, comm_stream;
+  struct lstmd_cuda_model *cm;
+  struct lstmd_nccl *nccl; /* NULL with one rank */
+  float *params, *grads, *m, *v; /* device [n_params] */
+  double *d_scalars;             /* device [2]: loss sum, sum of squares */
+  double *h_scalars;             /* pinned [2] */
+  void *staging[2];              /* pinned batch buffers */
+  size_t staging_bytes;
+  long micro_count;
+  cudaEvent_t copy_done[2], inputs_free, scalars_ready, comm_done, regions[kMaxRegions];
+  int n_regions, collecting, uploaded;
+  size_t ready_hi, bucket_floats;
+  struct lstmd_loss_scaler scaler;
+  long skipped;
+  char device_desc[160];
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cuda_failed(cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return 0;
+  cudaGetLastError();
+  lstmd_errorf("CUDA: %s: %s", what, cudaGetErrorString(e));
+  return 1;
+}
+#define CHECK_CUDA(call) \
+  do { if (cuda_failed((call), #call)) return LSTMD_ECUDA; } while (0)
+
+/* Waits for an event, watching the NCCL watchdog (see 1.). */
+static int wait_event(struct lstmd_gpu *g, cudaEvent_t ev) {
+  struct timespec ts = {0, 20000};
+  for (long spins = 0;; spins++) {
+    cudaError_t q = cudaEventQuery(ev);
+    if (q == cudaSuccess) return LSTMD_OK;
+    if (q != cudaErrorNotReady) return cuda_failed(q, "waiting for the GPU") ? LSTMD_ECUDA : LSTMD_OK;
+    if (g->nccl && lstmd_nccl_failed(g->nccl)) return LSTMD_ECOMM;
+    if (spins > 2000) nanosleep(&ts, NULL);
+  }
+}
+
+static int dtype_of(int precision) {
+  return precision == LSTMD_PRECISION_FP16 ? LSTMD_DT_F16
+         : precision == LSTMD_PRECISION_BF16 ? LSTMD_DT_BF16 : LSTMD_DT_F32;
+}
+static const char *precision_name(int p) {
+  return p == LSTMD_PRECISION_FP16 ? "fp16 (dynamic loss scaling)" : p == LSTMD_PRECISION_BF16 ? "bf16"
+         : p == LSTMD_PRECISION_TF32 ? "tf32" : "fp32";
+}
+
+void lstmd_gpu_model_layout(const struct lstmd_model *m, struct lstmd_cuda_model_layout *l) {
+  const struct lstmd_model_shape *s = &m->shape;
+  memset(l, 0, sizeof *l);
+  l->text = s->kind == LSTMD_MODEL_TEXT;
+  l->vocab = s->vocab;
+  l->embed = s->embed;
+  l->width = s->width;
+  l->horizon = s->horizon;
+  l->hidden = s->hidden;
+  l->layers = s->layers;
+  l->n_params = m->n_params;
+  const int first = l->text;
+  if (l->text) l->off_embed = m->tensors[0].offset;
+  for (int k = 0; k < s->layers; k++) {
+    l->off_w_ih[k] = m->tensors[first + 4 * k].offset;
+    l->off_w_hh[k] = m->tensors[first + 4 * k + 1].offset;
+    l->off_b_ih[k] = m->tensors[first + 4 * k + 2].offset;
+    l->off_b_hh[k] = m->tensors[first + 4 * k + 3].offset;
+  }
+  l->off_head_w = m->tensors[m->n_tensors - 2].offset;
+  l->off_head_b = m->tensors[m->n_tensors - 1].offset;
+}
+
+static int dev_alloc(void **p, size_t bytes, const char *what) {
+  if (cudaMalloc(p, bytes) == cudaSuccess) return cudaMemset(*p, 0, bytes) == cudaSuccess ? LSTMD_OK : LSTMD_ECUDA;
+  cudaGetLastError();
+  *p = NULL;
+  lstmd_errorf("CUDA: cannot allocate %.1f MiB for %s", (double)bytes / 1048576.0, what);
+  return LSTMD_ENOMEM;
+}
+
+static int create_streams(struct lstmd_gpu *g) {
+  CHECK_CUDA(cudaStreamCreateWithFlags(&g->compute, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&g->copy, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&g->comm_stream, cudaStreamNonBlocking));
+  for (int i = 0; i < 2; i++) CHECK_CUDA(cudaEventCreateWithFlags(&g->copy_done[i], cudaEventDisableTiming));
+  CHECK_CUDA(cudaEventCreateWithFlags(&g->inputs_free, cudaEventDisableTiming));
+  CHECK_CUDA(cudaEventCreateWithFlags(&g->scalars_ready, cudaEventDisableTiming));
+  CHECK_CUDA(cudaEventCreateWithFlags(&g->comm_done, cudaEventDisableTiming));
+  for (int i = 0; i < kMaxRegions; i++)
+    CHECK_CUDA(cudaEventCreateWithFlags(&g->regions[i], cudaEventDisableTiming));
+  CHECK_CUDA(cudaEventRecord(g->inputs_free, g->compute));
+  for (int i = 0; i < 2; i++) CHECK_CUDA(cudaEventRecord(g->copy_done[i], g->copy));
+  return LSTMD_OK;
+}
+
+static int alloc_buffers(struct lstmd_gpu *g) {
+  const size_t n = g->model->n_params * sizeof(float);
+  LSTMD_TRY(dev_alloc((void **)&g->params, n, "parameters"));
+  LSTMD_TRY(dev_alloc((void **)&g->grads, n, "gradients"));
+  LSTMD_TRY(dev_alloc((void **)&g->m, n, "optimizer moments"));
+  LSTMD_TRY(dev_alloc((void **)&g->v, n, "optimizer moments"));
+  LSTMD_TRY(dev_alloc((void **)&g->d_scalars, 2 * sizeof(double), "scalars"));
+  CHECK_CUDA(cudaMallocHost((void **)&g->h_scalars, 2 * sizeof(double)));
+  const struct lstmd_model_shape *s = &g->model->shape;
+  const size_t N = (size_t)g->cfg.seq_len * g->cfg.batch;
+  g->staging_bytes = s->kind == LSTMD_MODEL_TEXT ? 2 * N * sizeof(int32_t)
+                                                 : N * (size_t)(s->width + s->horizon) * sizeof(float);
+  for (int i = 0; i < 2; i++) CHECK_CUDA(cudaMallocHost(&g->staging[i], g->staging_bytes));
+  return LSTMD_OK;
+}
+
+int lstmd_gpu_create(struct lstmd_model *m, const struct lstmd_gpu_config *cfg,
+                     struct lstmd_comm *comm, struct lstmd_gpu **out) {
+  *out = NULL;
+  struct lstmd_gpu *g = calloc(1, sizeof *g);
+  if (!g) return LSTMD_ENOMEM;
+  g->model = m;
+  g->cfg = *cfg;
+  g->comm = comm;
+  g->rank = comm ? lstmd_comm_rank(comm) : 0;
+  g->world = comm ? lstmd_comm_size(comm) : 1;
+  g->dtype = dtype_of(cfg->precision);
+  g->fp16 = cfg->precision == LSTMD_PRECISION_FP16;
+  lstmd_loss_scaler_init(&g->scaler);
+  size_t bucket = (size_t)(cfg->bucket_mb * 1048576.0 / sizeof(float));
+  g->bucket_floats = bucket < 1024 ? 1024 : bucket;
+  int rc = lstmd_cuda_use_device(cfg->device);
+  if (!rc) lstmd_cuda_describe_device(g->device_desc, sizeof g->device_desc);
+  if (!rc) rc = create_streams(g);
+  if (!rc) rc = alloc_buffers(g);
+  if (!rc && cuda_failed(cudaDeviceSynchronize(), "zeroing the buffers")) rc = LSTMD_ECUDA;
+  if (!rc) {
+    struct lstmd_cuda_model_config mc = {.steps = cfg->seq_len, .batch = cfg->batch,
+                                         .dtype = g->dtype,
+                                         .allow_tf32 = cfg->precision == LSTMD_PRECISION_TF32,
+                                         .dropout = cfg->dropout,
+                                         .seed = cfg->seed * 1000003ULL + (unsigned)g->rank,
+                                         .algo = -1};
+    lstmd_gpu_model_layout(m, &mc.layout);
+    rc = lstmd_cuda_model_create(&mc, g->compute, &g->cm);
+  }
+  if (rc) {
+    lstmd_gpu_destroy(g);
+    return rc;
+  }
+  *out = g;
+  return LSTMD_OK;
+}
+
+void lstmd_gpu_destroy(struct lstmd_gpu *g) {
+  if (!g) return;
+  if (g->compute) cudaStreamSynchronize(g->compute);
+  lstmd_nccl_destroy(g->nccl);
+  lstmd_cuda_model_destroy(g->cm);
+  cudaFree(g->params);
+  cudaFree(g->grads);
+  cudaFree(g->m);
+  cudaFree(g->v);
+  cudaFree(g->d_scalars);
+  if (g->h_scalars) cudaFreeHost(g->h_scalars);
+  for (int i = 0; i < 2; i++) {
+    if (g->staging[i]) cudaFreeHost(g->staging[i]);
+    if (g->copy_done[i]) cudaEventDestroy(g->copy_done[i]);
+  }
+  cudaEvent_t evs[] = {g->inputs_free, g->scalars_ready, g->comm_done};
+  for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
+    if (evs[i]) cudaEventDestroy(evs[i]);
+  for (int i = 0; i < kMaxRegions; i++)
+    if (g->regions[i]) cudaEventDestroy(g->regions[i]);
+  if (g->copy) cudaStreamDestroy(g->copy);
+  if (g->comm_stream) cudaStreamDestroy(g->comm_stream);
+  if (g->compute) cudaStreamDestroy(g->compute);
+  cudaGetLastError();
+  free(g);
+}
+
+int lstmd_gpu_upload(struct lstmd_gpu *g, const struct lstmd_optim *o,
+                     const struct lstmd_train_progress *p) {
+  const size_t n = g->model->n_params * sizeof(float);
+  /* Collectives first, so that a local failure below cannot leave another rank inside one. */
+  double saved[2] = {p ? p->loss_scale : 0.0, p ? (double)p->loss_scale_good_steps : 0.0};
+  if (g->fp16 && g->world > 1) LSTMD_TRY(lstmd_comm_bcast(g->comm, saved, sizeof saved, 0));
+  if (g->world > 1 && !g->nccl)
+    LSTMD_TRY(lstmd_nccl_create(g->comm, g->model->n_params, g->cfg.comm_timeout_s, &g->nccl));
+  if (g->fp16 && saved[0] > 0.0)
+    LSTMD_TRY(lstmd_loss_scaler_restore(&g->scaler, saved[0], (long)saved[1]));
+  CHECK_CUDA(cudaMemcpy(g->params, g->model->params, n, cudaMemcpyHostToDevice));
+  if (o) {
+    CHECK_CUDA(cudaMemcpy(g->m, o->m, n, cudaMemcpyHostToDevice));
+    if (o->v) CHECK_CUDA(cudaMemcpy(g->v, o->v, n, cudaMemcpyHostToDevice));
+  }
+  /* cudaMemcpy runs on the legacy stream, which our non-blocking streams do not wait for, and
+   * may return before the DMA from its staging buffer is done. */
+  CHECK_CUDA(cudaDeviceSynchronize());
+  LSTMD_TRY(lstmd_cuda_model_load_weights(g->cm, g->params));
+  CHECK_CUDA(cudaStreamSynchronize(g->compute));
+  g->uploaded = 1;
+  return LSTMD_OK;
+}
+
+int lstmd_gpu_sync_host(struct lstmd_gpu *g, struct lstmd_optim *o, struct lstmd_train_progress *p) {
+  const size_t n = g->model->n_params * sizeof(float);
+  CHECK_CUDA(cudaEventRecord(g->scalars_ready, g->compute));
+  LSTMD_TRY(wait_event(g, g->scalars_ready));
+  CHECK_CUDA(cudaMemcpy(g->model->params, g->params, n, cudaMemcpyDeviceToHost));
+  if (o) {
+    CHECK_CUDA(cudaMemcpy(o->m, g->m, n, cudaMemcpyDeviceToHost));
+    if (o->v) CHECK_CUDA(cudaMemcpy(o->v, g->v, n, cudaMemcpyDeviceToHost));
+  }
+  if (p) {
+    p->loss_scale = g->fp16 ? g->scaler.scale : 0.0;
+    p->loss_scale_good_steps = g->fp16 ? g->scaler.good_steps : 0;
+  }
+  return LSTMD_OK;
+}
+
+/* The batch into the model's device inputs through pinned memory on the copy stream (see 3.). */
+static int copy_batch(struct lstmd_gpu *g, const struct lstmd_batch *b) {
+  const int k = (int)(g->micro_count++ % 2);
+  struct lstmd_cuda_inputs *in = lstmd_cuda_model_inputs(g->cm);
+  const size_t N = (size_t)g->cfg.seq_len * g->cfg.batch;
+  if (b->steps != g->cfg.seq_len || b->batch != g->cfg.batch) {
+    lstmd_errorf("GPU engine: batch of %dx%d, expected %dx%d", b->steps, b->batch, g->cfg.seq_len,
+                 g->cfg.batch);
+    return LSTMD_EINVAL;
+  }
+  CHECK_CUDA(cudaEventSynchronize(g->copy_done[k]));
+  char *st = g->staging[k];
+  void *dst[2];
+  size_t bytes[2];
+  if (g->model->shape.kind == LSTMD_MODEL_TEXT) {
+    bytes[0] = bytes[1] = N * sizeof(int32_t);
+    memcpy(st, b->ids, bytes[0]);
+    memcpy(st + bytes[0], b->targets, bytes[1]);
+    dst[0] = in->ids;
+    dst[1] = in->targets;
+  } else {
+    bytes[0] = N * (size_t)b->width * sizeof(float);
+    bytes[1] = N * (size_t)b->horizon * sizeof(float);
+    memcpy(st, b->x, bytes[0]);
+    memcpy(st + bytes[0], b->y, bytes[1]);
+    dst[0] = in->x;
+    dst[1] = in->y;
+  }
+  CHECK_CUDA(cudaStreamWaitEvent(g->copy, g->inputs_free, 0));
+  CHECK_CUDA(cudaMemcpyAsync(dst[0], st, bytes[0], cudaMemcpyHostToDevice, g->copy));
+  CHECK_CUDA(cudaMemcpyAsync(dst[1], st + bytes[0], bytes[1], cudaMemcpyHostToDevice, g->copy));
+  CHECK_CUDA(cudaEventRecord(g->copy_done[k], g->copy));
+  CHECK_CUDA(cudaStreamWaitEvent(g->compute, g->copy_done[k], 0));
+  return LSTMD_OK;
+}
+
+/* Sums [lo, hi) of the gradients over the ranks on the comm stream, in buckets, after the
+ * compute stream has produced it. */
+static int reduce_region(struct lstmd_gpu *g, size_t lo, size_t hi) {
+  if (hi <= lo) return LSTMD_OK;
+  if (g->n_regions == kMaxRegions) {
+    lstmd_errorf("GPU engine: more than %d gradient regions in one step", kMaxRegions);
+    return LSTMD_EINVAL;
+  }
+  cudaEvent_t ev = g->regions[g->n_regions++];
+  CHECK_CUDA(cudaEventRecord(ev, g->compute));
+  CHECK_CUDA(cudaStreamWaitEvent(g->comm_stream, ev, 0));
+  lstmd_nvtx_push("all-reduce enqueue");
+  int rc = LSTMD_OK;
+  for (size_t at = lo; !rc && at < hi; at += g->bucket_floats) {
+    size_t count = hi - at < g->bucket_floats ? hi - at : g->bucket_floats;
+    rc = lstmd_nccl_allreduce_sum(g->nccl, g->grads + at, count, g->comm_stream);
+  }
+  lstmd_nvtx_pop();
+  return rc;
+}
+
+static int on_ready(void *ctx, size_t first) {
+  struct lstmd_gpu *g = ctx;
+  if (!g->collecting) return LSTMD_OK;
+  int rc = reduce_region(g, first, g->ready_hi);
+  g->ready_hi = first;
+  return rc;
+}
+
+int lstmd_gpu_micro_step(struct lstmd_gpu *g, const struct lstmd_batch *batch, float grad_scale,
+                         int first, int last, double *loss_sum, double *comm_wait_s) {
+  *loss_sum = 0.0;
+  *comm_wait_s = 0.0;
+  if (!g->uploaded) {
+    lstmd_errorf("GPU engine: parameters were never uploaded");
+    return LSTMD_EINVAL;
+  }
+  const int wide = g->dtype == LSTMD_DT_F32; /* see 2. */
+  LSTMD_TRY(copy_batch(g, batch));
+  if (first) CHECK_CUDA(cudaMemsetAsync(g->grads, 0, g->model->n_params * sizeof(float), g->compute));
+  if (first || !wide) LSTMD_TRY(lstmd_cuda_model_zero_lstm_grads(g->cm));
+  CHECK_CUDA(cudaMemsetAsync(g->d_scalars, 0, sizeof(double), g->compute));
+  const int staged = g->nccl && lstmd_nccl_mode(g->nccl) == LSTMD_NCCL_HOST_STAGED;
+  g->collecting = last && g->nccl && !staged;
+  g->ready_hi = g->model->n_params;
+  g->n_regions = 0;
+  const float scale = grad_scale * (g->fp16 ? g->scaler.scale : 1.0f);
+  lstmd_nvtx_push("forward");
+  int rc = lstmd_cuda_model_forward(g->cm, g->params, scale, 1, g->cfg.carry_state, g->d_scalars);
+  lstmd_nvtx_pop();
+  if (rc) return rc;
+  lstmd_nvtx_push("backward");
+  const int flush = !wide ? LSTMD_FLUSH_ADD : last ? LSTMD_FLUSH_SET : LSTMD_FLUSH_NONE;
+  rc = lstmd_cuda_model_backward(g->cm, g->params, g->grads, flush, on_ready, g);
+  lstmd_nvtx_pop();
+  if (rc) return rc;
+  CHECK_CUDA(cudaEventRecord(g->inputs_free, g->compute));
+  CHECK_CUDA(cudaMemcpyAsync(g->h_scalars, g->d_scalars, sizeof(double), cudaMemcpyDeviceToHost, g->compute));
+  CHECK_CUDA(cudaEventRecord(g->scalars_ready, g->compute));
+  if (g->collecting) {
+    LSTMD_TRY(reduce_region(g, 0, g->ready_hi)); /* whatever no callback covered */
+    CHECK_CUDA(cudaEventRecord(g->comm_done, g->comm_stream));
+    CHECK_CUDA(cudaStreamWaitEvent(g->compute, g->comm_done, 0));
+    lstmd_nccl_watch(g->nccl, g->comm_done);
+  }
+  lstmd_nvtx_push("wait for backward");
+  rc = wait_event(g, g->scalars_ready);
+  lstmd_nvtx_pop();
+  if (rc) return rc;
+  *loss_sum = g->h_scalars[0];
+  if (!last || !g->nccl) return LSTMD_OK;
+  const double t0 = now_s();
+  lstmd_nvtx_push("all-reduce wait");
+  if (staged) rc = lstmd_nccl_allreduce_sum(g->nccl, g->grads, g->model->n_params, g->compute);
+  else rc = wait_event(g, g->comm_done);
+  lstmd_nvtx_pop();
+  *comm_wait_s = now_s() - t0;
+  return rc;
+}
+
+int lstmd_gpu_optim_step(struct lstmd_gpu *g, struct lstmd_optim *o, double *grad_norm) {
+  const struct lstmd_optim_config *c = &o->cfg;
+  const size_t n = g->model->n_params;
+  lstmd_nvtx_push("optimizer");
+  int rc = LSTMD_OK;
+  double *sumsq = g->d_scalars + 1;
+  if (cuda_failed(cudaMemsetAsync(sumsq, 0, sizeof(double), g->compute), "norm")) rc = LSTMD_ECUDA;
+  if (!rc) rc = lstmd_cuda_sumsq(n, g->grads, sumsq, g->compute);
+  if (!rc && (cuda_failed(cudaMemcpyAsync(g->h_scalars + 1, sumsq, sizeof(double),
+                                          cudaMemcpyDeviceToHost, g->compute), "norm") ||
+              cuda_failed(cudaEventRecord(g->scalars_ready, g->compute), "norm")))
+    rc = LSTMD_ECUDA;
+  if (!rc) rc = wait_event(g, g->scalars_ready);
+  if (rc) {
+    lstmd_nvtx_pop();
+    return rc;
+  }
+  const double scale = g->fp16 ? g->scaler.scale : 1.0;
+  const double norm = sqrt(g->h_scalars[1]) / scale;
+  *grad_norm = norm;
+  if (g->fp16) {
+    rc = lstmd_loss_scaler_update(&g->scaler, !isfinite(norm));
+    if (rc != LSTMD_LOSS_SCALE_APPLY) {
+      if (rc == LSTMD_LOSS_SCALE_SKIP) g->skipped++;
+      lstmd_nvtx_pop();
+      return rc == LSTMD_LOSS_SCALE_SKIP ? LSTMD_OK : rc;
+    }
+  } else if (!isfinite(norm)) {
+    lstmd_nvtx_pop();
+    return LSTMD_EINVAL;
+  }
+  double coef = 1.0 / scale;
+  if (c->clip_norm > 0.0f && norm > c->clip_norm) coef *= c->clip_norm / (norm + 1e-6);
+  if (coef != 1.0) rc = lstmd_cuda_scale(n, g->grads, (float)coef, g->compute);
+  const float lr = lstmd_optim_lr(c, o->step);
+  o->step++;
+  if (!rc && c->algo == LSTMD_OPTIM_ADAMW)
+    rc = lstmd_cuda_adamw(n, g->params, g->grads, g->m, g->v, lr, c->beta1, c->beta2, c->eps,
+                          c->weight_decay, o->step, g->compute);
+  else if (!rc)
+    rc = lstmd_cuda_sgd(n, g->params, g->grads, g->m, lr, c->momentum, c->weight_decay, g->compute);
+  if (!rc) rc = lstmd_cuda_model_load_weights(g->cm, g->params);
+  lstmd_nvtx_pop();
+  return rc;
+}
+
+int lstmd_gpu_evaluate(struct lstmd_gpu *g, const struct lstmd_dataset *ds, double *mean_loss,
+                       uint64_t *tokens) {
+  const int T = g->cfg.seq_len, B = g->cfg.batch;
+  const uint64_t n = lstmd_window_count(ds, T);
+  if (n == 0) {
+    lstmd_errorf("%s: too short for one window of seq_len %d", ds->path, T);
+    return LSTMD_ECONFIG;
+  }
+  const int text = g->model->shape.kind == LSTMD_MODEL_TEXT;
+  const size_t K = text ? 1 : (size_t)g->model->shape.horizon;
+  struct lstmd_batch b;
+  memset(&b, 0, sizeof b);
+  void *scratch = malloc(lstmd_window_scratch_bytes(ds, T));
+  float *rows = malloc((size_t)T * B * K * sizeof(float));
+  int rc = scratch && rows ? lstmd_batch_alloc(ds, T, B, &b) : LSTMD_ENOMEM;
+  double sum = 0.0;
+  lstmd_nvtx_push("evaluation");
+  for (uint64_t w = 0; !rc && w < n; w += (uint64_t)B) {
+    const int cols = n - w < (uint64_t)B ? (int)(n - w) : B; /* the rest repeat window w */
+    for (int col = 0; !rc && col < B; col++)
+      rc = lstmd_read_window(ds, (w + (uint64_t)(col < cols ? col : 0)) * (uint64_t)T, T, B, col,
+                             &b, scratch);
+    if (!rc) rc = copy_batch(g, &b);
+    if (!rc) rc = lstmd_cuda_model_eval(g->cm, g->params, rows);
+    for (int t = 0; !rc && t < T; t++)
+      for (int col = 0; col < cols; col++)
+        for (size_t k = 0; k < K; k++) {
+          const double v = rows[((size_t)t * B + col) * K + k];
+          sum += text ? v : v * v;
+        }
+  }
+  lstmd_nvtx_pop();
+  lstmd_batch_free(&b);
+  free(scratch);
+  free(rows);
+  if (rc) return rc;
+  *tokens = n * (uint64_t)T;
+  *mean_loss = sum / ((double)*tokens * (double)K);
+  return LSTMD_OK;
+}
+
+void lstmd_gpu_reset_state(struct lstmd_gpu *g) { lstmd_cuda_model_reset_state(g->cm); }
+int lstmd_gpu_get_state(struct lstmd_gpu *g, float *h, float *c) {
+  return lstmd_cuda_model_get_state(g->cm, h, c);
+}
+int lstmd_gpu_set_state(struct lstmd_gpu *g, const float *h, const float *c) {
+  return lstmd_cuda_model_set_state(g->cm, h, c);
+}
+
+double lstmd_gpu_loss_scale(const struct lstmd_gpu *g) { return g->fp16 ? g->scaler.scale : 0.0; }
+int lstmd_gpu_set_loss_scale(struct lstmd_gpu *g, double scale) {
+  if (!g->fp16) return LSTMD_EINVAL;
+  return lstmd_loss_scaler_restore(&g->scaler, scale, 0);
+}
+long lstmd_gpu_skipped_steps(const struct lstmd_gpu *g) { return g->skipped; }
+
+void lstmd_gpu_describe(const struct lstmd_gpu *g, char *buf, size_t n) {
+  double ms = 0.0;
+  int packed = 0;
+  const int algo = lstmd_cuda_model_algo(g->cm, &ms, &packed);
+  char timing[48] = "";
+  if (ms > 0.0) snprintf(timing, sizeof timing, ", %.2f ms per forward+backward", ms);
+  snprintf(buf, n, "GPU %d (%s), %s, cuDNN LSTM algorithm %s%s%s, %.2f GiB on the device; "
+           "gradients summed by %s", g->cfg.device, g->device_desc, precision_name(g->cfg.precision),
+           lstmd_rnn_algo_name(algo), packed ? " (packed layout)" : "", timing,
+           (double)(lstmd_cuda_model_device_bytes(g->cm) + 4 * g->model->n_params * sizeof(float)) /
+               (1024.0 * 1024.0 * 1024.0),
+           g->nccl ? lstmd_nccl_describe(g->nccl) : "nothing (one rank)");
+}

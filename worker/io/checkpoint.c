@@ -1,0 +1,339 @@
+/* checkpoint.c — model + training state <-> safetensors (layout in checkpoint.h). */
+#define _GNU_SOURCE
+#include "checkpoint.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/status.h"
+#include "nvtx.h"
+#include "safetensors.h"
+
+#define FORMAT_TAG "lstmd-checkpoint-1"
+
+struct meta_list {
+  struct lstmd_st_meta items[32];
+  char *owned[32];
+  int n;
+};
+
+static void meta_add(struct meta_list *l, const char *key, char *value /* malloc'd */) {
+  l->owned[l->n] = value;
+  l->items[l->n].key = key;
+  l->items[l->n].value = value ? value : "";
+  l->n++;
+}
+
+__attribute__((format(printf, 3, 4))) static void meta_addf(struct meta_list *l, const char *key,
+                                                            const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *s;
+  if (vasprintf(&s, fmt, ap) < 0) s = NULL;
+  va_end(ap);
+  meta_add(l, key, s);
+}
+
+static char *json_text(json_t *j) {
+  char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+  json_decref(j);
+  return s;
+}
+
+static char *float_list(const float *v, int n) {
+  json_t *a = json_array();
+  for (int i = 0; i < n; i++) json_array_append_new(a, json_real(v[i]));
+  return json_text(a);
+}
+
+static void add_data_meta(struct meta_list *l, const struct lstmd_data_meta *d) {
+  const struct lstmd_dataset_info *info = &d->info;
+  if (info->kind == LSTMD_DATASET_TEXT) {
+    json_t *a = json_array();
+    for (int k = 0; k < info->vocab_size; k++) json_array_append_new(a, json_integer(info->vocab[k]));
+    meta_add(l, "vocab", json_text(a));
+  } else {
+    json_t *a = json_array();
+    for (int c = 0; c < info->width; c++) json_array_append_new(a, json_string(info->names[c]));
+    meta_add(l, "series.columns", json_text(a));
+    meta_add(l, "series.mean", float_list(info->mean, info->width));
+    meta_add(l, "series.std", float_list(info->std, info->width));
+  }
+  meta_addf(l, "data.pair_id", "%016" PRIx64, info->pair_id);
+  meta_addf(l, "data.seq_len", "%d", d->seq_len);
+  meta_addf(l, "data.batch", "%d", d->batch);
+}
+
+int lstmd_checkpoint_save(const char *path, const struct lstmd_model *m,
+                          const struct lstmd_optim *o, const struct lstmd_data_meta *data,
+                          const struct lstmd_train_progress *progress, const char *config_json) {
+  const struct lstmd_model_shape *s = &m->shape;
+  struct lstmd_st_tensor t[LSTMD_MAX_TENSORS + 4];
+  int n = 0;
+  for (int i = 0; i < m->n_tensors; i++) {
+    const struct lstmd_tensor *x = &m->tensors[i];
+    t[n++] = (struct lstmd_st_tensor){x->name, m->params + x->offset, x->rank, {x->shape[0], x->shape[1]}};
+  }
+  if (o) {
+    const int adam = o->cfg.algo == LSTMD_OPTIM_ADAMW;
+    t[n++] = (struct lstmd_st_tensor){adam ? "optim.exp_avg" : "optim.momentum_buffer", o->m, 1,
+                                      {(int64_t)o->n}};
+    if (adam) t[n++] = (struct lstmd_st_tensor){"optim.exp_avg_sq", o->v, 1, {(int64_t)o->n}};
+  }
+  if (progress && progress->state_h) {
+    int64_t dims[3] = {s->layers, progress->state_batch, s->hidden};
+    t[n++] = (struct lstmd_st_tensor){"state.h", progress->state_h, 3, {dims[0], dims[1], dims[2]}};
+    t[n++] = (struct lstmd_st_tensor){"state.c", progress->state_c, 3, {dims[0], dims[1], dims[2]}};
+  }
+  struct meta_list l = {0};
+  meta_addf(&l, "format", FORMAT_TAG);
+  meta_addf(&l, "model.kind", "%s", s->kind == LSTMD_MODEL_TEXT ? "text" : "series");
+  meta_addf(&l, "model.vocab", "%d", s->vocab);
+  meta_addf(&l, "model.embed", "%d", s->embed);
+  meta_addf(&l, "model.width", "%d", s->width);
+  meta_addf(&l, "model.hidden", "%d", s->hidden);
+  meta_addf(&l, "model.layers", "%d", s->layers);
+  meta_addf(&l, "model.horizon", "%d", s->horizon);
+  add_data_meta(&l, data);
+  if (config_json) meta_addf(&l, "config", "%s", config_json);
+  if (o) {
+    meta_addf(&l, "optim.algo", "%s", o->cfg.algo == LSTMD_OPTIM_ADAMW ? "adamw" : "sgd");
+    meta_addf(&l, "optim.step", "%ld", o->step);
+  }
+  if (progress) {
+    meta_addf(&l, "train.step", "%ld", progress->step);
+    meta_addf(&l, "train.epoch", "%" PRIu64, progress->cursor.epoch);
+    meta_addf(&l, "train.position", "%" PRIu64, progress->cursor.position);
+    if (progress->loss_scale > 0.0) { /* fp16 on a GPU: the dynamic loss scale resumes too */
+      meta_addf(&l, "train.loss_scale", "%.9g", progress->loss_scale);
+      meta_addf(&l, "train.loss_scale_good_steps", "%ld", progress->loss_scale_good_steps);
+    }
+  }
+  int rc = LSTMD_OK;
+  for (int i = 0; i < l.n; i++)
+    if (!l.owned[i]) rc = LSTMD_ENOMEM;
+  lstmd_nvtx_push("checkpoint");
+  if (!rc) rc = lstmd_st_write(path, t, n, l.items, l.n);
+  lstmd_nvtx_pop();
+  for (int i = 0; i < l.n; i++) free(l.owned[i]);
+  return rc;
+}
+
+/* ---- loading ---- */
+
+static int meta_long(const struct lstmd_st_file *f, const char *path, const char *key, long lo,
+                     long hi, long *out) {
+  const char *v = lstmd_st_meta_get(f, key);
+  char *end;
+  long x = v ? strtol(v, &end, 10) : 0;
+  if (!v || *v == '\0' || *end != '\0' || x < lo || x > hi) {
+    lstmd_errorf("%s: metadata '%s' is missing or out of range", path, key);
+    return LSTMD_EFORMAT;
+  }
+  *out = x;
+  return LSTMD_OK;
+}
+
+static int meta_u64(const struct lstmd_st_file *f, const char *path, const char *key, int base,
+                    uint64_t *out) {
+  const char *v = lstmd_st_meta_get(f, key);
+  char *end;
+  unsigned long long x = v ? strtoull(v, &end, base) : 0;
+  if (!v || *v == '\0' || *end != '\0') {
+    lstmd_errorf("%s: metadata '%s' is missing or malformed", path, key);
+    return LSTMD_EFORMAT;
+  }
+  *out = x;
+  return LSTMD_OK;
+}
+
+/* Parses a JSON list metadata value; returns the array (caller decrefs) or NULL + message. */
+static json_t *meta_list(const struct lstmd_st_file *f, const char *path, const char *key,
+                         size_t expect) {
+  const char *v = lstmd_st_meta_get(f, key);
+  json_t *a = v ? json_loads(v, 0, NULL) : NULL;
+  if (!json_is_array(a) || json_array_size(a) != expect) {
+    lstmd_errorf("%s: metadata '%s' is missing or malformed", path, key);
+    json_decref(a);
+    return NULL;
+  }
+  return a;
+}
+
+static int read_data_meta(const struct lstmd_st_file *f, const char *path,
+                          const struct lstmd_model_shape *s, struct lstmd_data_meta *d) {
+  memset(d, 0, sizeof *d);
+  struct lstmd_dataset_info *info = &d->info;
+  long x;
+  LSTMD_TRY(meta_long(f, path, "data.seq_len", 1, 1 << 24, &x));
+  d->seq_len = (int)x;
+  LSTMD_TRY(meta_long(f, path, "data.batch", 1, 1 << 24, &x));
+  d->batch = (int)x;
+  LSTMD_TRY(meta_u64(f, path, "data.pair_id", 16, &info->pair_id));
+  if (s->kind == LSTMD_MODEL_TEXT) {
+    info->kind = LSTMD_DATASET_TEXT;
+    info->width = 1;
+    info->vocab_size = s->vocab;
+    json_t *a = meta_list(f, path, "vocab", (size_t)s->vocab);
+    if (!a) return LSTMD_EFORMAT;
+    int ok = 1;
+    for (int k = 0; k < s->vocab; k++) {
+      json_t *b = json_array_get(a, (size_t)k);
+      ok &= json_is_integer(b) && json_integer_value(b) >= 0 && json_integer_value(b) <= 255 &&
+            (k == 0 || json_integer_value(b) > info->vocab[k - 1]);
+      info->vocab[k] = (uint8_t)json_integer_value(b);
+    }
+    json_decref(a);
+    if (!ok) lstmd_errorf("%s: metadata 'vocab' is not an ascending list of bytes", path);
+    return ok ? LSTMD_OK : LSTMD_EFORMAT;
+  }
+  info->kind = LSTMD_DATASET_SERIES;
+  info->width = s->width;
+  info->horizon = s->horizon;
+  json_t *names = meta_list(f, path, "series.columns", (size_t)s->width);
+  json_t *mean = meta_list(f, path, "series.mean", (size_t)s->width);
+  json_t *std = meta_list(f, path, "series.std", (size_t)s->width);
+  int ok = names && mean && std;
+  for (int c = 0; ok && c < s->width; c++) {
+    json_t *nm = json_array_get(names, (size_t)c);
+    ok = json_is_string(nm) && strlen(json_string_value(nm)) < LSTMD_MAX_NAME_BYTES &&
+         json_is_number(json_array_get(mean, (size_t)c)) &&
+         json_number_value(json_array_get(std, (size_t)c)) > 0;
+    if (!ok) break;
+    snprintf(info->names[c], LSTMD_MAX_NAME_BYTES, "%s", json_string_value(nm));
+    info->mean[c] = (float)json_number_value(json_array_get(mean, (size_t)c));
+    info->std[c] = (float)json_number_value(json_array_get(std, (size_t)c));
+  }
+  if (names && mean && std && !ok) lstmd_errorf("%s: malformed series column metadata", path);
+  json_decref(names);
+  json_decref(mean);
+  json_decref(std);
+  return ok ? LSTMD_OK : LSTMD_EFORMAT;
+}
+
+static int read_shape(const struct lstmd_st_file *f, const char *path, struct lstmd_model_shape *s) {
+  const char *fmt = lstmd_st_meta_get(f, "format");
+  if (!fmt || strcmp(fmt, FORMAT_TAG) != 0) {
+    lstmd_errorf("%s: not an lstmd checkpoint (metadata 'format' is %s)", path, fmt ? fmt : "absent");
+    return LSTMD_EFORMAT;
+  }
+  const char *kind = lstmd_st_meta_get(f, "model.kind");
+  memset(s, 0, sizeof *s);
+  s->kind = kind && !strcmp(kind, "text") ? LSTMD_MODEL_TEXT
+            : kind && !strcmp(kind, "series") ? LSTMD_MODEL_SERIES : 0;
+  long v[6];
+  static const char *keys[6] = {"model.vocab", "model.embed", "model.width", "model.hidden",
+                                "model.layers", "model.horizon"};
+  for (int i = 0; i < 6; i++) LSTMD_TRY(meta_long(f, path, keys[i], 0, 1 << 20, &v[i]));
+  s->vocab = (int)v[0];
+  s->embed = (int)v[1];
+  s->width = (int)v[2];
+  s->hidden = (int)v[3];
+  s->layers = (int)v[4];
+  s->horizon = (int)v[5];
+  return LSTMD_OK;
+}
+
+static int read_model_tensors(const struct lstmd_st_file *f, struct lstmd_model *m) {
+  for (int i = 0; i < m->n_tensors; i++) {
+    const struct lstmd_tensor *t = &m->tensors[i];
+    LSTMD_TRY(lstmd_st_read_f32(f, t->name, t->rank, t->shape, m->params + t->offset));
+  }
+  return LSTMD_OK;
+}
+
+int lstmd_checkpoint_load_model(const char *path, struct lstmd_model **out_model,
+                                struct lstmd_data_meta *data) {
+  *out_model = NULL;
+  struct lstmd_st_file *f;
+  LSTMD_TRY(lstmd_st_open(path, &f));
+  struct lstmd_model_shape s;
+  struct lstmd_model *m = NULL;
+  int rc = read_shape(f, path, &s);
+  const char *bad = rc ? NULL : lstmd_model_shape_error(&s);
+  if (bad) {
+    lstmd_errorf("%s: invalid model shape in the metadata: %s", path, bad);
+    rc = LSTMD_EFORMAT;
+  }
+  if (!rc) { /* every tensor present with its shape before anything is allocated */
+    struct lstmd_model *layout = malloc(sizeof *layout);
+    rc = layout ? LSTMD_OK : LSTMD_ENOMEM;
+    if (layout) lstmd_model_layout(&s, layout);
+    for (int i = 0; !rc && i < layout->n_tensors; i++)
+      rc = lstmd_st_check_f32(f, layout->tensors[i].name, layout->tensors[i].rank,
+                              layout->tensors[i].shape);
+    free(layout);
+  }
+  if (!rc) rc = lstmd_model_create(&s, &m);
+  if (!rc) rc = read_data_meta(f, path, &s, data);
+  if (!rc) rc = read_model_tensors(f, m);
+  lstmd_st_close(f);
+  if (rc) {
+    lstmd_model_destroy(m);
+    return rc;
+  }
+  *out_model = m;
+  return LSTMD_OK;
+}
+
+int lstmd_checkpoint_load_train(const char *path, struct lstmd_model *m, struct lstmd_optim *o,
+                                struct lstmd_train_progress *p, char **config_json) {
+  struct lstmd_st_file *f;
+  LSTMD_TRY(lstmd_st_open(path, &f));
+  struct lstmd_model_shape s;
+  int rc = read_shape(f, path, &s);
+  if (!rc && memcmp(&s, &m->shape, sizeof s) != 0) {
+    lstmd_errorf("%s: the checkpoint's model shape differs from the configured one", path);
+    rc = LSTMD_ECONFIG;
+  }
+  const char *algo = lstmd_st_meta_get(f, "optim.algo");
+  const char *want = o->cfg.algo == LSTMD_OPTIM_ADAMW ? "adamw" : "sgd";
+  if (!rc && (!algo || strcmp(algo, want) != 0)) {
+    lstmd_errorf("%s: checkpoint optimizer is %s, the config says %s", path, algo ? algo : "absent", want);
+    rc = LSTMD_ECONFIG;
+  }
+  long step = 0, optim_step = 0;
+  uint64_t epoch = 0, position = 0;
+  if (!rc) rc = read_model_tensors(f, m);
+  int64_t n = (int64_t)o->n;
+  if (!rc) rc = lstmd_st_read_f32(f, o->v ? "optim.exp_avg" : "optim.momentum_buffer", 1, &n, o->m);
+  if (!rc && o->v) rc = lstmd_st_read_f32(f, "optim.exp_avg_sq", 1, &n, o->v);
+  if (!rc) rc = meta_long(f, path, "optim.step", 0, 1L << 60, &optim_step);
+  if (!rc) rc = meta_long(f, path, "train.step", 0, 1L << 60, &step);
+  if (!rc) rc = meta_u64(f, path, "train.epoch", 10, &epoch);
+  if (!rc) rc = meta_u64(f, path, "train.position", 10, &position);
+  if (!rc && p->state_h) {
+    int64_t dims[3] = {m->shape.layers, p->state_batch, m->shape.hidden};
+    if (!rc) rc = lstmd_st_read_f32(f, "state.h", 3, dims, p->state_h);
+    if (!rc) rc = lstmd_st_read_f32(f, "state.c", 3, dims, p->state_c);
+  }
+  double loss_scale = 0.0;
+  long scale_good = 0;
+  const char *ls = lstmd_st_meta_get(f, "train.loss_scale"); /* optional: fp16 runs only */
+  if (!rc && ls) {
+    char *end;
+    loss_scale = strtod(ls, &end);
+    if (!*ls || *end || !(loss_scale > 0.0 && loss_scale < 1e30)) {
+      lstmd_errorf("%s: metadata 'train.loss_scale' is malformed", path);
+      rc = LSTMD_EFORMAT;
+    }
+    if (!rc) rc = meta_long(f, path, "train.loss_scale_good_steps", 0, 1L << 60, &scale_good);
+  }
+  if (!rc && config_json) {
+    const char *cfg = lstmd_st_meta_get(f, "config");
+    *config_json = strdup(cfg ? cfg : "{}");
+  }
+  if (!rc) {
+    o->step = optim_step;
+    p->step = step;
+    p->cursor.epoch = epoch;
+    p->cursor.position = position;
+    p->loss_scale = loss_scale;
+    p->loss_scale_good_steps = scale_good;
+  }
+  lstmd_st_close(f);
+  return rc;
+}

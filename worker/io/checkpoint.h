@@ -1,0 +1,51 @@
+/* checkpoint.h — lstmd checkpoints as safetensors: the model tensors under PyTorch's names (so
+ * torch.nn.LSTM/Embedding/Linear load them as they are), optimizer moments as flat tensors,
+ * carried recurrent state, and in __metadata__ everything else needed to resume exactly:
+ * model shape, vocabulary / series columns, step, data cursor, the effective config. (Dropout
+ * masks are a function of seed and step, so there is no random state to save.) */
+#ifndef LSTMD_CHECKPOINT_H
+#define LSTMD_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "worker/data/batcher.h"
+#include "worker/data/dataset.h"
+#include "worker/model/model.h"
+#include "worker/model/optim.h"
+#include "worker/model/rng.h"
+
+/* What a checkpoint says about the data the model was trained on. */
+struct lstmd_data_meta {
+  struct lstmd_dataset_info info; /* kind, vocab or columns/mean/std/horizon, pair_id */
+  int seq_len;
+  int batch;                      /* per-rank batch of the carried state */
+};
+
+/* Training progress beside the model and optimizer. */
+struct lstmd_train_progress {
+  long step;
+  struct lstmd_batcher_cursor cursor;
+  float *state_h, *state_c; /* [L,B,H] carried state (stream order), or NULL */
+  int state_batch;          /* B of state_h/state_c */
+  double loss_scale;        /* fp16 dynamic loss scale (0: none) */
+  long loss_scale_good_steps; /* clean steps since it last changed */
+};
+
+/* Writes <path> atomically. optim and progress may be NULL (model-only export).
+ * config_json: the effective config as a JSON object text (stored as metadata "config"). */
+int lstmd_checkpoint_save(const char *path, const struct lstmd_model *m,
+                          const struct lstmd_optim *o, const struct lstmd_data_meta *data,
+                          const struct lstmd_train_progress *progress, const char *config_json);
+
+/* Opens a checkpoint, builds the model it describes (*out_model, parameters loaded) and fills
+ * *data. Any wrong, truncated or foreign file gives a message and LSTMD_EFORMAT/LSTMD_EIO. */
+int lstmd_checkpoint_load_model(const char *path, struct lstmd_model **out_model,
+                                struct lstmd_data_meta *data);
+
+/* Loads optimizer moments and training progress from a checkpoint into existing objects whose
+ * shapes must match (state buffers sized for the same L, B, H). The config text is returned in
+ * *config_json (malloc'd) when config_json != NULL. */
+int lstmd_checkpoint_load_train(const char *path, struct lstmd_model *m, struct lstmd_optim *o,
+                                struct lstmd_train_progress *progress, char **config_json);
+
+#endif

@@ -1,0 +1,188 @@
+/* durable.c — temp + fsync + rename + fsync(dir) file replacement (see durable.h). */
+#define _GNU_SOURCE
+#include "durable.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kernels/status.h"
+
+static int fsync_parent_dir(const char *path) {
+  char *copy = strdup(path);
+  if (!copy) return LSTMD_ENOMEM;
+  int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
+  int rc = LSTMD_OK;
+  if (fd < 0 || fsync(fd) != 0) rc = LSTMD_EIO;
+  if (rc) lstmd_errorf("%s: cannot sync directory: %s", path, strerror(errno));
+  if (fd >= 0) close(fd);
+  free(copy);
+  return rc;
+}
+
+int lstmd_durable_open(struct lstmd_durable *w, const char *path) {
+  memset(w, 0, sizeof *w);
+  w->fd = -1;
+  if (asprintf(&w->tmp_path, "%s.tmp.%d", path, (int)getpid()) < 0) {
+    w->tmp_path = NULL;
+    return LSTMD_ENOMEM;
+  }
+  w->path = strdup(path);
+  if (!w->path) {
+    lstmd_durable_abort(w);
+    return LSTMD_ENOMEM;
+  }
+  w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (w->fd < 0) {
+    lstmd_errorf("%s: cannot create: %s", w->tmp_path, strerror(errno));
+    free(w->tmp_path);
+    w->tmp_path = NULL; /* nothing to unlink */
+    lstmd_durable_abort(w);
+    return LSTMD_EIO;
+  }
+  return LSTMD_OK;
+}
+
+int lstmd_durable_pwrite(struct lstmd_durable *w, const void *buf, size_t n, off_t offset) {
+  const char *p = buf;
+  while (n > 0) {
+    ssize_t k = pwrite(w->fd, p, n, offset);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      lstmd_errorf("%s: write failed: %s", w->tmp_path, strerror(errno));
+      return LSTMD_EIO;
+    }
+    p += k;
+    n -= (size_t)k;
+    offset += k;
+  }
+  return LSTMD_OK;
+}
+
+int lstmd_durable_write(struct lstmd_durable *w, const void *buf, size_t n) {
+  LSTMD_TRY(lstmd_durable_pwrite(w, buf, n, w->end));
+  w->end += (off_t)n;
+  return LSTMD_OK;
+}
+
+int lstmd_durable_commit(struct lstmd_durable *w) {
+  int rc = LSTMD_OK;
+  if (fsync(w->fd) != 0 || close(w->fd) != 0) {
+    lstmd_errorf("%s: cannot sync: %s", w->tmp_path, strerror(errno));
+    rc = LSTMD_EIO;
+  }
+  w->fd = -1;
+  if (!rc && rename(w->tmp_path, w->path) != 0) {
+    lstmd_errorf("%s: cannot rename into place: %s", w->path, strerror(errno));
+    rc = LSTMD_EIO;
+  }
+  if (rc) {
+    lstmd_durable_abort(w);
+    return rc;
+  }
+  rc = fsync_parent_dir(w->path);
+  free(w->tmp_path);
+  free(w->path);
+  w->tmp_path = w->path = NULL;
+  return rc;
+}
+
+void lstmd_durable_abort(struct lstmd_durable *w) {
+  if (w->fd >= 0) close(w->fd);
+  if (w->tmp_path) unlink(w->tmp_path);
+  free(w->tmp_path);
+  free(w->path);
+  w->fd = -1;
+  w->tmp_path = w->path = NULL;
+}
+
+static int copy_file(const char *from, struct lstmd_durable *w) {
+  int in = open(from, O_RDONLY | O_CLOEXEC);
+  if (in < 0) {
+    lstmd_errorf("%s: cannot open: %s", from, strerror(errno));
+    return LSTMD_EIO;
+  }
+  char buf[1 << 16];
+  ssize_t k;
+  int rc = LSTMD_OK;
+  while (rc == LSTMD_OK && (k = read(in, buf, sizeof buf)) != 0) {
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      lstmd_errorf("%s: read failed: %s", from, strerror(errno));
+      rc = LSTMD_EIO;
+      break;
+    }
+    rc = lstmd_durable_write(w, buf, (size_t)k);
+  }
+  close(in);
+  return rc;
+}
+
+int lstmd_durable_link(const char *target, const char *link_path) {
+  char *tmp;
+  if (asprintf(&tmp, "%s.tmp.%d", link_path, (int)getpid()) < 0) return LSTMD_ENOMEM;
+  unlink(tmp);
+  if (link(target, tmp) == 0) {
+    int rc = LSTMD_OK;
+    if (rename(tmp, link_path) != 0) {
+      lstmd_errorf("%s: cannot rename into place: %s", link_path, strerror(errno));
+      unlink(tmp);
+      rc = LSTMD_EIO;
+    }
+    free(tmp);
+    return rc ? rc : fsync_parent_dir(link_path);
+  }
+  free(tmp);
+  /* No hard links here (e.g. some network or FAT file systems): fall back to a durable copy. */
+  struct lstmd_durable w;
+  LSTMD_TRY(lstmd_durable_open(&w, link_path));
+  int rc = copy_file(target, &w);
+  if (rc) {
+    lstmd_durable_abort(&w);
+    return rc;
+  }
+  return lstmd_durable_commit(&w);
+}
+
+int lstmd_read_at(int fd, void *buf, size_t n, uint64_t offset) {
+  char *p = buf;
+  while (n > 0) {
+    ssize_t k = pread(fd, p, n, (off_t)offset);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return k == 0 ? LSTMD_EFORMAT : LSTMD_EIO;
+    p += k;
+    n -= (size_t)k;
+    offset += (uint64_t)k;
+  }
+  return LSTMD_OK;
+}
+
+int lstmd_mkdir_p(const char *dir) {
+  char *copy = strdup(dir);
+  if (!copy) return LSTMD_ENOMEM;
+  for (char *p = copy + 1;; p++) {
+    if (*p == '/' || *p == '\0') {
+      char saved = *p;
+      *p = '\0';
+      if (mkdir(copy, 0755) != 0 && errno != EEXIST) {
+        lstmd_errorf("%s: cannot create directory: %s", copy, strerror(errno));
+        free(copy);
+        return LSTMD_EIO;
+      }
+      *p = saved;
+      if (saved == '\0') break;
+    }
+  }
+  free(copy);
+  struct stat st;
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    lstmd_errorf("%s: not a directory", dir);
+    return LSTMD_EIO;
+  }
+  return LSTMD_OK;
+}

@@ -1,0 +1,123 @@
+/* metrics.c — progress line, metrics.jsonl and the TensorBoard scalars (see metrics.h). */
+#define _GNU_SOURCE
+#include "metrics.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <stdarg.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/status.h"
+#include "durable.h"
+
+/* Rewrites metrics.jsonl (atomically) without the records of steps after `step`. */
+static int drop_records_after(const char *path, long step) {
+  FILE *in = fopen(path, "r");
+  if (!in) return LSTMD_OK; /* nothing logged yet */
+  struct lstmd_durable out;
+  int rc = lstmd_durable_open(&out, path);
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t n;
+  while (!rc && (n = getline(&line, &cap, in)) > 0) {
+    const char *s = strstr(line, "\"step\":");
+    if (s && strtol(s + 7, NULL, 10) > step) continue;
+    rc = lstmd_durable_write(&out, line, (size_t)n);
+  }
+  free(line);
+  fclose(in);
+  if (rc) {
+    lstmd_durable_abort(&out);
+    return rc;
+  }
+  return lstmd_durable_commit(&out);
+}
+
+int lstmd_metrics_open(struct lstmd_metrics *mt, const char *run_dir, long resume_step) {
+  char path[4096];
+  memset(mt, 0, sizeof *mt);
+  mt->tty = isatty(STDERR_FILENO);
+  snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+  if (resume_step > 0) LSTMD_TRY(drop_records_after(path, resume_step));
+  mt->jsonl = fopen(path, "a");
+  if (!mt->jsonl) {
+    lstmd_errorf("%s: cannot open for appending", path);
+    return LSTMD_EIO;
+  }
+  return lstmd_tb_open(&mt->tb, run_dir);
+}
+
+void lstmd_metrics_close(struct lstmd_metrics *mt) {
+  if (mt->line_open) fputc('\n', stderr);
+  mt->line_open = 0;
+  if (mt->jsonl) fclose(mt->jsonl);
+  mt->jsonl = NULL;
+  lstmd_tb_close(&mt->tb);
+}
+
+static void format_duration(double s, char *buf, size_t n) {
+  if (!isfinite(s) || s < 0) s = 0;
+  long t = (long)(s + 0.5);
+  if (t >= 3600) snprintf(buf, n, "%ldh%02ldm", t / 3600, t / 60 % 60);
+  else snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
+}
+
+void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report *r) {
+  char eta[32];
+  format_duration(r->eta_s, eta, sizeof eta);
+  fprintf(stderr, "%sstep %ld/%ld | loss %.4f | lr %.3g | %.0f tok/s | ETA %s%s",
+          mt->tty ? "\r" : "", r->step, r->total_steps, r->loss, r->lr, r->tokens_per_s, eta,
+          mt->tty ? "\033[K" : "\n");
+  mt->line_open = mt->tty;
+  fflush(stderr);
+  fprintf(mt->jsonl,
+          "{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,"
+          "\"tokens\":%lld,\"elapsed_s\":%.3f,\"world\":%d,\"global_batch\":%d,"
+          "\"data_wait_s\":%.6f,\"compute_s\":%.6f,\"comm_wait_s\":%.6f",
+          r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->tokens, r->elapsed_s,
+          r->world, r->global_batch, r->data_wait_s, r->compute_s, r->comm_wait_s);
+  if (r->loss_scale > 0.0) fprintf(mt->jsonl, ",\"loss_scale\":%.9g", r->loss_scale);
+  fputs("}\n", mt->jsonl);
+  fflush(mt->jsonl);
+  if (r->loss_scale > 0.0) {
+    static const char *const scale_tag[] = {"train/loss_scale"};
+    const float scale_value[] = {(float)r->loss_scale};
+    lstmd_tb_scalars(&mt->tb, r->step, 1, scale_tag, scale_value);
+  }
+  static const char *const tags[] = {"train/loss",        "train/lr",          "train/grad_norm",
+                                     "train/tokens_per_s", "time/compute_s",    "time/comm_wait_s",
+                                     "time/data_wait_s"};
+  const float values[] = {(float)r->loss,         (float)r->lr,          (float)r->grad_norm,
+                          (float)r->tokens_per_s, (float)r->compute_s,   (float)r->comm_wait_s,
+                          (float)r->data_wait_s};
+  lstmd_tb_scalars(&mt->tb, r->step, 7, tags, values);
+}
+
+void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, int kind_is_text) {
+  if (kind_is_text) {
+    lstmd_metrics_note(mt, "eval step %ld: val_loss %.4f, val_bpc %.4f", step, val_loss,
+                       val_loss / M_LN2);
+    fprintf(mt->jsonl, "{\"step\":%ld,\"val_loss\":%.6f,\"val_bpc\":%.6f}\n", step, val_loss,
+            val_loss / M_LN2);
+    static const char *const tags[] = {"val/loss", "val/bpc"};
+    const float values[] = {(float)val_loss, (float)(val_loss / M_LN2)};
+    lstmd_tb_scalars(&mt->tb, step, 2, tags, values);
+  } else {
+    lstmd_metrics_note(mt, "eval step %ld: val_loss (MSE, normalised) %.6f", step, val_loss);
+    fprintf(mt->jsonl, "{\"step\":%ld,\"val_loss\":%.6f}\n", step, val_loss);
+    static const char *const tags[] = {"val/loss"};
+    const float values[] = {(float)val_loss};
+    lstmd_tb_scalars(&mt->tb, step, 1, tags, values);
+  }
+  fflush(mt->jsonl);
+}
+
+void lstmd_metrics_note(struct lstmd_metrics *mt, const char *fmt, ...) {
+  if (mt && mt->line_open) fputc('\n', stderr);
+  if (mt) mt->line_open = 0;
+  va_list ap;
+  va_start(ap, fmt);
+  lstmd_verrorf(fmt, ap);
+  va_end(ap);
+}

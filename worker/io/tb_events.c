@@ -1,0 +1,128 @@
+/* tb_events.c — TensorBoard event-file writer (see tb_events.h). */
+#define _GNU_SOURCE
+#include "tb_events.h"
+
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels/status.h"
+#include "worker/data/dataset.h" /* lstmd_crc32c */
+
+static uint32_t masked_crc(const void *p, size_t n) {
+  uint32_t crc = lstmd_crc32c(0, p, n);
+  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+
+/* A tiny protobuf encoder over a bounded buffer; `ok` drops to 0 on overflow. */
+struct pb {
+  uint8_t *p;
+  size_t n, cap;
+  int ok;
+};
+
+static void put(struct pb *b, const void *src, size_t n) {
+  if (b->n + n > b->cap) {
+    b->ok = 0;
+    return;
+  }
+  memcpy(b->p + b->n, src, n);
+  b->n += n;
+}
+static void put_varint(struct pb *b, uint64_t v) {
+  uint8_t tmp[10];
+  int k = 0;
+  do {
+    tmp[k++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+    v >>= 7;
+  } while (v);
+  put(b, tmp, (size_t)k);
+}
+static void put_tag(struct pb *b, int field, int wire) { put_varint(b, (uint64_t)(field << 3 | wire)); }
+static void put_bytes_field(struct pb *b, int field, const void *data, size_t n) {
+  put_tag(b, field, 2);
+  put_varint(b, n);
+  put(b, data, n);
+}
+static void put_le(struct pb *b, uint64_t v, int bytes) {
+  uint8_t tmp[8];
+  for (int i = 0; i < bytes; i++) tmp[i] = (uint8_t)(v >> (8 * i));
+  put(b, tmp, (size_t)bytes);
+}
+
+size_t lstmd_tb_encode_record(uint8_t *buf, size_t cap, double wall_time, long step,
+                              const char *file_version, int n, const char *const *tags,
+                              const float *values) {
+  uint8_t event[4096], summary[3584], value[256];
+  struct pb e = {event, 0, sizeof event, 1};
+  uint64_t bits;
+  memcpy(&bits, &wall_time, sizeof bits);
+  put_tag(&e, 1, 1); /* Event.wall_time: double */
+  put_le(&e, bits, 8);
+  if (step) {
+    put_tag(&e, 2, 0); /* Event.step: int64 */
+    put_varint(&e, (uint64_t)step);
+  }
+  if (file_version) put_bytes_field(&e, 3, file_version, strlen(file_version));
+  if (n > 0) {
+    struct pb s = {summary, 0, sizeof summary, 1};
+    for (int i = 0; i < n; i++) {
+      struct pb v = {value, 0, sizeof value, 1};
+      put_bytes_field(&v, 1, tags[i], strlen(tags[i])); /* Summary.Value.tag */
+      uint32_t fbits;
+      memcpy(&fbits, &values[i], sizeof fbits);
+      put_tag(&v, 2, 5); /* Summary.Value.simple_value: float */
+      put_le(&v, fbits, 4);
+      s.ok &= v.ok;
+      put_bytes_field(&s, 1, value, v.n); /* Summary.value */
+    }
+    e.ok &= s.ok;
+    put_bytes_field(&e, 5, summary, s.n); /* Event.summary */
+  }
+  struct pb r = {buf, 0, cap, e.ok};
+  uint8_t len[8];
+  for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)e.n >> (8 * i));
+  put(&r, len, 8);
+  put_le(&r, masked_crc(len, 8), 4);
+  put(&r, event, e.n);
+  put_le(&r, masked_crc(event, e.n), 4);
+  return r.ok ? r.n : 0;
+}
+
+static double wall_now(void) {
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  return (double)tv.tv_sec + 1e-6 * (double)tv.tv_usec;
+}
+
+int lstmd_tb_open(struct lstmd_tb *tb, const char *run_dir) {
+  char host[256] = "host", path[4096];
+  gethostname(host, sizeof host - 1);
+  snprintf(path, sizeof path, "%s/events.out.tfevents.%010ld.%s.%d", run_dir, (long)time(NULL),
+           host, (int)getpid());
+  tb->f = fopen(path, "wb");
+  if (!tb->f) {
+    lstmd_errorf("%s: cannot create the TensorBoard event file", path);
+    return LSTMD_EIO;
+  }
+  uint8_t rec[256];
+  size_t n = lstmd_tb_encode_record(rec, sizeof rec, wall_now(), 0, "brain.Event:2", 0, NULL, NULL);
+  fwrite(rec, 1, n, tb->f);
+  fflush(tb->f);
+  return LSTMD_OK;
+}
+
+void lstmd_tb_scalars(struct lstmd_tb *tb, long step, int n, const char *const *tags,
+                      const float *values) {
+  if (!tb->f) return;
+  uint8_t rec[4096];
+  size_t len = lstmd_tb_encode_record(rec, sizeof rec, wall_now(), step, NULL, n, tags, values);
+  if (len) fwrite(rec, 1, len, tb->f);
+  fflush(tb->f);
+}
+
+void lstmd_tb_close(struct lstmd_tb *tb) {
+  if (tb->f) fclose(tb->f);
+  tb->f = NULL;
+}

@@ -1,0 +1,405 @@
+/* model.c — parameter layout, initialisation and the CPU forward/backward of the whole model.
+ * Activations of one (T, B) shape live in one arena (struct lstmd_workspace), allocated once;
+ * nothing is allocated per step. */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/dense_cpu.h"
+#include "kernels/cpu/lstm_cpu.h"
+#include "kernels/cpu/recur_gemm.h"
+#include "kernels/status.h"
+#include "worker/data/dataset.h" /* LSTMD_MAX_COLUMNS: series inputs come from a dataset */
+
+struct layer_acts {
+  float *h, *c;   /* [T+1,B,H]; slot 0 is the initial state */
+  float *gates;   /* [T,B,4H] */
+  float *mask;    /* [T,B,H] dropout mask of this layer's output (NULL if none) */
+  float *dropped; /* [T,B,H] masked output fed to the next layer (NULL if none) */
+};
+
+struct lstmd_workspace {
+  const struct lstmd_model *model;
+  int T, B;
+  float dropout;
+  struct lstmd_batch batch;
+  float *x0;      /* [T,B,E] embedded ids (text) */
+  struct layer_acts layer[LSTMD_MAX_LAYERS];
+  float *out;     /* [T,B,O] logits or predictions, then their gradient */
+  float *dh, *dx; /* [T,B,max(H,In0)] gradient w.r.t. a layer's output / input */
+  float *dgates;  /* [T,B,4H] */
+  float *work;    /* [2,B,H] */
+  float *wpack;   /* [4H·H] packed W_hh for the per-step GEMMs, or NULL (recur_gemm.h) */
+  float *grads;   /* where gradients accumulate: m->grads or a thread's own buffer */
+  lstmd_grads_ready_fn on_ready;
+  void *on_ready_ctx;
+  void *arena;
+};
+
+static int output_width(const struct lstmd_model_shape *s) {
+  return s->kind == LSTMD_MODEL_TEXT ? s->vocab : s->horizon;
+}
+static int input_width(const struct lstmd_model_shape *s) {
+  return s->kind == LSTMD_MODEL_TEXT ? s->embed : s->width;
+}
+
+static void add_tensor(struct lstmd_model *m, const char *name, int rank, int64_t d0, int64_t d1) {
+  struct lstmd_tensor *t = &m->tensors[m->n_tensors++];
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->rank = rank;
+  t->shape[0] = d0;
+  t->shape[1] = rank == 2 ? d1 : 0;
+  t->count = (size_t)d0 * (size_t)(rank == 2 ? d1 : 1);
+  t->offset = m->n_params;
+  m->n_params += (t->count + 15) / 16 * 16; /* keep every tensor 64-byte aligned */
+}
+
+const char *lstmd_model_shape_error(const struct lstmd_model_shape *s) {
+  if (s->kind != LSTMD_MODEL_TEXT && s->kind != LSTMD_MODEL_SERIES) return "unknown model kind";
+  if (s->hidden < 1 || s->hidden > 65536) return "hidden size out of range";
+  if (s->layers < 1 || s->layers > LSTMD_MAX_LAYERS) return "layer count out of range";
+  if (s->kind == LSTMD_MODEL_TEXT && (s->vocab < 1 || s->vocab > 256 || s->embed < 1 || s->embed > 65536))
+    return "vocabulary or embedding size out of range";
+  if (s->kind == LSTMD_MODEL_SERIES &&
+      (s->width < 1 || s->width > LSTMD_MAX_COLUMNS || s->horizon < 1 || s->horizon > 65536))
+    return "series width or horizon out of range";
+  return NULL;
+}
+
+void lstmd_model_layout(const struct lstmd_model_shape *s, struct lstmd_model *m) {
+  memset(m, 0, sizeof *m);
+  m->shape = *s;
+  const int H = s->hidden;
+  char name[32];
+  if (s->kind == LSTMD_MODEL_TEXT) add_tensor(m, "embed.weight", 2, s->vocab, s->embed);
+  for (int k = 0; k < s->layers; k++) {
+    int in = k == 0 ? input_width(s) : H;
+    snprintf(name, sizeof name, "lstm.weight_ih_l%d", k);
+    add_tensor(m, name, 2, 4 * H, in);
+    snprintf(name, sizeof name, "lstm.weight_hh_l%d", k);
+    add_tensor(m, name, 2, 4 * H, H);
+    snprintf(name, sizeof name, "lstm.bias_ih_l%d", k);
+    add_tensor(m, name, 1, 4 * H, 0);
+    snprintf(name, sizeof name, "lstm.bias_hh_l%d", k);
+    add_tensor(m, name, 1, 4 * H, 0);
+  }
+  add_tensor(m, "head.weight", 2, output_width(s), H);
+  add_tensor(m, "head.bias", 1, output_width(s), 0);
+}
+
+int lstmd_model_create(const struct lstmd_model_shape *s, struct lstmd_model **out) {
+  *out = NULL;
+  const char *bad = lstmd_model_shape_error(s);
+  if (bad) {
+    lstmd_errorf("model: %s", bad);
+    return LSTMD_ECONFIG;
+  }
+  struct lstmd_model *m = malloc(sizeof *m);
+  if (!m) return LSTMD_ENOMEM;
+  lstmd_model_layout(s, m);
+  size_t bytes = (m->n_params * sizeof(float) + 63) / 64 * 64;
+  m->params = aligned_alloc(64, bytes);
+  m->grads = aligned_alloc(64, bytes);
+  if (!m->params || !m->grads) {
+    lstmd_errorf("model: out of memory for %zu parameters", m->n_params);
+    lstmd_model_destroy(m);
+    return LSTMD_ENOMEM;
+  }
+  memset(m->params, 0, bytes);
+  memset(m->grads, 0, bytes);
+  *out = m;
+  return LSTMD_OK;
+}
+
+void lstmd_model_destroy(struct lstmd_model *m) {
+  if (!m) return;
+  free(m->params);
+  free(m->grads);
+  free(m);
+}
+
+const struct lstmd_tensor *lstmd_model_tensor(const struct lstmd_model *m, const char *name) {
+  for (int i = 0; i < m->n_tensors; i++)
+    if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
+  return NULL;
+}
+
+void lstmd_model_init_params(struct lstmd_model *m, struct lstmd_rng *rng) {
+  const float bound = 1.0f / sqrtf((float)m->shape.hidden);
+  for (int i = 0; i < m->n_tensors; i++) {
+    const struct lstmd_tensor *t = &m->tensors[i];
+    float *p = m->params + t->offset;
+    int normal = strcmp(t->name, "embed.weight") == 0;
+    for (size_t k = 0; k < t->count; k++)
+      p[k] = normal ? lstmd_rng_normal(rng) : (2.0f * lstmd_rng_uniform(rng) - 1.0f) * bound;
+  }
+}
+
+double lstmd_model_flops_per_token(const struct lstmd_model_shape *s) {
+  double fwd = 2.0 * output_width(s) * s->hidden;
+  for (int k = 0; k < s->layers; k++)
+    fwd += 2.0 * 4 * s->hidden * ((k == 0 ? input_width(s) : s->hidden) + s->hidden);
+  return 3.0 * fwd; /* backward costs two forwards: input and weight gradients */
+}
+
+/* ---- workspace ---- */
+
+int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float dropout,
+                           struct lstmd_workspace **out) {
+  *out = NULL;
+  const struct lstmd_model_shape *s = &m->shape;
+  const size_t N = (size_t)T * B, H = (size_t)s->hidden, L = (size_t)s->layers;
+  const size_t In0 = (size_t)input_width(s), O = (size_t)output_width(s);
+  const size_t wide = H > In0 ? H : In0;
+  const int masked = dropout > 0.0f && L > 1;
+  /* Sizes of the arena's slices, in floats (each rounded up to 16 for alignment). */
+  size_t sizes[64], n = 0, total = 0;
+#define SLICE(count) (sizes[n++] = ((count) + 15) / 16 * 16)
+  SLICE(N);                                              /* ids (int32) */
+  SLICE(N);                                              /* targets (int32) */
+  SLICE(s->kind == LSTMD_MODEL_SERIES ? N * In0 : 0);     /* batch x */
+  SLICE(s->kind == LSTMD_MODEL_SERIES ? N * O : 0);      /* batch y */
+  SLICE(s->kind == LSTMD_MODEL_TEXT ? N * In0 : 0);       /* x0 */
+  for (size_t l = 0; l < L; l++) {
+    SLICE((N + B) * H);                                  /* h */
+    SLICE((N + B) * H);                                  /* c */
+    SLICE(N * 4 * H);                                    /* gates */
+    SLICE(masked && l + 1 < L ? N * H : 0);              /* mask */
+    SLICE(masked && l + 1 < L ? N * H : 0);              /* dropped */
+  }
+  SLICE(N * O);                                          /* out */
+  SLICE(N * wide);                                       /* dh */
+  SLICE(N * wide);                                       /* dx */
+  SLICE(N * 4 * H);                                      /* dgates */
+  SLICE(2 * (size_t)B * H);                              /* work */
+  SLICE(lstmd_cpu_recur_fast((int)H) ? 4 * H * H : 0);   /* wpack */
+#undef SLICE
+  for (size_t i = 0; i < n; i++) total += sizes[i];
+  struct lstmd_workspace *ws = calloc(1, sizeof *ws);
+  float *a = ws ? aligned_alloc(64, total * sizeof(float)) : NULL;
+  if (!a) {
+    free(ws);
+    return LSTMD_ENOMEM;
+  }
+  memset(a, 0, total * sizeof(float));
+  ws->arena = a;
+  ws->model = m;
+  ws->grads = m->grads;
+  ws->T = T;
+  ws->B = B;
+  ws->dropout = masked ? dropout : 0.0f;
+  size_t i = 0;
+#define TAKE() (sizes[i] ? (a += sizes[i], a - sizes[i++]) : (i++, (float *)NULL))
+  ws->batch.steps = T;
+  ws->batch.batch = B;
+  ws->batch.width = s->kind == LSTMD_MODEL_SERIES ? s->width : 0;
+  ws->batch.horizon = s->kind == LSTMD_MODEL_SERIES ? s->horizon : 0;
+  ws->batch.ids = (int32_t *)TAKE();
+  ws->batch.targets = (int32_t *)TAKE();
+  ws->batch.x = TAKE();
+  ws->batch.y = TAKE();
+  ws->x0 = TAKE();
+  for (size_t l = 0; l < L; l++) {
+    ws->layer[l].h = TAKE();
+    ws->layer[l].c = TAKE();
+    ws->layer[l].gates = TAKE();
+    ws->layer[l].mask = TAKE();
+    ws->layer[l].dropped = TAKE();
+  }
+  ws->out = TAKE();
+  ws->dh = TAKE();
+  ws->dx = TAKE();
+  ws->dgates = TAKE();
+  ws->work = TAKE();
+  ws->wpack = TAKE();
+#undef TAKE
+  *out = ws;
+  return LSTMD_OK;
+}
+
+void lstmd_workspace_destroy(struct lstmd_workspace *ws) {
+  if (!ws) return;
+  free(ws->arena);
+  free(ws);
+}
+
+struct lstmd_batch *lstmd_workspace_batch(struct lstmd_workspace *ws) { return &ws->batch; }
+void lstmd_workspace_set_grads(struct lstmd_workspace *ws, float *grads) { ws->grads = grads; }
+void lstmd_workspace_on_grads_ready(struct lstmd_workspace *ws, lstmd_grads_ready_fn fn,
+                                    void *ctx) {
+  ws->on_ready = fn;
+  ws->on_ready_ctx = ctx;
+}
+
+static void grads_ready(const struct lstmd_workspace *ws, size_t first) {
+  if (ws->on_ready) ws->on_ready(ws->on_ready_ctx, first);
+}
+const float *lstmd_workspace_output(const struct lstmd_workspace *ws) { return ws->out; }
+const float *lstmd_workspace_dropout_mask(const struct lstmd_workspace *ws, int layer) {
+  return ws->layer[layer].mask;
+}
+
+void lstmd_workspace_reset_state(struct lstmd_workspace *ws) {
+  const size_t BH = (size_t)ws->B * ws->model->shape.hidden;
+  for (int l = 0; l < ws->model->shape.layers; l++) {
+    memset(ws->layer[l].h, 0, BH * sizeof(float));
+    memset(ws->layer[l].c, 0, BH * sizeof(float));
+  }
+}
+
+void lstmd_workspace_get_state(const struct lstmd_workspace *ws, float *h, float *c,
+                               int full_batch, int col0) {
+  const size_t H = (size_t)ws->model->shape.hidden, BH = (size_t)ws->B * H;
+  for (int l = 0; l < ws->model->shape.layers; l++) {
+    size_t at = ((size_t)l * full_batch + col0) * H;
+    memcpy(h + at, ws->layer[l].h, BH * sizeof(float));
+    memcpy(c + at, ws->layer[l].c, BH * sizeof(float));
+  }
+}
+
+void lstmd_workspace_set_state(struct lstmd_workspace *ws, const float *h, const float *c,
+                               int full_batch, int col0) {
+  const size_t H = (size_t)ws->model->shape.hidden, BH = (size_t)ws->B * H;
+  for (int l = 0; l < ws->model->shape.layers; l++) {
+    size_t at = ((size_t)l * full_batch + col0) * H;
+    memcpy(ws->layer[l].h, h + at, BH * sizeof(float));
+    memcpy(ws->layer[l].c, c + at, BH * sizeof(float));
+  }
+}
+
+/* ---- forward / backward ---- */
+
+struct layer_params {
+  const float *w_ih, *w_hh, *b_ih, *b_hh;
+  float *dw_ih, *dw_hh, *db_ih, *db_hh;
+};
+
+/* Offset of layer l's first tensor (lstm.weight_ih_l{l}) in the flat buffer. */
+static size_t layer_params_offset(const struct lstmd_model *m, int l) {
+  return m->tensors[(m->shape.kind == LSTMD_MODEL_TEXT) + 4 * l].offset;
+}
+
+static struct layer_params layer_params(const struct lstmd_model *m, float *grads, int l) {
+  int first = (m->shape.kind == LSTMD_MODEL_TEXT) + 4 * l;
+  const struct lstmd_tensor *t = &m->tensors[first];
+  return (struct layer_params){
+      m->params + t[0].offset, m->params + t[1].offset, m->params + t[2].offset,
+      m->params + t[3].offset, grads + t[0].offset,    grads + t[1].offset,
+      grads + t[2].offset,     grads + t[3].offset};
+}
+
+/* Input of layer l: the embedded ids / input rows, or the previous layer's (masked) output. */
+static const float *layer_input(const struct lstmd_workspace *ws, int l) {
+  if (l == 0) return ws->model->shape.kind == LSTMD_MODEL_TEXT ? ws->x0 : ws->batch.x;
+  const struct layer_acts *prev = &ws->layer[l - 1];
+  return prev->dropped ? prev->dropped : prev->h + (size_t)ws->B * ws->model->shape.hidden;
+}
+
+/* Mask of layer l for all (t, b, j) of the workspace, from the counter-based key. */
+static void make_dropout_mask(const struct lstmd_workspace *ws, int l, float *mask,
+                              const struct lstmd_dropout_key *key) {
+  const int T = ws->T, B = ws->B, H = ws->model->shape.hidden;
+  const float keep_scale = 1.0f / (1.0f - ws->dropout);
+  const uint32_t threshold = (uint32_t)(ws->dropout * 16777216.0f); /* p in 24-bit units */
+  const uint64_t base = lstmd_hash64(key->seed ^ lstmd_hash64(key->step * 64 + (uint64_t)l));
+  for (int t = 0; t < T; t++)
+    for (int b = 0; b < B; b++) {
+      const uint64_t row = lstmd_hash64(base ^ ((uint64_t)t << 40 | (uint64_t)(key->col0 + b)));
+      float *m = mask + ((size_t)t * B + b) * H;
+      for (int j = 0; j < H; j++) {
+        uint32_t u = (uint32_t)(lstmd_hash64(row + (uint64_t)j * 0x9e3779b97f4a7c15ULL) >> 40);
+        m[j] = u < threshold ? 0.0f : keep_scale;
+      }
+    }
+}
+
+void lstmd_model_end_window(struct lstmd_workspace *ws, int carry) {
+  const size_t BH = (size_t)ws->B * ws->model->shape.hidden, last = (size_t)ws->T * BH;
+  for (int l = 0; l < ws->model->shape.layers; l++) {
+    struct layer_acts *a = &ws->layer[l];
+    if (carry) {
+      memcpy(a->h, a->h + last, BH * sizeof(float));
+      memcpy(a->c, a->c + last, BH * sizeof(float));
+    } else {
+      memset(a->h, 0, BH * sizeof(float));
+      memset(a->c, 0, BH * sizeof(float));
+    }
+  }
+}
+
+void lstmd_model_backward(struct lstmd_model *m, struct lstmd_workspace *ws) {
+  const struct lstmd_model_shape *s = &m->shape;
+  const int T = ws->T, B = ws->B, N = T * B, H = s->hidden, L = s->layers;
+  const int O = output_width(s), In0 = input_width(s);
+  const struct lstmd_tensor *hw = &m->tensors[m->n_tensors - 2], *hb = &m->tensors[m->n_tensors - 1];
+  const float *top = ws->layer[L - 1].h + (size_t)B * H;
+  float *dh = ws->dh, *dx = ws->dx;
+  lstmd_cpu_linear_backward(N, H, O, top, m->params + hw->offset, ws->out, ws->grads + hw->offset,
+                            ws->grads + hb->offset, dh);
+  grads_ready(ws, hw->offset);
+  for (int l = L - 1; l >= 0; l--) {
+    struct layer_params p = layer_params(m, ws->grads, l);
+    struct layer_acts *a = &ws->layer[l];
+    struct lstmd_lstm_dims d = {T, B, l == 0 ? In0 : H, H};
+    int need_dx = l > 0 || s->kind == LSTMD_MODEL_TEXT;
+    lstmd_cpu_lstm_backward(&d, p.w_ih, p.w_hh, layer_input(ws, l), a->h, a->c, a->gates, dh,
+                            ws->dgates, ws->work, p.dw_ih, p.dw_hh, p.db_ih, p.db_hh,
+                            need_dx ? dx : NULL, ws->wpack);
+    grads_ready(ws, layer_params_offset(m, l)); /* layer l and everything above it */
+    if (l > 0) {
+      if (ws->layer[l - 1].mask) lstmd_cpu_mul_inplace((size_t)N * H, dx, ws->layer[l - 1].mask);
+      float *t = dh;
+      dh = dx;
+      dx = t;
+    } else if (s->kind == LSTMD_MODEL_TEXT) {
+      lstmd_cpu_embedding_backward(N, s->embed, dx, ws->batch.ids, ws->grads + m->tensors[0].offset);
+      grads_ready(ws, 0);
+    }
+  }
+}
+
+double lstmd_model_step(struct lstmd_model *m, struct lstmd_workspace *ws, float grad_scale,
+                        const struct lstmd_dropout_key *dropout, int carry_state) {
+  double loss = lstmd_model_forward(m, ws, grad_scale, dropout);
+  if (grad_scale != 0.0f) lstmd_model_backward(m, ws);
+  lstmd_model_end_window(ws, carry_state);
+  return loss;
+}
+
+double lstmd_model_forward(struct lstmd_model *m, struct lstmd_workspace *ws, float grad_scale,
+                           const struct lstmd_dropout_key *dropout) {
+  const struct lstmd_model_shape *s = &m->shape;
+  const int T = ws->T, B = ws->B, N = T * B, H = s->hidden, L = s->layers;
+  const int O = output_width(s), In0 = input_width(s);
+  if (s->kind == LSTMD_MODEL_TEXT)
+    lstmd_cpu_embedding_forward(N, s->embed, m->params + m->tensors[0].offset, ws->batch.ids, ws->x0);
+  for (int l = 0; l < L; l++) {
+    struct layer_params p = layer_params(m, ws->grads, l);
+    struct layer_acts *a = &ws->layer[l];
+    struct lstmd_lstm_dims d = {T, B, l == 0 ? In0 : H, H};
+    lstmd_cpu_lstm_forward(&d, p.w_ih, p.w_hh, p.b_ih, p.b_hh, layer_input(ws, l), a->h, a->c,
+                           a->gates, ws->wpack);
+    if (a->mask) {
+      const size_t n = (size_t)N * H;
+      if (dropout) {
+        make_dropout_mask(ws, l, a->mask, dropout);
+      } else {
+        for (size_t i = 0; i < n; i++) a->mask[i] = 1.0f;
+      }
+      memcpy(a->dropped, a->h + (size_t)B * H, n * sizeof(float));
+      lstmd_cpu_mul_inplace(n, a->dropped, a->mask);
+    }
+  }
+  const struct lstmd_tensor *hw = &m->tensors[m->n_tensors - 2], *hb = &m->tensors[m->n_tensors - 1];
+  lstmd_cpu_linear_forward(N, H, O, ws->layer[L - 1].h + (size_t)B * H, m->params + hw->offset,
+                           m->params + hb->offset, ws->out);
+  double loss;
+  if (s->kind == LSTMD_MODEL_TEXT)
+    loss = lstmd_cpu_softmax_xent(N, O, ws->out, ws->batch.targets, grad_scale);
+  else
+    loss = lstmd_cpu_mse((size_t)N * O, ws->out, ws->batch.y, grad_scale);
+  return loss;
+}

@@ -1,0 +1,57 @@
+/* optim.c — learning-rate schedule, clipping and the update (kernels in dense_cpu.c). */
+#include "optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/dense_cpu.h"
+#include "kernels/status.h"
+
+int lstmd_optim_create(const struct lstmd_optim_config *cfg, size_t n, struct lstmd_optim **out) {
+  struct lstmd_optim *o = calloc(1, sizeof *o);
+  if (!o) return LSTMD_ENOMEM;
+  o->cfg = *cfg;
+  o->n = n;
+  o->m = calloc(n, sizeof(float));
+  if (cfg->algo == LSTMD_OPTIM_ADAMW) o->v = calloc(n, sizeof(float));
+  if (!o->m || (cfg->algo == LSTMD_OPTIM_ADAMW && !o->v)) {
+    lstmd_optim_destroy(o);
+    return LSTMD_ENOMEM;
+  }
+  *out = o;
+  return LSTMD_OK;
+}
+
+void lstmd_optim_destroy(struct lstmd_optim *o) {
+  if (!o) return;
+  free(o->m);
+  free(o->v);
+  free(o);
+}
+
+float lstmd_optim_lr(const struct lstmd_optim_config *cfg, long step) {
+  if (step < cfg->warmup_steps) return cfg->lr * (float)(step + 1) / (float)cfg->warmup_steps;
+  if (cfg->schedule == LSTMD_SCHEDULE_CONSTANT) return cfg->lr;
+  long span = cfg->total_steps - cfg->warmup_steps;
+  double progress = span > 0 ? (double)(step - cfg->warmup_steps) / (double)span : 1.0;
+  if (progress > 1.0) progress = 1.0;
+  return (float)(cfg->lr * 0.5 * (1.0 + cos(M_PI * progress)));
+}
+
+int lstmd_optim_step(struct lstmd_optim *o, float *params, float *grads, double *grad_norm) {
+  const struct lstmd_optim_config *c = &o->cfg;
+  double norm = sqrt(lstmd_cpu_sumsq(o->n, grads));
+  *grad_norm = norm;
+  if (!isfinite(norm)) return LSTMD_EINVAL;
+  if (c->clip_norm > 0.0f && norm > c->clip_norm)
+    lstmd_cpu_scale(o->n, grads, (float)(c->clip_norm / (norm + 1e-6)));
+  float lr = lstmd_optim_lr(c, o->step);
+  o->step++;
+  if (c->algo == LSTMD_OPTIM_ADAMW)
+    lstmd_cpu_adamw(o->n, params, grads, o->m, o->v, lr, c->beta1, c->beta2, c->eps,
+                    c->weight_decay, o->step);
+  else
+    lstmd_cpu_sgd(o->n, params, grads, o->m, lr, c->momentum, c->weight_decay);
+  return LSTMD_OK;
+}

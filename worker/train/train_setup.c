@@ -1,0 +1,198 @@
+/* train_setup.c — building a training run on every rank (see trainer_run.h).
+ *
+ * 1. Rank 0 alone verifies the dataset checksums (it reads both splits once); the other ranks
+ *    only read their headers and, like everything else, compare with rank 0's plan.
+ * 2. The plan rank 0 broadcasts is the effective config and the dataset identity. A rank that
+ *    differs says how; a max-reduction of the verdicts makes every rank stop with an error at
+ *    the same point, so a disagreement never leaves a rank waiting in a collective.
+ * 3. Parameters come from rank 0 (initialised or resumed) by broadcast, so the ranks start from
+ *    bit-identical weights and stay so (same reduced gradients, same update). */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "kernels/status.h"
+#include "worker/engine/device_select.h"
+#include "trainer_run.h"
+
+static int all_agree(struct run *r, int my_rc) {
+  if (r->world == 1) return my_rc;
+  double worst = my_rc ? 1.0 : 0.0;
+  LSTMD_TRY(lstmd_comm_allreduce_max_f64(r->comm, &worst, 1));
+  if (worst != 0.0) return my_rc ? my_rc : LSTMD_ECONFIG;
+  return LSTMD_OK;
+}
+
+static char *dataset_identity(const struct run *r) {
+  char *s;
+  if (asprintf(&s, "pair %016llx train %08x/%llu val %08x/%llu",
+               (unsigned long long)r->train.info.pair_id, r->train.info.payload_crc32c,
+               (unsigned long long)r->train.info.count, r->val.info.payload_crc32c,
+               (unsigned long long)r->val.info.count) < 0)
+    return NULL;
+  return s;
+}
+
+/* Rank 0's config + dataset identity against this rank's (see 2. above). */
+static int check_plan(struct run *r) {
+  char *mine = dataset_identity(r), *plan = NULL;
+  if (!mine) return LSTMD_ENOMEM;
+  size_t cfg_len = strlen(r->config_json), id_len = strlen(mine);
+  uint64_t lens[2] = {cfg_len, id_len};
+  int rc = lstmd_comm_bcast(r->comm, lens, sizeof lens, 0);
+  if (!rc && !(plan = malloc(lens[0] + lens[1] + 2))) rc = LSTMD_ENOMEM;
+  if (!rc && r->rank == 0) {
+    memcpy(plan, r->config_json, cfg_len + 1);
+    memcpy(plan + cfg_len + 1, mine, id_len + 1);
+  }
+  if (!rc) rc = lstmd_comm_bcast(r->comm, plan, lens[0] + lens[1] + 2, 0);
+  int differs = 0;
+  if (!rc && strcmp(plan, r->config_json) != 0) {
+    lstmd_errorf("rank %d (%s): its config differs from rank 0's; every rank must run the same "
+                 "command with the same config file", r->rank, lstmd_comm_host(r->comm));
+    differs = 1;
+  }
+  if (!rc && strcmp(plan + lens[0] + 1, mine) != 0) {
+    lstmd_errorf("rank %d (%s): dataset %s differs from rank 0's (%s here, %s on rank 0)",
+                 r->rank, lstmd_comm_host(r->comm), r->cfg->data_path, mine, plan + lens[0] + 1);
+    differs = 1;
+  }
+  free(plan);
+  free(mine);
+  if (rc) return rc;
+  double flag = differs;
+  LSTMD_TRY(lstmd_comm_allreduce_max_f64(r->comm, &flag, 1));
+  if (flag != 0.0 && r->rank == 0)
+    lstmd_errorf("the ranks disagree on the config or the dataset (see the messages above); "
+                 "stopping every rank");
+  return flag != 0.0 ? LSTMD_ECONFIG : LSTMD_OK;
+}
+
+static int build(struct run *r) {
+  const struct lstmd_train_config *cfg = r->cfg;
+  /* First, before anything a rank can fail at alone: the choice is collective (device_select.h). */
+  int backend, gpu;
+  LSTMD_TRY(lstmd_device_choose(cfg->device, r->comm, &backend, &gpu));
+  if (backend == LSTMD_DEVICE_CPU && cfg->device == LSTMD_DEVICE_CPU &&
+      cfg->precision != LSTMD_PRECISION_FP32) {
+    lstmd_errorf("train.precision: the CPU backend trains in fp32 only");
+    return LSTMD_ECONFIG;
+  }
+  if (backend == LSTMD_DEVICE_CPU && cfg->precision != LSTMD_PRECISION_FP32 && r->rank == 0)
+    lstmd_errorf("train.precision applies to the GPU backend; the CPU backend trains in fp32");
+  LSTMD_TRY(lstmd_dataset_open_dir(cfg->data_path, &r->train, &r->val, r->rank == 0));
+  const struct lstmd_dataset_info *info = &r->train.info;
+  struct lstmd_model_shape shape = {.hidden = cfg->hidden, .layers = cfg->layers};
+  if (info->kind == LSTMD_DATASET_TEXT) {
+    shape.kind = LSTMD_MODEL_TEXT;
+    shape.vocab = info->vocab_size;
+    shape.embed = cfg->embed;
+  } else {
+    shape.kind = LSTMD_MODEL_SERIES;
+    shape.width = info->width;
+    shape.horizon = info->horizon;
+  }
+  r->data_meta = (struct lstmd_data_meta){*info, cfg->seq_len, r->global_batch};
+  LSTMD_TRY(lstmd_model_create(&shape, &r->model));
+  struct lstmd_rng init_rng;
+  lstmd_rng_seed(&init_rng, cfg->seed, 1);
+  lstmd_model_init_params(r->model, &init_rng);
+  struct lstmd_optim_config oc = cfg->optim;
+  oc.total_steps = cfg->steps;
+  LSTMD_TRY(lstmd_optim_create(&oc, r->model->n_params, &r->optim));
+  LSTMD_TRY(lstmd_batcher_create(&r->train, cfg->order, cfg->seq_len, cfg->batch_size, r->rank,
+                                 r->world, cfg->seed, &r->batcher));
+  const struct lstmd_dp_config dpc = {cfg->seq_len, cfg->batch_size, cfg->threads,
+                                      cfg->order == LSTMD_ORDER_STREAM, cfg->dropout, cfg->seed,
+                                      cfg->bucket_mb, backend == LSTMD_DEVICE_CUDA, gpu,
+                                      cfg->precision, cfg->comm_timeout_s};
+  LSTMD_TRY(lstmd_prefetch_create(r->batcher, &r->train, cfg->seq_len, cfg->batch_size,
+                                  &r->prefetch));
+  LSTMD_TRY(lstmd_dp_create(r->model, &dpc, r->comm, &r->dp));
+  r->progress.state_batch = r->global_batch;
+  if (cfg->order == LSTMD_ORDER_STREAM) {
+    size_t n = (size_t)cfg->layers * r->global_batch * cfg->hidden;
+    r->progress.state_h = calloc(n, sizeof(float));
+    r->progress.state_c = calloc(n, sizeof(float));
+    if (!r->progress.state_h || !r->progress.state_c) return LSTMD_ENOMEM;
+  }
+  r->has_val = lstmd_window_count(&r->val, cfg->seq_len) > 0;
+  return LSTMD_OK;
+}
+
+/* Rank 0: loads the checkpoint after checking that it belongs to this data and batch. */
+static int load_checkpoint(struct run *r, const char *path) {
+  struct lstmd_model *saved;
+  struct lstmd_data_meta meta;
+  LSTMD_TRY(lstmd_checkpoint_load_model(path, &saved, &meta));
+  lstmd_model_destroy(saved);
+  if (meta.info.pair_id != r->train.info.pair_id) {
+    lstmd_errorf("%s: was trained on another dataset than %s (re-prepared or replaced); "
+                 "the data cursor would not mean the same windows", path, r->cfg->data_path);
+    return LSTMD_ECONFIG;
+  }
+  if (meta.seq_len != r->cfg->seq_len || meta.batch != r->global_batch) {
+    lstmd_errorf("%s: was trained with seq_len %d and a global batch of %d windows; this run has "
+                 "%d and %d (ranks × data.batch_size); resume needs the same", path, meta.seq_len,
+                 meta.batch, r->cfg->seq_len, r->global_batch);
+    return LSTMD_ECONFIG;
+  }
+  return lstmd_checkpoint_load_train(path, r->model, r->optim, &r->progress, NULL);
+}
+
+/* Sends rank 0's parameters, optimizer state and progress to every rank. */
+static int share_state(struct run *r) {
+  struct lstmd_comm *c = r->comm;
+  const size_t n = r->model->n_params * sizeof(float);
+  LSTMD_TRY(lstmd_comm_bcast(c, r->model->params, n, 0));
+  if (!r->resumed) return LSTMD_OK;
+  LSTMD_TRY(lstmd_comm_bcast(c, r->optim->m, n, 0));
+  if (r->optim->v) LSTMD_TRY(lstmd_comm_bcast(c, r->optim->v, n, 0));
+  int64_t counters[4] = {r->optim->step, r->progress.step, (int64_t)r->progress.cursor.epoch,
+                         (int64_t)r->progress.cursor.position};
+  LSTMD_TRY(lstmd_comm_bcast(c, counters, sizeof counters, 0));
+  r->optim->step = counters[0];
+  r->progress.step = counters[1];
+  r->progress.cursor.epoch = (uint64_t)counters[2];
+  r->progress.cursor.position = (uint64_t)counters[3];
+  if (r->progress.state_h) {
+    const size_t s = (size_t)r->cfg->layers * r->global_batch * r->cfg->hidden * sizeof(float);
+    LSTMD_TRY(lstmd_comm_bcast(c, r->progress.state_h, s, 0));
+    LSTMD_TRY(lstmd_comm_bcast(c, r->progress.state_c, s, 0));
+  }
+  return LSTMD_OK;
+}
+
+int lstmd_run_setup(struct run *r, const char *resume_path) {
+  r->global_batch = r->cfg->batch_size * r->world;
+  int rc = all_agree(r, build(r));
+  if (!rc && r->world > 1) rc = check_plan(r);
+  if (rc) return rc;
+  /* Rank 0 decides whether this is a resume: the others may not see the same files. */
+  int resume_flag = r->rank == 0 && resume_path != NULL;
+  if (r->world > 1) LSTMD_TRY(lstmd_comm_bcast(r->comm, &resume_flag, sizeof resume_flag, 0));
+  r->resumed = resume_flag;
+  if (resume_flag) rc = all_agree(r, r->rank == 0 ? load_checkpoint(r, resume_path) : LSTMD_OK);
+  if (!rc && r->world > 1) rc = share_state(r);
+  if (!rc && r->resumed) {
+    rc = lstmd_batcher_set_cursor(r->batcher, r->progress.cursor);
+    if (!rc && r->progress.state_h) lstmd_dp_set_state(r->dp, r->progress.state_h, r->progress.state_c);
+  }
+  if (!rc) rc = all_agree(r, lstmd_dp_upload(r->dp, r->optim, &r->progress)); /* GPU: to the device */
+  return rc;
+}
+
+void lstmd_run_free(struct run *r) {
+  lstmd_metrics_close(&r->metrics);
+  lstmd_dp_destroy(r->dp);
+  lstmd_prefetch_destroy(r->prefetch);
+  lstmd_batcher_destroy(r->batcher);
+  lstmd_optim_destroy(r->optim);
+  lstmd_model_destroy(r->model);
+  free(r->progress.state_h);
+  free(r->progress.state_c);
+  lstmd_dataset_close(&r->train);
+  lstmd_dataset_close(&r->val);
+}

@@ -1,0 +1,40 @@
+/* trainer.h — one rank's training run: dataset, model, optimizer, batches, periodic logging,
+ * evaluation and checkpoints, resume, and a clean stop on request (SIGINT/SIGTERM). */
+#ifndef LSTMD_TRAINER_H
+#define LSTMD_TRAINER_H
+
+#include "worker/io/metrics.h"
+#include "train_config.h"
+
+struct lstmd_comm;
+
+/* What a caller (the `lstmd serve` job runner) may observe and steer, on rank 0 only; every
+ * member may be NULL. Called on the training thread, so they must be quick. */
+struct lstmd_train_hooks {
+  void *ctx;
+  void (*on_step)(void *ctx, const struct lstmd_step_report *rep); /* each log step */
+  void (*on_eval)(void *ctx, long step, double val_loss, double val_bpc); /* bpc: NAN for series */
+  /* Polled once per step: nonzero stops every rank after this step, with a checkpoint. */
+  int (*stop_requested)(void *ctx);
+  /* After the last checkpoint: the step reached and whether the run stopped before its end. */
+  void (*on_end)(void *ctx, long step, int stopped_early);
+};
+
+/* Trains as configured, on every rank of comm (NULL: one rank). config_json is the effective
+ * config (stored in checkpoints, and compared across ranks). resume_path: NULL to start fresh,
+ * or a checkpoint to continue from exactly (read by rank 0). hooks may be NULL. Returns 0 when
+ * the run finished or stopped cleanly (a checkpoint was written), else a negative status after
+ * printing why. When *all_know is set, every rank returned a failure at the same point (set-up
+ * checks, a non-finite loss, a rank that could not read its data, a checkpoint rank 0 could not
+ * write), so the ranks are in step and may go on; otherwise a failure that only some ranks saw
+ * can leave the others in a collective, and the caller must abort the job (lstmd_comm_abort)
+ * when the world has more than one rank. */
+int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_json,
+                    const char *resume_path, struct lstmd_comm *comm,
+                    const struct lstmd_train_hooks *hooks, int *all_know);
+
+/* Async-signal-safe: asks the running training loop to stop after the current step, write a
+ * checkpoint and return. */
+void lstmd_train_request_stop(void);
+
+#endif

@@ -1,0 +1,46 @@
+/* trainer_run.h — the state of one training run, shared by trainer.c (the loop) and
+ * train_setup.c (building it, checking that the ranks agree, resuming). Private to worker/. */
+#ifndef LSTMD_TRAINER_RUN_H
+#define LSTMD_TRAINER_RUN_H
+
+#include "worker/data/batcher.h"
+#include "worker/io/checkpoint.h"
+#include "worker/engine/data_parallel.h"
+#include "worker/data/dataset.h"
+#include "worker/io/metrics.h"
+#include "worker/model/model.h"
+#include "worker/model/optim.h"
+#include "worker/data/prefetch.h"
+#include "train_config.h"
+#include "trainer.h"
+
+struct lstmd_comm;
+
+struct run {
+  const struct lstmd_train_config *cfg;
+  const char *config_json;
+  struct lstmd_comm *comm; /* NULL: one rank */
+  int rank, world;
+  int global_batch;        /* world · batch_size */
+  struct lstmd_dataset train, val;
+  struct lstmd_model *model;
+  struct lstmd_optim *optim;
+  struct lstmd_batcher *batcher;
+  struct lstmd_prefetch *prefetch; /* reads the batcher's next batches on a thread */
+  struct lstmd_dp *dp;
+  struct lstmd_data_meta data_meta;
+  struct lstmd_train_progress progress; /* state_h/state_c: [L, global_batch, H] */
+  struct lstmd_metrics metrics;         /* rank 0 only */
+  struct lstmd_trace *trace;            /* --trace, or NULL */
+  const struct lstmd_train_hooks *hooks; /* never NULL (an empty set when none was given) */
+  int has_val, resumed;
+  int failure_agreed; /* the failure being returned was voted on by every rank */
+};
+
+/* Builds the run (dataset, model, optimizer, batcher, data-parallel engine), checks that every
+ * rank has the same config and dataset, and resumes from resume_path (rank 0 reads it and
+ * broadcasts). Every rank returns the same status. */
+int lstmd_run_setup(struct run *r, const char *resume_path);
+void lstmd_run_free(struct run *r);
+
+#endif
