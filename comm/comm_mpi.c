@@ -18,30 +18,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kernels/status.h"
+#include "kernels/check.h"
 
 enum { kPiece = 1 << 30 };
 
-static int mpi_failed(const struct lstmd_comm *c, int code, const char *what) {
-  if (code == MPI_SUCCESS) return 0;
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(code, text, &len);
-  lstmd_errorf("rank %d (%s): %s failed: %s", c ? c->rank : -1, c ? c->host : "?", what, text);
-  return 1;
-}
-#define CHECK_MPI(c, call)                                     \
-  do {                                                         \
-    if (mpi_failed((c), (call), #call)) return LSTMD_ECOMM;    \
-  } while (0)
-
 /* Polls a request, sleeping between polls with a backoff that grows to max_sleep_ns: 2 ms in
  * the training loop, 50 ms for an idle daemon's wait for its next job (20 polls a second). */
-static int wait_request_backoff(struct lstmd_comm *c, MPI_Request *r, long max_sleep_ns) {
+static int wait_request_backoff(MPI_Request *r, long max_sleep_ns) {
   long sleep_ns = 1000;
   for (int spins = 0;; spins++) {
     int done = 0;
-    CHECK_MPI(c, MPI_Test(r, &done, MPI_STATUS_IGNORE));
+    LSTMD_CHECK_MPI(MPI_Test(r, &done, MPI_STATUS_IGNORE));
     if (done) return LSTMD_OK;
     if (spins < 200) continue;
     struct timespec ts = {sleep_ns / 1000000000L, sleep_ns % 1000000000L};
@@ -50,8 +37,8 @@ static int wait_request_backoff(struct lstmd_comm *c, MPI_Request *r, long max_s
   }
 }
 
-static int wait_request(struct lstmd_comm *c, MPI_Request *r) {
-  return wait_request_backoff(c, r, 2000000L);
+static int wait_request(MPI_Request *r) {
+  return wait_request_backoff(r, 2000000L);
 }
 
 int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out) {
@@ -94,6 +81,7 @@ int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out) {
     lstmd_comm_finalize(c);
     return LSTMD_ECOMM;
   }
+  lstmd_set_process_label(c->rank, c->host);
   *out = c;
   return LSTMD_OK;
 }
@@ -133,8 +121,8 @@ void lstmd_comm_describe_library(char *buf, size_t n) {
 static int allreduce(struct lstmd_comm *c, const void *src, void *dst, int count,
                      MPI_Datatype type, MPI_Op op) {
   MPI_Request r;
-  CHECK_MPI(c, MPI_Iallreduce(src, dst, count, type, op, c->world, &r));
-  return wait_request(c, &r);
+  LSTMD_CHECK_MPI(MPI_Iallreduce(src, dst, count, type, op, c->world, &r));
+  return wait_request(&r);
 }
 
 int lstmd_comm_allreduce_sum_f32(struct lstmd_comm *c, float *buf, size_t n) {
@@ -161,20 +149,32 @@ int lstmd_comm_allreduce_max_f64(struct lstmd_comm *c, double *buf, int n) {
   return allreduce(c, MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_MAX);
 }
 
+int lstmd_comm_agree(struct lstmd_comm *c, int my_status, int *failed_rank) {
+  if (failed_rank) *failed_rank = my_status ? (c ? c->rank : 0) : -1;
+  if (!c || c->size == 1) return my_status;
+  struct {
+    int status, rank;
+  } vote = {my_status < 0 ? my_status : 0, c->rank};
+  LSTMD_TRY(allreduce(c, MPI_IN_PLACE, &vote, 1, MPI_2INT, MPI_MINLOC));
+  if (vote.status == 0) return LSTMD_OK;
+  if (failed_rank) *failed_rank = my_status ? c->rank : vote.rank;
+  return my_status ? my_status : vote.status;
+}
+
 int lstmd_comm_bcast(struct lstmd_comm *c, void *buf, size_t bytes, int root) {
   for (size_t off = 0; off < bytes; off += kPiece) {
     int count = bytes - off < kPiece ? (int)(bytes - off) : kPiece;
     MPI_Request r;
-    CHECK_MPI(c, MPI_Ibcast((char *)buf + off, count, MPI_BYTE, root, c->world, &r));
-    LSTMD_TRY(wait_request(c, &r));
+    LSTMD_CHECK_MPI(MPI_Ibcast((char *)buf + off, count, MPI_BYTE, root, c->world, &r));
+    LSTMD_TRY(wait_request(&r));
   }
   return LSTMD_OK;
 }
 
 int lstmd_comm_bcast_idle(struct lstmd_comm *c, void *buf, int bytes, int root) {
   MPI_Request r;
-  CHECK_MPI(c, MPI_Ibcast(buf, bytes, MPI_BYTE, root, c->world, &r));
-  return wait_request_backoff(c, &r, 50000000L);
+  LSTMD_CHECK_MPI(MPI_Ibcast(buf, bytes, MPI_BYTE, root, c->world, &r));
+  return wait_request_backoff(&r, 50000000L);
 }
 
 int lstmd_comm_gather(struct lstmd_comm *c, const void *in, size_t bytes, void *out, int root) {
@@ -183,12 +183,12 @@ int lstmd_comm_gather(struct lstmd_comm *c, const void *in, size_t bytes, void *
     return LSTMD_EINVAL;
   }
   MPI_Request r;
-  CHECK_MPI(c, MPI_Igather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, root, c->world, &r));
-  return wait_request(c, &r);
+  LSTMD_CHECK_MPI(MPI_Igather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, root, c->world, &r));
+  return wait_request(&r);
 }
 
 int lstmd_comm_barrier(struct lstmd_comm *c) {
   MPI_Request r;
-  CHECK_MPI(c, MPI_Ibarrier(c->world, &r));
-  return wait_request(c, &r);
+  LSTMD_CHECK_MPI(MPI_Ibarrier(c->world, &r));
+  return wait_request(&r);
 }

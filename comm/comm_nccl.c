@@ -34,7 +34,8 @@
 #include <nccl.h>
 #endif
 
-#include "kernels/status.h"
+#include "kernels/check.h"
+#include "kernels/clock.h"
 #include "comm.h"
 #include "comm_internal.h"
 
@@ -62,21 +63,6 @@ struct lstmd_nccl {
   atomic_int failed, quit; /* failed: set under mu when the communicator was aborted */
 };
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-
-static int mpi_ok(const struct lstmd_comm *c, int code, const char *what) {
-  if (code == MPI_SUCCESS) return 1;
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(code, text, &len);
-  lstmd_errorf("rank %d (%s): %s failed: %s", c->rank, c->host, what, text);
-  return 0;
-}
 
 /* Looks for two ranks on one GPU in the gathered table; describes the first pair in why. */
 static int find_shared_gpu(const struct peer *all, int n, char *why, size_t len) {
@@ -95,23 +81,15 @@ static void sleep_us(long us) {
   nanosleep(&ts, NULL);
 }
 
-static int nccl_failed(struct lstmd_nccl *n, ncclResult_t r, const char *what) {
-  if (r == ncclSuccess) return 0;
-  const char *last = n->comm ? ncclGetLastError(n->comm) : NULL;
-  lstmd_errorf("rank %d (%s): %s: %s%s%s", n->c->rank, n->c->host, what, ncclGetErrorString(r),
-               last && *last ? ": " : "", last ? last : "");
-  return 1;
-}
-
 /* Polls until the communicator's pending operation is done (see 2.); bounded by the timeout. */
 static ncclResult_t settle(struct lstmd_nccl *n) {
-  const double t0 = now_s();
+  const double t0 = lstmd_now_s();
   ncclResult_t st = ncclInProgress;
   for (;;) {
     ncclResult_t q = ncclCommGetAsyncError(n->comm, &st);
     if (q != ncclSuccess) return q; /* the query's own failure, not a timeout */
     if (st != ncclInProgress) return st;
-    if (now_s() - t0 > n->timeout_s) return ncclInProgress;
+    if (lstmd_now_s() - t0 > n->timeout_s) return ncclInProgress;
     sleep_us(100);
   }
 }
@@ -136,7 +114,7 @@ static void *watchdog_main(void *arg) {
         } else if (q != cudaErrorNotReady) {
           snprintf(buf, sizeof buf, "CUDA error while waiting for the all-reduce: %s", cudaGetErrorString(q));
           why = buf;
-        } else if (now_s() - n->watched_since > n->timeout_s) {
+        } else if (lstmd_now_s() - n->watched_since > n->timeout_s) {
           snprintf(buf, sizeof buf, "gradient all-reduce unfinished after %.0f s (train.comm_timeout_s); "
                    "a rank has probably died or hangs", n->timeout_s);
           why = buf;
@@ -164,9 +142,8 @@ static int init_nccl(struct lstmd_nccl *n) {
     ncclUniqueId id;
   } msg;
   memset(&msg, 0, sizeof msg);
-  if (c->rank == 0) msg.ok = !nccl_failed(n, ncclGetUniqueId(&msg.id), "ncclGetUniqueId");
-  if (!mpi_ok(c, MPI_Bcast(&msg, sizeof msg, MPI_BYTE, 0, c->world), "MPI_Bcast(NCCL id)"))
-    return LSTMD_ECOMM;
+  if (c->rank == 0) msg.ok = !LSTMD_NCCL_FAILED(ncclGetUniqueId(&msg.id));
+  LSTMD_CHECK_MPI(MPI_Bcast(&msg, sizeof msg, MPI_BYTE, 0, c->world));
   if (!msg.ok) return LSTMD_ECOMM; /* rank 0 said why; the agreement step follows */
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
@@ -176,7 +153,7 @@ static int init_nccl(struct lstmd_nccl *n) {
   if (r == ncclInProgress)
     lstmd_errorf("rank %d (%s): ncclCommInitRank did not finish in %.0f s", c->rank, c->host, n->timeout_s);
   else
-    nccl_failed(n, r, "ncclCommInitRank");
+    lstmd_nccl_failed_(r, "ncclCommInitRankConfig", __FILE__, __LINE__);
   if (n->comm) ncclCommAbort(n->comm);
   n->comm = NULL;
   return LSTMD_ECOMM;
@@ -201,8 +178,8 @@ int lstmd_nccl_create(struct lstmd_comm *c, size_t max_count, double timeout_s,
     me.bus[0] = '\0';
   }
   n->device = dev;
-  if (!all || !mpi_ok(c, MPI_Allgather(&me, sizeof me, MPI_BYTE, all, sizeof me, MPI_BYTE, c->world),
-                      "MPI_Allgather(GPU ids)")) {
+  if (!all || LSTMD_MPI_FAILED(MPI_Allgather(&me, sizeof me, MPI_BYTE, all, sizeof me, MPI_BYTE,
+                                             c->world))) {
     free(all);
     lstmd_nccl_destroy(n);
     return all ? LSTMD_ECOMM : LSTMD_ENOMEM;
@@ -218,12 +195,7 @@ int lstmd_nccl_create(struct lstmd_comm *c, size_t max_count, double timeout_s,
                  "MPI through host memory (slower). Give every rank its own GPU (Slurm: "
                  "--gpus-per-task=1; mpirun: as many ranks per node as GPUs)", why);
   if (!shared) rc = init_nccl(n);
-  double bad = rc ? 1.0 : 0.0; /* agreement: every rank learns whether any init failed */
-  if (!mpi_ok(c, MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_DOUBLE, MPI_MAX, c->world), "MPI_Allreduce"))
-    rc = LSTMD_ECOMM;
-  else if (bad != 0.0 && !rc) {
-    rc = LSTMD_ECOMM; /* another rank failed and said why */
-  }
+  rc = lstmd_comm_agree(c, rc, NULL); /* another rank's failure: it said why */
   if (!rc && n->mode == LSTMD_NCCL_DEVICE) {
     int v = 0;
     ncclGetVersion(&v);
@@ -298,7 +270,7 @@ int lstmd_nccl_failed(struct lstmd_nccl *n) { return n->failed; }
 void lstmd_nccl_watch(struct lstmd_nccl *n, void *event) {
   pthread_mutex_lock(&n->mu);
   n->watched = (cudaEvent_t)event;
-  n->watched_since = now_s();
+  n->watched_since = lstmd_now_s();
   pthread_mutex_unlock(&n->mu);
 }
 
@@ -307,18 +279,10 @@ static int staged_allreduce(struct lstmd_nccl *n, float *buf, size_t count, cuda
     lstmd_errorf("host-staged all-reduce of %zu floats exceeds its buffer (%zu)", count, n->max_count);
     return LSTMD_EINVAL;
   }
-  cudaError_t e = cudaMemcpyAsync(n->staging, buf, count * sizeof(float), cudaMemcpyDeviceToHost, s);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-  if (e != cudaSuccess) {
-    lstmd_errorf("rank %d (%s): staging the gradients: %s", n->c->rank, n->c->host, cudaGetErrorString(e));
-    return LSTMD_ECOMM;
-  }
+  LSTMD_CHECK_CUDA(cudaMemcpyAsync(n->staging, buf, count * sizeof(float), cudaMemcpyDeviceToHost, s));
+  LSTMD_CHECK_CUDA(cudaStreamSynchronize(s));
   LSTMD_TRY(lstmd_comm_allreduce_sum_f32(n->c, n->staging, count));
-  e = cudaMemcpyAsync(buf, n->staging, count * sizeof(float), cudaMemcpyHostToDevice, s);
-  if (e != cudaSuccess) {
-    lstmd_errorf("rank %d (%s): unstaging the gradients: %s", n->c->rank, n->c->host, cudaGetErrorString(e));
-    return LSTMD_ECOMM;
-  }
+  LSTMD_CHECK_CUDA(cudaMemcpyAsync(buf, n->staging, count * sizeof(float), cudaMemcpyHostToDevice, s));
   return LSTMD_OK;
 }
 
@@ -332,7 +296,7 @@ int lstmd_nccl_allreduce_sum(struct lstmd_nccl *n, float *buf, size_t count, voi
   if (!n->failed) {
     ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, n->comm, (cudaStream_t)stream);
     if (r == ncclInProgress) r = settle(n);
-    if (!nccl_failed(n, r, "ncclAllReduce")) rc = LSTMD_OK;
+    if (!lstmd_nccl_failed_(r, "ncclAllReduce", __FILE__, __LINE__)) rc = LSTMD_OK;
   }
   pthread_mutex_unlock(&n->mu);
   return rc;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "kernels/clock.h"
 #include "kernels/status.h"
 #include "comm.h"
 #include "comm_internal.h"
@@ -35,12 +36,6 @@ struct lstmd_reducer {
   lstmd_bucket_observer observer;
   void *observer_ctx;
 };
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Polls every 20 µs for the first ~5 ms, then backs off to 1 ms: a bucket normally completes
  * fast, and a rank waiting for a slow peer (rank 0 writing a checkpoint) should not burn a core. */
@@ -70,9 +65,9 @@ static void *reducer_main(void *arg) {
     r->busy = 1;
     int failed = r->failed;
     pthread_mutex_unlock(&r->mu);
-    double t0 = now_s();
+    double t0 = lstmd_now_s();
     int rc = failed ? LSTMD_ECOMM : reduce_one(r->comm, b);
-    if (r->observer) r->observer(r->observer_ctx, b.n, b.queued_s, t0, now_s());
+    if (r->observer) r->observer(r->observer_ctx, b.n, b.queued_s, t0, lstmd_now_s());
     pthread_mutex_lock(&r->mu);
     r->busy = 0;
     if (rc) r->failed = 1;
@@ -119,19 +114,19 @@ void lstmd_reducer_observe(struct lstmd_reducer *r, lstmd_bucket_observer fn, vo
 void lstmd_reducer_submit(struct lstmd_reducer *r, float *buf, size_t n) {
   pthread_mutex_lock(&r->mu);
   while (r->tail - r->head == kMaxBuckets) pthread_cond_wait(&r->idle, &r->mu);
-  r->queue[r->tail % kMaxBuckets] = (struct bucket){buf, n, now_s()};
+  r->queue[r->tail % kMaxBuckets] = (struct bucket){buf, n, lstmd_now_s()};
   r->tail++;
   pthread_cond_signal(&r->work);
   pthread_mutex_unlock(&r->mu);
 }
 
 int lstmd_reducer_wait_all(struct lstmd_reducer *r, double *waited_s) {
-  double t0 = now_s();
+  double t0 = lstmd_now_s();
   pthread_mutex_lock(&r->mu);
   while (r->head != r->tail || r->busy) pthread_cond_wait(&r->idle, &r->mu);
   int failed = r->failed;
   pthread_mutex_unlock(&r->mu);
-  if (waited_s) *waited_s = now_s() - t0;
+  if (waited_s) *waited_s = lstmd_now_s() - t0;
   if (failed) lstmd_errorf("gradient all-reduce failed (a rank may have died)");
   return failed ? LSTMD_ECOMM : LSTMD_OK;
 }

@@ -30,6 +30,10 @@ int lstmd_parse_opts(const char *cmd, int argc, char **argv, int first, struct l
 int lstmd_opt_long(const char *cmd, const char *name, const char *text, long lo, long hi, long *out);
 int lstmd_opt_double(const char *cmd, const char *name, const char *text, double lo, double hi,
                      double *out);
+/* The signals that ask a run to stop cleanly (finish the step, checkpoint, exit 0): SIGINT,
+ * SIGTERM (Slurm's scancel, time limit, preemption) and SIGUSR1 (what mpirun forwards to every
+ * rank, and what the systemd unit sends). handler must be async-signal-safe. */
+void lstmd_on_stop_signals(void (*handler)(int sig));
 /* Maps a library status to the process exit code (see above). */
 int lstmd_exit_code(int status);
 

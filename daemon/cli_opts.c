@@ -1,6 +1,9 @@
-/* cli_opts.c — the shared option parser and strict number parsing of the subcommands. */
+/* cli_opts.c — what the subcommands share: the option parser, strict number parsing, the exit
+ * codes and the stop signals. */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,7 +76,19 @@ int lstmd_exit_code(int status) {
     case LSTMD_OK: return 0;
     case LSTMD_ENOMEM:
     case LSTMD_ECUDA:
-    case LSTMD_ECOMM: return 1;
-    default: return 2;
+    case LSTMD_ECOMM:
+    case LSTMD_ENONFINITE: /* the run diverged: not the input's fault */
+    case LSTMD_EWRITE:     /* a checkpoint, metrics or dataset file could not be written */
+      return 1;
+    default: return 2; /* bad usage or bad input: config, dataset, checkpoint, CSV */
   }
+}
+
+void lstmd_on_stop_signals(void (*handler)(int sig)) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = handler;
+  sigemptyset(&sa.sa_mask);
+  const int sigs[] = {SIGINT, SIGTERM, SIGUSR1};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
 }

@@ -115,10 +115,13 @@ static void run_job(struct lstmd_comm *comm, const char *payload, const struct l
   }
   memset(out, 0, sizeof *out);
   out->rc = rc;
-  double votes[2] = {rc ? (double)(world - rank) : 0.0, g_signalled ? 1.0 : 0.0};
-  if (world > 1 && lstmd_comm_allreduce_max_f64(comm, votes, 2) != 0) lstmd_comm_abort(comm, 1);
-  out->signalled = votes[1] > 0.0;
-  out->failed_rank = votes[0] > 0.0 ? world - (int)votes[0] : -1;
+  /* Two votes: did the job fail anywhere (and on which rank, whose message becomes the reason),
+   * and was any rank signalled to stop. */
+  const int agreed = lstmd_comm_agree(comm, rc, &out->failed_rank);
+  if (agreed == LSTMD_ECOMM && rc != LSTMD_ECOMM) lstmd_comm_abort(comm, 1); /* the vote failed */
+  const int stop = lstmd_comm_agree(comm, g_signalled ? LSTMD_EINTERRUPTED : LSTMD_OK, NULL);
+  if (stop == LSTMD_ECOMM) lstmd_comm_abort(comm, 1);
+  out->signalled = stop != LSTMD_OK;
   if (out->failed_rank < 0) return;
   if (rank == out->failed_rank) {
     lstmd_last_error(out->reason, sizeof out->reason);
@@ -388,11 +391,7 @@ int lstmd_cmd_serve(int argc, char **argv) {
     return lstmd_exit_code(rc);
   }
   if (rank != 0) {
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
+    lstmd_on_stop_signals(on_signal);
     rc = follower(comm); /* an exit code from rank 0, or a negative status */
     lstmd_comm_finalize(comm);
     return rc < 0 ? lstmd_exit_code(rc) : rc;

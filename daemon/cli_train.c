@@ -1,5 +1,4 @@
 /* cli_train.c — `lstmd train`: config file + overrides → effective config → training run. */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,16 +25,6 @@ static void on_set(void *ctx, const char *value) {
 static void on_signal(int sig) {
   (void)sig;
   lstmd_train_request_stop();
-}
-
-static void install_stop_handlers(void) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGUSR1, &sa, NULL); /* what Open MPI's mpirun forwards to every rank */
 }
 
 int lstmd_cmd_train(int argc, char **argv) {
@@ -102,7 +91,7 @@ int lstmd_cmd_train(int argc, char **argv) {
     lstmd_comm_finalize(comm);
     return 1;
   }
-  install_stop_handlers();
+  lstmd_on_stop_signals(on_signal);
   int all_know = 0;
   rc = lstmd_train_run(&cfg, json, resume, comm, NULL, &all_know);
   free(json);

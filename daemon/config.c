@@ -54,7 +54,10 @@ static const struct cfg_key kKeys[] = {
      "AdamW: decoupled decay; SGD: L2 added to the gradient"},
     {"optim", "beta1", CFG_FLOAT, F(optim.beta1), 0, "0.9", 0, 0.99999, NULL, "AdamW beta1"},
     {"optim", "beta2", CFG_FLOAT, F(optim.beta2), 0, "0.999", 0, 0.999999, NULL, "AdamW beta2"},
-    {"optim", "eps", CFG_FLOAT, F(optim.eps), 0, "1e-08", 0, 1, NULL, "AdamW epsilon"},
+    /* eps = 0 is refused: a parameter whose gradient has always been 0 (an unseen token's
+     * embedding row) would be updated by 0/0 = NaN at the first step. */
+    {"optim", "eps", CFG_FLOAT, F(optim.eps), 0, "1e-08", 1e-30, 1, NULL,
+     "AdamW epsilon (> 0)"},
     {"optim", "momentum", CFG_FLOAT, F(optim.momentum), 0, "0.9", 0, 0.9999, NULL, "SGD momentum"},
     {"optim", "warmup", CFG_LONG, F(optim.warmup_steps), 0, "0", 0, 1e12, NULL,
      "linear warmup steps (may exceed train.steps)"},

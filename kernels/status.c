@@ -8,6 +8,7 @@
 
 static pthread_mutex_t g_last_mu = PTHREAD_MUTEX_INITIALIZER;
 static char g_last[1024];
+static char g_label[128]; /* written once, before any thread that reads it starts */
 
 const char *lstmd_strerror(int status) {
   switch (status) {
@@ -64,4 +65,13 @@ void lstmd_breadcrumb(const char *file, int line, const char *expr, int status) 
   static int enabled = -1;
   if (enabled < 0) enabled = getenv("LSTMD_TRACE") != NULL;
   if (enabled) fprintf(stderr, "  at %s:%d: %s -> %s\n", file, line, expr, lstmd_status_name(status));
+}
+
+void lstmd_set_process_label(int rank, const char *host) {
+  snprintf(g_label, sizeof g_label, "rank %d (%s): ", rank, host);
+}
+
+void lstmd_call_failed(const char *lib, const char *call, const char *file, int line,
+                       const char *why) {
+  lstmd_errorf("%s%s: %s failed at %s:%d: %s", g_label, lib, call, file, line, why);
 }

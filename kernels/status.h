@@ -1,11 +1,16 @@
 /* status.h — the status codes every lstmd module returns, and the macros that pass them up.
  * 0 is success; failures are negative values from one X-macro list so that names and messages
  * cannot drift apart. This header is a leaf (libc only): kernels/, comm/, worker/ and daemon/
- * all include it, which is the one exception to "kernels and comm never include each other". */
+ * all include it. It and its two siblings, check.h (library call checks) and clock.h (the
+ * monotonic clock), are the one exception to "kernels and comm never include each other". */
 #ifndef LSTMD_STATUS_H
 #define LSTMD_STATUS_H
 
 #include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define LSTMD_STATUS_LIST(X)                                              \
   X(OK, 0, "success")                                                     \
@@ -18,7 +23,9 @@
   X(EUNSUPPORTED, -7, "not supported by this build or device")           \
   X(ECUDA, -8, "CUDA error")                                              \
   X(ECOMM, -9, "communication error")                                     \
-  X(EINTERRUPTED, -10, "interrupted")
+  X(EINTERRUPTED, -10, "interrupted")                                     \
+  X(ENONFINITE, -11, "non-finite loss or gradient")                       \
+  X(EWRITE, -12, "cannot write output")
 
 enum lstmd_status {
 #define LSTMD_STATUS_ENUM(name, value, msg) LSTMD_##name = value,
@@ -41,6 +48,13 @@ void lstmd_verrorf(const char *fmt, va_list ap);
 void lstmd_last_error(char *buf, size_t n);
 void lstmd_last_error_clear(void);
 
+/* Who this process is in messages about failed library calls (check.h): "rank R (host)". Set
+ * once by the communicator at start-up; empty before. */
+void lstmd_set_process_label(int rank, const char *host);
+/* Prints "lstmd: rank R (host): LIB: CALL failed at FILE:LINE: WHY" (check.h's macros). */
+void lstmd_call_failed(const char *lib, const char *call, const char *file, int line,
+                       const char *why);
+
 /* Pass a failure up, leaving a breadcrumb (file:line and the failing expression) on stderr
  * when LSTMD_TRACE is set in the environment. */
 void lstmd_breadcrumb(const char *file, int line, const char *expr, int status);
@@ -52,5 +66,9 @@ void lstmd_breadcrumb(const char *file, int line, const char *expr, int status);
       return lstmd_try_rc_;                                               \
     }                                                                     \
   } while (0)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -17,8 +17,8 @@
 #include "kernels/cuda/model_cuda.h"
 #include "kernels/status.h"
 #include "worker/io/checkpoint.h"
-#include "worker/engine/gpu_engine.h"
-#include "worker/engine/data_parallel.h"
+#include "worker/engine/engine.h"
+#include "worker/engine/engine_gpu.h"
 #include "worker/data/dataset.h"
 #include "worker/model/infer.h"
 #include "worker/data/prepare.h"
@@ -265,29 +265,44 @@ static void test_carried_state(void) {
   lstmd_model_destroy(m);
 }
 
-/* ---- the engines (lstmd_dp_* with device -1 or 0) ---- */
+/* ---- the engines (engine.h: the CPU engine with device -1, the GPU engine with 0) ---- */
 
-static struct lstmd_dp *make_dp(struct lstmd_model *m, int device, int precision, int carry) {
-  struct lstmd_dp_config c = {T, B, 1, carry, 0.0f, 3, 4.0, device >= 0, device, precision, 60.0};
-  struct lstmd_dp *dp = NULL;
-  return lstmd_dp_create(m, &c, NULL, &dp) ? NULL : dp;
+static struct lstmd_engine *make_engine(struct lstmd_model *m, int device, int precision,
+                                        int carry) {
+  const struct lstmd_engine_config c = {.seq_len = T, .batch = B, .carry_state = carry,
+                                        .seed = 3, .bucket_mb = 4.0, .comm_timeout_s = 60.0,
+                                        .threads = 1, .precision = precision,
+                                        .gpu_device = device};
+  struct lstmd_engine *e = NULL;
+  return lstmd_engine_create(device >= 0 ? LSTMD_ENGINE_GPU : LSTMD_ENGINE_CPU, m, &c, NULL, &e)
+             ? NULL : e;
 }
 
-/* `steps` optimizer steps of `accum` micro-batches from `batches` (cycled); losses[] per step. */
-static int train(struct lstmd_dp *dp, struct lstmd_optim *o, struct lstmd_model *m,
+/* The window source of the steps below: `batches` cycled, never a state reset. */
+struct batch_feed {
+  const struct lstmd_batch *batches;
+  int n, next;
+};
+static const struct lstmd_batch *next_batch(void *ctx, int *reset) {
+  struct batch_feed *f = ctx;
+  *reset = 0;
+  return &f->batches[f->next++ % f->n];
+}
+
+/* `steps` optimizer steps of `accum` windows from `batches` (cycled); losses[] per step. */
+static int train(struct lstmd_engine *e, struct lstmd_optim *o, struct lstmd_model *m,
                  const struct lstmd_batch *batches, int n_batches, int steps, int accum,
                  double *losses) {
   const double targets = targets_of(m, T, B) * accum;
-  int k = 0;
+  struct batch_feed feed = {batches, n_batches, 0};
   for (int s = 0; s < steps; s++) {
-    double total = 0.0, loss, wait, norm;
-    for (int a = 0; a < accum; a++, k++) {
-      LSTMD_TRY(lstmd_dp_micro_step(dp, &batches[k % n_batches], (float)(1.0 / targets),
-                                    (uint64_t)k, a == 0, a == accum - 1, &loss, &wait));
-      total += loss;
-    }
-    if (losses) losses[s] = total / targets;
-    LSTMD_TRY(lstmd_dp_optim_step(dp, o, &norm));
+    const struct lstmd_step_input in = {next_batch, &feed, accum, (uint64_t)s * accum,
+                                        (float)(1.0 / targets)};
+    struct lstmd_step_result out;
+    double norm;
+    LSTMD_TRY(e->ops->step(e, &in, &out));
+    if (losses) losses[s] = out.loss_sum / targets;
+    LSTMD_TRY(e->ops->optim_step(e, o, &norm));
   }
   return LSTMD_OK;
 }
@@ -305,16 +320,16 @@ static void test_training(int algo, int precision, const char *name) {
   struct lstmd_optim *oc_cpu = NULL, *oc_gpu = NULL;
   lstmd_optim_create(&oc, cpu->n_params, &oc_cpu);
   lstmd_optim_create(&oc, cpu->n_params, &oc_gpu);
-  struct lstmd_dp *dc = make_dp(cpu, -1, LSTMD_PRECISION_FP32, 0);
-  struct lstmd_dp *dg = make_dp(gpu, 0, precision, 0);
+  struct lstmd_engine *dc = make_engine(cpu, -1, LSTMD_PRECISION_FP32, 0);
+  struct lstmd_engine *dg = make_engine(gpu, 0, precision, 0);
   char what[160];
   snprintf(what, sizeof what, "%s: GPU engine built", name);
   check_true(what, dg != NULL);
   double lc[kSteps], lg[kSteps];
-  int rc = dg ? lstmd_dp_upload(dg, oc_gpu, NULL) : LSTMD_EINVAL;
+  int rc = dg ? dg->ops->start(dg, oc_gpu, NULL) : LSTMD_EINVAL;
   if (!rc) rc = train(dc, oc_cpu, cpu, b, kBatches, kSteps, kAccum, lc);
   if (!rc) rc = train(dg, oc_gpu, gpu, b, kBatches, kSteps, kAccum, lg);
-  if (!rc) rc = lstmd_dp_sync_host(dg, oc_gpu, NULL);
+  if (!rc) rc = dg->ops->sync_host(dg, oc_gpu, NULL);
   snprintf(what, sizeof what, "%s: %d steps of %d micro-batches ran", name, kSteps, kAccum);
   check_true(what, rc == 0);
   if (!rc) {
@@ -338,8 +353,8 @@ static void test_training(int algo, int precision, const char *name) {
     free(dcpu);
     free(dgpu);
   }
-  lstmd_dp_destroy(dc);
-  lstmd_dp_destroy(dg);
+  lstmd_engine_destroy(dc);
+  lstmd_engine_destroy(dg);
   lstmd_optim_destroy(oc_cpu);
   lstmd_optim_destroy(oc_gpu);
   for (int i = 0; i < kBatches; i++) free_batch(&b[i]);
@@ -363,28 +378,28 @@ static void test_loss_scaling(void) {
                                   .schedule = LSTMD_SCHEDULE_CONSTANT, .total_steps = 100};
   struct lstmd_optim *o = NULL;
   lstmd_optim_create(&oc, m->n_params, &o);
-  struct lstmd_dp *dp = make_dp(m, 0, LSTMD_PRECISION_FP16, 0);
+  struct lstmd_engine *dp = make_engine(m, 0, LSTMD_PRECISION_FP16, 0);
   struct lstmd_train_progress p = {.loss_scale = 16777216.0};
-  int rc = dp ? lstmd_dp_upload(dp, o, &p) : LSTMD_EINVAL;
-  check_true("fp16: engine with loss scale 2^24", rc == 0 && lstmd_dp_loss_scale(dp) == 16777216.0);
+  int rc = dp ? dp->ops->start(dp, o, &p) : LSTMD_EINVAL;
+  check_true("fp16: engine with loss scale 2^24", rc == 0 && dp->ops->loss_scale(dp) == 16777216.0);
   if (rc) goto done;
   rc = train(dp, o, m, &b, 1, 1, 1, NULL);
-  lstmd_dp_sync_host(dp, NULL, NULL);
+  dp->ops->sync_host(dp, NULL, NULL);
   int same = !memcmp(m->params, p0, m->n_params * sizeof(float));
   check_true("fp16 overflow: step skipped, weights untouched, no error", rc == 0 && same && o->step == 0);
-  check_true("fp16 overflow: scale backed off to 2^23", lstmd_dp_loss_scale(dp) == 8388608.0);
+  check_true("fp16 overflow: scale backed off to 2^23", dp->ops->loss_scale(dp) == 8388608.0);
   int steps = 1;
   while (!rc && o->step == 0 && steps < 40) {
     rc = train(dp, o, m, &b, 1, 1, 1, NULL);
     steps++;
   }
-  lstmd_dp_sync_host(dp, NULL, &p);
-  printf("  first applied step after %d overflows, loss scale %g\n", steps - 1, lstmd_dp_loss_scale(dp));
+  dp->ops->sync_host(dp, NULL, &p);
+  printf("  first applied step after %d overflows, loss scale %g\n", steps - 1, dp->ops->loss_scale(dp));
   check_true("fp16: a step applies once the scale fits", rc == 0 && o->step == 1 &&
                                                             memcmp(m->params, p0, m->n_params * sizeof(float)));
-  check_true("fp16: the scale in the progress record", p.loss_scale == lstmd_dp_loss_scale(dp));
+  check_true("fp16: the scale in the progress record", p.loss_scale == dp->ops->loss_scale(dp));
 done:
-  lstmd_dp_destroy(dp);
+  lstmd_engine_destroy(dp);
   lstmd_optim_destroy(o);
   free_batch(&b);
   free(p0);
@@ -409,7 +424,7 @@ static void test_checkpoint_round_trip(void) {
   struct lstmd_optim *o_ref = NULL, *o = NULL;
   lstmd_optim_create(&oc, ref->n_params, &o_ref);
   lstmd_optim_create(&oc, ref->n_params, &o);
-  struct lstmd_dp *d_ref = make_dp(ref, -1, LSTMD_PRECISION_FP32, 1);
+  struct lstmd_engine *d_ref = make_engine(ref, -1, LSTMD_PRECISION_FP32, 1);
   int rc = train(d_ref, o_ref, ref, b, kBatches, 6, 1, NULL);
   struct lstmd_data_meta meta;
   memset(&meta, 0, sizeof meta);
@@ -423,12 +438,12 @@ static void test_checkpoint_round_trip(void) {
   p.state_h = calloc(S, sizeof(float));
   p.state_c = calloc(S, sizeof(float));
   /* CPU: steps 1-2, using batches 0-1 */
-  struct lstmd_dp *d1 = make_dp(m, -1, LSTMD_PRECISION_FP32, 1);
+  struct lstmd_engine *d1 = make_engine(m, -1, LSTMD_PRECISION_FP32, 1);
   if (!rc) rc = train(d1, o, m, b, 2, 2, 1, NULL);
-  if (!rc) rc = lstmd_dp_gather_state(d1, p.state_h, p.state_c);
+  if (!rc) rc = d1->ops->gather_state(d1, p.state_h, p.state_c);
   p.step = 2;
   if (!rc) rc = lstmd_checkpoint_save(path, m, o, &meta, &p, "{}");
-  lstmd_dp_destroy(d1);
+  lstmd_engine_destroy(d1);
   /* GPU: steps 3-4 from the CPU checkpoint, batches 2-3 */
   struct lstmd_model *g = NULL;
   struct lstmd_data_meta meta2;
@@ -436,25 +451,25 @@ static void test_checkpoint_round_trip(void) {
   struct lstmd_optim *og = NULL;
   if (!rc) rc = lstmd_optim_create(&oc, g->n_params, &og);
   if (!rc) rc = lstmd_checkpoint_load_train(path, g, og, &p, NULL);
-  struct lstmd_dp *d2 = rc ? NULL : make_dp(g, 0, LSTMD_PRECISION_FP32, 1);
+  struct lstmd_engine *d2 = rc ? NULL : make_engine(g, 0, LSTMD_PRECISION_FP32, 1);
   if (!rc && !d2) rc = LSTMD_ECUDA;
-  if (!rc) lstmd_dp_set_state(d2, p.state_h, p.state_c);
-  if (!rc) rc = lstmd_dp_upload(d2, og, &p);
+  if (!rc) d2->ops->set_state(d2, p.state_h, p.state_c);
+  if (!rc) rc = d2->ops->start(d2, og, &p);
   if (!rc) rc = train(d2, og, g, b + 2, 2, 2, 1, NULL);
-  if (!rc) rc = lstmd_dp_sync_host(d2, og, &p);
-  if (!rc) rc = lstmd_dp_gather_state(d2, p.state_h, p.state_c);
+  if (!rc) rc = d2->ops->sync_host(d2, og, &p);
+  if (!rc) rc = d2->ops->gather_state(d2, p.state_h, p.state_c);
   p.step = 4;
   if (!rc) rc = lstmd_checkpoint_save(path, g, og, &meta, &p, "{}");
   check_true("checkpoint CPU -> GPU: resumed and saved again", rc == 0);
-  lstmd_dp_destroy(d2);
+  lstmd_engine_destroy(d2);
   /* CPU: steps 5-6 from the GPU checkpoint, batches 4-5 */
   struct lstmd_model *c = NULL;
   struct lstmd_optim *oc2 = NULL;
   if (!rc) rc = lstmd_checkpoint_load_model(path, &c, &meta2);
   if (!rc) rc = lstmd_optim_create(&oc, c->n_params, &oc2);
   if (!rc) rc = lstmd_checkpoint_load_train(path, c, oc2, &p, NULL);
-  struct lstmd_dp *d3 = rc ? NULL : make_dp(c, -1, LSTMD_PRECISION_FP32, 1);
-  if (!rc) lstmd_dp_set_state(d3, p.state_h, p.state_c);
+  struct lstmd_engine *d3 = rc ? NULL : make_engine(c, -1, LSTMD_PRECISION_FP32, 1);
+  if (!rc) d3->ops->set_state(d3, p.state_h, p.state_c);
   if (!rc) rc = train(d3, oc2, c, b + 4, 2, 2, 1, NULL);
   check_true("checkpoint GPU -> CPU: resumed and trained", rc == 0 && oc2->step == 6);
   if (!rc) {
@@ -467,8 +482,8 @@ static void test_checkpoint_round_trip(void) {
     free(dr);
     free(dc);
   }
-  lstmd_dp_destroy(d3);
-  lstmd_dp_destroy(d_ref);
+  lstmd_engine_destroy(d3);
+  lstmd_engine_destroy(d_ref);
   lstmd_optim_destroy(o_ref);
   lstmd_optim_destroy(o);
   lstmd_optim_destroy(og);
@@ -521,14 +536,14 @@ static void test_evaluate(int text) {
   double cpu = 0.0, gpu = 0.0;
   uint64_t ct = 0, gt = 0;
   if (!rc) rc = lstmd_evaluate(m, &val, T, 3, &cpu, &ct);
-  struct lstmd_dp *dp = rc ? NULL : make_dp(m, 0, LSTMD_PRECISION_FP32, 1);
-  if (!rc && dp) rc = lstmd_dp_upload(dp, NULL, NULL);
-  if (!rc && dp) rc = lstmd_dp_evaluate(dp, &val, T, B, &gpu, &gt);
+  struct lstmd_engine *dp = rc ? NULL : make_engine(m, 0, LSTMD_PRECISION_FP32, 1);
+  if (!rc && dp) rc = dp->ops->start(dp, NULL, NULL);
+  if (!rc && dp) rc = dp->ops->evaluate(dp, &val, &gpu, &gt);
   char what[160];
   snprintf(what, sizeof what, "%s evaluation on the GPU: %.6f vs CPU %.6f (%llu windows of %d)",
            text ? "text" : "series", gpu, cpu, (unsigned long long)(ct / T), T);
   check_true(what, rc == 0 && dp && gt == ct && fabs(gpu - cpu) <= 1e-5 * fabs(cpu));
-  lstmd_dp_destroy(dp);
+  lstmd_engine_destroy(dp);
   lstmd_model_destroy(m);
   lstmd_dataset_close(&train);
   lstmd_dataset_close(&val);

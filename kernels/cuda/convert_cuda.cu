@@ -6,13 +6,11 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-extern "C" {
-#include "kernels/status.h"
-}
+#include "kernels/check.h"
 
-#include "cuda_check.h"
-
-static int check(const char *what) { return lstmd_cuda_check_launch(what); }
+/* After a kernel launch: LSTMD_OK, or LSTMD_ECUDA naming the kernel (check.h). */
+#define check_launch(kernel) \
+  (lstmd_cuda_failed_(cudaGetLastError(), "kernel " kernel, __FILE__, __LINE__) ? LSTMD_ECUDA : LSTMD_OK)
 
 static unsigned blocks_for(size_t n, unsigned threads, unsigned cap) {
   size_t b = (n + threads - 1) / threads;
@@ -40,7 +38,7 @@ extern "C" int lstmd_cuda_cast(size_t n, const void *src, int src_type, void *ds
                                void *stream) {
   if (n == 0) return LSTMD_OK;
   cast_kernel<<<blocks_for(n, 256, 65535u * 8), 256, 0, (cudaStream_t)stream>>>(n, src, src_type, dst, dst_type);
-  return check("cast");
+  return check_launch("cast");
 }
 
 /* blockIdx.y = segment; x blocks stride over the segment. */
@@ -64,7 +62,7 @@ extern "C" int lstmd_cuda_copy_segments(int n_segs, const struct lstmd_cuda_segm
   }
   dim3 grid(blocks_for(max_count, 256, 4096), (unsigned)n_segs);
   segments_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(segs, src, src_type, dst, dst_type, accumulate);
-  return check("segment copy");
+  return check_launch("segment copy");
 }
 
 /* Sum of one double per thread over the block (blockDim.x == 256). */
@@ -90,7 +88,7 @@ __global__ void sum_kernel(size_t n, const float *x, double *acc) {
 extern "C" int lstmd_cuda_sum(size_t n, const float *x, double *acc, void *stream) {
   if (n == 0) return LSTMD_OK;
   sum_kernel<<<blocks_for(n, 256, 1024), 256, 0, (cudaStream_t)stream>>>(n, x, acc);
-  return check("sum");
+  return check_launch("sum");
 }
 
 __global__ void mse_kernel(size_t n, float *pred, const float *target, float grad_scale, double *acc) {
@@ -108,7 +106,7 @@ extern "C" int lstmd_cuda_mse(size_t n, float *pred, const float *target, float 
                               double *acc, void *stream) {
   if (n == 0) return LSTMD_OK;
   mse_kernel<<<blocks_for(n, 256, 1024), 256, 0, (cudaStream_t)stream>>>(n, pred, target, grad_scale, acc);
-  return check("mse");
+  return check_launch("mse");
 }
 
 __global__ void scale_kernel(size_t n, float *x, float s) {
@@ -119,5 +117,5 @@ __global__ void scale_kernel(size_t n, float *x, float s) {
 extern "C" int lstmd_cuda_scale(size_t n, float *x, float s, void *stream) {
   if (n == 0) return LSTMD_OK;
   scale_kernel<<<blocks_for(n, 256, 65535u * 8), 256, 0, (cudaStream_t)stream>>>(n, x, s);
-  return check("scale");
+  return check_launch("scale");
 }

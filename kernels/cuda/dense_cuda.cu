@@ -6,13 +6,11 @@
 #include <math.h>
 #include <stdio.h>
 
-extern "C" {
-#include "kernels/status.h"
-}
+#include "kernels/check.h"
 
-#include "cuda_check.h"
-
-static int check(const char *what) { return lstmd_cuda_check_launch(what); }
+/* After a kernel launch: LSTMD_OK, or LSTMD_ECUDA naming the kernel (check.h). */
+#define check_launch(kernel) \
+  (lstmd_cuda_failed_(cudaGetLastError(), "kernel " kernel, __FILE__, __LINE__) ? LSTMD_ECUDA : LSTMD_OK)
 
 static unsigned blocks_for(size_t n, unsigned threads) {
   size_t b = (n + threads - 1) / threads;
@@ -45,13 +43,13 @@ __global__ void embedding_backward(int N, int E, const float *dout, const int32_
 extern "C" int lstmd_cuda_embedding_forward(int N, int E, const float *table, const int32_t *ids,
                                             float *out, void *stream) {
   embedding_forward<<<blocks_for((size_t)N * E, 256), 256, 0, (cudaStream_t)stream>>>(N, E, table, ids, out);
-  return check("embedding forward");
+  return check_launch("embedding forward");
 }
 
 extern "C" int lstmd_cuda_embedding_backward(int N, int E, const float *dout, const int32_t *ids,
                                              float *dtable, void *stream) {
   embedding_backward<<<blocks_for((size_t)N * E, 256), 256, 0, (cudaStream_t)stream>>>(N, E, dout, ids, dtable);
-  return check("embedding backward");
+  return check_launch("embedding backward");
 }
 
 /* Block-wide reduction of one value per thread (blockDim.x a multiple of 32, at most 1024). */
@@ -99,7 +97,7 @@ __global__ void softmax_xent(int V, float *logits, const int32_t *targets, float
 extern "C" int lstmd_cuda_softmax_xent(int N, int V, float *logits, const int32_t *targets,
                                        float grad_scale, float *row_loss, void *stream) {
   if (N > 0) softmax_xent<<<N, 128, 0, (cudaStream_t)stream>>>(V, logits, targets, grad_scale, row_loss);
-  return check("softmax cross-entropy");
+  return check_launch("softmax cross-entropy");
 }
 
 __global__ void adamw(size_t n, float *p, const float *g, float *m, float *v, float step_size,
@@ -121,7 +119,7 @@ extern "C" int lstmd_cuda_adamw(size_t n, float *p, const float *g, float *m, fl
   const float bc2_sqrt = (float)sqrt(1.0 - pow(beta2, (double)step));
   adamw<<<blocks_for(n, 256), 256, 0, (cudaStream_t)stream>>>(n, p, g, m, v, lr / bc1, bc2_sqrt,
                                                                1.0f - lr * weight_decay, beta1, beta2, eps);
-  return check("AdamW");
+  return check_launch("AdamW");
 }
 
 __global__ void sgd(size_t n, float *p, const float *g, float *buf, float lr, float momentum,
@@ -137,7 +135,7 @@ __global__ void sgd(size_t n, float *p, const float *g, float *buf, float lr, fl
 extern "C" int lstmd_cuda_sgd(size_t n, float *p, const float *g, float *buf, float lr,
                               float momentum, float weight_decay, void *stream) {
   sgd<<<blocks_for(n, 256), 256, 0, (cudaStream_t)stream>>>(n, p, g, buf, lr, momentum, weight_decay);
-  return check("SGD");
+  return check_launch("SGD");
 }
 
 __global__ void sumsq(size_t n, const float *x, double *out) {
@@ -157,5 +155,5 @@ __global__ void sumsq(size_t n, const float *x, double *out) {
 extern "C" int lstmd_cuda_sumsq(size_t n, const float *x, double *out, void *stream) {
   unsigned b = blocks_for(n, 256);
   sumsq<<<b > 1024 ? 1024 : b, 256, 0, (cudaStream_t)stream>>>(n, x, out);
-  return check("squared norm");
+  return check_launch("squared norm");
 }

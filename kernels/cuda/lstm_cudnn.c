@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/status.h"
+#include "kernels/check.h"
 
 struct lstmd_cudnn_lstm {
   struct lstmd_cudnn_lstm_config cfg;
@@ -64,21 +64,17 @@ static cudnnMathType_t math_type(const struct lstmd_cudnn_lstm *l) {
   return c->allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 
-static int cudnn_failed(cudnnStatus_t s, const char *what, int quiet) {
+/* A cuDNN call that may be refused quietly: during an algorithm trial a refusal only means the
+ * candidate is skipped (see 2. above); otherwise it is reported through check.h. */
+static int cudnn_refused_(cudnnStatus_t s, int quiet, const char *call, const char *file, int line) {
   if (s == CUDNN_STATUS_SUCCESS) return 0;
-  if (!quiet) {
-    char detail[512];
-    detail[0] = '\0';
-    cudnnGetLastErrorString(detail, sizeof detail);
-    lstmd_errorf("cuDNN: %s: %s%s%s", what, cudnnGetErrorString(s), detail[0] ? ": " : "", detail);
-  }
+  if (!quiet) lstmd_cudnn_failed_(s, call, file, line);
   return 1;
 }
-#define CHECK_CUDNN(call, quiet)                                                       \
-  do {                                                                                 \
-    cudnnStatus_t s_ = (call);                                                         \
-    if (cudnn_failed(s_, #call, (quiet)))                                              \
-      return (quiet) ? LSTMD_EUNSUPPORTED : LSTMD_ECUDA;                               \
+#define CUDNN_REFUSED(call, quiet) cudnn_refused_((call), (quiet), #call, __FILE__, __LINE__)
+#define CHECK_CUDNN(call, quiet)                                     \
+  do {                                                               \
+    if (CUDNN_REFUSED(call, quiet)) return (quiet) ? LSTMD_EUNSUPPORTED : LSTMD_ECUDA; \
   } while (0)
 
 static int cuda_alloc(void **p, size_t bytes, const char *what) {
@@ -145,51 +141,39 @@ static int create_once(cudnnHandle_t handle, const struct lstmd_cudnn_lstm_confi
   l->handle = handle;
   l->math_retry = math_retry;
   int rc = LSTMD_OK;
-  cudnnStatus_t s = cudnnCreateDropoutDescriptor(&l->dropout);
-  if (!s) s = cudnnDropoutGetStatesSize(l->handle, &l->dropout_bytes);
-  if (s) rc = cudnn_failed(s, "dropout descriptor", 0) ? LSTMD_ECUDA : LSTMD_OK;
+  if (LSTMD_CUDNN_FAILED(cudnnCreateDropoutDescriptor(&l->dropout)) ||
+      LSTMD_CUDNN_FAILED(cudnnDropoutGetStatesSize(l->handle, &l->dropout_bytes)))
+    rc = LSTMD_ECUDA;
   if (!rc) rc = cuda_alloc(&l->dropout_states, l->dropout_bytes, "dropout states");
-  if (!rc && cudnn_failed(cudnnSetDropoutDescriptor(l->dropout, l->handle, cfg->dropout,
-                                                    l->dropout_states, l->dropout_bytes, cfg->seed),
-                          "cudnnSetDropoutDescriptor", 0))
+  if (!rc && CUDNN_REFUSED(cudnnSetDropoutDescriptor(l->dropout, l->handle, cfg->dropout,
+                                                    l->dropout_states, l->dropout_bytes, cfg->seed), 0))
     rc = LSTMD_ECUDA;
   if (!rc) rc = make_descriptors(l, quiet);
-  if (!rc && cudnn_failed(cudnnGetRNNWeightSpaceSize(l->handle, l->rnn, &l->w_bytes),
-                          "cudnnGetRNNWeightSpaceSize", quiet))
+  if (!rc && CUDNN_REFUSED(cudnnGetRNNWeightSpaceSize(l->handle, l->rnn, &l->w_bytes), quiet))
     rc = quiet ? LSTMD_EUNSUPPORTED : LSTMD_ECUDA;
   size_t work_train = 0, work_infer = 0, reserve = 0, reserve_infer = 0; /* the last: unused */
-  if (!rc && cudnn_failed(cudnnGetRNNTempSpaceSizes(l->handle, l->rnn, CUDNN_FWD_MODE_TRAINING,
-                                                    l->x_desc, &work_train, &reserve),
-                          "cudnnGetRNNTempSpaceSizes(training)", quiet))
+  if (!rc && CUDNN_REFUSED(cudnnGetRNNTempSpaceSizes(l->handle, l->rnn, CUDNN_FWD_MODE_TRAINING,
+                                                    l->x_desc, &work_train, &reserve), quiet))
     rc = quiet ? LSTMD_EUNSUPPORTED : LSTMD_ECUDA;
-  if (!rc && cudnn_failed(cudnnGetRNNTempSpaceSizes(l->handle, l->rnn, CUDNN_FWD_MODE_INFERENCE,
-                                                    l->x_desc, &work_infer, &reserve_infer),
-                          "cudnnGetRNNTempSpaceSizes(inference)", quiet))
+  if (!rc && CUDNN_REFUSED(cudnnGetRNNTempSpaceSizes(l->handle, l->rnn, CUDNN_FWD_MODE_INFERENCE,
+                                                    l->x_desc, &work_infer, &reserve_infer), quiet))
     rc = quiet ? LSTMD_EUNSUPPORTED : LSTMD_ECUDA;
   l->work_bytes = work_train > work_infer ? work_train : work_infer;
   l->reserve_bytes = reserve;
   if (!rc && cfg->algo == LSTMD_RNN_PERSIST_DYNAMIC &&
-      cudnn_failed(cudnnBuildRNNDynamic(l->handle, l->rnn, cfg->batch), "cudnnBuildRNNDynamic", 1))
+      CUDNN_REFUSED(cudnnBuildRNNDynamic(l->handle, l->rnn, cfg->batch), 1))
     rc = LSTMD_EUNSUPPORTED;
   if (!rc) rc = cuda_alloc(&l->w, l->w_bytes, "the cuDNN weight space");
   if (!rc) rc = cuda_alloc(&l->dw, l->w_bytes, "the cuDNN weight gradients");
   if (!rc) rc = cuda_alloc(&l->work, l->work_bytes, "the cuDNN work space");
   if (!rc) rc = cuda_alloc(&l->reserve, l->reserve_bytes, "the cuDNN reserve space");
   if (!rc) rc = cuda_alloc((void **)&l->seq_dev, sizeof(int32_t) * (size_t)cfg->batch, "sequence lengths");
-  if (!rc && cudaMemcpy(l->seq_dev, l->seq_host, sizeof(int32_t) * (size_t)cfg->batch,
-                        cudaMemcpyHostToDevice) != cudaSuccess) {
-    lstmd_errorf("CUDA: copying the sequence lengths: %s", cudaGetErrorString(cudaGetLastError()));
+  if (!rc && LSTMD_CUDA_FAILED(cudaMemcpy(l->seq_dev, l->seq_host, sizeof(int32_t) * (size_t)cfg->batch,
+                                          cudaMemcpyHostToDevice)))
     rc = LSTMD_ECUDA;
-  }
-  if (!rc && cudaMemset(l->dw, 0, l->w_bytes) != cudaSuccess) {
-    lstmd_errorf("CUDA: zeroing the weight gradients: %s", cudaGetErrorString(cudaGetLastError()));
-    rc = LSTMD_ECUDA;
-  }
+  if (!rc && LSTMD_CUDA_FAILED(cudaMemset(l->dw, 0, l->w_bytes))) rc = LSTMD_ECUDA;
   /* The legacy-stream copy and memset above before any use on the handle's stream. */
-  if (!rc && cudaDeviceSynchronize() != cudaSuccess) {
-    lstmd_errorf("CUDA: cuDNN LSTM set-up: %s", cudaGetErrorString(cudaGetLastError()));
-    rc = LSTMD_ECUDA;
-  }
+  if (!rc && LSTMD_CUDA_FAILED(cudaDeviceSynchronize())) rc = LSTMD_ECUDA;
   if (rc) {
     lstmd_cudnn_lstm_destroy(l);
     return rc;
@@ -246,7 +230,7 @@ static int piece_offset(const struct lstmd_cudnn_lstm *l, cudnnTensorDescriptor_
                         int layer, int id) {
   cudnnDataType_t dt;
   int nb = 0, dim[3] = {0, 0, 0}, stride[3];
-  if (cudnn_failed(cudnnGetTensorNdDescriptor(d, 3, &dt, &nb, dim, stride), "cudnnGetTensorNdDescriptor", 0))
+  if (CUDNN_REFUSED(cudnnGetTensorNdDescriptor(d, 3, &dt, &nb, dim, stride), 0))
     return LSTMD_ECUDA;
   const size_t es = lstmd_dtype_bytes(l->cfg.dtype);
   const ptrdiff_t bytes = (const char *)addr - (const char *)l->w;
@@ -269,16 +253,16 @@ int lstmd_cudnn_lstm_weight_map(struct lstmd_cudnn_lstm *l, const size_t *off_w_
   const int H = l->cfg.hidden;
   cudnnTensorDescriptor_t md = NULL, bd = NULL;
   int rc = LSTMD_OK, n = 0;
-  if (cudnn_failed(cudnnCreateTensorDescriptor(&md), "cudnnCreateTensorDescriptor", 0) ||
-      cudnn_failed(cudnnCreateTensorDescriptor(&bd), "cudnnCreateTensorDescriptor", 0))
+  if (CUDNN_REFUSED(cudnnCreateTensorDescriptor(&md), 0) ||
+      CUDNN_REFUSED(cudnnCreateTensorDescriptor(&bd), 0))
     rc = LSTMD_ECUDA;
   for (int k = 0; !rc && k < l->cfg.layers; k++) {
     const int in = k == 0 ? l->cfg.input : H;
     /* linLayerID 0-3: W (input) gates i,f,g,o; 4-7: R (recurrent) gates i,f,g,o. */
     for (int id = 0; !rc && id < 8; id++) {
       void *m_addr = NULL, *b_addr = NULL;
-      if (cudnn_failed(cudnnGetRNNWeightParams(l->handle, l->rnn, k, l->w_bytes, l->w, id, md,
-                                               &m_addr, bd, &b_addr), "cudnnGetRNNWeightParams", 0)) {
+      if (CUDNN_REFUSED(cudnnGetRNNWeightParams(l->handle, l->rnn, k, l->w_bytes, l->w, id, md,
+                                               &m_addr, bd, &b_addr), 0)) {
         rc = LSTMD_ECUDA;
         break;
       }
@@ -329,10 +313,8 @@ int lstmd_cudnn_lstm_backward(struct lstmd_cudnn_lstm *l, const void *x, const v
 int lstmd_cudnn_lstm_zero_dweights(struct lstmd_cudnn_lstm *l) {
   cudaStream_t stream = NULL;
   cudnnGetStream(l->handle, &stream);
-  cudaError_t e = cudaMemsetAsync(l->dw, 0, l->w_bytes, stream);
-  if (e == cudaSuccess) return LSTMD_OK;
-  lstmd_errorf("CUDA: zeroing the weight gradients: %s", cudaGetErrorString(e));
-  return LSTMD_ECUDA;
+  LSTMD_CHECK_CUDA(cudaMemsetAsync(l->dw, 0, l->w_bytes, stream));
+  return LSTMD_OK;
 }
 
 int lstmd_cudnn_lstm_check_descriptors(const struct lstmd_cudnn_lstm_config *cfg, char *why,
@@ -345,7 +327,7 @@ int lstmd_cudnn_lstm_check_descriptors(const struct lstmd_cudnn_lstm_config *cfg
   struct lstmd_cudnn_lstm l;
   memset(&l, 0, sizeof l);
   l.cfg = *cfg;
-  int rc = cudnn_failed(cudnnCreateDropoutDescriptor(&l.dropout), "dropout descriptor", 1)
+  int rc = CUDNN_REFUSED(cudnnCreateDropoutDescriptor(&l.dropout), 1)
                ? LSTMD_EUNSUPPORTED
                : make_descriptors(&l, 1);
   if (rc) {

@@ -19,8 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/status.h"
-#include "cuda_check.h"
+#include "kernels/check.h"
 #include "dense_cuda.h"
 #include "lstm_cudnn.h"
 
@@ -60,16 +59,6 @@ struct lstmd_cuda_model {
   int n_allocs;
 };
 
-#define CHECK_CUDA(call) \
-  do { if (lstmd_cuda_failed((call), #call)) return LSTMD_ECUDA; } while (0)
-
-static int blas_failed(cublasStatus_t s, const char *what) {
-  if (s == CUBLAS_STATUS_SUCCESS) return 0;
-  lstmd_errorf("cuBLAS: %s: %s", what, cublasGetStatusString(s));
-  return 1;
-}
-#define CHECK_BLAS(call) \
-  do { if (blas_failed((call), #call)) return LSTMD_ECUDA; } while (0)
 
 static int dev_alloc(struct lstmd_cuda_model *m, void **p, size_t bytes, const char *what) {
   *p = NULL;
@@ -130,7 +119,7 @@ static int alloc_activations(struct lstmd_cuda_model *m) {
   for (size_t i = 0; i < N; i++) ones[i] = 1.0f;
   cudaError_t e = cudaMemcpy(m->ones, ones, N * sizeof(float), cudaMemcpyHostToDevice);
   free(ones);
-  CHECK_CUDA(e);
+  LSTMD_CHECK_CUDA(e);
   m->state_zero = 1;
   return LSTMD_OK;
 }
@@ -183,8 +172,8 @@ static int choose_lstm(struct lstmd_cuda_model *m) {
     return rc;
   }
   cudaEvent_t t0, t1;
-  CHECK_CUDA(cudaEventCreate(&t0));
-  CHECK_CUDA(cudaEventCreate(&t1));
+  LSTMD_CHECK_CUDA(cudaEventCreate(&t0));
+  LSTMD_CHECK_CUDA(cudaEventCreate(&t1));
   int rc = LSTMD_OK;
   double best_ms = 0.0;
   for (int trial = 0; trial < 2 * LSTMD_RNN_ALGO_COUNT; trial++) {
@@ -250,21 +239,19 @@ int lstmd_cuda_model_create(const struct lstmd_cuda_model_config *cfg, void *str
   m->cfg = *cfg;
   m->stream = (cudaStream_t)stream;
   int rc = LSTMD_OK;
-  cudnnStatus_t ds = cudnnCreate(&m->dnn);
-  if (ds != CUDNN_STATUS_SUCCESS) {
-    lstmd_errorf("cuDNN: cudnnCreate: %s", cudnnGetErrorString(ds));
+  if (LSTMD_CUDNN_FAILED(cudnnCreate(&m->dnn))) {
     m->dnn = NULL;
     rc = LSTMD_ECUDA;
   }
-  if (!rc && cudnnSetStream(m->dnn, m->stream) != CUDNN_STATUS_SUCCESS) rc = LSTMD_ECUDA;
-  if (!rc && blas_failed(cublasCreate(&m->blas), "cublasCreate")) {
+  if (!rc && LSTMD_CUDNN_FAILED(cudnnSetStream(m->dnn, m->stream))) rc = LSTMD_ECUDA;
+  if (!rc && LSTMD_CUBLAS_FAILED(cublasCreate(&m->blas))) {
     m->blas = NULL;
     rc = LSTMD_ECUDA;
   }
-  if (!rc && blas_failed(cublasSetStream(m->blas, m->stream), "cublasSetStream")) rc = LSTMD_ECUDA;
+  if (!rc && LSTMD_CUBLAS_FAILED(cublasSetStream(m->blas, m->stream))) rc = LSTMD_ECUDA;
   const int tf32 = cfg->dtype != LSTMD_DT_F32 || cfg->allow_tf32;
-  if (!rc && blas_failed(cublasSetMathMode(m->blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                          : CUBLAS_DEFAULT_MATH), "cublasSetMathMode"))
+  if (!rc && LSTMD_CUBLAS_FAILED(cublasSetMathMode(m->blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                          : CUBLAS_DEFAULT_MATH)))
     rc = LSTMD_ECUDA;
   if (!rc) rc = alloc_activations(m);
   if (!rc) rc = choose_lstm(m);
@@ -279,22 +266,21 @@ int lstmd_cuda_model_create(const struct lstmd_cuda_model_config *cfg, void *str
     m->n_segs = 16 * lay->layers;
     for (int i = 0; i < m->n_segs; i++)
       if (segs[i].count > m->max_seg) m->max_seg = segs[i].count;
-    if (lstmd_cuda_failed(cudaMemcpy(m->segs, segs, sizeof *segs * m->n_segs, cudaMemcpyHostToDevice),
-                    "copying the weight map"))
+    if (LSTMD_CUDA_FAILED(cudaMemcpy(m->segs, segs, sizeof *segs * m->n_segs, cudaMemcpyHostToDevice)))
       rc = LSTMD_ECUDA;
     for (int i = 0; i < m->n_segs; i++) { /* the same pieces, weight space → flat */
       const size_t flat = segs[i].src_offset;
       segs[i].src_offset = segs[i].dst_offset;
       segs[i].dst_offset = flat;
     }
-    if (!rc && lstmd_cuda_failed(cudaMemcpy(m->segs_back, segs, sizeof *segs * m->n_segs,
-                                      cudaMemcpyHostToDevice), "copying the weight map"))
+    if (!rc && LSTMD_CUDA_FAILED(cudaMemcpy(m->segs_back, segs, sizeof *segs * m->n_segs,
+                                      cudaMemcpyHostToDevice)))
       rc = LSTMD_ECUDA;
   }
   free(segs);
   /* Everything above on the legacy stream (cudaMemcpy) or ours must be done before the
    * caller's non-blocking streams use it. */
-  if (!rc && lstmd_cuda_failed(cudaDeviceSynchronize(), "model set-up")) rc = LSTMD_ECUDA;
+  if (!rc && LSTMD_CUDA_FAILED(cudaDeviceSynchronize())) rc = LSTMD_ECUDA;
   if (rc) {
     lstmd_cuda_model_destroy(m);
     return rc;
@@ -365,9 +351,9 @@ int lstmd_cuda_model_forward(struct lstmd_cuda_model *m, const float *params, fl
   }
   if (m->yf != m->y_rnn)
     LSTMD_TRY(lstmd_cuda_cast((size_t)N * H, m->y_rnn, m->cfg.dtype, m->yf, LSTMD_DT_F32, m->stream));
-  CHECK_BLAS(cublasSgemm(m->blas, CUBLAS_OP_T, CUBLAS_OP_N, O, N, H, &one, params + l->off_head_w,
+  LSTMD_CHECK_CUBLAS(cublasSgemm(m->blas, CUBLAS_OP_T, CUBLAS_OP_N, O, N, H, &one, params + l->off_head_w,
                          H, m->yf, H, &zero, m->out, O));
-  CHECK_BLAS(cublasSger(m->blas, O, N, &one, params + l->off_head_b, 1, m->ones, 1, m->out, O));
+  LSTMD_CHECK_CUBLAS(cublasSger(m->blas, O, N, &one, params + l->off_head_b, 1, m->ones, 1, m->out, O));
   if (l->text) {
     LSTMD_TRY(lstmd_cuda_softmax_xent(N, O, m->out, m->in.targets, grad_scale, m->row_loss, m->stream));
     return lstmd_cuda_sum((size_t)N, m->row_loss, loss_acc, m->stream);
@@ -381,11 +367,11 @@ int lstmd_cuda_model_backward(struct lstmd_cuda_model *m, const float *params, f
   const int N = m->cfg.steps * m->cfg.batch, H = l->hidden, O = output_width(l);
   const float one = 1.0f, zero = 0.0f;
   if (!flush) ready = NULL;
-  CHECK_BLAS(cublasSgemm(m->blas, CUBLAS_OP_N, CUBLAS_OP_T, H, O, N, &one, m->yf, H, m->out, O,
+  LSTMD_CHECK_CUBLAS(cublasSgemm(m->blas, CUBLAS_OP_N, CUBLAS_OP_T, H, O, N, &one, m->yf, H, m->out, O,
                          &one, grads + l->off_head_w, H));
-  CHECK_BLAS(cublasSgemv(m->blas, CUBLAS_OP_N, O, N, &one, m->out, O, m->ones, 1, &one,
+  LSTMD_CHECK_CUBLAS(cublasSgemv(m->blas, CUBLAS_OP_N, O, N, &one, m->out, O, m->ones, 1, &one,
                          grads + l->off_head_b, 1));
-  CHECK_BLAS(cublasSgemm(m->blas, CUBLAS_OP_N, CUBLAS_OP_N, H, N, O, &one, params + l->off_head_w,
+  LSTMD_CHECK_CUBLAS(cublasSgemm(m->blas, CUBLAS_OP_N, CUBLAS_OP_N, H, N, O, &one, params + l->off_head_w,
                          H, m->out, O, &zero, m->dyf, H));
   if (ready) LSTMD_TRY(ready(ctx, l->off_head_w));
   void *dy = m->dyf;
@@ -422,8 +408,8 @@ int lstmd_cuda_model_eval(struct lstmd_cuda_model *m, const float *params, float
   if (rc) return rc;
   const float *src = l->text ? m->row_loss : m->out;
   const size_t n = l->text ? N : N * (size_t)l->horizon;
-  CHECK_CUDA(cudaMemcpyAsync(host_rows, src, n * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
-  CHECK_CUDA(cudaStreamSynchronize(m->stream));
+  LSTMD_CHECK_CUDA(cudaMemcpyAsync(host_rows, src, n * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+  LSTMD_CHECK_CUDA(cudaStreamSynchronize(m->stream));
   return LSTMD_OK;
 }
 
@@ -444,18 +430,18 @@ int lstmd_cuda_model_get_state(struct lstmd_cuda_model *m, float *h, float *c) {
     return LSTMD_OK;
   }
   LSTMD_TRY(lstmd_cuda_cast(2 * S, m->state[m->cur], m->cfg.dtype, m->state_f, LSTMD_DT_F32, m->stream));
-  CHECK_CUDA(cudaMemcpyAsync(h, m->state_f, S * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
-  CHECK_CUDA(cudaMemcpyAsync(c, m->state_f + S, S * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
-  CHECK_CUDA(cudaStreamSynchronize(m->stream));
+  LSTMD_CHECK_CUDA(cudaMemcpyAsync(h, m->state_f, S * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+  LSTMD_CHECK_CUDA(cudaMemcpyAsync(c, m->state_f + S, S * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+  LSTMD_CHECK_CUDA(cudaStreamSynchronize(m->stream));
   return LSTMD_OK;
 }
 
 int lstmd_cuda_model_set_state(struct lstmd_cuda_model *m, const float *h, const float *c) {
   const size_t S = (size_t)m->cfg.layout.layers * m->cfg.batch * m->cfg.layout.hidden;
-  CHECK_CUDA(cudaMemcpyAsync(m->state_f, h, S * sizeof(float), cudaMemcpyHostToDevice, m->stream));
-  CHECK_CUDA(cudaMemcpyAsync(m->state_f + S, c, S * sizeof(float), cudaMemcpyHostToDevice, m->stream));
+  LSTMD_CHECK_CUDA(cudaMemcpyAsync(m->state_f, h, S * sizeof(float), cudaMemcpyHostToDevice, m->stream));
+  LSTMD_CHECK_CUDA(cudaMemcpyAsync(m->state_f + S, c, S * sizeof(float), cudaMemcpyHostToDevice, m->stream));
   LSTMD_TRY(lstmd_cuda_cast(2 * S, m->state_f, LSTMD_DT_F32, m->state[m->cur], m->cfg.dtype, m->stream));
-  CHECK_CUDA(cudaStreamSynchronize(m->stream));
+  LSTMD_CHECK_CUDA(cudaStreamSynchronize(m->stream));
   m->state_zero = 0;
   return LSTMD_OK;
 }

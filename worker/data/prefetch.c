@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/status.h"
 #include "worker/io/nvtx.h"
@@ -83,12 +84,26 @@ void lstmd_prefetch_destroy(struct lstmd_prefetch *p) {
   free(p);
 }
 
+int lstmd_prefetch_start(struct lstmd_prefetch *p) {
+  if (p->started) return LSTMD_OK;
+  p->cursor = lstmd_batcher_get_cursor(p->batcher);
+  p->consumed = 0;
+  int e = pthread_create(&p->thread, NULL, producer, p);
+  if (e != 0) {
+    lstmd_errorf("cannot start the data prefetch thread: %s", strerror(e));
+    return LSTMD_ENOMEM;
+  }
+  p->started = 1;
+  return LSTMD_OK;
+}
+
 int lstmd_prefetch_next(struct lstmd_prefetch *p, const struct lstmd_batch **batch, int *reset) {
-  if (!p->started) {
-    p->cursor = lstmd_batcher_get_cursor(p->batcher);
-    p->consumed = 0;
-    if (pthread_create(&p->thread, NULL, producer, p) != 0) return LSTMD_ENOMEM;
-    p->started = 1;
+  if (!p->started) { /* a caller error: hand out a zero batch rather than garbage */
+    lstmd_errorf("data prefetch used before lstmd_prefetch_start");
+    lstmd_batch_zero(&p->slots[0].batch);
+    *batch = &p->slots[0].batch;
+    *reset = 1;
+    return LSTMD_EINVAL;
   }
   lstmd_nvtx_push("data wait");
   pthread_mutex_lock(&p->mu);

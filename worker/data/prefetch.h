@@ -9,10 +9,13 @@
 
 struct lstmd_prefetch;
 
-/* Takes over the batcher (which must outlive it); the thread starts at the first _next, so the
- * cursor may still be set (lstmd_batcher_set_cursor) before that. */
+/* Takes over the batcher (which must outlive it). The reading thread starts with
+ * lstmd_prefetch_start, so the cursor may still be set (lstmd_batcher_set_cursor) before. */
 int lstmd_prefetch_create(struct lstmd_batcher *b, const struct lstmd_dataset *ds, int steps,
                           int batch, struct lstmd_prefetch **out);
+/* Starts the reading thread from the batcher's cursor. Returns 0, or LSTMD_ENOMEM (message
+ * printed) when the thread cannot be created; then _next must not be called. */
+int lstmd_prefetch_start(struct lstmd_prefetch *p);
 void lstmd_prefetch_destroy(struct lstmd_prefetch *p);
 /* The next batch (valid until the following call) and whether the state resets before it. On a
  * read error *batch is still set, to an all-zero batch of the right shape, so that a rank can

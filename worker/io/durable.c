@@ -18,7 +18,7 @@ static int fsync_parent_dir(const char *path) {
   if (!copy) return LSTMD_ENOMEM;
   int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
   int rc = LSTMD_OK;
-  if (fd < 0 || fsync(fd) != 0) rc = LSTMD_EIO;
+  if (fd < 0 || fsync(fd) != 0) rc = LSTMD_EWRITE;
   if (rc) lstmd_errorf("%s: cannot sync directory: %s", path, strerror(errno));
   if (fd >= 0) close(fd);
   free(copy);
@@ -43,7 +43,7 @@ int lstmd_durable_open(struct lstmd_durable *w, const char *path) {
     free(w->tmp_path);
     w->tmp_path = NULL; /* nothing to unlink */
     lstmd_durable_abort(w);
-    return LSTMD_EIO;
+    return LSTMD_EWRITE;
   }
   return LSTMD_OK;
 }
@@ -55,7 +55,7 @@ int lstmd_durable_pwrite(struct lstmd_durable *w, const void *buf, size_t n, off
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) {
       lstmd_errorf("%s: write failed: %s", w->tmp_path, strerror(errno));
-      return LSTMD_EIO;
+      return LSTMD_EWRITE;
     }
     p += k;
     n -= (size_t)k;
@@ -74,12 +74,12 @@ int lstmd_durable_commit(struct lstmd_durable *w) {
   int rc = LSTMD_OK;
   if (fsync(w->fd) != 0 || close(w->fd) != 0) {
     lstmd_errorf("%s: cannot sync: %s", w->tmp_path, strerror(errno));
-    rc = LSTMD_EIO;
+    rc = LSTMD_EWRITE;
   }
   w->fd = -1;
   if (!rc && rename(w->tmp_path, w->path) != 0) {
     lstmd_errorf("%s: cannot rename into place: %s", w->path, strerror(errno));
-    rc = LSTMD_EIO;
+    rc = LSTMD_EWRITE;
   }
   if (rc) {
     lstmd_durable_abort(w);
@@ -105,7 +105,7 @@ static int copy_file(const char *from, struct lstmd_durable *w) {
   int in = open(from, O_RDONLY | O_CLOEXEC);
   if (in < 0) {
     lstmd_errorf("%s: cannot open: %s", from, strerror(errno));
-    return LSTMD_EIO;
+    return LSTMD_EWRITE;
   }
   char buf[1 << 16];
   ssize_t k;
@@ -114,7 +114,7 @@ static int copy_file(const char *from, struct lstmd_durable *w) {
     if (k < 0) {
       if (errno == EINTR) continue;
       lstmd_errorf("%s: read failed: %s", from, strerror(errno));
-      rc = LSTMD_EIO;
+      rc = LSTMD_EWRITE;
       break;
     }
     rc = lstmd_durable_write(w, buf, (size_t)k);
@@ -132,7 +132,7 @@ int lstmd_durable_link(const char *target, const char *link_path) {
     if (rename(tmp, link_path) != 0) {
       lstmd_errorf("%s: cannot rename into place: %s", link_path, strerror(errno));
       unlink(tmp);
-      rc = LSTMD_EIO;
+      rc = LSTMD_EWRITE;
     }
     free(tmp);
     return rc ? rc : fsync_parent_dir(link_path);
@@ -172,7 +172,7 @@ int lstmd_mkdir_p(const char *dir) {
       if (mkdir(copy, 0755) != 0 && errno != EEXIST) {
         lstmd_errorf("%s: cannot create directory: %s", copy, strerror(errno));
         free(copy);
-        return LSTMD_EIO;
+        return LSTMD_EWRITE;
       }
       *p = saved;
       if (saved == '\0') break;
@@ -182,7 +182,7 @@ int lstmd_mkdir_p(const char *dir) {
   struct stat st;
   if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
     lstmd_errorf("%s: not a directory", dir);
-    return LSTMD_EIO;
+    return LSTMD_EWRITE;
   }
   return LSTMD_OK;
 }

@@ -15,25 +15,25 @@ struct lstmd_durable {
   off_t end;      /* where lstmd_durable_write appends */
 };
 
-/* Creates the temp file. Returns 0 or LSTMD_EIO (message printed, naming the file). */
+/* Creates the temp file. Returns 0 or LSTMD_EWRITE (message printed, naming the file). */
 int lstmd_durable_open(struct lstmd_durable *w, const char *path);
-/* Writes n bytes at the current end / at an offset. Returns 0 or LSTMD_EIO. */
+/* Writes n bytes at the current end / at an offset. Returns 0 or LSTMD_EWRITE. */
 int lstmd_durable_write(struct lstmd_durable *w, const void *buf, size_t n);
 int lstmd_durable_pwrite(struct lstmd_durable *w, const void *buf, size_t n, off_t offset);
-/* fsync + rename + fsync(dir); frees w. On failure the temp file is removed. */
+/* fsync + rename + fsync(dir); frees w. On failure (LSTMD_EWRITE) the temp file is removed. */
 int lstmd_durable_commit(struct lstmd_durable *w);
 /* Removes the temp file and frees w. Accepts a never-opened (zeroed) w. */
 void lstmd_durable_abort(struct lstmd_durable *w);
 
 /* Atomically makes `link_path` another name of the existing file `target` (hard link, or a
- * copy where the file system has none). Returns 0 or LSTMD_EIO. */
+ * copy where the file system has none). Returns 0 or LSTMD_EWRITE. */
 int lstmd_durable_link(const char *target, const char *link_path);
 
 /* Reads exactly n bytes at offset (pread, retried on EINTR and short reads). Returns 0,
  * LSTMD_EFORMAT when the file ends first, or LSTMD_EIO. */
 int lstmd_read_at(int fd, void *buf, size_t n, uint64_t offset);
 
-/* Creates a directory (and its parents) if missing. Returns 0 or LSTMD_EIO. */
+/* Creates a directory (and its parents) if missing. Returns 0 or LSTMD_EWRITE. */
 int lstmd_mkdir_p(const char *dir);
 
 #endif

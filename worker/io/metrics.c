@@ -43,7 +43,7 @@ int lstmd_metrics_open(struct lstmd_metrics *mt, const char *run_dir, long resum
   mt->jsonl = fopen(path, "a");
   if (!mt->jsonl) {
     lstmd_errorf("%s: cannot open for appending", path);
-    return LSTMD_EIO;
+    return LSTMD_EWRITE;
   }
   return lstmd_tb_open(&mt->tb, run_dir);
 }

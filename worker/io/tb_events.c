@@ -104,7 +104,7 @@ int lstmd_tb_open(struct lstmd_tb *tb, const char *run_dir) {
   tb->f = fopen(path, "wb");
   if (!tb->f) {
     lstmd_errorf("%s: cannot create the TensorBoard event file", path);
-    return LSTMD_EIO;
+    return LSTMD_EWRITE;
   }
   uint8_t rec[256];
   size_t n = lstmd_tb_encode_record(rec, sizeof rec, wall_now(), 0, "brain.Event:2", 0, NULL, NULL);

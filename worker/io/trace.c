@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "comm/comm.h"
@@ -41,15 +40,11 @@ int lstmd_trace_open(const char *path, struct lstmd_comm *comm, struct lstmd_tra
         "[{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"rank 0\"}}\n";
     if (fd < 0 || write(fd, head, sizeof head - 1) != (ssize_t)(sizeof head - 1)) {
       lstmd_errorf("%s: cannot create the trace file: %s", path, strerror(errno));
-      rc = LSTMD_EIO;
+      rc = LSTMD_EWRITE;
     }
     if (fd >= 0) close(fd);
   }
-  if (comm && lstmd_comm_size(comm) > 1) { /* everyone learns whether rank 0 could create it */
-    double failed = rc ? 1.0 : 0.0;
-    int crc = lstmd_comm_allreduce_max_f64(comm, &failed, 1);
-    if (crc || failed != 0.0) return crc ? crc : LSTMD_EIO;
-  }
+  rc = lstmd_comm_agree(comm, rc, NULL); /* everyone learns whether rank 0 could */
   if (rc) return rc;
   struct lstmd_trace *t = calloc(1, sizeof *t);
   if (!t) return LSTMD_ENOMEM;
@@ -59,7 +54,7 @@ int lstmd_trace_open(const char *path, struct lstmd_comm *comm, struct lstmd_tra
   if (t->fd < 0) {
     lstmd_errorf("%s: cannot open the trace file on rank %d: %s", path, rank, strerror(errno));
     free(t);
-    return LSTMD_EIO;
+    return LSTMD_EWRITE;
   }
   char line[256];
   int n;
@@ -88,10 +83,11 @@ void lstmd_trace_event(struct lstmd_trace *t, int tid, const char *name, double 
   if (n > 0 && n < (int)sizeof line) write_line(t, line, (size_t)n);
 }
 
-void lstmd_trace_close(struct lstmd_trace *t) {
+void lstmd_trace_close(struct lstmd_trace *t, int every_rank) {
   if (!t) return;
-  if (t->comm && lstmd_comm_size(t->comm) > 1) lstmd_comm_barrier(t->comm);
-  if (t->rank == 0) write_line(t, "]\n", 2);
+  int closing = every_rank; /* the barrier: no rank appends after rank 0's "]" */
+  if (every_rank && t->comm && lstmd_comm_size(t->comm) > 1) closing = !lstmd_comm_barrier(t->comm);
+  if (closing && t->rank == 0) write_line(t, "]\n", 2);
   close(t->fd);
   free(t);
 }

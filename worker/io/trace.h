@@ -12,6 +12,8 @@
 
 #include <stddef.h>
 
+#include "kernels/clock.h" /* lstmd_now_s(): the clock of every event */
+
 struct lstmd_comm;
 struct lstmd_trace;
 
@@ -20,10 +22,11 @@ enum { LSTMD_TRACE_TID_MAIN = 0, LSTMD_TRACE_TID_REDUCER = 999 };
 /* Collective over comm (NULL: one rank). path NULL: *out = NULL, and every call below accepts
  * NULL and does nothing. */
 int lstmd_trace_open(const char *path, struct lstmd_comm *comm, struct lstmd_trace **out);
-/* Collective: rank 0 closes the JSON array. */
-void lstmd_trace_close(struct lstmd_trace *t);
-/* Seconds on the trace clock (CLOCK_MONOTONIC). */
-double lstmd_trace_now(void);
+/* Closes this rank's file and frees t (NULL is fine). every_rank: the run ended on every rank
+ * together (collective: a barrier, then rank 0 closes the JSON array); 0 after a failure that
+ * not every rank saw, when no rank may wait for another (the file is left without its "]",
+ * which viewers accept). */
+void lstmd_trace_close(struct lstmd_trace *t, int every_rank);
 /* A complete event [begin_s, end_s] on thread `tid`; args_json is NULL or a JSON object text. */
 void lstmd_trace_event(struct lstmd_trace *t, int tid, const char *name, double begin_s,
                        double end_s, const char *args_json);

@@ -43,7 +43,7 @@ int lstmd_optim_step(struct lstmd_optim *o, float *params, float *grads, double 
   const struct lstmd_optim_config *c = &o->cfg;
   double norm = sqrt(lstmd_cpu_sumsq(o->n, grads));
   *grad_norm = norm;
-  if (!isfinite(norm)) return LSTMD_EINVAL;
+  if (!isfinite(norm)) return LSTMD_ENONFINITE;
   if (c->clip_norm > 0.0f && norm > c->clip_norm)
     lstmd_cpu_scale(o->n, grads, (float)(c->clip_norm / (norm + 1e-6)));
   float lr = lstmd_optim_lr(c, o->step);

@@ -35,7 +35,7 @@ void lstmd_optim_destroy(struct lstmd_optim *o);
 float lstmd_optim_lr(const struct lstmd_optim_config *cfg, long step);
 /* Clips grads in place to cfg.clip_norm (global L2 norm), applies one update to params, and
  * advances step. Returns the gradient norm before clipping in *grad_norm. A non-finite norm
- * skips the update and returns LSTMD_EINVAL (parameters stay as they were). */
+ * skips the update and returns LSTMD_ENONFINITE (parameters stay as they were). */
 int lstmd_optim_step(struct lstmd_optim *o, float *params, float *grads, double *grad_norm);
 
 #endif

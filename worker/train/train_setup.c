@@ -17,14 +17,6 @@
 #include "worker/engine/device_select.h"
 #include "trainer_run.h"
 
-static int all_agree(struct run *r, int my_rc) {
-  if (r->world == 1) return my_rc;
-  double worst = my_rc ? 1.0 : 0.0;
-  LSTMD_TRY(lstmd_comm_allreduce_max_f64(r->comm, &worst, 1));
-  if (worst != 0.0) return my_rc ? my_rc : LSTMD_ECONFIG;
-  return LSTMD_OK;
-}
-
 static char *dataset_identity(const struct run *r) {
   char *s;
   if (asprintf(&s, "pair %016llx train %08x/%llu val %08x/%llu",
@@ -62,12 +54,11 @@ static int check_plan(struct run *r) {
   free(plan);
   free(mine);
   if (rc) return rc;
-  double flag = differs;
-  LSTMD_TRY(lstmd_comm_allreduce_max_f64(r->comm, &flag, 1));
-  if (flag != 0.0 && r->rank == 0)
+  rc = lstmd_comm_agree(r->comm, differs ? LSTMD_ECONFIG : LSTMD_OK, NULL);
+  if (rc && r->rank == 0)
     lstmd_errorf("the ranks disagree on the config or the dataset (see the messages above); "
                  "stopping every rank");
-  return flag != 0.0 ? LSTMD_ECONFIG : LSTMD_OK;
+  return rc;
 }
 
 static int build(struct run *r) {
@@ -104,13 +95,16 @@ static int build(struct run *r) {
   LSTMD_TRY(lstmd_optim_create(&oc, r->model->n_params, &r->optim));
   LSTMD_TRY(lstmd_batcher_create(&r->train, cfg->order, cfg->seq_len, cfg->batch_size, r->rank,
                                  r->world, cfg->seed, &r->batcher));
-  const struct lstmd_dp_config dpc = {cfg->seq_len, cfg->batch_size, cfg->threads,
-                                      cfg->order == LSTMD_ORDER_STREAM, cfg->dropout, cfg->seed,
-                                      cfg->bucket_mb, backend == LSTMD_DEVICE_CUDA, gpu,
-                                      cfg->precision, cfg->comm_timeout_s};
+  /* The one hop from the config table to the engine (engine.h). */
+  const struct lstmd_engine_config ec = {
+      .seq_len = cfg->seq_len, .batch = cfg->batch_size,
+      .carry_state = cfg->order == LSTMD_ORDER_STREAM, .dropout = cfg->dropout,
+      .seed = cfg->seed, .bucket_mb = cfg->bucket_mb, .comm_timeout_s = cfg->comm_timeout_s,
+      .threads = cfg->threads, .precision = cfg->precision, .gpu_device = gpu};
   LSTMD_TRY(lstmd_prefetch_create(r->batcher, &r->train, cfg->seq_len, cfg->batch_size,
                                   &r->prefetch));
-  LSTMD_TRY(lstmd_dp_create(r->model, &dpc, r->comm, &r->dp));
+  LSTMD_TRY(lstmd_engine_create(backend == LSTMD_DEVICE_CUDA ? LSTMD_ENGINE_GPU : LSTMD_ENGINE_CPU,
+                                r->model, &ec, r->comm, &r->engine));
   r->progress.state_batch = r->global_batch;
   if (cfg->order == LSTMD_ORDER_STREAM) {
     size_t n = (size_t)cfg->layers * r->global_batch * cfg->hidden;
@@ -167,26 +161,32 @@ static int share_state(struct run *r) {
 
 int lstmd_run_setup(struct run *r, const char *resume_path) {
   r->global_batch = r->cfg->batch_size * r->world;
-  int rc = all_agree(r, build(r));
+  int rc = lstmd_comm_agree(r->comm, build(r), NULL);
   if (!rc && r->world > 1) rc = check_plan(r);
   if (rc) return rc;
   /* Rank 0 decides whether this is a resume: the others may not see the same files. */
   int resume_flag = r->rank == 0 && resume_path != NULL;
   if (r->world > 1) LSTMD_TRY(lstmd_comm_bcast(r->comm, &resume_flag, sizeof resume_flag, 0));
   r->resumed = resume_flag;
-  if (resume_flag) rc = all_agree(r, r->rank == 0 ? load_checkpoint(r, resume_path) : LSTMD_OK);
+  if (resume_flag)
+    rc = lstmd_comm_agree(r->comm, r->rank == 0 ? load_checkpoint(r, resume_path) : LSTMD_OK, NULL);
   if (!rc && r->world > 1) rc = share_state(r);
+  int local = LSTMD_OK;
   if (!rc && r->resumed) {
-    rc = lstmd_batcher_set_cursor(r->batcher, r->progress.cursor);
-    if (!rc && r->progress.state_h) lstmd_dp_set_state(r->dp, r->progress.state_h, r->progress.state_c);
+    local = lstmd_batcher_set_cursor(r->batcher, r->progress.cursor);
+    if (!local && r->progress.state_h)
+      local = r->engine->ops->set_state(r->engine, r->progress.state_h, r->progress.state_c);
   }
-  if (!rc) rc = all_agree(r, lstmd_dp_upload(r->dp, r->optim, &r->progress)); /* GPU: to the device */
+  if (!rc && !local) local = lstmd_prefetch_start(r->prefetch); /* after the cursor is set */
+  if (!rc) rc = lstmd_comm_agree(r->comm, local, NULL);
+  if (!rc) /* collective; a failure of one rank (e.g. device memory) is then voted on */
+    rc = lstmd_comm_agree(r->comm, r->engine->ops->start(r->engine, r->optim, &r->progress), NULL);
   return rc;
 }
 
 void lstmd_run_free(struct run *r) {
   lstmd_metrics_close(&r->metrics);
-  lstmd_dp_destroy(r->dp);
+  lstmd_engine_destroy(r->engine);
   lstmd_prefetch_destroy(r->prefetch);
   lstmd_batcher_destroy(r->batcher);
   lstmd_optim_destroy(r->optim);

@@ -1,7 +1,8 @@
 /* trainer.c — the training loop of every rank (see trainer.h; set-up in train_setup.c).
- * Each step: grad_accum micro-batches through the data-parallel engine (gradients summed over
- * threads and ranks while backward runs), one all-reduce of the loss and the stop flag, then the
- * same optimizer update on every rank. Rank 0 alone logs, evaluates and writes checkpoints. */
+ * Each step: the step engine (worker/engine/engine.h) runs the grad_accum windows and sums the
+ * gradients over the ranks, one all-reduce carries the loss and the votes (stop, failed reads),
+ * then the same optimizer update on every rank. Rank 0 alone logs, evaluates (through the
+ * engine) and writes checkpoints. The trainer reaches the engine through its table only. */
 #define _GNU_SOURCE
 #include "trainer.h"
 
@@ -10,26 +11,43 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "comm/comm.h"
-#include "kernels/cpu/blas_cpu.h"
+#include "kernels/cpu/dense_cpu.h"
 #include "kernels/status.h"
-#include "worker/io/durable.h"
-#include "worker/model/infer.h"
-#include "worker/io/trace.h"
 #include "trainer_run.h"
+#include "worker/io/durable.h"
+#include "worker/io/trace.h"
 
 static volatile sig_atomic_t g_stop_requested;
 
 void lstmd_train_request_stop(void) { g_stop_requested = 1; }
 
-/* Collective: every rank gathers its carried state; rank 0 writes the checkpoint. */
+/* Rank 0, before writing: a checkpoint must never hold a non-finite value (an update can
+ * overflow, or divide 0 by 0, before any loss shows it), so that resuming from the last one is
+ * always possible. The sums are in double: finite for any finite floats. */
+static int check_finite(const struct run *r) {
+  const struct lstmd_optim *o = r->optim;
+  const char *bad = !isfinite(lstmd_cpu_sumsq(r->model->n_params, r->model->params)) ? "parameters"
+                    : !isfinite(lstmd_cpu_sumsq(o->n, o->m))                       ? "first moments"
+                    : o->v && !isfinite(lstmd_cpu_sumsq(o->n, o->v))              ? "second moments"
+                                                                                   : NULL;
+  if (!bad) return LSTMD_OK;
+  lstmd_errorf("step %ld: the %s after the update are not finite; not writing this checkpoint "
+               "(the last one written is whole). Lower optim.lr or set optim.clip_norm",
+               r->progress.step, bad);
+  return LSTMD_ENONFINITE;
+}
+
+/* Collective: the engine gathers the carried state and brings rank 0's host copy up to date;
+ * rank 0 checks and writes the checkpoint. */
 static int save_checkpoint_now(struct run *r) {
+  const struct lstmd_engine_ops *ops = r->engine->ops;
   if (r->progress.state_h)
-    LSTMD_TRY(lstmd_dp_gather_state(r->dp, r->progress.state_h, r->progress.state_c));
+    LSTMD_TRY(ops->gather_state(r->engine, r->progress.state_h, r->progress.state_c));
+  LSTMD_TRY(ops->sync_host(r->engine, r->optim, &r->progress));
   if (r->rank != 0) return LSTMD_OK;
-  LSTMD_TRY(lstmd_dp_sync_host(r->dp, r->optim, &r->progress)); /* GPU: device → host */
+  LSTMD_TRY(check_finite(r));
   const struct lstmd_train_config *cfg = r->cfg;
   char path[4096], latest[4096];
   snprintf(path, sizeof path, "%s/step-%ld.safetensors", cfg->run_dir, r->progress.step);
@@ -40,33 +58,30 @@ static int save_checkpoint_now(struct run *r) {
   return lstmd_durable_link(path, latest);
 }
 
-/* A checkpoint only rank 0 failed to write is voted on, so that every rank stops here together
- * (the vote costs one small all-reduce per checkpoint). */
+/* A checkpoint that rank 0 failed to check or write is voted on, so that every rank stops here
+ * together (the vote costs one small all-reduce per checkpoint). */
 static int save_checkpoint(struct run *r) {
-  const double t0 = lstmd_trace_now();
+  const double t0 = lstmd_now_s();
   int rc = save_checkpoint_now(r);
-  lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "checkpoint", t0, lstmd_trace_now(), NULL);
-  if (r->world == 1 || rc == LSTMD_ECOMM) return rc;
-  double failed = rc ? 1.0 : 0.0;
-  LSTMD_TRY(lstmd_comm_allreduce_max_f64(r->comm, &failed, 1));
-  if (failed == 0.0) return LSTMD_OK;
+  lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "checkpoint", t0, lstmd_now_s(), NULL);
+  if (rc == LSTMD_ECOMM) return rc; /* the ranks may be out of step: not agreed */
+  int agreed = lstmd_comm_agree(r->comm, rc, NULL);
+  if (!agreed || agreed == LSTMD_ECOMM) return agreed;
   r->failure_agreed = 1;
   if (!rc) lstmd_errorf("rank %d: stopping: rank 0 could not write the checkpoint of step %ld",
                         r->rank, r->progress.step);
-  return rc ? rc : LSTMD_EIO;
+  return agreed;
 }
 
-/* Rank 0: validation loss, with all of this rank's threads in BLAS. */
+/* Collective (the engine's evaluate); rank 0 records the validation loss. */
 static void evaluate_now(struct run *r) {
-  if (r->rank != 0 || !r->has_val) return;
-  double loss;
-  uint64_t tokens;
-  lstmd_cpu_set_blas_threads(r->cfg->threads);
-  const double t0 = lstmd_trace_now();
-  int rc = lstmd_dp_evaluate(r->dp, &r->val, r->cfg->seq_len, r->cfg->batch_size, &loss, &tokens);
-  lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "evaluation", t0, lstmd_trace_now(), NULL);
-  lstmd_cpu_set_blas_threads(lstmd_dp_blas_threads(r->dp));
-  if (rc != 0) return;
+  if (!r->has_val) return;
+  double loss = 0.0;
+  uint64_t tokens = 0;
+  const double t0 = lstmd_now_s();
+  int rc = r->engine->ops->evaluate(r->engine, &r->val, &loss, &tokens);
+  lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "evaluation", t0, lstmd_now_s(), NULL);
+  if (rc != 0 || r->rank != 0) return;
   const int text = r->model->shape.kind == LSTMD_MODEL_TEXT;
   lstmd_metrics_eval(&r->metrics, r->progress.step, loss, text);
   if (r->hooks->on_eval)
@@ -81,69 +96,84 @@ static int stop_wanted(const struct run *r) {
   return g_stop_requested || (r->hooks->stop_requested && r->hooks->stop_requested(r->hooks->ctx));
 }
 
+/* The trainer's window source for the engine (engine.h): the prefetcher's next batch, timed as
+ * data wait. A failed read hands over the all-zero batch the prefetcher left in its slot, and
+ * is remembered for the step's vote. */
+struct window_feed {
+  struct run *r;
+  int status;     /* the first failed read of the step */
+  double wait_s;  /* time spent waiting for batches */
+};
+
+static const struct lstmd_batch *next_window(void *ctx, int *reset) {
+  struct window_feed *f = ctx;
+  struct run *r = f->r;
+  const struct lstmd_batch *batch;
+  const double t0 = lstmd_now_s();
+  int rc = lstmd_prefetch_next(r->prefetch, &batch, reset);
+  const double t1 = lstmd_now_s();
+  lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "data wait", t0, t1, NULL);
+  f->wait_s += t1 - t0;
+  if (rc && !f->status) {
+    lstmd_errorf("rank %d: step %ld: reading this rank's batch failed: %s", r->rank,
+                 r->progress.step + 1, lstmd_strerror(rc));
+    f->status = rc;
+  }
+  return batch;
+}
+
+/* A failure every rank saw at the same point (votes, the same sums): the ranks are in step. */
+static int agreed_failure(struct run *r, int status) {
+  r->failure_agreed = 1;
+  return status;
+}
+
 /* One optimizer step. *stop is set when any rank was asked to stop (SIGINT/SIGTERM, or the
  * hooks). A rank that cannot read its batch still runs the step on a zero batch, so that the
  * gradient all-reduces stay matched, and votes to fail it: every rank then returns the failure
- * here, before the optimizer, and no rank is left waiting in a collective. */
+ * here, before the optimizer, and no rank is left waiting in a collective. The loss and the
+ * gradient norm are the same on every rank, so their checks are agreed without a vote. */
 static int train_step(struct run *r, double *loss_out, double *grad_norm, int *stop,
                       struct step_times *tm) {
   const struct lstmd_train_config *cfg = r->cfg;
-  struct lstmd_model *m = r->model;
+  const struct lstmd_model *m = r->model;
   const int per_input = m->shape.kind == LSTMD_MODEL_TEXT ? 1 : m->shape.horizon;
   const double targets = (double)cfg->seq_len * r->global_batch * per_input * cfg->grad_accum;
-  double totals[3] = {0.0, stop_wanted(r) ? 1.0 : 0.0, 0.0}; /* loss sum, stop, failure votes */
-  int data_rc = LSTMD_OK;
-  for (int a = 0; a < cfg->grad_accum; a++) {
-    int reset;
-    const struct lstmd_batch *batch;
-    double t0 = lstmd_trace_now();
-    int rc = lstmd_prefetch_next(r->prefetch, &batch, &reset);
-    if (rc) {
-      if (!data_rc) lstmd_errorf("rank %d: step %ld: reading this rank's batch failed: %s",
-                                 r->rank, r->progress.step + 1, lstmd_strerror(rc));
-      data_rc = rc;
-      totals[2] = 1.0;
-    }
-    if (reset) lstmd_dp_reset_state(r->dp);
-    double t1 = lstmd_trace_now(), loss, comm_wait;
-    LSTMD_TRY(lstmd_dp_micro_step(r->dp, batch, (float)(1.0 / targets),
-                                  (uint64_t)r->progress.step * cfg->grad_accum + a, a == 0,
-                                  a == cfg->grad_accum - 1, &loss, &comm_wait));
-    double t2 = lstmd_trace_now();
-    lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "data wait", t0, t1, NULL);
-    if (comm_wait > 0) lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "wait for all-reduce",
-                                         t2 - comm_wait, t2, NULL);
-    tm->data_s += t1 - t0;
-    tm->compute_s += t2 - t1 - comm_wait;
-    tm->comm_s += comm_wait;
-    totals[0] += loss;
-  }
+  struct window_feed feed = {.r = r};
+  const struct lstmd_step_input in = {.next_window = next_window, .ctx = &feed,
+                                      .windows = cfg->grad_accum,
+                                      .first_window = (uint64_t)r->progress.step * cfg->grad_accum,
+                                      .grad_scale = (float)(1.0 / targets)};
+  struct lstmd_step_result out;
+  const double t0 = lstmd_now_s();
+  LSTMD_TRY(r->engine->ops->step(r->engine, &in, &out));
+  tm->data_s += feed.wait_s;
+  tm->compute_s += lstmd_now_s() - t0 - feed.wait_s - out.comm_wait_s;
+  tm->comm_s += out.comm_wait_s;
+  double totals[3] = {out.loss_sum, stop_wanted(r) ? 1.0 : 0.0, feed.status ? 1.0 : 0.0};
   if (r->world > 1) LSTMD_TRY(lstmd_comm_allreduce_sum_f64(r->comm, totals, 3));
   if (totals[2] > 0.0) {
-    r->failure_agreed = 1;
-    if (data_rc) return data_rc;
+    if (feed.status) return agreed_failure(r, feed.status);
     lstmd_errorf("rank %d: stopping at step %ld: %.0f rank(s) could not read their data",
                  r->rank, r->progress.step + 1, totals[2]);
-    return LSTMD_EIO;
+    return agreed_failure(r, LSTMD_EIO);
   }
   *loss_out = totals[0] / targets;
   *stop = totals[1] > 0.0;
-  if (!isfinite(*loss_out)) { /* the same sum on every rank: an agreed failure */
-    r->failure_agreed = 1;
+  if (!isfinite(*loss_out)) {
     lstmd_errorf("step %ld: the training loss is not finite (%g); lower optim.lr or set "
                  "optim.clip_norm", r->progress.step + 1, *loss_out);
-    return LSTMD_EINVAL;
+    return agreed_failure(r, LSTMD_ENONFINITE);
   }
-  const double t_opt = lstmd_trace_now();
-  int bad = lstmd_dp_optim_step(r->dp, r->optim, grad_norm);
-  if (bad && bad != LSTMD_EINVAL) return bad; /* GPU engine: a CUDA or communication failure */
-  lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "optimizer", t_opt, lstmd_trace_now(), NULL);
-  if (bad) { /* the norm of the all-reduced gradients: the same verdict on every rank */
-    r->failure_agreed = 1;
+  const double t_opt = lstmd_now_s();
+  int rc = r->engine->ops->optim_step(r->engine, r->optim, grad_norm);
+  lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "optimizer", t_opt, lstmd_now_s(), NULL);
+  if (rc == LSTMD_ENONFINITE) {
     lstmd_errorf("step %ld: non-finite gradient norm (loss %g); lower optim.lr or set "
                  "optim.clip_norm", r->progress.step + 1, *loss_out);
-    return LSTMD_EINVAL;
+    return agreed_failure(r, rc);
   }
+  if (rc) return rc; /* e.g. a CUDA or communication failure: not agreed */
   r->progress.step++;
   return LSTMD_OK;
 }
@@ -162,7 +192,7 @@ static void report(struct run *r, long steps, double loss, double grad_norm, dou
       .tokens = (long long)(step * tokens_per_step), .world = r->world,
       .global_batch = r->global_batch, .data_wait_s = tm->data_s / steps,
       .compute_s = tm->compute_s / steps, .comm_wait_s = tm->comm_s / steps,
-      .loss_scale = lstmd_dp_loss_scale(r->dp)};
+      .loss_scale = r->engine->ops->loss_scale(r->engine)};
   lstmd_metrics_step(&r->metrics, &rep);
   if (r->hooks->on_step) r->hooks->on_step(r->hooks->ctx, &rep);
 }
@@ -171,7 +201,7 @@ static int train_loop(struct run *r) {
   const struct lstmd_train_config *cfg = r->cfg;
   const double tokens_per_step = (double)cfg->seq_len * r->global_batch * cfg->grad_accum;
   const long first_step = r->progress.step;
-  double t0 = lstmd_trace_now(), interval_t0 = t0, interval_loss = 0.0;
+  double t0 = lstmd_now_s(), interval_t0 = t0, interval_loss = 0.0;
   struct step_times tm = {0};
   long interval_steps = 0;
   int stop = 0;
@@ -182,22 +212,22 @@ static int train_loop(struct run *r) {
     interval_steps++;
     const long step = r->progress.step;
     if (r->rank == 0 && ((cfg->log_every && step % cfg->log_every == 0) || step == cfg->steps)) {
-      double t = lstmd_trace_now();
+      double t = lstmd_now_s();
       report(r, interval_steps, interval_loss, grad_norm, t - interval_t0, t - t0, &tm);
       interval_t0 = t;
       interval_loss = 0.0;
       interval_steps = 0;
       tm = (struct step_times){0};
     }
-    const double pause_t0 = lstmd_trace_now(); /* evaluation and checkpoints are not training time */
+    const double pause_t0 = lstmd_now_s(); /* evaluation and checkpoints are not training time */
     if (cfg->eval_every && step % cfg->eval_every == 0) evaluate_now(r);
     if (cfg->checkpoint_every && step % cfg->checkpoint_every == 0 && step != cfg->steps && !stop)
       LSTMD_TRY(save_checkpoint(r));
-    const double paused = lstmd_trace_now() - pause_t0;
+    const double paused = lstmd_now_s() - pause_t0;
     interval_t0 += paused;
     t0 += paused;
   }
-  double elapsed = lstmd_trace_now() - t0;
+  double elapsed = lstmd_now_s() - t0;
   if (r->rank == 0 && r->progress.step > first_step)
     lstmd_metrics_note(&r->metrics, "trained steps %ld..%ld in %.1f s of training (%.0f tokens/s, "
                        "%.1f GFLOP/s)", first_step + 1, r->progress.step, elapsed,
@@ -222,18 +252,10 @@ static void describe_run(struct run *r, const char *resume_path) {
   const struct lstmd_dataset_info *info = &r->train.info;
   size_t params = 0;
   for (int i = 0; i < r->model->n_tensors; i++) params += r->model->tensors[i].count;
-  char blas[96];
-  lstmd_cpu_blas_describe(blas, sizeof blas);
-  int bt = lstmd_dp_blas_threads(r->dp);
-  char gpu[512];
-  if (lstmd_dp_describe_gpu(r->dp, gpu, sizeof gpu))
-    lstmd_metrics_note(&r->metrics, "compute: %d rank%s, rank 0 on %s; global batch %d windows",
-                       r->world, r->world == 1 ? "" : "s", gpu, r->global_batch);
-  else
-    lstmd_metrics_note(&r->metrics, "compute: CPU, %d rank%s, each splitting its batch across %d "
-                       "threads, %s with %d thread%s per call; global batch %d windows",
-                       r->world, r->world == 1 ? "" : "s", lstmd_dp_threads(r->dp), blas, bt,
-                       bt == 1 ? "" : "s", r->global_batch);
+  char engine[512];
+  r->engine->ops->describe(r->engine, engine, sizeof engine);
+  lstmd_metrics_note(&r->metrics, "compute: %s; %d rank%s, global batch %d windows", engine,
+                     r->world, r->world == 1 ? "" : "s", r->global_batch);
   lstmd_metrics_note(&r->metrics, "data: %s, %llu training %s%s, model %zu parameters",
                      info->kind == LSTMD_DATASET_TEXT ? "text" : "series",
                      (unsigned long long)info->count,
@@ -241,6 +263,18 @@ static void describe_run(struct run *r, const char *resume_path) {
                      r->has_val ? "" : " (validation split too short to evaluate)", params);
   if (r->resumed)
     lstmd_metrics_note(&r->metrics, "resumed from %s at step %ld", resume_path, r->progress.step);
+}
+
+/* Rank 0's run directory and metrics must be usable before anyone trains (voted). */
+static int open_outputs(struct run *r, const char *resume_path) {
+  int local = LSTMD_OK;
+  if (r->rank == 0) {
+    local = lstmd_mkdir_p(r->cfg->run_dir);
+    if (!local)
+      local = lstmd_metrics_open(&r->metrics, r->cfg->run_dir, r->resumed ? r->progress.step : 0);
+    if (!local) describe_run(r, resume_path);
+  }
+  return lstmd_comm_agree(r->comm, local, NULL);
 }
 
 int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_json,
@@ -252,26 +286,16 @@ int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_jso
   r.rank = comm ? lstmd_comm_rank(comm) : 0;
   r.world = comm ? lstmd_comm_size(comm) : 1;
   int rc = lstmd_run_setup(&r, resume_path); /* the same status on every rank */
-  if (!rc) {
-    int local = LSTMD_OK; /* rank 0's run directory must be usable before anyone trains */
-    if (r.rank == 0) {
-      local = lstmd_mkdir_p(cfg->run_dir);
-      if (!local)
-        local = lstmd_metrics_open(&r.metrics, cfg->run_dir, r.resumed ? r.progress.step : 0);
-      if (!local) describe_run(&r, resume_path);
-    }
-    double failed = local ? 1.0 : 0.0;
-    if (r.world > 1) rc = lstmd_comm_allreduce_max_f64(comm, &failed, 1);
-    if (!rc && failed != 0.0) rc = local ? local : LSTMD_EIO;
-  }
+  if (!rc) rc = open_outputs(&r, resume_path);
   if (!rc) rc = lstmd_trace_open(cfg->trace_path, comm, &r.trace); /* agreed on too */
-  if (!rc) lstmd_dp_set_trace(r.dp, r.trace);
+  if (!rc) r.engine->trace = r.trace;
   *all_know = rc != 0; /* so far every failure was agreed on by all ranks */
   if (!rc) {
     rc = train_loop(&r);
     *all_know = rc != 0 && r.failure_agreed;
   }
-  if (!rc) lstmd_trace_close(r.trace); /* collective: only when every rank got here */
-  lstmd_run_free(&r);
+  lstmd_run_free(&r); /* first: the engine's threads may still write trace events */
+  /* collective only when every rank ended together; never leaves a rank waiting */
+  lstmd_trace_close(r.trace, !rc || *all_know);
   return rc;
 }

@@ -5,7 +5,7 @@
 
 #include "worker/data/batcher.h"
 #include "worker/io/checkpoint.h"
-#include "worker/engine/data_parallel.h"
+#include "worker/engine/engine.h"
 #include "worker/data/dataset.h"
 #include "worker/io/metrics.h"
 #include "worker/model/model.h"
@@ -27,7 +27,7 @@ struct run {
   struct lstmd_optim *optim;
   struct lstmd_batcher *batcher;
   struct lstmd_prefetch *prefetch; /* reads the batcher's next batches on a thread */
-  struct lstmd_dp *dp;
+  struct lstmd_engine *engine;
   struct lstmd_data_meta data_meta;
   struct lstmd_train_progress progress; /* state_h/state_c: [L, global_batch, H] */
   struct lstmd_metrics metrics;         /* rank 0 only */

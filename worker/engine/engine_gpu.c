@@ -1,4 +1,14 @@
-/* gpu_engine.c — data-parallel training on one GPU per rank (see gpu_engine.h).
+/* engine_gpu.c — the GPU engine (engine.h): data-parallel training on one GPU per rank.
+ *
+ * The fp32 master parameters, gradients and optimizer moments live on the device in the flat
+ * layout of worker/model/model.h; the host model's buffers are brought up to date only on
+ * request (sync_host: checkpoints). Per window: the batch is copied through pinned memory on a
+ * copy stream, forward and backward run on the compute stream (kernels/cuda/model_cuda.h), and
+ * on the last window of a step each region of gradients that backward has made final (head,
+ * then the LSTM, then the embedding) is summed over the ranks in buckets on a communication
+ * stream that waits for it with an event, overlapping the rest of backward; the optimizer waits
+ * for the last bucket with another event. Precision fp32 / tf32 / bf16 / fp16; fp16 scales the
+ * loss dynamically (loss_scale.h) and skips the update of a step whose gradients overflowed.
  *
  * 1. Streams: `copy` (batches in), `compute` (model, optimizer), `comm` (all-reduce). Orders
  *    between them are events only: compute waits for the batch copy; the copy of the next batch
@@ -15,34 +25,35 @@
  * 3. The pinned staging buffers of the batch are double-buffered; one is refilled only after
  *    its previous copy has completed (copy_done event). */
 #define _GNU_SOURCE
-#include "gpu_engine.h"
+#include "engine_gpu.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
 #include "comm/comm.h"
 #include "comm/comm_nccl.h"
 #include "kernels/cuda/dense_cuda.h"
 #include "kernels/cuda/device_cuda.h"
 #include "kernels/cuda/lstm_cudnn.h"
 #include "kernels/cuda/model_cuda.h"
-#include "kernels/status.h"
-#include "worker/data/batcher.h"
+#include "kernels/check.h"
+#include "kernels/clock.h"
+#include "engine.h"
 #include "loss_scale.h"
+#include "worker/data/batcher.h"
+#include "worker/io/checkpoint.h"
 #include "worker/io/nvtx.h"
+#include "worker/io/trace.h"
+#include "worker/model/optim.h"
 #include "worker/train/train_config.h"
 
 enum { kMaxRegions = 8 };
 
-struct lstmd_gpu {
-  struct lstmd_model *model;
-  struct lstmd_gpu_config cfg;
-  struct lstmd_comm *comm;
-  int rank, world, dtype, fp16;
+struct gpu_engine {
+  struct lstmd_engine base;
+  int dtype, fp16;
   cudaStream_t compute, copy, comm_stream;
   struct lstmd_cuda_model *cm;
   struct lstmd_nccl *nccl; /* NULL with one rank */
@@ -56,32 +67,21 @@ struct lstmd_gpu {
   int n_regions, collecting, uploaded;
   size_t ready_hi, bucket_floats;
   struct lstmd_loss_scaler scaler;
-  long skipped;
   char device_desc[160];
 };
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cuda_failed(cudaError_t e, const char *what) {
-  if (e == cudaSuccess) return 0;
-  cudaGetLastError();
-  lstmd_errorf("CUDA: %s: %s", what, cudaGetErrorString(e));
-  return 1;
-}
-#define CHECK_CUDA(call) \
-  do { if (cuda_failed((call), #call)) return LSTMD_ECUDA; } while (0)
+static struct gpu_engine *gpu_of(struct lstmd_engine *e) { return (struct gpu_engine *)e; }
 
 /* Waits for an event, watching the NCCL watchdog (see 1.). */
-static int wait_event(struct lstmd_gpu *g, cudaEvent_t ev) {
+static int wait_event(struct gpu_engine *g, cudaEvent_t ev) {
   struct timespec ts = {0, 20000};
   for (long spins = 0;; spins++) {
     cudaError_t q = cudaEventQuery(ev);
     if (q == cudaSuccess) return LSTMD_OK;
-    if (q != cudaErrorNotReady) return cuda_failed(q, "waiting for the GPU") ? LSTMD_ECUDA : LSTMD_OK;
+    if (q != cudaErrorNotReady) {
+      LSTMD_CHECK_CUDA(q); /* waiting for the GPU */
+      return LSTMD_OK;
+    }
     if (g->nccl && lstmd_nccl_failed(g->nccl)) return LSTMD_ECOMM;
     if (spins > 2000) nanosleep(&ts, NULL);
   }
@@ -127,77 +127,77 @@ static int dev_alloc(void **p, size_t bytes, const char *what) {
   return LSTMD_ENOMEM;
 }
 
-static int create_streams(struct lstmd_gpu *g) {
-  CHECK_CUDA(cudaStreamCreateWithFlags(&g->compute, cudaStreamNonBlocking));
-  CHECK_CUDA(cudaStreamCreateWithFlags(&g->copy, cudaStreamNonBlocking));
-  CHECK_CUDA(cudaStreamCreateWithFlags(&g->comm_stream, cudaStreamNonBlocking));
-  for (int i = 0; i < 2; i++) CHECK_CUDA(cudaEventCreateWithFlags(&g->copy_done[i], cudaEventDisableTiming));
-  CHECK_CUDA(cudaEventCreateWithFlags(&g->inputs_free, cudaEventDisableTiming));
-  CHECK_CUDA(cudaEventCreateWithFlags(&g->scalars_ready, cudaEventDisableTiming));
-  CHECK_CUDA(cudaEventCreateWithFlags(&g->comm_done, cudaEventDisableTiming));
+static int create_streams(struct gpu_engine *g) {
+  LSTMD_CHECK_CUDA(cudaStreamCreateWithFlags(&g->compute, cudaStreamNonBlocking));
+  LSTMD_CHECK_CUDA(cudaStreamCreateWithFlags(&g->copy, cudaStreamNonBlocking));
+  LSTMD_CHECK_CUDA(cudaStreamCreateWithFlags(&g->comm_stream, cudaStreamNonBlocking));
+  for (int i = 0; i < 2; i++) LSTMD_CHECK_CUDA(cudaEventCreateWithFlags(&g->copy_done[i], cudaEventDisableTiming));
+  LSTMD_CHECK_CUDA(cudaEventCreateWithFlags(&g->inputs_free, cudaEventDisableTiming));
+  LSTMD_CHECK_CUDA(cudaEventCreateWithFlags(&g->scalars_ready, cudaEventDisableTiming));
+  LSTMD_CHECK_CUDA(cudaEventCreateWithFlags(&g->comm_done, cudaEventDisableTiming));
   for (int i = 0; i < kMaxRegions; i++)
-    CHECK_CUDA(cudaEventCreateWithFlags(&g->regions[i], cudaEventDisableTiming));
-  CHECK_CUDA(cudaEventRecord(g->inputs_free, g->compute));
-  for (int i = 0; i < 2; i++) CHECK_CUDA(cudaEventRecord(g->copy_done[i], g->copy));
+    LSTMD_CHECK_CUDA(cudaEventCreateWithFlags(&g->regions[i], cudaEventDisableTiming));
+  LSTMD_CHECK_CUDA(cudaEventRecord(g->inputs_free, g->compute));
+  for (int i = 0; i < 2; i++) LSTMD_CHECK_CUDA(cudaEventRecord(g->copy_done[i], g->copy));
   return LSTMD_OK;
 }
 
-static int alloc_buffers(struct lstmd_gpu *g) {
-  const size_t n = g->model->n_params * sizeof(float);
+static int alloc_buffers(struct gpu_engine *g) {
+  const size_t n = g->base.model->n_params * sizeof(float);
   LSTMD_TRY(dev_alloc((void **)&g->params, n, "parameters"));
   LSTMD_TRY(dev_alloc((void **)&g->grads, n, "gradients"));
   LSTMD_TRY(dev_alloc((void **)&g->m, n, "optimizer moments"));
   LSTMD_TRY(dev_alloc((void **)&g->v, n, "optimizer moments"));
   LSTMD_TRY(dev_alloc((void **)&g->d_scalars, 2 * sizeof(double), "scalars"));
-  CHECK_CUDA(cudaMallocHost((void **)&g->h_scalars, 2 * sizeof(double)));
-  const struct lstmd_model_shape *s = &g->model->shape;
-  const size_t N = (size_t)g->cfg.seq_len * g->cfg.batch;
+  LSTMD_CHECK_CUDA(cudaMallocHost((void **)&g->h_scalars, 2 * sizeof(double)));
+  const struct lstmd_model_shape *s = &g->base.model->shape;
+  const size_t N = (size_t)g->base.cfg.seq_len * g->base.cfg.batch;
   g->staging_bytes = s->kind == LSTMD_MODEL_TEXT ? 2 * N * sizeof(int32_t)
                                                  : N * (size_t)(s->width + s->horizon) * sizeof(float);
-  for (int i = 0; i < 2; i++) CHECK_CUDA(cudaMallocHost(&g->staging[i], g->staging_bytes));
+  for (int i = 0; i < 2; i++) LSTMD_CHECK_CUDA(cudaMallocHost(&g->staging[i], g->staging_bytes));
   return LSTMD_OK;
 }
 
-int lstmd_gpu_create(struct lstmd_model *m, const struct lstmd_gpu_config *cfg,
-                     struct lstmd_comm *comm, struct lstmd_gpu **out) {
+static void gpu_destroy(struct lstmd_engine *e);
+static const struct lstmd_engine_ops kGpuOps;
+
+int lstmd_engine_gpu_create(const struct lstmd_engine *base, struct lstmd_engine **out) {
   *out = NULL;
-  struct lstmd_gpu *g = calloc(1, sizeof *g);
+  struct gpu_engine *g = calloc(1, sizeof *g);
   if (!g) return LSTMD_ENOMEM;
-  g->model = m;
-  g->cfg = *cfg;
-  g->comm = comm;
-  g->rank = comm ? lstmd_comm_rank(comm) : 0;
-  g->world = comm ? lstmd_comm_size(comm) : 1;
+  g->base = *base;
+  g->base.ops = &kGpuOps;
+  const struct lstmd_engine_config *cfg = &base->cfg;
   g->dtype = dtype_of(cfg->precision);
   g->fp16 = cfg->precision == LSTMD_PRECISION_FP16;
   lstmd_loss_scaler_init(&g->scaler);
   size_t bucket = (size_t)(cfg->bucket_mb * 1048576.0 / sizeof(float));
   g->bucket_floats = bucket < 1024 ? 1024 : bucket;
-  int rc = lstmd_cuda_use_device(cfg->device);
+  int rc = lstmd_cuda_use_device(cfg->gpu_device);
   if (!rc) lstmd_cuda_describe_device(g->device_desc, sizeof g->device_desc);
   if (!rc) rc = create_streams(g);
   if (!rc) rc = alloc_buffers(g);
-  if (!rc && cuda_failed(cudaDeviceSynchronize(), "zeroing the buffers")) rc = LSTMD_ECUDA;
+  if (!rc && LSTMD_CUDA_FAILED(cudaDeviceSynchronize())) rc = LSTMD_ECUDA; /* the zeroing */
   if (!rc) {
     struct lstmd_cuda_model_config mc = {.steps = cfg->seq_len, .batch = cfg->batch,
                                          .dtype = g->dtype,
                                          .allow_tf32 = cfg->precision == LSTMD_PRECISION_TF32,
                                          .dropout = cfg->dropout,
-                                         .seed = cfg->seed * 1000003ULL + (unsigned)g->rank,
+                                         .seed = cfg->seed * 1000003ULL + (unsigned)base->rank,
                                          .algo = -1};
-    lstmd_gpu_model_layout(m, &mc.layout);
+    lstmd_gpu_model_layout(base->model, &mc.layout);
     rc = lstmd_cuda_model_create(&mc, g->compute, &g->cm);
   }
   if (rc) {
-    lstmd_gpu_destroy(g);
+    gpu_destroy(&g->base);
     return rc;
   }
-  *out = g;
+  *out = &g->base;
   return LSTMD_OK;
 }
 
-void lstmd_gpu_destroy(struct lstmd_gpu *g) {
-  if (!g) return;
+static void gpu_destroy(struct lstmd_engine *e) {
+  struct gpu_engine *g = gpu_of(e);
   if (g->compute) cudaStreamSynchronize(g->compute);
   lstmd_nccl_destroy(g->nccl);
   lstmd_cuda_model_destroy(g->cm);
@@ -223,38 +223,44 @@ void lstmd_gpu_destroy(struct lstmd_gpu *g) {
   free(g);
 }
 
-int lstmd_gpu_upload(struct lstmd_gpu *g, const struct lstmd_optim *o,
+/* Collectives first, so that a local failure below cannot leave another rank inside one: the
+ * fp16 loss scale from rank 0, then (several ranks) the NCCL communicator. */
+static int gpu_start(struct lstmd_engine *e, const struct lstmd_optim *o,
                      const struct lstmd_train_progress *p) {
-  const size_t n = g->model->n_params * sizeof(float);
-  /* Collectives first, so that a local failure below cannot leave another rank inside one. */
+  struct gpu_engine *g = gpu_of(e);
+  const size_t n = g->base.model->n_params * sizeof(float);
   double saved[2] = {p ? p->loss_scale : 0.0, p ? (double)p->loss_scale_good_steps : 0.0};
-  if (g->fp16 && g->world > 1) LSTMD_TRY(lstmd_comm_bcast(g->comm, saved, sizeof saved, 0));
-  if (g->world > 1 && !g->nccl)
-    LSTMD_TRY(lstmd_nccl_create(g->comm, g->model->n_params, g->cfg.comm_timeout_s, &g->nccl));
+  if (g->fp16 && g->base.world > 1) LSTMD_TRY(lstmd_comm_bcast(g->base.comm, saved, sizeof saved, 0));
+  if (g->base.world > 1 && !g->nccl)
+    LSTMD_TRY(lstmd_nccl_create(g->base.comm, g->base.model->n_params, g->base.cfg.comm_timeout_s, &g->nccl));
   if (g->fp16 && saved[0] > 0.0)
     LSTMD_TRY(lstmd_loss_scaler_restore(&g->scaler, saved[0], (long)saved[1]));
-  CHECK_CUDA(cudaMemcpy(g->params, g->model->params, n, cudaMemcpyHostToDevice));
+  LSTMD_CHECK_CUDA(cudaMemcpy(g->params, g->base.model->params, n, cudaMemcpyHostToDevice));
   if (o) {
-    CHECK_CUDA(cudaMemcpy(g->m, o->m, n, cudaMemcpyHostToDevice));
-    if (o->v) CHECK_CUDA(cudaMemcpy(g->v, o->v, n, cudaMemcpyHostToDevice));
+    LSTMD_CHECK_CUDA(cudaMemcpy(g->m, o->m, n, cudaMemcpyHostToDevice));
+    if (o->v) LSTMD_CHECK_CUDA(cudaMemcpy(g->v, o->v, n, cudaMemcpyHostToDevice));
   }
   /* cudaMemcpy runs on the legacy stream, which our non-blocking streams do not wait for, and
    * may return before the DMA from its staging buffer is done. */
-  CHECK_CUDA(cudaDeviceSynchronize());
+  LSTMD_CHECK_CUDA(cudaDeviceSynchronize());
   LSTMD_TRY(lstmd_cuda_model_load_weights(g->cm, g->params));
-  CHECK_CUDA(cudaStreamSynchronize(g->compute));
+  LSTMD_CHECK_CUDA(cudaStreamSynchronize(g->compute));
   g->uploaded = 1;
   return LSTMD_OK;
 }
 
-int lstmd_gpu_sync_host(struct lstmd_gpu *g, struct lstmd_optim *o, struct lstmd_train_progress *p) {
-  const size_t n = g->model->n_params * sizeof(float);
-  CHECK_CUDA(cudaEventRecord(g->scalars_ready, g->compute));
+/* Only rank 0's host copy is ever read (checkpoints), so the other ranks skip the copy. */
+static int gpu_sync_host(struct lstmd_engine *e, struct lstmd_optim *o,
+                         struct lstmd_train_progress *p) {
+  struct gpu_engine *g = gpu_of(e);
+  if (e->rank != 0) return LSTMD_OK;
+  const size_t n = g->base.model->n_params * sizeof(float);
+  LSTMD_CHECK_CUDA(cudaEventRecord(g->scalars_ready, g->compute));
   LSTMD_TRY(wait_event(g, g->scalars_ready));
-  CHECK_CUDA(cudaMemcpy(g->model->params, g->params, n, cudaMemcpyDeviceToHost));
+  LSTMD_CHECK_CUDA(cudaMemcpy(g->base.model->params, g->params, n, cudaMemcpyDeviceToHost));
   if (o) {
-    CHECK_CUDA(cudaMemcpy(o->m, g->m, n, cudaMemcpyDeviceToHost));
-    if (o->v) CHECK_CUDA(cudaMemcpy(o->v, g->v, n, cudaMemcpyDeviceToHost));
+    LSTMD_CHECK_CUDA(cudaMemcpy(o->m, g->m, n, cudaMemcpyDeviceToHost));
+    if (o->v) LSTMD_CHECK_CUDA(cudaMemcpy(o->v, g->v, n, cudaMemcpyDeviceToHost));
   }
   if (p) {
     p->loss_scale = g->fp16 ? g->scaler.scale : 0.0;
@@ -264,20 +270,20 @@ int lstmd_gpu_sync_host(struct lstmd_gpu *g, struct lstmd_optim *o, struct lstmd
 }
 
 /* The batch into the model's device inputs through pinned memory on the copy stream (see 3.). */
-static int copy_batch(struct lstmd_gpu *g, const struct lstmd_batch *b) {
+static int copy_batch(struct gpu_engine *g, const struct lstmd_batch *b) {
   const int k = (int)(g->micro_count++ % 2);
   struct lstmd_cuda_inputs *in = lstmd_cuda_model_inputs(g->cm);
-  const size_t N = (size_t)g->cfg.seq_len * g->cfg.batch;
-  if (b->steps != g->cfg.seq_len || b->batch != g->cfg.batch) {
-    lstmd_errorf("GPU engine: batch of %dx%d, expected %dx%d", b->steps, b->batch, g->cfg.seq_len,
-                 g->cfg.batch);
+  const size_t N = (size_t)g->base.cfg.seq_len * g->base.cfg.batch;
+  if (b->steps != g->base.cfg.seq_len || b->batch != g->base.cfg.batch) {
+    lstmd_errorf("GPU engine: batch of %dx%d, expected %dx%d", b->steps, b->batch, g->base.cfg.seq_len,
+                 g->base.cfg.batch);
     return LSTMD_EINVAL;
   }
-  CHECK_CUDA(cudaEventSynchronize(g->copy_done[k]));
+  LSTMD_CHECK_CUDA(cudaEventSynchronize(g->copy_done[k]));
   char *st = g->staging[k];
   void *dst[2];
   size_t bytes[2];
-  if (g->model->shape.kind == LSTMD_MODEL_TEXT) {
+  if (g->base.model->shape.kind == LSTMD_MODEL_TEXT) {
     bytes[0] = bytes[1] = N * sizeof(int32_t);
     memcpy(st, b->ids, bytes[0]);
     memcpy(st + bytes[0], b->targets, bytes[1]);
@@ -291,25 +297,25 @@ static int copy_batch(struct lstmd_gpu *g, const struct lstmd_batch *b) {
     dst[0] = in->x;
     dst[1] = in->y;
   }
-  CHECK_CUDA(cudaStreamWaitEvent(g->copy, g->inputs_free, 0));
-  CHECK_CUDA(cudaMemcpyAsync(dst[0], st, bytes[0], cudaMemcpyHostToDevice, g->copy));
-  CHECK_CUDA(cudaMemcpyAsync(dst[1], st + bytes[0], bytes[1], cudaMemcpyHostToDevice, g->copy));
-  CHECK_CUDA(cudaEventRecord(g->copy_done[k], g->copy));
-  CHECK_CUDA(cudaStreamWaitEvent(g->compute, g->copy_done[k], 0));
+  LSTMD_CHECK_CUDA(cudaStreamWaitEvent(g->copy, g->inputs_free, 0));
+  LSTMD_CHECK_CUDA(cudaMemcpyAsync(dst[0], st, bytes[0], cudaMemcpyHostToDevice, g->copy));
+  LSTMD_CHECK_CUDA(cudaMemcpyAsync(dst[1], st + bytes[0], bytes[1], cudaMemcpyHostToDevice, g->copy));
+  LSTMD_CHECK_CUDA(cudaEventRecord(g->copy_done[k], g->copy));
+  LSTMD_CHECK_CUDA(cudaStreamWaitEvent(g->compute, g->copy_done[k], 0));
   return LSTMD_OK;
 }
 
 /* Sums [lo, hi) of the gradients over the ranks on the comm stream, in buckets, after the
  * compute stream has produced it. */
-static int reduce_region(struct lstmd_gpu *g, size_t lo, size_t hi) {
+static int reduce_region(struct gpu_engine *g, size_t lo, size_t hi) {
   if (hi <= lo) return LSTMD_OK;
   if (g->n_regions == kMaxRegions) {
     lstmd_errorf("GPU engine: more than %d gradient regions in one step", kMaxRegions);
     return LSTMD_EINVAL;
   }
   cudaEvent_t ev = g->regions[g->n_regions++];
-  CHECK_CUDA(cudaEventRecord(ev, g->compute));
-  CHECK_CUDA(cudaStreamWaitEvent(g->comm_stream, ev, 0));
+  LSTMD_CHECK_CUDA(cudaEventRecord(ev, g->compute));
+  LSTMD_CHECK_CUDA(cudaStreamWaitEvent(g->comm_stream, ev, 0));
   lstmd_nvtx_push("all-reduce enqueue");
   int rc = LSTMD_OK;
   for (size_t at = lo; !rc && at < hi; at += g->bucket_floats) {
@@ -321,15 +327,20 @@ static int reduce_region(struct lstmd_gpu *g, size_t lo, size_t hi) {
 }
 
 static int on_ready(void *ctx, size_t first) {
-  struct lstmd_gpu *g = ctx;
+  struct gpu_engine *g = ctx;
   if (!g->collecting) return LSTMD_OK;
   int rc = reduce_region(g, first, g->ready_hi);
   g->ready_hi = first;
   return rc;
 }
 
-int lstmd_gpu_micro_step(struct lstmd_gpu *g, const struct lstmd_batch *batch, float grad_scale,
-                         int first, int last, double *loss_sum, double *comm_wait_s) {
+/* One window; dropout masks are cuDNN's own (seeded per rank), so `window` is not needed. */
+static int gpu_window(struct lstmd_engine *e, const struct lstmd_batch *batch, float grad_scale,
+                      uint64_t window, int first, int last, double *loss_sum,
+                      double *comm_wait_s) {
+  struct gpu_engine *g = gpu_of(e);
+  (void)window;
+  const double t_begin = lstmd_now_s();
   *loss_sum = 0.0;
   *comm_wait_s = 0.0;
   if (!g->uploaded) {
@@ -338,16 +349,16 @@ int lstmd_gpu_micro_step(struct lstmd_gpu *g, const struct lstmd_batch *batch, f
   }
   const int wide = g->dtype == LSTMD_DT_F32; /* see 2. */
   LSTMD_TRY(copy_batch(g, batch));
-  if (first) CHECK_CUDA(cudaMemsetAsync(g->grads, 0, g->model->n_params * sizeof(float), g->compute));
+  if (first) LSTMD_CHECK_CUDA(cudaMemsetAsync(g->grads, 0, g->base.model->n_params * sizeof(float), g->compute));
   if (first || !wide) LSTMD_TRY(lstmd_cuda_model_zero_lstm_grads(g->cm));
-  CHECK_CUDA(cudaMemsetAsync(g->d_scalars, 0, sizeof(double), g->compute));
+  LSTMD_CHECK_CUDA(cudaMemsetAsync(g->d_scalars, 0, sizeof(double), g->compute));
   const int staged = g->nccl && lstmd_nccl_mode(g->nccl) == LSTMD_NCCL_HOST_STAGED;
   g->collecting = last && g->nccl && !staged;
-  g->ready_hi = g->model->n_params;
+  g->ready_hi = g->base.model->n_params;
   g->n_regions = 0;
   const float scale = grad_scale * (g->fp16 ? g->scaler.scale : 1.0f);
   lstmd_nvtx_push("forward");
-  int rc = lstmd_cuda_model_forward(g->cm, g->params, scale, 1, g->cfg.carry_state, g->d_scalars);
+  int rc = lstmd_cuda_model_forward(g->cm, g->params, scale, 1, g->base.cfg.carry_state, g->d_scalars);
   lstmd_nvtx_pop();
   if (rc) return rc;
   lstmd_nvtx_push("backward");
@@ -355,13 +366,13 @@ int lstmd_gpu_micro_step(struct lstmd_gpu *g, const struct lstmd_batch *batch, f
   rc = lstmd_cuda_model_backward(g->cm, g->params, g->grads, flush, on_ready, g);
   lstmd_nvtx_pop();
   if (rc) return rc;
-  CHECK_CUDA(cudaEventRecord(g->inputs_free, g->compute));
-  CHECK_CUDA(cudaMemcpyAsync(g->h_scalars, g->d_scalars, sizeof(double), cudaMemcpyDeviceToHost, g->compute));
-  CHECK_CUDA(cudaEventRecord(g->scalars_ready, g->compute));
+  LSTMD_CHECK_CUDA(cudaEventRecord(g->inputs_free, g->compute));
+  LSTMD_CHECK_CUDA(cudaMemcpyAsync(g->h_scalars, g->d_scalars, sizeof(double), cudaMemcpyDeviceToHost, g->compute));
+  LSTMD_CHECK_CUDA(cudaEventRecord(g->scalars_ready, g->compute));
   if (g->collecting) {
     LSTMD_TRY(reduce_region(g, 0, g->ready_hi)); /* whatever no callback covered */
-    CHECK_CUDA(cudaEventRecord(g->comm_done, g->comm_stream));
-    CHECK_CUDA(cudaStreamWaitEvent(g->compute, g->comm_done, 0));
+    LSTMD_CHECK_CUDA(cudaEventRecord(g->comm_done, g->comm_stream));
+    LSTMD_CHECK_CUDA(cudaStreamWaitEvent(g->compute, g->comm_done, 0));
     lstmd_nccl_watch(g->nccl, g->comm_done);
   }
   lstmd_nvtx_push("wait for backward");
@@ -369,27 +380,41 @@ int lstmd_gpu_micro_step(struct lstmd_gpu *g, const struct lstmd_batch *batch, f
   lstmd_nvtx_pop();
   if (rc) return rc;
   *loss_sum = g->h_scalars[0];
+  const double t_backward = lstmd_now_s(); /* the GPU has finished backward */
+  lstmd_trace_event(e->trace, 1, "forward+backward (GPU)", t_begin, t_backward, NULL);
   if (!last || !g->nccl) return LSTMD_OK;
-  const double t0 = now_s();
   lstmd_nvtx_push("all-reduce wait");
-  if (staged) rc = lstmd_nccl_allreduce_sum(g->nccl, g->grads, g->model->n_params, g->compute);
+  if (staged) rc = lstmd_nccl_allreduce_sum(g->nccl, g->grads, g->base.model->n_params, g->compute);
   else rc = wait_event(g, g->comm_done);
   lstmd_nvtx_pop();
-  *comm_wait_s = now_s() - t0;
+  *comm_wait_s = lstmd_now_s() - t_backward;
+  lstmd_trace_event(e->trace, LSTMD_TRACE_TID_MAIN, "wait for all-reduce", t_backward,
+                    t_backward + *comm_wait_s, NULL);
   return rc;
 }
 
-int lstmd_gpu_optim_step(struct lstmd_gpu *g, struct lstmd_optim *o, double *grad_norm) {
+static void gpu_reset(struct lstmd_engine *e) { lstmd_cuda_model_reset_state(gpu_of(e)->cm); }
+
+static int gpu_step(struct lstmd_engine *e, const struct lstmd_step_input *in,
+                    struct lstmd_step_result *out) {
+  lstmd_nvtx_push("micro-batches (GPU)");
+  int rc = lstmd_engine_run_windows(e, in, out, gpu_window, gpu_reset);
+  lstmd_nvtx_pop();
+  return rc;
+}
+
+static int gpu_optim_step(struct lstmd_engine *e, struct lstmd_optim *o, double *grad_norm) {
+  struct gpu_engine *g = gpu_of(e);
   const struct lstmd_optim_config *c = &o->cfg;
-  const size_t n = g->model->n_params;
+  const size_t n = g->base.model->n_params;
   lstmd_nvtx_push("optimizer");
   int rc = LSTMD_OK;
   double *sumsq = g->d_scalars + 1;
-  if (cuda_failed(cudaMemsetAsync(sumsq, 0, sizeof(double), g->compute), "norm")) rc = LSTMD_ECUDA;
+  if (LSTMD_CUDA_FAILED(cudaMemsetAsync(sumsq, 0, sizeof(double), g->compute))) rc = LSTMD_ECUDA;
   if (!rc) rc = lstmd_cuda_sumsq(n, g->grads, sumsq, g->compute);
-  if (!rc && (cuda_failed(cudaMemcpyAsync(g->h_scalars + 1, sumsq, sizeof(double),
-                                          cudaMemcpyDeviceToHost, g->compute), "norm") ||
-              cuda_failed(cudaEventRecord(g->scalars_ready, g->compute), "norm")))
+  if (!rc && (LSTMD_CUDA_FAILED(cudaMemcpyAsync(g->h_scalars + 1, sumsq, sizeof(double),
+                                                cudaMemcpyDeviceToHost, g->compute)) ||
+              LSTMD_CUDA_FAILED(cudaEventRecord(g->scalars_ready, g->compute))))
     rc = LSTMD_ECUDA;
   if (!rc) rc = wait_event(g, g->scalars_ready);
   if (rc) {
@@ -402,13 +427,12 @@ int lstmd_gpu_optim_step(struct lstmd_gpu *g, struct lstmd_optim *o, double *gra
   if (g->fp16) {
     rc = lstmd_loss_scaler_update(&g->scaler, !isfinite(norm));
     if (rc != LSTMD_LOSS_SCALE_APPLY) {
-      if (rc == LSTMD_LOSS_SCALE_SKIP) g->skipped++;
       lstmd_nvtx_pop();
       return rc == LSTMD_LOSS_SCALE_SKIP ? LSTMD_OK : rc;
     }
   } else if (!isfinite(norm)) {
     lstmd_nvtx_pop();
-    return LSTMD_EINVAL;
+    return LSTMD_ENONFINITE;
   }
   double coef = 1.0 / scale;
   if (c->clip_norm > 0.0f && norm > c->clip_norm) coef *= c->clip_norm / (norm + 1e-6);
@@ -425,16 +449,20 @@ int lstmd_gpu_optim_step(struct lstmd_gpu *g, struct lstmd_optim *o, double *gra
   return rc;
 }
 
-int lstmd_gpu_evaluate(struct lstmd_gpu *g, const struct lstmd_dataset *ds, double *mean_loss,
-                       uint64_t *tokens) {
-  const int T = g->cfg.seq_len, B = g->cfg.batch;
+/* Rank 0 scores the windows in chunks of B, the last chunk padded with repeats of its first
+ * window, which are not scored. Inference mode; the carried training state is left alone. */
+static int gpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *ds, double *mean_loss,
+                        uint64_t *tokens) {
+  struct gpu_engine *g = gpu_of(e);
+  if (e->rank != 0) return LSTMD_OK;
+  const int T = g->base.cfg.seq_len, B = g->base.cfg.batch;
   const uint64_t n = lstmd_window_count(ds, T);
   if (n == 0) {
     lstmd_errorf("%s: too short for one window of seq_len %d", ds->path, T);
     return LSTMD_ECONFIG;
   }
-  const int text = g->model->shape.kind == LSTMD_MODEL_TEXT;
-  const size_t K = text ? 1 : (size_t)g->model->shape.horizon;
+  const int text = g->base.model->shape.kind == LSTMD_MODEL_TEXT;
+  const size_t K = text ? 1 : (size_t)g->base.model->shape.horizon;
   struct lstmd_batch b;
   memset(&b, 0, sizeof b);
   void *scratch = malloc(lstmd_window_scratch_bytes(ds, T));
@@ -466,31 +494,60 @@ int lstmd_gpu_evaluate(struct lstmd_gpu *g, const struct lstmd_dataset *ds, doub
   return LSTMD_OK;
 }
 
-void lstmd_gpu_reset_state(struct lstmd_gpu *g) { lstmd_cuda_model_reset_state(g->cm); }
-int lstmd_gpu_get_state(struct lstmd_gpu *g, float *h, float *c) {
-  return lstmd_cuda_model_get_state(g->cm, h, c);
-}
-int lstmd_gpu_set_state(struct lstmd_gpu *g, const float *h, const float *c) {
-  return lstmd_cuda_model_set_state(g->cm, h, c);
+static int gpu_gather_state(struct lstmd_engine *e, float *h, float *c) {
+  struct gpu_engine *g = gpu_of(e);
+  const size_t local = (size_t)e->model->shape.layers * e->cfg.batch * e->model->shape.hidden;
+  float *mine = malloc(2 * local * sizeof(float));
+  int rc = mine ? lstmd_cuda_model_get_state(g->cm, mine, mine + local) : LSTMD_ENOMEM;
+  rc = lstmd_comm_agree(e->comm, rc, NULL); /* none is left alone in the gather */
+  if (!rc) rc = lstmd_engine_gather_dp_state(e, mine, h, c);
+  free(mine);
+  return rc;
 }
 
-double lstmd_gpu_loss_scale(const struct lstmd_gpu *g) { return g->fp16 ? g->scaler.scale : 0.0; }
-int lstmd_gpu_set_loss_scale(struct lstmd_gpu *g, double scale) {
-  if (!g->fp16) return LSTMD_EINVAL;
-  return lstmd_loss_scaler_restore(&g->scaler, scale, 0);
+static int gpu_set_state(struct lstmd_engine *e, const float *h, const float *c) {
+  const size_t local = (size_t)e->model->shape.layers * e->cfg.batch * e->model->shape.hidden;
+  float *mine = malloc(2 * local * sizeof(float));
+  if (!mine) {
+    lstmd_errorf("out of memory for the recurrent state");
+    return LSTMD_ENOMEM;
+  }
+  lstmd_engine_slice_dp_state(e, h, c, mine);
+  int rc = lstmd_cuda_model_set_state(gpu_of(e)->cm, mine, mine + local);
+  free(mine);
+  return rc;
 }
-long lstmd_gpu_skipped_steps(const struct lstmd_gpu *g) { return g->skipped; }
 
-void lstmd_gpu_describe(const struct lstmd_gpu *g, char *buf, size_t n) {
+static double gpu_loss_scale(const struct lstmd_engine *e) {
+  const struct gpu_engine *g = (const struct gpu_engine *)e;
+  return g->fp16 ? g->scaler.scale : 0.0;
+}
+
+static void gpu_describe(const struct lstmd_engine *e, char *buf, size_t n) {
+  const struct gpu_engine *g = (const struct gpu_engine *)e;
   double ms = 0.0;
   int packed = 0;
   const int algo = lstmd_cuda_model_algo(g->cm, &ms, &packed);
   char timing[48] = "";
   if (ms > 0.0) snprintf(timing, sizeof timing, ", %.2f ms per forward+backward", ms);
   snprintf(buf, n, "GPU %d (%s), %s, cuDNN LSTM algorithm %s%s%s, %.2f GiB on the device; "
-           "gradients summed by %s", g->cfg.device, g->device_desc, precision_name(g->cfg.precision),
+           "gradients summed by %s", g->base.cfg.gpu_device, g->device_desc, precision_name(g->base.cfg.precision),
            lstmd_rnn_algo_name(algo), packed ? " (packed layout)" : "", timing,
-           (double)(lstmd_cuda_model_device_bytes(g->cm) + 4 * g->model->n_params * sizeof(float)) /
+           (double)(lstmd_cuda_model_device_bytes(g->cm) + 4 * g->base.model->n_params * sizeof(float)) /
                (1024.0 * 1024.0 * 1024.0),
            g->nccl ? lstmd_nccl_describe(g->nccl) : "nothing (one rank)");
 }
+
+static const struct lstmd_engine_ops kGpuOps = {
+    .name = "gpu",
+    .destroy = gpu_destroy,
+    .start = gpu_start,
+    .step = gpu_step,
+    .optim_step = gpu_optim_step,
+    .sync_host = gpu_sync_host,
+    .evaluate = gpu_evaluate,
+    .gather_state = gpu_gather_state,
+    .set_state = gpu_set_state,
+    .loss_scale = gpu_loss_scale,
+    .describe = gpu_describe,
+};

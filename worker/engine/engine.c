@@ -1,0 +1,87 @@
+/* engine.c — choosing an engine, and the pieces the data-parallel engines share (engine.h). */
+#include "engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "kernels/status.h"
+
+int lstmd_engine_create(enum lstmd_engine_kind kind, struct lstmd_model *m,
+                        const struct lstmd_engine_config *cfg, struct lstmd_comm *comm,
+                        struct lstmd_engine **out) {
+  *out = NULL;
+  struct lstmd_engine base = {.model = m, .cfg = *cfg, .comm = comm,
+                              .rank = comm ? lstmd_comm_rank(comm) : 0,
+                              .world = comm ? lstmd_comm_size(comm) : 1};
+  switch (kind) {
+    case LSTMD_ENGINE_CPU:
+      return lstmd_engine_cpu_create(&base, out);
+    case LSTMD_ENGINE_GPU:
+#if LSTMD_WITH_GPU
+      return lstmd_engine_gpu_create(&base, out);
+#else
+      lstmd_errorf("this build has no GPU backend");
+      return LSTMD_EUNSUPPORTED;
+#endif
+  }
+  return LSTMD_EINVAL;
+}
+
+void lstmd_engine_destroy(struct lstmd_engine *e) {
+  if (e) e->ops->destroy(e);
+}
+
+int lstmd_engine_run_windows(struct lstmd_engine *e, const struct lstmd_step_input *in,
+                             struct lstmd_step_result *out, lstmd_window_fn window,
+                             void (*reset)(struct lstmd_engine *e)) {
+  out->loss_sum = 0.0;
+  out->comm_wait_s = 0.0;
+  for (int a = 0; a < in->windows; a++) {
+    int zero_state = 0;
+    const struct lstmd_batch *batch = in->next_window(in->ctx, &zero_state);
+    if (zero_state) reset(e);
+    double loss = 0.0, waited = 0.0;
+    LSTMD_TRY(window(e, batch, in->grad_scale, in->first_window + (uint64_t)a, a == 0,
+                     a == in->windows - 1, &loss, &waited));
+    out->loss_sum += loss;
+    out->comm_wait_s += waited;
+  }
+  return LSTMD_OK;
+}
+
+int lstmd_engine_gather_dp_state(struct lstmd_engine *e, const float *mine, float *h, float *c) {
+  const int L = e->model->shape.layers, B = e->cfg.batch, N = e->world;
+  const size_t H = (size_t)e->model->shape.hidden, local = (size_t)L * B * H;
+  if (N == 1) {
+    memcpy(h, mine, local * sizeof(float));
+    memcpy(c, mine + local, local * sizeof(float));
+    return LSTMD_OK;
+  }
+  float *all = e->rank == 0 ? malloc(2 * local * N * sizeof(float)) : NULL;
+  if (e->rank == 0 && !all) lstmd_errorf("out of memory gathering the recurrent state");
+  /* voted first: rank 0 without its buffer must not leave the others in the gather */
+  int rc = lstmd_comm_agree(e->comm, e->rank == 0 && !all ? LSTMD_ENOMEM : LSTMD_OK, NULL);
+  if (!rc) rc = lstmd_comm_gather(e->comm, mine, 2 * local * sizeof(float), all, 0);
+  /* all: [rank][h|c][L][B][H] -> h, c: [L][N·B][H] with global column r·B + b */
+  for (int r = 0; !rc && e->rank == 0 && r < N; r++)
+    for (int l = 0; l < L; l++) {
+      const float *src = all + (size_t)r * 2 * local + (size_t)l * B * H;
+      const size_t at = ((size_t)l * N * B + (size_t)r * B) * H;
+      memcpy(h + at, src, (size_t)B * H * sizeof(float));
+      memcpy(c + at, src + local, (size_t)B * H * sizeof(float));
+    }
+  free(all);
+  return rc;
+}
+
+void lstmd_engine_slice_dp_state(const struct lstmd_engine *e, const float *h, const float *c,
+                                 float *mine) {
+  const int L = e->model->shape.layers, B = e->cfg.batch, global = B * e->world;
+  const size_t H = (size_t)e->model->shape.hidden, local = (size_t)L * B * H;
+  for (int l = 0; l < L; l++) {
+    const size_t at = ((size_t)l * global + (size_t)e->rank * B) * H;
+    memcpy(mine + (size_t)l * B * H, h + at, (size_t)B * H * sizeof(float));
+    memcpy(mine + local + (size_t)l * B * H, c + at, (size_t)B * H * sizeof(float));
+  }
+}

@@ -1,0 +1,143 @@
+/* engine.h — the step-engine interface: what the training loop (worker/train/) asks of whatever
+ * computes a step on this rank, as one table of operations (the way nccl-tests gives each
+ * collective a table). An engine owns the compute and the gradient sum over the ranks; the
+ * trainer owns the data, the loop, the votes between ranks, logging and checkpoints.
+ *
+ *   engine_cpu.c  the CPU backend: the batch split into slices on threads, gradients summed
+ *                 over slices and then over ranks by the reducer thread while backward runs
+ *   engine_gpu.c  one GPU per rank: cuDNN LSTM, cuBLAS head, NCCL (built with the GPU backend)
+ *
+ * A new engine (pipeline stages, say) is one more table: fill every operation, add it to
+ * lstmd_engine_create (engine.c), and the trainer runs it unchanged. Every operation marked
+ * "collective" is called on every rank in the same order; the others are rank-local.
+ *
+ * Object layout: an engine embeds struct lstmd_engine as its first member, so the table's
+ * functions receive the base and cast it to their own type (libuv's handles do the same). */
+#ifndef LSTMD_ENGINE_H
+#define LSTMD_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "worker/model/model.h"
+
+struct lstmd_comm;
+struct lstmd_dataset;
+struct lstmd_optim;
+struct lstmd_trace;
+struct lstmd_train_progress;
+
+enum lstmd_engine_kind { LSTMD_ENGINE_CPU = 0, LSTMD_ENGINE_GPU = 1 };
+
+/* Everything an engine needs from the run's config, filled in one place (train_setup.c) from
+ * struct lstmd_train_config and the device choice. */
+struct lstmd_engine_config {
+  int seq_len;           /* T: inputs per window */
+  int batch;             /* B: windows (columns) of this rank per window of the step */
+  int carry_state;       /* stream order: each column's (h, c) carries on to its next window */
+  float dropout;         /* on the output of every LSTM layer but the top one */
+  uint64_t seed;         /* dropout masks (CPU: with the window counter and global column) */
+  double bucket_mb;      /* gradient all-reduce bucket size, MiB */
+  double comm_timeout_s; /* GPU: limit on one step's gradient all-reduce */
+  int threads;           /* CPU: threads splitting the batch (0: node cores / ranks on it) */
+  int precision;         /* enum lstmd_precision; the CPU engine is fp32 only */
+  int gpu_device;        /* GPU: this rank's CUDA device */
+};
+
+/* The trainer's side of a step: where the windows come from. Called exactly `windows` times per
+ * step, in order; returns the next window of this rank (valid until the next call) and sets
+ * *reset when the carried state must be zeroed before it. Never fails from the engine's view: a
+ * window that could not be read comes as zeros, and the trainer votes the step down. */
+typedef const struct lstmd_batch *(*lstmd_window_source)(void *ctx, int *reset);
+
+struct lstmd_step_input {
+  lstmd_window_source next_window;
+  void *ctx;
+  int windows;           /* A: windows summed into this step's gradients (optim.grad_accum) */
+  uint64_t first_window; /* the run's counter of the step's first window (dropout masks) */
+  float grad_scale;      /* gradients are of grad_scale · Σ loss (1 / the global target count) */
+};
+
+struct lstmd_step_result {
+  double loss_sum;    /* Σ loss over this rank's targets of the step */
+  double comm_wait_s; /* time spent waiting for the gradient sum after backward ended */
+};
+
+struct lstmd_engine;
+
+struct lstmd_engine_ops {
+  const char *name;
+  /* Frees everything; a half-built engine is fine. */
+  void (*destroy)(struct lstmd_engine *e);
+  /* Collective, once after set-up and resume, before the first step: takes the host model's
+   * parameters, o's moments and p's fp16 loss scale (o and p may be NULL). */
+  int (*start)(struct lstmd_engine *e, const struct lstmd_optim *o,
+               const struct lstmd_train_progress *p);
+  /* Collective: forward and backward of the step's windows; on return every rank holds the
+   * gradients summed over all ranks' windows, ready for optim_step. */
+  int (*step)(struct lstmd_engine *e, const struct lstmd_step_input *in,
+              struct lstmd_step_result *out);
+  /* Clipping to o->cfg.clip_norm by the global norm and one update of o. *grad_norm: the norm
+   * before clipping. 0, also when an fp16 overflow skipped the update (o->step unchanged);
+   * LSTMD_ENONFINITE for a non-finite norm otherwise (nothing updated); or another failure. */
+  int (*optim_step)(struct lstmd_engine *e, struct lstmd_optim *o, double *grad_norm);
+  /* Collective: rank 0's host model, o and p (either may be NULL) get the current parameters,
+   * moments and loss scale, for a checkpoint or a check. */
+  int (*sync_host)(struct lstmd_engine *e, struct lstmd_optim *o, struct lstmd_train_progress *p);
+  /* Collective: the validation loss as lstmd_evaluate (infer.h) defines it, on rank 0 (the
+   * other ranks return 0 at once and leave *mean_loss and *tokens alone). */
+  int (*evaluate)(struct lstmd_engine *e, const struct lstmd_dataset *val, double *mean_loss,
+                  uint64_t *tokens);
+  /* Collective: the carried state of every rank as [L, N·B, H] into h and c on rank 0. */
+  int (*gather_state)(struct lstmd_engine *e, float *h, float *c);
+  /* This rank's columns of a global [L, N·B, H] state (the same arrays on every rank). */
+  int (*set_state)(struct lstmd_engine *e, const float *h, const float *c);
+  /* fp16: the current loss scale; 0 for the other precisions. */
+  double (*loss_scale)(const struct lstmd_engine *e);
+  /* One line for the run's start: device, threads or precision, algorithms, gradient transport. */
+  void (*describe)(const struct lstmd_engine *e, char *buf, size_t n);
+};
+
+/* The part every engine shares; engines embed it first. */
+struct lstmd_engine {
+  const struct lstmd_engine_ops *ops;
+  struct lstmd_model *model; /* the host model (outlives the engine) */
+  struct lstmd_engine_config cfg;
+  struct lstmd_comm *comm; /* NULL: one rank */
+  int rank, world;
+  struct lstmd_trace *trace; /* the step timeline, or NULL */
+};
+
+/* Builds the engine of the given kind (not collective). A kind this build lacks is
+ * LSTMD_EUNSUPPORTED with a message. Free with e->ops->destroy (lstmd_engine_destroy). */
+int lstmd_engine_create(enum lstmd_engine_kind kind, struct lstmd_model *m,
+                        const struct lstmd_engine_config *cfg, struct lstmd_comm *comm,
+                        struct lstmd_engine **out);
+/* NULL is fine. */
+void lstmd_engine_destroy(struct lstmd_engine *e);
+
+/* ---- for engine implementations ---- */
+
+/* Each engine's constructor: base is filled in (all but ops); returns the engine with its
+ * ops set, or a status after printing why. */
+int lstmd_engine_cpu_create(const struct lstmd_engine *base, struct lstmd_engine **out);
+int lstmd_engine_gpu_create(const struct lstmd_engine *base, struct lstmd_engine **out);
+
+/* ---- helpers for data-parallel engines (every rank holds the whole model) ---- */
+
+/* The body of step() for an engine that sums windows one by one: calls window() for each of
+ * in->windows windows (first: gradients start from zero; last: the step's gradients are then
+ * summed over the ranks), resetting the state through reset() when the source says so. */
+typedef int (*lstmd_window_fn)(struct lstmd_engine *e, const struct lstmd_batch *batch,
+                               float grad_scale, uint64_t window, int first, int last,
+                               double *loss_sum, double *comm_wait_s);
+int lstmd_engine_run_windows(struct lstmd_engine *e, const struct lstmd_step_input *in,
+                             struct lstmd_step_result *out, lstmd_window_fn window,
+                             void (*reset)(struct lstmd_engine *e));
+/* gather_state from this rank's own [L, B, H] state `mine` (2·L·B·H floats, h then c). */
+int lstmd_engine_gather_dp_state(struct lstmd_engine *e, const float *mine, float *h, float *c);
+/* This rank's [L, B, H] columns of a global [L, N·B, H] state, into `mine` (h then c). */
+void lstmd_engine_slice_dp_state(const struct lstmd_engine *e, const float *h, const float *c,
+                                 float *mine);
+
+#endif
