@@ -24,7 +24,7 @@ extern "C" {
   X(ECUDA, -8, "CUDA error")                                              \
   X(ECOMM, -9, "communication error")                                     \
   X(EINTERRUPTED, -10, "interrupted")                                     \
-  X(ENONFINITE, -11, "non-finite loss or gradient")                       \
+  X(ENONFINITE, -11, "non-finite values (loss, gradients or parameters)")   \
   X(EWRITE, -12, "cannot write output")
 
 enum lstmd_status {

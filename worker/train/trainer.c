@@ -15,6 +15,7 @@
 #include "comm/comm.h"
 #include "kernels/cpu/dense_cpu.h"
 #include "kernels/status.h"
+#include "fault.h"
 #include "trainer_run.h"
 #include "worker/io/durable.h"
 #include "worker/io/trace.h"
@@ -68,8 +69,8 @@ static int save_checkpoint(struct run *r) {
   int agreed = lstmd_comm_agree(r->comm, rc, NULL);
   if (!agreed || agreed == LSTMD_ECOMM) return agreed;
   r->failure_agreed = 1;
-  if (!rc) lstmd_errorf("rank %d: stopping: rank 0 could not write the checkpoint of step %ld",
-                        r->rank, r->progress.step);
+  if (!rc) lstmd_errorf("rank %d: stopping: rank 0 did not write the checkpoint of step %ld (%s)",
+                        r->rank, r->progress.step, lstmd_strerror(agreed));
   return agreed;
 }
 
@@ -140,10 +141,11 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   const int per_input = m->shape.kind == LSTMD_MODEL_TEXT ? 1 : m->shape.horizon;
   const double targets = (double)cfg->seq_len * r->global_batch * per_input * cfg->grad_accum;
   struct window_feed feed = {.r = r};
+  const int poisoned = lstmd_fault_due(LSTMD_FAULT_NAN_GRAD, r->progress.step + 1, r->rank);
   const struct lstmd_step_input in = {.next_window = next_window, .ctx = &feed,
                                       .windows = cfg->grad_accum,
                                       .first_window = (uint64_t)r->progress.step * cfg->grad_accum,
-                                      .grad_scale = (float)(1.0 / targets)};
+                                      .grad_scale = poisoned ? NAN : (float)(1.0 / targets)};
   struct lstmd_step_result out;
   const double t0 = lstmd_now_s();
   LSTMD_TRY(r->engine->ops->step(r->engine, &in, &out));
@@ -167,6 +169,8 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   }
   const double t_opt = lstmd_now_s();
   int rc = r->engine->ops->optim_step(r->engine, r->optim, grad_norm);
+  if (lstmd_fault_due(LSTMD_FAULT_NAN_UPDATE, r->progress.step + 1, r->rank))
+    r->model->params[0] = NAN;
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "optimizer", t_opt, lstmd_now_s(), NULL);
   if (rc == LSTMD_ENONFINITE) {
     lstmd_errorf("step %ld: non-finite gradient norm (loss %g); lower optim.lr or set "

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# test_divergence.sh — a run that diverges stops every rank at the same step, with a message and
+# exit status 1, and never writes a checkpoint holding a non-finite value (so the last one can
+# always be resumed):
+#  1. a real divergence (series model, SGD at lr 10, momentum 0.99, no clipping) on 2 ranks;
+#  2. a NaN in one rank's gradients before they are summed (LSTMD_FAULT=nan_grad@3:1);
+#  3. a NaN in the parameters after the update of step 3 (LSTMD_FAULT=nan_update@3): the
+#     checkpoint of step 3 is refused by rank 0, both ranks stop, latest.safetensors is step 2;
+#  4. optim.eps = 0 (0/0 for a never-updated parameter under AdamW) is refused at start, exit 2.
+set -u
+LSTMD=$(realpath "${1:?usage: test_divergence.sh LSTMD_BINARY SOURCE_DIR [MPIEXEC]}")
+SRC=$(realpath "${2:?}")
+MPIEXEC=${3:-mpirun}
+PY=/usr/bin/python3
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+cd "$TMP" || exit 1
+fails=0
+ok() { echo "ok    $*"; }
+bad() { echo "FAIL  $*"; fails=$((fails + 1)); }
+
+head -c 200000 "$SRC/data/fortunes.txt" > small.txt
+"$LSTMD" prepare text --input small.txt --out text >/dev/null 2>&1 || bad "prepare text"
+"$LSTMD" prepare series --input "$SRC/data/seattle-temps.csv" --target temp --out series \
+  >/dev/null 2>&1 || bad "prepare series"
+common=(--set data.seq_len=16 --set data.batch_size=4 --set model.hidden=16 --set model.embed=8
+        --set train.checkpoint_every=1 --set train.log_every=1 --set train.eval_every=0
+        --set train.threads=1)
+
+# finite CKPT: prints "STEP" when every tensor of CKPT is finite, else "nonfinite NAMES".
+finite() {
+  "$PY" - "$1" <<'PYEOF'
+import json, struct, sys
+import numpy as np
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+bad = [k for k, v in h.items() if k != "__metadata__" and not np.isfinite(
+    np.frombuffer(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], np.float32)).all()]
+print("nonfinite " + ",".join(bad) if bad else h["__metadata__"]["train.step"])
+PYEOF
+}
+
+# diverge NAME DATA EXPECT_STEP|any [env...] -- [--set ...]: 2 ranks; exit 1; both ranks name the
+# same step in their own message; latest.safetensors finite and one step earlier; no checkpoint
+# of the failing step. Prints the failing step on success.
+diverge() {
+  local name=$1 data=$2 want=$3
+  shift 3
+  local envs=()
+  while [[ $# -gt 0 && $1 != -- ]]; do envs+=("$1"); shift; done
+  shift
+  timeout 120 env "${envs[@]}" "$MPIEXEC" -np 2 "$LSTMD" train "${common[@]}" \
+    --set data.path="$data" --set train.run_dir="run-$name" --set train.steps=40 "$@" \
+    >/dev/null 2>"log-$name"
+  local rc=$?
+  [[ $rc -eq 1 ]] || { bad "$name: exit $rc, expected 1"; tail -5 "log-$name"; return; }
+  # the messages lstmd itself printed about stopping (one per rank)
+  local lines steps
+  lines=$(grep -E '^lstmd: .*step [0-9]+' "log-$name" | grep -E 'not finite|non-finite|did not write')
+  steps=$(grep -oE 'step [0-9]+' <<<"$lines" | sort -u)
+  if [[ $(wc -l <<<"$lines") -ne 2 || $(wc -l <<<"$steps") -ne 1 || -z $steps ]]; then
+    bad "$name: expected one message per rank naming one step, got:"; echo "$lines"; return
+  fi
+  local step=${steps#step }
+  [[ $want == any || $step -eq $want ]] || { bad "$name: stopped at step $step, expected $want"; return; }
+  local latest
+  latest=$(finite "run-$name/latest.safetensors")
+  if [[ $latest != $((step - 1)) ]]; then
+    bad "$name: latest.safetensors is '$latest', expected the finite step $((step - 1))"; return
+  fi
+  [[ -e run-$name/step-$step.safetensors ]] && { bad "$name: a checkpoint of step $step exists"; return; }
+  ok "$name: both ranks stopped at step $step with exit 1 ($(head -1 <<<"$lines" | cut -c1-90)...);" \
+     "latest.safetensors is step $((step - 1)), all finite"
+}
+
+# 1. a real divergence: SGD with a huge learning rate on the MSE of a series model
+diverge real series any -- --set optim.algo=sgd --set optim.lr=10 --set optim.momentum=0.99 \
+  --set optim.clip_norm=0 --set optim.schedule=constant
+# 2. rank 1 alone has NaN gradients before the all-reduce
+diverge nan_grad text 3 LSTMD_FAULT=nan_grad@3:1 --
+# 3. the update of step 3 leaves a NaN in the parameters: rank 0 refuses to write step 3
+diverge nan_update text 3 LSTMD_FAULT=nan_update@3 --
+grep -q "^lstmd: step 3: the parameters after the update are not finite" log-nan_update &&
+  grep -q "^lstmd: rank 1: stopping: rank 0 did not write the checkpoint of step 3" log-nan_update &&
+  ok "nan_update: rank 0 says why, rank 1 says it stops for rank 0" ||
+  bad "nan_update: messages: $(grep '^lstmd:' log-nan_update | tail -3)"
+
+# 4. optim.eps = 0 is refused before training
+"$LSTMD" train "${common[@]}" --set data.path=text --set optim.eps=0 --set train.steps=2 \
+  --set train.run_dir=run-eps >/dev/null 2>log-eps
+rc=$?
+if [[ $rc -eq 2 ]] && grep -q '^lstmd: .*optim.eps.*out of range' log-eps && [[ ! -e run-eps ]]; then
+  ok "optim.eps=0 refused (exit 2): $(grep -m1 'optim.eps' log-eps)"
+else bad "optim.eps=0: exit $rc: $(grep -m1 '^lstmd:' log-eps)"; fi
+
+((fails == 0)) && echo "test_divergence: all passed" || echo "test_divergence: $fails failed"
+((fails == 0))

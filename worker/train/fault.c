@@ -1,0 +1,43 @@
+/* fault.c — LSTMD_FAULT parsing (see fault.h). */
+#include "fault.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/status.h"
+
+static struct {
+  enum lstmd_fault kind;
+  long step;
+  int rank; /* -1: every rank */
+} g_fault;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void parse(void) {
+  const char *v = getenv("LSTMD_FAULT");
+  if (!v || !*v) return;
+  char kind[32];
+  long step = 0;
+  int rank = -1, n = 0;
+  if (sscanf(v, "%31[a-z_]@%ld%n", kind, &step, &n) != 2 || step < 1 ||
+      (v[n] && (sscanf(v + n, ":%d", &rank) != 1 || rank < 0))) {
+    lstmd_errorf("LSTMD_FAULT='%s' ignored: expected KIND@STEP[:RANK]", v);
+    return;
+  }
+  g_fault.kind = !strcmp(kind, "nan_grad")     ? LSTMD_FAULT_NAN_GRAD
+                 : !strcmp(kind, "nan_update") ? LSTMD_FAULT_NAN_UPDATE
+                                               : LSTMD_FAULT_NONE;
+  if (g_fault.kind == LSTMD_FAULT_NONE) {
+    lstmd_errorf("LSTMD_FAULT='%s' ignored: the kinds are nan_grad and nan_update", v);
+    return;
+  }
+  g_fault.step = step;
+  g_fault.rank = rank;
+}
+
+int lstmd_fault_due(enum lstmd_fault kind, long step, int rank) {
+  pthread_once(&g_once, parse);
+  return g_fault.kind == kind && g_fault.step == step && (g_fault.rank < 0 || g_fault.rank == rank);
+}

@@ -1,0 +1,18 @@
+/* fault.h — deliberate faults for tests, from the environment: LSTMD_FAULT="KIND@STEP[:RANK]"
+ * makes KIND happen at optimizer step STEP (1-based) on rank RANK (every rank when left out).
+ * Kinds:
+ *   nan_grad    this rank's gradients are NaN before the sum over the ranks (the step's gradient
+ *               scale is NaN there), as a diverged backward on one rank would make them
+ *   nan_update  a NaN in the host parameters after the update, as an overflowing update would
+ *               leave them (CPU engine: the GPU engine's parameters live on the device)
+ * With the variable unset nothing happens and the cost is one integer compare per step. */
+#ifndef LSTMD_FAULT_H
+#define LSTMD_FAULT_H
+
+enum lstmd_fault { LSTMD_FAULT_NONE = 0, LSTMD_FAULT_NAN_GRAD, LSTMD_FAULT_NAN_UPDATE };
+
+/* Nonzero when `kind` is configured for `step` on `rank`. A malformed variable is reported once
+ * and ignored. */
+int lstmd_fault_due(enum lstmd_fault kind, long step, int rank);
+
+#endif
