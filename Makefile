@@ -1,16 +1,20 @@
-# Makefile — thin wrapper over CMake: `make` builds into build/, `make test` installs missing
-# Debian packages, builds and runs ctest, `make demo` trains a small char-LM on the bundled corpus,
-# `make bench` runs bench/*.sh (`make bench-serve`: only the control daemon's).
+# Makefile — thin wrapper over CMake: `make` checks the build's Debian packages (installing the
+# missing ones as root, else printing the apt-get command) and builds into build/; `make test`
+# does the same for the test packages too, then runs ctest; `make demo` trains a small char-LM
+# on the bundled corpus; `make bench` runs bench/*.sh (`make bench-serve`: the daemon's only).
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure test demo bench bench-serve clean
+.PHONY: all build-deps deps configure test demo bench bench-serve clean
 
-all: configure
+all: build-deps configure
 	cmake --build $(BUILD) -j $(JOBS)
 
+build-deps:
+	@deploy/install-deps.sh build
+
 deps:
-	deploy/install-deps.sh
+	@deploy/install-deps.sh all
 
 configure:
 	@test -f $(BUILD)/CMakeCache.txt || cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release

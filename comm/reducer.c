@@ -9,6 +9,7 @@
 #include <mpi.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "kernels/clock.h"
@@ -85,7 +86,12 @@ int lstmd_reducer_create(struct lstmd_comm *c, struct lstmd_reducer **out) {
   pthread_mutex_init(&r->mu, NULL);
   pthread_cond_init(&r->work, NULL);
   pthread_cond_init(&r->idle, NULL);
-  if (pthread_create(&r->thread, NULL, reducer_main, r) != 0) {
+  int e = pthread_create(&r->thread, NULL, reducer_main, r);
+  if (e != 0) {
+    lstmd_errorf("cannot start the gradient reducer thread: %s", strerror(e));
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->work);
+    pthread_cond_destroy(&r->idle);
     free(r);
     return LSTMD_ENOMEM;
   }

@@ -18,15 +18,16 @@
 struct lstmd_data_meta {
   struct lstmd_dataset_info info; /* kind, vocab or columns/mean/std/horizon, pair_id */
   int seq_len;
-  int batch;                      /* per-rank batch of the carried state */
+  int batch;                      /* the GLOBAL batch (ranks × data.batch_size): the columns of
+                                   * the carried state, and what a resume must match */
 };
 
 /* Training progress beside the model and optimizer. */
 struct lstmd_train_progress {
   long step;
   struct lstmd_batcher_cursor cursor;
-  float *state_h, *state_c; /* [L,B,H] carried state (stream order), or NULL */
-  int state_batch;          /* B of state_h/state_c */
+  float *state_h, *state_c; /* [L,B,H] carried state of all ranks (stream order), or NULL */
+  int state_batch;          /* B of state_h/state_c: the global batch */
   double loss_scale;        /* fp16 dynamic loss scale (0: none) */
   long loss_scale_good_steps; /* clean steps since it last changed */
 };
