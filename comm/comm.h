@@ -41,10 +41,11 @@ int lstmd_comm_allreduce_max_f64(struct lstmd_comm *c, double *buf, int n);
 /* The agreement vote, the one way ranks decide together whether to go on: every rank passes its
  * own status (0: fine) and learns whether any rank failed, so that all of them go on or all
  * stop at the same point and none is left waiting in a collective. Returns 0 when every rank
- * passed 0; else this rank's own status if it failed, or the status of the failing rank (the
- * lowest of those with the most negative status), whose rank goes to *failed_rank (may be
- * NULL; -1 when none failed). A failure of the vote itself returns LSTMD_ECOMM. c == NULL or
- * one rank: my_status. */
+ * passed 0; else this rank's own status if it failed, or else the status of the failing rank
+ * chosen by the vote: the lowest rank among those with the most negative status. That rank goes
+ * to *failed_rank on every rank alike (may be NULL; -1 when none failed), so it can serve as a
+ * broadcast root. A failure of the vote itself returns LSTMD_ECOMM. c == NULL or one rank:
+ * my_status. */
 int lstmd_comm_agree(struct lstmd_comm *c, int my_status, int *failed_rank);
 /* Broadcast `bytes` bytes from root (any size). */
 int lstmd_comm_bcast(struct lstmd_comm *c, void *buf, size_t bytes, int root);

@@ -156,8 +156,8 @@ int lstmd_comm_agree(struct lstmd_comm *c, int my_status, int *failed_rank) {
     int status, rank;
   } vote = {my_status < 0 ? my_status : 0, c->rank};
   LSTMD_TRY(allreduce(c, MPI_IN_PLACE, &vote, 1, MPI_2INT, MPI_MINLOC));
+  if (failed_rank) *failed_rank = vote.status ? vote.rank : -1; /* the same on every rank */
   if (vote.status == 0) return LSTMD_OK;
-  if (failed_rank) *failed_rank = my_status ? c->rank : vote.rank;
   return my_status ? my_status : vote.status;
 }
 

@@ -52,6 +52,23 @@ int main(int argc, char **argv) {
   double m[1] = {rank == world - 1 ? 5.0 : 1.0};
   check_true("allreduce f64 max", lstmd_comm_allreduce_max_f64(c, m, 1) == 0 && m[0] == 5.0);
 
+  /* The agreement vote, with answers known in closed form for any world >= 2. */
+  int who = 7;
+  ok = lstmd_comm_agree(c, LSTMD_OK, &who) == LSTMD_OK && who == -1;
+  check_true("agree: nobody failed -> 0, no failed rank", ok);
+  int got = lstmd_comm_agree(c, rank == 1 ? LSTMD_EWRITE : LSTMD_OK, &who);
+  check_true("agree: rank 1 failed -> every rank gets its status and rank",
+             got == LSTMD_EWRITE && who == 1);
+  /* two failures: each failing rank keeps its own status; the others get the most negative one
+   * (EWRITE -12 < EIO -3), from the lowest rank holding it */
+  const int mine_st = rank == 0 ? LSTMD_EIO : rank == world - 1 ? LSTMD_EWRITE : LSTMD_OK;
+  got = lstmd_comm_agree(c, mine_st, &who);
+  ok = who == world - 1 && (rank == 0 ? got == LSTMD_EIO : got == LSTMD_EWRITE);
+  check_true("agree: two failures -> own status on the failing ranks, the chosen one elsewhere, "
+             "one failed rank everywhere", ok);
+  check_true("agree: NULL comm is one rank", lstmd_comm_agree(NULL, LSTMD_EIO, &who) == LSTMD_EIO &&
+                                                 who == 0);
+
   char msg[64] = {0};
   if (rank == 0) strcpy(msg, "plan from rank 0");
   check_true("broadcast", lstmd_comm_bcast(c, msg, sizeof msg, 0) == 0 && !strcmp(msg, "plan from rank 0"));
