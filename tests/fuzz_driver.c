@@ -33,10 +33,14 @@ static uint64_t next_u64(void) { /* xorshift64* */
 static size_t below(size_t n) { return n ? (size_t)(next_u64() % n) : 0; }
 
 /* On an abort, the input that caused it goes to ./fuzz_driver.crash (replay it with the libFuzzer
- * binary: fuzz_frame fuzz_driver.crash) and, in hex, to stderr. */
+ * binary: fuzz_frame fuzz_driver.crash) and, in hex, to stderr. An abort outside any input (the
+ * sanitized build's leak check at exit) writes nothing; the default action comes first, so that
+ * a second fault in here ends the process instead of re-entering. */
 static const uint8_t *g_input;
 static size_t g_input_len;
 static void on_abort(int sig) {
+  signal(sig, SIG_DFL);
+  if (!g_input) return; /* abort() then ends the process with the default action */
   int fd = open("fuzz_driver.crash", O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd >= 0) {
     if (write(fd, g_input, g_input_len) < 0) {}
@@ -50,7 +54,6 @@ static void on_abort(int sig) {
     if (write(2, line, 3) < 0) {}
   }
   if (write(2, "\n", 1) < 0) {}
-  signal(sig, SIG_DFL);
   raise(sig);
 }
 
@@ -58,6 +61,8 @@ static void run_one(const uint8_t *data, size_t len) {
   g_input = data;
   g_input_len = len;
   LLVMFuzzerTestOneInput(data, len);
+  g_input = NULL;
+  g_input_len = 0;
 }
 
 static int by_name(const void *a, const void *b) {

@@ -5,7 +5,10 @@
  * RangePushA and RangePop entries here. Each event is one line appended to the file named by
  * LSTMD_NVTX_LOG: "<pid> <tid> push <name>" or "<pid> <tid> pop". One write(2) per line on an
  * O_APPEND descriptor, so lines of several threads and processes do not interleave (Linux).
- * Nothing from lstmd: only the NVTX headers. */
+ * Loaded some other way (LD_PRELOAD, test_nvtx.sh's check 3) it appends "<pid> loaded" to the
+ * file named by LSTMD_NVTX_LOADED, and it also answers NVTX's lookup of a tool already in the
+ * process (InitializeInjectionNvtx2Preinject), so that any way for NVTX to attach it other than
+ * NVTX_INJECTION64_PATH would show as recorded ranges. Nothing from lstmd: only the NVTX headers. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
@@ -41,6 +44,18 @@ static int NVTX_API pop(void) {
   return depth > 0 ? --depth : -1; /* -1: a pop without a push (the test flags the line) */
 }
 
+__attribute__((constructor)) static void note_loaded(void) {
+  const char *path = getenv("LSTMD_NVTX_LOADED");
+  if (!path || !*path) return;
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  char line[64];
+  int n = snprintf(line, sizeof line, "%ld loaded\n", (long)getpid());
+  if (n > 0 && write(fd, line, (size_t)n) != n) {
+  }
+  close(fd);
+}
+
 /* Returns 1 when attached; 0 makes NVTX unload the library and turn every call into a no-op. */
 int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get_export_table) {
   const char *path = getenv("LSTMD_NVTX_LOG");
@@ -58,4 +73,9 @@ int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get_export_table) {
   *core[NVTX_CBID_CORE_RangePushA] = (NvtxFunctionPointer)push_a;
   *core[NVTX_CBID_CORE_RangePop] = (NvtxFunctionPointer)pop;
   return 1;
+}
+
+/* The same entry point under the name NVTX looks up among the libraries already loaded. */
+int InitializeInjectionNvtx2Preinject(NvtxGetExportTableFunc_t get_export_table) {
+  return InitializeInjectionNvtx2(get_export_table);
 }

@@ -1,6 +1,7 @@
 /* test_convert_cuda.c — the glue kernels of kernels/cuda/convert_cuda against float64
  * references: casts to and from fp16/bf16 (error within half an ulp of the format), segment
- * copies with a cast and with accumulation, the sum and fused MSE reductions, and scaling.
+ * copies with a cast and with accumulation, the sum and fused MSE reductions, and scaling; fp16
+ * overflow to ±inf exactly, and the squared norm of it +inf (what the fp16 loss scaler reads).
  * Exits 77 (ctest: skipped) where no CUDA device is usable. */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -36,14 +37,36 @@ static void test_casts(void) {
     /* round to nearest: relative error at most 2^-11 (fp16) / 2^-8 (bf16) */
     check_close(names[t], back, ref, N, 0.0, t == LSTMD_DT_F16 ? 4.9e-4 : 3.91e-3);
   }
-  float big = 1e6f;
-  double inf_ref = INFINITY;
-  float *dbig = dev_copy(&big, sizeof big);
-  lstmd_cuda_cast(1, dbig, LSTMD_DT_F32, d16, LSTMD_DT_F16, NULL);
-  lstmd_cuda_cast(1, d16, LSTMD_DT_F16, dbig, LSTMD_DT_F32, NULL);
-  cudaMemcpy(&big, dbig, sizeof big, cudaMemcpyDeviceToHost);
-  check_true("fp16 overflow gives inf (what loss scaling detects)", isinf(big) && big > 0 && inf_ref > 0);
-  cudaFree(dx); cudaFree(d16); cudaFree(dback); cudaFree(dbig);
+  /* fp16 overflow, exactly: ±1e6 and ±65520 (halfway between the largest finite fp16, 65504,
+   * and 65536: round-to-nearest-even goes up, to inf) come back as ±inf, sign kept; 65504 and
+   * 65519 come back as 65504. Then what loss scaling detects: the fp16 engine sees an overflow
+   * as a non-finite squared gradient norm (lstmd_cuda_sumsq, gpu_engine.c), so the squared norm
+   * of these values must be +inf — inf_ref, its float64 value — not NaN and not finite. */
+  enum { K = 7 };
+  float edge[K] = {1e6f, -1e6f, 65520.0f, -65520.0f, 65504.0f, 65519.0f, 1.0f}, edge_back[K];
+  const double edge_ref[K] = {INFINITY, -INFINITY, INFINITY, -INFINITY, 65504.0, 65504.0, 1.0};
+  float *dedge = dev_copy(edge, sizeof edge);
+  lstmd_cuda_cast(K, dedge, LSTMD_DT_F32, d16, LSTMD_DT_F16, NULL);
+  lstmd_cuda_cast(K, d16, LSTMD_DT_F16, dedge, LSTMD_DT_F32, NULL);
+  cudaMemcpy(edge_back, dedge, sizeof edge_back, cudaMemcpyDeviceToHost);
+  int exact = 1;
+  for (int i = 0; i < K; i++)
+    if ((double)edge_back[i] != edge_ref[i]) { /* == also holds for inf against inf of the same sign */
+      fprintf(stderr, "  fp16 round trip of %.9g: got %.9g, want %.9g\n", edge[i], edge_back[i], edge_ref[i]);
+      exact = 0;
+    }
+  check_true("fp16 overflow gives ±inf, 65504 and 65519 stay 65504", exact);
+  double inf_ref = 0.0, *dnorm, norm = 0.0;
+  for (int i = 0; i < K; i++) inf_ref += (double)edge_back[i] * edge_back[i];
+  cudaMalloc((void **)&dnorm, sizeof(double));
+  cudaMemset(dnorm, 0, sizeof(double));
+  check_true("sumsq launch", lstmd_cuda_sumsq(K, dedge, dnorm, NULL) == 0);
+  cudaMemcpy(&norm, dnorm, sizeof norm, cudaMemcpyDeviceToHost);
+  char what[160];
+  snprintf(what, sizeof what, "fp16 overflow: squared norm %g == %g (what loss scaling detects)",
+           norm, inf_ref);
+  check_true(what, isinf(inf_ref) && inf_ref > 0 && norm == inf_ref);
+  cudaFree(dx); cudaFree(d16); cudaFree(dback); cudaFree(dedge); cudaFree(dnorm);
   free(ref); free(x); free(back);
 }
 
@@ -100,8 +123,11 @@ static void test_reductions(void) {
   check_true("sum launch", lstmd_cuda_sum(N, dx, acc, NULL) == 0);
   cudaMemcpy(&got, acc, sizeof got, cudaMemcpyDeviceToHost);
   for (int i = 0; i < N; i++) sum += rx[i];
-  float gotf = (float)got;
-  check_close("sum (double accumulation)", &gotf, &sum, 1, 1e-9, 1e-9);
+  /* compared as a double: rounded to float first it would be ~3e-5 off for a sum of ~661 */
+  char what[160];
+  snprintf(what, sizeof what, "sum (double accumulation) %.12g vs %.12g", got, sum);
+  check_true(what, fabs(got - sum) <= 1e-9 + 1e-9 * fabs(sum));
+  float gotf;
   cudaMemset(acc, 0, sizeof(double));
   const double scale = 0.001;
   check_true("mse launch", lstmd_cuda_mse(N, dx, dy, (float)scale, acc, NULL) == 0);

@@ -2,7 +2,8 @@
  * weights and batches: forward loss (training and inference mode) and every gradient tensor
  * (fp32 with TF32 off: relative error < 1e-4; bf16 and fp16: < 2e-2), carried state across
  * windows, several training steps with gradient accumulation (SGD and AdamW), fp16 loss scaling
- * with an overflow forced by a huge scale, a checkpoint that goes CPU → GPU → CPU, and the
+ * with an overflow forced by a huge scale, a checkpoint that goes CPU → GPU → CPU (bit for bit
+ * before any GPU step, then against the CPU-only run), and the
  * validation loss computed on the GPU (inference mode) against the CPU's.
  * Exits 77 (ctest: skipped) where no CUDA device is usable. */
 #define _GNU_SOURCE
@@ -406,13 +407,98 @@ done:
   lstmd_model_destroy(m);
 }
 
+/* got == want bit for bit; otherwise how many differ, the first, and the largest difference. */
+static int check_bits(const char *what, const float *got, const float *want, size_t n) {
+  size_t bad = 0, first = 0;
+  double worst = 0.0;
+  for (size_t i = 0; i < n; i++)
+    if (memcmp(&got[i], &want[i], sizeof(float))) {
+      if (bad++ == 0) first = i;
+      const double d = fabs((double)got[i] - want[i]);
+      if (!(d <= worst)) worst = d; /* a NaN sticks */
+    }
+  char line[256];
+  if (bad)
+    snprintf(line, sizeof line, "%s: %zu of %zu differ (first [%zu] %.9g vs %.9g; max %.3g)", what,
+             bad, n, first, got[first], want[first], worst);
+  else
+    snprintf(line, sizeof line, "%s: bit for bit (%zu values)", what, n);
+  check_true(line, bad == 0);
+  return bad == 0;
+}
+
+static void poison(float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) x[i] = NAN;
+}
+
+/* The round trip by itself, no step on the GPU: d's device copy (uploaded from the CPU checkpoint
+ * into g, og) → host, over NaN-poisoned host buffers → a checkpoint → a fresh CPU model. Each hop
+ * moves fp32 bits (cudaMemcpy, an F32→F32 copy of the state, F32 safetensors) and computes
+ * nothing, so the parameters, both moments, the step and the carried state must equal the CPU's
+ * (m, o, h, c) exactly; a tolerance would hide a dropped tensor, an offset or a 16-bit detour. */
+static void check_round_trip_exact(struct lstmd_engine *d, struct lstmd_model *g, struct lstmd_optim *og,
+                                   const struct lstmd_train_progress *p, const struct lstmd_model *m,
+                                   const struct lstmd_optim *o, const float *h, const float *c,
+                                   size_t S, const char *path, const struct lstmd_data_meta *meta) {
+  const size_t n = m->n_params;
+  struct lstmd_train_progress q = *p;
+  q.state_h = malloc(S * sizeof(float));
+  q.state_c = malloc(S * sizeof(float));
+  poison(g->params, n);
+  poison(og->m, n);
+  poison(og->v, n);
+  poison(q.state_h, S);
+  poison(q.state_c, S);
+  int rc = d->ops->sync_host(d, og, &q);
+  if (!rc) rc = d->ops->gather_state(d, q.state_h, q.state_c);
+  check_true("round trip CPU -> GPU -> host, no step: copied back", rc == 0);
+  if (!rc) {
+    check_bits("  GPU -> host: parameters", g->params, m->params, n);
+    check_bits("  GPU -> host: exp_avg", og->m, o->m, n);
+    check_bits("  GPU -> host: exp_avg_sq", og->v, o->v, n);
+    check_bits("  GPU -> host: state h", q.state_h, h, S);
+    check_bits("  GPU -> host: state c", q.state_c, c, S);
+  }
+  /* and through a checkpoint into a fresh CPU model */
+  struct lstmd_model *back = NULL;
+  struct lstmd_optim *ob = NULL;
+  struct lstmd_data_meta mb;
+  struct lstmd_train_progress r = {.state_batch = p->state_batch};
+  r.state_h = malloc(S * sizeof(float));
+  r.state_c = malloc(S * sizeof(float));
+  if (!rc) rc = lstmd_checkpoint_save(path, g, og, meta, &q, "{}");
+  if (!rc) rc = lstmd_checkpoint_load_model(path, &back, &mb);
+  if (!rc) rc = lstmd_optim_create(&og->cfg, back->n_params, &ob);
+  if (!rc) rc = lstmd_checkpoint_load_train(path, back, ob, &r, NULL);
+  check_true("round trip CPU -> GPU -> checkpoint -> CPU, no step: loaded", rc == 0);
+  if (!rc) {
+    check_true("  back on the CPU: same shape and step",
+               back->n_params == n && ob->step == o->step && r.step == p->step);
+    check_bits("  back on the CPU: parameters", back->params, m->params, n);
+    check_bits("  back on the CPU: exp_avg", ob->m, o->m, n);
+    check_bits("  back on the CPU: exp_avg_sq", ob->v, o->v, n);
+    check_bits("  back on the CPU: state h", r.state_h, h, S);
+    check_bits("  back on the CPU: state c", r.state_c, c, S);
+  }
+  lstmd_model_destroy(back);
+  lstmd_optim_destroy(ob);
+  free(q.state_h);
+  free(q.state_c);
+  free(r.state_h);
+  free(r.state_c);
+  unlink(path);
+}
+
 /* 2 steps on the CPU → checkpoint → 2 on the GPU → checkpoint → 2 on the CPU, against 6 on the
- * CPU alone. Stream order, so the carried state travels through the checkpoints too. */
+ * CPU alone. Stream order, so the carried state travels through the checkpoints too. The trip
+ * itself is checked exactly first (check_round_trip_exact); after that the runs differ only by
+ * the two GPU steps, so they are held to test_training's fp32 AdamW bounds. */
 static void test_checkpoint_round_trip(void) {
   enum { kBatches = 6 };
-  char dir[] = "/tmp/lstmd-test-gpu-model-XXXXXX", path[256];
+  char dir[] = "/tmp/lstmd-test-gpu-model-XXXXXX", path[256], path2[256];
   if (!mkdtemp(dir)) return;
   snprintf(path, sizeof path, "%s/ck.safetensors", dir);
+  snprintf(path2, sizeof path2, "%s/trip.safetensors", dir);
   struct lstmd_model *ref = make_model(1, 16, 2, 41), *m = clone_model(ref);
   float *p0 = malloc(ref->n_params * sizeof(float));
   memcpy(p0, ref->params, ref->n_params * sizeof(float));
@@ -425,7 +511,8 @@ static void test_checkpoint_round_trip(void) {
   lstmd_optim_create(&oc, ref->n_params, &o_ref);
   lstmd_optim_create(&oc, ref->n_params, &o);
   struct lstmd_engine *d_ref = make_engine(ref, -1, LSTMD_PRECISION_FP32, 1);
-  int rc = train(d_ref, o_ref, ref, b, kBatches, 6, 1, NULL);
+  double loss_ref[6], loss_trip[6];
+  int rc = train(d_ref, o_ref, ref, b, kBatches, 6, 1, loss_ref);
   struct lstmd_data_meta meta;
   memset(&meta, 0, sizeof meta);
   meta.info.kind = LSTMD_DATASET_TEXT;
@@ -437,10 +524,13 @@ static void test_checkpoint_round_trip(void) {
   struct lstmd_train_progress p = {.state_batch = B};
   p.state_h = calloc(S, sizeof(float));
   p.state_c = calloc(S, sizeof(float));
+  float *h1 = malloc(S * sizeof(float)), *c1 = malloc(S * sizeof(float));
   /* CPU: steps 1-2, using batches 0-1 */
   struct lstmd_engine *d1 = make_engine(m, -1, LSTMD_PRECISION_FP32, 1);
-  if (!rc) rc = train(d1, o, m, b, 2, 2, 1, NULL);
+  if (!rc) rc = train(d1, o, m, b, 2, 2, 1, loss_trip);
   if (!rc) rc = d1->ops->gather_state(d1, p.state_h, p.state_c);
+  memcpy(h1, p.state_h, S * sizeof(float));
+  memcpy(c1, p.state_c, S * sizeof(float));
   p.step = 2;
   if (!rc) rc = lstmd_checkpoint_save(path, m, o, &meta, &p, "{}");
   lstmd_engine_destroy(d1);
@@ -455,7 +545,8 @@ static void test_checkpoint_round_trip(void) {
   if (!rc && !d2) rc = LSTMD_ECUDA;
   if (!rc) d2->ops->set_state(d2, p.state_h, p.state_c);
   if (!rc) rc = d2->ops->start(d2, og, &p);
-  if (!rc) rc = train(d2, og, g, b + 2, 2, 2, 1, NULL);
+  if (!rc) check_round_trip_exact(d2, g, og, &p, m, o, h1, c1, S, path2, &meta);
+  if (!rc) rc = train(d2, og, g, b + 2, 2, 2, 1, loss_trip + 2);
   if (!rc) rc = d2->ops->sync_host(d2, og, &p);
   if (!rc) rc = d2->ops->gather_state(d2, p.state_h, p.state_c);
   p.step = 4;
@@ -470,9 +561,19 @@ static void test_checkpoint_round_trip(void) {
   if (!rc) rc = lstmd_checkpoint_load_train(path, c, oc2, &p, NULL);
   struct lstmd_engine *d3 = rc ? NULL : make_engine(c, -1, LSTMD_PRECISION_FP32, 1);
   if (!rc) d3->ops->set_state(d3, p.state_h, p.state_c);
-  if (!rc) rc = train(d3, oc2, c, b + 4, 2, 2, 1, NULL);
+  if (!rc) rc = train(d3, oc2, c, b + 4, 2, 2, 1, loss_trip + 4);
   check_true("checkpoint GPU -> CPU: resumed and trained", rc == 0 && oc2->step == 6);
   if (!rc) {
+    /* Steps 1-2 ran the same CPU code on the same data: bit for bit. Steps 3-6 differ by the two
+     * GPU steps only, the trip being exact: test_training's fp32 bounds (loss 1e-4; AdamW
+     * updates 2e-2, which is about Adam normalising near-zero gradients, not the trip). */
+    check_true("CPU→GPU→CPU vs CPU only: steps 1-2 losses identical",
+               loss_trip[0] == loss_ref[0] && loss_trip[1] == loss_ref[1]);
+    double worst = 0.0;
+    for (int s = 2; s < 6; s++) worst = fmax(worst, fabs(loss_trip[s] - loss_ref[s]) / loss_ref[s]);
+    char what[160];
+    snprintf(what, sizeof what, "CPU→GPU→CPU vs CPU only: steps 3-6 losses (rel %.1e < 1e-4)", worst);
+    check_true(what, worst < 1e-4);
     float *dr = malloc(ref->n_params * sizeof(float)), *dc = malloc(ref->n_params * sizeof(float));
     for (size_t i = 0; i < ref->n_params; i++) {
       dr[i] = ref->params[i] - p0[i];
@@ -495,6 +596,8 @@ static void test_checkpoint_round_trip(void) {
   for (int i = 0; i < kBatches; i++) free_batch(&b[i]);
   free(p.state_h);
   free(p.state_c);
+  free(h1);
+  free(c1);
   free(p0);
   unlink(path);
   rmdir(dir);

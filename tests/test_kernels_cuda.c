@@ -89,7 +89,9 @@ static void test_optimizers(void) {
   float *v = rand_host(N, 0.1, rv);
   for (int i = 0; i < N; i++) v[i] = (float)(rv[i] = fabs(rv[i]));
   float *dp = dev_copy(p, N), *dg = dev_copy(g, N), *dm = dev_copy(m, N), *dv = dev_copy(v, N);
-  const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.1;
+  /* the float values the kernel is given, in double: (1 − 0.999f) is 1.3e-5 away from 1e-3
+   * relatively, which alone is past exp_avg_sq's tolerance */
+  const double lr = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.1f;
   check_true("adamw launch", lstmd_cuda_adamw(N, dp, dg, dm, dv, (float)lr, (float)b1, (float)b2,
                                                (float)eps, (float)wd, 3, NULL) == 0);
   for (int i = 0; i < N; i++) {
@@ -100,8 +102,10 @@ static void test_optimizers(void) {
   }
   to_host(p, dp, N);
   to_host(m, dm, N);
+  to_host(v, dv, N);
   check_close("cuda adamw params", p, rp, N, 1e-6, 1e-5);
   check_close("cuda adamw exp_avg", m, rm, N, 1e-7, 1e-6);
+  check_close("cuda adamw exp_avg_sq", v, rv, N, 1e-8, 1e-6);
   double *dsum, sum = 0, ref = 0;
   cudaMalloc((void **)&dsum, sizeof(double));
   cudaMemset(dsum, 0, sizeof(double));
@@ -119,7 +123,9 @@ static void test_optimizers(void) {
     rp[i] -= 0.05 * rm[i];
   }
   to_host(p, dp, N);
+  to_host(m, db, N);
   check_close("cuda sgd params", p, rp, N, 1e-6, 1e-5);
+  check_close("cuda sgd momentum buffer", m, rm, N, 1e-6, 1e-5);
   cudaFree(dp); cudaFree(dg); cudaFree(dm); cudaFree(dv); cudaFree(dsum); cudaFree(db);
   free(rp); free(rg); free(rm); free(rv); free(p); free(g); free(m); free(v);
 }

@@ -6,7 +6,11 @@
 #     "data wait", "forward+backward", "all-reduce wait", "optimizer", none inside another, with
 #     "checkpoint" after steps 2, 4 and 5 on rank 0 alone, and no other names;
 #  2. the same on one rank without mpirun;
-#  3. without NVTX_INJECTION64_PATH nothing is recorded (NVTX stays a no-op).
+#  3. without NVTX_INJECTION64_PATH nothing is recorded (NVTX stays a no-op): the one-rank run
+#     again with the variable removed but the recorder in the process (LD_PRELOAD; it notes that
+#     it was loaded, and answers NVTX's lookup of an already-loaded tool too) and its log created
+#     empty beforehand: the log must stay empty, so any way lstmd's NVTX could still attach the
+#     recorder shows up as recorded lines.
 # Registered only where lstmd is built with NVTX (the CUDA toolkit's nvtx3 headers).
 set -u
 LSTMD=$(realpath "${1:?usage: test_nvtx.sh LSTMD_BINARY SOURCE_DIR NVTX_RECORDER [MPIEXEC]}")
@@ -89,13 +93,17 @@ if [[ ! -s $TMP/one.log ]]; then bad "one rank: no NVTX ranges recorded"
 elif msg=$(check "$TMP/one.log" - 5 2 1); then ok "one rank: $msg"
 else bad "one rank: $msg"; fi
 
-# 3. no injection library named: NVTX calls are no-ops, the recorder never loads
-LSTMD_NVTX_LOG=$TMP/none.log timeout 60 "$LSTMD" train "${common[@]}" \
+# 3. no injection library named, the recorder preloaded: NVTX must not attach it
+: > "$TMP/none.log"
+env -u NVTX_INJECTION64_PATH LD_PRELOAD="$RECORDER" LSTMD_NVTX_LOG="$TMP/none.log" \
+  LSTMD_NVTX_LOADED="$TMP/none.loaded" timeout 60 "$LSTMD" train "${common[@]}" \
   --set train.run_dir="$TMP/none" >/dev/null 2>"$TMP/none.err" \
-  || bad "lstmd train without the recorder: $(tail -3 "$TMP/none.err")"
+  || bad "lstmd train without NVTX_INJECTION64_PATH: $(tail -3 "$TMP/none.err")"
 none="without NVTX_INJECTION64_PATH"
-if [[ -e $TMP/none.log ]]; then bad "$none: $(wc -l < "$TMP/none.log") lines recorded"
-elif [[ -f $TMP/none/step-5.safetensors ]]; then ok "$none: trained, nothing recorded"
+if [[ ! -s $TMP/none.loaded ]]; then bad "$none: the recorder was not loaded (LD_PRELOAD), so this proves nothing"
+elif [[ ! -f $TMP/none.log || -s $TMP/none.log ]]; then
+  bad "$none: $(wc -l < "$TMP/none.log" 2>/dev/null || echo '?') lines recorded: $(head -c 200 "$TMP/none.log" 2>/dev/null)"
+elif [[ -f $TMP/none/step-5.safetensors ]]; then ok "$none: trained with the recorder loaded, nothing recorded"
 else bad "$none: no final checkpoint"; fi
 
 [[ $fails -eq 0 ]] && echo "test_nvtx: passed" || echo "test_nvtx: $fails FAILED"
