@@ -26,6 +26,17 @@ static inline int check_close(const char *what, const float *got, const double *
   return bad == 0;
 }
 
+/* The same for two float arrays: got against ref, both computed in float32 (two paths of one
+ * computation that may differ in rounding only). */
+static inline int check_close_f(const char *what, const float *got, const float *ref, size_t n,
+                                double atol, double rtol) {
+  double *r = malloc(n * sizeof *r);
+  for (size_t i = 0; i < n; i++) r[i] = ref[i];
+  int ok = check_close(what, got, r, n, atol, rtol);
+  free(r);
+  return ok;
+}
+
 static inline void check_true(const char *what, int ok) {
   printf("%-34s %s\n", what, ok ? "ok" : "FAIL");
   if (!ok) g_failures++;

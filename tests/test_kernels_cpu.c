@@ -139,6 +139,7 @@ static void test_lstm(int T, int B, int In, int H, int packed) {
   }
   struct lstmd_lstm_dims d = {T, B, In, H};
   float *wpack = packed ? zeros_f(4 * (size_t)H * H) : NULL;
+  if (wpack) lstmd_cpu_pack_rows(4 * H, H, whh, wpack);
   lstmd_cpu_lstm_forward(&d, wih, whh, bih, bhh, x, h, c, gates, wpack);
   ref_forward(&r);
   char name[96];
@@ -155,6 +156,7 @@ static void test_lstm(int T, int B, int In, int H, int packed) {
   double *rdwih = to_d(dwih, G * In), *rdwhh = to_d(dwhh, G * H), *rdb = zeros_d(G);
   double *rdbih = to_d(dbih, G), *rdbhh = to_d(dbhh, G), *rdx = zeros_d(NB * In);
   float *dx = zeros_f(NB * In), *dgates = zeros_f(NB * G), *work = zeros_f(2 * (size_t)B * H);
+  if (wpack) lstmd_cpu_pack_cols(4 * H, H, whh, wpack);
   lstmd_cpu_lstm_backward(&d, wih, whh, x, h, c, gates, dh_out, dgates, work, dwih, dwhh, dbih, dbhh, dx, wpack);
   ref_backward(&r, rdh, rdwih, rdwhh, rdb, rdx);
   for (size_t j = 0; j < G; j++) {
@@ -169,6 +171,90 @@ static void test_lstm(int T, int B, int In, int H, int packed) {
   void *all[] = {r.wih, r.whh, r.bih, r.bhh, r.x, r.h, r.c, r.gates, wih, whh, bih, bhh, x, h, c,
                  gates, rdh, dh_out, dwih, dwhh, dbih, dbhh, rdwih, rdwhh, rdb, rdbih, rdbhh, rdx,
                  dx, dgates, work, wpack};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+}
+
+/* The window cut into K time chunks, as a pipeline stage runs it: forward chunk by chunk from
+ * the state the previous chunk left; backward from the last chunk, carrying (dh, dc) backwards
+ * (carry_in) and into each chunk's initial state except the window's first (grad_to_h0), the
+ * weight part per chunk. Must equal the whole-window kernels within 1e-6, and the float64
+ * reference as they do. */
+static void test_lstm_chunked(int T, int B, int In, int H, int K, int packed) {
+  const size_t G = 4 * (size_t)H, NB = (size_t)T * B, BH = (size_t)B * H;
+  const int Tc = T / K;
+  struct ref_lstm r = {T, B, In, H};
+  r.wih = zeros_d(G * In);
+  r.whh = zeros_d(G * H);
+  r.bih = zeros_d(G);
+  r.bhh = zeros_d(G);
+  r.x = zeros_d(NB * In);
+  r.h = zeros_d((NB + B) * H);
+  r.c = zeros_d((NB + B) * H);
+  r.gates = zeros_d(NB * G);
+  float *wih = rand_f(G * In, 0.4, r.wih), *whh = rand_f(G * H, 0.4, r.whh);
+  float *bih = rand_f(G, 0.3, r.bih), *bhh = rand_f(G, 0.3, r.bhh);
+  float *x = rand_f(NB * In, 1.0, r.x);
+  float *h1 = zeros_f((NB + B) * H), *c1 = zeros_f((NB + B) * H), *g1 = zeros_f(NB * G);
+  float *hk = zeros_f((NB + B) * H), *ck = zeros_f((NB + B) * H), *gk = zeros_f(NB * G);
+  for (size_t i = 0; i < BH; i++) {
+    h1[i] = hk[i] = (float)(r.h[i] = test_uniform(&g_seed, 0.8));
+    c1[i] = ck[i] = (float)(r.c[i] = test_uniform(&g_seed, 1.5));
+  }
+  float *rows = packed ? zeros_f(4 * (size_t)H * H) : NULL, *cols = packed ? zeros_f(4 * (size_t)H * H) : NULL;
+  if (packed) {
+    lstmd_cpu_pack_rows(4 * H, H, whh, rows);
+    lstmd_cpu_pack_cols(4 * H, H, whh, cols);
+  }
+  const struct lstmd_lstm_dims whole = {T, B, In, H}, chunk = {Tc, B, In, H};
+  lstmd_cpu_lstm_forward(&whole, wih, whh, bih, bhh, x, h1, c1, g1, rows);
+  for (int k = 0; k < K; k++) {
+    const size_t t0 = (size_t)k * Tc;
+    lstmd_cpu_lstm_forward(&chunk, wih, whh, bih, bhh, x + t0 * B * In, hk + t0 * BH,
+                           ck + t0 * BH, gk + t0 * B * G, rows);
+  }
+  ref_forward(&r);
+  char name[128];
+  snprintf(name, sizeof name, "lstm K=%d chunks T%d B%d H%d%s: forward h vs whole window", K, T,
+           B, H, packed ? " packed" : "");
+  check_close(name, hk, r.h, (NB + B) * H, 1e-6, 1e-5);
+  check_close_f("  ... h vs the unchunked kernel", hk, h1, (NB + B) * H, 1e-6, 1e-6);
+  check_close_f("  ... c vs the unchunked kernel", ck, c1, (NB + B) * H, 1e-6, 1e-6);
+  check_close_f("  ... gates vs the unchunked kernel", gk, g1, NB * G, 1e-6, 1e-6);
+
+  double *rdh = zeros_d(NB * H);
+  float *dh_out = rand_f(NB * H, 1.0, rdh);
+  double *rdwih = zeros_d(G * In), *rdwhh = zeros_d(G * H), *rdb = zeros_d(G), *rdx = zeros_d(NB * In);
+  float *dw1[4] = {zeros_f(G * In), zeros_f(G * H), zeros_f(G), zeros_f(G)};
+  float *dwk[4] = {zeros_f(G * In), zeros_f(G * H), zeros_f(G), zeros_f(G)};
+  float *dx1 = zeros_f(NB * In), *dxk = zeros_f(NB * In), *dg1 = zeros_f(NB * G), *dgk = zeros_f(NB * G);
+  float *work = zeros_f(2 * BH);
+  lstmd_cpu_lstm_backward(&whole, wih, whh, x, h1, c1, g1, dh_out, dg1, work, dw1[0], dw1[1],
+                          dw1[2], dw1[3], dx1, cols);
+  for (int k = K - 1; k >= 0; k--) {
+    const size_t t0 = (size_t)k * Tc;
+    lstmd_cpu_lstm_backward_input(&chunk, wih, whh, ck + t0 * BH, gk + t0 * B * G,
+                                  dh_out + t0 * BH, dgk + t0 * B * G, work, k < K - 1, k > 0,
+                                  dxk + t0 * B * In, cols);
+    lstmd_cpu_lstm_backward_weight(&chunk, x + t0 * B * In, hk + t0 * BH, dgk + t0 * B * G,
+                                   dwk[0], dwk[1], dwk[2], dwk[3]);
+  }
+  ref_backward(&r, rdh, rdwih, rdwhh, rdb, rdx);
+  snprintf(name, sizeof name, "lstm K=%d chunks: backward dW_hh vs float64", K);
+  check_close(name, dwk[1], rdwhh, G * H, 1e-5, 1e-4);
+  check_close("  ... dW_ih vs float64", dwk[0], rdwih, G * In, 1e-5, 1e-4);
+  check_close("  ... db_ih vs float64", dwk[2], rdb, G, 1e-5, 1e-4);
+  check_close("  ... dx vs float64", dxk, rdx, NB * In, 1e-5, 1e-4);
+  static const char *const names[4] = {"dW_ih", "dW_hh", "db_ih", "db_hh"};
+  const size_t counts[4] = {G * In, G * H, G, G};
+  for (int i = 0; i < 4; i++) {
+    snprintf(name, sizeof name, "  ... %s vs the unchunked kernel", names[i]);
+    check_close_f(name, dwk[i], dw1[i], counts[i], 1e-6, 1e-6);
+  }
+  check_close_f("  ... dgates vs the unchunked kernel", dgk, dg1, NB * G, 1e-6, 1e-6);
+  check_close_f("  ... dx vs the unchunked kernel", dxk, dx1, NB * In, 1e-6, 1e-6);
+  void *all[] = {r.wih, r.whh, r.bih, r.bhh, r.x, r.h, r.c, r.gates, wih, whh, bih, bhh, x, h1,
+                 c1, g1, hk, ck, gk, rows, cols, rdh, dh_out, rdwih, rdwhh, rdb, rdx, dx1, dxk,
+                 dg1, dgk, work, dw1[0], dw1[1], dw1[2], dw1[3], dwk[0], dwk[1], dwk[2], dwk[3]};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
 }
 
@@ -294,9 +380,12 @@ int main(void) {
   test_lstm(5, 3, 4, 6, 0);
   test_lstm(7, 5, 19, 37, 0); /* odd sizes: vector remainders */
   test_lstm(3, 2, 64, 64, 0);
+  for (int K = 1; K <= 16; K *= 2) test_lstm_chunked(16, 3, 5, 8, K, 0); /* K = 1, 2, 4, 8, T */
+  test_lstm_chunked(12, 5, 19, 37, 3, 0);
   if (lstmd_cpu_recur_fast(64)) { /* packed AVX-512 recurrence, row blocks of 8 and remainders */
     test_lstm(4, 13, 24, 64, 1);
     test_lstm(3, 16, 64, 96, 1);
+    test_lstm_chunked(8, 4, 24, 64, 4, 1);
   } else {
     printf("packed recurrence kernels: skipped (no AVX-512 on this CPU)\n");
   }

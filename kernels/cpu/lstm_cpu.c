@@ -1,7 +1,9 @@
 /* lstm_cpu.c — float32 LSTM layer forward/backward with OpenBLAS GEMMs and fused gate passes.
- * Per window: 1 GEMM for the input projection of all steps, 1 per step for the recurrence,
- * and in backward 1 per step for the recurrent dh, then 3 large GEMMs for dW_ih, dW_hh, dx.
- * The per-step GEMMs use the packed-panel kernels of recur_gemm.c when the caller passes wpack. */
+ * Per window (or time chunk): 1 GEMM for the input projection of all steps, 1 per step for the
+ * recurrence; backward: 1 per step for the recurrent dh and 1 large GEMM for dx (the input part,
+ * which the layer below waits for), then 2 large GEMMs for dW_ih and dW_hh (the weight part).
+ * The per-step GEMMs use the packed-panel kernels of recur_gemm.c when the caller passes W_hh
+ * packed (once per window or step, however many chunks use it). */
 #include "lstm_cpu.h"
 
 #include <cblas.h>
@@ -67,12 +69,11 @@ static void gate_backward_pass(int B, int H, const float *gates, const float *c_
 
 void lstmd_cpu_lstm_forward(const struct lstmd_lstm_dims *d, const float *w_ih, const float *w_hh,
                             const float *b_ih, const float *b_hh, const float *x, float *h,
-                            float *c, float *gates, float *wpack) {
+                            float *c, float *gates, const float *wpack) {
   const int T = d->steps, B = d->batch, In = d->input, H = d->hidden, G = 4 * H;
   const size_t step_h = (size_t)B * H, step_g = (size_t)B * G;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T * B, G, In, 1.0f, x, In, w_ih, In, 0.0f,
               gates, G);
-  if (wpack) lstmd_cpu_pack_rows(G, H, w_hh, wpack);
   for (int t = 0; t < T; t++) {
     float *g = gates + t * step_g;
     if (wpack)
@@ -97,33 +98,47 @@ static void add_column_sums(int rows, int cols, const float *m, float *sum_a, fl
   }
 }
 
-void lstmd_cpu_lstm_backward(const struct lstmd_lstm_dims *d, const float *w_ih, const float *w_hh,
-                             const float *x, const float *h, const float *c, const float *gates,
-                             const float *dh_out, float *dgates, float *work, float *dw_ih,
-                             float *dw_hh, float *db_ih, float *db_hh, float *dx, float *wpack) {
+void lstmd_cpu_lstm_backward_input(const struct lstmd_lstm_dims *d, const float *w_ih,
+                                   const float *w_hh, const float *c, const float *gates,
+                                   const float *dh_out, float *dgates, float *work, int carry_in,
+                                   int grad_to_h0, float *dx, const float *wpack) {
   const int T = d->steps, B = d->batch, In = d->input, H = d->hidden, G = 4 * H;
   const size_t step_h = (size_t)B * H, step_g = (size_t)B * G;
   float *dh_rec = work, *dc_carry = work + step_h;
-  memset(work, 0, 2 * step_h * sizeof(float));
-  if (wpack) lstmd_cpu_pack_cols(G, H, w_hh, wpack);
+  if (!carry_in) memset(work, 0, 2 * step_h * sizeof(float));
   for (int t = T - 1; t >= 0; t--) {
     float *da = dgates + t * step_g;
     gate_backward_pass(B, H, gates + t * step_g, c + t * step_h, c + (t + 1) * step_h,
                        dh_out + t * step_h, dh_rec, dc_carry, da);
-    if (t > 0 && wpack)
+    if (t == 0 && !grad_to_h0) continue; /* dc_carry then holds dc·f for nobody: harmless */
+    if (wpack)
       lstmd_cpu_gemm_ab_packed(B, H, G, da, G, wpack, dh_rec, H);
-    else if (t > 0)
+    else
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, H, G, 1.0f, da, G, w_hh, H, 0.0f,
                   dh_rec, H);
   }
-  const int N = T * B;
+  if (dx)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T * B, In, G, 1.0f, dgates, G, w_ih,
+                In, 0.0f, dx, In);
+}
+
+void lstmd_cpu_lstm_backward_weight(const struct lstmd_lstm_dims *d, const float *x,
+                                    const float *h, const float *dgates, float *dw_ih,
+                                    float *dw_hh, float *db_ih, float *db_hh) {
+  const int N = d->steps * d->batch, In = d->input, H = d->hidden, G = 4 * H;
   /* h[0..T-1] are the inputs of the recurrence at steps 0..T-1: contiguous [T*B,H]. */
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, G, H, N, 1.0f, dgates, G, h, H, 1.0f, dw_hh,
               H);
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, G, In, N, 1.0f, dgates, G, x, In, 1.0f, dw_ih,
               In);
   add_column_sums(N, G, dgates, db_ih, db_hh);
-  if (dx)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, In, G, 1.0f, dgates, G, w_ih, In, 0.0f,
-                dx, In);
+}
+
+void lstmd_cpu_lstm_backward(const struct lstmd_lstm_dims *d, const float *w_ih, const float *w_hh,
+                             const float *x, const float *h, const float *c, const float *gates,
+                             const float *dh_out, float *dgates, float *work, float *dw_ih,
+                             float *dw_hh, float *db_ih, float *db_hh, float *dx,
+                             const float *wpack) {
+  lstmd_cpu_lstm_backward_input(d, w_ih, w_hh, c, gates, dh_out, dgates, work, 0, 0, dx, wpack);
+  lstmd_cpu_lstm_backward_weight(d, x, h, dgates, dw_ih, dw_hh, db_ih, db_hh);
 }

@@ -13,28 +13,47 @@ struct lstmd_lstm_dims {
   int hidden; /* H */
 };
 
-/* Forward over T steps.
+/* Forward over T steps: a whole window, or one time chunk of it (pass pointers offset to the
+ * chunk's first step; h[0], c[0] are then the state the previous chunk left).
  *   x     [T,B,I]   input
  *   h     [T+1,B,H] h[0] is the initial state (read), h[1..T] are written (the layer output)
  *   c     [T+1,B,H] likewise for the cell state
  *   gates [T,B,4H]  written: activated gates (i,f,g,o), kept for the backward pass
- *   wpack [4H·H]    scratch for the packed W_hh (recur_gemm.h), or NULL to use cblas_sgemm
+ *   wpack           W_hh packed by lstmd_cpu_pack_rows (recur_gemm.h), or NULL for cblas_sgemm
  * One GEMM projects all T inputs, then one GEMM per step adds the recurrence; biases and the
  * four nonlinearities are applied in one fused pass per step. */
 void lstmd_cpu_lstm_forward(const struct lstmd_lstm_dims *d, const float *w_ih, const float *w_hh,
                             const float *b_ih, const float *b_hh, const float *x, float *h,
-                            float *c, float *gates, float *wpack);
+                            float *c, float *gates, const float *wpack);
 
-/* Backward over T steps (truncated BPTT: no gradient flows into h[0], c[0]).
+/* Backward through the gates over T steps, from the last to the first: the part every earlier
+ * layer, chunk and stage waits for (the weight gradients can come later).
+ *   c, gates   as the forward left them (c [T+1,B,H])
  *   dh_out [T,B,H]  gradient of the loss w.r.t. h[1..T] (read only)
- *   dgates [T,B,4H] workspace (pre-activation gate gradients)
- *   work   [2,B,H]  workspace (recurrent dh and dc carried between steps)
- *   dw_ih, dw_hh, db_ih, db_hh are accumulated into (+=)
- *   dx     [T,B,I]  written (may be NULL when the input needs no gradient)
- *   wpack  [4H·H]   scratch for the packed W_hh, or NULL to use cblas_sgemm */
+ *   dgates [T,B,4H] written: pre-activation gate gradients (kept for the weight part)
+ *   work   [2,B,H]  the recurrent dh and dc carried backwards in time. carry_in = 0: zeroed first
+ *                   (the window's last chunk); 1: holds what the next chunk left. On return it
+ *                   holds the gradients w.r.t. h[0] and c[0] when grad_to_h0 is set (a chunk that
+ *                   is not the window's first), for the previous chunk; without it no gradient
+ *                   flows into the initial state (truncated BPTT at the window's start).
+ *   dx     [T,B,I]  written: gradient w.r.t. x (may be NULL)
+ *   wpack           W_hh packed by lstmd_cpu_pack_cols, or NULL for cblas_sgemm */
+void lstmd_cpu_lstm_backward_input(const struct lstmd_lstm_dims *d, const float *w_ih,
+                                   const float *w_hh, const float *c, const float *gates,
+                                   const float *dh_out, float *dgates, float *work, int carry_in,
+                                   int grad_to_h0, float *dx, const float *wpack);
+
+/* The weight gradients of T steps from backward_input's dgates, accumulated (+=):
+ * dw_hh += dgates^T·h[0..T-1], dw_ih += dgates^T·x, db_ih and db_hh += column sums. */
+void lstmd_cpu_lstm_backward_weight(const struct lstmd_lstm_dims *d, const float *x,
+                                    const float *h, const float *dgates, float *dw_ih,
+                                    float *dw_hh, float *db_ih, float *db_hh);
+
+/* A whole window: backward_input (zero carry, no gradient into h[0]) then backward_weight. */
 void lstmd_cpu_lstm_backward(const struct lstmd_lstm_dims *d, const float *w_ih, const float *w_hh,
                              const float *x, const float *h, const float *c, const float *gates,
                              const float *dh_out, float *dgates, float *work, float *dw_ih,
-                             float *dw_hh, float *db_ih, float *db_hh, float *dx, float *wpack);
+                             float *dw_hh, float *db_ih, float *db_hh, float *dx,
+                             const float *wpack);
 
 #endif

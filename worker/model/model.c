@@ -345,6 +345,7 @@ void lstmd_model_backward(struct lstmd_model *m, struct lstmd_workspace *ws) {
     struct layer_acts *a = &ws->layer[l];
     struct lstmd_lstm_dims d = {T, B, l == 0 ? In0 : H, H};
     int need_dx = l > 0 || s->kind == LSTMD_MODEL_TEXT;
+    if (ws->wpack) lstmd_cpu_pack_cols(4 * H, H, p.w_hh, ws->wpack);
     lstmd_cpu_lstm_backward(&d, p.w_ih, p.w_hh, layer_input(ws, l), a->h, a->c, a->gates, dh,
                             ws->dgates, ws->work, p.dw_ih, p.dw_hh, p.db_ih, p.db_hh,
                             need_dx ? dx : NULL, ws->wpack);
@@ -380,6 +381,7 @@ double lstmd_model_forward(struct lstmd_model *m, struct lstmd_workspace *ws, fl
     struct layer_params p = layer_params(m, ws->grads, l);
     struct layer_acts *a = &ws->layer[l];
     struct lstmd_lstm_dims d = {T, B, l == 0 ? In0 : H, H};
+    if (ws->wpack) lstmd_cpu_pack_rows(4 * H, H, p.w_hh, ws->wpack);
     lstmd_cpu_lstm_forward(&d, p.w_ih, p.w_hh, p.b_ih, p.b_hh, layer_input(ws, l), a->h, a->c,
                            a->gates, ws->wpack);
     if (a->mask) {
