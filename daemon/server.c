@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "server.h"
 
+#include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
@@ -65,9 +66,21 @@ struct lstmd_server {
   uv_loop_t loop;
   uv_pipe_t unix_listener;
   uv_tcp_t tcp_listener;
-  int have_tcp, stopping;
+  int have_unix, have_tcp, stopping; /* listener handles initialised (to be closed) */
+  int socket_bound;                  /* the socket file is this server's (removed at the end) */
   uv_async_t wakeup; /* events queued, or stop requested */
+  int have_wakeup;
   uv_signal_t signals[3];
+  int n_signals; /* signal handles initialised */
+  /* A connection that cannot be set up is still accepted, into this handle, and closed: libuv
+   * stops watching a listener until its pending connection is taken (see reject_pending). */
+  union {
+    uv_stream_t stream;
+    uv_pipe_t pipe;
+    uv_tcp_t tcp;
+  } spare;
+  int spare_busy, spare_waiting[2]; /* [0] the UNIX listener, [1] the TCP one */
+  uint64_t last_accept_error_ms;
   pthread_t thread;
   pthread_mutex_t mu; /* guards events and stop_requested */
   struct event *events, **events_tail;
@@ -200,8 +213,10 @@ static int conn_unlink(struct conn *c) {
  * and every reply queued for it for as long as it likes, outside the connection limit. */
 static void conn_close(struct conn *c) {
   if (!conn_unlink(c)) return;
-  uv_timer_start(&c->idle, on_linger_timeout, (uint64_t)(c->srv->cfg.idle_timeout_s * 1000.0), 0);
-  uv_shutdown_t *req = malloc(sizeof *req);
+  /* Without the linger timer nothing bounds the wait for the peer: close at once instead. */
+  int rc = uv_timer_start(&c->idle, on_linger_timeout,
+                          (uint64_t)(c->srv->cfg.idle_timeout_s * 1000.0), 0);
+  uv_shutdown_t *req = rc ? NULL : malloc(sizeof *req);
   if (req) req->data = c;
   if (!req || uv_shutdown(req, &c->h.stream, on_shutdown_done) != 0) {
     free(req);
@@ -219,8 +234,15 @@ static void on_idle_timeout(uv_timer_t *t) {
   if (c->watch_id == 0) conn_close(c);
 }
 
-static void idle_restart(struct conn *c) {
-  uv_timer_start(&c->idle, on_idle_timeout, (uint64_t)(c->srv->cfg.idle_timeout_s * 1000.0), 0);
+/* (Re)arms the idle timeout. A connection whose timer cannot be started would have no bound
+ * on how long it may sit idle: it is closed at once. Returns 0, or -1 when it was closed. */
+static int idle_restart(struct conn *c) {
+  int rc = uv_timer_start(&c->idle, on_idle_timeout,
+                          (uint64_t)(c->srv->cfg.idle_timeout_s * 1000.0), 0);
+  if (rc == 0) return 0;
+  fprintf(stderr, "lstmd: closing a connection: uv_timer_start: %s\n", uv_strerror(rc));
+  conn_abort(c);
+  return -1;
 }
 
 /* ---- requests ---- */
@@ -362,53 +384,135 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
       c->len = 0;
       c->payload_len = 0;
       release_buffer(c);
-      if (!c->closing && c->watch_id == 0) idle_restart(c);
+      if (!c->closing && c->watch_id == 0 && idle_restart(c) != 0) return;
     }
   }
 }
 
 /* ---- accepting ---- */
 
+/* Once per second at most: a listener failing in a loop (say, out of file descriptors) must not
+ * flood the log. */
+static void accept_error(struct lstmd_server *s, const char *what, int rc) {
+  const uint64_t now = uv_now(&s->loop);
+  if (s->last_accept_error_ms && now - s->last_accept_error_ms < 1000) return;
+  s->last_accept_error_ms = now ? now : 1;
+  fprintf(stderr, "lstmd: dropping an incoming connection: %s: %s\n", what, uv_strerror(rc));
+}
+
+static void on_connection(uv_stream_t *listener, int status);
+
+/* After a failed uv_accept libuv has closed the pending descriptor but stopped watching the
+ * listener (it restarts only after a successful accept); uv_listen again re-arms it. */
+static void rearm_listener(struct lstmd_server *s, uv_stream_t *listener, int is_tcp, int why) {
+  accept_error(s, "uv_accept", why);
+  int rc = uv_listen(listener, 512, on_connection);
+  if (rc)
+    fprintf(stderr, "lstmd: the %s listener stopped (uv_listen after a failed accept: %s)\n",
+            is_tcp ? "TCP" : "UNIX", uv_strerror(rc));
+}
+
+static void reject_pending(struct lstmd_server *s, int is_tcp);
+
+static void on_spare_closed(uv_handle_t *h) {
+  struct lstmd_server *s = h->data;
+  s->spare_busy = 0;
+  for (int k = 0; k < 2; k++)
+    if (s->spare_waiting[k] && !s->stopping) {
+      s->spare_waiting[k] = 0;
+      reject_pending(s, k);
+      return; /* the spare is busy again; the other listener waits for the next close */
+    }
+}
+
+/* Takes a listener's pending connection and closes it, for a connection that cannot be set up.
+ * libuv watches a listener again only once its pending connection has been accepted, so leaving
+ * it there would stop the daemon from accepting anyone on that listener. */
+static void reject_pending(struct lstmd_server *s, int is_tcp) {
+  if (s->spare_busy) { /* one close at a time: taken when the spare's close completes */
+    s->spare_waiting[is_tcp] = 1;
+    return;
+  }
+  uv_stream_t *listener = is_tcp ? (uv_stream_t *)&s->tcp_listener : (uv_stream_t *)&s->unix_listener;
+  int rc = is_tcp ? uv_tcp_init(&s->loop, &s->spare.tcp) : uv_pipe_init(&s->loop, &s->spare.pipe, 0);
+  if (rc) { /* cannot happen on Linux (neither allocates); say so if it ever does */
+    fprintf(stderr, "lstmd: cannot take a pending connection: %s; the %s listener is stalled\n",
+            uv_strerror(rc), is_tcp ? "TCP" : "UNIX");
+    return;
+  }
+  s->spare.stream.data = s;
+  s->spare_busy = 1;
+  rc = uv_accept(listener, &s->spare.stream);
+  if (rc) rearm_listener(s, listener, is_tcp, rc);
+  uv_close((uv_handle_t *)&s->spare.stream, on_spare_closed);
+}
+
 static void on_connection(uv_stream_t *listener, int status) {
   struct lstmd_server *s = listener->data;
-  if (status < 0 || s->stopping) return;
+  if (s->stopping) return;
+  if (status < 0) { /* libuv could not accept (it keeps watching the listener) */
+    accept_error(s, "accept", status);
+    return;
+  }
   const int is_tcp = listener == (uv_stream_t *)&s->tcp_listener;
   struct conn *c = calloc(1, sizeof *c);
-  if (!c) return;
+  int rc = c ? 0 : UV_ENOMEM;
+  if (!rc) rc = is_tcp ? uv_tcp_init(&s->loop, &c->h.tcp) : uv_pipe_init(&s->loop, &c->h.pipe, 0);
+  if (rc) {
+    free(c);
+    accept_error(s, "a new connection", rc);
+    reject_pending(s, is_tcp);
+    return;
+  }
   c->srv = s;
   c->is_tcp = is_tcp;
-  if (is_tcp) uv_tcp_init(&s->loop, &c->h.tcp);
-  else uv_pipe_init(&s->loop, &c->h.pipe, 0);
   c->h.stream.data = c;
   c->handles_open = 1;
-  if (uv_accept(listener, &c->h.stream) != 0) {
+  if ((rc = uv_accept(listener, &c->h.stream)) != 0) {
     uv_close((uv_handle_t *)&c->h.stream, on_handle_closed);
+    rearm_listener(s, listener, is_tcp, rc);
     return;
   }
   uv_os_fd_t fd;
   char why[200];
   int refuse = s->n_conns >= s->cfg.max_connections;
-  if (!refuse && !is_tcp && uv_fileno((uv_handle_t *)&c->h.stream, &fd) == 0 &&
-      !lstmd_peer_allowed(fd, s->cfg.socket_group, why, sizeof why)) {
-    fprintf(stderr, "lstmd: refused a connection: %s\n", why);
+  if (!refuse && !is_tcp) {
+    if ((rc = uv_fileno((uv_handle_t *)&c->h.stream, &fd)) != 0) /* no fd: no peer check */
+      snprintf(why, sizeof why, "uv_fileno: %s", uv_strerror(rc));
+    if (rc || !lstmd_peer_allowed(fd, s->cfg.socket_group, why, sizeof why)) {
+      fprintf(stderr, "lstmd: refused a connection: %s\n", why);
+      refuse = 1;
+    }
+  }
+  if (!refuse && (rc = uv_timer_init(&s->loop, &c->idle)) != 0) {
+    accept_error(s, "uv_timer_init", rc);
     refuse = 1;
   }
   if (refuse) {
     uv_close((uv_handle_t *)&c->h.stream, on_handle_closed);
     return;
   }
-  uv_timer_init(&s->loop, &c->idle);
   c->idle.data = c;
   c->handles_open = 2;
   c->next = s->conns;
   if (s->conns) s->conns->prev = c;
   s->conns = c;
   s->n_conns++;
-  idle_restart(c);
-  uv_read_start(&c->h.stream, on_alloc, on_read);
+  if (idle_restart(c) != 0) return; /* closed */
+  if ((rc = uv_read_start(&c->h.stream, on_alloc, on_read)) != 0) {
+    fprintf(stderr, "lstmd: closing a new connection: uv_read_start: %s\n", uv_strerror(rc));
+    conn_abort(c);
+  }
 }
 
 /* ---- events and stop, from other threads ---- */
+
+/* uv_async_send cannot fail on Linux (libuv 1.44 always returns 0); if it ever did, the queue
+ * would wait for the next wakeup, and a stop would not be seen: say so. */
+static void wake(struct lstmd_server *s, const char *what) {
+  int rc = uv_async_send(&s->wakeup);
+  if (rc) fprintf(stderr, "lstmd: control server: uv_async_send (%s): %s\n", what, uv_strerror(rc));
+}
 
 static void post_event(void *ctx, uint64_t job_id, int final, uint8_t *frame, size_t len) {
   struct lstmd_server *s = ctx;
@@ -422,16 +526,16 @@ static void post_event(void *ctx, uint64_t job_id, int final, uint8_t *frame, si
   *s->events_tail = e;
   s->events_tail = &e->next;
   pthread_mutex_unlock(&s->mu);
-  uv_async_send(&s->wakeup);
+  wake(s, "an event for watchers");
 }
 
 static void close_everything(struct lstmd_server *s) {
   s->stopping = 1;
-  uv_close((uv_handle_t *)&s->unix_listener, NULL);
+  if (s->have_unix) uv_close((uv_handle_t *)&s->unix_listener, NULL);
   if (s->have_tcp) uv_close((uv_handle_t *)&s->tcp_listener, NULL);
-  for (int i = 0; i < 3; i++) uv_close((uv_handle_t *)&s->signals[i], NULL);
+  for (int i = 0; i < s->n_signals; i++) uv_close((uv_handle_t *)&s->signals[i], NULL);
   while (s->conns) conn_close(s->conns);
-  uv_close((uv_handle_t *)&s->wakeup, NULL);
+  if (s->have_wakeup) uv_close((uv_handle_t *)&s->wakeup, NULL);
 }
 
 static void on_wakeup(uv_async_t *a) {
@@ -454,7 +558,7 @@ static void on_wakeup(uv_async_t *a) {
       conn_send(c, copy, e->len);
       if (e->final && !c->closing) {
         c->watch_id = 0;
-        idle_restart(c);
+        (void)idle_restart(c); /* closes c on failure */
       }
     }
     free(e->frame);
@@ -471,7 +575,7 @@ void lstmd_server_stop(struct lstmd_server *s) {
   pthread_mutex_lock(&s->mu);
   s->stop_requested = 1;
   pthread_mutex_unlock(&s->mu);
-  uv_async_send(&s->wakeup);
+  wake(s, "stop");
 }
 
 static void *loop_main(void *arg) {
@@ -491,15 +595,21 @@ static int bind_unix(struct lstmd_server *s) {
     lstmd_errorf("--socket: %s", err);
     return LSTMD_EINVAL;
   }
-  uv_pipe_init(&s->loop, &s->unix_listener, 0);
+  int rc = uv_pipe_init(&s->loop, &s->unix_listener, 0);
+  if (rc) {
+    lstmd_errorf("--socket %s: uv_pipe_init: %s", s->cfg.socket_path, uv_strerror(rc));
+    return LSTMD_ENOMEM;
+  }
+  s->have_unix = 1;
   s->unix_listener.data = s;
   mode_t old = umask(0177); /* the socket is born 0600: no window where others may connect */
-  int rc = uv_pipe_bind(&s->unix_listener, s->cfg.socket_path);
+  rc = uv_pipe_bind(&s->unix_listener, s->cfg.socket_path);
   umask(old);
+  if (!rc) s->socket_bound = 1; /* ours from here on: removed if the start fails */
   if (!rc && s->cfg.socket_group >= 0) {
     if (chown(s->cfg.socket_path, (uid_t)-1, (gid_t)s->cfg.socket_group) != 0 ||
         chmod(s->cfg.socket_path, 0660) != 0)
-      rc = UV_EPERM;
+      rc = -errno; /* libuv's codes are negated errno values on Linux */
   }
   if (!rc) rc = uv_listen((uv_stream_t *)&s->unix_listener, 512, on_connection);
   if (rc) {
@@ -517,7 +627,11 @@ static int bind_tcp(struct lstmd_server *s) {
     lstmd_errorf("--listen: '%s' is not an IPv4 or IPv6 address", s->cfg.listen_host);
     return LSTMD_EINVAL;
   }
-  uv_tcp_init(&s->loop, &s->tcp_listener);
+  rc = uv_tcp_init(&s->loop, &s->tcp_listener);
+  if (rc) {
+    lstmd_errorf("--listen: uv_tcp_init: %s", uv_strerror(rc));
+    return LSTMD_ENOMEM;
+  }
   s->tcp_listener.data = s;
   s->have_tcp = 1;
   rc = uv_tcp_bind(&s->tcp_listener, (struct sockaddr *)&addr, 0);
@@ -529,43 +643,82 @@ static int bind_tcp(struct lstmd_server *s) {
   return LSTMD_OK;
 }
 
+/* The wakeup and the signal handles. A failure here is the system's (descriptors, memory), not
+ * the caller's: LSTMD_ENOMEM, with libuv's message. */
+static int init_loop_handles(struct lstmd_server *s) {
+  int rc = uv_async_init(&s->loop, &s->wakeup, on_wakeup);
+  if (rc) {
+    lstmd_errorf("control server: uv_async_init: %s", uv_strerror(rc));
+    return LSTMD_ENOMEM;
+  }
+  s->have_wakeup = 1;
+  s->wakeup.data = s;
+  const int sigs[3] = {SIGINT, SIGTERM, SIGUSR1};
+  for (int i = 0; i < 3; i++) {
+    if ((rc = uv_signal_init(&s->loop, &s->signals[i])) != 0) {
+      lstmd_errorf("control server: uv_signal_init: %s", uv_strerror(rc));
+      return LSTMD_ENOMEM;
+    }
+    s->n_signals = i + 1;
+    s->signals[i].data = s;
+    if ((rc = uv_signal_start(&s->signals[i], on_signal, sigs[i])) != 0) {
+      lstmd_errorf("control server: uv_signal_start(%s): %s", strsignal(sigs[i]), uv_strerror(rc));
+      return LSTMD_ENOMEM;
+    }
+  }
+  return LSTMD_OK;
+}
+
+/* Undoes a start that failed part-way, on the calling thread (no loop thread runs yet): closes
+ * the handles opened so far, runs the loop until their closes are done, closes the loop, and
+ * removes the socket file only if this server created it (a refused start must leave another
+ * daemon's socket, or a file that is not a socket, alone). */
+static void start_undo(struct lstmd_server *s) {
+  close_everything(s);
+  uv_run(&s->loop, UV_RUN_DEFAULT);
+  int rc = uv_loop_close(&s->loop);
+  if (rc) fprintf(stderr, "lstmd: control server: uv_loop_close: %s\n", uv_strerror(rc));
+  if (s->socket_bound) unlink(s->cfg.socket_path);
+  lstmd_arena_free(&s->arena);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
 int lstmd_server_start(const struct lstmd_server_config *cfg, struct lstmd_jobs *jobs,
                        struct lstmd_server **out) {
+  *out = NULL;
   struct lstmd_server *s = calloc(1, sizeof *s);
   if (!s) return LSTMD_ENOMEM;
   s->cfg = *cfg;
   if (cfg->cpus) s->cpus = *cfg->cpus;
   s->jobs = jobs;
   s->events_tail = &s->events;
-  pthread_mutex_init(&s->mu, NULL);
-  uv_loop_init(&s->loop);
-  int rc = bind_unix(s);
-  if (!rc && cfg->listen_host) rc = bind_tcp(s);
+  int rc = uv_loop_init(&s->loop);
   if (rc) {
-    uv_close((uv_handle_t *)&s->unix_listener, NULL);
-    if (s->have_tcp) uv_close((uv_handle_t *)&s->tcp_listener, NULL);
-    uv_run(&s->loop, UV_RUN_DEFAULT);
-    uv_loop_close(&s->loop);
-    unlink(cfg->socket_path);
+    lstmd_errorf("control server: uv_loop_init: %s", uv_strerror(rc));
     free(s);
-    return rc;
+    return LSTMD_ENOMEM;
   }
+  pthread_mutex_init(&s->mu, NULL);
+  rc = bind_unix(s);
+  if (!rc && cfg->listen_host) rc = bind_tcp(s);
   /* A reply written to a client that has gone raises SIGPIPE, whose default action ends the
    * whole rank (and so the MPI world); libuv leaves that to the application. Ignored, the write
    * fails with EPIPE and only that connection is closed. */
-  signal(SIGPIPE, SIG_IGN);
-  uv_async_init(&s->loop, &s->wakeup, on_wakeup);
-  s->wakeup.data = s;
-  const int sigs[3] = {SIGINT, SIGTERM, SIGUSR1};
-  for (int i = 0; i < 3; i++) {
-    uv_signal_init(&s->loop, &s->signals[i]);
-    s->signals[i].data = s;
-    uv_signal_start(&s->signals[i], on_signal, sigs[i]);
+  if (!rc) signal(SIGPIPE, SIG_IGN);
+  if (!rc) rc = init_loop_handles(s);
+  if (!rc) {
+    lstmd_jobs_set_post(jobs, post_event, s);
+    int err = pthread_create(&s->thread, NULL, loop_main, s);
+    if (err) {
+      lstmd_jobs_set_post(jobs, NULL, NULL); /* nothing may post to a server that is gone */
+      lstmd_errorf("cannot start the control server thread: %s", strerror(err));
+      rc = LSTMD_ENOMEM;
+    }
   }
-  lstmd_jobs_set_post(jobs, post_event, s);
-  if (pthread_create(&s->thread, NULL, loop_main, s) != 0) {
-    lstmd_errorf("cannot start the control server thread");
-    return LSTMD_ENOMEM;
+  if (rc) {
+    start_undo(s);
+    return rc;
   }
   pthread_setname_np(s->thread, "lstmd-control"); /* as top -H and /proc show it */
   *out = s;
@@ -580,7 +733,8 @@ void lstmd_server_join(struct lstmd_server *s) {
     free(e->frame);
     free(e);
   }
-  uv_loop_close(&s->loop);
+  int rc = uv_loop_close(&s->loop); /* EBUSY would mean a handle was left open */
+  if (rc) fprintf(stderr, "lstmd: control server: uv_loop_close: %s\n", uv_strerror(rc));
   unlink(s->cfg.socket_path);
   lstmd_arena_free(&s->arena);
   pthread_mutex_destroy(&s->mu);

@@ -37,7 +37,12 @@ struct lstmd_server_config {
 struct lstmd_server;
 
 /* Binds the listeners (errors are reported here, before any thread starts), then runs the loop
- * on a new thread. SIGINT, SIGTERM and SIGUSR1 start a drain, like a Shutdown request. */
+ * on a new thread. SIGINT, SIGTERM and SIGUSR1 start a drain, like a Shutdown request. Returns 0
+ * and *out, or a status with *out NULL: LSTMD_EINVAL for a socket path or listen address that
+ * cannot be used (a live daemon's socket, a file that is not a socket, a port in use),
+ * LSTMD_ENOMEM when the system refuses a loop, a handle or the thread. A failed start leaves
+ * nothing behind: no handle or descriptor, no post hook in `jobs`, and the socket file removed
+ * only if this call created it. */
 int lstmd_server_start(const struct lstmd_server_config *cfg, struct lstmd_jobs *jobs,
                        struct lstmd_server **out);
 /* From any thread: flush what is queued for the clients, close everything and end the loop. */

@@ -373,6 +373,13 @@ check "train --resume: truncated checkpoint" --file "$TMP/trunc-$((size / 2)).sa
   "$LSTMD" train --set data.path="$TMP/good-text" --set train.run_dir="$TMP/run-resume" "${TINY[@]}" \
   --set train.steps=4 --resume "$TMP/trunc-$((size / 2)).safetensors"
 
+# a data cursor beyond the dataset's windows (a damaged or hand-edited checkpoint)
+st_edit "$CKPT" "$TMP/cursor.safetensors" '"train.position":"' '"train.position":"99999999'
+check "train --resume: data cursor beyond the dataset" --file "$TMP/cursor.safetensors" \
+  --has "data cursor" --no-ckpt "$TMP/run-cursor" -- \
+  "$LSTMD" train --set data.path="$TMP/good-text" --set train.run_dir="$TMP/run-cursor" "${TINY[@]}" \
+  --set train.steps=4 --resume "$TMP/cursor.safetensors"
+
 for foreign in "$DATA/fortunes.txt" "$TMP/good-text/train.bin" "$DATA/seattle-temps.csv"; do
   check "eval: not a checkpoint ($(basename "$foreign"))" --file "$foreign" -- \
     "$LSTMD" eval --checkpoint "$foreign" --data "$TMP/good-text"

@@ -5,7 +5,10 @@
 #  2. `scancel -s TERM` stops the job cleanly: exit 0 and a checkpoint;
 #  3. `sbatch --wait deploy/slurm/train.sbatch` with 2 tasks × 1 CPU: the job's exit code is 0,
 #     its output names a 2-rank world, the checkpoint exists and `lstmd eval` reads it; a second
-#     submission with more steps resumes from that checkpoint (what a requeued job does).
+#     submission with more steps resumes from that checkpoint (what a requeued job does);
+#  4. `scancel JOBID` of a running train.sbatch job (SIGTERM to the batch shell and the tasks, as
+#     at the time limit): checkpoint, lstmd exit 0 with the script waiting for it, and a
+#     resubmission resumes from that checkpoint.
 # Skipped (77) where Slurm is not installed. The daemons are stopped however the test ends
 # (jobs still queued are cancelled first, so no slurmstepd or lstmd outlives the test).
 set -u
@@ -45,7 +48,7 @@ small_job_ini > "$TMP/job.ini"
 sbatch_job() { # sbatch_job OUTFILE [lstmd train args...]: sbatch --wait's status (the job's)
   local out=$1
   shift
-  LSTMD=$LSTMD CONFIG=$TMP/job.ini RUN=$TMP/sb timeout 180 \
+  LSTMD=$LSTMD CONFIG=$TMP/job.ini RUN=${RUN_DIR:-$TMP/sb} timeout 180 \
     sbatch --wait --quiet -N 1 --ntasks-per-node=2 --cpus-per-task=1 --time=5 -D "$TMP" \
       -o "$out" "$SRC/deploy/slurm/train.sbatch" "$@"
 }
@@ -68,6 +71,34 @@ if [[ $rc -eq 0 ]] && grep -q "resumed from .* at step 6" "$TMP/sbatch2.out" \
    && [[ -f "$TMP/sb/step-9.safetensors" ]]; then
   ok "second submission resumed from step 6 and reached step 9"
 else bad "resubmission: rc=$rc $(grep -m3 -e resum -e error "$TMP/sbatch2.out" 2>/dev/null)"; fi
+
+# 4. the batch script stopped as the time limit stops it: `scancel JOBID` sends SIGTERM to the
+#    batch shell and to the job step's tasks (SIGKILL after KillWait): the ranks checkpoint and
+#    exit 0, the script waits for them; a resubmission resumes from that checkpoint.
+job=$(LSTMD=$LSTMD CONFIG=$TMP/job.ini RUN=$TMP/sbc sbatch --parsable -N 1 --ntasks-per-node=2 \
+        --cpus-per-task=1 --time=5 -D "$TMP" -o "$TMP/sbatch3.out" "$SRC/deploy/slurm/train.sbatch" \
+        --set train.steps=1000000 --set train.checkpoint_every=0)
+for _ in $(seq 600); do [[ -s "$TMP/sbc/metrics.jsonl" ]] && break; sleep 0.1; done
+[[ -s "$TMP/sbc/metrics.jsonl" ]] || bad "the cancelled job did not start: $(tail -3 "$TMP/sbatch3.out" 2>/dev/null)"
+scancel "$job"
+for _ in $(seq 600); do [[ -z $(squeue -h -j "$job" -o %i 2>/dev/null) ]] && break; sleep 0.1; done
+stopped=$(grep -o "stopped at step [0-9]*" "$TMP/sbatch3.out" 2>/dev/null | grep -o "[0-9]*$")
+ck=$(/usr/bin/python3 -c 'import json,struct,sys; d=open(sys.argv[1],"rb").read(8+2**20); n=struct.unpack("<Q",d[:8])[0]; print(json.loads(d[8:8+n])["__metadata__"]["train.step"])' \
+     "$TMP/sbc/latest.safetensors" 2>/dev/null)
+if [[ -n $stopped && $ck == "$stopped" ]] && grep -q "train.sbatch: SIGTERM; waiting for lstmd" "$TMP/sbatch3.out" \
+   && grep -q "train.sbatch: lstmd exited with status 0" "$TMP/sbatch3.out"; then
+  ok "scancel of the train.sbatch job: checkpoint at step $stopped, lstmd exit 0, the script waited for it"
+else
+  bad "scancel of the batch job: stopped at '${stopped}', checkpoint step '${ck}': $(grep -e 'train.sbatch:' -e 'stopped' -e error "$TMP/sbatch3.out" 2>/dev/null | tail -4)"
+fi
+if [[ -n $stopped ]]; then
+  RUN_DIR=$TMP/sbc sbatch_job "$TMP/sbatch4.out" --set train.steps=$((stopped + 2))
+  rc=$?
+  if [[ $rc -eq 0 ]] && grep -q "resumed from .* at step $stopped" "$TMP/sbatch4.out" \
+     && [[ -f "$TMP/sbc/step-$((stopped + 2)).safetensors" ]]; then
+    ok "the resubmission resumed from step $stopped and reached step $((stopped + 2))"
+  else bad "resubmission after scancel: rc=$rc $(grep -m3 -e resum -e error "$TMP/sbatch4.out" 2>/dev/null)"; fi
+fi
 
 [[ $fails -eq 0 ]] && echo "test_slurm: passed" || echo "test_slurm: $fails FAILED"
 exit $((fails > 0))

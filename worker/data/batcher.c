@@ -208,7 +208,13 @@ struct lstmd_batcher_cursor lstmd_batcher_get_cursor(const struct lstmd_batcher 
 
 int lstmd_batcher_set_cursor(struct lstmd_batcher *b, struct lstmd_batcher_cursor c) {
   uint64_t limit = b->order == LSTMD_ORDER_SHUFFLE ? b->n_windows : b->stream_windows;
-  if (c.position > limit) return LSTMD_EINVAL;
+  if (c.position > limit) {
+    lstmd_errorf("the data cursor (epoch %llu, position %llu) is beyond the %llu %s of %s for "
+                 "this seq_len and batch", (unsigned long long)c.epoch,
+                 (unsigned long long)c.position, (unsigned long long)limit,
+                 b->order == LSTMD_ORDER_SHUFFLE ? "windows" : "windows per stream", b->ds->path);
+    return LSTMD_EFORMAT;
+  }
   b->cur = c;
   if (b->order == LSTMD_ORDER_SHUFFLE) shuffle_epoch(b, c.epoch);
   /* A restored stream cursor continues with the carried state the checkpoint restores. */

@@ -286,7 +286,17 @@ int lstmd_checkpoint_load_train(const char *path, struct lstmd_model *m, struct 
   struct lstmd_model_shape s;
   int rc = read_shape(f, path, &s);
   if (!rc && memcmp(&s, &m->shape, sizeof s) != 0) {
-    lstmd_errorf("%s: the checkpoint's model shape differs from the configured one", path);
+    /* Name the first field that differs (model.vocab, .width and .horizon come from the
+     * dataset, the others from the config). */
+    const int mine[7] = {s.kind, s.vocab, s.embed, s.width, s.hidden, s.layers, s.horizon};
+    const int want[7] = {m->shape.kind, m->shape.vocab, m->shape.embed, m->shape.width,
+                         m->shape.hidden, m->shape.layers, m->shape.horizon};
+    static const char *const keys[7] = {"model.kind", "model.vocab", "model.embed", "model.width",
+                                        "model.hidden", "model.layers", "model.horizon"};
+    int k = 0;
+    while (k < 6 && mine[k] == want[k]) k++;
+    lstmd_errorf("%s: the checkpoint's model has %s = %d, this run's %d; resume needs the same "
+                 "model shape", path, keys[k], mine[k], want[k]);
     rc = LSTMD_ECONFIG;
   }
   const char *algo = lstmd_st_meta_get(f, "optim.algo");

@@ -127,10 +127,15 @@ static int load_checkpoint(struct run *r, const char *path) {
                  "the data cursor would not mean the same windows", path, r->cfg->data_path);
     return LSTMD_ECONFIG;
   }
-  if (meta.seq_len != r->cfg->seq_len || meta.batch != r->global_batch) {
-    lstmd_errorf("%s: was trained with seq_len %d and a global batch of %d windows; this run has "
-                 "%d and %d (ranks × data.batch_size); resume needs the same", path, meta.seq_len,
-                 meta.batch, r->cfg->seq_len, r->global_batch);
+  if (meta.seq_len != r->cfg->seq_len) {
+    lstmd_errorf("%s: was trained with data.seq_len %d, this run has %d; resume needs the same",
+                 path, meta.seq_len, r->cfg->seq_len);
+    return LSTMD_ECONFIG;
+  }
+  if (meta.batch != r->global_batch) {
+    lstmd_errorf("%s: was trained with a global batch of %d windows, this run has %d (%d rank%s "
+                 "× data.batch_size %d); resume needs the same global batch", path, meta.batch,
+                 r->global_batch, r->world, r->world == 1 ? "" : "s", r->cfg->batch_size);
     return LSTMD_ECONFIG;
   }
   return lstmd_checkpoint_load_train(path, r->model, r->optim, &r->progress, NULL);
@@ -174,6 +179,8 @@ int lstmd_run_setup(struct run *r, const char *resume_path) {
   int local = LSTMD_OK;
   if (!rc && r->resumed) {
     local = lstmd_batcher_set_cursor(r->batcher, r->progress.cursor);
+    if (local && r->rank == 0)
+      lstmd_errorf("%s: its data cursor does not fit this run (a damaged checkpoint?)", resume_path);
     if (!local && r->progress.state_h)
       local = r->engine->ops->set_state(r->engine, r->progress.state_h, r->progress.state_c);
   }

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# test_resume_guards.sh — `lstmd train --resume CKPT` refuses a checkpoint that does not belong to
+# the run: trained on another dataset (prepare run on other data: another pair id), with another
+# data.seq_len, another global batch (data.batch_size, or the same batch_size on 2 ranks under
+# mpirun), or another model shape (model.hidden, model.layers, model.embed). Each refusal exits 2
+# with an "lstmd:" message line (not the effective-config dump, which echoes every key) that names
+# the field that differs and no other guarded field, and writes no checkpoint. The same checkpoint
+# resumes with the config it was written with.
+set -u
+LSTMD=$(realpath "${1:?usage: test_resume_guards.sh LSTMD_BINARY SOURCE_DIR}")
+SRC=$(realpath "${2:?}")
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm=isolated
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+ok() { echo "ok    $*"; }
+bad() { echo "FAIL  $*"; fails=$((fails + 1)); }
+
+head -c 4000 "$SRC/data/fortunes.txt" > "$TMP/a.txt"
+tail -c 4000 "$SRC/data/fortunes.txt" > "$TMP/b.txt"
+"$LSTMD" prepare text --input "$TMP/a.txt" --out "$TMP/ds" 2>/dev/null || bad "prepare ds"
+"$LSTMD" prepare text --input "$TMP/b.txt" --out "$TMP/other" 2>/dev/null || bad "prepare other"
+base=(--set data.path="$TMP/ds" --set data.seq_len=16 --set data.batch_size=4 --set model.embed=8
+      --set model.hidden=16 --set model.layers=1 --set train.threads=1 --set train.eval_every=0
+      --set train.log_every=0 --set train.steps=4)
+"$LSTMD" train "${base[@]}" --set train.steps=2 --set train.run_dir="$TMP/base" >/dev/null \
+  2>"$TMP/base.log" || bad "base run: $(tail -2 "$TMP/base.log")"
+CK=$TMP/base/step-2.safetensors
+
+# The guarded fields, as the messages name them (the key, or the thing for the dataset and the
+# global batch, which are not one key each).
+names=("dataset" "data.seq_len" "global batch" "model.hidden" "model.layers" "model.embed")
+
+# refused NAME LAUNCH... -- ARGS...: runs `LAUNCH lstmd train base ARGS --resume CK` in a fresh run
+# dir and checks the refusal and its message.
+refused() {
+  local name=$1 launch=() run="$TMP/r$((++n_runs))"
+  shift
+  while [[ $1 != -- ]]; do launch+=("$1"); shift; done
+  shift
+  timeout 120 "${launch[@]}" "$LSTMD" train "${base[@]}" "$@" --set train.run_dir="$run" \
+    --resume "$CK" >/dev/null 2>"$run.log"
+  local rc=$?
+  # the message: "lstmd:" lines other than the dump's header and the device choice
+  local msg
+  msg=$(grep '^lstmd:' "$run.log" | grep -v -e '^lstmd: effective config:' -e '^lstmd: device auto:')
+  local others=() o
+  for o in "${names[@]}"; do [[ $o != "$name" ]] && grep -qF "$o" <<<"$msg" && others+=("$o"); done
+  local ckpts
+  ckpts=$(ls "$run"/*.safetensors 2>/dev/null | wc -l)
+  if [[ $rc -eq 2 ]] && grep -qF "$name" <<<"$msg" && ((${#others[@]} == 0)) && ((ckpts == 0)); then
+    ok "$name differs: exit 2, $(head -1 <<<"$msg")"
+  else
+    local named=named
+    grep -qF "$name" <<<"$msg" || named="NOT named"
+    bad "$name differs: exit $rc (want 2), $name $named${others[*]:+, also names ${others[*]}}, $ckpts checkpoint(s) written; message: ${msg:-none}"
+  fi
+}
+n_runs=0
+
+refused "dataset" -- --set data.path="$TMP/other"
+refused "data.seq_len" -- --set data.seq_len=8
+refused "global batch" -- --set data.batch_size=8
+refused "global batch" mpirun -np 2 -- # 2 ranks × data.batch_size 4 = 8 windows, not 4
+refused "model.hidden" -- --set model.hidden=32
+refused "model.layers" -- --set model.layers=2
+refused "model.embed" -- --set model.embed=16
+
+"$LSTMD" train "${base[@]}" --set train.run_dir="$TMP/same" --resume "$CK" >/dev/null 2>"$TMP/same.log" \
+  && grep -q "resumed from .* at step 2" "$TMP/same.log" && [[ -f $TMP/same/step-4.safetensors ]] \
+  && ok "the same config resumes from it (step 2 → 4)" || bad "resume with the same config: $(tail -2 "$TMP/same.log")"
+
+[[ $fails -eq 0 ]] && echo "test_resume_guards: passed" || echo "test_resume_guards: $fails FAILED"
+exit $((fails > 0))

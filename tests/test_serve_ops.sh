@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# test_serve_ops.sh — operating `mpirun -np 2 lstmd serve` (what deploy/systemd/lstmd.service
+# runs), with lstmctl:
+#  1. --socket-group G: the socket is mode 0660 and group G; a user in G who is not the daemon's
+#     user is served; a user outside G is refused by the socket's mode and, with the mode opened
+#     up by hand, by the SO_PEERCRED check (logged) (needs root: a test user and group are
+#     created and removed again);
+#  2. TCP: a request without a token gets an UNAUTHENTICATED error and the connection is closed;
+#     lstmctl with a wrong or empty token exits 5; --listen without --token-file is refused at
+#     start (exit 2, message, no socket made);
+#  3. a second daemon on the same --state-dir, or on the same --socket, is refused (exit 2, a
+#     message saying why) and the first one is unharmed: its socket is there and it answers;
+#  4. SIGUSR1 to mpirun (systemd's KillSignal): the running job checkpoints and goes back to
+#     QUEUED, the daemon exits 0 and removes its socket; restarted, the daemon resumes the job
+#     from that checkpoint (attempt 2).
+set -u
+LSTMD=$(realpath "${1:?usage: test_serve_ops.sh LSTMD LSTMCTL SOURCE_DIR}")
+CTL=$(realpath "${2:?}")
+SRC=$(realpath "${3:?}")
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm=isolated
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+TMP=$(mktemp -d)
+SOCK=$TMP/s.sock
+SERVE_PID=
+GROUP= MEMBER=
+cleanup() {
+  [[ -n $SERVE_PID ]] && kill -9 "$SERVE_PID" 2>/dev/null
+  pkill -9 -f "$TMP/state" 2>/dev/null
+  [[ -n $MEMBER ]] && userdel "$MEMBER" 2>/dev/null
+  [[ -n $GROUP ]] && groupdel "$GROUP" 2>/dev/null
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+fails=0
+ok() { echo "ok    $*"; }
+bad() { echo "FAIL  $*"; fails=$((fails + 1)); }
+ctl() { "$CTL" --socket "$SOCK" "$@"; }
+field() { ctl --json status "$1" | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
+wait_for() { # wait_for SECONDS COMMAND...: polls until the command succeeds
+  local end=$((SECONDS + $1)); shift
+  until "$@" 2>/dev/null; do ((SECONDS < end)) || return 1; sleep 0.2; done
+}
+start_daemon() {
+  mpirun -np 2 "$LSTMD" serve --socket "$SOCK" --state-dir "$TMP/state" --data-root "$TMP" "$@" \
+    >>"$TMP/serve.log" 2>&1 &
+  SERVE_PID=$!
+  wait_for 30 test -S "$SOCK" && wait_for 10 ctl list >/dev/null || { bad "daemon did not start: $(tail -5 "$TMP/serve.log")"; exit 1; }
+}
+stop_daemon() { # waits for the daemon to exit; returns its status
+  local end=$((SECONDS + 60))
+  while kill -0 "$SERVE_PID" 2>/dev/null && ((SECONDS < end)); do sleep 0.2; done
+  wait "$SERVE_PID"; local rc=$?; SERVE_PID=; return $rc
+}
+running_step() { [[ $(field "$1" state) == RUNNING && $(field "$1" step) -gt 0 ]]; }
+# message LOG: the "lstmd:" lines of a refused start (not the ones mpirun adds)
+message() { grep '^lstmd:' "$1" | head -2 | tr '\n' ' '; }
+
+head -c 200000 "$SRC/data/fortunes.txt" > "$TMP/small.txt"
+"$LSTMD" prepare text --input "$TMP/small.txt" --out "$TMP/ds" 2>/dev/null || bad "prepare"
+cat > "$TMP/job.ini" <<EOF
+[data]
+path = ds
+seq_len = 16
+batch_size = 4
+[model]
+embed = 8
+hidden = 32
+[train]
+steps = 1000000
+log_every = 1
+eval_every = 0
+checkpoint_every = 0
+threads = 1
+EOF
+port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$TMP/token"; chmod 600 "$TMP/token"
+echo wrong-token-of-sufficient-length > "$TMP/wrong"
+echo > "$TMP/empty"
+
+# 1. --socket-group: a test group, one member who is not root (the daemon's user)
+can_users=0
+if [[ $(id -u) == 0 ]] && command -v groupadd >/dev/null && command -v useradd >/dev/null &&
+   command -v setpriv >/dev/null && id nobody >/dev/null 2>&1; then
+  GROUP=lstmdg$$ && groupadd "$GROUP" || GROUP=
+  [[ -n $GROUP ]] && MEMBER=lstmdu$$ && useradd -M -N -s /usr/sbin/nologin -G "$GROUP" "$MEMBER" || MEMBER=
+  [[ -n $GROUP && -n $MEMBER ]] && can_users=1
+fi
+as_user() { # as_user USER COMMAND...: with the user's own groups (initgroups), nothing of root's
+  local u=$1
+  shift
+  setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups -- "$@"
+}
+if ((can_users)); then
+  start_daemon --socket-group "$GROUP" --listen "127.0.0.1:$port" --token-file "$TMP/token"
+  chmod 711 "$TMP"
+  perm=$(stat -c '%a %G' "$SOCK")
+  [[ $perm == "660 $GROUP" ]] && ok "--socket-group: socket mode 0660, group $GROUP" || bad "--socket-group: socket is '$perm'"
+  out=$(as_user "$MEMBER" "$CTL" --socket "$SOCK" list 2>&1); rc=$?
+  [[ $rc == 0 ]] && ok "a member of $GROUP (uid $(id -u "$MEMBER"), not the daemon's user) is served" \
+    || bad "group member: exit $rc: $out"
+  as_user nobody "$CTL" --socket "$SOCK" list >/dev/null 2>&1; rc=$?
+  [[ $rc == 3 ]] && ok "a user outside $GROUP cannot connect (exit 3)" || bad "non-member: exit $rc"
+  chmod 666 "$SOCK"
+  as_user nobody "$CTL" --socket "$SOCK" list >/dev/null 2>&1; rc=$?
+  chmod 660 "$SOCK"
+  [[ $rc == 3 ]] && grep -q "refused a connection: uid $(id -u nobody) .*nor in its socket group" "$TMP/serve.log" \
+    && ok "with the mode opened by hand, SO_PEERCRED refuses the non-member (exit 3, logged)" \
+    || bad "non-member through a 0666 socket: exit $rc; log: $(grep refused "$TMP/serve.log" | tail -1)"
+  chmod 700 "$TMP"
+else
+  echo "skip  --socket-group (needs root, groupadd, useradd, setpriv and the nobody user)"
+  start_daemon --listen "127.0.0.1:$port" --token-file "$TMP/token"
+fi
+
+# 2. TCP without a token, with a wrong or an empty one; --listen without --token-file
+reply=$(/usr/bin/python3 - "$SRC/tests" "$port" <<'PY'
+import socket, struct, sys
+sys.path.insert(0, sys.argv[1])
+import lstmd_wire as w
+s = socket.create_connection(("127.0.0.1", int(sys.argv[2])), timeout=10)
+s.sendall(w.frame(w.empty(w.LIST)))  # no token field at all
+buf = b""
+while True:
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    buf += chunk
+n = struct.unpack(">I", buf[:4])[0]
+kind, code, msg = w.response_kind(buf[4:4 + n])
+print(w.ERROR_CODES.get(code, kind), "closed" if len(buf) == 4 + n else "more", msg)
+PY
+)
+[[ $reply == "UNAUTHENTICATED closed "* ]] && ok "TCP request without a token: $reply" || bad "TCP without a token: '$reply'"
+"$CTL" --tcp "127.0.0.1:$port" --token-file "$TMP/wrong" list >/dev/null 2>&1; rc=$?
+[[ $rc == 5 ]] && ok "lstmctl with a wrong token: exit 5" || bad "wrong token: exit $rc"
+"$CTL" --tcp "127.0.0.1:$port" --token-file "$TMP/empty" list >/dev/null 2>&1; rc=$?
+[[ $rc == 5 ]] && ok "lstmctl with an empty token: exit 5" || bad "empty token: exit $rc"
+"$CTL" --tcp "127.0.0.1:$port" --token-file "$TMP/token" list >/dev/null 2>&1 && ok "lstmctl with the token is served" \
+  || bad "the right token is not served"
+timeout 30 "$LSTMD" serve --socket "$TMP/t.sock" --state-dir "$TMP/state-t" --listen 127.0.0.1:1 \
+  >/dev/null 2>"$TMP/notoken.log"; rc=$?
+[[ $rc == 2 ]] && grep -q "^lstmd: --listen needs --token-file" "$TMP/notoken.log" && [[ ! -e $TMP/t.sock ]] \
+  && ok "--listen without --token-file: exit 2, $(message "$TMP/notoken.log")" \
+  || bad "--listen without --token-file: exit $rc, $(message "$TMP/notoken.log")"
+
+# 3. a second daemon on the same state dir, or the same socket
+timeout 60 mpirun -np 2 "$LSTMD" serve --socket "$TMP/s2.sock" --state-dir "$TMP/state" --data-root "$TMP" \
+  >/dev/null 2>"$TMP/second.log"; rc=$?
+if [[ $rc == 2 ]] && grep -q "^lstmd: --state-dir .*another lstmd serve is using it" "$TMP/second.log" && [[ ! -e $TMP/s2.sock ]]; then
+  ok "a second daemon on the same --state-dir: exit 2, $(message "$TMP/second.log")"
+else bad "second daemon on the state dir: exit $rc, $(message "$TMP/second.log")"; fi
+timeout 60 mpirun -np 2 "$LSTMD" serve --socket "$SOCK" --state-dir "$TMP/state2" --data-root "$TMP" \
+  >/dev/null 2>"$TMP/second2.log"; rc=$?
+if [[ $rc == 2 ]] && grep -q "^lstmd: --socket: another daemon is listening on $SOCK" "$TMP/second2.log"; then
+  ok "a second daemon on the same --socket: exit 2, $(message "$TMP/second2.log")"
+else bad "second daemon on the socket: exit $rc, $(message "$TMP/second2.log")"; fi
+if kill -0 "$SERVE_PID" 2>/dev/null && [[ -S $SOCK ]] && ctl list >/dev/null; then
+  ok "the first daemon is unharmed: its socket is there and it answers"
+else bad "the first daemon after the second ones: alive=$(kill -0 "$SERVE_PID" 2>/dev/null && echo yes || echo no), socket=$([[ -S $SOCK ]] && echo yes || echo no)"; fi
+
+# 4. SIGUSR1 to mpirun drains: checkpoint, QUEUED, exit 0; a restart resumes the job
+j=$(ctl submit --config "$TMP/job.ini" --name drained | tail -1)
+wait_for 60 running_step "$j" || bad "job $j did not start: $(ctl status "$j")"
+kill -USR1 "$SERVE_PID"
+stop_daemon; rc=$?
+line=$(grep "job $j: QUEUED: interrupted by a shutdown at step" "$TMP/serve.log")
+step=$(grep -o "at step [0-9]*" <<<"$line" | grep -o "[0-9]*$")
+ck=$(/usr/bin/python3 -c 'import json,struct,sys; d=open(sys.argv[1],"rb").read(8+2**20); n=struct.unpack("<Q",d[:8])[0]; print(json.loads(d[8:8+n])["__metadata__"]["train.step"])' \
+     "$TMP/state/runs/job-$j/latest.safetensors" 2>/dev/null)
+if [[ $rc == 0 && -n $step && $ck == "$step" && ! -e $SOCK ]]; then
+  ok "SIGUSR1 to mpirun: job $j checkpointed at step $step and QUEUED again, daemon exit 0, socket removed"
+else bad "SIGUSR1 drain: daemon exit $rc, log line '${line}', checkpoint step '${ck}', socket $([[ -e $SOCK ]] && echo left || echo removed)"; fi
+start_daemon
+if wait_for 60 running_step "$j" && [[ $(field "$j" attempts) == 2 ]] &&
+   wait_for 30 grep -q "resumed from .*job-$j/latest.safetensors at step $step" "$TMP/serve.log"; then
+  ok "restarted, the daemon resumes job $j from step $step (attempt 2)"
+else bad "after the restart: $(ctl status "$j"); $(grep -m1 "resumed from" "$TMP/serve.log")"; fi
+ctl shutdown >/dev/null; stop_daemon || bad "final shutdown"
+
+if ((fails)); then echo "--- serve.log (tail)"; tail -20 "$TMP/serve.log"; echo "$fails check(s) failed"; exit 1; fi
+echo "all checks passed"
