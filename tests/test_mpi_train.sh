@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # test_mpi_train.sh — data-parallel training under mpirun on this machine:
-#  1. equivalence: N=1 with batch 8, N=2 with batch 4, N=4 with batch 2 (oversubscribed) give the
-#     same weights within 1e-5, in both data orders, with dropout and small gradient buckets;
+#  1. equivalence: N=1 with batch 8, N=2 with batch 4, N=4 with batch 2 (oversubscribed) make the
+#     same updates within 1e-5 of the update's norm, in both data orders, with dropout and small
+#     gradient buckets; gradient accumulation: batch B × grad_accum k = batch k·B × 1, on 1 and
+#     2 ranks (shuffle order);
 #  2. a rank killed with SIGKILL: mpirun and every rank exit within 15 s, non-zero, naming the
 #     lost rank; the last checkpoint is whole; --resume reaches bitwise the weights of a run
 #     that was never interrupted;
-#  3. a checkpoint of N=2 resumes on N=1 with the same global batch (within 1e-5);
+#  3. a checkpoint of N=2 resumes on N=1 with the same global batch (updates within 1e-5);
 #  4. SIGUSR1 to mpirun (forwarded to every rank) and SIGTERM to the ranks: the step finishes,
 #     a checkpoint is written, exit 0;
 #  5. ranks with different configs, or datasets, stop with an error on every rank, not a hang.
+# Every equivalence runs with optim.clip_norm=0: a clip (default 1) rescales the gradient to a
+# fixed norm and so hides any uniform error in its scale. Equivalences compare updates (p - p0,
+# compare_checkpoints.py --initial): the weights of a few steps differ from their start by a
+# small fraction of their norm, so comparing weights against their own norm hides a wrong update.
 set -u
 LSTMD=$(realpath "${1:?usage: test_mpi_train.sh LSTMD_BINARY SOURCE_DIR}")
 SRC=$(realpath "${2:?}")
@@ -28,17 +34,23 @@ head -c 300000 "$SRC/data/fortunes.txt" > "$TMP/small.txt"
 "$LSTMD" prepare text --input "$TMP/small.txt" --out "$TMP/ds" 2>/dev/null || bad "prepare"
 common=(--set data.path="$TMP/ds" --set data.seq_len=16 --set model.embed=8 --set model.hidden=32
         --set train.log_every=0 --set train.eval_every=0 --set train.threads=1)
+# The initialisation every run below starts from (same seed and model): one step at lr 0 moves
+# no weight, with SGD or AdamW, weight decay or not (test_train_cli checks that).
+"$LSTMD" train "${common[@]}" --set optim.lr=0 --set train.steps=1 --set train.run_dir="$TMP/init" \
+  2>/dev/null || bad "initialisation run"
+init=(--initial "$TMP/init/step-1.safetensors")
 
 # 1. equivalence over world sizes
 for order in shuffle stream; do
   eq=("${common[@]}" --set data.order=$order --set optim.algo=sgd --set optim.lr=0.5
-      --set model.dropout=0.2 --set train.steps=6 --set train.bucket_mb=0.01)
+      --set model.dropout=0.2 --set train.steps=6 --set train.bucket_mb=0.01 --set optim.clip_norm=0)
   "$LSTMD" train "${eq[@]}" --set data.batch_size=8 --set train.run_dir="$TMP/eq-$order-1" 2>/dev/null \
     || bad "N=1 run ($order)"
   for n in 2 4; do
     timeout 120 mpirun -np $n "$LSTMD" train "${eq[@]}" --set data.batch_size=$((8 / n)) \
       --set train.run_dir="$TMP/eq-$order-$n" >/dev/null 2>"$TMP/eq.log" || bad "N=$n run ($order): $(tail -3 "$TMP/eq.log")"
-    if msg=$(compare "$TMP/eq-$order-1/step-6.safetensors" "$TMP/eq-$order-$n/step-6.safetensors" --rtol 1e-5); then
+    if msg=$(compare "$TMP/eq-$order-1/step-6.safetensors" "$TMP/eq-$order-$n/step-6.safetensors" \
+             --rtol 1e-5 "${init[@]}"); then
       ok "N=$n × batch $((8 / n)) = N=1 × batch 8 ($order, dropout): $msg"
     else bad "N=$n ($order): $msg"; fi
   done
@@ -46,13 +58,41 @@ done
 
 # 1b. several threads per rank feeding the reducer at once, with gradient accumulation
 acc=("${common[@]}" --set data.order=stream --set optim.algo=sgd --set optim.lr=0.5 --set model.dropout=0.2
-     --set train.steps=4 --set train.bucket_mb=0.01 --set optim.grad_accum=2)
+     --set train.steps=4 --set train.bucket_mb=0.01 --set optim.grad_accum=2 --set optim.clip_norm=0)
 "$LSTMD" train "${acc[@]}" --set data.batch_size=8 --set train.run_dir="$TMP/acc-1" 2>/dev/null || bad "accum N=1"
 timeout 120 mpirun -np 2 "$LSTMD" train "${acc[@]}" --set data.batch_size=4 --set train.threads=2 \
   --set train.run_dir="$TMP/acc-2" >/dev/null 2>"$TMP/acc.log" || bad "accum N=2: $(tail -2 "$TMP/acc.log")"
-if msg=$(compare "$TMP/acc-1/step-4.safetensors" "$TMP/acc-2/step-4.safetensors" --rtol 1e-5); then
+if msg=$(compare "$TMP/acc-1/step-4.safetensors" "$TMP/acc-2/step-4.safetensors" --rtol 1e-5 "${init[@]}"); then
   ok "N=2 × 2 threads with grad_accum=2 = N=1 × 1 thread: $msg"
 else bad "N=2 × 2 threads, grad_accum: $msg"; fi
+
+# 1d. gradient accumulation against a bigger batch: batch B with grad_accum=k must make the step
+#     that batch k·B with grad_accum=1 makes. Shuffle order only: there each micro-batch takes the
+#     next world·B windows of the epoch's permutation (batcher.c), so k micro-batches of B cover
+#     exactly the windows of one batch of k·B, each from a zero state. In stream order they do
+#     not: the k micro-batches are k consecutive windows of the same world·B streams, carrying the
+#     state between them, while k·B means k·B streams, so it is another computation. No dropout:
+#     its masks are keyed by micro-step and column, which differ between the two.
+ga=("${common[@]}" --set data.order=shuffle --set optim.algo=sgd --set optim.lr=0.5 --set train.steps=6
+    --set train.bucket_mb=0.01 --set optim.clip_norm=0)
+ga_run() { # ga_run RANKS BATCH ACCUM: trains into $TMP/ga-RANKS-BATCHxACCUM
+  local dir="$TMP/ga-$1-$2x$3"
+  if [[ $1 == 1 ]]; then
+    "$LSTMD" train "${ga[@]}" --set data.batch_size=$2 --set optim.grad_accum=$3 \
+      --set train.run_dir="$dir" >/dev/null 2>"$dir.log"
+  else
+    timeout 120 mpirun -np $1 "$LSTMD" train "${ga[@]}" --set data.batch_size=$2 --set optim.grad_accum=$3 \
+      --set train.run_dir="$dir" >/dev/null 2>"$dir.log"
+  fi || bad "grad_accum run: $1 rank(s), batch $2, grad_accum $3: $(tail -2 "$dir.log")"
+}
+for spec in "1 8 1" "1 4 2" "1 2 4" "2 4 1" "2 2 2"; do ga_run $spec; done
+for pair in "1-8x1 1-4x2" "1-8x1 1-2x4" "2-4x1 2-2x2"; do
+  read -r big small <<<"$pair" # RANKS-BATCHxACCUM
+  if msg=$(compare "$TMP/ga-$big/step-6.safetensors" "$TMP/ga-$small/step-6.safetensors" --rtol 1e-5 \
+           "${init[@]}"); then
+    ok "grad_accum: ranks-batch×accum $small = $big (shuffle): $msg"
+  else bad "grad_accum: $small vs $big (shuffle): $msg"; fi
+done
 
 # 1c. the step timeline: one track per rank, all-reduce overlapping backward
 timeout 120 mpirun -np 2 "$LSTMD" train "${acc[@]}" --set data.batch_size=4 --set train.threads=2 \
@@ -62,7 +102,7 @@ else bad "--trace: $msg"; fi
 
 # 2. kill a rank, then resume bitwise. Constant LR, so that train.steps does not shape the run.
 long=("${common[@]}" --set data.batch_size=4 --set optim.schedule=constant --set train.checkpoint_every=100
-      --set train.run_dir=run)
+      --set train.run_dir=run --set optim.clip_norm=0)
 mkdir -p "$TMP/killed" "$TMP/reference"
 (cd "$TMP/killed" && exec timeout 120 mpirun -np 2 "$LSTMD" train "${long[@]}" --set train.steps=1000000 \
    >/dev/null 2>err.log) &
@@ -95,9 +135,11 @@ else bad "resume after kill differs from the uninterrupted run"; fi
 mkdir -p "$TMP/across"
 cp "$TMP/killed/run/step-$k.safetensors" "$TMP/across/start.safetensors"
 (cd "$TMP/across" && "$LSTMD" train "${common[@]}" --set data.batch_size=8 --set optim.schedule=constant \
-   --set train.checkpoint_every=100 --set train.run_dir=run --set train.steps=$n \
+   --set train.checkpoint_every=100 --set train.run_dir=run --set train.steps=$n --set optim.clip_norm=0 \
    --resume start.safetensors >/dev/null 2>log) || bad "N=1 resume of an N=2 checkpoint: $(tail -2 "$TMP/across/log")"
-if msg=$(compare "$TMP/reference/run/step-$n.safetensors" "$TMP/across/run/step-$n.safetensors" --rtol 1e-5); then
+# The updates from the shared step-k checkpoint on: N=2 (the reference run) and N=1 from there.
+if msg=$(compare "$TMP/reference/run/step-$n.safetensors" "$TMP/across/run/step-$n.safetensors" --rtol 1e-5 \
+         --initial "$TMP/across/start.safetensors"); then
   ok "an N=2 checkpoint resumed on N=1 (batch 8) matches N=2: $msg"
 else bad "resume across world sizes: $msg"; fi
 
