@@ -4,9 +4,9 @@
 #     same updates within 1e-5 of the update's norm, in both data orders, with dropout and small
 #     gradient buckets; gradient accumulation: batch B × grad_accum k = batch k·B × 1, on 1 and
 #     2 ranks (shuffle order);
-#  2. a rank killed with SIGKILL: mpirun and every rank exit within 15 s, non-zero, naming the
-#     lost rank; the last checkpoint is whole; --resume reaches bitwise the weights of a run
-#     that was never interrupted;
+#  2. a rank killed with SIGKILL: mpirun and every rank exit within 15 s, non-zero; lstmd's own
+#     message names the lost rank (KNOWN BUG, reported as XFAIL: see there); the last checkpoint
+#     is whole; --resume reaches bitwise the weights of a run that was never interrupted;
 #  3. a checkpoint of N=2 resumes on N=1 with the same global batch (updates within 1e-5);
 #  4. SIGUSR1 to mpirun (forwarded to every rank) and SIGTERM to the ranks: the step finishes,
 #     a checkpoint is written, exit 0;
@@ -25,6 +25,14 @@ trap 'pkill -9 -f "$TMP" 2>/dev/null; rm -rf "$TMP"' EXIT
 fails=0
 ok() { echo "ok    $*"; }
 bad() { echo "FAIL  $*"; fails=$((fails + 1)); }
+# known_bug WHAT CHECK...: a check written to the right contract that fails today because of a
+# product bug reported elsewhere: XFAIL while it fails, FAIL (XPASS) once it passes, so that the
+# marker is removed when the bug is fixed.
+known_bug() {
+  local what=$1; shift
+  if "$@"; then bad "XPASS $what: the known bug is fixed; make this an ordinary check"
+  else echo "XFAIL $what (known product bug, see the comment above the check)"; fi
+}
 compare() { /usr/bin/python3 "$SRC/tests/compare_checkpoints.py" "$@"; }
 meta_step() {
   /usr/bin/python3 -c 'import json,struct,sys; d=open(sys.argv[1],"rb").read(8+2**20); n=struct.unpack("<Q",d[:8])[0]; print(json.loads(d[8:8+n])["__metadata__"]["train.step"])' "$1"
@@ -101,24 +109,44 @@ if msg=$(/usr/bin/python3 "$SRC/tests/check_trace.py" "$TMP/trace.json" 2 2>&1);
 else bad "--trace: $msg"; fi
 
 # 2. kill a rank, then resume bitwise. Constant LR, so that train.steps does not shape the run.
+#    The killed run's ranks carry a marker in their argv: --config with a file of its own (an
+#    empty job config, so that the effective config, stored in every checkpoint, is the one of the
+#    reference run and the files can be compared byte for byte); pgrep -f finds any rank left.
 long=("${common[@]}" --set data.batch_size=4 --set optim.schedule=constant --set train.checkpoint_every=100
       --set train.run_dir=run --set optim.clip_norm=0)
 mkdir -p "$TMP/killed" "$TMP/reference"
-(cd "$TMP/killed" && exec timeout 120 mpirun -np 2 "$LSTMD" train "${long[@]}" --set train.steps=1000000 \
-   >/dev/null 2>err.log) &
+marker="$TMP/killed/sigkill-marker.ini"
+echo "# an empty job config: its path in the ranks' argv marks them" > "$marker"
+(cd "$TMP/killed" && exec timeout 120 mpirun -np 2 "$LSTMD" train --config "$marker" "${long[@]}" \
+   --set train.steps=1000000 >/dev/null 2>err.log) &
 job=$!
 for _ in $(seq 300); do [[ -f "$TMP/killed/run/step-200.safetensors" ]] && break; sleep 0.1; done
 ranks_of() { pgrep -P "$(pgrep -P "$1" mpirun)" lstmd; } # job = timeout -> mpirun -> ranks
+ranks=$(ranks_of $job | tr '\n' ' ')
 victim=$(ranks_of $job | tail -1)
+victim_rank=$(tr '\0' '\n' < "/proc/$victim/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+marked=$(pgrep -f "$marker" | tr '\n' ' ')
+for r in $ranks; do # the marker must find the live ranks, or "none left" below proves nothing
+  [[ " $marked " == *" $r "* ]] || bad "SIGKILL: the marker does not find live rank pid $r (found: $marked)"
+done
+[[ $(wc -w <<<"$ranks") -eq 2 && -n $victim_rank ]] || bad "SIGKILL: ranks '$ranks', victim rank '$victim_rank'"
 t0=$(date +%s)
 [[ -n $victim ]] && kill -9 "$victim" || { bad "no rank to kill"; kill $job; }
 wait $job
 rc=$?
 took=$(($(date +%s) - t0))
-left=$(pgrep -f "$TMP/killed" | wc -l)
-if [[ $rc -ne 0 && $took -le 15 && $left -eq 0 ]] && grep -q "rank [0-9]" "$TMP/killed/err.log"; then
-  ok "SIGKILL of one rank: job ended in ${took}s with status $rc, naming the rank"
-else bad "SIGKILL: rc=$rc after ${took}s, $left processes left: $(grep -i rank "$TMP/killed/err.log" | tail -2)"; fi
+left=$(pgrep -f "$marker" | tr '\n' ' ')
+if [[ $rc -ne 0 && $took -le 15 && -z $left ]]; then
+  ok "SIGKILL of rank $victim_rank: job ended in ${took}s with status $rc, no rank left"
+else bad "SIGKILL: rc=$rc after ${took}s, processes left: ${left:-none}$(for p in $left; do
+  echo; tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null | cut -c1-200; done)"; fi
+# KNOWN BUG (comm/ and worker/, not fixed here): lstmd prints no message of its own about the lost
+# rank. DESIGN.md asks for "a clear message naming the rank and cause"; what err.log holds is
+# mpirun's "mpirun noticed that process rank 1 with PID 0 on node ... exited on signal 9
+# (Killed)", and lstmd's lines end with the start-up notes (rank 0 is blocked in the all-reduce
+# until mpirun kills it). The old check grepped "rank [0-9]" and so matched mpirun's line.
+lstmd_names_rank() { grep -E "^lstmd: " "$TMP/killed/err.log" | grep -Eq "\brank $victim_rank\b"; }
+known_bug "SIGKILL: a line of lstmd's own (\"lstmd: ...\") names the lost rank $victim_rank" lstmd_names_rank
 k=$(meta_step "$TMP/killed/run/latest.safetensors")
 "$LSTMD" eval --checkpoint "$TMP/killed/run/latest.safetensors" --data "$TMP/ds" >/dev/null 2>&1 \
   && ok "the last checkpoint (step $k) is whole" || bad "latest checkpoint unreadable"
