@@ -1,7 +1,20 @@
 #!/usr/bin/env python3
-"""compare_checkpoints.py A B [--rtol R] — compares the model tensors of two lstmd checkpoints
-(safetensors, parsed here with struct/json/numpy) and fails when any tensor differs by more than
-R in norm-relative terms: ||a - b|| / ||b|| > R. Prints the worst tensor."""
+"""compare_checkpoints.py A B [--rtol R] [--initial P0] — compares the model tensors of two lstmd
+checkpoints (safetensors, parsed here with struct/json/numpy).
+
+Without --initial: fails when any tensor differs by more than R in norm-relative terms,
+||a - b|| / ||b|| > R. With --rtol 0 that is "every model tensor equal".
+
+With --initial P0 (the checkpoint both runs started from): compares what training did, the
+updates a - p0 and b - p0, relative to the size of the update: ||(a - p0) - (b - p0)|| /
+||b - p0|| > R fails, and so does a tensor that B did not move at all (nothing to compare).
+Weights against their own norm hide a wrong update: after a few steps the update is a small
+fraction of the weights, so even a 10% error in it can stay under 1e-5 of ||b||.
+
+A NaN or Inf in any tensor of any of the files (optimizer moments and carried state included)
+fails, naming the file and the tensor: a NaN would otherwise make the relative error NaN, which
+no "greater than" test catches.
+Prints the worst tensor. Exit 0: within tolerance; 1: not."""
 import json
 import struct
 import sys
@@ -10,6 +23,7 @@ import numpy as np
 
 
 def load(path):
+    """Every tensor of the file (model, optimizer moments, carried state) by name."""
     with open(path, "rb") as f:
         data = f.read()
     (n,) = struct.unpack("<Q", data[:8])
@@ -17,28 +31,81 @@ def load(path):
     base = 8 + n
     out = {}
     for name, t in header.items():
-        if name == "__metadata__" or name.startswith("optim.") or name.startswith("state."):
+        if name == "__metadata__":
             continue
         b, e = t["data_offsets"]
         out[name] = np.frombuffer(data[base + b:base + e], dtype="<f4").reshape(t["shape"])
     return out
 
 
-def main():
-    a, b = load(sys.argv[1]), load(sys.argv[2])
-    rtol = float(sys.argv[sys.argv.index("--rtol") + 1]) if "--rtol" in sys.argv else 1e-5
-    if a.keys() != b.keys():
-        print("tensor names differ:", sorted(a.keys() ^ b.keys()))
+def model_tensors(tensors):
+    return {k: v for k, v in tensors.items() if not k.startswith(("optim.", "state."))}
+
+
+def non_finite(path, tensors):
+    """Messages for the tensors of `path` that hold a NaN or an Inf."""
+    msgs = []
+    for name, x in tensors.items():
+        bad = ~np.isfinite(x)
+        if bad.any():
+            first = int(np.flatnonzero(bad.reshape(-1))[0])
+            msgs.append(f"{path}: tensor {name} holds {int(bad.sum())} non-finite value(s) "
+                        f"(first at flat index {first}: {x.reshape(-1)[first]})")
+    return msgs
+
+
+def main(argv):
+    args, rtol, initial = [], 1e-5, None
+    i = 1
+    while i < len(argv):
+        if argv[i] == "--rtol":
+            rtol, i = float(argv[i + 1]), i + 2
+        elif argv[i] == "--initial":
+            initial, i = argv[i + 1], i + 2
+        else:
+            args.append(argv[i])
+            i += 1
+    if len(args) != 2:
+        print(__doc__.splitlines()[0], file=sys.stderr)
+        return 2
+    files = [(args[0], load(args[0])), (args[1], load(args[1]))]
+    if initial:
+        files.append((initial, load(initial)))
+    msgs = [m for path, t in files for m in non_finite(path, t)]
+    if msgs:
+        print("non-finite values: " + "; ".join(msgs))
         return 1
-    worst, worst_name = 0.0, ""
+    files = [(path, model_tensors(t)) for path, t in files]
+    a, b = files[0][1], files[1][1]
+    p0 = files[2][1] if initial else None
+    for path, t in files[1:]:
+        if t.keys() != a.keys():
+            print(f"tensor names differ between {args[0]} and {path}:", sorted(a.keys() ^ t.keys()))
+            return 1
+        for name in a:
+            if t[name].shape != a[name].shape:
+                print(f"tensor {name}: shape {a[name].shape} in {args[0]}, {t[name].shape} in {path}")
+                return 1
+    worst, worst_name, still = 0.0, "", []
     for name in a:
         x, y = a[name].astype(np.float64), b[name].astype(np.float64)
+        if p0 is not None:
+            x, y = x - p0[name], y - p0[name]
+            if not np.any(y):
+                still.append(name)
+                continue
         rel = np.linalg.norm(x - y) / max(np.linalg.norm(y), 1e-30)
-        if rel > worst:
+        if not rel <= worst:
             worst, worst_name = rel, name
-    print(f"max norm-relative difference {worst:.3g} ({worst_name or 'all equal'}), tolerance {rtol:g}")
+    if still:
+        print(f"{args[1]} did not move from {initial}: tensor(s) {', '.join(still)} "
+              "(no update to compare)")
+        return 1
+    what = "update" if p0 is not None else "weight"
+    print(f"max norm-relative {what} difference {worst:.3g} ({worst_name or 'all equal'}), "
+          f"tolerance {rtol:g}")
     return 0 if worst <= rtol else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv))

@@ -3,7 +3,9 @@
 # datasets, bad configs, corrupt or foreign checkpoints, a prime outside the vocabulary.
 # Every case must: exit with exactly 2 (no crash, no 1), print nothing on stdout, print a message
 # on stderr that names the offending file (and CSV line / config key where given), and, for
-# prepare, leave nothing half-written in the output directory.
+# prepare, leave nothing half-written in the output directory. "The message" is lstmd's own lines
+# ("lstmd: ...") without the effective-config dump that `train` prints first: the dump echoes
+# data.path and the other settings, so a match there would pass with no error message at all.
 #
 # usage: test_bad_input.sh LSTMD SOURCE_DIR        (ctest passes both)
 # Byte surgery on checkpoint headers uses python3 (standard library only).
@@ -37,8 +39,8 @@ fail() {
 
 # check NAME [--file PATH] [--has TEXT] [--clean-dir DIR] [--same-dir DIR COPY] [--no-ckpt DIR]
 #       -- COMMAND ARGS...
-#   --file PATH      stderr must contain PATH (the file the message is about)
-#   --has TEXT       stderr must contain TEXT (a line number, a config key, ...)
+#   --file PATH      a message line must contain PATH (the file the message is about)
+#   --has TEXT       a message line must contain TEXT (a line number, a config key, ...)
 #   --clean-dir DIR  afterwards DIR is absent or empty (no train.bin, val.bin, *.tmp.*)
 #   --same-dir D C   afterwards D has exactly the contents of the copy C (an older dataset survives)
 #   --no-ckpt DIR    afterwards DIR holds no checkpoint (*.safetensors*)
@@ -78,12 +80,15 @@ check() {
   if [[ ! -s $err ]]; then
     fail "$name" "stderr is empty (no message)"; ok=0
   fi
+  # lstmd's message lines: "lstmd: ..." but not the dump's header, nor its "  key = value" lines
+  local msg=$TMP/case.msg
+  grep '^lstmd: ' "$err" | grep -v '^lstmd: effective config:$' >"$msg"
   local s
   for s in ${files[@]+"${files[@]}"}; do
-    grep -qF -- "$s" "$err" || { fail "$name" "message does not name the file '$s'"; ok=0; }
+    grep -qF -- "$s" "$msg" || { fail "$name" "no message line (lstmd: ...) names the file '$s'"; ok=0; }
   done
   for s in ${has[@]+"${has[@]}"}; do
-    grep -qF -- "$s" "$err" || { fail "$name" "message does not contain '$s'"; ok=0; }
+    grep -qF -- "$s" "$msg" || { fail "$name" "no message line (lstmd: ...) contains '$s'"; ok=0; }
   done
   for s in ${clean[@]+"${clean[@]}"}; do
     if [[ -e $s ]]; then

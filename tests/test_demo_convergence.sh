@@ -11,7 +11,14 @@ trap 'rm -rf "$TMP"' EXIT
 cd "$TMP"
 "$LSTMD" prepare text --input "$SRC/data/fortunes.txt" --out data 2>/dev/null || exit 1
 "$LSTMD" train --config "$SRC/deploy/demo.ini" --set data.path=data --set train.steps=300 --set train.eval_every=100 \
-  --set train.run_dir=run --set train.log_every=50 2>&1 | grep -E "^step|eval|trained" || exit 1
+  --set train.run_dir=run --set train.log_every=50 > train.log 2>&1
+rc=$? # the training's own status (a pipe into grep would report grep's)
+grep -E "^step|eval|trained" train.log
+if [[ $rc -ne 0 ]]; then
+  echo "test_demo_convergence: FAILED (lstmd train exited $rc)"
+  tail -5 train.log
+  exit 1
+fi
 out=$("$LSTMD" eval --checkpoint run/step-300.safetensors --data data) || exit 1
 echo "$out"
 loss=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["loss"])' "$out")

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # test_mpi_train.sh — data-parallel training under mpirun on this machine:
-#  1. equivalence: N=1 with batch 8, N=2 with batch 4, N=4 with batch 2 (oversubscribed) give the
-#     same weights within 1e-5, in both data orders, with dropout and small gradient buckets;
-#  2. a rank killed with SIGKILL: mpirun and every rank exit within 15 s, non-zero, naming the
-#     lost rank; the last checkpoint is whole; --resume reaches bitwise the weights of a run
-#     that was never interrupted;
-#  3. a checkpoint of N=2 resumes on N=1 with the same global batch (within 1e-5);
+#  1. equivalence: N=1 with batch 8, N=2 with batch 4, N=4 with batch 2 (oversubscribed) make the
+#     same updates within 1e-5 of the update's norm, in both data orders, with dropout and small
+#     gradient buckets; gradient accumulation: batch B × grad_accum k = batch k·B × 1, on 1 and
+#     2 ranks (shuffle order);
+#  2. a rank killed with SIGKILL: mpirun and every rank exit within 15 s, non-zero; lstmd's own
+#     message names the lost rank (KNOWN BUG, reported as XFAIL: see there); the last checkpoint
+#     is whole; --resume reaches bitwise the weights of a run that was never interrupted;
+#  3. a checkpoint of N=2 resumes on N=1 with the same global batch (updates within 1e-5);
 #  4. SIGUSR1 to mpirun (forwarded to every rank) and SIGTERM to the ranks: the step finishes,
 #     a checkpoint is written, exit 0;
 #  5. ranks with different configs, or datasets, stop with an error on every rank, not a hang.
+# Every equivalence runs with optim.clip_norm=0: a clip (default 1) rescales the gradient to a
+# fixed norm and so hides any uniform error in its scale. Equivalences compare updates (p - p0,
+# compare_checkpoints.py --initial): the weights of a few steps differ from their start by a
+# small fraction of their norm, so comparing weights against their own norm hides a wrong update.
 set -u
 LSTMD=$(realpath "${1:?usage: test_mpi_train.sh LSTMD_BINARY SOURCE_DIR}")
 SRC=$(realpath "${2:?}")
@@ -19,6 +25,14 @@ trap 'pkill -9 -f "$TMP" 2>/dev/null; rm -rf "$TMP"' EXIT
 fails=0
 ok() { echo "ok    $*"; }
 bad() { echo "FAIL  $*"; fails=$((fails + 1)); }
+# known_bug WHAT CHECK...: a check written to the right contract that fails today because of a
+# product bug reported elsewhere: XFAIL while it fails, FAIL (XPASS) once it passes, so that the
+# marker is removed when the bug is fixed.
+known_bug() {
+  local what=$1; shift
+  if "$@"; then bad "XPASS $what: the known bug is fixed; make this an ordinary check"
+  else echo "XFAIL $what (known product bug, see the comment above the check)"; fi
+}
 compare() { /usr/bin/python3 "$SRC/tests/compare_checkpoints.py" "$@"; }
 meta_step() {
   /usr/bin/python3 -c 'import json,struct,sys; d=open(sys.argv[1],"rb").read(8+2**20); n=struct.unpack("<Q",d[:8])[0]; print(json.loads(d[8:8+n])["__metadata__"]["train.step"])' "$1"
@@ -28,17 +42,23 @@ head -c 300000 "$SRC/data/fortunes.txt" > "$TMP/small.txt"
 "$LSTMD" prepare text --input "$TMP/small.txt" --out "$TMP/ds" 2>/dev/null || bad "prepare"
 common=(--set data.path="$TMP/ds" --set data.seq_len=16 --set model.embed=8 --set model.hidden=32
         --set train.log_every=0 --set train.eval_every=0 --set train.threads=1)
+# The initialisation every run below starts from (same seed and model): one step at lr 0 moves
+# no weight, with SGD or AdamW, weight decay or not (test_train_cli checks that).
+"$LSTMD" train "${common[@]}" --set optim.lr=0 --set train.steps=1 --set train.run_dir="$TMP/init" \
+  2>/dev/null || bad "initialisation run"
+init=(--initial "$TMP/init/step-1.safetensors")
 
 # 1. equivalence over world sizes
 for order in shuffle stream; do
   eq=("${common[@]}" --set data.order=$order --set optim.algo=sgd --set optim.lr=0.5
-      --set model.dropout=0.2 --set train.steps=6 --set train.bucket_mb=0.01)
+      --set model.dropout=0.2 --set train.steps=6 --set train.bucket_mb=0.01 --set optim.clip_norm=0)
   "$LSTMD" train "${eq[@]}" --set data.batch_size=8 --set train.run_dir="$TMP/eq-$order-1" 2>/dev/null \
     || bad "N=1 run ($order)"
   for n in 2 4; do
     timeout 120 mpirun -np $n "$LSTMD" train "${eq[@]}" --set data.batch_size=$((8 / n)) \
       --set train.run_dir="$TMP/eq-$order-$n" >/dev/null 2>"$TMP/eq.log" || bad "N=$n run ($order): $(tail -3 "$TMP/eq.log")"
-    if msg=$(compare "$TMP/eq-$order-1/step-6.safetensors" "$TMP/eq-$order-$n/step-6.safetensors" --rtol 1e-5); then
+    if msg=$(compare "$TMP/eq-$order-1/step-6.safetensors" "$TMP/eq-$order-$n/step-6.safetensors" \
+             --rtol 1e-5 "${init[@]}"); then
       ok "N=$n × batch $((8 / n)) = N=1 × batch 8 ($order, dropout): $msg"
     else bad "N=$n ($order): $msg"; fi
   done
@@ -46,13 +66,41 @@ done
 
 # 1b. several threads per rank feeding the reducer at once, with gradient accumulation
 acc=("${common[@]}" --set data.order=stream --set optim.algo=sgd --set optim.lr=0.5 --set model.dropout=0.2
-     --set train.steps=4 --set train.bucket_mb=0.01 --set optim.grad_accum=2)
+     --set train.steps=4 --set train.bucket_mb=0.01 --set optim.grad_accum=2 --set optim.clip_norm=0)
 "$LSTMD" train "${acc[@]}" --set data.batch_size=8 --set train.run_dir="$TMP/acc-1" 2>/dev/null || bad "accum N=1"
 timeout 120 mpirun -np 2 "$LSTMD" train "${acc[@]}" --set data.batch_size=4 --set train.threads=2 \
   --set train.run_dir="$TMP/acc-2" >/dev/null 2>"$TMP/acc.log" || bad "accum N=2: $(tail -2 "$TMP/acc.log")"
-if msg=$(compare "$TMP/acc-1/step-4.safetensors" "$TMP/acc-2/step-4.safetensors" --rtol 1e-5); then
+if msg=$(compare "$TMP/acc-1/step-4.safetensors" "$TMP/acc-2/step-4.safetensors" --rtol 1e-5 "${init[@]}"); then
   ok "N=2 × 2 threads with grad_accum=2 = N=1 × 1 thread: $msg"
 else bad "N=2 × 2 threads, grad_accum: $msg"; fi
+
+# 1d. gradient accumulation against a bigger batch: batch B with grad_accum=k must make the step
+#     that batch k·B with grad_accum=1 makes. Shuffle order only: there each micro-batch takes the
+#     next world·B windows of the epoch's permutation (batcher.c), so k micro-batches of B cover
+#     exactly the windows of one batch of k·B, each from a zero state. In stream order they do
+#     not: the k micro-batches are k consecutive windows of the same world·B streams, carrying the
+#     state between them, while k·B means k·B streams, so it is another computation. No dropout:
+#     its masks are keyed by micro-step and column, which differ between the two.
+ga=("${common[@]}" --set data.order=shuffle --set optim.algo=sgd --set optim.lr=0.5 --set train.steps=6
+    --set train.bucket_mb=0.01 --set optim.clip_norm=0)
+ga_run() { # ga_run RANKS BATCH ACCUM: trains into $TMP/ga-RANKS-BATCHxACCUM
+  local dir="$TMP/ga-$1-$2x$3"
+  if [[ $1 == 1 ]]; then
+    "$LSTMD" train "${ga[@]}" --set data.batch_size=$2 --set optim.grad_accum=$3 \
+      --set train.run_dir="$dir" >/dev/null 2>"$dir.log"
+  else
+    timeout 120 mpirun -np $1 "$LSTMD" train "${ga[@]}" --set data.batch_size=$2 --set optim.grad_accum=$3 \
+      --set train.run_dir="$dir" >/dev/null 2>"$dir.log"
+  fi || bad "grad_accum run: $1 rank(s), batch $2, grad_accum $3: $(tail -2 "$dir.log")"
+}
+for spec in "1 8 1" "1 4 2" "1 2 4" "2 4 1" "2 2 2"; do ga_run $spec; done
+for pair in "1-8x1 1-4x2" "1-8x1 1-2x4" "2-4x1 2-2x2"; do
+  read -r big small <<<"$pair" # RANKS-BATCHxACCUM
+  if msg=$(compare "$TMP/ga-$big/step-6.safetensors" "$TMP/ga-$small/step-6.safetensors" --rtol 1e-5 \
+           "${init[@]}"); then
+    ok "grad_accum: ranks-batch×accum $small = $big (shuffle): $msg"
+  else bad "grad_accum: $small vs $big (shuffle): $msg"; fi
+done
 
 # 1c. the step timeline: one track per rank, all-reduce overlapping backward
 timeout 120 mpirun -np 2 "$LSTMD" train "${acc[@]}" --set data.batch_size=4 --set train.threads=2 \
@@ -61,24 +109,44 @@ if msg=$(/usr/bin/python3 "$SRC/tests/check_trace.py" "$TMP/trace.json" 2 2>&1);
 else bad "--trace: $msg"; fi
 
 # 2. kill a rank, then resume bitwise. Constant LR, so that train.steps does not shape the run.
+#    The killed run's ranks carry a marker in their argv: --config with a file of its own (an
+#    empty job config, so that the effective config, stored in every checkpoint, is the one of the
+#    reference run and the files can be compared byte for byte); pgrep -f finds any rank left.
 long=("${common[@]}" --set data.batch_size=4 --set optim.schedule=constant --set train.checkpoint_every=100
-      --set train.run_dir=run)
+      --set train.run_dir=run --set optim.clip_norm=0)
 mkdir -p "$TMP/killed" "$TMP/reference"
-(cd "$TMP/killed" && exec timeout 120 mpirun -np 2 "$LSTMD" train "${long[@]}" --set train.steps=1000000 \
-   >/dev/null 2>err.log) &
+marker="$TMP/killed/sigkill-marker.ini"
+echo "# an empty job config: its path in the ranks' argv marks them" > "$marker"
+(cd "$TMP/killed" && exec timeout 120 mpirun -np 2 "$LSTMD" train --config "$marker" "${long[@]}" \
+   --set train.steps=1000000 >/dev/null 2>err.log) &
 job=$!
 for _ in $(seq 300); do [[ -f "$TMP/killed/run/step-200.safetensors" ]] && break; sleep 0.1; done
 ranks_of() { pgrep -P "$(pgrep -P "$1" mpirun)" lstmd; } # job = timeout -> mpirun -> ranks
+ranks=$(ranks_of $job | tr '\n' ' ')
 victim=$(ranks_of $job | tail -1)
+victim_rank=$(tr '\0' '\n' < "/proc/$victim/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+marked=$(pgrep -f "$marker" | tr '\n' ' ')
+for r in $ranks; do # the marker must find the live ranks, or "none left" below proves nothing
+  [[ " $marked " == *" $r "* ]] || bad "SIGKILL: the marker does not find live rank pid $r (found: $marked)"
+done
+[[ $(wc -w <<<"$ranks") -eq 2 && -n $victim_rank ]] || bad "SIGKILL: ranks '$ranks', victim rank '$victim_rank'"
 t0=$(date +%s)
 [[ -n $victim ]] && kill -9 "$victim" || { bad "no rank to kill"; kill $job; }
 wait $job
 rc=$?
 took=$(($(date +%s) - t0))
-left=$(pgrep -f "$TMP/killed" | wc -l)
-if [[ $rc -ne 0 && $took -le 15 && $left -eq 0 ]] && grep -q "rank [0-9]" "$TMP/killed/err.log"; then
-  ok "SIGKILL of one rank: job ended in ${took}s with status $rc, naming the rank"
-else bad "SIGKILL: rc=$rc after ${took}s, $left processes left: $(grep -i rank "$TMP/killed/err.log" | tail -2)"; fi
+left=$(pgrep -f "$marker" | tr '\n' ' ')
+if [[ $rc -ne 0 && $took -le 15 && -z $left ]]; then
+  ok "SIGKILL of rank $victim_rank: job ended in ${took}s with status $rc, no rank left"
+else bad "SIGKILL: rc=$rc after ${took}s, processes left: ${left:-none}$(for p in $left; do
+  echo; tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null | cut -c1-200; done)"; fi
+# KNOWN BUG (comm/ and worker/, not fixed here): lstmd prints no message of its own about the lost
+# rank. DESIGN.md asks for "a clear message naming the rank and cause"; what err.log holds is
+# mpirun's "mpirun noticed that process rank 1 with PID 0 on node ... exited on signal 9
+# (Killed)", and lstmd's lines end with the start-up notes (rank 0 is blocked in the all-reduce
+# until mpirun kills it). The old check grepped "rank [0-9]" and so matched mpirun's line.
+lstmd_names_rank() { grep -E "^lstmd: " "$TMP/killed/err.log" | grep -Eq "\brank $victim_rank\b"; }
+known_bug "SIGKILL: a line of lstmd's own (\"lstmd: ...\") names the lost rank $victim_rank" lstmd_names_rank
 k=$(meta_step "$TMP/killed/run/latest.safetensors")
 "$LSTMD" eval --checkpoint "$TMP/killed/run/latest.safetensors" --data "$TMP/ds" >/dev/null 2>&1 \
   && ok "the last checkpoint (step $k) is whole" || bad "latest checkpoint unreadable"
@@ -95,9 +163,11 @@ else bad "resume after kill differs from the uninterrupted run"; fi
 mkdir -p "$TMP/across"
 cp "$TMP/killed/run/step-$k.safetensors" "$TMP/across/start.safetensors"
 (cd "$TMP/across" && "$LSTMD" train "${common[@]}" --set data.batch_size=8 --set optim.schedule=constant \
-   --set train.checkpoint_every=100 --set train.run_dir=run --set train.steps=$n \
+   --set train.checkpoint_every=100 --set train.run_dir=run --set train.steps=$n --set optim.clip_norm=0 \
    --resume start.safetensors >/dev/null 2>log) || bad "N=1 resume of an N=2 checkpoint: $(tail -2 "$TMP/across/log")"
-if msg=$(compare "$TMP/reference/run/step-$n.safetensors" "$TMP/across/run/step-$n.safetensors" --rtol 1e-5); then
+# The updates from the shared step-k checkpoint on: N=2 (the reference run) and N=1 from there.
+if msg=$(compare "$TMP/reference/run/step-$n.safetensors" "$TMP/across/run/step-$n.safetensors" --rtol 1e-5 \
+         --initial "$TMP/across/start.safetensors"); then
   ok "an N=2 checkpoint resumed on N=1 (batch 8) matches N=2: $msg"
 else bad "resume across world sizes: $msg"; fi
 

@@ -242,17 +242,40 @@ static void test_journal_and_jobs(void) {
   check_true("journal: ids continue after the last", t.next_id == 4);
   lstmd_jobs_close(&t);
   struct stat st;
-  stat(path, &st);
-  const off_t compacted = st.st_size;
 
-  /* Flip a byte inside the last record: its CRC fails and it is dropped, earlier ones stay. */
+  /* One more record, appended last: job 4 submitted. Then flip a byte inside it (near its end,
+   * where a reader that skipped the CRC would still decode it): its CRC fails and it is dropped,
+   * so job 4 does not exist; a reader that trusted it would list 4 jobs. */
+  int reopened = lstmd_jobs_open(&t, dir) == 0 && t.n == 3;
+  free(lstmd_jobs_submit(&t, &spec, NULL, 100, &len));
+  reopened &= t.n == 4 && t.v[3]->id == 4 && t.v[3]->state == LSTMD__JOB_STATE__QUEUED;
+  lstmd_jobs_close(&t);
+  check_true("journal: job 4 submitted, appended", reopened);
+  stat(path, &st);
   f = fopen(path, "r+b");
-  fseek(f, compacted - 3, SEEK_SET);
+  fseek(f, st.st_size - 3, SEEK_SET);
   int c = fgetc(f);
-  fseek(f, compacted - 3, SEEK_SET);
+  fseek(f, st.st_size - 3, SEEK_SET);
   fputc(c ^ 0x5a, f);
   fclose(f);
-  check_true("journal: a corrupt record is dropped, not trusted", lstmd_jobs_open(&t, dir) == 0 && t.n >= 2);
+  /* Exactly the jobs before the corrupt record: 1 QUEUED (requeued once, attempts 1),
+   * 2 CANCELLED, 3 FAILED (check_status_replies); no job 4, and the next id is 4 again. */
+  int opened = lstmd_jobs_open(&t, dir) == 0;
+  static const int want_state[3] = {LSTMD__JOB_STATE__QUEUED, LSTMD__JOB_STATE__CANCELLED,
+                                    LSTMD__JOB_STATE__FAILED};
+  int exact = opened && t.n == 3 && t.next_id == 4 && t.v[0]->attempts == 1;
+  if (opened && t.n != 3) fprintf(stderr, "  %zu jobs after the corrupt record, want 3\n", t.n);
+  for (size_t i = 0; opened && i < t.n; i++) {
+    int want = i < 3 && t.v[i]->id == i + 1 && (int)t.v[i]->state == want_state[i];
+    if (!want && i < 3)
+      fprintf(stderr, "  job at %zu: id %llu state %d, want id %zu state %d\n", i,
+              (unsigned long long)t.v[i]->id, (int)t.v[i]->state, i + 1, want_state[i]);
+    else if (!want)
+      fprintf(stderr, "  job at %zu: id %llu state %d, want no such job\n", i,
+              (unsigned long long)t.v[i]->id, (int)t.v[i]->state);
+    exact &= want;
+  }
+  check_true("journal: a corrupt record is dropped, not trusted", exact);
   lstmd_jobs_close(&t);
 
   /* Interrupted in its 1st (above), 2nd and 3rd attempts: failed, not retried forever. */

@@ -12,7 +12,9 @@
 #     thread may run on the CPUs of all the job's ranks, not only rank 0's;
 #  6. `lstmctl shutdown` during a job: exit 0; a restarted daemon lists every record and resumes
 #     the job from its checkpoint, ending bitwise equal to an uninterrupted `lstmd train` run;
-#     the same after SIGKILL of a rank (a crash): the journal requeues the job and it resumes.
+#     the same after SIGKILL of a rank (a crash): the journal requeues the job, the restarted
+#     daemon's log says it resumed from the job's last checkpoint at that checkpoint's step, and
+#     the job ends bitwise equal to an uninterrupted run.
 set -u
 LSTMD=$(realpath "${1:?usage: test_serve.sh LSTMD LSTMCTL SOURCE_DIR}")
 CTL=$(realpath "${2:?}")
@@ -49,6 +51,9 @@ stop_daemon() { # waits for the daemon to exit; returns its status
   wait "$SERVE_PID"; local rc=$?; SERVE_PID=; return $rc
 }
 state_is() { [[ $(field "$1" state) == "$2" ]]; }
+meta_step() { # the step a checkpoint holds
+  /usr/bin/python3 -c 'import json,struct,sys; d=open(sys.argv[1],"rb").read(8+2**20); n=struct.unpack("<Q",d[:8])[0]; print(json.loads(d[8:8+n])["__metadata__"]["train.step"])' "$1"
+}
 running_step() { [[ $(field "$1" state) == RUNNING && $(field "$1" step) -gt 0 ]]; }
 
 head -c 400000 "$SRC/data/fortunes.txt" > "$TMP/small.txt"
@@ -147,17 +152,27 @@ else
   bad "control thread: ${control:-not found (no thread named lstmd-control)}; ranks on $rank_lists"
 fi
 
-# 6a. shutdown during a job; restart; resume bitwise
+# 6a. shutdown during a job; restart; resume bitwise. serve.log accumulates the output of every
+#     start, so the resume line is looked for only in what the restart wrote (the lines after
+#     the count taken before it), and its step must be the one of the checkpoint left behind.
+resume_line_since() { tail -n +$(($1 + 1)) "$TMP/serve.log" | grep "resumed from"; }
 c=$(ctl submit --config "$TMP/job.ini" --set train.steps=300 --set train.checkpoint_every=25 --name resumed | tail -1)
 wait_for 30 running_step "$c" || bad "job $c did not start"
+c_dir=$(field "$c" run_dir)
 ctl shutdown >/dev/null || bad "shutdown exit status"
 stop_daemon && ok "shutdown drains and the daemon exits 0" || bad "daemon exit status after shutdown"
 [[ -S $SOCK ]] && bad "socket left behind" || ok "socket removed"
+kc=$(meta_step "$c_dir/latest.safetensors" 2>/dev/null)
+before=$(wc -l < "$TMP/serve.log")
 start_daemon
 states=$(ctl --json list | /usr/bin/python3 -c "import json,sys; print(' '.join(j['state'] for j in json.load(sys.stdin)))")
 [[ $states == "SUCCEEDED CANCELLED FAILED SUCCEEDED FAILED SUCCEEDED "* ]] && ok "restarted daemon lists every record: $states" || bad "records after restart: $states"
 ctl watch "$c" >/dev/null && [[ $(field "$c" attempts) == 2 ]] && ok "job $c resumed after the restart and SUCCEEDED" \
   || bad "resume: $(ctl status "$c")"
+this_start=$(resume_line_since "$before")
+if [[ -n $kc && $kc -gt 0 && $kc -lt 300 && $this_start == "lstmd: resumed from $c_dir/latest.safetensors at step $kc" ]]; then
+  ok "the restart resumed it from the shutdown's checkpoint at step $kc"
+else bad "shutdown resume: checkpoint at step '$kc'; the restart's log says: '$this_start'"; fi
 mpirun -np 2 "$LSTMD" train --config "$TMP/job.ini" --set data.path="$TMP/ds" --set train.steps=300 \
   --set train.checkpoint_every=25 --set train.run_dir="$TMP/straight" >/dev/null 2>&1 || bad "straight run"
 if msg=$(/usr/bin/python3 "$SRC/tests/compare_checkpoints.py" "$(field "$c" run_dir)/step-300.safetensors" \
@@ -165,17 +180,33 @@ if msg=$(/usr/bin/python3 "$SRC/tests/compare_checkpoints.py" "$(field "$c" run_
   ok "resumed job == uninterrupted run, bitwise ($msg)"
 else bad "resumed job differs: $msg"; fi
 
-# 6b. a crash (SIGKILL of rank 1) while a job runs; restart; the journal requeues it
+# 6b. a crash (SIGKILL of rank 1) while a job runs, after its first checkpoint; restart; the
+#     journal requeues it. As in 6a, only the lines this restart wrote count (6a's restart wrote
+#     a "resumed from" line too), and the step is the one of the checkpoint the crash left. A
+#     fresh start would end on the same weights; the resume line tells the two apart.
 d=$(ctl submit --config "$TMP/job.ini" --set train.steps=400 --set train.checkpoint_every=20 --name crashed | tail -1)
-wait_for 30 running_step "$d" || bad "job $d did not start"
-sleep 0.5
+d_dir=$(field "$d" run_dir)
+# a tight poll: the job makes about a thousand steps a second, and must be killed well before 400
+for _ in $(seq 3000); do [[ -f $d_dir/latest.safetensors ]] && break; sleep 0.01; done
+[[ -f $d_dir/latest.safetensors ]] || bad "job $d wrote no checkpoint in 30 s (run dir '$d_dir')"
 kill -9 "$(pgrep -P "$SERVE_PID" | tail -1)"
 stop_daemon; rc=$?
 [[ $rc != 0 ]] && ok "a rank killed: the daemon ends (status $rc)" || bad "daemon survived a lost rank?"
+k=$(meta_step "$d_dir/latest.safetensors" 2>/dev/null)
+before=$(wc -l < "$TMP/serve.log")
 start_daemon
 ctl watch "$d" >/dev/null && [[ $(field "$d" attempts) == 2 ]] && ok "the crashed job resumed after the restart and SUCCEEDED" \
   || bad "crash resume: $(ctl status "$d")"
-grep -q "resumed from" "$TMP/serve.log" && ok "it resumed from a checkpoint" || bad "no resume line in the log"
+this_start=$(resume_line_since "$before")
+if [[ -n $k && $k -gt 0 && $k -lt 400 ]] && [[ $this_start == "lstmd: resumed from $d_dir/latest.safetensors at step $k" ]]; then
+  ok "this restart resumed it from its checkpoint at step $k"
+else bad "crash resume: the crash left a checkpoint at step '${k}'; this restart's log says: '${this_start}'"; fi
+mpirun -np 2 "$LSTMD" train --config "$TMP/job.ini" --set data.path="$TMP/ds" --set train.steps=400 \
+  --set train.checkpoint_every=20 --set train.run_dir="$TMP/straight-crash" >/dev/null 2>&1 || bad "straight run (400)"
+if msg=$(/usr/bin/python3 "$SRC/tests/compare_checkpoints.py" "$d_dir/step-400.safetensors" \
+         "$TMP/straight-crash/step-400.safetensors" --rtol 0); then
+  ok "crashed and resumed job == uninterrupted run, bitwise ($msg)"
+else bad "crashed and resumed job differs from an uninterrupted run: $msg"; fi
 
 # 4. TCP with a token
 ctl shutdown >/dev/null; stop_daemon

@@ -2,10 +2,14 @@
 # test_train_cli.sh — end-to-end training behaviour through the lstmd binary:
 #  1. determinism: the same config and seed give byte-identical checkpoints;
 #  2. bitwise resume: k steps + --resume to n equals n straight steps (shuffle and stream order,
-#     dropout, gradient accumulation, SGD and AdamW); the batch split over 2 or 3 threads gives
-#     the weights of one thread (within 1e-5);
-#  3. SIGTERM finishes the step, writes a checkpoint, exits 0, and the run resumes from it;
-#  4. text: eval prints one JSON line; sample prints the prime then N bytes, greedy is repeatable;
+#     dropout, gradient accumulation, SGD and AdamW), each resume saying so and metrics.jsonl
+#     holding exactly one record per logged step; the batch split over 2 or 3 threads makes the
+#     updates of one thread (within 1e-5 of the update's norm, clip off); one step at lr 0 leaves
+#     the initialisation (SGD and AdamW with weight decay): the --initial of the equivalences;
+#  3. SIGTERM finishes the step, writes a checkpoint, exits 0, and the run resumes from it (says
+#     so, at the step it stopped) to the weights of an uninterrupted run, bitwise;
+#  4. text: eval prints one JSON line; sample prints the prime then N bytes (exit 0), greedy
+#     twice gives the same prime + 40 bytes;
 #  5. series: prepare → train → eval → predict writes one forecast row per input row;
 #  6. --version names lstmd, the MPI library and the GPU backend's state, and exits 0;
 #  7. the example job configs (deploy/examples/*.ini) parse and train a few steps.
@@ -61,34 +65,57 @@ for v in "${variants[@]}"; do
       --set train.checkpoint_every=6 "${extra[@]}" --resume >/dev/null 2>"$d/part/log.resume") \
     || bad "$v: resume failed: $(tail -2 "$d/part/log.resume")"
   grep -q "resumed from run/latest.safetensors at step 6" "$d/part/log.resume" || bad "$v: no resume message"
-  # one history: the records the interrupted run logged after step 6 are gone
-  /usr/bin/python3 -c 'import json,sys; s=[json.loads(l)["step"] for l in open(sys.argv[1]) if "\"loss\"" in l]; sys.exit(s != sorted(set(s)))' \
-    "$d/part/run/metrics.jsonl" || bad "$v: metrics.jsonl has repeated steps after the resume"
+  # one history: the records the interrupted run logged after step 6 are gone, and those of the
+  # resumed run follow: exactly one training record per logged step (log_every=2), in order
+  steps=$(/usr/bin/python3 -c 'import json,sys; print(*[json.loads(l)["step"] for l in open(sys.argv[1]) if "\"loss\"" in l])' \
+    "$d/part/run/metrics.jsonl" 2>&1)
+  [[ $steps == "2 4 6 8 10 12" ]] || bad "$v: metrics.jsonl training records at steps '$steps', want '2 4 6 8 10 12'"
   if cmp -s "$d/full/run/step-12.safetensors" "$d/part/run/step-12.safetensors"; then
     ok "bitwise resume ($v): step 6 + resume = 12 straight steps"
   else bad "bitwise resume ($v): checkpoints differ"; fi
 done
 
 # 2b. the batch split across threads computes what one thread computes (SGD: Adam would turn
-#     rounding-level differences of near-zero gradients into full-size steps)
+#     rounding-level differences of near-zero gradients into full-size steps). Clip off (a clip
+#     rescales the gradient to a fixed norm, hiding a uniform error in its scale); updates from
+#     the initialisation compared against their own norm (compare_checkpoints.py --initial).
+run "$TMP/split-init" 1 --set model.hidden=32 --set optim.lr=0 --set train.steps=1 || bad "initialisation run"
 for order in shuffle stream; do
   split=(--set optim.algo=sgd --set optim.lr=0.5 --set data.order=$order --set model.dropout=0.2
-         --set model.hidden=32)
+         --set model.hidden=32 --set optim.clip_norm=0)
   for th in 1 2 3; do
     run "$TMP/split-$order-$th" 12 "${split[@]}" --set train.threads=$th || bad "threads=$th run"
   done
   for th in 2 3; do
     if msg=$(/usr/bin/python3 "$SRC/tests/compare_checkpoints.py" "$TMP/split-$order-1/run/step-12.safetensors" \
-             "$TMP/split-$order-$th/run/step-12.safetensors" --rtol 1e-5); then
+             "$TMP/split-$order-$th/run/step-12.safetensors" --rtol 1e-5 \
+             --initial "$TMP/split-init/run/step-1.safetensors"); then
       ok "batch split over $th threads = 1 thread ($order, dropout): $msg"
     else bad "batch split over $th threads ($order): $msg"; fi
   done
 done
 
-# 3. SIGTERM: finish the step, checkpoint, exit 0, resumable
+# 2c. one step at lr 0 leaves every weight where the initialisation put it, whatever the
+#     optimizer: AdamW with decoupled weight decay and SGD with momentum and L2 end on the same
+#     model tensors, bitwise (and a step at lr > 0 moves them). The equivalence tests take such a
+#     run as the --initial checkpoint of their updates.
+run "$TMP/lr0-adamw" 1 --set optim.lr=0 --set train.steps=1 --set optim.weight_decay=0.1 || bad "lr 0 AdamW run"
+run "$TMP/lr0-sgd" 1 --set optim.lr=0 --set train.steps=1 --set optim.algo=sgd --set optim.weight_decay=0.1 \
+  --set optim.momentum=0.9 || bad "lr 0 SGD run"
+run "$TMP/lr-adamw" 1 --set optim.lr=0.01 --set train.steps=1 || bad "lr 0.01 AdamW run"
+if msg=$(/usr/bin/python3 "$SRC/tests/compare_checkpoints.py" "$TMP/lr0-adamw/run/step-1.safetensors" \
+         "$TMP/lr0-sgd/run/step-1.safetensors" --rtol 0) \
+   && ! /usr/bin/python3 "$SRC/tests/compare_checkpoints.py" "$TMP/lr0-adamw/run/step-1.safetensors" \
+         "$TMP/lr-adamw/run/step-1.safetensors" --rtol 0 >/dev/null; then
+  ok "lr 0: AdamW + decay and SGD + momentum + L2 leave the same weights ($msg); lr 0.01 moves them"
+else bad "lr 0 does not leave the initialisation: $msg"; fi
+
+# 3. SIGTERM: finish the step, checkpoint, exit 0, resumable (constant LR, so that train.steps does
+#    not shape the run and the resumed run can be compared with an uninterrupted one)
 mkdir -p "$TMP/sig"
-(cd "$TMP/sig" && exec "$LSTMD" train "${common[@]}" --set train.run_dir=run --set train.steps=100000 \
-   --set train.log_every=1 --set train.checkpoint_every=0 >/dev/null 2>"$TMP/sig/log") &
+sig=(--set train.run_dir=run --set optim.schedule=constant --set train.log_every=1 --set train.checkpoint_every=0)
+(cd "$TMP/sig" && exec "$LSTMD" train "${common[@]}" "${sig[@]}" --set train.steps=100000 \
+   >/dev/null 2>"$TMP/sig/log") &
 pid=$!
 for _ in $(seq 100); do [[ -s "$TMP/sig/run/metrics.jsonl" ]] && break; sleep 0.1; done
 kill -TERM $pid
@@ -98,9 +125,19 @@ if [[ $rc -eq 0 && -f "$TMP/sig/run/latest.safetensors" ]] && grep -q "stopped a
   ok "SIGTERM: exit 0 with a checkpoint and a resume hint"
 else bad "SIGTERM: rc=$rc, log: $(tail -2 "$TMP/sig/log")"; fi
 stopped=$(grep -o "stopped at step [0-9]*" "$TMP/sig/log" | grep -o "[0-9]*$")
-(cd "$TMP/sig" && "$LSTMD" train "${common[@]}" --set train.run_dir=run --set train.steps=$((stopped + 2)) \
-   --resume >/dev/null 2>"$TMP/sig/log2") && [[ -f "$TMP/sig/run/step-$((stopped + 2)).safetensors" ]] \
-  && ok "SIGTERM: resumed to step $((stopped + 2))" || bad "SIGTERM: resume failed"
+stopped=${stopped:-0}
+n=$((stopped + 2))
+(cd "$TMP/sig" && "$LSTMD" train "${common[@]}" "${sig[@]}" --set train.steps=$n --resume >/dev/null 2>"$TMP/sig/log2")
+rc=$?
+mkdir -p "$TMP/sig-straight"
+(cd "$TMP/sig-straight" && "$LSTMD" train "${common[@]}" "${sig[@]}" --set train.steps=$n >/dev/null 2>"$TMP/sig-straight/log") \
+  || bad "SIGTERM: uninterrupted run to step $n"
+if [[ $rc -eq 0 && $stopped -gt 0 ]] && grep -q "resumed from run/latest.safetensors at step $stopped$" "$TMP/sig/log2" \
+   && grep -q "trained steps $((stopped + 1))\.\.$n " "$TMP/sig/log2" \
+   && cmp -s "$TMP/sig/run/step-$n.safetensors" "$TMP/sig-straight/run/step-$n.safetensors"; then
+  ok "SIGTERM: resumed at step $stopped to step $n = uninterrupted run, bitwise"
+else bad "SIGTERM: resume: rc=$rc, stopped at '$stopped': $(grep -e resumed -e trained -e error "$TMP/sig/log2" | tr '\n' ' ')" \
+  "$(cmp "$TMP/sig/run/step-$n.safetensors" "$TMP/sig-straight/run/step-$n.safetensors" 2>&1)"; fi
 
 # 4. text eval and sample
 ck="$TMP/a/run/step-12.safetensors"
@@ -108,12 +145,17 @@ out=$("$LSTMD" eval --checkpoint "$ck" --data "$TMP/ds" 2>/dev/null)
 if [[ $(wc -l <<<"$out") -eq 1 ]] && /usr/bin/python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["loss"]>0 and abs(d["bpc"]-d["loss"]/0.6931471805599453)<1e-3 and d["tokens"]>0' "$out"; then
   ok "eval: one JSON line ($out)"
 else bad "eval output: $out"; fi
-s1=$("$LSTMD" sample --checkpoint "$ck" --prime "The " --length 40 --temperature 0 2>/dev/null | od -An -c)
-s2=$("$LSTMD" sample --checkpoint "$ck" --prime "The " --length 40 --temperature 0 2>/dev/null | od -An -c)
-n=$("$LSTMD" sample --checkpoint "$ck" --prime "The " --length 40 --seed 3 2>/dev/null | wc -c)
-p=$("$LSTMD" sample --checkpoint "$ck" --prime "The " --length 40 --seed 3 2>/dev/null | head -c 4)
-[[ "$s1" == "$s2" && $n -eq 44 && "$p" == "The " ]] && ok "sample: prime + 40 bytes, greedy repeatable" \
-  || bad "sample: n=$n prime='$p'"
+# Outputs to files, so that every exit status is seen and bytes are compared as bytes.
+"$LSTMD" sample --checkpoint "$ck" --prime "The " --length 40 --temperature 0 >"$TMP/g1" 2>"$TMP/g1.log"; r1=$?
+"$LSTMD" sample --checkpoint "$ck" --prime "The " --length 40 --temperature 0 >"$TMP/g2" 2>"$TMP/g2.log"; r2=$?
+"$LSTMD" sample --checkpoint "$ck" --prime "The " --length 40 --seed 3 >"$TMP/s3" 2>"$TMP/s3.log"; r3=$?
+n=$(wc -c <"$TMP/s3"); p=$(head -c 4 "$TMP/s3")
+[[ $r3 -eq 0 && $n -eq 44 && "$p" == "The " ]] && ok "sample: exit 0, prime + 40 bytes" \
+  || bad "sample: exit $r3, $n bytes, prime '$p': $(tail -1 "$TMP/s3.log")"
+if [[ $r1 -eq 0 && $r2 -eq 0 && $(wc -c <"$TMP/g1") -eq 44 && $(head -c 4 "$TMP/g1") == "The " ]] \
+   && cmp -s "$TMP/g1" "$TMP/g2"; then
+  ok "sample: greedy (temperature 0) twice: exit 0, the same prime + 40 bytes"
+else bad "sample: greedy: exits $r1/$r2, $(wc -c <"$TMP/g1")/$(wc -c <"$TMP/g2") bytes: $(tail -1 "$TMP/g1.log")"; fi
 
 # 5. series end to end
 "$LSTMD" prepare series --input "$SRC/data/seattle-temps.csv" --target temp --horizon 3 --out "$TMP/sds" 2>/dev/null \
