@@ -1,6 +1,8 @@
 /* test_gradcheck.c — the whole model's analytic float32 gradient (every parameter tensor)
  * against central finite differences of an independent float64 forward, for a text model and
- * a series model, with dropout between layers and a non-zero carried initial state.
+ * a series model, with dropout between layers and a non-zero carried initial state; and the same
+ * for the model run as pipeline stages (model_stage.h) with one time step per chunk, so that the
+ * (dh, dc) carried between chunks and into each chunk's initial state is checked too.
  * Pass: per tensor ‖g − g_fd‖ / ‖g_fd‖ < 1e-4, and the losses agree. */
 #include <math.h>
 #include <stdlib.h>
@@ -9,6 +11,7 @@
 #include "kernels/status.h"
 #include "worker/model/model.h"
 #include "check.h"
+#include "stage_driver.h"
 
 struct ref_ctx {
   const struct lstmd_model *m;
@@ -136,6 +139,12 @@ static void gradcheck(const char *label, struct lstmd_model_shape shape, int T, 
   for (int l = 0; l < L; l++) r.masks[l] = lstmd_workspace_dropout_mask(ws, l);
   check_true("dropout masks present where expected",
              dropout == 0.0f || L == 1 || (r.masks[0] != NULL && r.masks[L - 1] == NULL));
+  /* the stages: the first layer alone, then the rest; one step per chunk; two column slices */
+  struct stage_run sr = {.stages = L > 1 ? 2 : 1, .stage_layers = {L > 1 ? 1 : L, L - 1},
+                         .chunks = T, .slices = B % 2 ? 1 : 2, .dropout = dropout, .key = &drop,
+                         .grad_scale = scale, .h0 = h0, .c0 = c0};
+  float *g_stage = calloc(m->n_params, sizeof(float));
+  const double loss_stage = stage_run(m, b, &sr, g_stage);
   double *p = malloc(m->n_params * sizeof(double));
   for (size_t i = 0; i < m->n_params; i++) p[i] = m->params[i];
   double ref = ref_loss(&r, p);
@@ -143,9 +152,12 @@ static void gradcheck(const char *label, struct lstmd_model_shape shape, int T, 
   snprintf(what, sizeof what, "%s loss vs float64", label);
   float lossf = (float)loss;
   check_close(what, &lossf, &ref, 1, 1e-6, 1e-5);
+  snprintf(what, sizeof what, "%s loss as %d stages of %d chunks vs float64", label, sr.stages, T);
+  lossf = (float)loss_stage;
+  check_close(what, &lossf, &ref, 1, 1e-6, 1e-5);
   for (int t = 0; t < m->n_tensors; t++) {
     const struct lstmd_tensor *x = &m->tensors[t];
-    double *fd = malloc(x->count * sizeof(double)), num = 0, den = 0;
+    double *fd = malloc(x->count * sizeof(double)), num = 0, den = 0, num_stage = 0;
     for (size_t k = 0; k < x->count; k++) {
       double *q = &p[x->offset + k], save = *q, eps = 1e-5;
       *q = save + eps;
@@ -154,17 +166,23 @@ static void gradcheck(const char *label, struct lstmd_model_shape shape, int T, 
       double down = ref_loss(&r, p);
       *q = save;
       fd[k] = (up - down) / (2 * eps) * scale;
-      double d = m->grads[x->offset + k] - fd[k];
+      double d = m->grads[x->offset + k] - fd[k], ds = g_stage[x->offset + k] - fd[k];
       num += d * d;
+      num_stage += ds * ds;
       den += fd[k] * fd[k];
     }
     double rel = sqrt(num) / (sqrt(den) + 1e-30);
     snprintf(what, sizeof what, "%s %s rel %.2e", label, x->name, rel);
     check_true(what, rel < 1e-4 && den > 0);
     if (rel >= 1e-4) check_close(x->name, m->grads + x->offset, fd, x->count, 1e-6, 1e-4);
+    const double rel_stage = sqrt(num_stage) / (sqrt(den) + 1e-30);
+    snprintf(what, sizeof what, "  ... as stages: rel %.2e", rel_stage);
+    check_true(what, rel_stage < 1e-4 && den > 0);
+    if (rel_stage >= 1e-4) check_close(x->name, g_stage + x->offset, fd, x->count, 1e-6, 1e-4);
     free(fd);
   }
   free(p);
+  free(g_stage);
   free(h0);
   free(c0);
   free(h0d);

@@ -34,8 +34,12 @@ void lstmd_cpu_linear_backward(int N, int In, int O, const float *x, const float
     const float *row = dy + (size_t)n * O;
     for (int o = 0; o < O; o++) db[o] += row[o];
   }
-  if (dx)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, In, O, 1.0f, dy, O, w, In, 0.0f, dx, In);
+  if (dx) lstmd_cpu_linear_backward_input(N, In, O, w, dy, dx);
+}
+
+void lstmd_cpu_linear_backward_input(int N, int In, int O, const float *w, const float *dy,
+                                     float *dx) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, In, O, 1.0f, dy, O, w, In, 0.0f, dx, In);
 }
 
 double lstmd_cpu_softmax_xent(int N, int V, float *logits, const int32_t *targets,

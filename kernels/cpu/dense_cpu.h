@@ -16,6 +16,9 @@ void lstmd_cpu_embedding_backward(int N, int E, const float *dout, const int32_t
 /* y [N,O] = x [N,I] · w[O,I]^T + b[O]. */
 void lstmd_cpu_linear_forward(int N, int I, int O, const float *x, const float *w, const float *b,
                               float *y);
+/* dx [N,I] = dy [N,O] · w [O,I]: the input part of linear_backward alone. */
+void lstmd_cpu_linear_backward_input(int N, int I, int O, const float *w, const float *dy,
+                                     float *dx);
 /* dw += dy^T·x, db += column sums of dy, dx = dy·w (dx may be NULL). */
 void lstmd_cpu_linear_backward(int N, int I, int O, const float *x, const float *w,
                                const float *dy, float *dw, float *db, float *dx);

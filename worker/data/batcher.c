@@ -101,13 +101,11 @@ void lstmd_batch_slice(const struct lstmd_batch *src, int col0, struct lstmd_bat
   const int n = dst->batch, W = src->width, K = src->horizon;
   for (int t = 0; t < src->steps; t++) {
     const size_t from = (size_t)t * src->batch + col0, to = (size_t)t * n;
-    if (src->ids) {
-      memcpy(dst->ids + to, src->ids + from, n * sizeof *src->ids);
+    if (src->ids && dst->ids) memcpy(dst->ids + to, src->ids + from, n * sizeof *src->ids);
+    if (src->targets && dst->targets)
       memcpy(dst->targets + to, src->targets + from, n * sizeof *src->targets);
-    } else {
-      memcpy(dst->x + to * W, src->x + from * W, (size_t)n * W * sizeof *src->x);
-      memcpy(dst->y + to * K, src->y + from * K, (size_t)n * K * sizeof *src->y);
-    }
+    if (src->x && dst->x) memcpy(dst->x + to * W, src->x + from * W, (size_t)n * W * sizeof *src->x);
+    if (src->y && dst->y) memcpy(dst->y + to * K, src->y + from * K, (size_t)n * K * sizeof *src->y);
   }
 }
 

@@ -46,7 +46,8 @@ int lstmd_batch_alloc(const struct lstmd_dataset *ds, int steps, int batch, stru
 void lstmd_batch_free(struct lstmd_batch *b);
 /* Sets every input and target of b to zero (valid ids and values). */
 void lstmd_batch_zero(struct lstmd_batch *b);
-/* Copies columns [col0, col0 + dst->batch) of src into dst (same steps, kind and widths). */
+/* Copies columns [col0, col0 + dst->batch) of src into dst (same steps, kind and widths); a
+ * part dst has no buffer for (NULL: a pipeline stage needs only inputs or targets) is skipped. */
 void lstmd_batch_slice(const struct lstmd_batch *src, int col0, struct lstmd_batch *dst);
 
 /* Fills `out` with window `w` of ds at batch column `col` (window w covers elements

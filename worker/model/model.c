@@ -298,14 +298,12 @@ static const float *layer_input(const struct lstmd_workspace *ws, int l) {
   return prev->dropped ? prev->dropped : prev->h + (size_t)ws->B * ws->model->shape.hidden;
 }
 
-/* Mask of layer l for all (t, b, j) of the workspace, from the counter-based key. */
-static void make_dropout_mask(const struct lstmd_workspace *ws, int l, float *mask,
-                              const struct lstmd_dropout_key *key) {
-  const int T = ws->T, B = ws->B, H = ws->model->shape.hidden;
-  const float keep_scale = 1.0f / (1.0f - ws->dropout);
-  const uint32_t threshold = (uint32_t)(ws->dropout * 16777216.0f); /* p in 24-bit units */
-  const uint64_t base = lstmd_hash64(key->seed ^ lstmd_hash64(key->step * 64 + (uint64_t)l));
-  for (int t = 0; t < T; t++)
+void lstmd_dropout_mask_rows(const struct lstmd_dropout_key *key, float p, int layer, int t0,
+                             int t1, int B, int H, float *mask) {
+  const float keep_scale = 1.0f / (1.0f - p);
+  const uint32_t threshold = (uint32_t)(p * 16777216.0f); /* p in 24-bit units */
+  const uint64_t base = lstmd_hash64(key->seed ^ lstmd_hash64(key->step * 64 + (uint64_t)layer));
+  for (int t = t0; t < t1; t++)
     for (int b = 0; b < B; b++) {
       const uint64_t row = lstmd_hash64(base ^ ((uint64_t)t << 40 | (uint64_t)(key->col0 + b)));
       float *m = mask + ((size_t)t * B + b) * H;
@@ -314,6 +312,12 @@ static void make_dropout_mask(const struct lstmd_workspace *ws, int l, float *ma
         m[j] = u < threshold ? 0.0f : keep_scale;
       }
     }
+}
+
+/* Mask of layer l for all (t, b, j) of the workspace, from the counter-based key. */
+static void make_dropout_mask(const struct lstmd_workspace *ws, int l, float *mask,
+                              const struct lstmd_dropout_key *key) {
+  lstmd_dropout_mask_rows(key, ws->dropout, l, 0, ws->T, ws->B, ws->model->shape.hidden, mask);
 }
 
 void lstmd_model_end_window(struct lstmd_workspace *ws, int carry) {

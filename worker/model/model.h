@@ -67,6 +67,13 @@ struct lstmd_dropout_key {
   int col0;      /* global batch column of the workspace's column 0 */
 };
 
+/* Rows [t0, t1) of the dropout mask [T,B,H] of layer `layer` (its output), written at
+ * mask + t0·B·H: 0 with probability p, else 1/(1−p), a pure function of (key, layer, t, global
+ * column key->col0 + b, unit). The whole model and the pipeline stages (model_stage.h) share it,
+ * so a window gets the same masks whether it runs whole, by time chunk or by column slice. */
+void lstmd_dropout_mask_rows(const struct lstmd_dropout_key *key, float p, int layer, int t0,
+                             int t1, int B, int H, float *mask);
+
 /* NULL if the shape is valid, else what is wrong with it (static string). */
 const char *lstmd_model_shape_error(const struct lstmd_model_shape *shape);
 /* Fills m's shape, tensor table and n_params for a valid shape without allocating anything

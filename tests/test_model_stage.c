@@ -1,0 +1,147 @@
+/* test_model_stage.c — the model run as pipeline stages (worker/model/model_stage.h: layers cut
+ * into S stages, the window into K time chunks, the batch into column slices, the messages
+ * copied by tests/stage_driver.h) against the whole model (model.h) on the same weights, batch,
+ * initial state and dropout key: the loss, every gradient tensor (norm-relative error ≤ 1e-6),
+ * the final carried state (≤ 1e-6), and the dropout masks bit for bit. Text and series models,
+ * S = 1, 2, 3, K = 1, 2, 4 and T, 1 or 2 slices, dropout on and off. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/status.h"
+#include "worker/model/model.h"
+#include "check.h"
+#include "stage_driver.h"
+
+enum { T = 8, B = 4 };
+
+/* ‖a − b‖ / ‖b‖ over n floats (0 when both are 0). */
+static double norm_rel(const float *a, const float *b, size_t n) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    const double d = (double)a[i] - b[i];
+    num += d * d;
+    den += (double)b[i] * b[i];
+  }
+  return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void fill_batch(const struct lstmd_model *m, struct lstmd_batch *b, unsigned long long *seed) {
+  const struct lstmd_model_shape *s = &m->shape;
+  for (int n = 0; n < T * B; n++) {
+    if (s->kind == LSTMD_MODEL_TEXT) {
+      b->ids[n] = (int32_t)((n * 7 + 1) % s->vocab);
+      b->targets[n] = (int32_t)((n * 5 + 2) % s->vocab);
+    } else {
+      for (int w = 0; w < s->width; w++) b->x[n * s->width + w] = (float)test_uniform(seed, 1.5);
+      for (int k = 0; k < s->horizon; k++) b->y[n * s->horizon + k] = (float)test_uniform(seed, 1.5);
+    }
+  }
+}
+
+static void compare(const char *label, const struct lstmd_model_shape *shape, float dropout,
+                    int stages, const int *split, int chunks, int slices) {
+  struct lstmd_model *m;
+  if (lstmd_model_create(shape, &m)) {
+    check_true("model create", 0);
+    return;
+  }
+  struct lstmd_rng rng;
+  lstmd_rng_seed(&rng, 11, 1);
+  lstmd_model_init_params(m, &rng);
+  const int H = shape->hidden, L = shape->layers;
+  const size_t S = (size_t)L * B * H, TBH = (size_t)T * B * H;
+  struct lstmd_workspace *ws;
+  lstmd_workspace_create(m, T, B, dropout, &ws);
+  unsigned long long seed = 5;
+  fill_batch(m, lstmd_workspace_batch(ws), &seed);
+  float *h0 = malloc(S * sizeof(float)), *c0 = malloc(S * sizeof(float));
+  for (size_t i = 0; i < S; i++) {
+    h0[i] = (float)test_uniform(&seed, 0.5);
+    c0[i] = (float)test_uniform(&seed, 1.0);
+  }
+  const struct lstmd_dropout_key key = {3, 9, 40}; /* global column 40: not the first rank */
+  const float scale = 1.0f / (T * B);
+  /* the whole model */
+  lstmd_workspace_set_state(ws, h0, c0, B, 0);
+  memset(m->grads, 0, m->n_params * sizeof(float));
+  const double loss_whole = lstmd_model_forward(m, ws, scale, dropout > 0 ? &key : NULL);
+  lstmd_model_backward(m, ws);
+  float *g_whole = malloc(m->n_params * sizeof(float));
+  memcpy(g_whole, m->grads, m->n_params * sizeof(float));
+  float *h_whole = malloc(S * sizeof(float)), *c_whole = malloc(S * sizeof(float));
+  lstmd_model_end_window(ws, 1);
+  lstmd_workspace_get_state(ws, h_whole, c_whole, B, 0);
+  /* the stages */
+  struct stage_run r = {.stages = stages, .chunks = chunks, .slices = slices, .dropout = dropout,
+                        .key = dropout > 0 ? &key : NULL, .grad_scale = scale, .h0 = h0, .c0 = c0};
+  for (int s = 0; s < stages; s++) r.stage_layers[s] = split[s];
+  r.h_end = malloc(S * sizeof(float));
+  r.c_end = malloc(S * sizeof(float));
+  for (int l = 0; l < L; l++) r.masks[l] = lstmd_workspace_dropout_mask(ws, l) ? malloc(TBH * sizeof(float)) : NULL;
+  float *g_stage = calloc(m->n_params, sizeof(float));
+  const double loss_stage = stage_run(m, lstmd_workspace_batch(ws), &r, g_stage);
+  char what[160];
+  snprintf(what, sizeof what, "%s: loss %.9g vs %.9g", label, loss_stage, loss_whole);
+  check_true(what, fabs(loss_stage - loss_whole) <= 1e-6 * fabs(loss_whole));
+  double worst = 0.0;
+  const char *worst_name = "";
+  for (int t = 0; t < m->n_tensors; t++) {
+    const struct lstmd_tensor *x = &m->tensors[t];
+    const double e = norm_rel(g_stage + x->offset, g_whole + x->offset, x->count);
+    if (e > worst || e != e) worst = e, worst_name = x->name;
+  }
+  snprintf(what, sizeof what, "  ... gradients (worst %.2e: %s)", worst, worst_name);
+  check_true(what, worst <= 1e-6);
+  const double eh = norm_rel(r.h_end, h_whole, S), ec = norm_rel(r.c_end, c_whole, S);
+  snprintf(what, sizeof what, "  ... final state (h %.2e, c %.2e)", eh, ec);
+  check_true(what, eh <= 1e-6 && ec <= 1e-6);
+  int masks_same = 1, n_masks = 0;
+  for (int l = 0; l < L; l++) {
+    const float *mw = lstmd_workspace_dropout_mask(ws, l);
+    if (!mw) continue;
+    n_masks++;
+    masks_same &= !memcmp(mw, r.masks[l], TBH * sizeof(float));
+  }
+  if (dropout > 0) {
+    snprintf(what, sizeof what, "  ... %d dropout masks bit for bit", n_masks);
+    check_true(what, masks_same && n_masks == L - 1);
+  }
+  for (int l = 0; l < L; l++) free(r.masks[l]);
+  free(r.h_end);
+  free(r.c_end);
+  free(g_stage);
+  free(g_whole);
+  free(h_whole);
+  free(c_whole);
+  free(h0);
+  free(c0);
+  lstmd_workspace_destroy(ws);
+  lstmd_model_destroy(m);
+}
+
+int main(void) {
+  const struct lstmd_model_shape text = {.kind = LSTMD_MODEL_TEXT, .vocab = 9, .embed = 5,
+                                         .hidden = 8, .layers = 3};
+  const struct lstmd_model_shape series = {.kind = LSTMD_MODEL_SERIES, .width = 3, .hidden = 6,
+                                           .layers = 3, .horizon = 2};
+  const struct lstmd_model_shape wide = {.kind = LSTMD_MODEL_TEXT, .vocab = 7, .embed = 4,
+                                         .hidden = 32, .layers = 2}; /* packed recurrence */
+  const int all[] = {3}, two[] = {2, 1}, two_b[] = {1, 2}, three[] = {1, 1, 1}, halves[] = {1, 1};
+  char label[128];
+  for (int k = 1; k <= T; k *= 2) {
+    snprintf(label, sizeof label, "text S=1 K=%d", k);
+    compare(label, &text, 0.0f, 1, all, k, 1);
+    snprintf(label, sizeof label, "text S=1 K=%d dropout", k);
+    compare(label, &text, 0.3f, 1, all, k, 1);
+  }
+  compare("text S=2 (2,1) K=4 dropout", &text, 0.3f, 2, two, 4, 1);
+  compare("text S=2 (1,2) K=2 dropout, 2 slices", &text, 0.3f, 2, two_b, 2, 2);
+  compare("text S=3 K=8 dropout, 2 slices", &text, 0.25f, 3, three, 8, 2);
+  compare("text S=3 K=1", &text, 0.0f, 3, three, 1, 1);
+  compare("series S=2 (2,1) K=4", &series, 0.0f, 2, two, 4, 1);
+  compare("series S=3 K=2 dropout, 2 slices", &series, 0.2f, 3, three, 2, 2);
+  compare("text H32 S=2 K=4 dropout", &wide, 0.2f, 2, halves, 4, 2);
+  return check_summary("test_model_stage");
+}
