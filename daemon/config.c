@@ -31,6 +31,7 @@ static const char *const kAlgos[] = {"adamw", "sgd", NULL};
 static const char *const kSchedules[] = {"cosine", "constant", NULL};
 static const char *const kDevices[] = {"cpu", "cuda", "auto", NULL}; /* enum lstmd_device */
 static const char *const kPrecisions[] = {"fp32", "fp16", "bf16", "tf32", NULL};
+static const char *const kPipeSchedules[] = {"wavefront", "gpipe", "1f1b", NULL}; /* lstmd_pipe_kind */
 
 #define F(field) offsetof(struct lstmd_train_config, field)
 #define S(field) sizeof(((struct lstmd_train_config *)0)->field)
@@ -48,6 +49,10 @@ static const struct cfg_key kKeys[] = {
     {"model", "layers", CFG_INT, F(layers), 0, "2", 1, 16, NULL, "stacked LSTM layers"},
     {"model", "dropout", CFG_FLOAT, F(dropout), 0, "0", 0, 0.95, NULL,
      "dropout on the output of every LSTM layer but the last"},
+    {"model", "stages", CFG_INT, F(stages), 0, "1", 1, 16, NULL,
+     "pipeline stages: the layers split over this many ranks (the world is replicas x stages)"},
+    {"model", "stage_layers", CFG_STRING, F(stage_layers), S(stage_layers), "", 0, 0, NULL,
+     "layers per stage, e.g. 3,1 (empty: an even split)"},
     {"optim", "algo", CFG_ENUM, F(optim.algo), 0, "adamw", 0, 0, kAlgos, "optimizer"},
     {"optim", "lr", CFG_FLOAT, F(optim.lr), 0, "0.002", 0, 10, NULL, "peak learning rate"},
     {"optim", "weight_decay", CFG_FLOAT, F(optim.weight_decay), 0, "0", 0, 1, NULL,
@@ -75,7 +80,13 @@ static const struct cfg_key kKeys[] = {
     {"train", "precision", CFG_ENUM, F(precision), 0, "fp32", 0, 0, kPrecisions,
      "fp32 (CPU and GPU, no TF32), tf32, or mixed fp16/bf16 (GPU; fp32 master weights)"},
     {"train", "comm_timeout_s", CFG_DOUBLE, F(comm_timeout_s), 0, "600", 1, 86400, NULL,
-     "GPU: a gradient all-reduce unfinished after this long fails the job"},
+     "a gradient all-reduce or a transfer between stages unfinished after this long fails the job"},
+    {"train", "schedule", CFG_ENUM, F(pipe_schedule), 0, "wavefront", 0, 0, kPipeSchedules,
+     "pipeline schedule (model.stages > 1): time-chunk wavefront, fill-drain, or 1F1B"},
+    {"train", "micro_batches", CFG_INT, F(micro_batches), 0, "1", 1, 65536, NULL,
+     "pipeline: column micro-batches per window (data.batch_size a multiple of it)"},
+    {"train", "time_chunks", CFG_INT, F(time_chunks), 0, "0", 0, 65536, NULL,
+     "pipeline: time chunks per window (data.seq_len a multiple; 0: automatic)"},
     {"train", "run_dir", CFG_STRING, F(run_dir), S(run_dir), "runs/default", 0, 0, NULL,
      "checkpoints, metrics.jsonl"},
     {"train", "checkpoint_every", CFG_LONG, F(checkpoint_every), 0, "1000", 0, 1e12, NULL,
@@ -307,6 +318,29 @@ int lstmd_config_check(const struct lstmd_train_config *c, char *err, size_t n) 
   }
   if (!c->run_dir[0]) {
     snprintf(err, n, "train.run_dir must not be empty");
+    return LSTMD_ECONFIG;
+  }
+  /* The pipeline layout (checked only for model.stages > 1 but model.stage_layers, which must
+   * always fit; the number of ranks is checked at start, where it is known). */
+  int counts[16];
+  if ((c->stages > 1 || c->stage_layers[0]) &&
+      lstmd_stage_layer_counts(c->stage_layers, c->stages, c->layers, counts, err, n))
+    return LSTMD_ECONFIG;
+  if (c->stages == 1) return LSTMD_OK;
+  if (c->batch_size % c->micro_batches) {
+    snprintf(err, n, "train.micro_batches: data.batch_size %d is not a multiple of %d",
+             c->batch_size, c->micro_batches);
+    return LSTMD_ECONFIG;
+  }
+  if (c->time_chunks > c->seq_len || c->seq_len % lstmd_effective_time_chunks(c)) {
+    snprintf(err, n, "train.time_chunks: data.seq_len %d is not a multiple of %d", c->seq_len,
+             c->time_chunks);
+    return LSTMD_ECONFIG;
+  }
+  const long items = (long)c->grad_accum * c->micro_batches * lstmd_effective_time_chunks(c);
+  if (items > 32768) {
+    snprintf(err, n, "train.time_chunks: optim.grad_accum x train.micro_batches x time chunks = "
+             "%ld items per step; at most 32768", items);
     return LSTMD_ECONFIG;
   }
   return LSTMD_OK;

@@ -13,6 +13,8 @@ Pass: norm-relative error of lstmd vs torch float64 below 1e-5 and the max error
 output's scale (max|a-b| / max|b|) below 1e-5, for every output. Exit 1 on any mismatch.
 
 usage: test_torch_parity.py --lstmd PATH --dump-logits PATH --source-dir DIR [--keep]
+       test_torch_parity.py --dump-logits PATH --checkpoint CKPT   (steps 2-4 on a given file,
+       e.g. one gathered from pipeline stages; tests/test_pipeline.sh)
 """
 import argparse
 import json
@@ -231,15 +233,21 @@ def train(args, tmp, name, data_dir, extra=None):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--lstmd", required=True)
+    ap.add_argument("--lstmd")
     ap.add_argument("--dump-logits", required=True)
-    ap.add_argument("--source-dir", required=True)
+    ap.add_argument("--source-dir")
+    ap.add_argument("--checkpoint", help="check only this checkpoint (strict load, outputs)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir")
     args = ap.parse_args()
+    if not args.checkpoint and not (args.lstmd and args.source_dir):
+        ap.error("--lstmd and --source-dir are required without --checkpoint")
     torch.manual_seed(0)
     print("torch %s, numpy %s" % (torch.__version__, np.__version__), flush=True)
     tmp = tempfile.mkdtemp(prefix="lstmd-parity-")
     try:
+        if args.checkpoint:
+            check_checkpoint(args, tmp, args.checkpoint, [(16, 4, 1), (23, 3, 2)])
+            return finish(args, tmp)
         data = os.path.join(args.source_dir, "data")
         # Text: the bundled corpus.
         text_dir = os.path.join(tmp, "text")
@@ -274,11 +282,14 @@ def main():
         check_checkpoint(args, tmp, ckpt, [(16, 4, 8), (29, 2, 9)])
     except Exception as e:  # a broken pipeline is a failure too, with the reason
         fail("%s: %s" % (type(e).__name__, e))
-    finally:
-        if args.keep:
-            print("kept " + tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+    return finish(args, tmp)
+
+
+def finish(args, tmp):
+    if args.keep:
+        print("kept " + tmp)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
     if FAILURES:
         print("%d failure(s)" % len(FAILURES))
         return 1

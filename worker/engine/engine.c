@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "kernels/clock.h"
 #include "kernels/status.h"
 
 int lstmd_engine_create(enum lstmd_engine_kind kind, struct lstmd_model *m,
@@ -17,6 +18,8 @@ int lstmd_engine_create(enum lstmd_engine_kind kind, struct lstmd_model *m,
   switch (kind) {
     case LSTMD_ENGINE_CPU:
       return lstmd_engine_cpu_create(&base, out);
+    case LSTMD_ENGINE_PIPE:
+      return lstmd_engine_pipe_create(&base, out);
     case LSTMD_ENGINE_GPU:
 #if LSTMD_WITH_GPU
       return lstmd_engine_gpu_create(&base, out);
@@ -35,15 +38,16 @@ void lstmd_engine_destroy(struct lstmd_engine *e) {
 int lstmd_engine_run_windows(struct lstmd_engine *e, const struct lstmd_step_input *in,
                              struct lstmd_step_result *out, lstmd_window_fn window,
                              void (*reset)(struct lstmd_engine *e)) {
-  out->loss_sum = 0.0;
-  out->comm_wait_s = 0.0;
+  *out = (struct lstmd_step_result){0};
   for (int a = 0; a < in->windows; a++) {
     int zero_state = 0;
     const struct lstmd_batch *batch = in->next_window(in->ctx, &zero_state);
     if (zero_state) reset(e);
     double loss = 0.0, waited = 0.0;
+    const double t0 = lstmd_now_s();
     LSTMD_TRY(window(e, batch, in->grad_scale, in->first_window + (uint64_t)a, a == 0,
                      a == in->windows - 1, &loss, &waited));
+    out->busy_s += lstmd_now_s() - t0 - waited;
     out->loss_sum += loss;
     out->comm_wait_s += waited;
   }

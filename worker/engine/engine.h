@@ -6,8 +6,10 @@
  *   engine_cpu.c  the CPU backend: the batch split into slices on threads, gradients summed
  *                 over slices and then over ranks by the reducer thread while backward runs
  *   engine_gpu.c  one GPU per rank: cuDNN LSTM, cuBLAS head, NCCL (built with the GPU backend)
+ *   engine_pipe.c pipeline stages on CPU ranks: a stage's layers, units × time chunks in the
+ *                 order of pipe_schedule.c, activations and gradients between stages over p2p
  *
- * A new engine (pipeline stages, say) is one more table: fill every operation, add it to
+ * A new engine is one more table: fill every operation, add it to
  * lstmd_engine_create (engine.c), and the trainer runs it unchanged. Every operation marked
  * "collective" is called on every rank in the same order; the others are rank-local.
  *
@@ -27,7 +29,7 @@ struct lstmd_optim;
 struct lstmd_trace;
 struct lstmd_train_progress;
 
-enum lstmd_engine_kind { LSTMD_ENGINE_CPU = 0, LSTMD_ENGINE_GPU = 1 };
+enum lstmd_engine_kind { LSTMD_ENGINE_CPU = 0, LSTMD_ENGINE_GPU = 1, LSTMD_ENGINE_PIPE = 2 };
 
 /* Everything an engine needs from the run's config, filled in one place (train_setup.c) from
  * struct lstmd_train_config and the device choice. */
@@ -42,6 +44,11 @@ struct lstmd_engine_config {
   int threads;           /* CPU: threads splitting the batch (0: node cores / ranks on it) */
   int precision;         /* enum lstmd_precision; the CPU engine is fp32 only */
   int gpu_device;        /* GPU: this rank's CUDA device */
+  /* pipeline stages (engine_pipe.c; stages = 1 for the others) */
+  int stages;                              /* S: the world is replicas × S */
+  int stage_layers[LSTMD_MAX_LAYERS];      /* layers of each stage */
+  int schedule;                            /* enum lstmd_pipe_kind */
+  int micro_batches, time_chunks, windows; /* M, K (effective), A = optim.grad_accum */
 };
 
 /* The trainer's side of a step: where the windows come from. Called exactly `windows` times per
@@ -61,6 +68,8 @@ struct lstmd_step_input {
 struct lstmd_step_result {
   double loss_sum;    /* Σ loss over this rank's targets of the step */
   double comm_wait_s; /* time spent waiting for the gradient sum after backward ended */
+  double busy_s;      /* time spent computing (forward, backward); 0: not measured */
+  double p2p_wait_s;  /* pipeline: time spent waiting for the neighbour stages */
 };
 
 struct lstmd_engine;
@@ -88,9 +97,10 @@ struct lstmd_engine_ops {
    * other ranks return 0 at once and leave *mean_loss and *tokens alone). */
   int (*evaluate)(struct lstmd_engine *e, const struct lstmd_dataset *val, double *mean_loss,
                   uint64_t *tokens);
-  /* Collective: the carried state of every rank as [L, N·B, H] into h and c on rank 0. */
+  /* Collective: the carried state of every rank as [L, global batch, H] into h and c on
+   * rank 0 (the global batch: data-parallel replicas × B). */
   int (*gather_state)(struct lstmd_engine *e, float *h, float *c);
-  /* This rank's columns of a global [L, N·B, H] state (the same arrays on every rank). */
+  /* This rank's part of a global [L, global batch, H] state (the same arrays on every rank). */
   int (*set_state)(struct lstmd_engine *e, const float *h, const float *c);
   /* fp16: the current loss scale; 0 for the other precisions. */
   double (*loss_scale)(const struct lstmd_engine *e);
@@ -122,6 +132,7 @@ void lstmd_engine_destroy(struct lstmd_engine *e);
  * ops set, or a status after printing why. */
 int lstmd_engine_cpu_create(const struct lstmd_engine *base, struct lstmd_engine **out);
 int lstmd_engine_gpu_create(const struct lstmd_engine *base, struct lstmd_engine **out);
+int lstmd_engine_pipe_create(const struct lstmd_engine *base, struct lstmd_engine **out);
 
 /* ---- helpers for data-parallel engines (every rank holds the whole model) ---- */
 

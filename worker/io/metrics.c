@@ -78,12 +78,20 @@ void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report
           r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->tokens, r->elapsed_s,
           r->world, r->global_batch, r->data_wait_s, r->compute_s, r->comm_wait_s);
   if (r->loss_scale > 0.0) fprintf(mt->jsonl, ",\"loss_scale\":%.9g", r->loss_scale);
+  if (r->stages > 1)
+    fprintf(mt->jsonl, ",\"stages\":%d,\"bubble\":%.6f,\"p2p_wait_s\":%.6f", r->stages,
+            r->bubble, r->p2p_wait_s);
   fputs("}\n", mt->jsonl);
   fflush(mt->jsonl);
   if (r->loss_scale > 0.0) {
     static const char *const scale_tag[] = {"train/loss_scale"};
     const float scale_value[] = {(float)r->loss_scale};
     lstmd_tb_scalars(&mt->tb, r->step, 1, scale_tag, scale_value);
+  }
+  if (r->stages > 1) {
+    static const char *const pipe_tags[] = {"time/bubble", "time/p2p_wait_s"};
+    const float pipe_values[] = {(float)r->bubble, (float)r->p2p_wait_s};
+    lstmd_tb_scalars(&mt->tb, r->step, 2, pipe_tags, pipe_values);
   }
   static const char *const tags[] = {"train/loss",        "train/lr",          "train/grad_norm",
                                      "train/tokens_per_s", "time/compute_s",    "time/comm_wait_s",

@@ -27,6 +27,9 @@ struct lstmd_step_report {
   double compute_s;       /* per step: forward + backward */
   double comm_wait_s;     /* per step: all-reduce time not hidden behind backward */
   double loss_scale;      /* fp16 dynamic loss scale at the end of the interval (0: none) */
+  int stages;             /* pipeline stages (1: data parallel only) */
+  double bubble;          /* stages > 1: 1 − Σ busy / Σ step wall time over ranks and steps */
+  double p2p_wait_s;      /* stages > 1: per rank and step, waiting for the neighbour stages */
 };
 
 /* Opens <run_dir>/metrics.jsonl for appending and a new TensorBoard event file there. A run

@@ -40,18 +40,24 @@ float lstmd_optim_lr(const struct lstmd_optim_config *cfg, long step) {
 }
 
 int lstmd_optim_step(struct lstmd_optim *o, float *params, float *grads, double *grad_norm) {
-  const struct lstmd_optim_config *c = &o->cfg;
   double norm = sqrt(lstmd_cpu_sumsq(o->n, grads));
   *grad_norm = norm;
   if (!isfinite(norm)) return LSTMD_ENONFINITE;
+  lstmd_optim_apply(o, params, grads, 0, o->n, norm);
+  return LSTMD_OK;
+}
+
+void lstmd_optim_apply(struct lstmd_optim *o, float *params, float *grads, size_t lo, size_t hi,
+                       double norm) {
+  const struct lstmd_optim_config *c = &o->cfg;
+  const size_t n = hi - lo;
   if (c->clip_norm > 0.0f && norm > c->clip_norm)
-    lstmd_cpu_scale(o->n, grads, (float)(c->clip_norm / (norm + 1e-6)));
+    lstmd_cpu_scale(n, grads + lo, (float)(c->clip_norm / (norm + 1e-6)));
   float lr = lstmd_optim_lr(c, o->step);
   o->step++;
   if (c->algo == LSTMD_OPTIM_ADAMW)
-    lstmd_cpu_adamw(o->n, params, grads, o->m, o->v, lr, c->beta1, c->beta2, c->eps,
-                    c->weight_decay, o->step);
+    lstmd_cpu_adamw(n, params + lo, grads + lo, o->m + lo, o->v + lo, lr, c->beta1, c->beta2,
+                    c->eps, c->weight_decay, o->step);
   else
-    lstmd_cpu_sgd(o->n, params, grads, o->m, lr, c->momentum, c->weight_decay);
-  return LSTMD_OK;
+    lstmd_cpu_sgd(n, params + lo, grads + lo, o->m + lo, lr, c->momentum, c->weight_decay);
 }

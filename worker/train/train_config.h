@@ -4,6 +4,8 @@
 #define LSTMD_TRAIN_CONFIG_H
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "worker/model/optim.h"
 
@@ -24,6 +26,8 @@ struct lstmd_train_config {
   /* [model] */
   int embed, hidden, layers;
   float dropout;
+  int stages;              /* S: pipeline stages (1: data parallel only) */
+  char stage_layers[64];   /* layers per stage, "3,1"; "": an even split */
   /* [optim] */
   struct lstmd_optim_config optim; /* total_steps is filled from train.steps */
   int grad_accum;
@@ -36,9 +40,71 @@ struct lstmd_train_config {
   long checkpoint_every, eval_every, log_every; /* steps; 0 disables periodic ones */
   int threads;   /* threads per rank the batch is split across; 0 = all cores */
   double bucket_mb; /* gradient all-reduce bucket size */
-  double comm_timeout_s; /* GPU: a gradient all-reduce unfinished after this long fails the job */
+  double comm_timeout_s; /* a gradient all-reduce (and, with stages, a transfer between stages)
+                          * unfinished after this long fails the job */
+  int pipe_schedule;     /* train.schedule: enum lstmd_pipe_kind (wavefront, gpipe, 1f1b) */
+  int micro_batches;     /* M: column micro-batches per window (stages > 1) */
+  int time_chunks;       /* K: time chunks per window (stages > 1); 0: automatic */
   /* Not in the config table: from the command line (`lstmd train --trace FILE`). */
   const char *trace_path; /* Chrome trace of the steps, or NULL */
 };
+
+/* The layers of each of `stages` stages for a model of `layers`: model.stage_layers ("3,1": one
+ * count ≥ 1 per stage, summing to layers) or, when it is empty, an even split with the first
+ * layers mod stages stages one layer larger. Returns 0, or -1 with the reason in err (naming
+ * model.stage_layers or model.stages). */
+static inline int lstmd_stage_layer_counts(const char *text, int stages, int layers, int *counts,
+                                           char *err, size_t n) {
+  if (stages < 1 || stages > layers) {
+    snprintf(err, n, "model.stages: %d stages for %d layers (each stage holds at least one layer)",
+             stages, layers);
+    return -1;
+  }
+  if (!text[0]) {
+    for (int s = 0; s < stages; s++) counts[s] = layers / stages + (s < layers % stages);
+    return 0;
+  }
+  const char *p = text;
+  int sum = 0, k = 0;
+  for (;;) {
+    char *end;
+    const long v = strtol(p, &end, 10);
+    if (end == p || v < 1 || v > layers) {
+      snprintf(err, n, "model.stage_layers: '%s' must be %d comma-separated layer counts >= 1",
+               text, stages);
+      return -1;
+    }
+    if (k == stages) {
+      snprintf(err, n, "model.stage_layers: '%s' has more than model.stages = %d counts", text,
+               stages);
+      return -1;
+    }
+    counts[k++] = (int)v;
+    sum += (int)v;
+    if (*end == '\0') break;
+    if (*end != ',') {
+      snprintf(err, n, "model.stage_layers: '%s' must be comma-separated integers", text);
+      return -1;
+    }
+    p = end + 1;
+  }
+  if (k != stages || sum != layers) {
+    snprintf(err, n, "model.stage_layers: '%s' gives %d stage(s) and %d layer(s); model.stages is %d "
+             "and model.layers %d", text, k, sum, stages, layers);
+    return -1;
+  }
+  return 0;
+}
+
+/* K, the time chunks of a pipelined window: train.time_chunks, or when it is 0, for the
+ * wavefront schedule (0) the largest divisor of seq_len that is at most 8·stages (16 at S = 2,
+ * 32 at S = 4: a bubble of about 5%, PIPELINE.md §2.3), for gpipe and 1f1b 1. */
+static inline int lstmd_effective_time_chunks(const struct lstmd_train_config *c) {
+  if (c->time_chunks > 0) return c->time_chunks;
+  if (c->pipe_schedule != 0) return 1;
+  int k = 8 * c->stages < c->seq_len ? 8 * c->stages : c->seq_len;
+  while (c->seq_len % k) k--;
+  return k;
+}
 
 #endif

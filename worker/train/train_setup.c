@@ -73,6 +73,16 @@ static int build(struct run *r) {
   }
   if (backend == LSTMD_DEVICE_CPU && cfg->precision != LSTMD_PRECISION_FP32 && r->rank == 0)
     lstmd_errorf("train.precision applies to the GPU backend; the CPU backend trains in fp32");
+  if (cfg->stages > 1 && backend == LSTMD_DEVICE_CUDA) {
+    if (cfg->device == LSTMD_DEVICE_CUDA) {
+      lstmd_errorf("model.stages: pipeline stages run on the CPU backend only so far "
+                   "(train.device=cuda with model.stages = %d)", cfg->stages);
+      return LSTMD_EUNSUPPORTED;
+    }
+    if (r->rank == 0)
+      lstmd_errorf("device auto: pipeline stages run on the CPU backend only so far; using it");
+    backend = LSTMD_DEVICE_CPU;
+  }
   LSTMD_TRY(lstmd_dataset_open_dir(cfg->data_path, &r->train, &r->val, r->rank == 0));
   const struct lstmd_dataset_info *info = &r->train.info;
   struct lstmd_model_shape shape = {.hidden = cfg->hidden, .layers = cfg->layers};
@@ -93,18 +103,29 @@ static int build(struct run *r) {
   struct lstmd_optim_config oc = cfg->optim;
   oc.total_steps = cfg->steps;
   LSTMD_TRY(lstmd_optim_create(&oc, r->model->n_params, &r->optim));
-  LSTMD_TRY(lstmd_batcher_create(&r->train, cfg->order, cfg->seq_len, cfg->batch_size, r->rank,
-                                 r->world, cfg->seed, &r->batcher));
+  /* every stage of replica d reads the windows of data-parallel rank d of D */
+  LSTMD_TRY(lstmd_batcher_create(&r->train, cfg->order, cfg->seq_len, cfg->batch_size, r->replica,
+                                 r->replicas, cfg->seed, &r->batcher));
   /* The one hop from the config table to the engine (engine.h). */
-  const struct lstmd_engine_config ec = {
+  struct lstmd_engine_config ec = {
       .seq_len = cfg->seq_len, .batch = cfg->batch_size,
       .carry_state = cfg->order == LSTMD_ORDER_STREAM, .dropout = cfg->dropout,
       .seed = cfg->seed, .bucket_mb = cfg->bucket_mb, .comm_timeout_s = cfg->comm_timeout_s,
-      .threads = cfg->threads, .precision = cfg->precision, .gpu_device = gpu};
+      .threads = cfg->threads, .precision = cfg->precision, .gpu_device = gpu,
+      .stages = cfg->stages, .schedule = cfg->pipe_schedule, .micro_batches = cfg->micro_batches,
+      .time_chunks = lstmd_effective_time_chunks(cfg), .windows = cfg->grad_accum};
+  char why[256];
+  if (lstmd_stage_layer_counts(cfg->stage_layers, cfg->stages, cfg->layers, ec.stage_layers, why,
+                               sizeof why)) { /* the config check refused this already */
+    lstmd_errorf("%s", why);
+    return LSTMD_ECONFIG;
+  }
+  const enum lstmd_engine_kind kind = cfg->stages > 1               ? LSTMD_ENGINE_PIPE
+                                      : backend == LSTMD_DEVICE_CUDA ? LSTMD_ENGINE_GPU
+                                                                     : LSTMD_ENGINE_CPU;
   LSTMD_TRY(lstmd_prefetch_create(r->batcher, &r->train, cfg->seq_len, cfg->batch_size,
                                   &r->prefetch));
-  LSTMD_TRY(lstmd_engine_create(backend == LSTMD_DEVICE_CUDA ? LSTMD_ENGINE_GPU : LSTMD_ENGINE_CPU,
-                                r->model, &ec, r->comm, &r->engine));
+  LSTMD_TRY(lstmd_engine_create(kind, r->model, &ec, r->comm, &r->engine));
   r->progress.state_batch = r->global_batch;
   if (cfg->order == LSTMD_ORDER_STREAM) {
     size_t n = (size_t)cfg->layers * r->global_batch * cfg->hidden;
@@ -133,9 +154,10 @@ static int load_checkpoint(struct run *r, const char *path) {
     return LSTMD_ECONFIG;
   }
   if (meta.batch != r->global_batch) {
-    lstmd_errorf("%s: was trained with a global batch of %d windows, this run has %d (%d rank%s "
-                 "× data.batch_size %d); resume needs the same global batch", path, meta.batch,
-                 r->global_batch, r->world, r->world == 1 ? "" : "s", r->cfg->batch_size);
+    lstmd_errorf("%s: was trained with a global batch of %d windows, this run has %d (%d "
+                 "data-parallel replica%s × data.batch_size %d); resume needs the same global batch",
+                 path, meta.batch, r->global_batch, r->replicas, r->replicas == 1 ? "" : "s",
+                 r->cfg->batch_size);
     return LSTMD_ECONFIG;
   }
   return lstmd_checkpoint_load_train(path, r->model, r->optim, &r->progress, NULL);
@@ -164,9 +186,24 @@ static int share_state(struct run *r) {
   return LSTMD_OK;
 }
 
+/* The grid: world = replicas × model.stages (every rank sees the same numbers and so the same
+ * verdict; it is voted with the rest of the set-up anyway). */
+static int plan_grid(struct run *r) {
+  const int S = r->cfg->stages;
+  r->replicas = r->world / S;
+  r->replica = r->rank / S;
+  r->global_batch = r->cfg->batch_size * r->replicas;
+  if (r->world % S == 0) return LSTMD_OK;
+  if (r->rank == 0)
+    lstmd_errorf("model.stages: %d ranks cannot be cut into pipelines of %d stages (the number of "
+                 "ranks must be a multiple of model.stages)", r->world, S);
+  return LSTMD_ECONFIG;
+}
+
 int lstmd_run_setup(struct run *r, const char *resume_path) {
-  r->global_batch = r->cfg->batch_size * r->world;
-  int rc = lstmd_comm_agree(r->comm, build(r), NULL);
+  int rc = plan_grid(r);
+  if (!rc) rc = build(r);
+  rc = lstmd_comm_agree(r->comm, rc, NULL);
   if (!rc && r->world > 1) rc = check_plan(r);
   if (rc) return rc;
   /* Rank 0 decides whether this is a resume: the others may not see the same files. */

@@ -91,6 +91,7 @@ static void evaluate_now(struct run *r) {
 
 struct step_times {
   double data_s, compute_s, comm_s; /* waiting for batches, forward+backward, exposed all-reduce */
+  double busy_s, wall_s, p2p_s;     /* summed over the ranks: computing, the step, between stages */
 };
 
 static int stop_wanted(const struct run *r) {
@@ -152,8 +153,14 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   tm->data_s += feed.wait_s;
   tm->compute_s += lstmd_now_s() - t0 - feed.wait_s - out.comm_wait_s;
   tm->comm_s += out.comm_wait_s;
-  double totals[3] = {out.loss_sum, stop_wanted(r) ? 1.0 : 0.0, feed.status ? 1.0 : 0.0};
-  if (r->world > 1) LSTMD_TRY(lstmd_comm_allreduce_sum_f64(r->comm, totals, 3));
+  /* The step ends on every rank in this all-reduce, so its wall time so far is the common
+   * makespan; busy over wall, summed over the ranks, gives the pipeline bubble. */
+  double totals[6] = {out.loss_sum, stop_wanted(r) ? 1.0 : 0.0, feed.status ? 1.0 : 0.0,
+                      out.busy_s, lstmd_now_s() - t0, out.p2p_wait_s};
+  if (r->world > 1) LSTMD_TRY(lstmd_comm_allreduce_sum_f64(r->comm, totals, 6));
+  tm->busy_s += totals[3];
+  tm->wall_s += totals[4];
+  tm->p2p_s += totals[5];
   if (totals[2] > 0.0) {
     if (feed.status) return agreed_failure(r, feed.status);
     lstmd_errorf("rank %d: stopping at step %ld: %.0f rank(s) could not read their data",
@@ -196,7 +203,9 @@ static void report(struct run *r, long steps, double loss, double grad_norm, dou
       .tokens = (long long)(step * tokens_per_step), .world = r->world,
       .global_batch = r->global_batch, .data_wait_s = tm->data_s / steps,
       .compute_s = tm->compute_s / steps, .comm_wait_s = tm->comm_s / steps,
-      .loss_scale = r->engine->ops->loss_scale(r->engine)};
+      .loss_scale = r->engine->ops->loss_scale(r->engine), .stages = cfg->stages,
+      .bubble = tm->wall_s > 0 ? 1.0 - tm->busy_s / tm->wall_s : 0.0,
+      .p2p_wait_s = tm->p2p_s / r->world / steps};
   lstmd_metrics_step(&r->metrics, &rep);
   if (r->hooks->on_step) r->hooks->on_step(r->hooks->ctx, &rep);
 }

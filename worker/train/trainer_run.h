@@ -21,7 +21,8 @@ struct run {
   const char *config_json;
   struct lstmd_comm *comm; /* NULL: one rank */
   int rank, world;
-  int global_batch;        /* world · batch_size */
+  int replicas, replica;   /* D = world / model.stages and this rank's d (rank = d·S + stage) */
+  int global_batch;        /* replicas · batch_size */
   struct lstmd_dataset train, val;
   struct lstmd_model *model;
   struct lstmd_optim *optim;

@@ -1,0 +1,89 @@
+/* peers.c — the process table of the ranks on this host, and the lost-peer check (peers.h).
+ * A process counts as gone when kill(pid, 0) says ESRCH or /proc says it is a zombie (killed
+ * but not yet reaped by its launcher, which is what a SIGKILLed rank is for a moment). */
+#define _GNU_SOURCE
+#include "peers.h"
+
+#include <errno.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "kernels/clock.h"
+#include "kernels/status.h"
+
+struct peer {
+  int pid;
+  char host[64];
+};
+
+static struct peer *g_peers; /* [size], written once by lstmd_peers_init */
+static int g_size = 0, g_rank = -1;
+static _Atomic double g_last_check;
+
+int lstmd_peers_init(void) {
+  int size = 0, rank = 0;
+  if (MPI_Comm_size(MPI_COMM_WORLD, &size) != MPI_SUCCESS ||
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank) != MPI_SUCCESS)
+    return LSTMD_ECOMM;
+  struct peer me = {.pid = (int)getpid()};
+  gethostname(me.host, sizeof me.host - 1);
+  struct peer *all = calloc((size_t)size, sizeof *all);
+  if (!all) return LSTMD_ENOMEM;
+  if (MPI_Allgather(&me, sizeof me, MPI_BYTE, all, sizeof me, MPI_BYTE, MPI_COMM_WORLD) !=
+      MPI_SUCCESS) {
+    free(all);
+    return LSTMD_ECOMM;
+  }
+  g_peers = all;
+  g_size = size;
+  g_rank = rank;
+  return LSTMD_OK;
+}
+
+void lstmd_peers_free(void) {
+  free(g_peers);
+  g_peers = NULL;
+  g_size = 0;
+}
+
+/* 1 when the process exists and is not a zombie. */
+static int process_alive(int pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 1; /* no /proc here: kill() said it exists */
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *close = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold spaces */
+  return !(close && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X'));
+}
+
+int lstmd_peers_find_lost(void) {
+  if (!g_peers || g_rank < 0) return -1;
+  const char *mine = g_peers[g_rank].host;
+  for (int r = 0; r < g_size; r++)
+    if (r != g_rank && !strcmp(g_peers[r].host, mine) && !process_alive(g_peers[r].pid)) return r;
+  return -1;
+}
+
+void lstmd_peers_check_while_waiting(double wait_began_s, const char *what) {
+  const double now = lstmd_now_s();
+  if (!g_peers || now - wait_began_s < 0.2 || now - g_last_check < 0.1) return;
+  g_last_check = now;
+  const int lost = lstmd_peers_find_lost();
+  if (lost < 0) return;
+  lstmd_errorf("rank %d (%s): rank %d (pid %d on %s) is gone while waiting for %s; ending the "
+               "job (resume from the last checkpoint)", g_rank, g_peers[g_rank].host, lost,
+               g_peers[lost].pid, g_peers[lost].host, what);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  _exit(1);
+}

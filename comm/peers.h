@@ -1,0 +1,25 @@
+/* peers.h — telling a dead peer from a slow one. Open MPI does not fail a request whose peer
+ * process died: a rank waiting for it would wait until mpirun or Slurm kills it, and say
+ * nothing. So every rank records, at start-up, which ranks of the job run on its host and their
+ * process ids; a wait that lasts checks, a few times a second, whether one of them is gone, and
+ * if so names it and ends the job. Peers on other hosts cannot be checked this way (the
+ * launcher's teardown then ends the job, without lstmd naming the lost rank). */
+#ifndef LSTMD_PEERS_H
+#define LSTMD_PEERS_H
+
+/* Collective over MPI_COMM_WORLD, once, from lstmd_comm_init: all-gathers (pid, host). Returns
+ * 0, or LSTMD_ECOMM / LSTMD_ENOMEM (the checks then stay off). */
+int lstmd_peers_init(void);
+void lstmd_peers_free(void);
+
+/* The world rank of a peer on this host whose process has exited (or is a zombie), or -1. At
+ * most a few system calls per peer; thread-safe. */
+int lstmd_peers_find_lost(void);
+
+/* For waits: call in the wait loop with the time the wait began. From 0.2 s into the wait, at
+ * most every 0.1 s, looks for a lost peer; when one is gone, prints "rank R (host): rank P (pid
+ * N on host) is gone while waiting for WHAT; ending the job" and ends the job (MPI_Abort,
+ * exit code 1): never returns then. */
+void lstmd_peers_check_while_waiting(double wait_began_s, const char *what);
+
+#endif

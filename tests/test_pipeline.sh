@@ -1,0 +1,266 @@
+#!/usr/bin/env bash
+# test_pipeline.sh — pipeline stages (model.stages) on CPU ranks under mpirun, against one rank
+# (PIPELINE.md §4). Tiny model: text, 4 layers, E 8, H 32, T 16, SGD lr 0.5, dropout 0.2, 6
+# steps, clipping off except where said; equivalences compare the updates from the common
+# initialisation (compare_checkpoints.py --initial) within 1e-5.
+#  1. S = 2 in both data orders: gpipe M=4, 1f1b M=4, wavefront K=4 and K=16, 1f1b M=2 K=4,
+#     stage_layers=3,1; S = 4: wavefront K=8 and 1f1b M=4; D×S = 2×2 with the global batch;
+#     grad_accum as units; a series model; clip_norm 0.01 (clipping by the global norm every
+#     step: the grad_norm in metrics.jsonl equal too).
+#  2. Checkpoints: the same tensor names, shapes and dtypes as one rank's; PyTorch loads the
+#     gathered file strictly and its outputs match; a resume on the same layout is bitwise; a
+#     resume on another layout (S=2 → 1 rank, → S=1 D=2, → S=4; 1 rank → S=2) within 1e-5.
+#  3. Failures: bad layouts exit 2 (every rank) naming the key; SIGUSR1 to mpirun checkpoints and
+#     exits 0; kill -9 of a stage rank ends every rank within 15 s with lstmd naming the lost
+#     rank, and the run resumes bitwise; kill -STOP of a stage with train.comm_timeout_s=5 ends
+#     the others within 5 + 10 s naming the awaited peer, stage and item.
+#  4. --trace: F, B, W items with their unit and chunk, receive waits; the bubble recomputed from
+#     the trace (check_pipe_trace.py) agrees with metrics.jsonl.
+set -u
+LSTMD=$(realpath "${1:?usage: test_pipeline.sh LSTMD_BINARY SOURCE_DIR [MPIEXEC] [DUMP_LOGITS]}")
+SRC=$(realpath "${2:?}")
+MPIEXEC=${3:-mpirun}
+DUMP_LOGITS=${4:-}
+PY=/usr/bin/python3
+TMP=$(mktemp -d)
+cleanup() {
+  pkill -KILL -f -- "$TMP/" 2>/dev/null
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+cd "$TMP" || exit 1
+fails=0
+ok() { echo "ok    $*"; }
+bad() { echo "FAIL  $*"; fails=$((fails + 1)); }
+compare() { "$PY" "$SRC/tests/compare_checkpoints.py" "$@"; }
+
+head -c 300000 "$SRC/data/fortunes.txt" > text.txt
+"$LSTMD" prepare text --input text.txt --out text >/dev/null 2>&1 || bad "prepare text"
+"$LSTMD" prepare series --input "$SRC/data/seattle-temps.csv" --target temp --horizon 4 \
+  --out series >/dev/null 2>&1 || bad "prepare series"
+common=(--set model.layers=4 --set model.embed=8 --set model.hidden=32 --set data.seq_len=16
+        --set optim.algo=sgd --set optim.lr=0.5 --set optim.schedule=constant --set optim.clip_norm=0
+        --set model.dropout=0.2 --set train.steps=6 --set train.threads=1 --set train.bucket_mb=0.01
+        --set train.log_every=1 --set train.eval_every=0 --set train.checkpoint_every=3)
+
+# run NAME NP DATA [--set ...]: trains in run-NAME on NP ranks (a config file named after the run
+# puts NAME into every rank's argv, for pgrep); log in log-NAME. Returns the exit status.
+run() {
+  local name=$1 np=$2 data=$3
+  shift 3
+  : >"cfg-$name.ini"
+  timeout 300 "$MPIEXEC" -np "$np" "$LSTMD" train --config "cfg-$name.ini" "${common[@]}" \
+    --set data.path="$data" --set train.run_dir="run-$name" "$@" >"log-$name" 2>&1
+}
+# equal NAME REF INIT TOL: run-NAME's step-6 against run-REF's, as updates from INIT.
+equal() {
+  local msg
+  if msg=$(compare "run-$1/step-6.safetensors" "run-$2/step-6.safetensors" --initial "$3" --rtol "$4" 2>&1); then
+    ok "$1 = $2: $msg"
+  else bad "$1 vs $2: $msg"; tail -3 "log-$1"; fi
+}
+
+# ---------------------------------------------------------------- 1. equivalence with one rank
+run init 1 text --set optim.lr=0 --set train.steps=1 --set data.batch_size=8 || bad "init run"
+INIT=run-init/step-1.safetensors
+for order in shuffle stream; do
+  o=(--set data.order=$order --set data.batch_size=8)
+  run "ref-$order" 1 text "${o[@]}" || bad "one rank ($order): $(tail -2 "log-ref-$order")"
+  s2=(--set model.stages=2)
+  run "gpipe4-$order" 2 text "${o[@]}" "${s2[@]}" --set train.schedule=gpipe --set train.micro_batches=4
+  run "1f1b4-$order" 2 text "${o[@]}" "${s2[@]}" --set train.schedule=1f1b --set train.micro_batches=4
+  run "wave4-$order" 2 text "${o[@]}" "${s2[@]}" --set train.time_chunks=4
+  run "wave16-$order" 2 text "${o[@]}" "${s2[@]}" --set train.time_chunks=16
+  run "1f1b2x4-$order" 2 text "${o[@]}" "${s2[@]}" --set train.schedule=1f1b \
+    --set train.micro_batches=2 --set train.time_chunks=4
+  run "layers31-$order" 2 text "${o[@]}" "${s2[@]}" --set model.stage_layers=3,1
+  for n in gpipe4 1f1b4 wave4 wave16 1f1b2x4 layers31; do equal "$n-$order" "ref-$order" "$INIT" 1e-5; done
+  run "dxs-$order" 4 text --set data.order=$order --set data.batch_size=4 "${s2[@]}" --set train.time_chunks=4
+  equal "dxs-$order" "ref-$order" "$INIT" 1e-5
+  run "dxs1f1b-$order" 4 text --set data.order=$order --set data.batch_size=4 "${s2[@]}" \
+    --set train.schedule=1f1b --set train.micro_batches=2
+  equal "dxs1f1b-$order" "ref-$order" "$INIT" 1e-5
+done
+o=(--set data.order=stream --set data.batch_size=8 --set model.stages=4)
+run s4wave 4 text "${o[@]}" --set train.time_chunks=8
+run s4-1f1b 4 text "${o[@]}" --set train.schedule=1f1b --set train.micro_batches=4
+equal s4wave ref-stream "$INIT" 1e-5
+equal s4-1f1b ref-stream "$INIT" 1e-5
+grep -q '"stages":4' run-s4wave/metrics.jsonl && grep -q '"bubble"' run-s4wave/metrics.jsonl &&
+  ok "metrics.jsonl has stages, bubble, p2p_wait_s: $(tail -1 run-s4wave/metrics.jsonl | grep -o '"stages.*')" ||
+  bad "metrics.jsonl lacks the pipeline fields: $(tail -1 run-s4wave/metrics.jsonl)"
+
+# grad_accum windows as units (stream order: consecutive windows of the same columns)
+ga=(--set data.order=stream --set data.batch_size=8 --set optim.grad_accum=2)
+run ga-ref 1 text "${ga[@]}"
+run ga-1f1b 2 text "${ga[@]}" --set model.stages=2 --set train.schedule=1f1b --set train.micro_batches=2
+equal ga-1f1b ga-ref "$INIT" 1e-5
+
+# a series model
+se=(--set data.order=stream --set data.batch_size=8)
+run series-init 1 series "${se[@]}" --set optim.lr=0 --set train.steps=1
+run series-ref 1 series "${se[@]}"
+run series-wave 2 series "${se[@]}" --set model.stages=2 --set train.time_chunks=4
+equal series-wave series-ref run-series-init/step-1.safetensors 1e-5
+
+# clipping by the global norm, firing every step
+cl=(--set data.order=shuffle --set data.batch_size=8 --set optim.clip_norm=0.01)
+run clip-ref 1 text "${cl[@]}"
+run clip-s2 2 text "${cl[@]}" --set model.stages=2 --set train.time_chunks=4
+run clip-dxs 4 text --set data.order=shuffle --set data.batch_size=4 --set optim.clip_norm=0.01 \
+  --set model.stages=2 --set train.time_chunks=4
+for n in clip-s2 clip-dxs; do
+  equal "$n" clip-ref "$INIT" 1e-5
+  if msg=$("$PY" - "run-$n/metrics.jsonl" run-clip-ref/metrics.jsonl <<'EOF'
+import json, sys
+def norms(p):
+    return [json.loads(l)["grad_norm"] for l in open(p) if '"grad_norm"' in l]
+a, b = norms(sys.argv[1]), norms(sys.argv[2])
+assert len(a) == len(b) == 6, (len(a), len(b))
+assert min(b) > 0.01, "clipping did not fire every step: %s" % b
+worst = max(abs(x - y) / y for x, y in zip(a, b))
+print("grad_norm per step within %.2e of one rank's (%.4g ... %.4g, clip 0.01)" % (worst, b[0], b[-1]))
+sys.exit(0 if worst <= 1e-6 else 1)
+EOF
+  ); then ok "$n: $msg"; else bad "$n: $msg"; fi
+done
+
+# ---------------------------------------------------------------- 2. checkpoints
+if msg=$("$PY" - run-wave4-stream/step-6.safetensors run-ref-stream/step-6.safetensors <<'EOF'
+import json, struct, sys
+def header(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); h.pop("__metadata__")
+    return {k: (v["dtype"], v["shape"]) for k, v in h.items()}
+a, b = header(sys.argv[1]), header(sys.argv[2])
+assert a == b, "differ: %s" % sorted(set(a.items()) ^ set(b.items()))
+print("%d tensors, names, shapes and dtypes equal" % len(a))
+EOF
+); then ok "S=2 checkpoint vs one rank's: $msg"; else bad "S=2 checkpoint layout: $msg"; fi
+if [[ -n $DUMP_LOGITS ]]; then
+  if "$PY" "$SRC/tests/test_torch_parity.py" --dump-logits "$DUMP_LOGITS" \
+      --checkpoint run-layers31-stream/step-6.safetensors >log-parity 2>&1; then
+    ok "PyTorch loads the S=2 (3,1) checkpoint strictly; $(tail -1 log-parity)"
+  else bad "PyTorch parity of the S=2 checkpoint: $(grep FAIL log-parity | head -3)"; fi
+fi
+# same layout: resume from step 3 in another directory (same config text: run_dir "run")
+mkdir -p same-a same-b
+(cd same-a && timeout 120 "$MPIEXEC" -np 2 "$LSTMD" train "${common[@]}" --set data.path=../text \
+  --set data.order=stream --set data.batch_size=8 --set model.stages=2 --set train.time_chunks=4 \
+  --set train.run_dir=run >log 2>&1) || bad "same-layout run"
+(cd same-b && timeout 120 "$MPIEXEC" -np 2 "$LSTMD" train "${common[@]}" --set data.path=../text \
+  --set data.order=stream --set data.batch_size=8 --set model.stages=2 --set train.time_chunks=4 \
+  --set train.run_dir=run --resume ../same-a/run/step-3.safetensors >log 2>&1) || bad "same-layout resume"
+if cmp -s same-a/run/step-6.safetensors same-b/run/step-6.safetensors; then
+  ok "S=2 resume from step 3 on the same layout: step 6 byte for byte"
+else bad "S=2 same-layout resume differs: $(compare same-b/run/step-6.safetensors same-a/run/step-6.safetensors --rtol 0 2>&1)"; fi
+# other layouts, from the S=2 checkpoint of step 3 (stream order, global batch 8)
+FROM=run-wave4-stream/step-3.safetensors
+run to-1rank 1 text --set data.order=stream --set data.batch_size=8 --resume "$FROM"
+run to-dp2 2 text --set data.order=stream --set data.batch_size=4 --resume "$FROM"
+run to-s4 4 text --set data.order=stream --set data.batch_size=8 --set model.stages=4 --resume "$FROM"
+for n in to-1rank to-dp2 to-s4; do equal "$n" wave4-stream "$FROM" 1e-5; done
+run from-1rank 2 text --set data.order=stream --set data.batch_size=8 --set model.stages=2 \
+  --resume run-ref-stream/step-3.safetensors
+equal from-1rank ref-stream run-ref-stream/step-3.safetensors 1e-5
+
+# ---------------------------------------------------------------- 3. failures
+# bad layouts: exit 2, a message naming the key, no hang
+layout() {
+  local name=$1 np=$2 key=$3
+  shift 3
+  run "bad-$name" "$np" text --set data.batch_size=8 "$@"
+  local rc=$?
+  if [[ $rc -eq 2 ]] && grep -q "^lstmd: .*$key" "log-bad-$name" && ! ls "run-bad-$name"/*.safetensors >/dev/null 2>&1; then
+    ok "bad layout ($name): exit 2: $(grep -m1 "^lstmd: .*$key" "log-bad-$name" | cut -c1-110)"
+  else bad "bad layout ($name): exit $rc: $(grep '^lstmd:' "log-bad-$name" | grep -v 'effective\|device' | head -2)"; fi
+}
+layout world3 3 model.stages --set model.stages=2
+layout stages5 1 model.stages --set model.stages=5
+layout stagelayers 2 model.stage_layers --set model.stages=2 --set model.stage_layers=2,1
+layout microbatch 2 train.micro_batches --set model.stages=2 --set train.micro_batches=3
+layout chunks 2 train.time_chunks --set model.stages=2 --set train.time_chunks=5
+n_lines=$(grep -c "^lstmd: model.stage_layers" log-bad-stagelayers)
+[[ $n_lines -eq 2 ]] && ok "bad layout: each of the 2 ranks said why ($n_lines lines)" ||
+  bad "bad layout: $n_lines rank messages, want 2"
+
+# SIGUSR1 to mpirun: the step finishes, the gathered checkpoint is written, every rank exits 0
+: >cfg-usr1.ini
+"$MPIEXEC" -np 2 "$LSTMD" train --config cfg-usr1.ini "${common[@]}" --set data.path=text \
+  --set data.batch_size=8 --set model.stages=2 --set train.time_chunks=4 --set train.steps=100000 \
+  --set train.checkpoint_every=0 --set train.run_dir=run-usr1 >log-usr1 2>&1 &
+mp=$!
+for _ in $(seq 200); do grep -q '^step ' log-usr1 && break; sleep 0.1; done
+kill -USR1 $mp
+wait $mp
+rc=$?
+step=$(grep -o 'stopped at step [0-9]*' log-usr1 | grep -o '[0-9]*$')
+if [[ $rc -eq 0 && -n $step && -e run-usr1/step-$step.safetensors ]]; then
+  ok "SIGUSR1 to mpirun: exit 0, checkpoint of step $step"
+else bad "SIGUSR1: exit $rc, step '$step': $(tail -3 log-usr1)"; fi
+
+# kill -9 of the stage-1 rank mid-run: every rank ends within 15 s, lstmd names the lost rank
+: >cfg-kill.ini
+"$MPIEXEC" -np 2 "$LSTMD" train --config cfg-kill.ini "${common[@]}" --set data.path=text \
+  --set data.order=stream --set data.batch_size=8 --set model.stages=2 --set train.time_chunks=4 \
+  --set train.steps=100000 --set train.checkpoint_every=5 --set train.run_dir=run-kill >log-kill 2>&1 &
+mp=$!
+for _ in $(seq 300); do [[ -e run-kill/step-10.safetensors ]] && break; sleep 0.1; done
+victim=$(pgrep -f -- "cfg-kill.ini" | while read -r p; do
+  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && echo "$p"; done | head -1)
+t0=$(date +%s)
+[[ -n $victim ]] && kill -9 "$victim"
+wait $mp
+rc=$?
+dt=$(($(date +%s) - t0))
+left=$(pgrep -f -- "cfg-kill.ini" | grep -v "^$mp$" | tr '\n' ' ')
+if [[ -n $victim && $rc -ne 0 && $dt -le 15 && -z $left ]] &&
+   grep -q '^lstmd: .*rank 1 .*\(gone\|died\|lost\)' log-kill; then
+  ok "kill -9 of stage 1: all ranks ended in ${dt}s: $(grep -m1 '^lstmd: .*rank 1 ' log-kill | cut -c1-120)"
+else bad "kill -9: victim '$victim', exit $rc after ${dt}s, left '$left': $(grep '^lstmd:' log-kill | tail -2)"; fi
+latest=$(readlink -f run-kill/latest.safetensors)
+kstep=$(grep -ao '"train.step":"[0-9]*"' run-kill/latest.safetensors | grep -o '[0-9]*')
+mkdir -p kill-ref
+if [[ -n $kstep ]] && cp "$latest" kill-ref/ck.safetensors &&
+   run kill-resume 2 text --set data.order=stream --set data.batch_size=8 --set model.stages=2 \
+     --set train.time_chunks=4 --set train.steps=$((kstep + 3)) --set train.checkpoint_every=0 \
+     --resume kill-ref/ck.safetensors &&
+   run kill-straight 2 text --set data.order=stream --set data.batch_size=8 --set model.stages=2 \
+     --set train.time_chunks=4 --set train.steps=$((kstep + 3)) --set train.checkpoint_every=0; then
+  if compare "run-kill-resume/step-$((kstep + 3)).safetensors" "run-kill-straight/step-$((kstep + 3)).safetensors" --rtol 0 >/dev/null; then
+    ok "after the kill: latest.safetensors (step $kstep) is whole and resumes bitwise to step $((kstep + 3))"
+  else bad "kill resume differs from a straight run"; fi
+else bad "kill: no whole latest checkpoint to resume ($latest, step '$kstep')"; fi
+
+# kill -STOP of stage 1 with a 5 s timeout: the other rank ends naming the awaited peer and item
+: >cfg-stop.ini
+"$MPIEXEC" -np 2 "$LSTMD" train --config cfg-stop.ini "${common[@]}" --set data.path=text \
+  --set data.batch_size=8 --set model.stages=2 --set train.time_chunks=4 --set train.steps=100000 \
+  --set train.checkpoint_every=0 --set train.comm_timeout_s=5 --set train.run_dir=run-stop >log-stop 2>&1 &
+mp=$!
+for _ in $(seq 200); do grep -q '^step ' log-stop && break; sleep 0.1; done
+victim=$(pgrep -f -- "cfg-stop.ini" | while read -r p; do
+  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && echo "$p"; done | head -1)
+t0=$(date +%s)
+[[ -n $victim ]] && kill -STOP "$victim"
+( sleep 30; kill -KILL "$victim" 2>/dev/null ) &
+watchdog=$!
+wait $mp
+rc=$?
+dt=$(($(date +%s) - t0))
+kill "$watchdog" 2>/dev/null
+[[ -n $victim ]] && kill -KILL "$victim" 2>/dev/null
+if [[ -n $victim && $rc -ne 0 && $dt -le 15 ]] && grep -q '^lstmd: .*stage 1 (rank 1)' log-stop; then
+  ok "kill -STOP of stage 1: ended in ${dt}s: $(grep -m1 '^lstmd: .*stage 1 (rank 1)' log-stop | cut -c1-150)"
+else bad "kill -STOP: victim '$victim', exit $rc after ${dt}s: $(grep '^lstmd:' log-stop | tail -2)"; fi
+
+# ---------------------------------------------------------------- 4. trace
+run trace 2 text --set data.batch_size=8 --set model.stages=2 --set train.time_chunks=4 \
+  --set train.checkpoint_every=0 --trace "$TMP/trace.json"
+if msg=$("$PY" "$SRC/tests/check_pipe_trace.py" trace.json 2 4 run-trace/metrics.jsonl 2>&1); then
+  ok "trace: $msg"
+else bad "trace: $msg"; fi
+
+((fails == 0)) && echo "test_pipeline: all passed" || echo "test_pipeline: $fails failed"
+((fails == 0))
