@@ -9,14 +9,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct lstmd_comm; /* opaque; one per process */
+struct lstmd_comm; /* opaque; one per process, plus any made by lstmd_comm_split */
 
 /* MPI_Init_thread(MPI_THREAD_MULTIPLE); rank and size of MPI_COMM_WORLD; local rank from
  * MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). Returns 0 or LSTMD_ECOMM with a message. */
 int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out);
 /* MPI_Finalize (after all requests are done). NULL is fine. */
 void lstmd_comm_finalize(struct lstmd_comm *c);
-/* Ends the whole job now (MPI_Abort), from any rank. */
+/* Ends the whole job now (MPI_Abort on MPI_COMM_WORLD), from any rank, whichever communicator
+ * (world or a sub-communicator) it is given. */
 void lstmd_comm_abort(struct lstmd_comm *c, int exit_code);
 
 int lstmd_comm_rank(const struct lstmd_comm *c);
@@ -55,6 +56,26 @@ int lstmd_comm_bcast_idle(struct lstmd_comm *c, void *buf, int bytes, int root);
 /* Gathers `bytes` from every rank into out (rank-major, size·bytes) on root. */
 int lstmd_comm_gather(struct lstmd_comm *c, const void *in, size_t bytes, void *out, int root);
 int lstmd_comm_barrier(struct lstmd_comm *c);
+/* Gathers variable-size byte blocks to root: rank i sends `bytes` (its own count), root receives
+ * counts[i] bytes at out + displs[i] (counts/displs used on root only, may be NULL elsewhere).
+ * Any sizes and displacements (64-bit throughout; moved in pieces of at most 2^30 bytes). The
+ * blocks must not overlap on root; root's own block is copied with memmove. Root first checks
+ * every rank's size against counts[] and tells all ranks the verdict, so a mismatch is an error
+ * on every rank (LSTMD_EINVAL, naming the rank), never a hang. Collective over c. */
+int lstmd_comm_gatherv(struct lstmd_comm *c, const void *in, size_t bytes, void *out,
+                       const size_t *counts, const size_t *displs, int root);
+
+/* Sub-communicators (a pipeline replica, the replicas of one stage). Collective over c: a new
+ * communicator of the ranks with the same color, ordered by key (MPI_Comm_split), with its own
+ * duplicate for a reducer thread (so lstmd_reducer_create works on it), MPI_ERRORS_RETURN set
+ * on both; host and local rank/size are copied from c (they describe the process). A rank with
+ * color < 0 joins none: *out = NULL and 0. Every comm.h call works on the result (rank and size
+ * are those in the sub-communicator; lstmd_comm_abort still ends the whole job). Call it at one
+ * agreed point, in the same order on every rank of c. Free with lstmd_comm_free (not
+ * finalize). Returns 0, LSTMD_ENOMEM or LSTMD_ECOMM. */
+int lstmd_comm_split(struct lstmd_comm *c, int color, int key, struct lstmd_comm **out);
+/* Frees a communicator made by lstmd_comm_split. NULL is fine; never finalizes MPI. */
+void lstmd_comm_free(struct lstmd_comm *sub);
 /* Gradient buckets go through the reducer thread (reducer.h), which overlaps them with
  * backward. */
 

@@ -1,16 +1,27 @@
-/* comm_internal.h — the MPI communicator's insides, shared by comm_mpi.c and reducer.c only. */
+/* comm_internal.h — the MPI communicator's insides, shared by comm_mpi.c, reducer.c and p2p.c
+ * only (and tests/test_comm.c, for lstmd_comm_gatherv_pieces). */
 #ifndef LSTMD_COMM_INTERNAL_H
 #define LSTMD_COMM_INTERNAL_H
+
+#include <stddef.h>
 
 #include <mpi.h>
 
 struct lstmd_comm {
-  MPI_Comm world;  /* collectives of the main thread */
+  MPI_Comm world;  /* collectives of the main thread: a dup of MPI_COMM_WORLD, or for a
+                      sub-communicator (lstmd_comm_split) the split itself */
   MPI_Comm grads;  /* the reducer thread's own, so its collectives never interleave with those */
-  MPI_Comm local;  /* ranks on this node */
-  int rank, size, local_rank, local_size;
+  MPI_Comm local;  /* ranks on this node; MPI_COMM_NULL on a sub-communicator */
+  int rank, size;  /* in `world` */
+  int local_rank, local_size; /* of the process (copied into sub-communicators) */
   int we_initialized; /* MPI_Init was ours, so MPI_Finalize is too */
+  int is_sub;         /* made by lstmd_comm_split: freed by lstmd_comm_free */
   char host[MPI_MAX_PROCESSOR_NAME];
 };
+
+/* lstmd_comm_gatherv with the piece size as a parameter (1 ≤ piece ≤ 2^30 bytes), so tests can
+ * exercise the splitting of blocks into pieces with small ones. */
+int lstmd_comm_gatherv_pieces(struct lstmd_comm *c, const void *in, size_t bytes, void *out,
+                              const size_t *counts, const size_t *displs, int root, size_t piece);
 
 #endif

@@ -6,7 +6,22 @@
  *    MPI_Test, spinning briefly, then sleeping with a growing interval (up to 2 ms), so a rank
  *    waiting long (e.g. for rank 0's checkpoint write) costs almost no CPU, while short waits
  *    still return within microseconds.
- * 3. MPI counts are int: larger buffers are sent in pieces of at most 2^30 elements. */
+ * 3. MPI counts are int: larger buffers are sent in pieces of at most 2^30 elements.
+ * 4. Sub-communicators (lstmd_comm_split) are a struct lstmd_comm like the world's, so every call
+ *    here works on them; their `world` is the split itself and `grads` a dup of it for a reducer.
+ *    All their collectives (split, dup) are made before anything that can fail alone (the
+ *    allocation), so a rank short of memory does not leave the others stuck in a dup.
+ *    lstmd_comm_abort always aborts MPI_COMM_WORLD: a stalled stage must end the whole job.
+ * 5. lstmd_comm_gatherv moves 64-bit sizes at 64-bit displacements, which MPI_Gatherv's int
+ *    counts and displacements cannot express. It is a collective made of simpler ones:
+ *    (a) MPI_Iscatter of counts[] from root, so each rank learns the size root expects of it
+ *    (nothing allocated before this collective); (b) each rank compares it with its `bytes`,
+ *    allocates its requests, and all vote (lstmd_comm_agree), so a size mismatch or a failed
+ *    allocation fails on every rank instead of leaving root waiting for bytes that never come;
+ *    (c) point-to-point on the main thread's communicator (MPI keeps collectives and
+ *    point-to-point apart, and no other thread uses it): each block in pieces of at most 2^30
+ *    bytes, all posted at once, matched in order (one tag; MPI does not let messages of one
+ *    pair and tag overtake each other). Root copies its own block with memmove. */
 #define _GNU_SOURCE
 #include "comm.h"
 #include "comm_internal.h"
@@ -39,6 +54,20 @@ static int wait_request_backoff(MPI_Request *r, long max_sleep_ns) {
 
 static int wait_request(MPI_Request *r) {
   return wait_request_backoff(r, 2000000L);
+}
+
+/* The same for n requests at once (MPI_Testall), with the training loop's 2 ms backoff. */
+static int wait_requests(int n, MPI_Request *r) {
+  long sleep_ns = 1000;
+  for (int spins = 0;; spins++) {
+    int done = 0;
+    LSTMD_CHECK_MPI(MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE));
+    if (done) return LSTMD_OK;
+    if (spins < 200) continue;
+    struct timespec ts = {0, sleep_ns};
+    nanosleep(&ts, NULL);
+    if (sleep_ns < 2000000L) sleep_ns *= 2;
+  }
 }
 
 int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out) {
@@ -88,7 +117,7 @@ int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out) {
 
 void lstmd_comm_finalize(struct lstmd_comm *c) {
   if (!c) return;
-  if (c->local && c->local != MPI_COMM_NULL) MPI_Comm_free(&c->local);
+  if (c->local && c->local != MPI_COMM_NULL) MPI_Comm_free(&c->local); /* NULL on a sub */
   if (c->world && c->world != MPI_COMM_NULL) MPI_Comm_free(&c->world);
   if (c->grads && c->grads != MPI_COMM_NULL) MPI_Comm_free(&c->grads);
   if (c->we_initialized) MPI_Finalize();
@@ -96,8 +125,51 @@ void lstmd_comm_finalize(struct lstmd_comm *c) {
 }
 
 void lstmd_comm_abort(struct lstmd_comm *c, int exit_code) {
-  MPI_Abort(c && c->world ? c->world : MPI_COMM_WORLD, exit_code);
+  (void)c; /* any communicator: the whole job ends (rationale 4) */
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
   _exit(exit_code); /* MPI_Abort should not return */
+}
+
+int lstmd_comm_split(struct lstmd_comm *c, int color, int key, struct lstmd_comm **out) {
+  *out = NULL;
+  MPI_Comm w = MPI_COMM_NULL, g = MPI_COMM_NULL;
+  LSTMD_CHECK_MPI(MPI_Comm_split(c->world, color < 0 ? MPI_UNDEFINED : color, key, &w));
+  if (w == MPI_COMM_NULL) return LSTMD_OK; /* color < 0: this rank joins none */
+  int rc = LSTMD_OK;
+  if (LSTMD_MPI_FAILED(MPI_Comm_set_errhandler(w, MPI_ERRORS_RETURN)) ||
+      LSTMD_MPI_FAILED(MPI_Comm_dup(w, &g)) ||
+      LSTMD_MPI_FAILED(MPI_Comm_set_errhandler(g, MPI_ERRORS_RETURN)))
+    rc = LSTMD_ECOMM;
+  struct lstmd_comm *s = rc ? NULL : calloc(1, sizeof *s); /* after the collectives (4) */
+  if (!rc && !s) rc = LSTMD_ENOMEM;
+  if (!rc && (LSTMD_MPI_FAILED(MPI_Comm_rank(w, &s->rank)) ||
+              LSTMD_MPI_FAILED(MPI_Comm_size(w, &s->size))))
+    rc = LSTMD_ECOMM;
+  if (rc) {
+    if (rc == LSTMD_ENOMEM) lstmd_errorf("out of memory for a sub-communicator");
+    free(s);
+    if (g != MPI_COMM_NULL) MPI_Comm_free(&g);
+    MPI_Comm_free(&w);
+    return rc;
+  }
+  s->world = w;
+  s->grads = g;
+  s->local = MPI_COMM_NULL;
+  s->local_rank = c->local_rank;
+  s->local_size = c->local_size;
+  s->is_sub = 1;
+  memcpy(s->host, c->host, sizeof s->host);
+  *out = s;
+  return LSTMD_OK;
+}
+
+void lstmd_comm_free(struct lstmd_comm *sub) {
+  if (!sub) return;
+  if (!sub->is_sub) {
+    lstmd_errorf("lstmd_comm_free: not a sub-communicator (the world's goes to lstmd_comm_finalize)");
+    return;
+  }
+  lstmd_comm_finalize(sub); /* frees its communicators; we_initialized is 0, so no MPI_Finalize */
 }
 
 int lstmd_comm_rank(const struct lstmd_comm *c) { return c->rank; }
@@ -191,4 +263,81 @@ int lstmd_comm_barrier(struct lstmd_comm *c) {
   MPI_Request r;
   LSTMD_CHECK_MPI(MPI_Ibarrier(c->world, &r));
   return wait_request(&r);
+}
+
+/* Rationale 5. */
+int lstmd_comm_gatherv_pieces(struct lstmd_comm *c, const void *in, size_t bytes, void *out,
+                              const size_t *counts, const size_t *displs, int root, size_t piece) {
+  _Static_assert(sizeof(size_t) == sizeof(uint64_t), "counts[] is scattered as MPI_UINT64_T");
+  enum { kTag = 1 };
+  if (piece == 0 || piece > (size_t)kPiece || root < 0 || root >= c->size) {
+    lstmd_errorf("gatherv: bad root %d or piece size %zu", root, piece);
+    return LSTMD_EINVAL; /* the same arguments on every rank: every rank returns here */
+  }
+  const int me = c->rank, n = c->size;
+  /* (a) */
+  uint64_t expect = 0;
+  MPI_Request r;
+  LSTMD_CHECK_MPI(MPI_Iscatter(counts, 1, MPI_UINT64_T, &expect, 1, MPI_UINT64_T, root, c->world, &r));
+  LSTMD_TRY(wait_request(&r));
+  /* (b) */
+  int rc = LSTMD_OK;
+  size_t n_req = 0;
+  if (expect != (uint64_t)bytes) {
+    lstmd_errorf("gatherv: rank %d has %zu bytes, root rank %d expects %llu", me, bytes, root,
+                 (unsigned long long)expect);
+    rc = LSTMD_EINVAL;
+  } else if (me != root) {
+    n_req = (bytes + piece - 1) / piece;
+  } else {
+    for (int i = 0; i < n; i++)
+      if (i != root) n_req += (counts[i] + piece - 1) / piece;
+  }
+  if (!rc && n_req > INT_MAX) {
+    lstmd_errorf("gatherv: %zu pieces are too many", n_req); /* not with 2^30-byte pieces */
+    rc = LSTMD_EINVAL;
+  }
+  MPI_Request *reqs = NULL;
+  if (!rc && n_req && !(reqs = malloc(n_req * sizeof *reqs))) rc = LSTMD_ENOMEM;
+  int failed = -1;
+  const int vote = lstmd_comm_agree(c, rc, &failed);
+  if (vote) {
+    if (!rc && vote != LSTMD_ECOMM) lstmd_errorf("gatherv to rank %d refused: rank %d failed", root, failed);
+    free(reqs);
+    return vote;
+  }
+  /* (c) */
+  size_t k = 0;
+  if (me != root) {
+    for (size_t off = 0; !rc && off < bytes; off += piece) {
+      const int cnt = (int)(bytes - off < piece ? bytes - off : piece); /* ≤ piece ≤ 2^30 */
+      if (LSTMD_MPI_FAILED(MPI_Isend((const char *)in + off, cnt, MPI_BYTE, root, kTag, c->world, &reqs[k])))
+        rc = LSTMD_ECOMM;
+      else
+        k++;
+    }
+  } else {
+    for (int i = 0; i < n; i++) {
+      if (i == root) continue;
+      char *base = (char *)out + displs[i];
+      for (size_t off = 0; !rc && off < counts[i]; off += piece) {
+        const int cnt = (int)(counts[i] - off < piece ? counts[i] - off : piece);
+        if (LSTMD_MPI_FAILED(MPI_Irecv(base + off, cnt, MPI_BYTE, i, kTag, c->world, &reqs[k])))
+          rc = LSTMD_ECOMM;
+        else
+          k++;
+      }
+    }
+    if (bytes && (const char *)out + displs[root] != (const char *)in)
+      memmove((char *)out + displs[root], in, bytes);
+  }
+  /* On a failed post the posted ones are left pending: the caller aborts the job. */
+  if (!rc && k) rc = wait_requests((int)k, reqs);
+  free(reqs);
+  return rc;
+}
+
+int lstmd_comm_gatherv(struct lstmd_comm *c, const void *in, size_t bytes, void *out,
+                       const size_t *counts, const size_t *displs, int root) {
+  return lstmd_comm_gatherv_pieces(c, in, bytes, out, counts, displs, root, (size_t)kPiece);
 }

@@ -2,12 +2,18 @@
  * MPI only progresses a nonblocking collective while some thread calls into MPI; the compute
  * threads never do, so this thread polls MPI_Test every ~20 µs while a bucket is in flight and
  * sleeps on a condition variable when there is nothing to do. It uses its own communicator, so
- * collectives that the main thread issues (metrics, flags) cannot interleave with its own. */
+ * collectives that the main thread issues (metrics, flags) cannot interleave with its own.
+ * With a timeout (lstmd_reducer_set_timeout), waits sleep on a CLOCK_MONOTONIC deadline, never in
+ * MPI, so a stopped peer cannot hang them; past it the reducer is abandoned: the thread leaves
+ * its pending all-reduce unfinished (collectives cannot be cancelled) and reduces nothing more,
+ * and the caller fails (the job then aborts or exits; the pending request dies with it). */
 #define _GNU_SOURCE
 #include "reducer.h"
 
 #include <mpi.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -34,18 +40,23 @@ struct lstmd_reducer {
   int head, tail; /* queue[head..tail) waits; tail - head <= kMaxBuckets */
   int busy;       /* the thread is reducing a bucket */
   int failed, quit;
+  atomic_int abandon; /* past the deadline: stop polling, reduce nothing more */
+  double timeout_s;   /* 0: none */
+  int world_rank;     /* for messages */
+  char host[MPI_MAX_PROCESSOR_NAME];
   lstmd_bucket_observer observer;
   void *observer_ctx;
 };
 
 /* Polls every 20 µs for the first ~5 ms, then backs off to 1 ms: a bucket normally completes
  * fast, and a rank waiting for a slow peer (rank 0 writing a checkpoint) should not burn a core. */
-static int reduce_one(MPI_Comm comm, struct bucket b) {
+static int reduce_one(struct lstmd_reducer *r, struct bucket b) {
   MPI_Request req;
-  if (MPI_Iallreduce(MPI_IN_PLACE, b.buf, (int)b.n, MPI_FLOAT, MPI_SUM, comm, &req) != MPI_SUCCESS)
+  if (MPI_Iallreduce(MPI_IN_PLACE, b.buf, (int)b.n, MPI_FLOAT, MPI_SUM, r->comm, &req) != MPI_SUCCESS)
     return LSTMD_ECOMM;
   long sleep_ns = 20000;
   for (int polls = 0;; polls++) {
+    if (atomic_load(&r->abandon)) return LSTMD_ECOMM; /* left pending: see the file comment */
     int done = 0;
     if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return LSTMD_ECOMM;
     if (done) return LSTMD_OK;
@@ -67,7 +78,7 @@ static void *reducer_main(void *arg) {
     int failed = r->failed;
     pthread_mutex_unlock(&r->mu);
     double t0 = lstmd_now_s();
-    int rc = failed ? LSTMD_ECOMM : reduce_one(r->comm, b);
+    int rc = failed ? LSTMD_ECOMM : reduce_one(r, b);
     if (r->observer) r->observer(r->observer_ctx, b.n, b.queued_s, t0, lstmd_now_s());
     pthread_mutex_lock(&r->mu);
     r->busy = 0;
@@ -83,9 +94,16 @@ int lstmd_reducer_create(struct lstmd_comm *c, struct lstmd_reducer **out) {
   struct lstmd_reducer *r = calloc(1, sizeof *r);
   if (!r) return LSTMD_ENOMEM;
   r->comm = c->grads; /* made at lstmd_comm_init: creating it here could hang a failing job */
+  MPI_Comm_rank(MPI_COMM_WORLD, &r->world_rank);
+  memcpy(r->host, c->host, sizeof r->host);
+  atomic_init(&r->abandon, 0);
   pthread_mutex_init(&r->mu, NULL);
   pthread_cond_init(&r->work, NULL);
-  pthread_cond_init(&r->idle, NULL);
+  pthread_condattr_t ca; /* `idle` is waited on with CLOCK_MONOTONIC deadlines */
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&r->idle, &ca);
+  pthread_condattr_destroy(&ca);
   int e = pthread_create(&r->thread, NULL, reducer_main, r);
   if (e != 0) {
     lstmd_errorf("cannot start the gradient reducer thread: %s", strerror(e));
@@ -99,11 +117,36 @@ int lstmd_reducer_create(struct lstmd_comm *c, struct lstmd_reducer **out) {
   return LSTMD_OK;
 }
 
+static struct timespec monotonic_deadline(double timeout_s) {
+  const double t = lstmd_now_s() + timeout_s;
+  struct timespec ts = {(time_t)t, (long)((t - (double)(time_t)t) * 1e9)};
+  if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
+  return ts;
+}
+
+/* Waits under r->mu until every bucket is reduced or the timeout (if any) passes; returns 1
+ * when done. */
+static int wait_drained(struct lstmd_reducer *r) {
+  const struct timespec deadline = monotonic_deadline(r->timeout_s);
+  while (r->head != r->tail || r->busy) {
+    if (r->timeout_s <= 0) {
+      pthread_cond_wait(&r->idle, &r->mu);
+    } else if (pthread_cond_timedwait(&r->idle, &r->mu, &deadline) == ETIMEDOUT) {
+      if (r->head != r->tail || r->busy) return 0;
+    }
+  }
+  return 1;
+}
+
 void lstmd_reducer_destroy(struct lstmd_reducer *r) {
   if (!r) return;
   pthread_mutex_lock(&r->mu);
   r->quit = 1;
   pthread_cond_broadcast(&r->work);
+  if (!atomic_load(&r->abandon) && !wait_drained(r)) {
+    r->failed = 1;
+    atomic_store(&r->abandon, 1);
+  }
   pthread_mutex_unlock(&r->mu);
   pthread_join(r->thread, NULL);
   pthread_mutex_destroy(&r->mu);
@@ -126,13 +169,30 @@ void lstmd_reducer_submit(struct lstmd_reducer *r, float *buf, size_t n) {
   pthread_mutex_unlock(&r->mu);
 }
 
+void lstmd_reducer_set_timeout(struct lstmd_reducer *r, double timeout_s) {
+  pthread_mutex_lock(&r->mu);
+  r->timeout_s = timeout_s > 0 ? timeout_s : 0;
+  pthread_mutex_unlock(&r->mu);
+}
+
 int lstmd_reducer_wait_all(struct lstmd_reducer *r, double *waited_s) {
   double t0 = lstmd_now_s();
   pthread_mutex_lock(&r->mu);
-  while (r->head != r->tail || r->busy) pthread_cond_wait(&r->idle, &r->mu);
-  int failed = r->failed;
+  const int drained = wait_drained(r);
+  if (!drained) {
+    r->failed = 1;
+    atomic_store(&r->abandon, 1); /* the thread stops polling and drops what is queued */
+  }
+  const int failed = r->failed, pending = r->tail - r->head + r->busy;
+  const double timeout_s = r->timeout_s;
   pthread_mutex_unlock(&r->mu);
-  if (waited_s) *waited_s = lstmd_now_s() - t0;
-  if (failed) lstmd_errorf("gradient all-reduce failed (a rank may have died)");
+  const double waited = lstmd_now_s() - t0;
+  if (waited_s) *waited_s = waited;
+  if (!drained)
+    lstmd_errorf("rank %d (%s): gradient all-reduce unfinished after %.1f s (train.comm_timeout_s "
+                 "= %g s), %d bucket%s pending: a rank of the group may be stopped or too slow",
+                 r->world_rank, r->host, waited, timeout_s, pending, pending == 1 ? "" : "s");
+  else if (failed)
+    lstmd_errorf("gradient all-reduce failed (a rank may have died)");
   return failed ? LSTMD_ECOMM : LSTMD_OK;
 }

@@ -1,0 +1,71 @@
+#!/bin/bash
+# test_p2p_deadline.sh — failures that must end the whole job quickly, under mpirun -np 2:
+#  1. `test_p2p --deadline`: rank 0 stops itself (SIGSTOP) before sending; rank 1's p2p wait
+#     (train.comm_timeout_s = 2 s) must end the job within 2 + 1 s of the wait's start, naming
+#     the peer rank and the item, and mpirun must exit non-zero.
+#  2. `test_p2p --abort-sub`: lstmd_comm_abort on a one-rank sub-communicator while the other
+#     rank sleeps 60 s: mpirun must exit non-zero within a few seconds.
+# Each output line is stamped with the time it arrived ($EPOCHREALTIME), so the bound is measured
+# from the moment the wait began, not from mpirun's start-up. mpirun's own grace between the
+# SIGTERM and the SIGKILL of the other ranks after an abort (odls_base_sigkill_timeout, default
+# 1 s) is set to 0, so that the bound measures lstmd and not mpirun's tear-down; with the default
+# the job ends that much later.
+# Usage: test_p2p_deadline.sh TEST_P2P_BINARY [MPIEXEC]
+set -u
+BIN=$(realpath "${1:?usage: test_p2p_deadline.sh TEST_P2P_BINARY [MPIEXEC]}")
+MPIEXEC=${2:-mpirun}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail=0
+export OMPI_MCA_odls_base_sigkill_timeout=0
+
+# run MODE: runs the job, writes "<arrival time> <line>" to $TMP/MODE.log, the exit status to
+# $TMP/MODE.rc and mpirun's end time to $TMP/MODE.end.
+run() {
+  local mode=$1
+  { timeout 30 "$MPIEXEC" -np 2 "$BIN" "$mode" 2>&1; echo $? >"$TMP/$mode.rc"; } |
+    while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done >"$TMP/$mode.log"
+  echo "$EPOCHREALTIME" >"$TMP/$mode.end"
+  sed 's/^/    /' "$TMP/$mode.log"
+}
+
+# elapsed MODE PATTERN: seconds from the first line matching PATTERN to mpirun's end.
+elapsed() {
+  local t0
+  t0=$(grep -m1 -- "$2" "$TMP/$1.log" | cut -d' ' -f1)
+  [ -n "$t0" ] || { echo 999; return; }
+  awk -v a="$t0" -v b="$(cat "$TMP/$1.end")" 'BEGIN { printf "%.2f", b - a }'
+}
+
+check() { # check WHAT CONDITION...
+  local what=$1
+  shift
+  if "$@"; then echo "ok    $what"; else echo "FAIL  $what"; fail=1; fi
+}
+
+echo "--deadline (timeout 2 s):"
+run --deadline
+rc=$(cat "$TMP/--deadline.rc")
+t=$(elapsed --deadline "deadline: rank 1 waiting")
+t_msg=$(awk '/deadline: rank 1 waiting/ && !a { a = $1 } /waited .* s for/ && !b { b = $1 }
+             END { printf "%.2f", (a && b) ? b - a : 999 }' "$TMP/--deadline.log")
+echo "    message ${t_msg} s and mpirun exit ($rc) ${t} s after rank 1 began waiting"
+check "deadline: mpirun exits non-zero" test "$rc" -ne 0
+check "deadline: message in [timeout, timeout + 1 s] after the wait's start" \
+  awk -v t="$t_msg" 'BEGIN { exit !(t >= 2.0 && t <= 3.0) }'
+check "deadline: the job has ended within timeout + 1 s of the wait's start" \
+  awk -v t="$t" 'BEGIN { exit !(t <= 3.0) }'
+check "deadline: message names the waiting rank, the peer rank, the item and the time" \
+  grep -q "rank 1 (.*) waited 2\.[0-9] s for activations of unit 0 chunk 3 (F) from stage 0 from rank 0 " \
+  "$TMP/--deadline.log"
+check "deadline: the wait never returned" bash -c "! grep -q 'the wait returned' '$TMP/--deadline.log'"
+
+echo "--abort-sub:"
+run --abort-sub
+rc=$(cat "$TMP/--abort-sub.rc")
+t=$(elapsed --abort-sub "abort-sub: rank 0 aborts")
+echo "    mpirun exit $rc, ${t} s after rank 0 aborted"
+check "abort on a sub-communicator: mpirun exits non-zero" test "$rc" -ne 0
+check "abort on a sub-communicator: the sleeping rank is ended too, within 5 s" \
+  awk -v t="$t" 'BEGIN { exit !(t <= 5.0) }'
+exit $fail
