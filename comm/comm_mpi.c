@@ -34,6 +34,8 @@
 #include <unistd.h>
 
 #include "kernels/check.h"
+#include "kernels/clock.h"
+#include "peers.h"
 
 enum { kPiece = 1 << 30 };
 
@@ -41,11 +43,13 @@ enum { kPiece = 1 << 30 };
  * the training loop, 50 ms for an idle daemon's wait for its next job (20 polls a second). */
 static int wait_request_backoff(MPI_Request *r, long max_sleep_ns) {
   long sleep_ns = 1000;
+  const double began = lstmd_now_s();
   for (int spins = 0;; spins++) {
     int done = 0;
     LSTMD_CHECK_MPI(MPI_Test(r, &done, MPI_STATUS_IGNORE));
     if (done) return LSTMD_OK;
     if (spins < 200) continue;
+    lstmd_peers_check_while_waiting(began, "the other ranks (a collective)"); /* peers.h */
     struct timespec ts = {sleep_ns / 1000000000L, sleep_ns % 1000000000L};
     nanosleep(&ts, NULL);
     if (sleep_ns < max_sleep_ns) sleep_ns = sleep_ns * 2 < max_sleep_ns ? sleep_ns * 2 : max_sleep_ns;
@@ -111,6 +115,9 @@ int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out) {
     return LSTMD_ECOMM;
   }
   lstmd_set_process_label(c->rank, c->host);
+  if (lstmd_peers_init()) /* only a loss of the lost-peer check (peers.h): warn, go on */
+    lstmd_errorf("rank %d: the process table of this host's ranks could not be made; a lost "
+                 "peer will not be named", c->rank);
   *out = c;
   return LSTMD_OK;
 }
@@ -120,7 +127,10 @@ void lstmd_comm_finalize(struct lstmd_comm *c) {
   if (c->local && c->local != MPI_COMM_NULL) MPI_Comm_free(&c->local); /* NULL on a sub */
   if (c->world && c->world != MPI_COMM_NULL) MPI_Comm_free(&c->world);
   if (c->grads && c->grads != MPI_COMM_NULL) MPI_Comm_free(&c->grads);
-  if (c->we_initialized) MPI_Finalize();
+  if (c->we_initialized) {
+    lstmd_peers_free();
+    MPI_Finalize();
+  }
   free(c);
 }
 

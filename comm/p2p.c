@@ -15,6 +15,7 @@
 
 #include "comm.h"
 #include "comm_internal.h"
+#include "peers.h"
 #include "kernels/check.h"
 #include "kernels/clock.h"
 
@@ -460,22 +461,22 @@ static void deadline_abort(struct lstmd_p2p *p, const int *slots, int n, int n_u
   lstmd_comm_abort(p->c, 1);
 }
 
-/* Sleeps (under mu) until slot i is no longer in flight or the deadline passes; 0 or ETIMEDOUT. */
-static int sleep_until_done(struct lstmd_p2p *p, int i, const struct timespec *deadline) {
+/* Sleeps (under mu) until slot i is no longer in flight or the deadline `end` passes (0: no
+ * deadline); 0 or ETIMEDOUT. Wakes at least every 0.1 s to look for a peer process that is gone
+ * (peers.h: the job then ends, naming it). */
+static int sleep_until_done(struct lstmd_p2p *p, int i, double began, double end) {
   while (p->slots[i].state == SLOT_POSTING || p->slots[i].state == SLOT_IN_FLIGHT) {
-    if (!deadline) {
-      pthread_cond_wait(&p->done, &p->mu);
-    } else if (pthread_cond_timedwait(&p->done, &p->mu, deadline) == ETIMEDOUT &&
-               (p->slots[i].state == SLOT_POSTING || p->slots[i].state == SLOT_IN_FLIGHT)) {
-      return ETIMEDOUT;
-    }
+    const double now = lstmd_now_s();
+    if (end > 0 && now >= end) return ETIMEDOUT;
+    const struct timespec wake = deadline_in(end > 0 && end - now < 0.1 ? end - now : 0.1);
+    pthread_cond_timedwait(&p->done, &p->mu, &wake);
+    lstmd_peers_check_while_waiting(began, p->slots[i].what);
   }
   return 0;
 }
 
 int lstmd_p2p_wait(struct lstmd_p2p *p, lstmd_p2p_req r, double *waited_s) {
-  const double t0 = lstmd_now_s();
-  const struct timespec deadline = deadline_in(p->timeout_s);
+  const double t0 = lstmd_now_s(), end = p->timeout_s > 0 ? t0 + p->timeout_s : 0.0;
   const int i = r & (kMaxSlots - 1), gen = r >> kIdxBits;
   pthread_mutex_lock(&p->mu);
   if (r < 0 || i >= p->cap || p->slots[i].state == SLOT_FREE || p->slots[i].gen != gen) {
@@ -485,8 +486,7 @@ int lstmd_p2p_wait(struct lstmd_p2p *p, lstmd_p2p_req r, double *waited_s) {
   }
   p->waiters++;
   pthread_cond_signal(&p->work); /* 3: poll fast from now on */
-  if (sleep_until_done(p, i, p->timeout_s > 0 ? &deadline : NULL))
-    deadline_abort(p, &i, 1, 1, lstmd_now_s() - t0);
+  if (sleep_until_done(p, i, t0, end)) deadline_abort(p, &i, 1, 1, lstmd_now_s() - t0);
   p->waiters--;
   const int rc = finish(p, i);
   pthread_mutex_unlock(&p->mu);
@@ -495,15 +495,14 @@ int lstmd_p2p_wait(struct lstmd_p2p *p, lstmd_p2p_req r, double *waited_s) {
 }
 
 int lstmd_p2p_wait_all(struct lstmd_p2p *p, double *waited_s) {
-  const double t0 = lstmd_now_s();
-  const struct timespec deadline = deadline_in(p->timeout_s);
+  const double t0 = lstmd_now_s(), end = p->timeout_s > 0 ? t0 + p->timeout_s : 0.0;
   int rc = LSTMD_OK;
   pthread_mutex_lock(&p->mu);
   p->waiters++;
   pthread_cond_signal(&p->work);
   for (int i = 0; i < p->cap; i++) {
     if (p->slots[i].state == SLOT_FREE) continue;
-    if (sleep_until_done(p, i, p->timeout_s > 0 ? &deadline : NULL)) {
+    if (sleep_until_done(p, i, t0, end)) {
       int show[kShowAtDeadline], n_show = 0, n_unfinished = 0;
       for (int j = i; j < p->cap; j++) {
         const int st = p->slots[j].state;

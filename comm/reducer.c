@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "kernels/clock.h"
+#include "peers.h"
 #include "kernels/status.h"
 #include "comm.h"
 #include "comm_internal.h"
@@ -127,13 +128,15 @@ static struct timespec monotonic_deadline(double timeout_s) {
 /* Waits under r->mu until every bucket is reduced or the timeout (if any) passes; returns 1
  * when done. */
 static int wait_drained(struct lstmd_reducer *r) {
-  const struct timespec deadline = monotonic_deadline(r->timeout_s);
+  const double began = lstmd_now_s(), end = began + r->timeout_s;
   while (r->head != r->tail || r->busy) {
-    if (r->timeout_s <= 0) {
-      pthread_cond_wait(&r->idle, &r->mu);
-    } else if (pthread_cond_timedwait(&r->idle, &r->mu, &deadline) == ETIMEDOUT) {
-      if (r->head != r->tail || r->busy) return 0;
-    }
+    /* wake at least every 0.1 s to look for a lost peer (peers.h) */
+    const double now = lstmd_now_s();
+    if (r->timeout_s > 0 && now >= end) return 0;
+    const double next = r->timeout_s > 0 && end - now < 0.1 ? end - now : 0.1;
+    const struct timespec wake = monotonic_deadline(next);
+    pthread_cond_timedwait(&r->idle, &r->mu, &wake);
+    lstmd_peers_check_while_waiting(began, "the gradient all-reduce");
   }
   return 1;
 }

@@ -86,9 +86,10 @@ run s4wave 4 text "${o[@]}" --set train.time_chunks=8
 run s4-1f1b 4 text "${o[@]}" --set train.schedule=1f1b --set train.micro_batches=4
 equal s4wave ref-stream "$INIT" 1e-5
 equal s4-1f1b ref-stream "$INIT" 1e-5
-grep -q '"stages":4' run-s4wave/metrics.jsonl && grep -q '"bubble"' run-s4wave/metrics.jsonl &&
-  ok "metrics.jsonl has stages, bubble, p2p_wait_s: $(tail -1 run-s4wave/metrics.jsonl | grep -o '"stages.*')" ||
-  bad "metrics.jsonl lacks the pipeline fields: $(tail -1 run-s4wave/metrics.jsonl)"
+rec=$(grep '"tokens_per_s"' run-s4wave/metrics.jsonl | tail -1)
+[[ $(grep -c '"stages":4,"bubble":[0-9.]*,"p2p_wait_s":[0-9.]*' run-s4wave/metrics.jsonl) -eq 6 ]] &&
+  ok "metrics.jsonl: every step record has stages, bubble, p2p_wait_s: $(grep -o '"stages.*' <<<"$rec")" ||
+  bad "metrics.jsonl lacks the pipeline fields: $rec"
 
 # grad_accum windows as units (stream order: consecutive windows of the same columns)
 ga=(--set data.order=stream --set data.batch_size=8 --set optim.grad_accum=2)
