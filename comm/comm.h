@@ -39,6 +39,13 @@ int lstmd_comm_allreduce_sum_f32_to(struct lstmd_comm *c, const float *src, floa
 /* In-place sum / max of n doubles (metrics, flags). */
 int lstmd_comm_allreduce_sum_f64(struct lstmd_comm *c, double *buf, int n);
 int lstmd_comm_allreduce_max_f64(struct lstmd_comm *c, double *buf, int n);
+/* The sum of n doubles for a wait that has a bound (the training step's: every rank enters it
+ * within a step's compute of the others): unfinished timeout_s after it began, it prints
+ * "rank R (host): WHAT unfinished after N s ..." and ends the job (lstmd_comm_abort). The waits
+ * that may legitimately last (rank 0 evaluating or writing a checkpoint while the others wait)
+ * use the calls without a bound. */
+int lstmd_comm_allreduce_sum_f64_within(struct lstmd_comm *c, double *buf, int n,
+                                         double timeout_s, const char *what);
 /* The agreement vote, the one way ranks decide together whether to go on: every rank passes its
  * own status (0: fine) and learns whether any rank failed, so that all of them go on or all
  * stop at the same point and none is left waiting in a collective. Returns 0 when every rank

@@ -40,8 +40,11 @@
 enum { kPiece = 1 << 30 };
 
 /* Polls a request, sleeping between polls with a backoff that grows to max_sleep_ns: 2 ms in
- * the training loop, 50 ms for an idle daemon's wait for its next job (20 polls a second). */
-static int wait_request_backoff(MPI_Request *r, long max_sleep_ns) {
+ * the training loop, 50 ms for an idle daemon's wait for its next job (20 polls a second). With
+ * timeout_s > 0, a request unfinished that long after the wait began ends the job with a message
+ * naming `what` (never MPI_Wait or MPI_Cancel on it: a stopped peer must not hang this rank). */
+static int wait_request_within(const struct lstmd_comm *c, MPI_Request *r, long max_sleep_ns,
+                               double timeout_s, const char *what) {
   long sleep_ns = 1000;
   const double began = lstmd_now_s();
   for (int spins = 0;; spins++) {
@@ -49,11 +52,21 @@ static int wait_request_backoff(MPI_Request *r, long max_sleep_ns) {
     LSTMD_CHECK_MPI(MPI_Test(r, &done, MPI_STATUS_IGNORE));
     if (done) return LSTMD_OK;
     if (spins < 200) continue;
-    lstmd_peers_check_while_waiting(began, "the other ranks (a collective)"); /* peers.h */
+    lstmd_peers_check_while_waiting(began, what ? what : "the other ranks (a collective)");
+    if (timeout_s > 0 && lstmd_now_s() - began > timeout_s) {
+      lstmd_errorf("rank %d (%s): %s unfinished after %.1f s (train.comm_timeout_s = %g s): a "
+                   "rank may be stopped or hung; ending the job", c->rank, c->host, what,
+                   lstmd_now_s() - began, timeout_s);
+      lstmd_comm_abort((struct lstmd_comm *)c, 1);
+    }
     struct timespec ts = {sleep_ns / 1000000000L, sleep_ns % 1000000000L};
     nanosleep(&ts, NULL);
     if (sleep_ns < max_sleep_ns) sleep_ns = sleep_ns * 2 < max_sleep_ns ? sleep_ns * 2 : max_sleep_ns;
   }
+}
+
+static int wait_request_backoff(MPI_Request *r, long max_sleep_ns) {
+  return wait_request_within(NULL, r, max_sleep_ns, 0.0, NULL);
 }
 
 static int wait_request(MPI_Request *r) {
@@ -225,6 +238,13 @@ int lstmd_comm_allreduce_sum_f32_to(struct lstmd_comm *c, const float *src, floa
 
 int lstmd_comm_allreduce_sum_f64(struct lstmd_comm *c, double *buf, int n) {
   return allreduce(c, MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM);
+}
+
+int lstmd_comm_allreduce_sum_f64_within(struct lstmd_comm *c, double *buf, int n,
+                                         double timeout_s, const char *what) {
+  MPI_Request r;
+  LSTMD_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, c->world, &r));
+  return wait_request_within(c, &r, 2000000L, timeout_s, what);
 }
 
 int lstmd_comm_allreduce_max_f64(struct lstmd_comm *c, double *buf, int n) {

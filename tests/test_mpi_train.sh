@@ -25,14 +25,6 @@ trap 'pkill -9 -f "$TMP" 2>/dev/null; rm -rf "$TMP"' EXIT
 fails=0
 ok() { echo "ok    $*"; }
 bad() { echo "FAIL  $*"; fails=$((fails + 1)); }
-# known_bug WHAT CHECK...: a check written to the right contract that fails today because of a
-# product bug reported elsewhere: XFAIL while it fails, FAIL (XPASS) once it passes, so that the
-# marker is removed when the bug is fixed.
-known_bug() {
-  local what=$1; shift
-  if "$@"; then bad "XPASS $what: the known bug is fixed; make this an ordinary check"
-  else echo "XFAIL $what (known product bug, see the comment above the check)"; fi
-}
 compare() { /usr/bin/python3 "$SRC/tests/compare_checkpoints.py" "$@"; }
 meta_step() {
   /usr/bin/python3 -c 'import json,struct,sys; d=open(sys.argv[1],"rb").read(8+2**20); n=struct.unpack("<Q",d[:8])[0]; print(json.loads(d[8:8+n])["__metadata__"]["train.step"])' "$1"
@@ -140,13 +132,11 @@ if [[ $rc -ne 0 && $took -le 15 && -z $left ]]; then
   ok "SIGKILL of rank $victim_rank: job ended in ${took}s with status $rc, no rank left"
 else bad "SIGKILL: rc=$rc after ${took}s, processes left: ${left:-none}$(for p in $left; do
   echo; tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null | cut -c1-200; done)"; fi
-# KNOWN BUG (comm/ and worker/, not fixed here): lstmd prints no message of its own about the lost
-# rank. DESIGN.md asks for "a clear message naming the rank and cause"; what err.log holds is
-# mpirun's "mpirun noticed that process rank 1 with PID 0 on node ... exited on signal 9
-# (Killed)", and lstmd's lines end with the start-up notes (rank 0 is blocked in the all-reduce
-# until mpirun kills it). The old check grepped "rank [0-9]" and so matched mpirun's line.
-lstmd_names_rank() { grep -E "^lstmd: " "$TMP/killed/err.log" | grep -Eq "\brank $victim_rank\b"; }
-known_bug "SIGKILL: a line of lstmd's own (\"lstmd: ...\") names the lost rank $victim_rank" lstmd_names_rank
+# lstmd's own line (comm/peers.c: a rank waiting for a same-host peer whose process is gone
+# names it and ends the job), not mpirun's "process rank 1 ... exited on signal 9".
+if line=$(grep -E "^lstmd: " "$TMP/killed/err.log" | grep -E "\brank $victim_rank\b.*is gone"); then
+  ok "SIGKILL: lstmd names the lost rank: $(head -1 <<<"$line" | cut -c1-110)"
+else bad "SIGKILL: no line of lstmd's own names the lost rank $victim_rank: $(grep '^lstmd:' "$TMP/killed/err.log" | tail -2)"; fi
 k=$(meta_step "$TMP/killed/run/latest.safetensors")
 "$LSTMD" eval --checkpoint "$TMP/killed/run/latest.safetensors" --data "$TMP/ds" >/dev/null 2>&1 \
   && ok "the last checkpoint (step $k) is whole" || bad "latest checkpoint unreadable"

@@ -276,7 +276,10 @@ int lstmd_engine_cpu_create(const struct lstmd_engine *base, struct lstmd_engine
   c->n_buckets = (int)((m->n_params + c->bucket_floats - 1) / c->bucket_floats);
   int rc = lstmd_pool_create(n, &c->pool);
   if (!rc && base->world > 1) rc = lstmd_reducer_create(base->comm, &c->reducer);
-  if (!rc && c->reducer) lstmd_reducer_observe(c->reducer, on_bucket_done, c);
+  if (!rc && c->reducer) {
+    lstmd_reducer_observe(c->reducer, on_bucket_done, c);
+    lstmd_reducer_set_timeout(c->reducer, cfg->comm_timeout_s); /* a stalled rank ends the job */
+  }
   const size_t grad_bytes = (m->n_params * sizeof(float) + 63) / 64 * 64;
   for (int i = 0, col = 0; !rc && i < n; i++) {
     struct slice *s = &c->slices[i];

@@ -81,6 +81,9 @@ static void evaluate_now(struct run *r) {
   uint64_t tokens = 0;
   const double t0 = lstmd_now_s();
   int rc = r->engine->ops->evaluate(r->engine, &r->val, &loss, &tokens);
+  /* Every rank waits here, without a bound, until rank 0 has evaluated: the next step's waits
+   * (with train.comm_timeout_s) then never include an evaluation however long it takes. */
+  if (r->world > 1 && lstmd_comm_barrier(r->comm)) rc = rc ? rc : LSTMD_ECOMM;
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "evaluation", t0, lstmd_now_s(), NULL);
   if (rc != 0 || r->rank != 0) return;
   const int text = r->model->shape.kind == LSTMD_MODEL_TEXT;
@@ -157,7 +160,9 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
    * makespan; busy over wall, summed over the ranks, gives the pipeline bubble. */
   double totals[6] = {out.loss_sum, stop_wanted(r) ? 1.0 : 0.0, feed.status ? 1.0 : 0.0,
                       out.busy_s, lstmd_now_s() - t0, out.p2p_wait_s};
-  if (r->world > 1) LSTMD_TRY(lstmd_comm_allreduce_sum_f64(r->comm, totals, 6));
+  if (r->world > 1)
+    LSTMD_TRY(lstmd_comm_allreduce_sum_f64_within(r->comm, totals, 6, cfg->comm_timeout_s,
+                                                  "the step's all-reduce of the loss and votes"));
   tm->busy_s += totals[3];
   tm->wall_s += totals[4];
   tm->p2p_s += totals[5];
