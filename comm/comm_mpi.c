@@ -54,9 +54,10 @@ static int wait_request_within(const struct lstmd_comm *c, MPI_Request *r, long 
     if (spins < 200) continue;
     lstmd_peers_check_while_waiting(began, what ? what : "the other ranks (a collective)");
     if (timeout_s > 0 && lstmd_now_s() - began > timeout_s) {
+      char stuck[512];
       lstmd_errorf("rank %d (%s): %s unfinished after %.1f s (train.comm_timeout_s = %g s): a "
-                   "rank may be stopped or hung; ending the job", c->rank, c->host, what,
-                   lstmd_now_s() - began, timeout_s);
+                   "rank may be stopped or hung%s; ending the job", c->rank, c->host, what,
+                   lstmd_now_s() - began, timeout_s, lstmd_peers_describe_stuck(stuck, sizeof stuck));
       lstmd_comm_abort((struct lstmd_comm *)c, 1);
     }
     struct timespec ts = {sleep_ns / 1000000000L, sleep_ns % 1000000000L};

@@ -450,10 +450,12 @@ static void deadline_abort(struct lstmd_p2p *p, const int *slots, int n, int n_u
   for (int k = 0; k < n; k++) {
     const struct slot *s = &p->slots[slots[k]];
     rank_name(p, s->peer, peer, sizeof peer);
+    char stuck[512];
     lstmd_errorf("%s (%s) waited %.1f s for %s %s %s (p2p %s, tag %d, %s, %zu bytes): not complete "
-                 "after train.comm_timeout_s = %g s; ending the job", me, p->c->host, waited, s->what,
-                 s->is_recv ? "from" : "to", peer, s->is_recv ? "receive" : "send", s->tag,
-                 dir_name(s->dir), s->bytes, p->timeout_s);
+                 "after train.comm_timeout_s = %g s%s; ending the job", me, p->c->host, waited,
+                 s->what, s->is_recv ? "from" : "to", peer, s->is_recv ? "receive" : "send", s->tag,
+                 dir_name(s->dir), s->bytes, p->timeout_s,
+                 lstmd_peers_describe_stuck(stuck, sizeof stuck));
   }
   if (n_unfinished > n) lstmd_errorf("%s: and %d more unfinished p2p requests", me, n_unfinished - n);
   fflush(stderr);

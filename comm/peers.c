@@ -53,18 +53,40 @@ void lstmd_peers_free(void) {
   g_size = 0;
 }
 
-/* 1 when the process exists and is not a zombie. */
-static int process_alive(int pid) {
-  if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
+/* The state letter of /proc/PID/stat (R, S, D, T, t, Z, X, ...), 'X' when the process does not
+ * exist, '?' when /proc cannot say. */
+static char process_state(int pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return 'X';
   char path[64], buf[256];
   snprintf(path, sizeof path, "/proc/%d/stat", pid);
   FILE *f = fopen(path, "r");
-  if (!f) return 1; /* no /proc here: kill() said it exists */
+  if (!f) return '?'; /* no /proc here: kill() said it exists */
   size_t n = fread(buf, 1, sizeof buf - 1, f);
   fclose(f);
   buf[n] = '\0';
   const char *close = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold spaces */
-  return !(close && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X'));
+  return close && close[1] == ' ' ? close[2] : '?';
+}
+
+/* 1 when the process exists and is not a zombie. */
+static int process_alive(int pid) {
+  const char s = process_state(pid);
+  return s != 'X' && s != 'Z';
+}
+
+char *lstmd_peers_describe_stuck(char *buf, size_t n) {
+  if (!n) return buf;
+  buf[0] = '\0';
+  for (int r = 0; g_peers && r < g_size; r++) {
+    if (r == g_rank || strcmp(g_peers[r].host, g_peers[g_rank].host)) continue;
+    const char s = process_state(g_peers[r].pid);
+    const char *what = s == 'T' || s == 't' ? "is stopped" : s == 'X' || s == 'Z' ? "is gone" : NULL;
+    const size_t at = strlen(buf);
+    if (what && at < n)
+      snprintf(buf + at, n - at, "; rank %d (pid %d on %s) %s", r, g_peers[r].pid,
+               g_peers[r].host, what);
+  }
+  return buf;
 }
 
 int lstmd_peers_find_lost(void) {

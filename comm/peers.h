@@ -7,6 +7,8 @@
 #ifndef LSTMD_PEERS_H
 #define LSTMD_PEERS_H
 
+#include <stddef.h>
+
 /* Collective over MPI_COMM_WORLD, once, from lstmd_comm_init: all-gathers (pid, host). Returns
  * 0, or LSTMD_ECOMM / LSTMD_ENOMEM (the checks then stay off). */
 int lstmd_peers_init(void);
@@ -15,6 +17,12 @@ void lstmd_peers_free(void);
 /* The world rank of a peer on this host whose process has exited (or is a zombie), or -1. At
  * most a few system calls per peer; thread-safe. */
 int lstmd_peers_find_lost(void);
+
+/* For deadline messages: writes into buf (at most n bytes, NUL-terminated) "; rank P (pid N on
+ * host) is stopped" for every peer on this host that is stopped (SIGSTOP, a debugger) or gone,
+ * or "" when none is: what a wait past its deadline can say about whom it waited for, when MPI
+ * cannot tell. Returns buf. */
+char *lstmd_peers_describe_stuck(char *buf, size_t n);
 
 /* For waits: call in the wait loop with the time the wait began. From 0.2 s into the wait, at
  * most every 0.1 s, looks for a lost peer; when one is gone, prints "rank R (host): rank P (pid

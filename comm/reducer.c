@@ -191,10 +191,12 @@ int lstmd_reducer_wait_all(struct lstmd_reducer *r, double *waited_s) {
   pthread_mutex_unlock(&r->mu);
   const double waited = lstmd_now_s() - t0;
   if (waited_s) *waited_s = waited;
+  char stuck[512];
   if (!drained)
     lstmd_errorf("rank %d (%s): gradient all-reduce unfinished after %.1f s (train.comm_timeout_s "
-                 "= %g s), %d bucket%s pending: a rank of the group may be stopped or too slow",
-                 r->world_rank, r->host, waited, timeout_s, pending, pending == 1 ? "" : "s");
+                 "= %g s), %d bucket%s pending: a rank of the group may be stopped or too slow%s",
+                 r->world_rank, r->host, waited, timeout_s, pending, pending == 1 ? "" : "s",
+                 lstmd_peers_describe_stuck(stuck, sizeof stuck));
   else if (failed)
     lstmd_errorf("gradient all-reduce failed (a rank may have died)");
   return failed ? LSTMD_ECOMM : LSTMD_OK;

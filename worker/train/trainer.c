@@ -94,7 +94,9 @@ static void evaluate_now(struct run *r) {
 
 struct step_times {
   double data_s, compute_s, comm_s; /* waiting for batches, forward+backward, exposed all-reduce */
-  double busy_s, wall_s, p2p_s;     /* summed over the ranks: computing, the step, between stages */
+  double busy_s, wall_s, p2p_s;     /* this rank: computing, the step through its all-reduce,
+                                     * waiting for the other stages (summed over the ranks at
+                                     * each log step: the bubble) */
 };
 
 static int stop_wanted(const struct run *r) {
@@ -156,16 +158,15 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   tm->data_s += feed.wait_s;
   tm->compute_s += lstmd_now_s() - t0 - feed.wait_s - out.comm_wait_s;
   tm->comm_s += out.comm_wait_s;
-  /* The step ends on every rank in this all-reduce, so its wall time so far is the common
-   * makespan; busy over wall, summed over the ranks, gives the pipeline bubble. */
-  double totals[6] = {out.loss_sum, stop_wanted(r) ? 1.0 : 0.0, feed.status ? 1.0 : 0.0,
-                      out.busy_s, lstmd_now_s() - t0, out.p2p_wait_s};
+  double totals[3] = {out.loss_sum, stop_wanted(r) ? 1.0 : 0.0, feed.status ? 1.0 : 0.0};
   if (r->world > 1)
-    LSTMD_TRY(lstmd_comm_allreduce_sum_f64_within(r->comm, totals, 6, cfg->comm_timeout_s,
+    LSTMD_TRY(lstmd_comm_allreduce_sum_f64_within(r->comm, totals, 3, cfg->comm_timeout_s,
                                                   "the step's all-reduce of the loss and votes"));
-  tm->busy_s += totals[3];
-  tm->wall_s += totals[4];
-  tm->p2p_s += totals[5];
+  /* Every rank leaves this all-reduce at about the same time, so the step's wall time through
+   * it is the common makespan; Σ busy / Σ wall over the ranks is the pipeline bubble. */
+  tm->busy_s += out.busy_s;
+  tm->wall_s += lstmd_now_s() - t0;
+  tm->p2p_s += out.p2p_wait_s;
   if (totals[2] > 0.0) {
     if (feed.status) return agreed_failure(r, feed.status);
     lstmd_errorf("rank %d: stopping at step %ld: %.0f rank(s) could not read their data",
@@ -229,9 +230,16 @@ static int train_loop(struct run *r) {
     interval_loss += loss;
     interval_steps++;
     const long step = r->progress.step;
-    if (r->rank == 0 && ((cfg->log_every && step % cfg->log_every == 0) || step == cfg->steps)) {
+    if ((cfg->log_every && step % cfg->log_every == 0) || step == cfg->steps) {
+      if (r->world > 1 && cfg->stages > 1) { /* the ranks' busy and wall times, for the bubble */
+        double sums[3] = {tm.busy_s, tm.wall_s, tm.p2p_s};
+        LSTMD_TRY(lstmd_comm_allreduce_sum_f64_within(r->comm, sums, 3, cfg->comm_timeout_s,
+                                                      "the all-reduce of the step times"));
+        tm.busy_s = sums[0], tm.wall_s = sums[1], tm.p2p_s = sums[2];
+      }
       double t = lstmd_now_s();
-      report(r, interval_steps, interval_loss, grad_norm, t - interval_t0, t - t0, &tm);
+      if (r->rank == 0)
+        report(r, interval_steps, interval_loss, grad_norm, t - interval_t0, t - t0, &tm);
       interval_t0 = t;
       interval_loss = 0.0;
       interval_steps = 0;
