@@ -464,13 +464,13 @@ static void deadline_abort(struct lstmd_p2p *p, const int *slots, int n, int n_u
 }
 
 /* Sleeps (under mu) until slot i is no longer in flight or the deadline `end` passes (0: no
- * deadline); 0 or ETIMEDOUT. Wakes at least every 0.1 s to look for a peer process that is gone
+ * deadline); 0 or ETIMEDOUT. Wakes at least every 50 ms to look for a peer process that is gone
  * (peers.h: the job then ends, naming it). */
 static int sleep_until_done(struct lstmd_p2p *p, int i, double began, double end) {
   while (p->slots[i].state == SLOT_POSTING || p->slots[i].state == SLOT_IN_FLIGHT) {
     const double now = lstmd_now_s();
     if (end > 0 && now >= end) return ETIMEDOUT;
-    const struct timespec wake = deadline_in(end > 0 && end - now < 0.1 ? end - now : 0.1);
+    const struct timespec wake = deadline_in(end > 0 && end - now < 0.05 ? end - now : 0.05);
     pthread_cond_timedwait(&p->done, &p->mu, &wake);
     lstmd_peers_check_while_waiting(began, p->slots[i].what);
   }

@@ -26,6 +26,9 @@ struct peer {
 static struct peer *g_peers; /* [size], written once by lstmd_peers_init */
 static int g_size = 0, g_rank = -1;
 static _Atomic double g_last_check;
+static volatile sig_atomic_t g_signalled;
+
+void lstmd_peers_signalled(void) { g_signalled = 1; }
 
 int lstmd_peers_init(void) {
   int size = 0, rank = 0;
@@ -99,7 +102,9 @@ int lstmd_peers_find_lost(void) {
 
 void lstmd_peers_check_while_waiting(double wait_began_s, const char *what) {
   const double now = lstmd_now_s();
-  if (!g_peers || now - wait_began_s < 0.2 || now - g_last_check < 0.1) return;
+  if (!g_peers) return;
+  if (!g_signalled && (now - wait_began_s < 0.05 || now - g_last_check < 0.05)) return;
+  g_signalled = 0;
   g_last_check = now;
   const int lost = lstmd_peers_find_lost();
   if (lost < 0) return;

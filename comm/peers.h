@@ -24,10 +24,15 @@ int lstmd_peers_find_lost(void);
  * cannot tell. Returns buf. */
 char *lstmd_peers_describe_stuck(char *buf, size_t n);
 
-/* For waits: call in the wait loop with the time the wait began. From 0.2 s into the wait, at
- * most every 0.1 s, looks for a lost peer; when one is gone, prints "rank R (host): rank P (pid
- * N on host) is gone while waiting for WHAT; ending the job" and ends the job (MPI_Abort,
- * exit code 1): never returns then. */
+/* For waits: call in the wait loop (at least every 50 ms) with the time the wait began. From
+ * 50 ms into the wait, at most every 50 ms — and at once after lstmd_peers_signalled — looks for
+ * a lost peer; when one is gone, prints "rank R (host): rank P (pid N on host) is gone while
+ * waiting for WHAT; ending the job" and ends the job (MPI_Abort, exit code 1): never returns
+ * then. (A launcher that lost a rank sends the others SIGTERM, then SIGKILL a second later:
+ * the check must come first for the message to be printed.) */
 void lstmd_peers_check_while_waiting(double wait_began_s, const char *what);
+/* Async-signal-safe: a stop signal arrived (maybe the launcher ending the job because a rank
+ * died): the next check runs at once. */
+void lstmd_peers_signalled(void);
 
 #endif

@@ -130,10 +130,10 @@ static struct timespec monotonic_deadline(double timeout_s) {
 static int wait_drained(struct lstmd_reducer *r) {
   const double began = lstmd_now_s(), end = began + r->timeout_s;
   while (r->head != r->tail || r->busy) {
-    /* wake at least every 0.1 s to look for a lost peer (peers.h) */
+    /* wake at least every 50 ms to look for a lost peer (peers.h) */
     const double now = lstmd_now_s();
     if (r->timeout_s > 0 && now >= end) return 0;
-    const double next = r->timeout_s > 0 && end - now < 0.1 ? end - now : 0.1;
+    const double next = r->timeout_s > 0 && end - now < 0.05 ? end - now : 0.05;
     const struct timespec wake = monotonic_deadline(next);
     pthread_cond_timedwait(&r->idle, &r->mu, &wake);
     lstmd_peers_check_while_waiting(began, "the gradient all-reduce");

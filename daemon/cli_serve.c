@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "comm/peers.h"
 #include "kernels/status.h"
 #include "worker/io/durable.h"
 #include "worker/train/trainer.h"
@@ -53,6 +54,7 @@ static void on_signal(int sig) {
   (void)sig;
   g_signalled = 1;
   lstmd_train_request_stop();
+  lstmd_peers_signalled();
 }
 
 struct serve_opts {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "comm/peers.h"
 #include "kernels/status.h"
 #include "worker/train/trainer.h"
 #include "blas_setup.h"
@@ -25,6 +26,7 @@ static void on_set(void *ctx, const char *value) {
 static void on_signal(int sig) {
   (void)sig;
   lstmd_train_request_stop();
+  lstmd_peers_signalled(); /* it may be the launcher ending the job for a lost rank */
 }
 
 int lstmd_cmd_train(int argc, char **argv) {

@@ -260,8 +260,9 @@ if [[ -n $victim && $rc -ne 0 && $dt -le 15 ]] && grep -q "$named" log-stop; the
 else bad "kill -STOP: victim '$victim', exit $rc after ${dt}s: $(grep '^lstmd:' log-stop | tail -2)"; fi
 
 # ---------------------------------------------------------------- 4. trace
-run trace 2 text --set data.batch_size=8 --set model.stages=2 --set train.time_chunks=4 \
-  --set train.checkpoint_every=0 --trace "$TMP/trace.json"
+# (a wider model than the others, so that compute, not per-step overhead, fills the step)
+run trace 2 text --set data.batch_size=16 --set model.hidden=256 --set model.stages=2 \
+  --set train.time_chunks=4 --set train.checkpoint_every=0 --trace "$TMP/trace.json"
 if msg=$("$PY" "$SRC/tests/check_pipe_trace.py" trace.json 2 4 run-trace/metrics.jsonl 2>&1); then
   ok "trace: $msg"
 else bad "trace: $msg"; fi

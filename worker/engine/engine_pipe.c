@@ -508,7 +508,8 @@ static int pipe_optim_step(struct lstmd_engine *e, struct lstmd_optim *o, double
   double sums[LSTMD_MAX_TENSORS] = {0};
   for (int t = p->t_lo; t < p->t_hi; t++)
     sums[t] = lstmd_cpu_sumsq(m->tensors[t].count, m->grads + m->tensors[t].offset);
-  LSTMD_TRY(lstmd_comm_allreduce_sum_f64(p->pp, sums, m->n_tensors)); /* see 5. */
+  LSTMD_TRY(lstmd_comm_allreduce_sum_f64_within(p->pp, sums, m->n_tensors, e->cfg.comm_timeout_s,
+                                                "the gradient norm's all-reduce")); /* see 5. */
   double sq = 0.0;
   for (int t = 0; t < m->n_tensors; t++) sq += sums[t];
   *grad_norm = sqrt(sq);
