@@ -149,8 +149,10 @@ static char *job_payload(const Lstmd__Job *job, const char *data_root, size_t *l
                          char *err, size_t errlen) {
   struct lstmd_train_config cfg;
   int has_run_dir;
-  if (lstmd_serve_job_config(job->settings, job->n_settings, data_root, &cfg, &has_run_dir, err,
-                             errlen))
+  /* world 0: a job restored from the journal onto another number of ranks fails in set-up,
+   * naming model.stages, like a bad dataset */
+  if (lstmd_serve_job_config(job->settings, job->n_settings, data_root, 0, &cfg, &has_run_dir,
+                             err, errlen))
     return NULL;
   snprintf(cfg.run_dir, sizeof cfg.run_dir, "%s", job->run_dir);
   *steps = cfg.steps;
@@ -250,7 +252,8 @@ static int follower(struct lstmd_comm *comm) {
 /* ---- set-up ---- */
 
 /* Rank 0: state dir (locked against a second daemon), data root, job table, server. */
-static int start_rank0(const struct serve_opts *o, const cpu_set_t *cpus, struct lstmd_jobs *jobs,
+static int start_rank0(const struct serve_opts *o, int world, const cpu_set_t *cpus,
+                       struct lstmd_jobs *jobs,
                        struct lstmd_server **srv, int *lock_fd, char *data_root) {
   LSTMD_TRY(lstmd_mkdir_p(o->state_dir));
   char lock_path[1200];
@@ -310,7 +313,7 @@ static int start_rank0(const struct serve_opts *o, const cpu_set_t *cpus, struct
       .socket_path = o->socket, .socket_group = group, .listen_host = o->listen ? host_copy : NULL,
       .listen_port = (int)port, .token = token, .data_root = data_root,
       .max_frame = (uint32_t)o->max_frame, .idle_timeout_s = (double)o->idle_timeout,
-      .max_connections = max_conns, .cpus = CPU_COUNT(cpus) > 0 ? cpus : NULL};
+      .max_connections = max_conns, .cpus = CPU_COUNT(cpus) > 0 ? cpus : NULL, .world = world};
   LSTMD_TRY(lstmd_server_start(&sc, jobs, srv));
   fprintf(stderr, "lstmd: serving on %s%s%s (state %s, data root %s)\n", o->socket,
           o->listen ? " and tcp " : "", o->listen ? o->listen : "", o->state_dir, data_root);
@@ -404,7 +407,7 @@ int lstmd_cmd_serve(int argc, char **argv) {
   int lock_fd = -1;
   char data_root[PATH_MAX];
   memset(&jobs, 0, sizeof jobs);
-  rc = start_rank0(&o, &job_cpus, &jobs, &srv, &lock_fd, data_root);
+  rc = start_rank0(&o, lstmd_comm_size(comm), &job_cpus, &jobs, &srv, &lock_fd, data_root);
   if (rc) { /* the other ranks are waiting for a command: tell them to go */
     struct command bye = {.kind = kCmdExit, .exit_code = lstmd_exit_code(rc)};
     send_command(comm, &bye, NULL);

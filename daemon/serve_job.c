@@ -9,7 +9,7 @@
 #include "config.h"
 
 int lstmd_serve_job_config(Lstmd__Setting *const *settings, size_t n, const char *data_root,
-                           struct lstmd_train_config *cfg, int *has_run_dir, char *err,
+                           int world, struct lstmd_train_config *cfg, int *has_run_dir, char *err,
                            size_t errlen) {
   lstmd_config_defaults(cfg);
   *has_run_dir = 0;
@@ -19,6 +19,11 @@ int lstmd_serve_job_config(Lstmd__Setting *const *settings, size_t n, const char
     if (!strcmp(settings[i]->key, "train.run_dir")) *has_run_dir = 1;
   }
   if (lstmd_config_check(cfg, err, errlen)) return LSTMD_ECONFIG;
+  if (world > 0 && world % cfg->stages) {
+    snprintf(err, errlen, "model.stages: %d does not divide this daemon's %d ranks (every job "
+             "runs on all of them: replicas x stages)", cfg->stages, world);
+    return LSTMD_ECONFIG;
+  }
   char resolved[sizeof cfg->data_path], why[1400];
   if (lstmd_path_inside(data_root, cfg->data_path, 1, resolved, sizeof resolved, why, sizeof why)) {
     snprintf(err, errlen, "data.path: %s", why);

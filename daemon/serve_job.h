@@ -10,10 +10,11 @@
 #include "lstmd.pb-c.h"
 
 /* Applies settings over the defaults, resolves data.path (must exist) and train.run_dir (if
- * set; may not exist yet) inside data_root, and checks the result. *has_run_dir tells whether
- * the settings named a run directory. Returns 0, or LSTMD_ECONFIG with the reason in err. */
+ * set; may not exist yet) inside data_root, and checks the result; with world > 0 (the daemon's
+ * ranks) also that model.stages divides it. *has_run_dir tells whether the settings named a run
+ * directory. Returns 0, or LSTMD_ECONFIG with the reason in err. */
 int lstmd_serve_job_config(Lstmd__Setting *const *settings, size_t n, const char *data_root,
-                           struct lstmd_train_config *cfg, int *has_run_dir, char *err,
+                           int world, struct lstmd_train_config *cfg, int *has_run_dir, char *err,
                            size_t errlen);
 
 #endif

@@ -278,8 +278,8 @@ static void handle_request(struct conn *c, const uint8_t *payload, size_t n) {
       struct lstmd_train_config cfg;
       int has_run_dir;
       const Lstmd__JobSpec *spec = r->submit->spec;
-      if (lstmd_serve_job_config(spec->settings, spec->n_settings, s->cfg.data_root, &cfg,
-                                 &has_run_dir, err, sizeof err))
+      if (lstmd_serve_job_config(spec->settings, spec->n_settings, s->cfg.data_root, s->cfg.world,
+                                 &cfg, &has_run_dir, err, sizeof err))
         reply = lstmd_frame_pack_error(LSTMD__ERROR_CODE__INVALID_JOB, err, &len);
       else
         reply = lstmd_jobs_submit(s->jobs, spec, has_run_dir ? cfg.run_dir : NULL, cfg.steps, &len);

@@ -32,6 +32,7 @@ struct lstmd_server_config {
   double idle_timeout_s;
   int max_connections;
   const cpu_set_t *cpus; /* where the control thread may run (NULL: where it is started) */
+  int world;              /* the daemon's ranks (jobs' model.stages must divide it) */
 };
 
 struct lstmd_server;

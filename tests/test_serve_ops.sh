@@ -12,7 +12,10 @@
 #     message saying why) and the first one is unharmed: its socket is there and it answers;
 #  4. SIGUSR1 to mpirun (systemd's KillSignal): the running job checkpoints and goes back to
 #     QUEUED, the daemon exits 0 and removes its socket; restarted, the daemon resumes the job
-#     from that checkpoint (attempt 2).
+#     from that checkpoint (attempt 2);
+#  5. pipeline stages through the daemon: model.stages=3 on the 2-rank daemon is refused at
+#     submission naming the key (exit 2); a model.stages=2 job runs to SUCCEEDED and ends with the
+#     weights of the same `mpirun -np 2 lstmd train` run (bitwise).
 set -u
 LSTMD=$(realpath "${1:?usage: test_serve_ops.sh LSTMD LSTMCTL SOURCE_DIR}")
 CTL=$(realpath "${2:?}")
@@ -175,7 +178,25 @@ if wait_for 60 running_step "$j" && [[ $(field "$j" attempts) == 2 ]] &&
    wait_for 30 grep -q "resumed from .*job-$j/latest.safetensors at step $step" "$TMP/serve.log"; then
   ok "restarted, the daemon resumes job $j from step $step (attempt 2)"
 else bad "after the restart: $(ctl status "$j"); $(grep -m1 "resumed from" "$TMP/serve.log")"; fi
+ctl cancel "$j" >/dev/null
+
+# 5. pipeline stages through the daemon
+pipe=(--set model.layers=2 --set model.stages=2 --set train.time_chunks=4 --set train.steps=6
+      --set data.order=stream --set train.checkpoint_every=3)
+out=$(ctl submit --config "$TMP/job.ini" --set model.layers=3 --set model.stages=3 2>&1); rc=$?
+[[ $rc == 2 ]] && grep -q "model.stages" <<<"$out" && ok "model.stages=3 on 2 ranks refused at submission: $(tail -1 <<<"$out")" ||
+  bad "model.stages=3 on 2 ranks: exit $rc: $out"
+p=$(ctl submit --config "$TMP/job.ini" "${pipe[@]}" --set train.run_dir=pipe-job --name pipe | tail -1)
+if ctl watch "$p" >/dev/null 2>&1 && [[ $(field "$p" state) == SUCCEEDED ]]; then
+  ok "a model.stages=2 job: SUCCEEDED"
+else bad "pipeline job $p: $(ctl status "$p")"; fi
 ctl shutdown >/dev/null; stop_daemon || bad "final shutdown"
+( cd "$TMP" && mpirun -np 2 "$LSTMD" train --config job.ini "${pipe[@]}" --set train.run_dir=pipe-job-cli \
+    >"$TMP/pipe-cli.log" 2>&1 ) || bad "mpirun -np 2 lstmd train (pipeline): $(tail -2 "$TMP/pipe-cli.log")"
+if msg=$(/usr/bin/python3 "$SRC/tests/compare_checkpoints.py" "$TMP/pipe-job/step-6.safetensors" \
+         "$TMP/pipe-job-cli/step-6.safetensors" --rtol 0 2>&1); then
+  ok "the daemon's pipeline job equals mpirun -np 2 lstmd train: $msg"
+else bad "daemon pipeline job vs lstmd train: $msg"; fi
 
 if ((fails)); then echo "--- serve.log (tail)"; tail -20 "$TMP/serve.log"; echo "$fails check(s) failed"; exit 1; fi
 echo "all checks passed"
