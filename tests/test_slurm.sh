@@ -3,6 +3,7 @@
 #  1. `srun --mpi=pmix -n 2` trains data-parallel and makes the updates of one rank with the
 #     global batch (within 1e-5 of the update's norm, from the initialisation: a 1-step lr-0 run;
 #     clip off, since a clip would hide a uniform error in the gradient's scale);
+#     `srun -n 2` with model.stages=2 (the layers in two pipeline stages) does too;
 #  2. `scancel -s TERM` stops the job cleanly: exit 0 and a checkpoint;
 #  3. `sbatch --wait deploy/slurm/train.sbatch` with 2 tasks × 1 CPU: the job's exit code is 0,
 #     its output names a 2-rank world, the checkpoint exists and `lstmd eval` reads it; a second
@@ -38,6 +39,13 @@ if msg=$(/usr/bin/python3 "$SRC/tests/compare_checkpoints.py" "$TMP/one/step-6.s
          "$TMP/two/step-6.safetensors" --rtol 1e-5 --initial "$TMP/init/step-1.safetensors"); then
   ok "srun --mpi=pmix -n 2 × batch 4 = 1 rank × batch 8: $msg"
 else bad "srun equivalence: $msg"; fi
+timeout 120 srun --mpi=pmix -n 2 "$LSTMD" train "${common[@]}" --set data.batch_size=8 --set train.steps=6 \
+  --set model.stages=2 --set train.time_chunks=4 --set train.run_dir="$TMP/stages" >/dev/null \
+  2>"$TMP/srun-stages.log" || bad "srun -n 2, 2 stages: $(tail -3 "$TMP/srun-stages.log")"
+if msg=$(/usr/bin/python3 "$SRC/tests/compare_checkpoints.py" "$TMP/stages/step-6.safetensors" \
+         "$TMP/one/step-6.safetensors" --rtol 1e-5 --initial "$TMP/init/step-1.safetensors"); then
+  ok "srun --mpi=pmix -n 2 with model.stages=2 = 1 rank: $msg"
+else bad "srun, 2 stages: $msg"; fi
 
 timeout 120 srun --mpi=pmix -n 2 -J lstmd-stop "$LSTMD" train "${common[@]}" --set data.batch_size=4 \
   --set train.steps=1000000 --set train.log_every=1 --set train.run_dir="$TMP/stop" >/dev/null 2>"$TMP/stop.log" &
