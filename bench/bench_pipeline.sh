@@ -7,7 +7,11 @@
 #   BENCH_OUT=bench/results/pipeline-cpu-2core-$(date +%F).txt bench/bench_pipeline.sh ...
 #
 # Rows: data parallel (2 ranks × 16 windows), then model.stages=2 with the wavefront at K = 4,
-# 8, 16, 32 time chunks, gpipe at M = 2, 4, 8 micro-batches, 1f1b M=4 and 1f1b M=2 K=8.
+# 8, 16, 32 time chunks, gpipe at M = 2, 4, 8 micro-batches, 1f1b M=4 and 1f1b M=2 K=8. At this
+# shape the stages are unequal (layer 0 reads the 64-wide embedding, layer 1 the 512-wide layer
+# 0 and feeds the head: about 1.4x the work), which caps S=2 below data parallel whatever the
+# schedule; the last two rows repeat DP and the K=16 wavefront with model.embed=512, where the
+# two stages carry the same work.
 # Columns, steady state (the first log interval left out), best of ROUNDS runs by tokens/s:
 #   tokens/s, step ms; the bubble measured (metrics.jsonl: 1 − Σ busy / Σ step time over the
 #   ranks) and predicted (bench/pipe_predict: lstmd's schedule simulator on the per-stage median
@@ -41,6 +45,8 @@ configs=(
   "gpipe M=8|--set model.stages=2 --set train.schedule=gpipe --set train.micro_batches=8"
   "1f1b M=4|--set model.stages=2 --set train.schedule=1f1b --set train.micro_batches=4"
   "1f1b M=2 K=8|--set model.stages=2 --set train.schedule=1f1b --set train.micro_batches=2 --set train.time_chunks=8"
+  "dp E512|--set data.batch_size=16 --set model.embed=512"
+  "wavefront K=16 E512|--set model.stages=2 --set train.time_chunks=16 --set model.embed=512"
 )
 
 # steady MEAN over metrics.jsonl records after the first: tokens/s, step s, bubble, p2p, comm
@@ -88,17 +94,19 @@ EOF
     best=""
     for round in $(seq "$ROUNDS"); do
       run="$TMP/run"
-      rm -rf "$run" "$TMP/trace.json"
-      mpirun -np 2 --bind-to core /usr/bin/time -f 'maxrss_kb %M' "$LSTMD" train \
+      rm -rf "$run" "$TMP/trace.json" "$TMP"/rss.*
+      # each rank's peak RSS into its own file (GNU time -o), named by its rank
+      mpirun -np 2 --bind-to core sh -c 'exec /usr/bin/time -f %M -o "$0.$OMPI_COMM_WORLD_RANK" "$@"' \
+        "$TMP/rss" "$LSTMD" train \
         --config "$HERE/char_lm_h512.ini" --set "data.path=$TMP/ds" --set "train.run_dir=$run" \
         --set "train.steps=$STEPS" --set train.log_every=4 --set train.threads=1 \
         --trace "$TMP/trace.json" "${extra[@]}" >/dev/null 2>"$TMP/log" ||
         { echo "$name failed:"; tail -5 "$TMP/log"; exit 1; }
       read -r tps step bub p2p comm < <(steady "$run/metrics.jsonl")
-      rss=$(grep -o 'maxrss_kb [0-9]*' "$TMP/log" | awk '{printf "%s%.0f", sep, $2 / 1024; sep="/"}')
+      rss=$(cat "$TMP/rss.0" "$TMP/rss.1" | awk '{printf "%s%.0f", sep, $1 / 1024; sep="/"}')
       pred="-"
       form="-"
-      if [[ $name != dp ]]; then
+      if [[ $name != dp* ]]; then
         kind=${name%% *}
         m=$(sed -n 's/.*micro_batches=\([0-9]*\).*/\1/p' <<<"${c#*|}")
         k=$(sed -n 's/.*time_chunks=\([0-9]*\).*/\1/p' <<<"${c#*|}")

@@ -30,26 +30,7 @@ cleanup() {
   rm -rf "$TMP"
 }
 trap cleanup EXIT
-fails=0
-ok() { echo "ok    $*"; }
-bad() { echo "FAIL  $*"; fails=$((fails + 1)); }
-ctl() { "$CTL" --socket "$SOCK" "$@"; }
-field() { ctl --json status "$1" | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
-wait_for() { # wait_for SECONDS COMMAND...: polls until the command succeeds
-  local end=$((SECONDS + $1)); shift
-  until "$@" 2>/dev/null; do ((SECONDS < end)) || return 1; sleep 0.2; done
-}
-start_daemon() {
-  mpirun -np 2 "$LSTMD" serve --socket "$SOCK" --state-dir "$TMP/state" --data-root "$TMP" "$@" \
-    >>"$TMP/serve.log" 2>&1 &
-  SERVE_PID=$!
-  wait_for 30 test -S "$SOCK" && wait_for 10 ctl list >/dev/null || { bad "daemon did not start: $(tail -5 "$TMP/serve.log")"; exit 1; }
-}
-stop_daemon() { # waits for the daemon to exit; returns its status
-  local end=$((SECONDS + 60))
-  while kill -0 "$SERVE_PID" 2>/dev/null && ((SECONDS < end)); do sleep 0.2; done
-  wait "$SERVE_PID"; local rc=$?; SERVE_PID=; return $rc
-}
+source "$SRC/tests/serve_helpers.sh"
 state_is() { [[ $(field "$1" state) == "$2" ]]; }
 meta_step() { # the step a checkpoint holds
   /usr/bin/python3 -c 'import json,struct,sys; d=open(sys.argv[1],"rb").read(8+2**20); n=struct.unpack("<Q",d[:8])[0]; print(json.loads(d[8:8+n])["__metadata__"]["train.step"])' "$1"

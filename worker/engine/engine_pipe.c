@@ -576,19 +576,17 @@ static void state_block(const struct pipe_engine *p, int s, int d, float *block,
 static int pipe_gather_state(struct lstmd_engine *e, float *h, float *c) {
   struct pipe_engine *p = pipe_of(e);
   const size_t BH = (size_t)p->B * p->H, mine = (size_t)p->st.layers * BH;
-  size_t counts[256], displs[256], total = 0;
-  if (e->world > 256) {
-    lstmd_errorf("pipeline engine: more than 256 ranks");
-    return LSTMD_EUNSUPPORTED;
-  }
-  for (int r = 0; r < e->world; r++) {
+  size_t *counts = calloc(2 * (size_t)e->world, sizeof *counts), *displs = counts + e->world;
+  size_t total = 0;
+  for (int r = 0; counts && r < e->world; r++) {
     counts[r] = 2 * (size_t)e->cfg.stage_layers[r % p->S] * BH * sizeof(float);
     displs[r] = total;
     total += counts[r];
   }
   float *send = malloc(2 * mine * sizeof(float));
   float *all = e->rank == 0 ? malloc(total) : NULL;
-  int rc = lstmd_comm_agree(e->comm, !send || (e->rank == 0 && !all) ? LSTMD_ENOMEM : LSTMD_OK, NULL);
+  int rc = lstmd_comm_agree(e->comm, !counts || !send || (e->rank == 0 && !all) ? LSTMD_ENOMEM
+                                                                                 : LSTMD_OK, NULL);
   if (!rc) {
     memcpy(send, p->state_h, mine * sizeof(float));
     memcpy(send + mine, p->state_c, mine * sizeof(float));
@@ -602,6 +600,7 @@ static int pipe_gather_state(struct lstmd_engine *e, float *h, float *c) {
   }
   free(send);
   free(all);
+  free(counts);
   return rc;
 }
 

@@ -1,0 +1,23 @@
+# serve_helpers.sh — sourced by the daemon tests (test_serve.sh, test_serve_ops.sh): running
+# `mpirun -np 2 lstmd serve` on $SOCK with its state in $TMP/state and lstmctl against it, and
+# the ok/bad failure count `fails`. Set LSTMD, CTL, TMP and SOCK first (and SERVE_PID=).
+fails=0
+ok() { echo "ok    $*"; }
+bad() { echo "FAIL  $*"; fails=$((fails + 1)); }
+ctl() { "$CTL" --socket "$SOCK" "$@"; }
+field() { ctl --json status "$1" | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
+wait_for() { # wait_for SECONDS COMMAND...: polls until the command succeeds
+  local end=$((SECONDS + $1)); shift
+  until "$@" 2>/dev/null; do ((SECONDS < end)) || return 1; sleep 0.2; done
+}
+start_daemon() { # start_daemon [serve options...]: returns once it answers (or fails the test)
+  mpirun -np 2 "$LSTMD" serve --socket "$SOCK" --state-dir "$TMP/state" --data-root "$TMP" "$@" \
+    >>"$TMP/serve.log" 2>&1 &
+  SERVE_PID=$!
+  wait_for 30 test -S "$SOCK" && wait_for 10 ctl list >/dev/null || { bad "daemon did not start: $(tail -5 "$TMP/serve.log")"; exit 1; }
+}
+stop_daemon() { # waits for the daemon to exit; returns its status
+  local end=$((SECONDS + 60))
+  while kill -0 "$SERVE_PID" 2>/dev/null && ((SECONDS < end)); do sleep 0.2; done
+  wait "$SERVE_PID"; local rc=$?; SERVE_PID=; return $rc
+}
