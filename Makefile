@@ -28,6 +28,7 @@ demo: deps all
 bench: deps all
 	bench/bench_cpu.sh $(BUILD)/lstmd
 	bench/bench_scaling.sh $(BUILD)/lstmd
+	bench/bench_pipeline.sh $(BUILD)/lstmd $(BUILD)/pipe_predict
 	bench/bench_serve.sh $(BUILD)/lstmd
 
 bench-serve: deps all

@@ -17,6 +17,7 @@ build=(
 )
 tests=(
   python3 python3-numpy python3-torch python3-venv  # references in tests, peer in benchmarks
+  time              # peak RSS per rank in bench/bench_pipeline.sh
   clang             # the sanitizer and libFuzzer builds of the protocol tests
   slurm-wlm slurmctld slurmd slurm-client munge  # the one-node Slurm cluster of tests/test_slurm.sh
 )
