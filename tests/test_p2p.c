@@ -286,6 +286,27 @@ static int run_deadline(struct lstmd_comm *c, int rank) {
   return 1;
 }
 
+/* A bounded all-reduce on a sub-communicator whose ranks are the world's reversed (as a
+ * pipeline's norm all-reduce on replica d's communicator): world rank 0 stops itself, world rank 1
+ * (rank 0 of the sub-communicator) must name itself by its world rank at the deadline. */
+static int run_sub_deadline(struct lstmd_comm *c, int rank) {
+  struct lstmd_comm *sub;
+  if (lstmd_comm_split(c, 0, 1 - rank, &sub) || lstmd_comm_rank(sub) != 1 - rank) return 1;
+  if (rank == 0) {
+    printf("sub-deadline: rank 0 stops itself\n");
+    fflush(stdout);
+    raise(SIGSTOP);
+    sleep_s(60);
+    return 1;
+  }
+  double x = 1.0;
+  printf("sub-deadline: rank 1 waiting\n");
+  fflush(stdout);
+  lstmd_comm_allreduce_sum_f64_within(sub, &x, 1, 2.0, "the test's all-reduce on a sub-communicator");
+  printf("sub-deadline: the wait returned\n"); /* it must not */
+  return 1;
+}
+
 static int run_abort_sub(struct lstmd_comm *c, int rank) {
   struct lstmd_comm *one;
   if (lstmd_comm_split(c, rank, 0, &one) || lstmd_comm_size(one) != 1) return 1;
@@ -308,6 +329,7 @@ int main(int argc, char **argv) {
   }
   if (argc > 1 && !strcmp(argv[1], "--deadline")) return run_deadline(c, rank);
   if (argc > 1 && !strcmp(argv[1], "--abort-sub")) return run_abort_sub(c, rank);
+  if (argc > 1 && !strcmp(argv[1], "--sub-deadline")) return run_sub_deadline(c, rank);
 
   /* 1. the pipeline communicator, in reverse order: stage s is world rank world − 1 − s */
   struct lstmd_comm *pp;
