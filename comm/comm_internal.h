@@ -13,6 +13,7 @@ struct lstmd_comm {
   MPI_Comm grads;  /* the reducer thread's own, so its collectives never interleave with those */
   MPI_Comm local;  /* ranks on this node; MPI_COMM_NULL on a sub-communicator */
   int rank, size;  /* in `world` */
+  int world_rank;  /* in MPI_COMM_WORLD, for messages (a sub-communicator's rank is not it) */
   int local_rank, local_size; /* of the process (copied into sub-communicators) */
   int we_initialized; /* MPI_Init was ours, so MPI_Finalize is too */
   int is_sub;         /* made by lstmd_comm_split: freed by lstmd_comm_free */

@@ -56,7 +56,7 @@ static int wait_request_within(const struct lstmd_comm *c, MPI_Request *r, long 
     if (timeout_s > 0 && lstmd_now_s() - began > timeout_s) {
       char stuck[512];
       lstmd_errorf("rank %d (%s): %s unfinished after %.1f s (train.comm_timeout_s = %g s): a "
-                   "rank may be stopped or hung%s; ending the job", c->rank, c->host, what,
+                   "rank may be stopped or hung%s; ending the job", c->world_rank, c->host, what,
                    lstmd_now_s() - began, timeout_s, lstmd_peers_describe_stuck(stuck, sizeof stuck));
       lstmd_comm_abort((struct lstmd_comm *)c, 1);
     }
@@ -128,6 +128,7 @@ int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out) {
     lstmd_comm_finalize(c);
     return LSTMD_ECOMM;
   }
+  c->world_rank = c->rank;
   lstmd_set_process_label(c->rank, c->host);
   if (lstmd_peers_init()) /* only a loss of the lost-peer check (peers.h): warn, go on */
     lstmd_errorf("rank %d: the process table of this host's ranks could not be made; a lost "
@@ -178,6 +179,7 @@ int lstmd_comm_split(struct lstmd_comm *c, int color, int key, struct lstmd_comm
   }
   s->world = w;
   s->grads = g;
+  s->world_rank = c->world_rank;
   s->local = MPI_COMM_NULL;
   s->local_rank = c->local_rank;
   s->local_size = c->local_size;

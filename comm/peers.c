@@ -1,6 +1,12 @@
 /* peers.c — the process table of the ranks on this host, and the lost-peer check (peers.h).
  * A process counts as gone when kill(pid, 0) says ESRCH or /proc says it is a zombie (killed
- * but not yet reaped by its launcher, which is what a SIGKILLed rank is for a moment). */
+ * but not yet reaped by its launcher, which is what a SIGKILLed rank is for a moment).
+ * "On this host" means: the same kernel (/proc/sys/kernel/random/boot_id) and the same PID
+ * namespace (/proc/self/ns/pid), not merely the same host name. Ranks in containers with a
+ * private PID namespace but the host's name (docker --network host, Kubernetes hostNetwork),
+ * or nodes that share a host name, cannot see each other's pids: kill(pid, 0) there says
+ * ESRCH for a live peer, and the check would end a healthy job naming a rank that is fine. A
+ * peer whose pid is not visible at start-up (when every rank is alive) is left out as well. */
 #define _GNU_SOURCE
 #include "peers.h"
 
@@ -19,8 +25,9 @@
 #include "kernels/status.h"
 
 struct peer {
-  int pid;
-  char host[64];
+  int pid;       /* 0: not checked (another host, another PID namespace, or not visible) */
+  char host[64]; /* for messages */
+  char node[96]; /* boot id and PID namespace: equal = pids mean the same processes */
 };
 
 static struct peer *g_peers; /* [size], written once by lstmd_peers_init */
@@ -30,6 +37,24 @@ static volatile sig_atomic_t g_signalled;
 
 void lstmd_peers_signalled(void) { g_signalled = 1; }
 
+/* "BOOT_ID PIDNS" of this process (see the file comment), or the host name prefixed with "host "
+ * when /proc cannot say (then the host name alone decides, as before /proc was consulted). */
+static void node_identity(const char *host, char *out, size_t n) {
+  char boot[64] = "", ns[48] = "";
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    if (!fgets(boot, sizeof boot, f)) boot[0] = '\0';
+    fclose(f);
+    boot[strcspn(boot, "\n")] = '\0';
+  }
+  const ssize_t len = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  ns[len > 0 ? len : 0] = '\0';
+  if (boot[0] && ns[0]) snprintf(out, n, "%s %s", boot, ns);
+  else snprintf(out, n, "host %s", host);
+}
+
+static int process_alive(int pid);
+
 int lstmd_peers_init(void) {
   int size = 0, rank = 0;
   if (MPI_Comm_size(MPI_COMM_WORLD, &size) != MPI_SUCCESS ||
@@ -37,6 +62,7 @@ int lstmd_peers_init(void) {
     return LSTMD_ECOMM;
   struct peer me = {.pid = (int)getpid()};
   gethostname(me.host, sizeof me.host - 1);
+  node_identity(me.host, me.node, sizeof me.node);
   struct peer *all = calloc((size_t)size, sizeof *all);
   if (!all) return LSTMD_ENOMEM;
   if (MPI_Allgather(&me, sizeof me, MPI_BYTE, all, sizeof me, MPI_BYTE, MPI_COMM_WORLD) !=
@@ -44,11 +70,19 @@ int lstmd_peers_init(void) {
     free(all);
     return LSTMD_ECOMM;
   }
+  /* Only peers whose pids mean something here are checked; every rank is alive now (it has
+   * just taken part in the all-gather), so a pid that cannot be seen is in another namespace. */
+  for (int r = 0; r < size; r++)
+    if (r != rank && (strcmp(all[r].node, me.node) != 0 || !process_alive(all[r].pid)))
+      all[r].pid = 0;
   g_peers = all;
   g_size = size;
   g_rank = rank;
   return LSTMD_OK;
 }
+
+/* 1 when rank r's process can be checked from here (see the file comment). */
+static int checkable(int r) { return r != g_rank && g_peers[r].pid > 0; }
 
 void lstmd_peers_free(void) {
   free(g_peers);
@@ -81,7 +115,7 @@ char *lstmd_peers_describe_stuck(char *buf, size_t n) {
   if (!n) return buf;
   buf[0] = '\0';
   for (int r = 0; g_peers && r < g_size; r++) {
-    if (r == g_rank || strcmp(g_peers[r].host, g_peers[g_rank].host)) continue;
+    if (!checkable(r)) continue;
     const char s = process_state(g_peers[r].pid);
     const char *what = s == 'T' || s == 't' ? "is stopped" : s == 'X' || s == 'Z' ? "is gone" : NULL;
     const size_t at = strlen(buf);
@@ -94,9 +128,8 @@ char *lstmd_peers_describe_stuck(char *buf, size_t n) {
 
 int lstmd_peers_find_lost(void) {
   if (!g_peers || g_rank < 0) return -1;
-  const char *mine = g_peers[g_rank].host;
   for (int r = 0; r < g_size; r++)
-    if (r != g_rank && !strcmp(g_peers[r].host, mine) && !process_alive(g_peers[r].pid)) return r;
+    if (checkable(r) && !process_alive(g_peers[r].pid)) return r;
   return -1;
 }
 

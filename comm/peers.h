@@ -2,14 +2,16 @@
  * process died: a rank waiting for it would wait until mpirun or Slurm kills it, and say
  * nothing. So every rank records, at start-up, which ranks of the job run on its host and their
  * process ids; a wait that lasts checks, a few times a second, whether one of them is gone, and
- * if so names it and ends the job. Peers on other hosts cannot be checked this way (the
- * launcher's teardown then ends the job, without lstmd naming the lost rank). */
+ * if so names it and ends the job. Peers on other hosts, or in another PID namespace of this
+ * one (containers), cannot be checked this way and are left out (the launcher's teardown then
+ * ends the job, without lstmd naming the lost rank). */
 #ifndef LSTMD_PEERS_H
 #define LSTMD_PEERS_H
 
 #include <stddef.h>
 
-/* Collective over MPI_COMM_WORLD, once, from lstmd_comm_init: all-gathers (pid, host). Returns
+/* Collective over MPI_COMM_WORLD, once, from lstmd_comm_init: all-gathers (pid, host, boot id
+ * and PID namespace), keeping the peers whose pids are visible from this process. Returns
  * 0, or LSTMD_ECOMM / LSTMD_ENOMEM (the checks then stay off). */
 int lstmd_peers_init(void);
 void lstmd_peers_free(void);

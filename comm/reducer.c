@@ -74,6 +74,7 @@ static void *reducer_main(void *arg) {
     while (!r->quit && r->head == r->tail) pthread_cond_wait(&r->work, &r->mu);
     if (r->head == r->tail) break; /* quit with an empty queue */
     struct bucket b = r->queue[r->head % kMaxBuckets];
+    if (r->tail - r->head == kMaxBuckets) pthread_cond_broadcast(&r->idle); /* room: submit */
     r->head++;
     r->busy = 1;
     int failed = r->failed;
@@ -163,9 +164,34 @@ void lstmd_reducer_observe(struct lstmd_reducer *r, lstmd_bucket_observer fn, vo
   r->observer_ctx = ctx;
 }
 
+/* A full queue (kMaxBuckets waiting: a model of many buckets, train.bucket_mb small) waits for
+ * the thread to take one, which a stopped peer can delay forever: the wait is bounded by the
+ * timeout like wait_all's (past it the reducer is abandoned, this bucket dropped, and the next
+ * wait_all fails), and looks for a lost peer every 50 ms. */
 void lstmd_reducer_submit(struct lstmd_reducer *r, float *buf, size_t n) {
   pthread_mutex_lock(&r->mu);
-  while (r->tail - r->head == kMaxBuckets) pthread_cond_wait(&r->idle, &r->mu);
+  const double began = lstmd_now_s();
+  while (r->tail - r->head == kMaxBuckets && !atomic_load(&r->abandon)) {
+    const double now = lstmd_now_s();
+    if (r->timeout_s > 0 && now - began >= r->timeout_s) {
+      r->failed = 1;
+      atomic_store(&r->abandon, 1);
+      char stuck[512];
+      lstmd_errorf("rank %d (%s): gradient all-reduce unfinished after %.1f s (train.comm_timeout_s "
+                   "= %g s), %d buckets pending and the queue full: a rank of the group may be "
+                   "stopped or too slow%s", r->world_rank, r->host, now - began, r->timeout_s,
+                   r->tail - r->head + r->busy, lstmd_peers_describe_stuck(stuck, sizeof stuck));
+      break;
+    }
+    const double left = r->timeout_s > 0 ? r->timeout_s - (now - began) : 0.05;
+    const struct timespec wake = monotonic_deadline(left < 0.05 ? left : 0.05);
+    pthread_cond_timedwait(&r->idle, &r->mu, &wake);
+    lstmd_peers_check_while_waiting(began, "the gradient all-reduce");
+  }
+  if (atomic_load(&r->abandon)) { /* failed for good: nothing more is reduced (wait_all fails) */
+    pthread_mutex_unlock(&r->mu);
+    return;
+  }
   r->queue[r->tail % kMaxBuckets] = (struct bucket){buf, n, lstmd_now_s()};
   r->tail++;
   pthread_cond_signal(&r->work);

@@ -15,7 +15,10 @@ int lstmd_reducer_create(struct lstmd_comm *c, struct lstmd_reducer **out);
 /* Waits for outstanding buckets (at most the timeout, if one is set; then they are abandoned),
  * stops the thread. NULL is fine. */
 void lstmd_reducer_destroy(struct lstmd_reducer *r);
-/* Queues an in-place sum over ranks of buf[0..n) (n < 2^31). Thread-safe. */
+/* Queues an in-place sum over ranks of buf[0..n) (n < 2^31). Thread-safe. With 4096 buckets
+ * already waiting it waits for room, at most the timeout (if one is set): past it the reducer
+ * fails for good as in lstmd_reducer_wait_all (message, the bucket dropped, the next wait_all
+ * returns LSTMD_ECOMM). */
 void lstmd_reducer_submit(struct lstmd_reducer *r, float *buf, size_t n);
 /* Optional: called on the reducer thread after each bucket with its size (floats) and the
  * CLOCK_MONOTONIC seconds it was submitted, started and finished (for the step timeline). */

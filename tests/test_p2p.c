@@ -4,9 +4,11 @@
  * receive in both directions of a chain, thousands of small messages whose tags and directions
  * must each land in their own buffer, count mismatches reported with both ranks, progress of a
  * send while its sender computes without MPI, an idle engine's CPU, and a reducer whose peers
- * withhold a bucket. Modes run by tests/test_p2p_deadline.sh, which expect the job to die:
- *   --deadline   a receive whose sender stops itself (SIGSTOP): the deadline ends the job
- *   --abort-sub  lstmd_comm_abort on a one-rank sub-communicator ends the whole job */
+ * withhold a bucket (with one bucket in the queue, and with the queue full). Modes run by
+ * tests/test_p2p_deadline.sh, which expect the job to die:
+ *   --deadline      a receive whose sender stops itself (SIGSTOP): the deadline ends the job
+ *   --sub-deadline  the same for a bounded all-reduce on a reversed sub-communicator
+ *   --abort-sub     lstmd_comm_abort on a one-rank sub-communicator ends the whole job */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdint.h>
@@ -286,6 +288,27 @@ static int run_deadline(struct lstmd_comm *c, int rank) {
   return 1;
 }
 
+/* A bounded all-reduce on a sub-communicator whose ranks are the world's reversed (as a
+ * pipeline's norm all-reduce on replica d's communicator): world rank 0 stops itself, world rank 1
+ * (rank 0 of the sub-communicator) must name itself by its world rank at the deadline. */
+static int run_sub_deadline(struct lstmd_comm *c, int rank) {
+  struct lstmd_comm *sub;
+  if (lstmd_comm_split(c, 0, 1 - rank, &sub) || lstmd_comm_rank(sub) != 1 - rank) return 1;
+  if (rank == 0) {
+    printf("sub-deadline: rank 0 stops itself\n");
+    fflush(stdout);
+    raise(SIGSTOP);
+    sleep_s(60);
+    return 1;
+  }
+  double x = 1.0;
+  printf("sub-deadline: rank 1 waiting\n");
+  fflush(stdout);
+  lstmd_comm_allreduce_sum_f64_within(sub, &x, 1, 2.0, "the test's all-reduce on a sub-communicator");
+  printf("sub-deadline: the wait returned\n"); /* it must not */
+  return 1;
+}
+
 static int run_abort_sub(struct lstmd_comm *c, int rank) {
   struct lstmd_comm *one;
   if (lstmd_comm_split(c, rank, 0, &one) || lstmd_comm_size(one) != 1) return 1;
@@ -298,6 +321,42 @@ static int run_abort_sub(struct lstmd_comm *c, int rank) {
   return 1;
 }
 
+/* The reducer's timeout with a full queue: rank 0 submits more buckets than the queue holds
+ * (4096) while the others withhold theirs; the submit that finds the queue full must give up
+ * after ~1 s with the message (it used to wait forever: no deadline, no lost-peer check), and
+ * the wait that follows fail at once. The others then complete rank 0's one pending all-reduce. */
+static void test_reducer_full_queue(struct lstmd_comm *c, int rank) {
+  enum { n = 16, buckets = 4096 + 8 };
+  float *g = calloc((size_t)n * buckets, sizeof *g);
+  struct lstmd_reducer *red;
+  int ok = g && lstmd_reducer_create(c, &red) == 0;
+  lstmd_reducer_set_timeout(red, 1.0);
+  if (rank == 0) {
+    lstmd_last_error_clear();
+    const double t0 = lstmd_now_s();
+    for (int b = 0; b < buckets; b++) lstmd_reducer_submit(red, g + (size_t)b * n, n);
+    const double t = lstmd_now_s() - t0;
+    char err[512];
+    lstmd_last_error(err, sizeof err);
+    ok &= strstr(err, "rank 0 ") && strstr(err, "queue full") && strstr(err, "train.comm_timeout_s");
+    ok &= t >= 1.0 && t < 2.0;
+    const double t1 = lstmd_now_s();
+    ok &= lstmd_reducer_wait_all(red, NULL) == LSTMD_ECOMM && lstmd_now_s() - t1 < 0.5;
+    lstmd_reducer_destroy(red);
+    printf("  submits with the queue full gave up after %.2f s\n", t);
+    check_true("reducer timeout: a full queue's submit -> message in timeout + 1 s, then ECOMM", ok);
+  }
+  ok &= lstmd_comm_barrier(c) == 0;
+  if (rank != 0) { /* the bucket rank 0's abandoned all-reduce is waiting for */
+    lstmd_reducer_submit(red, g, n);
+    ok &= lstmd_reducer_wait_all(red, NULL) == 0;
+    lstmd_reducer_destroy(red);
+    check_true("reducer full queue: the other ranks complete rank 0's pending bucket", ok);
+  }
+  ok &= lstmd_comm_barrier(c) == 0;
+  free(g);
+}
+
 int main(int argc, char **argv) {
   struct lstmd_comm *c;
   if (lstmd_comm_init(&argc, &argv, &c)) return 1;
@@ -308,6 +367,7 @@ int main(int argc, char **argv) {
   }
   if (argc > 1 && !strcmp(argv[1], "--deadline")) return run_deadline(c, rank);
   if (argc > 1 && !strcmp(argv[1], "--abort-sub")) return run_abort_sub(c, rank);
+  if (argc > 1 && !strcmp(argv[1], "--sub-deadline")) return run_sub_deadline(c, rank);
 
   /* 1. the pipeline communicator, in reverse order: stage s is world rank world − 1 − s */
   struct lstmd_comm *pp;
@@ -336,6 +396,7 @@ int main(int argc, char **argv) {
   }
   lstmd_comm_free(pp);
   test_reducer_timeout(c, rank, world);
+  test_reducer_full_queue(c, rank);
   int failed = check_summary(rank == 0 ? "test_p2p (rank 0)" : "test_p2p");
   double f = failed;
   lstmd_comm_allreduce_max_f64(c, &f, 1);

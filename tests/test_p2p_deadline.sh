@@ -3,7 +3,9 @@
 #  1. `test_p2p --deadline`: rank 0 stops itself (SIGSTOP) before sending; rank 1's p2p wait
 #     (train.comm_timeout_s = 2 s) must end the job within 2 + 1 s of the wait's start, naming
 #     the peer rank and the item, and mpirun must exit non-zero.
-#  2. `test_p2p --abort-sub`: lstmd_comm_abort on a one-rank sub-communicator while the other
+#  2. `test_p2p --sub-deadline`: the same for a bounded all-reduce on a sub-communicator whose
+#     ranks are the world's reversed: the message names the waiting rank by its world rank.
+#  3. `test_p2p --abort-sub`: lstmd_comm_abort on a one-rank sub-communicator while the other
 #     rank sleeps 60 s: mpirun must exit non-zero within a few seconds.
 # Each output line is stamped with the time it arrived ($EPOCHREALTIME), so the bound is measured
 # from the moment the wait began, not from mpirun's start-up. mpirun's own grace between the
@@ -59,6 +61,17 @@ check "deadline: message names the waiting rank, the peer rank, the item and the
   grep -q "rank 1 (.*) waited 2\.[0-9] s for activations of unit 0 chunk 3 (F) from stage 0 from rank 0 " \
   "$TMP/--deadline.log"
 check "deadline: the wait never returned" bash -c "! grep -q 'the wait returned' '$TMP/--deadline.log'"
+
+echo "--sub-deadline (timeout 2 s, a sub-communicator ranked in reverse):"
+run --sub-deadline
+rc=$(cat "$TMP/--sub-deadline.rc")
+t=$(elapsed --sub-deadline "sub-deadline: rank 1 waiting")
+echo "    mpirun exit $rc, ${t} s after rank 1 began waiting"
+check "sub-deadline: mpirun exits non-zero within timeout + 1 s" \
+  awk -v rc="$rc" -v t="$t" 'BEGIN { exit !(rc != 0 && t <= 3.0) }'
+check "sub-deadline: the waiting rank names itself by its world rank (1), not its rank there (0)" \
+  grep -q "rank 1 (.*): the test's all-reduce on a sub-communicator unfinished after 2\.[0-9] s" \
+  "$TMP/--sub-deadline.log"
 
 echo "--abort-sub:"
 run --abort-sub

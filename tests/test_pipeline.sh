@@ -10,7 +10,8 @@
 #  2. Checkpoints: the same tensor names, shapes and dtypes as one rank's; PyTorch loads the
 #     gathered file strictly and its outputs match; a resume on the same layout is bitwise; a
 #     resume on another layout (S=2 → 1 rank, → S=1 D=2, → S=4; 1 rank → S=2) within 1e-5.
-#  3. Failures: bad layouts exit 2 (every rank) naming the key; SIGUSR1 to mpirun checkpoints and
+#  3. Failures: bad layouts exit 2 (every rank) naming the key, also when only rank 1's
+#     model.stages does not fit the ranks; SIGUSR1 to mpirun checkpoints and
 #     exits 0; kill -9 of a stage rank ends every rank within 15 s with lstmd naming the lost
 #     rank, and the run resumes bitwise; kill -STOP of a stage with train.comm_timeout_s=5 ends
 #     the others within 5 + 10 s naming the awaited peer, stage and item.
@@ -185,6 +186,19 @@ layout chunks 2 train.time_chunks --set model.stages=2 --set train.time_chunks=5
 n_lines=$(grep -c "^lstmd: model.stage_layers" log-bad-stagelayers)
 [[ $n_lines -eq 2 ]] && ok "bad layout: each of the 2 ranks said why ($n_lines lines)" ||
   bad "bad layout: $n_lines rank messages, want 2"
+
+# ranks disagreeing on model.stages, rank 1's not dividing the ranks: it used to skip set-up's
+# collectives that rank 0 made (MPI_ERR_TRUNCATE on rank 1, rank 0 waiting for ever)
+: >cfg-mixed.ini
+mixed=(train --config cfg-mixed.ini "${common[@]}" --set data.path=text --set data.batch_size=8
+       --set train.run_dir=run-mixed)
+timeout 60 "$MPIEXEC" -np 1 "$LSTMD" "${mixed[@]}" : -np 1 "$LSTMD" "${mixed[@]}" \
+  --set model.stages=3 >log-mixed 2>&1
+rc=$?
+if [[ $rc -eq 2 ]] && grep -q '^lstmd: model.stages: 2 ranks cannot be cut' log-mixed &&
+   grep -q "^lstmd: rank 1's model.stages" log-mixed; then
+  ok "ranks disagreeing on model.stages (rank 1: 3 on 2 ranks): exit 2, rank 1 says why"
+else bad "ranks disagreeing on model.stages: exit $rc: $(grep '^lstmd:' log-mixed | grep -v 'effective\|device' | head -3)"; fi
 
 # SIGUSR1 to mpirun: the step finishes, the gathered checkpoint is written, every rank exits 0
 : >cfg-usr1.ini

@@ -186,22 +186,29 @@ static int share_state(struct run *r) {
   return LSTMD_OK;
 }
 
-/* The grid: world = replicas × model.stages (every rank sees the same numbers and so the same
- * verdict; it is voted with the rest of the set-up anyway). */
+/* The grid: world = replicas × model.stages. Voted before anything else: a rank whose config
+ * differs (found later, by check_plan) may be the only one to fail here, and must not skip the
+ * collectives of build() that the others make (they waited for ever). The lowest failing rank
+ * says why (rank 0 when every rank has the same config). */
 static int plan_grid(struct run *r) {
   const int S = r->cfg->stages;
   r->replicas = r->world / S;
   r->replica = r->rank / S;
   r->global_batch = r->cfg->batch_size * r->replicas;
-  if (r->world % S == 0) return LSTMD_OK;
-  if (r->rank == 0)
+  const int mine = r->world % S == 0 ? LSTMD_OK : LSTMD_ECONFIG;
+  int failed = -1;
+  const int rc = lstmd_comm_agree(r->comm, mine, &failed);
+  if (mine && failed == r->rank)
     lstmd_errorf("model.stages: %d ranks cannot be cut into pipelines of %d stages (the number of "
                  "ranks must be a multiple of model.stages)", r->world, S);
-  return LSTMD_ECONFIG;
+  if (rc && !mine && failed != r->rank && rc != LSTMD_ECOMM && r->rank == 0)
+    lstmd_errorf("rank %d's model.stages does not fit %d ranks; every rank must run the same "
+                 "config", failed, r->world);
+  return rc;
 }
 
 int lstmd_run_setup(struct run *r, const char *resume_path) {
-  int rc = plan_grid(r);
+  int rc = plan_grid(r); /* voted */
   if (!rc) rc = build(r);
   rc = lstmd_comm_agree(r->comm, rc, NULL);
   if (!rc && r->world > 1) rc = check_plan(r);

@@ -315,7 +315,8 @@ int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_jso
   if (!rc) rc = open_outputs(&r, resume_path);
   if (!rc) rc = lstmd_trace_open(cfg->trace_path, comm, &r.trace); /* agreed on too */
   if (!rc) r.engine->trace = r.trace;
-  *all_know = rc != 0; /* so far every failure was agreed on by all ranks */
+  /* so far every failure was agreed on by all ranks, but a failed collective (a vote included) */
+  *all_know = rc != 0 && rc != LSTMD_ECOMM;
   if (!rc) {
     rc = train_loop(&r);
     *all_know = rc != 0 && r.failure_agreed;
