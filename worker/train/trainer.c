@@ -321,6 +321,13 @@ int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_jso
     rc = train_loop(&r);
     *all_know = rc != 0 && r.failure_agreed;
   }
+  if (rc && !*all_know && r.world > 1) {
+    /* The caller ends the job at once (lstmd_comm_abort). Transfers or a gradient all-reduce
+     * may still be in flight into the engine's buffers, which MPI owns until they complete:
+     * they are left allocated (p2p.h, reducer.h), and so is the run. */
+    lstmd_trace_close(r.trace, 0);
+    return rc;
+  }
   lstmd_run_free(&r); /* first: the engine's threads may still write trace events */
   /* collective only when every rank ended together; never leaves a rank waiting */
   lstmd_trace_close(r.trace, !rc || *all_know);

@@ -29,6 +29,8 @@ struct lstmd_train_hooks {
  * write), so the ranks are in step and may go on; otherwise a failure that only some ranks saw
  * can leave the others in a collective, and the caller must abort the job (lstmd_comm_abort)
  * when the world has more than one rank. */
+/* After a failure that not every rank saw (*all_know 0, several ranks), the run's buffers are
+ * left allocated, since MPI may still be writing into them: the caller must end the job. */
 int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_json,
                     const char *resume_path, struct lstmd_comm *comm,
                     const struct lstmd_train_hooks *hooks, int *all_know);
