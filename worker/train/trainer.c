@@ -324,8 +324,8 @@ int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_jso
   if (rc && !*all_know && r.world > 1) {
     /* The caller ends the job at once (lstmd_comm_abort). Transfers or a gradient all-reduce
      * may still be in flight into the engine's buffers, which MPI owns until they complete:
-     * they are left allocated (p2p.h, reducer.h), and so is the run. */
-    lstmd_trace_close(r.trace, 0);
+     * they are left allocated (p2p.h, reducer.h), and so is the run, and the trace (an
+     * engine thread may still write to it; each event is one unbuffered write, none is lost). */
     return rc;
   }
   lstmd_run_free(&r); /* first: the engine's threads may still write trace events */
