@@ -66,9 +66,10 @@ int lstmd_comm_barrier(struct lstmd_comm *c);
 /* Gathers variable-size byte blocks to root: rank i sends `bytes` (its own count), root receives
  * counts[i] bytes at out + displs[i] (counts/displs used on root only, may be NULL elsewhere).
  * Any sizes and displacements (64-bit throughout; moved in pieces of at most 2^30 bytes). The
- * blocks must not overlap on root; root's own block is copied with memmove. Root first checks
- * every rank's size against counts[] and tells all ranks the verdict, so a mismatch is an error
- * on every rank (LSTMD_EINVAL, naming the rank), never a hang. Collective over c. */
+ * blocks must not overlap on root; root's own block is copied with memmove. Root first scatters
+ * counts[], each rank checks its `bytes` against its count, and all vote, so a mismatch is an
+ * error on every rank (LSTMD_EINVAL; the mismatching rank prints both sizes), never a hang.
+ * Collective over c. Returns 0, LSTMD_EINVAL, LSTMD_ENOMEM or LSTMD_ECOMM. */
 int lstmd_comm_gatherv(struct lstmd_comm *c, const void *in, size_t bytes, void *out,
                        const size_t *counts, const size_t *displs, int root);
 
