@@ -14,8 +14,11 @@
 # Targets: lstmd/torch >= 2.0; lstmd GFLOP/s >= 0.60 x sgemm 2048^3 GFLOP/s.
 #
 # Environment:
-#   OPENBLAS_CORETYPE  kept if set; else chosen from /proc/cpuinfo (AVX-512 -> SkylakeX,
-#                      AVX2+FMA -> Haswell). Exported before any measured process starts.
+#   LSTMD_CPU_ISA      avx512|avx2|generic: lstmd's own kernels (kernels/cpu/isa.h) and, unless
+#                      OPENBLAS_CORETYPE is set, the OpenBLAS kernels of every measured process
+#   OPENBLAS_CORETYPE  kept if set; else chosen from /proc/cpuinfo and LSTMD_CPU_ISA (AVX-512 ->
+#                      SkylakeX, AVX2+FMA -> Haswell, generic -> Prescott). Exported before any
+#                      measured process starts.
 #   BENCH_OUT          also write the whole output to this file
 #   ROUNDS (3)  LSTMD_STEPS (30)  TORCH_STEPS (20)  BUILD (dir of LSTMD_BINARY)
 #   PYTHON_TORCH (/usr/bin/python3: Debian's python3-torch)
@@ -23,7 +26,7 @@
 set -euo pipefail
 
 if [[ $# -ne 1 || "$1" == -h || "$1" == --help ]]; then
-  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
   [[ $# -eq 1 ]] && exit 0 || exit 2
 fi
 LSTMD=$1
@@ -50,11 +53,20 @@ main() {
   echo "lstmd: $LSTMD ($("$LSTMD" --version 2>&1)), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
 
   # --- OpenBLAS kernels: must be in the environment before lstmd/torch/sgemm_rate start ---
+  # The same choice as lstmd's (daemon/blas_setup.c), LSTMD_CPU_ISA included, so that the peers
+  # run on the OpenBLAS kernels lstmd runs on.
   local flags want=""
   flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2-) "
-  if [[ $flags == *" avx512f "* && $flags == *" avx512bw "* && $flags == *" avx512vl "* &&
-        $flags == *" avx512dq "* ]]; then want=SkylakeX
+  case "${LSTMD_CPU_ISA:-}" in
+    "" | avx512 | avx2 | generic) ;;
+    *) echo "bench_cpu.sh: LSTMD_CPU_ISA=$LSTMD_CPU_ISA: avx512, avx2 or generic" >&2; return 2 ;;
+  esac
+  if [[ ${LSTMD_CPU_ISA:-avx512} == generic ]]; then want=Prescott
+  elif [[ ${LSTMD_CPU_ISA:-avx512} == avx512 && $flags == *" avx512f "* &&
+          $flags == *" avx512bw "* && $flags == *" avx512vl "* && $flags == *" avx512dq "* ]]; then
+    want=SkylakeX
   elif [[ $flags == *" avx2 "* && $flags == *" fma "* ]]; then want=Haswell; fi
+  echo "LSTMD_CPU_ISA=${LSTMD_CPU_ISA:-(unset: the CPU's best)}"
   if [[ -n "${OPENBLAS_CORETYPE:-}" ]]; then
     echo "OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE (from the environment)"
     [[ -n $want && $want != "$OPENBLAS_CORETYPE" ]] &&

@@ -7,13 +7,21 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/cpu/isa.h"
+
+/* The OpenBLAS core for the ISA lstmd uses (kernels/cpu/isa.h: the CPU's best, or lower with
+ * LSTMD_CPU_ISA): SkylakeX, Haswell, or OpenBLAS's generic Prescott kernels. */
 static const char *core_for_this_cpu(void) {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-    return "SkylakeX";
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
-  return NULL;
+  switch (lstmd_cpu_isa()) {
+    case LSTMD_ISA_AVX512:
+      if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+          __builtin_cpu_supports("avx512dq"))
+        return "SkylakeX";
+      return "Haswell"; /* AVX-512F alone (Knights Landing): OpenBLAS's AVX2 kernels */
+    case LSTMD_ISA_AVX2: return "Haswell";
+    default: return "Prescott";
+  }
 }
 
 void lstmd_blas_select_kernels(char **argv) {
@@ -26,6 +34,8 @@ void lstmd_blas_select_kernels(char **argv) {
    * OpenBLAS starts at load time but lstmd does not use still wake up and steal cycles. */
   if (threads_unset) setenv("OPENBLAS_NUM_THREADS", "1", 1);
   setenv("LSTMD_BLAS_REEXEC", core ? "kernels" : "threads", 1);
+  /* The ISA as resolved here, so that a bad LSTMD_CPU_ISA is reported once, not again after exec. */
+  if (getenv("LSTMD_CPU_ISA")) setenv("LSTMD_CPU_ISA", lstmd_cpu_isa_name(lstmd_cpu_isa()), 1);
   /* The binary's real path, not /proc/self/exe, so that ps and top still call us lstmd. */
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/isa.h"
 #include "kernels/status.h"
 #include "worker/model/model.h"
 #include "check.h"
@@ -192,6 +193,7 @@ static void gradcheck(const char *label, struct lstmd_model_shape shape, int T, 
 }
 
 int main(void) {
+  printf("kernels: %s (LSTMD_CPU_ISA)\n", lstmd_cpu_isa_name(lstmd_cpu_isa()));
   struct lstmd_model_shape text = {.kind = LSTMD_MODEL_TEXT, .vocab = 6, .embed = 5, .hidden = 7,
                                    .layers = 2};
   gradcheck("text", text, 4, 3, 0.0f);

@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/dense_cpu.h"
 #include "kernels/cpu/fastmath.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/lstm_cpu.h"
 #include "kernels/cpu/recur_gemm.h"
 #include "check.h"
@@ -375,7 +376,27 @@ static void test_optimizers(void) {
   free(p); free(g); free(m); free(v); free(q); free(h); free(buf);
 }
 
+/* The ISA the kernels run with (kernels/cpu/isa.h); under LSTMD_CPU_ISA, the one asked for, so
+ * that the ctest runs forcing avx2 and generic (tests/CMakeLists.txt) cannot silently test the
+ * default. 77 (skipped) when the CPU lacks the ISA asked for. */
+static int check_isa(void) {
+  const enum lstmd_isa isa = lstmd_cpu_isa();
+  printf("kernels: %s (this CPU: %s)\n", lstmd_cpu_isa_name(isa),
+         lstmd_cpu_isa_name(lstmd_cpu_isa_available()));
+  const char *want = getenv("LSTMD_CPU_ISA");
+  if (!want || !*want) return 0;
+  for (int i = LSTMD_ISA_GENERIC; i <= LSTMD_ISA_AVX512; i++) {
+    if (strcmp(want, lstmd_cpu_isa_name((enum lstmd_isa)i))) continue;
+    if (i > (int)lstmd_cpu_isa_available()) return 77;
+    check_true("kernels use LSTMD_CPU_ISA's ISA", isa == (enum lstmd_isa)i);
+    return 0;
+  }
+  check_true("LSTMD_CPU_ISA is avx512, avx2 or generic", 0);
+  return 0;
+}
+
 int main(void) {
+  if (check_isa() == 77) return 77;
   test_fastmath();
   test_lstm(5, 3, 4, 6, 0);
   test_lstm(7, 5, 19, 37, 0); /* odd sizes: vector remainders */
@@ -387,7 +408,7 @@ int main(void) {
     test_lstm(3, 16, 64, 96, 1);
     test_lstm_chunked(8, 4, 24, 64, 4, 1);
   } else {
-    printf("packed recurrence kernels: skipped (no AVX-512 on this CPU)\n");
+    printf("packed recurrence kernels: skipped (they need the avx512 ISA)\n");
   }
   test_dense();
   test_optimizers();

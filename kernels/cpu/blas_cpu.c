@@ -1,6 +1,8 @@
 /* blas_cpu.c — OpenBLAS thread count and identification (see blas_cpu.h). */
 #include "blas_cpu.h"
 
+#include "isa.h"
+
 #include <cblas.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,7 +17,8 @@ void lstmd_cpu_set_blas_threads(int n) { openblas_set_num_threads(n > 0 ? n : ls
 
 
 void lstmd_cpu_blas_describe(char *buf, size_t n) {
-  snprintf(buf, n, "OpenBLAS %s kernels", openblas_get_corename());
+  snprintf(buf, n, "OpenBLAS %s kernels, lstmd %s kernels", openblas_get_corename(),
+           lstmd_cpu_isa_name(lstmd_cpu_isa()));
 }
 
 void lstmd_cpu_blas_config(char *buf, size_t n) {

@@ -9,7 +9,7 @@
 void lstmd_cpu_set_blas_threads(int n);
 /* Online cores of this machine (at least 1). */
 int lstmd_cpu_cores(void);
-/* "OpenBLAS <core> kernels" into buf. */
+/* "OpenBLAS <core> kernels, lstmd <isa> kernels" into buf (isa.h). */
 void lstmd_cpu_blas_describe(char *buf, size_t n);
 /* OpenBLAS's build configuration (openblas_get_config(): version, DYNAMIC_ARCH, threading,
  * max threads) into buf. */

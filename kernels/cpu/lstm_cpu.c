@@ -10,15 +10,29 @@
 #include <string.h>
 
 #include "fastmath.h"
+#include "isa.h"
 #include "recur_gemm.h"
 
-#define LSTMD_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+/* The vectorized passes are written once (BODY: always inlined) and compiled three times, for
+ * AVX-512, AVX2+FMA and the baseline; each call takes the variant of lstmd_cpu_isa() (isa.h),
+ * which LSTMD_CPU_ISA can lower to test or time the others on one host. */
+#define BODY static inline __attribute__((always_inline))
+#define ISA_VARIANTS(name, params, args)                                                   \
+  __attribute__((target("avx512f"))) static void name##_avx512 params { name##_body args; } \
+  __attribute__((target("avx2,fma"))) static void name##_avx2 params { name##_body args; }  \
+  static void name##_generic params { name##_body args; }                                   \
+  static void name params {                                                                 \
+    switch (lstmd_cpu_isa()) {                                                              \
+      case LSTMD_ISA_AVX512: name##_avx512 args; return;                                    \
+      case LSTMD_ISA_AVX2: name##_avx2 args; return;                                        \
+      default: name##_generic args; return;                                                 \
+    }                                                                                       \
+  }
 
 /* Adds both biases, applies the gate nonlinearities in place, and advances c and h by one step.
  * g [B,4H] holds pre-activations on entry and activated gates (i,f,g,o) on exit. */
-LSTMD_VECTOR_CLONES
-static void gate_forward_pass(int B, int H, float *g, const float *b_ih, const float *b_hh,
-                              const float *c_prev, float *c_next, float *h_next) {
+BODY void gate_forward_pass_body(int B, int H, float *g, const float *b_ih, const float *b_hh,
+                                 const float *c_prev, float *c_next, float *h_next) {
   for (int b = 0; b < B; b++) {
     float *gi = g + (size_t)b * 4 * H, *gf = gi + H, *gg = gi + 2 * H, *go = gi + 3 * H;
     const float *cp = c_prev + (size_t)b * H;
@@ -39,13 +53,16 @@ static void gate_forward_pass(int B, int H, float *g, const float *b_ih, const f
     }
   }
 }
+ISA_VARIANTS(gate_forward_pass,
+             (int B, int H, float *g, const float *b_ih, const float *b_hh, const float *c_prev,
+              float *c_next, float *h_next),
+             (B, H, g, b_ih, b_hh, c_prev, c_next, h_next))
 
 /* One step of the backward gate pass: from dh (output gradient + recurrent part) and the carried
  * dc, writes the pre-activation gradients da [B,4H] and updates dc_carry in place. */
-LSTMD_VECTOR_CLONES
-static void gate_backward_pass(int B, int H, const float *gates, const float *c_prev,
-                               const float *c_cur, const float *dh_out, const float *dh_rec,
-                               float *dc_carry, float *da) {
+BODY void gate_backward_pass_body(int B, int H, const float *gates, const float *c_prev,
+                                  const float *c_cur, const float *dh_out, const float *dh_rec,
+                                  float *dc_carry, float *da) {
   for (int b = 0; b < B; b++) {
     const float *gi = gates + (size_t)b * 4 * H, *gf = gi + H, *gg = gi + 2 * H, *go = gi + 3 * H;
     const float *cp = c_prev + (size_t)b * H, *cc = c_cur + (size_t)b * H;
@@ -66,6 +83,10 @@ static void gate_backward_pass(int B, int H, const float *gates, const float *c_
     }
   }
 }
+ISA_VARIANTS(gate_backward_pass,
+             (int B, int H, const float *gates, const float *c_prev, const float *c_cur,
+              const float *dh_out, const float *dh_rec, float *dc_carry, float *da),
+             (B, H, gates, c_prev, c_cur, dh_out, dh_rec, dc_carry, da))
 
 void lstmd_cpu_lstm_forward(const struct lstmd_lstm_dims *d, const float *w_ih, const float *w_hh,
                             const float *b_ih, const float *b_hh, const float *x, float *h,
@@ -86,8 +107,7 @@ void lstmd_cpu_lstm_forward(const struct lstmd_lstm_dims *d, const float *w_ih, 
   }
 }
 
-LSTMD_VECTOR_CLONES
-static void add_column_sums(int rows, int cols, const float *m, float *sum_a, float *sum_b) {
+BODY void add_column_sums_body(int rows, int cols, const float *m, float *sum_a, float *sum_b) {
   for (int r = 0; r < rows; r++) {
     const float *row = m + (size_t)r * cols;
 #pragma omp simd
@@ -97,6 +117,8 @@ static void add_column_sums(int rows, int cols, const float *m, float *sum_a, fl
     }
   }
 }
+ISA_VARIANTS(add_column_sums, (int rows, int cols, const float *m, float *sum_a, float *sum_b),
+             (rows, cols, m, sum_a, sum_b))
 
 void lstmd_cpu_lstm_backward_input(const struct lstmd_lstm_dims *d, const float *w_ih,
                                    const float *w_hh, const float *c, const float *gates,

@@ -1,13 +1,12 @@
 /* recur_gemm.c — packed-panel AVX-512 GEMMs for the per-step recurrence (see recur_gemm.h). */
 #include "recur_gemm.h"
 
+#include "isa.h"
+
 #include <immintrin.h>
 #include <string.h>
 
-int lstmd_cpu_recur_fast(int H) {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && H % 32 == 0;
-}
+int lstmd_cpu_recur_fast(int H) { return lstmd_cpu_isa() == LSTMD_ISA_AVX512 && H % 32 == 0; }
 
 size_t lstmd_cpu_pack_floats(int N, int K) { return (size_t)N * K; }
 

@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 
-/* 1 when the packed kernels can run for hidden size H on this CPU. */
+/* 1 when the packed kernels run for hidden size H: lstmd_cpu_isa() is avx512 (isa.h). */
 int lstmd_cpu_recur_fast(int H);
 /* Floats of the packed buffer for W [N,K] (N a multiple of 32). */
 size_t lstmd_cpu_pack_floats(int N, int K);
