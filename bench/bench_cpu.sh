@@ -66,14 +66,14 @@ main() {
           $flags == *" avx512bw "* && $flags == *" avx512vl "* && $flags == *" avx512dq "* ]]; then
     want=SkylakeX
   elif [[ $flags == *" avx2 "* && $flags == *" fma "* ]]; then want=Haswell; fi
-  echo "LSTMD_CPU_ISA=${LSTMD_CPU_ISA:-(unset: the CPU's best)}"
+  echo "LSTMD_CPU_ISA=${LSTMD_CPU_ISA:-unset, the best this CPU has}"
   if [[ -n "${OPENBLAS_CORETYPE:-}" ]]; then
     echo "OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE (from the environment)"
     [[ -n $want && $want != "$OPENBLAS_CORETYPE" ]] &&
       echo "  note: the CPU flags suggest $want; unset OPENBLAS_CORETYPE to use it"
   elif [[ -n $want ]]; then
     export OPENBLAS_CORETYPE=$want
-    echo "OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE (from the CPU flags)"
+    echo "OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE (from the CPU flags and LSTMD_CPU_ISA)"
   else
     echo "OPENBLAS_CORETYPE unset (no AVX2/AVX-512 in the CPU flags): OpenBLAS detects"
   fi
