@@ -2,10 +2,10 @@
  *
  * 1. Every communicator gets MPI_ERRORS_RETURN before first use, so the return codes checked
  *    below are real (with the default MPI_ERRORS_ARE_FATAL such checks are dead code).
- * 2. Open MPI's blocking collectives busy-poll a core. All waits here go through wait_request:
- *    MPI_Test, spinning briefly, then sleeping with a growing interval (up to 2 ms), so a rank
- *    waiting long (e.g. for rank 0's checkpoint write) costs almost no CPU, while short waits
- *    still return within microseconds.
+ * 2. Open MPI's blocking collectives busy-poll a core. All waits here go through
+ *    wait_requests_within: MPI_Testall, spinning briefly, then sleeping with a growing interval
+ *    (up to 2 ms), so a rank waiting long (e.g. for rank 0's checkpoint write) costs almost no
+ *    CPU, while short waits still return within microseconds.
  * 3. MPI counts are int: larger buffers are sent in pieces of at most 2^30 elements.
  * 4. Sub-communicators (lstmd_comm_split) are a struct lstmd_comm like the world's, so every call
  *    here works on them; their `world` is the split itself and `grads` a dup of it for a reducer.
@@ -39,17 +39,18 @@
 
 enum { kPiece = 1 << 30 };
 
-/* Polls a request, sleeping between polls with a backoff that grows to max_sleep_ns: 2 ms in
- * the training loop, 50 ms for an idle daemon's wait for its next job (20 polls a second). With
- * timeout_s > 0, a request unfinished that long after the wait began ends the job with a message
- * naming `what` (never MPI_Wait or MPI_Cancel on it: a stopped peer must not hang this rank). */
-static int wait_request_within(const struct lstmd_comm *c, MPI_Request *r, long max_sleep_ns,
-                               double timeout_s, const char *what) {
+/* Polls n requests, sleeping between polls with a backoff that grows to max_sleep_ns: 2 ms in
+ * the training loop, 50 ms for an idle daemon's wait for its next job (20 polls a second), and
+ * looking for a lost peer (peers.h). With timeout_s > 0, requests unfinished that long after the
+ * wait began end the job with a message naming `what` (never MPI_Wait or MPI_Cancel on them: a
+ * stopped peer must not hang this rank). */
+static int wait_requests_within(const struct lstmd_comm *c, int n, MPI_Request *r,
+                                long max_sleep_ns, double timeout_s, const char *what) {
   long sleep_ns = 1000;
   const double began = lstmd_now_s();
   for (int spins = 0;; spins++) {
     int done = 0;
-    LSTMD_CHECK_MPI(MPI_Test(r, &done, MPI_STATUS_IGNORE));
+    LSTMD_CHECK_MPI(MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE));
     if (done) return LSTMD_OK;
     if (spins < 200) continue;
     lstmd_peers_check_while_waiting(began, what ? what : "the other ranks (a collective)");
@@ -66,27 +67,11 @@ static int wait_request_within(const struct lstmd_comm *c, MPI_Request *r, long 
   }
 }
 
-static int wait_request_backoff(MPI_Request *r, long max_sleep_ns) {
-  return wait_request_within(NULL, r, max_sleep_ns, 0.0, NULL);
-}
-
-static int wait_request(MPI_Request *r) {
-  return wait_request_backoff(r, 2000000L);
-}
-
-/* The same for n requests at once (MPI_Testall), with the training loop's 2 ms backoff. */
 static int wait_requests(int n, MPI_Request *r) {
-  long sleep_ns = 1000;
-  for (int spins = 0;; spins++) {
-    int done = 0;
-    LSTMD_CHECK_MPI(MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE));
-    if (done) return LSTMD_OK;
-    if (spins < 200) continue;
-    struct timespec ts = {0, sleep_ns};
-    nanosleep(&ts, NULL);
-    if (sleep_ns < 2000000L) sleep_ns *= 2;
-  }
+  return wait_requests_within(NULL, n, r, 2000000L, 0.0, NULL);
 }
+
+static int wait_request(MPI_Request *r) { return wait_requests(1, r); }
 
 int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out) {
   *out = NULL;
@@ -247,7 +232,7 @@ int lstmd_comm_allreduce_sum_f64_within(struct lstmd_comm *c, double *buf, int n
                                          double timeout_s, const char *what) {
   MPI_Request r;
   LSTMD_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, c->world, &r));
-  return wait_request_within(c, &r, 2000000L, timeout_s, what);
+  return wait_requests_within(c, 1, &r, 2000000L, timeout_s, what);
 }
 
 int lstmd_comm_allreduce_max_f64(struct lstmd_comm *c, double *buf, int n) {
@@ -279,7 +264,7 @@ int lstmd_comm_bcast(struct lstmd_comm *c, void *buf, size_t bytes, int root) {
 int lstmd_comm_bcast_idle(struct lstmd_comm *c, void *buf, int bytes, int root) {
   MPI_Request r;
   LSTMD_CHECK_MPI(MPI_Ibcast(buf, bytes, MPI_BYTE, root, c->world, &r));
-  return wait_request_backoff(&r, 50000000L);
+  return wait_requests_within(NULL, 1, &r, 50000000L, 0.0, NULL);
 }
 
 int lstmd_comm_gather(struct lstmd_comm *c, const void *in, size_t bytes, void *out, int root) {

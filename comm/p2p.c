@@ -68,13 +68,6 @@ struct lstmd_p2p {
 
 /* ---- the progress thread ------------------------------------------------------------------ */
 
-static struct timespec deadline_in(double seconds) {
-  const double t = lstmd_now_s() + seconds;
-  struct timespec ts = {(time_t)t, (long)((t - (double)(time_t)t) * 1e9)};
-  if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
-  return ts;
-}
-
 /* Grows the thread's arrays to the slot table's capacity (under mu). 0 or LSTMD_ENOMEM. */
 static int grow_active(struct lstmd_p2p *p) {
   if (p->cap_active >= p->cap) return LSTMD_OK;
@@ -202,7 +195,7 @@ static void *progress_main(void *arg) {
     }
     if (p->n_active == 0 || p->n_fresh || p->quit) continue;
     const long ns = p->waiters || p->large_sends ? kPollFastNs : backoff_ns;
-    const struct timespec until = deadline_in(ns * 1e-9);
+    const struct timespec until = lstmd_deadline_in(ns * 1e-9);
     pthread_cond_timedwait(&p->work, &p->mu, &until);
     if (!p->waiters && backoff_ns < kPollSlowNs)
       backoff_ns = backoff_ns * 2 < kPollSlowNs ? backoff_ns * 2 : kPollSlowNs;
@@ -467,13 +460,8 @@ static void deadline_abort(struct lstmd_p2p *p, const int *slots, int n, int n_u
  * deadline); 0 or ETIMEDOUT. Wakes at least every 50 ms to look for a peer process that is gone
  * (peers.h: the job then ends, naming it). */
 static int sleep_until_done(struct lstmd_p2p *p, int i, double began, double end) {
-  while (p->slots[i].state == SLOT_POSTING || p->slots[i].state == SLOT_IN_FLIGHT) {
-    const double now = lstmd_now_s();
-    if (end > 0 && now >= end) return ETIMEDOUT;
-    const struct timespec wake = deadline_in(end > 0 && end - now < 0.05 ? end - now : 0.05);
-    pthread_cond_timedwait(&p->done, &p->mu, &wake);
-    lstmd_peers_check_while_waiting(began, p->slots[i].what);
-  }
+  while (p->slots[i].state == SLOT_POSTING || p->slots[i].state == SLOT_IN_FLIGHT)
+    if (lstmd_peers_cond_wait(&p->done, &p->mu, began, end, p->slots[i].what)) return ETIMEDOUT;
   return 0;
 }
 

@@ -147,3 +147,13 @@ void lstmd_peers_check_while_waiting(double wait_began_s, const char *what) {
   MPI_Abort(MPI_COMM_WORLD, 1);
   _exit(1);
 }
+
+int lstmd_peers_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, double began, double end,
+                          const char *what) {
+  const double now = lstmd_now_s();
+  if (end > 0 && now >= end) return ETIMEDOUT;
+  const struct timespec wake = lstmd_deadline_in(end > 0 && end - now < 0.05 ? end - now : 0.05);
+  pthread_cond_timedwait(cv, mu, &wake);
+  lstmd_peers_check_while_waiting(began, what);
+  return 0;
+}

@@ -8,6 +8,7 @@
 #ifndef LSTMD_PEERS_H
 #define LSTMD_PEERS_H
 
+#include <pthread.h>
 #include <stddef.h>
 
 /* Collective over MPI_COMM_WORLD, once, from lstmd_comm_init: all-gathers (pid, host, boot id
@@ -33,6 +34,12 @@ char *lstmd_peers_describe_stuck(char *buf, size_t n);
  * then. (A launcher that lost a rank sends the others SIGTERM, then SIGKILL a second later:
  * the check must come first for the message to be printed.) */
 void lstmd_peers_check_while_waiting(double wait_began_s, const char *what);
+/* One sleep of a bounded wait on a condition variable whose clock is CLOCK_MONOTONIC, mu held:
+ * ETIMEDOUT at once when `end` (lstmd_now_s time; 0: no end) has passed; else sleeps until cv is
+ * signalled, 50 ms pass or `end` comes, then makes the check above (`began`, `what`) and returns
+ * 0. The waits of p2p.c and reducer.c loop on it while their condition is false. */
+int lstmd_peers_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, double began, double end,
+                          const char *what);
 /* Async-signal-safe: a stop signal arrived (maybe the launcher ending the job because a rank
  * died): the next check runs at once. */
 void lstmd_peers_signalled(void);

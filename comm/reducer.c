@@ -13,7 +13,6 @@
 #include <mpi.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -25,6 +24,7 @@
 #include "comm_internal.h"
 
 enum { kMaxBuckets = 4096 };
+static const char kWhat[] = "the gradient all-reduce"; /* what the waits wait for (messages) */
 
 struct bucket {
   float *buf;
@@ -119,27 +119,28 @@ int lstmd_reducer_create(struct lstmd_comm *c, struct lstmd_reducer **out) {
   return LSTMD_OK;
 }
 
-static struct timespec monotonic_deadline(double timeout_s) {
-  const double t = lstmd_now_s() + timeout_s;
-  struct timespec ts = {(time_t)t, (long)((t - (double)(time_t)t) * 1e9)};
-  if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
-  return ts;
+/* The end of a wait that began at `began` (0: no timeout). */
+static double wait_end(const struct lstmd_reducer *r, double began) {
+  return r->timeout_s > 0 ? began + r->timeout_s : 0.0;
 }
 
 /* Waits under r->mu until every bucket is reduced or the timeout (if any) passes; returns 1
- * when done. */
+ * when done. Looks for a lost peer every 50 ms (peers.h). */
 static int wait_drained(struct lstmd_reducer *r) {
-  const double began = lstmd_now_s(), end = began + r->timeout_s;
-  while (r->head != r->tail || r->busy) {
-    /* wake at least every 50 ms to look for a lost peer (peers.h) */
-    const double now = lstmd_now_s();
-    if (r->timeout_s > 0 && now >= end) return 0;
-    const double next = r->timeout_s > 0 && end - now < 0.05 ? end - now : 0.05;
-    const struct timespec wake = monotonic_deadline(next);
-    pthread_cond_timedwait(&r->idle, &r->mu, &wake);
-    lstmd_peers_check_while_waiting(began, "the gradient all-reduce");
-  }
+  const double began = lstmd_now_s();
+  while (r->head != r->tail || r->busy)
+    if (lstmd_peers_cond_wait(&r->idle, &r->mu, began, wait_end(r, began), kWhat)) return 0;
   return 1;
+}
+
+/* Past the timeout: the message both waits give (r->mu held). */
+static void report_unfinished(const struct lstmd_reducer *r, double waited, const char *also) {
+  const int pending = r->tail - r->head + r->busy;
+  char stuck[512];
+  lstmd_errorf("rank %d (%s): gradient all-reduce unfinished after %.1f s (train.comm_timeout_s "
+               "= %g s), %d bucket%s pending%s: a rank of the group may be stopped or too slow%s",
+               r->world_rank, r->host, waited, r->timeout_s, pending, pending == 1 ? "" : "s",
+               also, lstmd_peers_describe_stuck(stuck, sizeof stuck));
 }
 
 void lstmd_reducer_destroy(struct lstmd_reducer *r) {
@@ -172,21 +173,12 @@ void lstmd_reducer_submit(struct lstmd_reducer *r, float *buf, size_t n) {
   pthread_mutex_lock(&r->mu);
   const double began = lstmd_now_s();
   while (r->tail - r->head == kMaxBuckets && !atomic_load(&r->abandon)) {
-    const double now = lstmd_now_s();
-    if (r->timeout_s > 0 && now - began >= r->timeout_s) {
+    if (lstmd_peers_cond_wait(&r->idle, &r->mu, began, wait_end(r, began), kWhat)) {
       r->failed = 1;
       atomic_store(&r->abandon, 1);
-      char stuck[512];
-      lstmd_errorf("rank %d (%s): gradient all-reduce unfinished after %.1f s (train.comm_timeout_s "
-                   "= %g s), %d buckets pending and the queue full: a rank of the group may be "
-                   "stopped or too slow%s", r->world_rank, r->host, now - began, r->timeout_s,
-                   r->tail - r->head + r->busy, lstmd_peers_describe_stuck(stuck, sizeof stuck));
+      report_unfinished(r, lstmd_now_s() - began, " and the queue full");
       break;
     }
-    const double left = r->timeout_s > 0 ? r->timeout_s - (now - began) : 0.05;
-    const struct timespec wake = monotonic_deadline(left < 0.05 ? left : 0.05);
-    pthread_cond_timedwait(&r->idle, &r->mu, &wake);
-    lstmd_peers_check_while_waiting(began, "the gradient all-reduce");
   }
   if (atomic_load(&r->abandon)) { /* failed for good: nothing more is reduced (wait_all fails) */
     pthread_mutex_unlock(&r->mu);
@@ -208,22 +200,15 @@ int lstmd_reducer_wait_all(struct lstmd_reducer *r, double *waited_s) {
   double t0 = lstmd_now_s();
   pthread_mutex_lock(&r->mu);
   const int drained = wait_drained(r);
+  const double waited = lstmd_now_s() - t0;
   if (!drained) {
     r->failed = 1;
     atomic_store(&r->abandon, 1); /* the thread stops polling and drops what is queued */
+    report_unfinished(r, waited, "");
   }
-  const int failed = r->failed, pending = r->tail - r->head + r->busy;
-  const double timeout_s = r->timeout_s;
+  const int failed = r->failed;
   pthread_mutex_unlock(&r->mu);
-  const double waited = lstmd_now_s() - t0;
   if (waited_s) *waited_s = waited;
-  char stuck[512];
-  if (!drained)
-    lstmd_errorf("rank %d (%s): gradient all-reduce unfinished after %.1f s (train.comm_timeout_s "
-                 "= %g s), %d bucket%s pending: a rank of the group may be stopped or too slow%s",
-                 r->world_rank, r->host, waited, timeout_s, pending, pending == 1 ? "" : "s",
-                 lstmd_peers_describe_stuck(stuck, sizeof stuck));
-  else if (failed)
-    lstmd_errorf("gradient all-reduce failed (a rank may have died)");
+  if (drained && failed) lstmd_errorf("gradient all-reduce failed (a rank may have died)");
   return failed ? LSTMD_ECOMM : LSTMD_OK;
 }

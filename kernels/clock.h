@@ -13,4 +13,13 @@ static inline double lstmd_now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The CLOCK_MONOTONIC time `seconds` from now, for pthread_cond_timedwait on a condition
+ * variable whose clock is CLOCK_MONOTONIC (pthread_condattr_setclock). */
+static inline struct timespec lstmd_deadline_in(double seconds) {
+  const double t = lstmd_now_s() + seconds;
+  struct timespec ts = {(time_t)t, (long)((t - (double)(time_t)t) * 1e9)};
+  if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
+  return ts;
+}
+
 #endif

@@ -5,10 +5,11 @@ run with one replica (rank = stage):
     step F, B and W once per rank, and the stages above stage 0 have "recv wait" events;
   * on the last stage, no B of a unit starts before that unit's F of chunk K-1 has ended (the
     reverse wave needs the whole window's forward);
-  * the bubble recomputed from the trace — per step, 1 - sum of the ranks' F/B/W time / sum of
-    the ranks' step time, a step being the time between two optimizer events — is within 0.05
-    of the `bubble` metrics.jsonl logged for the same steps (the first step, which includes
-    start-up, is left out of both).
+  * every rank has one "step" event per step, and the bubble recomputed from the trace
+    (1 - sum of the ranks' F/B/W time inside their step events / sum of the ranks' step events'
+    time) is within 0.05 of the `bubble` metrics.jsonl logged for the same steps (the first
+    step, which includes start-up, is left out of both). The time between steps (logging, the
+    optimizer) is in neither.
 Prints the bubble; exit 1 with a message on the first failed check."""
 import json
 import sys
@@ -65,11 +66,14 @@ def main():
     busy, wall = defaultdict(float), defaultdict(float)
     for r in range(stages):
         ev = by_rank[r]
-        opt = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e["name"] == "optimizer")
-        for i in range(1, len(opt)):
-            a, b = opt[i - 1][1], opt[i][0]  # from the end of one update to the start of the next
-            wall[i] += b - a
-            busy[i] += sum(e["dur"] for e in ev if e["name"] in ("F", "B", "W") and a <= e["ts"] < b)
+        steps_r = sorted((e["args"]["step"], e["ts"], e["ts"] + e["dur"]) for e in ev
+                         if e["name"] == "step")
+        if [s for s, _, _ in steps_r] != list(range(1, len(steps_r) + 1)) or len(steps_r) < 2:
+            sys.exit("rank %d: step events for steps %s, want 1..n (n >= 2)"
+                     % (r, [s for s, _, _ in steps_r]))
+        for s, a, b in steps_r[1:]:
+            wall[s] += b - a
+            busy[s] += sum(e["dur"] for e in ev if e["name"] in ("F", "B", "W") and a <= e["ts"] < b)
     steps = sorted(wall)
     traced = 1.0 - sum(busy[i] for i in steps) / sum(wall[i] for i in steps)
     logged = [json.loads(l)["bubble"] for l in open(metrics) if '"bubble"' in l]

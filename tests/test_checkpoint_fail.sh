@@ -18,7 +18,7 @@ fails=0
 ok() { echo "ok    $*"; }
 bad() { echo "FAIL  $*"; fails=$((fails + 1)); }
 meta_step() {
-  /usr/bin/python3 -c 'import json,struct,sys; d=open(sys.argv[1],"rb").read(8+2**20); n=struct.unpack("<Q",d[:8])[0]; print(json.loads(d[8:8+n])["__metadata__"]["train.step"])' "$1"
+  /usr/bin/python3 "$SRC/tests/ckpt_meta.py" "$1"
 }
 
 head -c 100000 "$SRC/data/fortunes.txt" > "$TMP/small.txt"

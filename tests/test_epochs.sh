@@ -20,7 +20,7 @@ fails=0
 ok() { echo "ok    $*"; }
 bad() { echo "FAIL  $*"; fails=$((fails + 1)); }
 meta() { # meta CKPT KEY: a __metadata__ value of a checkpoint
-  /usr/bin/python3 -c 'import json,struct,sys; d=open(sys.argv[1],"rb").read(8+2**20); n=struct.unpack("<Q",d[:8])[0]; print(json.loads(d[8:8+n])["__metadata__"][sys.argv[2]])' "$1" "$2"
+  /usr/bin/python3 "$SRC/tests/ckpt_meta.py" "$1" "$2"
 }
 losses() { # losses METRICS FIRST LAST: the logged losses of those steps, space-separated
   /usr/bin/python3 -c 'import json,sys

@@ -3,7 +3,8 @@
  * copied by tests/stage_driver.h) against the whole model (model.h) on the same weights, batch,
  * initial state and dropout key: the loss, every gradient tensor (norm-relative error ≤ 1e-6),
  * the final carried state (≤ 1e-6), and the dropout masks bit for bit. Text and series models,
- * S = 1, 2, 3, K = 1, 2, 4 and T, 1 or 2 slices, dropout on and off. */
+ * S = 1, 2, 3, K = 1, 2, 4 and T, 1 or 2 slices, dropout on and off, and the deepest model
+ * (LSTMD_MAX_LAYERS layers). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,6 +129,8 @@ int main(void) {
                                            .layers = 3, .horizon = 2};
   const struct lstmd_model_shape wide = {.kind = LSTMD_MODEL_TEXT, .vocab = 7, .embed = 4,
                                          .hidden = 32, .layers = 2}; /* packed recurrence */
+  const struct lstmd_model_shape deepest = {.kind = LSTMD_MODEL_TEXT, .vocab = 5, .embed = 3,
+                                            .hidden = 4, .layers = LSTMD_MAX_LAYERS};
   const int all[] = {3}, two[] = {2, 1}, two_b[] = {1, 2}, three[] = {1, 1, 1}, halves[] = {1, 1};
   char label[128];
   for (int k = 1; k <= T; k *= 2) {
@@ -143,5 +146,9 @@ int main(void) {
   compare("series S=2 (2,1) K=4", &series, 0.0f, 2, two, 4, 1);
   compare("series S=3 K=2 dropout, 2 slices", &series, 0.2f, 3, three, 2, 2);
   compare("text H32 S=2 K=4 dropout", &wide, 0.2f, 2, halves, 4, 2);
+  /* The most layers a model may have, all on one stage and 15 + 1 (the workspaces' arrays). */
+  const int deep_all[] = {LSTMD_MAX_LAYERS}, deep_two[] = {LSTMD_MAX_LAYERS - 1, 1};
+  compare("text L=16 S=1 K=2 dropout", &deepest, 0.1f, 1, deep_all, 2, 1);
+  compare("text L=16 S=2 (15,1) K=4 dropout", &deepest, 0.1f, 2, deep_two, 4, 1);
   return check_summary("test_model_stage");
 }

@@ -33,7 +33,7 @@ trap cleanup EXIT
 source "$SRC/tests/serve_helpers.sh"
 state_is() { [[ $(field "$1" state) == "$2" ]]; }
 meta_step() { # the step a checkpoint holds
-  /usr/bin/python3 -c 'import json,struct,sys; d=open(sys.argv[1],"rb").read(8+2**20); n=struct.unpack("<Q",d[:8])[0]; print(json.loads(d[8:8+n])["__metadata__"]["train.step"])' "$1"
+  /usr/bin/python3 "$SRC/tests/ckpt_meta.py" "$1"
 }
 running_step() { [[ $(field "$1" state) == RUNNING && $(field "$1" step) -gt 0 ]]; }
 
@@ -73,7 +73,7 @@ ctl cancel "$b" >/dev/null || bad "cancel exit status"
 wait_for 15 state_is "$b" CANCELLED && ok "job $b CANCELLED within $((SECONDS - t0)) s of the request" \
   || bad "job $b not cancelled: $(ctl status "$b")"
 step=$(field "$b" step); run_dir=$(field "$b" run_dir)
-ck=$(/usr/bin/python3 -c 'import json,struct,sys; d=open(sys.argv[1],"rb").read(8+2**20); n=struct.unpack("<Q",d[:8])[0]; print(json.loads(d[8:8+n])["__metadata__"]["train.step"])' "$run_dir/latest.safetensors" 2>/dev/null)
+ck=$(meta_step "$run_dir/latest.safetensors" 2>/dev/null)
 [[ -n $ck && $ck == "$step" ]] && ok "the cancelled job's checkpoint is at its last step ($step)" || bad "checkpoint step '$ck' vs job step '$step'"
 ctl watch "$b" >/dev/null; [[ $? == 1 ]] && ok "watch of a cancelled job exits 1" || bad "watch of a cancelled job"
 n=$(ctl --json list | /usr/bin/python3 -c "import json,sys; print(len(json.load(sys.stdin)))")

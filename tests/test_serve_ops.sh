@@ -149,8 +149,7 @@ kill -USR1 "$SERVE_PID"
 stop_daemon; rc=$?
 line=$(grep "job $j: QUEUED: interrupted by a shutdown at step" "$TMP/serve.log")
 step=$(grep -o "at step [0-9]*" <<<"$line" | grep -o "[0-9]*$")
-ck=$(/usr/bin/python3 -c 'import json,struct,sys; d=open(sys.argv[1],"rb").read(8+2**20); n=struct.unpack("<Q",d[:8])[0]; print(json.loads(d[8:8+n])["__metadata__"]["train.step"])' \
-     "$TMP/state/runs/job-$j/latest.safetensors" 2>/dev/null)
+ck=$(/usr/bin/python3 "$SRC/tests/ckpt_meta.py" "$TMP/state/runs/job-$j/latest.safetensors" 2>/dev/null)
 if [[ $rc == 0 && -n $step && $ck == "$step" && ! -e $SOCK ]]; then
   ok "SIGUSR1 to mpirun: job $j checkpointed at step $step and QUEUED again, daemon exit 0, socket removed"
 else bad "SIGUSR1 drain: daemon exit $rc, log line '${line}', checkpoint step '${ck}', socket $([[ -e $SOCK ]] && echo left || echo removed)"; fi

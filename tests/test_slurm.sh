@@ -98,8 +98,7 @@ for _ in $(seq 600); do [[ -s "$TMP/sbc/metrics.jsonl" ]] && break; sleep 0.1; d
 scancel "$job"
 for _ in $(seq 600); do [[ -z $(squeue -h -j "$job" -o %i 2>/dev/null) ]] && break; sleep 0.1; done
 stopped=$(grep -o "stopped at step [0-9]*" "$TMP/sbatch3.out" 2>/dev/null | grep -o "[0-9]*$")
-ck=$(/usr/bin/python3 -c 'import json,struct,sys; d=open(sys.argv[1],"rb").read(8+2**20); n=struct.unpack("<Q",d[:8])[0]; print(json.loads(d[8:8+n])["__metadata__"]["train.step"])' \
-     "$TMP/sbc/latest.safetensors" 2>/dev/null)
+ck=$(/usr/bin/python3 "$SRC/tests/ckpt_meta.py" "$TMP/sbc/latest.safetensors" 2>/dev/null)
 if [[ -n $stopped && $ck == "$stopped" ]] && grep -q "train.sbatch: SIGTERM; waiting for lstmd" "$TMP/sbatch3.out" \
    && grep -q "train.sbatch: lstmd exited with status 0" "$TMP/sbatch3.out"; then
   ok "scancel of the train.sbatch job: checkpoint at step $stopped, lstmd exit 0, the script waited for it"

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "kernels/cpu/blas_cpu.h"
 #include "kernels/clock.h"
 #include "kernels/status.h"
 
@@ -33,6 +34,17 @@ int lstmd_engine_create(enum lstmd_engine_kind kind, struct lstmd_model *m,
 
 void lstmd_engine_destroy(struct lstmd_engine *e) {
   if (e) e->ops->destroy(e);
+}
+
+int lstmd_engine_cpu_threads(const struct lstmd_engine *e) {
+  const int local_ranks = e->comm ? lstmd_comm_local_size(e->comm) : 1;
+  const int threads = e->cfg.threads > 0 ? e->cfg.threads : lstmd_cpu_cores() / local_ranks;
+  return threads < 1 ? 1 : threads;
+}
+
+size_t lstmd_engine_bucket_floats(const struct lstmd_engine_config *cfg) {
+  const size_t n = (size_t)(cfg->bucket_mb * 1048576.0 / sizeof(float));
+  return n < 1024 ? 1024 : n > (1u << 30) ? (1u << 30) : n;
 }
 
 int lstmd_engine_run_windows(struct lstmd_engine *e, const struct lstmd_step_input *in,

@@ -134,6 +134,12 @@ int lstmd_engine_cpu_create(const struct lstmd_engine *base, struct lstmd_engine
 int lstmd_engine_gpu_create(const struct lstmd_engine *base, struct lstmd_engine **out);
 int lstmd_engine_pipe_create(const struct lstmd_engine *base, struct lstmd_engine **out);
 
+/* Threads of this rank for an engine on the CPU: cfg.threads, or when 0 this node's cores
+ * shared among its ranks (at least 1). */
+int lstmd_engine_cpu_threads(const struct lstmd_engine *e);
+/* The gradient all-reduce bucket (train.bucket_mb) in floats, within [1024, 2^30]. */
+size_t lstmd_engine_bucket_floats(const struct lstmd_engine_config *cfg);
+
 /* ---- helpers for data-parallel engines (every rank holds the whole model) ---- */
 
 /* The body of step() for an engine that sums windows one by one: calls window() for each of

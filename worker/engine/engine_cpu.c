@@ -263,16 +263,12 @@ int lstmd_engine_cpu_create(const struct lstmd_engine *base, struct lstmd_engine
   pthread_mutex_init(&c->mu, NULL);
   const struct lstmd_engine_config *cfg = &base->cfg;
   const struct lstmd_model *m = base->model;
-  /* threads = 0: this node's cores shared among the ranks on it */
-  const int local_ranks = base->comm ? lstmd_comm_local_size(base->comm) : 1;
-  int threads = cfg->threads > 0 ? cfg->threads : lstmd_cpu_cores() / local_ranks;
-  if (threads < 1) threads = 1;
+  const int threads = lstmd_engine_cpu_threads(base);
   int n = threads < cfg->batch ? threads : cfg->batch;
   if (n > kMaxSlices) n = kMaxSlices;
   c->blas_threads = threads / n;
   c->eval_threads = threads;
-  size_t bucket = (size_t)(cfg->bucket_mb * 1048576.0 / sizeof(float));
-  c->bucket_floats = bucket < 1024 ? 1024 : bucket > (1u << 30) ? (1u << 30) : bucket;
+  c->bucket_floats = lstmd_engine_bucket_floats(cfg);
   c->n_buckets = (int)((m->n_params + c->bucket_floats - 1) / c->bucket_floats);
   int rc = lstmd_pool_create(n, &c->pool);
   if (!rc && base->world > 1) rc = lstmd_reducer_create(base->comm, &c->reducer);

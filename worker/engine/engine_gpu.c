@@ -171,8 +171,7 @@ int lstmd_engine_gpu_create(const struct lstmd_engine *base, struct lstmd_engine
   g->dtype = dtype_of(cfg->precision);
   g->fp16 = cfg->precision == LSTMD_PRECISION_FP16;
   lstmd_loss_scaler_init(&g->scaler);
-  size_t bucket = (size_t)(cfg->bucket_mb * 1048576.0 / sizeof(float));
-  g->bucket_floats = bucket < 1024 ? 1024 : bucket;
+  g->bucket_floats = lstmd_engine_bucket_floats(cfg);
   int rc = lstmd_cuda_use_device(cfg->gpu_device);
   if (!rc) lstmd_cuda_describe_device(g->device_desc, sizeof g->device_desc);
   if (!rc) rc = create_streams(g);

@@ -204,10 +204,7 @@ int lstmd_engine_pipe_create(const struct lstmd_engine *base, struct lstmd_engin
   if (!rc && !(p->ops = malloc((size_t)p->n_ops * sizeof *p->ops))) rc = LSTMD_ENOMEM;
   if (!rc && lstmd_pipe_schedule(p->kind, p->S, p->s, p->U, p->K, p->ops, (size_t)p->n_ops) != p->n_ops)
     rc = LSTMD_ECONFIG;
-  /* threads: this node's cores shared among its ranks, one column slice each (see 2.) */
-  const int local = base->comm ? lstmd_comm_local_size(base->comm) : 1;
-  p->threads = cfg->threads > 0 ? cfg->threads : lstmd_cpu_cores() / local;
-  if (p->threads < 1) p->threads = 1;
+  p->threads = lstmd_engine_cpu_threads(base); /* one column slice each (see 2.) */
   p->n_slices = p->threads < p->b ? p->threads : p->b;
   if (p->n_slices > kMaxSlices) p->n_slices = kMaxSlices;
   p->blas_threads = p->threads / p->n_slices;
@@ -238,8 +235,7 @@ int lstmd_engine_pipe_create(const struct lstmd_engine *base, struct lstmd_engin
       p->pk.cols[i] = p->packed[2 * i + 1];
     }
   }
-  size_t bucket = (size_t)(cfg->bucket_mb * 1048576.0 / sizeof(float));
-  p->bucket_floats = bucket < 1024 ? 1024 : bucket > (1u << 30) ? (1u << 30) : bucket;
+  p->bucket_floats = lstmd_engine_bucket_floats(cfg);
   if (rc) {
     if (rc == LSTMD_ENOMEM) lstmd_errorf("pipeline engine: out of memory for stage %d", p->s);
     pipe_destroy(&p->base);
@@ -315,9 +311,12 @@ static void copy_rows(const struct pipe_engine *p, float *unit, float *slice, in
   }
 }
 
-static void describe_item(char *buf, size_t n, const char *what, int u, int k, int peer_stage,
-                          const struct pipe_engine *p) {
-  snprintf(buf, n, "%s of unit %d chunk %d from stage %d (rank %d)", what, u, k, peer_stage,
+/* What a transfer carries, for p2p's messages: "activations (F) of unit 3 chunk 1 from stage 0
+ * (rank 4)"; from_to: "from" a receive's peer, "to" a send's. */
+static void describe_item(char *buf, size_t n, const struct pipe_engine *p, int dir, int u, int k,
+                          const char *from_to, int peer_stage) {
+  snprintf(buf, n, "%s of unit %d chunk %d %s stage %d (rank %d)",
+           dir == LSTMD_P2P_UP ? "activations (F)" : "gradients (B)", u, k, from_to, peer_stage,
            p->d * p->S + peer_stage);
 }
 
@@ -329,12 +328,12 @@ static int post_receives(struct pipe_engine *p, int u) {
   for (int k = 0; k < p->K; k++) {
     const int tag = lstmd_pipe_tag(u, k, p->K);
     if (!p->st.first) {
-      describe_item(what, sizeof what, "activations (F)", u, k, p->s - 1, p);
+      describe_item(what, sizeof what, p, LSTMD_P2P_UP, u, k, "from", p->s - 1);
       LSTMD_TRY(lstmd_p2p_irecv(p->p2p, LSTMD_P2P_UP, p->s - 1, tag, sl->act_in + k * chunk,
                                 chunk * sizeof(float), what, &p->recv_act[u * p->K + k]));
     }
     if (!p->st.last) {
-      describe_item(what, sizeof what, "gradients (B)", u, k, p->s + 1, p);
+      describe_item(what, sizeof what, p, LSTMD_P2P_DOWN, u, k, "from", p->s + 1);
       LSTMD_TRY(lstmd_p2p_irecv(p->p2p, LSTMD_P2P_DOWN, p->s + 1, tag, sl->grad_in + k * chunk,
                                 chunk * sizeof(float), what, &p->recv_grad[u * p->K + k]));
     }
@@ -347,8 +346,7 @@ static int send_chunk(struct pipe_engine *p, struct pipe_slot *sl, int dir, int 
   const size_t chunk = (size_t)p->Tc * p->b * p->H;
   const int peer = dir == LSTMD_P2P_UP ? p->s + 1 : p->s - 1;
   char what[128];
-  snprintf(what, sizeof what, "%s of unit %d chunk %d to stage %d (rank %d)",
-           dir == LSTMD_P2P_UP ? "activations (F)" : "gradients (B)", u, k, peer, p->d * p->S + peer);
+  describe_item(what, sizeof what, p, dir, u, k, "to", peer);
   return lstmd_p2p_isend(p->p2p, dir, peer, lstmd_pipe_tag(u, k, p->K), buf + k * chunk,
                          chunk * sizeof(float), what, &sl->sends[sl->n_sends++]);
 }

@@ -17,12 +17,6 @@ struct lstmd_trace {
   struct lstmd_comm *comm;
 };
 
-double lstmd_trace_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void write_line(struct lstmd_trace *t, const char *line, size_t n) {
   /* One write per line: with O_APPEND a line from another rank cannot land inside it. */
   while (write(t->fd, line, n) < 0 && errno == EINTR) {

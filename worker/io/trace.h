@@ -1,7 +1,8 @@
 /* trace.h — a step timeline in Chrome's trace-event format (JSON), for chrome://tracing or
  * Perfetto: one process track per rank, one thread track per compute slice, the gradient
- * reducer and the main loop; complete events ("ph":"X") for data wait, forward, backward, each
- * all-reduce bucket, the optimizer, evaluation and checkpoints.
+ * reducer and the main loop; complete events ("ph":"X") for each step (from its start through
+ * the all-reduce of the loss: the wall time of the logged bubble) with data wait, forward,
+ * backward and each all-reduce bucket inside it, then the optimizer, evaluation and checkpoints.
  *
  * All ranks append to one file: rank 0 creates it with "[" and a first event, then every event
  * is written as one line ",{...}" with O_APPEND, so lines from different ranks never interleave

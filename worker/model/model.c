@@ -147,6 +147,17 @@ double lstmd_model_flops_per_token(const struct lstmd_model_shape *s) {
 
 /* ---- workspace ---- */
 
+void *lstmd_arena_carve(const size_t *sizes, size_t n, float **slices) {
+  size_t total = 16;
+  for (size_t i = 0; i < n; i++) total += (sizes[i] + 15) / 16 * 16;
+  float *a = aligned_alloc(64, total * sizeof(float));
+  if (!a) return NULL;
+  memset(a, 0, total * sizeof(float));
+  for (size_t i = 0, at = 0; i < n; at += (sizes[i++] + 15) / 16 * 16)
+    slices[i] = sizes[i] ? a + at : NULL;
+  return a;
+}
+
 int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float dropout,
                            struct lstmd_workspace **out) {
   *out = NULL;
@@ -155,9 +166,9 @@ int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float drop
   const size_t In0 = (size_t)input_width(s), O = (size_t)output_width(s);
   const size_t wide = H > In0 ? H : In0;
   const int masked = dropout > 0.0f && L > 1;
-  /* Sizes of the arena's slices, in floats (each rounded up to 16 for alignment). */
-  size_t sizes[64], n = 0, total = 0;
-#define SLICE(count) (sizes[n++] = ((count) + 15) / 16 * 16)
+  /* Sizes of the arena's arrays, in floats: 5, 5 per layer, 6. */
+  size_t sizes[11 + 5 * LSTMD_MAX_LAYERS], n = 0;
+#define SLICE(count) (sizes[n++] = (count))
   SLICE(N);                                              /* ids (int32) */
   SLICE(N);                                              /* targets (int32) */
   SLICE(s->kind == LSTMD_MODEL_SERIES ? N * In0 : 0);     /* batch x */
@@ -177,22 +188,19 @@ int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float drop
   SLICE(2 * (size_t)B * H);                              /* work */
   SLICE(lstmd_cpu_recur_fast((int)H) ? 4 * H * H : 0);   /* wpack */
 #undef SLICE
-  for (size_t i = 0; i < n; i++) total += sizes[i];
+  float *slice[sizeof sizes / sizeof sizes[0]];
   struct lstmd_workspace *ws = calloc(1, sizeof *ws);
-  float *a = ws ? aligned_alloc(64, total * sizeof(float)) : NULL;
-  if (!a) {
+  if (!ws || !(ws->arena = lstmd_arena_carve(sizes, n, slice))) {
     free(ws);
     return LSTMD_ENOMEM;
   }
-  memset(a, 0, total * sizeof(float));
-  ws->arena = a;
   ws->model = m;
   ws->grads = m->grads;
   ws->T = T;
   ws->B = B;
   ws->dropout = masked ? dropout : 0.0f;
   size_t i = 0;
-#define TAKE() (sizes[i] ? (a += sizes[i], a - sizes[i++]) : (i++, (float *)NULL))
+#define TAKE() (slice[i++])
   ws->batch.steps = T;
   ws->batch.batch = B;
   ws->batch.width = s->kind == LSTMD_MODEL_SERIES ? s->width : 0;

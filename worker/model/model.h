@@ -89,6 +89,11 @@ const struct lstmd_tensor *lstmd_model_tensor(const struct lstmd_model *m, const
 /* Multiply-adds of one training step per token (forward + backward), for GFLOP/s reports. */
 double lstmd_model_flops_per_token(const struct lstmd_model_shape *s);
 
+/* For workspaces (here and model_stage.c): one zeroed block holding n arrays of sizes[i] floats,
+ * each 64-byte aligned; slices[i] points at array i (NULL where sizes[i] is 0). Returns the
+ * block (free it with free) or NULL when out of memory. */
+void *lstmd_arena_carve(const size_t *sizes, size_t n, float **slices);
+
 int lstmd_workspace_create(const struct lstmd_model *m, int steps, int batch, float dropout,
                            struct lstmd_workspace **out);
 void lstmd_workspace_destroy(struct lstmd_workspace *ws);

@@ -1,6 +1,7 @@
 /* model_stage.c — a pipeline stage's layers by time chunk (see model_stage.h). One arena per
- * workspace, allocated once: the window's activations (kept until the unit's last W) and one
- * chunk's scratch (the gate gradients of every layer between a chunk's B and its W). */
+ * workspace, allocated once (lstmd_arena_carve): the window's activations (kept until the
+ * unit's last W) and one chunk's scratch (the gate gradients of every layer between a chunk's B
+ * and its W). */
 #include "model_stage.h"
 
 #include <stdlib.h>
@@ -49,8 +50,8 @@ int lstmd_stage_ws_create(const struct lstmd_model *m, const struct lstmd_stage 
   const int text = s->kind == LSTMD_MODEL_TEXT;
   const size_t in0 = st->first ? (size_t)input_width(s) : H;
   const size_t O = (size_t)(text ? s->vocab : s->horizon), wide = H > in0 ? H : in0;
-  size_t sizes[16 + 6 * LSTMD_MAX_LAYERS], n = 0, total = 0;
-#define SLICE(count) (sizes[n++] = ((count) + 15) / 16 * 16)
+  size_t sizes[12 + 7 * LSTMD_MAX_LAYERS], n = 0; /* 12, and 7 per layer */
+#define SLICE(count) (sizes[n++] = (count))
   SLICE(st->first && text ? N : 0);                  /* ids (int32) */
   SLICE(st->last && text ? N : 0);                   /* targets (int32) */
   SLICE(st->first && !text ? N * in0 : 0);           /* batch x */
@@ -74,15 +75,12 @@ int lstmd_stage_ws_create(const struct lstmd_model *m, const struct lstmd_stage 
     SLICE(Nc * 4 * H);                               /* dgates */
   }
 #undef SLICE
-  for (size_t i = 0; i < n; i++) total += sizes[i];
+  float *slice[sizeof sizes / sizeof sizes[0]];
   struct lstmd_stage_ws *ws = calloc(1, sizeof *ws);
-  float *a = ws ? aligned_alloc(64, total * sizeof(float)) : NULL;
-  if (!a) {
+  if (!ws || !(ws->arena = lstmd_arena_carve(sizes, n, slice))) {
     free(ws);
     return LSTMD_ENOMEM;
   }
-  memset(a, 0, total * sizeof(float));
-  ws->arena = a;
   ws->st = *st;
   ws->T = T;
   ws->Tc = Tc;
@@ -92,7 +90,7 @@ int lstmd_stage_ws_create(const struct lstmd_model *m, const struct lstmd_stage 
   ws->out = (int)O;
   ws->dropout = dropout;
   size_t i = 0;
-#define TAKE() (sizes[i] ? (a += sizes[i], a - sizes[i++]) : (i++, (float *)NULL))
+#define TAKE() (slice[i++])
   ws->batch.steps = T;
   ws->batch.batch = B;
   ws->batch.width = text ? 0 : s->width;

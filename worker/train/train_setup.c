@@ -125,7 +125,12 @@ static int build(struct run *r) {
                                                                      : LSTMD_ENGINE_CPU;
   LSTMD_TRY(lstmd_prefetch_create(r->batcher, &r->train, cfg->seq_len, cfg->batch_size,
                                   &r->prefetch));
-  LSTMD_TRY(lstmd_engine_create(kind, r->model, &ec, r->comm, &r->engine));
+  const int rc = lstmd_engine_create(kind, r->model, &ec, r->comm, &r->engine);
+  if (rc == LSTMD_ENOMEM) /* the other failures say why where they happen */
+    lstmd_errorf("rank %d: out of memory for the training workspaces (data.batch_size %d x "
+                 "data.seq_len %d, model.hidden %d, model.layers %d)",
+                 r->rank, cfg->batch_size, cfg->seq_len, cfg->hidden, cfg->layers);
+  if (rc) return rc;
   r->progress.state_batch = r->global_batch;
   if (cfg->order == LSTMD_ORDER_STREAM) {
     size_t n = (size_t)cfg->layers * r->global_batch * cfg->hidden;

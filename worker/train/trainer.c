@@ -164,8 +164,12 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
                                                   "the step's all-reduce of the loss and votes"));
   /* Every rank leaves this all-reduce at about the same time, so the step's wall time through
    * it is the common makespan; Σ busy / Σ wall over the ranks is the pipeline bubble. */
+  const double t1 = lstmd_now_s();
   tm->busy_s += out.busy_s;
-  tm->wall_s += lstmd_now_s() - t0;
+  tm->wall_s += t1 - t0;
+  char args[32];
+  snprintf(args, sizeof args, "{\"step\":%ld}", r->progress.step + 1);
+  lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "step", t0, t1, args);
   tm->p2p_s += out.p2p_wait_s;
   if (totals[2] > 0.0) {
     if (feed.status) return agreed_failure(r, feed.status);
