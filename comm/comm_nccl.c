@@ -17,7 +17,10 @@
  *    engine polls lstmd_nccl_failed while it waits on the GPU, so the job fails on every rank
  *    whose peer died instead of hanging. The abort frees the communicator, so every use of it
  *    after set-up (the engine's ncclAllReduce and its polling, the watchdog's checks and abort)
- *    happens under `mu`, and only while `failed` is unset. */
+ *    happens under `mu`, and only while `failed` is unset.
+ * 4. A region of gradients is summed in pieces (train.bucket_mb) inside one ncclGroupStart/End,
+ *    so NCCL launches them as one operation instead of one kernel per bucket; the pieces keep
+ *    each call's count bounded (MPI-style int limits and the staging buffer do not apply). */
 #define _GNU_SOURCE
 #include "comm_nccl.h"
 
@@ -287,20 +290,33 @@ static int staged_allreduce(struct lstmd_nccl *n, float *buf, size_t count, cuda
 }
 
 int lstmd_nccl_allreduce_sum(struct lstmd_nccl *n, float *buf, size_t count, void *stream) {
+  return lstmd_nccl_allreduce_sum_pieces(n, buf, count, 0, stream);
+}
+
+int lstmd_nccl_allreduce_sum_pieces(struct lstmd_nccl *n, float *buf, size_t count, size_t piece,
+                                    void *stream) {
   if (n->failed) return LSTMD_ECOMM;
   if (count == 0) return LSTMD_OK;
   if (n->mode == LSTMD_NCCL_HOST_STAGED) return staged_allreduce(n, buf, count, (cudaStream_t)stream);
 #if LSTMD_WITH_NCCL
+  if (piece == 0) piece = count;
   pthread_mutex_lock(&n->mu); /* the watchdog may abort (free) the communicator: see 3. */
   int rc = LSTMD_ECOMM;
   if (!n->failed) {
-    ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, n->comm, (cudaStream_t)stream);
+    /* One group: NCCL launches the pieces together (see 4.). */
+    ncclResult_t r = ncclGroupStart();
+    for (size_t at = 0; r == ncclSuccess && at < count; at += piece)
+      r = ncclAllReduce(buf + at, buf + at, count - at < piece ? count - at : piece, ncclFloat,
+                        ncclSum, n->comm, (cudaStream_t)stream);
+    const ncclResult_t end = ncclGroupEnd(); /* always closes the group */
+    if (r == ncclSuccess || r == ncclInProgress) r = end;
     if (r == ncclInProgress) r = settle(n);
-    if (!lstmd_nccl_failed_(r, "ncclAllReduce", __FILE__, __LINE__)) rc = LSTMD_OK;
+    if (!lstmd_nccl_failed_(r, "ncclAllReduce (grouped)", __FILE__, __LINE__)) rc = LSTMD_OK;
   }
   pthread_mutex_unlock(&n->mu);
   return rc;
 #else
+  (void)piece;
   return LSTMD_EUNSUPPORTED;
 #endif
 }

@@ -36,6 +36,9 @@ const char *lstmd_nccl_describe(const struct lstmd_nccl *n);
  * cudaStream_t). Host-staged mode: copies out, waits for the stream, sums over MPI and copies
  * back (the host blocks). Returns 0 or LSTMD_ECOMM. */
 int lstmd_nccl_allreduce_sum(struct lstmd_nccl *n, float *buf, size_t count, void *stream);
+/* The same in pieces of at most `piece` floats (0: one), enqueued as one NCCL group. */
+int lstmd_nccl_allreduce_sum_pieces(struct lstmd_nccl *n, float *buf, size_t count, size_t piece,
+                                    void *stream);
 /* Hands the watchdog an event (a cudaEvent_t) just recorded after the collectives enqueued so
  * far: if it has not completed timeout_s from now, the job fails. */
 void lstmd_nccl_watch(struct lstmd_nccl *n, void *event);

@@ -4,6 +4,7 @@
  * round trip, and (in builds with the GPU backend) cuDNN's acceptance of our RNN descriptors,
  * which needs no device. */
 #define _GNU_SOURCE
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -119,6 +120,58 @@ static void test_loss_scaler(void) {
              rc == LSTMD_EINVAL && skips == 63);
 }
 
+/* The GPU optimizer's per-step decision (kernels/optim_rules.h), run here on the host: the
+ * device runs the same function in a one-thread kernel. */
+static void test_optim_decision(void) {
+  const struct lstmd_optim_rule rule = {.clip_norm = 1.0f, .lr = 0.1f, .warmup = 2, .total = 12,
+                                        .cosine = 1, .beta1 = 0.9f, .beta2 = 0.999f};
+  struct lstmd_optim_state s = {.sumsq = 0.25};
+  lstmd_optim_decide(&s, &rule);
+  check_true("decision: norm 0.5 under the clip: coef 1, warmup lr 0.1/2, applied 1",
+             s.apply && s.norm == 0.5 && s.coef == 1.0f && s.lr == 0.05f && s.applied == 1 &&
+                 s.bc1 == 1.0f - 0.9f && fabsf(s.bc2_sqrt - sqrtf(1.0f - 0.999f)) < 1e-6f);
+  s.sumsq = 16.0;
+  lstmd_optim_decide(&s, &rule);
+  check_true("decision: norm 4 clipped to 1 (coef 1/(4+1e-6)), lr 0.1 at the end of warmup",
+             s.apply && fabs(s.coef - 1.0 / (4.0 + 1e-6)) < 1e-7 && s.lr == 0.1f && s.applied == 2);
+  s.applied = 7; /* half way through the cosine: (7 - 2) / 10 */
+  s.sumsq = 0.0;
+  lstmd_optim_decide(&s, &rule);
+  check_true("decision: cosine half way: lr 0.05", fabsf(s.lr - 0.05f) < 1e-7f && s.applied == 8);
+  s.sumsq = NAN;
+  lstmd_optim_decide(&s, &rule);
+  const long bad_at = s.calls;
+  s.sumsq = 1.0;
+  lstmd_optim_decide(&s, &rule);
+  check_true("decision: a non-finite norm stops every update from then on, and says when",
+             !s.apply && s.coef == 0.0f && s.first_bad == bad_at && s.calls == bad_at + 1 &&
+                 s.applied == 8);
+  /* fp16: the norm is unscaled; an overflow skips and halves the scale; a clean step unscales
+   * by the scale the gradients carried. */
+  const struct lstmd_optim_rule fp16 = {.lr = 0.1f, .total = 10, .fp16 = 1, .beta1 = 0.9f,
+                                        .beta2 = 0.999f};
+  struct lstmd_optim_state h = {.sumsq = INFINITY};
+  lstmd_loss_scaler_init(&h.scaler);
+  lstmd_optim_decide(&h, &fp16);
+  check_true("fp16 decision: overflow skips, scale 65536 -> 32768, nothing applied",
+             !h.apply && h.scaler.scale == 32768.0f && h.applied == 0 && !h.first_bad && !h.gave_up);
+  h.sumsq = 32768.0 * 32768.0 * 9.0; /* norm 3 at scale 32768 */
+  h.scaler.good_steps = h.scaler.growth_interval - 1; /* this clean step grows the scale */
+  lstmd_optim_decide(&h, &fp16);
+  check_true("fp16 decision: clean step: norm 3, coef 1/32768 (the scale it carried), applied "
+             "1, the next scale 65536",
+             h.apply && h.norm == 3.0 && h.coef == 1.0f / 32768.0f && h.applied == 1 &&
+                 h.scaler.scale == 65536.0f);
+  int skips = 0;
+  for (int i = 0; i < 100 && !h.gave_up; i++) {
+    h.sumsq = NAN;
+    lstmd_optim_decide(&h, &fp16);
+    skips += !h.apply;
+  }
+  check_true("fp16 decision: 64 overflows in a row give up (and say when)",
+             h.gave_up == h.calls && skips == 64 && h.applied == 1);
+}
+
 static void test_config_keys(void) {
   struct lstmd_train_config c;
   lstmd_config_defaults(&c);
@@ -195,6 +248,7 @@ int main(void) {
   test_decide();
   test_probe();
   test_loss_scaler();
+  test_optim_decision();
   test_config_keys();
   test_checkpoint_loss_scale();
 #if LSTMD_WITH_GPU

@@ -290,22 +290,31 @@ static const struct lstmd_batch *next_batch(void *ctx, int *reset) {
   return &f->batches[f->next++ % f->n];
 }
 
-/* `steps` optimizer steps of `accum` windows from `batches` (cycled); losses[] per step. */
-static int train(struct lstmd_engine *e, struct lstmd_optim *o, struct lstmd_model *m,
-                 const struct lstmd_batch *batches, int n_batches, int steps, int accum,
-                 double *losses) {
+/* `steps` optimizer steps of `accum` windows from `batches` (cycled); losses[] per step. Every
+ * step is a logged one (the engine reads its loss and optimizer state) unless `quiet`: then only
+ * the last, whose loss is the sum over all (engine.h), in losses[steps - 1]. */
+static int train_steps(struct lstmd_engine *e, struct lstmd_optim *o, struct lstmd_model *m,
+                       const struct lstmd_batch *batches, int n_batches, int steps, int accum,
+                       double *losses, int quiet) {
   const double targets = targets_of(m, T, B) * accum;
   struct batch_feed feed = {batches, n_batches, 0};
   for (int s = 0; s < steps; s++) {
+    const int report = !quiet || s == steps - 1;
     const struct lstmd_step_input in = {next_batch, &feed, accum, (uint64_t)s * accum,
-                                        (float)(1.0 / targets)};
+                                        (float)(1.0 / targets), report};
     struct lstmd_step_result out;
-    double norm;
+    struct lstmd_optim_outcome outcome;
     LSTMD_TRY(e->ops->step(e, &in, &out));
     if (losses) losses[s] = out.loss_sum / targets;
-    LSTMD_TRY(e->ops->optim_step(e, o, &norm));
+    LSTMD_TRY(e->ops->optim_step(e, o, report, &outcome));
   }
   return LSTMD_OK;
+}
+
+static int train(struct lstmd_engine *e, struct lstmd_optim *o, struct lstmd_model *m,
+                 const struct lstmd_batch *batches, int n_batches, int steps, int accum,
+                 double *losses) {
+  return train_steps(e, o, m, batches, n_batches, steps, accum, losses, 0);
 }
 
 static void test_training(int algo, int precision, const char *name) {
@@ -353,6 +362,28 @@ static void test_training(int algo, int precision, const char *name) {
     check_rel(what, dgpu, dcpu, cpu->n_params, tol);
     snprintf(what, sizeof what, "%s: optimizer step count", name);
     check_true(what, oc_gpu->step == oc_cpu->step);
+    /* The same steps with the host reading nothing until the last (no wait inside them): the
+     * last step's loss is the sum of all, and the updates are the same. */
+    struct lstmd_model *quiet = clone_model(cpu);
+    memcpy(quiet->params, p0, cpu->n_params * sizeof(float));
+    struct lstmd_optim *oq = NULL;
+    lstmd_optim_create(&oc, cpu->n_params, &oq);
+    struct lstmd_engine *dq = make_engine(quiet, 0, precision, 0);
+    double lq[kSteps], sum_c = 0.0;
+    int rq = dq ? dq->ops->start(dq, oq, NULL) : LSTMD_EINVAL;
+    if (!rq) rq = train_steps(dq, oq, quiet, b, kBatches, kSteps, kAccum, lq, 1);
+    if (!rq) rq = dq->ops->sync_host(dq, oq, NULL);
+    for (int s = 0; s < kSteps; s++) sum_c += lc[s];
+    snprintf(what, sizeof what, "%s: unlogged steps: the last loss %.6g is the sum %.6g, %ld steps",
+             name, rq ? 0.0 : lq[kSteps - 1], sum_c, oq->step);
+    check_true(what, !rq && fabs(lq[kSteps - 1] - sum_c) / sum_c < (fp32 ? 1e-4 : 2e-2) &&
+                         lq[0] == 0.0 && oq->step == oc_cpu->step);
+    for (size_t i = 0; !rq && i < cpu->n_params; i++) dgpu[i] = quiet->params[i] - p0[i];
+    snprintf(what, sizeof what, "%s: parameter updates of unlogged steps", name);
+    if (!rq) check_rel(what, dgpu, dcpu, cpu->n_params, tol);
+    lstmd_engine_destroy(dq);
+    lstmd_optim_destroy(oq);
+    lstmd_model_destroy(quiet);
     free(dcpu);
     free(dgpu);
   }
@@ -545,7 +576,7 @@ static void test_checkpoint_round_trip(void) {
   if (!rc) rc = lstmd_checkpoint_load_train(path, g, og, &p, NULL);
   struct lstmd_engine *d2 = rc ? NULL : make_engine(g, 0, LSTMD_PRECISION_FP32, 1);
   if (!rc && !d2) rc = LSTMD_ECUDA;
-  if (!rc) d2->ops->set_state(d2, p.state_h, p.state_c);
+  if (!rc) rc = d2->ops->set_state(d2, p.state_h, p.state_c);
   if (!rc) rc = d2->ops->start(d2, og, &p);
   if (!rc) check_round_trip_exact(d2, g, og, &p, m, o, h1, c1, S, path2, &meta);
   if (!rc) rc = train(d2, og, g, b + 2, 2, 2, 1, loss_trip + 2);
@@ -562,7 +593,7 @@ static void test_checkpoint_round_trip(void) {
   if (!rc) rc = lstmd_optim_create(&oc, c->n_params, &oc2);
   if (!rc) rc = lstmd_checkpoint_load_train(path, c, oc2, &p, NULL);
   struct lstmd_engine *d3 = rc ? NULL : make_engine(c, -1, LSTMD_PRECISION_FP32, 1);
-  if (!rc) d3->ops->set_state(d3, p.state_h, p.state_c);
+  if (!rc) rc = d3->ops->set_state(d3, p.state_h, p.state_c);
   if (!rc) rc = train(d3, oc2, c, b + 4, 2, 2, 1, loss_trip + 4);
   check_true("checkpoint GPU -> CPU: resumed and trained", rc == 0 && oc2->step == 6);
   if (!rc) {

@@ -1,5 +1,7 @@
 /* test_kernels_cuda.c — every CUDA kernel of kernels/cuda against a float64 CPU reference.
- * Exits 77 (ctest: skipped) where no CUDA device is usable. */
+ * The optimizers run from a decision made on the device (kernels/optim_rules.h), as the GPU
+ * engine runs them. Exits 77 (ctest: skipped) where no CUDA device is usable. */
+#define _GNU_SOURCE
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdlib.h>
@@ -72,13 +74,32 @@ static void test_softmax(void) {
   cudaMalloc((void **)&dl, sizeof loss);
   cudaMalloc((void **)&dt, sizeof tg);
   cudaMemcpy(dt, tg, sizeof tg, cudaMemcpyHostToDevice);
-  check_true("softmax launch", lstmd_cuda_softmax_xent(N, V, dz, dt, (float)scale, dl, NULL) == 0);
+  const float half = 0.5f; /* a device multiplier, like the fp16 loss scale */
+  float *dhalf = dev_copy(&half, 1);
+  for (int i = 0; i < N * V; i++) rg[i] *= half;
+  check_true("softmax launch", lstmd_cuda_softmax_xent(N, V, dz, dt, (float)scale, dhalf, dl, NULL) == 0);
   to_host(z, dz, N * V);
   to_host(loss, dl, N);
   check_close("cuda softmax xent loss per row", loss, rl, N, 1e-5, 1e-5);
-  check_close("cuda softmax xent grad", z, rg, N * V, 1e-7, 1e-4);
-  cudaFree(dz); cudaFree(dl); cudaFree(dt);
+  check_close("cuda softmax xent grad (times the device multiplier)", z, rg, N * V, 1e-7, 1e-4);
+  cudaFree(dz); cudaFree(dl); cudaFree(dt); cudaFree(dhalf);
   free(rz); free(rg); free(z);
+}
+
+/* A device decision (kernels/optim_rules.h) from the squared norm summed on the device: here
+ * the 3rd update (2 done), clipped (norm ≈ 316 > 1), cosine schedule after 1 warmup step. */
+static struct lstmd_optim_state *decide_on_device(const float *dg, size_t n,
+                                                  const struct lstmd_optim_rule *rule,
+                                                  double sumsq_override,
+                                                  struct lstmd_optim_state *host) {
+  struct lstmd_optim_state st = {.applied = 2}, *ds = NULL;
+  cudaMalloc((void **)&ds, sizeof st);
+  cudaMemcpy(ds, &st, sizeof st, cudaMemcpyHostToDevice);
+  if (sumsq_override == 0.0) check_true("sumsq launch", lstmd_cuda_sumsq(n, dg, &ds->sumsq, NULL) == 0);
+  else cudaMemcpy(&ds->sumsq, &sumsq_override, sizeof(double), cudaMemcpyHostToDevice);
+  check_true("decision launch", lstmd_cuda_optim_decide(ds, rule, NULL) == 0);
+  cudaMemcpy(host, ds, sizeof *host, cudaMemcpyDeviceToHost);
+  return ds;
 }
 
 static void test_optimizers(void) {
@@ -91,33 +112,55 @@ static void test_optimizers(void) {
   float *dp = dev_copy(p, N), *dg = dev_copy(g, N), *dm = dev_copy(m, N), *dv = dev_copy(v, N);
   /* the float values the kernel is given, in double: (1 − 0.999f) is 1.3e-5 away from 1e-3
    * relatively, which alone is past exp_avg_sq's tolerance */
-  const double lr = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.1f;
-  check_true("adamw launch", lstmd_cuda_adamw(N, dp, dg, dm, dv, (float)lr, (float)b1, (float)b2,
-                                               (float)eps, (float)wd, 3, NULL) == 0);
+  const double lr = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.1f, clip = 1.0f;
+  const struct lstmd_optim_rule rule = {.clip_norm = (float)clip, .lr = (float)lr, .warmup = 1,
+                                        .total = 10, .cosine = 1, .beta1 = (float)b1,
+                                        .beta2 = (float)b2};
+  struct lstmd_optim_state st;
+  struct lstmd_optim_state *ds = decide_on_device(dg, N, &rule, 0.0, &st);
+  double sumsq = 0.0;
+  for (int i = 0; i < N; i++) sumsq += rg[i] * rg[i];
+  char what[200];
+  snprintf(what, sizeof what, "device decision: norm %.9g vs %.9g, applied 3, apply 1",
+           st.norm, sqrt(sumsq));
+  check_true(what, fabs(st.norm - sqrt(sumsq)) <= 1e-6 * sqrt(sumsq) && st.applied == 3 && st.apply);
+  const double coef = clip / (sqrt(sumsq) + 1e-6);
+  const double lr3 = lr * 0.5 * (1.0 + cos(M_PI * (2.0 - 1.0) / 9.0)); /* update 2 (0-based) */
+  snprintf(what, sizeof what, "device decision: coef %.9g vs %.9g, lr %.9g vs %.9g", st.coef, coef,
+           st.lr, lr3);
+  check_true(what, fabs(st.coef - coef) <= 1e-6 * coef && fabs(st.lr - lr3) <= 1e-6 * lr3);
+  check_true("adamw launch", lstmd_cuda_adamw(N, dp, dg, dm, dv, (float)b1, (float)b2, (float)eps,
+                                               (float)wd, ds, NULL) == 0);
   for (int i = 0; i < N; i++) {
-    rp[i] *= 1 - lr * wd;
-    rm[i] = b1 * rm[i] + (1 - b1) * rg[i];
-    rv[i] = b2 * rv[i] + (1 - b2) * rg[i] * rg[i];
-    rp[i] -= lr * (rm[i] / (1 - pow(b1, 3))) / (sqrt(rv[i] / (1 - pow(b2, 3))) + eps);
+    const double gi = rg[i] * coef;
+    rp[i] *= 1 - lr3 * wd;
+    rm[i] = b1 * rm[i] + (1 - b1) * gi;
+    rv[i] = b2 * rv[i] + (1 - b2) * gi * gi;
+    rp[i] -= lr3 * (rm[i] / (1 - pow(b1, 3))) / (sqrt(rv[i] / (1 - pow(b2, 3))) + eps);
   }
   to_host(p, dp, N);
   to_host(m, dm, N);
   to_host(v, dv, N);
-  check_close("cuda adamw params", p, rp, N, 1e-6, 1e-5);
+  check_close("cuda adamw params (clipped, from the device decision)", p, rp, N, 1e-6, 1e-5);
   check_close("cuda adamw exp_avg", m, rm, N, 1e-7, 1e-6);
   check_close("cuda adamw exp_avg_sq", v, rv, N, 1e-8, 1e-6);
-  double *dsum, sum = 0, ref = 0;
-  cudaMalloc((void **)&dsum, sizeof(double));
-  cudaMemset(dsum, 0, sizeof(double));
-  check_true("sumsq launch", lstmd_cuda_sumsq(N, dg, dsum, NULL) == 0);
-  cudaMemcpy(&sum, dsum, sizeof sum, cudaMemcpyDeviceToHost);
-  for (int i = 0; i < N; i++) ref += rg[i] * rg[i];
-  float sumf = (float)sum;
-  check_close("cuda sumsq", &sumf, &ref, 1, 0, 1e-6);
+  cudaFree(ds);
+  /* a non-finite norm (not fp16): no update at all */
+  ds = decide_on_device(dg, N, &rule, NAN, &st);
+  check_true("device decision: NaN norm -> apply 0, first_bad 1", !st.apply && st.first_bad == 1);
+  for (int i = 0; i < N; i++) rp[i] = p[i];
+  check_true("adamw launch", lstmd_cuda_adamw(N, dp, dg, dm, dv, (float)b1, (float)b2, (float)eps,
+                                               (float)wd, ds, NULL) == 0);
+  to_host(p, dp, N);
+  check_close("cuda adamw with apply 0 leaves the parameters", p, rp, N, 0, 0);
+  cudaFree(ds);
+  /* SGD, unclipped, constant lr 0.05 */
+  const struct lstmd_optim_rule plain = {.lr = 0.05f, .total = 10};
+  ds = decide_on_device(dg, N, &plain, 0.0, &st);
   for (int i = 0; i < N; i++) rm[i] = m[i] = 0.0f; /* momentum buffer from zero */
   float *db = dev_copy(m, N);
   for (int i = 0; i < N; i++) rp[i] = p[i];
-  check_true("sgd launch", lstmd_cuda_sgd(N, dp, dg, db, 0.05f, 0.9f, 0.01f, NULL) == 0);
+  check_true("sgd launch", lstmd_cuda_sgd(N, dp, dg, db, 0.9f, 0.01f, ds, NULL) == 0);
   for (int i = 0; i < N; i++) {
     rm[i] = 0.9 * rm[i] + rg[i] + 0.01 * rp[i];
     rp[i] -= 0.05 * rm[i];
@@ -126,7 +169,7 @@ static void test_optimizers(void) {
   to_host(m, db, N);
   check_close("cuda sgd params", p, rp, N, 1e-6, 1e-5);
   check_close("cuda sgd momentum buffer", m, rm, N, 1e-6, 1e-5);
-  cudaFree(dp); cudaFree(dg); cudaFree(dm); cudaFree(dv); cudaFree(dsum); cudaFree(db);
+  cudaFree(dp); cudaFree(dg); cudaFree(dm); cudaFree(dv); cudaFree(ds); cudaFree(db);
   free(rp); free(rg); free(rm); free(rv); free(p); free(g); free(m); free(v);
 }
 

@@ -91,8 +91,10 @@ extern "C" int lstmd_cuda_sum(size_t n, const float *x, double *acc, void *strea
   return check_launch("sum");
 }
 
-__global__ void mse_kernel(size_t n, float *pred, const float *target, float grad_scale, double *acc) {
+__global__ void mse_kernel(size_t n, float *pred, const float *target, float grad_scale,
+                           const float *scale_by, double *acc) {
   double s = 0.0;
+  if (scale_by) grad_scale *= *scale_by;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     float d = pred[i] - target[i];
     s += (double)d * d;
@@ -103,19 +105,9 @@ __global__ void mse_kernel(size_t n, float *pred, const float *target, float gra
 }
 
 extern "C" int lstmd_cuda_mse(size_t n, float *pred, const float *target, float grad_scale,
-                              double *acc, void *stream) {
+                              const float *scale_by, double *acc, void *stream) {
   if (n == 0) return LSTMD_OK;
-  mse_kernel<<<blocks_for(n, 256, 1024), 256, 0, (cudaStream_t)stream>>>(n, pred, target, grad_scale, acc);
+  mse_kernel<<<blocks_for(n, 256, 1024), 256, 0, (cudaStream_t)stream>>>(n, pred, target, grad_scale,
+                                                                        scale_by, acc);
   return check_launch("mse");
-}
-
-__global__ void scale_kernel(size_t n, float *x, float s) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    x[i] *= s;
-}
-
-extern "C" int lstmd_cuda_scale(size_t n, float *x, float s, void *stream) {
-  if (n == 0) return LSTMD_OK;
-  scale_kernel<<<blocks_for(n, 256, 65535u * 8), 256, 0, (cudaStream_t)stream>>>(n, x, s);
-  return check_launch("scale");
 }

@@ -33,11 +33,10 @@ int lstmd_cuda_copy_segments(int n_segs, const struct lstmd_cuda_segment *segs, 
                              int accumulate, void *stream);
 /* *acc (device double) += Σ x[i]. */
 int lstmd_cuda_sum(size_t n, const float *x, double *acc, void *stream);
-/* *acc += Σ (pred − target)²; if grad_scale != 0, pred becomes grad_scale·2·(pred − target). */
-int lstmd_cuda_mse(size_t n, float *pred, const float *target, float grad_scale, double *acc,
-                   void *stream);
-/* x[i] *= s. */
-int lstmd_cuda_scale(size_t n, float *x, float s, void *stream);
+/* *acc += Σ (pred − target)²; if grad_scale != 0, pred becomes
+ * grad_scale·(*scale_by)·2·(pred − target) (scale_by: a device float; NULL: 1). */
+int lstmd_cuda_mse(size_t n, float *pred, const float *target, float grad_scale,
+                   const float *scale_by, double *acc, void *stream);
 
 #ifdef __cplusplus
 }

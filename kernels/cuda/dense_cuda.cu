@@ -76,7 +76,7 @@ __device__ float block_reduce(float v, float *shared) {
 }
 
 __global__ void softmax_xent(int V, float *logits, const int32_t *targets, float grad_scale,
-                             float *row_loss) {
+                             const float *scale_by, float *row_loss) {
   __shared__ float shared[32];
   float *z = logits + (size_t)blockIdx.x * V;
   float mx = -INFINITY;
@@ -89,21 +89,29 @@ __global__ void softmax_xent(int V, float *logits, const int32_t *targets, float
   const int t = targets[blockIdx.x];
   if (threadIdx.x == 0) row_loss[blockIdx.x] = logsum - z[t];
   __syncthreads();
+  if (scale_by) grad_scale *= *scale_by;
   if (grad_scale != 0.0f)
     for (int v = threadIdx.x; v < V; v += blockDim.x)
       z[v] = grad_scale * (expf(z[v] - logsum) - (v == t ? 1.0f : 0.0f));
 }
 
 extern "C" int lstmd_cuda_softmax_xent(int N, int V, float *logits, const int32_t *targets,
-                                       float grad_scale, float *row_loss, void *stream) {
-  if (N > 0) softmax_xent<<<N, 128, 0, (cudaStream_t)stream>>>(V, logits, targets, grad_scale, row_loss);
+                                       float grad_scale, const float *scale_by, float *row_loss,
+                                       void *stream) {
+  if (N > 0)
+    softmax_xent<<<N, 128, 0, (cudaStream_t)stream>>>(V, logits, targets, grad_scale, scale_by,
+                                                        row_loss);
   return check_launch("softmax cross-entropy");
 }
 
-__global__ void adamw(size_t n, float *p, const float *g, float *m, float *v, float step_size,
-                      float bc2_sqrt, float decay, float beta1, float beta2, float eps) {
+__global__ void adamw(size_t n, float *p, const float *g, float *m, float *v, float beta1,
+                      float beta2, float eps, float weight_decay,
+                      const struct lstmd_optim_state *d) {
+  if (!d->apply) return;
+  const float coef = d->coef, step_size = d->lr / d->bc1, bc2_sqrt = d->bc2_sqrt;
+  const float decay = 1.0f - d->lr * weight_decay;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    float gi = g[i];
+    float gi = g[i] * coef;
     float mi = beta1 * m[i] + (1.0f - beta1) * gi;
     float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
     m[i] = mi;
@@ -112,30 +120,42 @@ __global__ void adamw(size_t n, float *p, const float *g, float *m, float *v, fl
   }
 }
 
-extern "C" int lstmd_cuda_adamw(size_t n, float *p, const float *g, float *m, float *v, float lr,
-                                float beta1, float beta2, float eps, float weight_decay, long step,
-                                void *stream) {
-  const float bc1 = 1.0f - (float)pow(beta1, (double)step);
-  const float bc2_sqrt = (float)sqrt(1.0 - pow(beta2, (double)step));
-  adamw<<<blocks_for(n, 256), 256, 0, (cudaStream_t)stream>>>(n, p, g, m, v, lr / bc1, bc2_sqrt,
-                                                               1.0f - lr * weight_decay, beta1, beta2, eps);
+extern "C" int lstmd_cuda_adamw(size_t n, float *p, const float *g, float *m, float *v,
+                                float beta1, float beta2, float eps, float weight_decay,
+                                const struct lstmd_optim_state *decision, void *stream) {
+  adamw<<<blocks_for(n, 256), 256, 0, (cudaStream_t)stream>>>(n, p, g, m, v, beta1, beta2, eps,
+                                                               weight_decay, decision);
   return check_launch("AdamW");
 }
 
-__global__ void sgd(size_t n, float *p, const float *g, float *buf, float lr, float momentum,
-                    float weight_decay) {
+__global__ void sgd(size_t n, float *p, const float *g, float *buf, float momentum,
+                    float weight_decay, const struct lstmd_optim_state *d) {
+  if (!d->apply) return;
+  const float coef = d->coef, lr = d->lr;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    float d = g[i] + weight_decay * p[i];
-    float b = momentum * buf[i] + d;
+    float dg = g[i] * coef + weight_decay * p[i];
+    float b = momentum * buf[i] + dg;
     buf[i] = b;
     p[i] -= lr * b;
   }
 }
 
-extern "C" int lstmd_cuda_sgd(size_t n, float *p, const float *g, float *buf, float lr,
-                              float momentum, float weight_decay, void *stream) {
-  sgd<<<blocks_for(n, 256), 256, 0, (cudaStream_t)stream>>>(n, p, g, buf, lr, momentum, weight_decay);
+extern "C" int lstmd_cuda_sgd(size_t n, float *p, const float *g, float *buf, float momentum,
+                              float weight_decay, const struct lstmd_optim_state *decision,
+                              void *stream) {
+  sgd<<<blocks_for(n, 256), 256, 0, (cudaStream_t)stream>>>(n, p, g, buf, momentum, weight_decay,
+                                                             decision);
   return check_launch("SGD");
+}
+
+__global__ void optim_decide(struct lstmd_optim_state *s, struct lstmd_optim_rule r) {
+  lstmd_optim_decide(s, &r);
+}
+
+extern "C" int lstmd_cuda_optim_decide(struct lstmd_optim_state *state,
+                                       const struct lstmd_optim_rule *rule, void *stream) {
+  optim_decide<<<1, 1, 0, (cudaStream_t)stream>>>(state, *rule);
+  return check_launch("optimizer decision");
 }
 
 __global__ void sumsq(size_t n, const float *x, double *out) {

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/optim_rules.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -24,13 +26,21 @@ int lstmd_cuda_embedding_forward(int N, int E, const float *table, const int32_t
 int lstmd_cuda_embedding_backward(int N, int E, const float *dout, const int32_t *ids,
                                   float *dtable, void *stream);
 /* Per-row loss into row_loss [N] (nats); if grad_scale != 0 logits become
- * grad_scale·(softmax − onehot). */
+ * grad_scale·(*scale_by)·(softmax − onehot) (scale_by: a device float, e.g. the fp16 loss
+ * scale; NULL: 1). */
 int lstmd_cuda_softmax_xent(int N, int V, float *logits, const int32_t *targets, float grad_scale,
-                            float *row_loss, void *stream);
-int lstmd_cuda_adamw(size_t n, float *p, const float *g, float *m, float *v, float lr, float beta1,
-                     float beta2, float eps, float weight_decay, long step, void *stream);
-int lstmd_cuda_sgd(size_t n, float *p, const float *g, float *buf, float lr, float momentum,
-                   float weight_decay, void *stream);
+                            const float *scale_by, float *row_loss, void *stream);
+/* The updates read their coefficients from the step's decision on the device
+ * (kernels/optim_rules.h: apply, coef = unscale × clip factor, lr, bias corrections), so the
+ * host never waits for the gradient norm; with apply 0 they leave everything as it was. */
+int lstmd_cuda_adamw(size_t n, float *p, const float *g, float *m, float *v, float beta1,
+                     float beta2, float eps, float weight_decay,
+                     const struct lstmd_optim_state *decision, void *stream);
+int lstmd_cuda_sgd(size_t n, float *p, const float *g, float *buf, float momentum,
+                   float weight_decay, const struct lstmd_optim_state *decision, void *stream);
+/* One thread: lstmd_optim_decide(state, rule) on the device (state: device memory). */
+int lstmd_cuda_optim_decide(struct lstmd_optim_state *state, const struct lstmd_optim_rule *rule,
+                            void *stream);
 /* *sumsq (device double, zeroed by the caller) += Σ x². */
 int lstmd_cuda_sumsq(size_t n, const float *x, double *sumsq, void *stream);
 

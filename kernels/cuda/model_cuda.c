@@ -52,6 +52,7 @@ struct lstmd_cuda_model {
   void *state[2];  /* [2][L,B,H] data type: h then c; state[cur] is the next initial state */
   float *state_f;  /* [2][L,B,H] fp32 staging for get/set */
   double *eval_loss; /* the loss sum of evaluation forwards (not used: per-row results are) */
+  const float *loss_scale; /* device float multiplying training gradients, or NULL */
   int cur, state_zero;
   const void *bw_x, *bw_hx, *bw_cx; /* what the last training forward used, for backward */
   size_t device_bytes;
@@ -327,6 +328,7 @@ int lstmd_cuda_model_forward(struct lstmd_cuda_model *m, const float *params, fl
   const int I = input_width(l);
   const size_t S = (size_t)l->layers * m->cfg.batch * H, es = lstmd_dtype_bytes(m->cfg.dtype);
   const float one = 1.0f, zero = 0.0f;
+  const float *scale_by = training ? m->loss_scale : NULL;
   if (l->text)
     LSTMD_TRY(lstmd_cuda_embedding_forward(N, l->embed, params + l->off_embed, m->in.ids, m->xf,
                                            m->stream));
@@ -355,10 +357,11 @@ int lstmd_cuda_model_forward(struct lstmd_cuda_model *m, const float *params, fl
                          H, m->yf, H, &zero, m->out, O));
   LSTMD_CHECK_CUBLAS(cublasSger(m->blas, O, N, &one, params + l->off_head_b, 1, m->ones, 1, m->out, O));
   if (l->text) {
-    LSTMD_TRY(lstmd_cuda_softmax_xent(N, O, m->out, m->in.targets, grad_scale, m->row_loss, m->stream));
+    LSTMD_TRY(lstmd_cuda_softmax_xent(N, O, m->out, m->in.targets, grad_scale, scale_by,
+                                      m->row_loss, m->stream));
     return lstmd_cuda_sum((size_t)N, m->row_loss, loss_acc, m->stream);
   }
-  return lstmd_cuda_mse((size_t)N * O, m->out, m->in.y, grad_scale, loss_acc, m->stream);
+  return lstmd_cuda_mse((size_t)N * O, m->out, m->in.y, grad_scale, scale_by, loss_acc, m->stream);
 }
 
 int lstmd_cuda_model_backward(struct lstmd_cuda_model *m, const float *params, float *grads,
@@ -444,4 +447,8 @@ int lstmd_cuda_model_set_state(struct lstmd_cuda_model *m, const float *h, const
   LSTMD_CHECK_CUDA(cudaStreamSynchronize(m->stream));
   m->state_zero = 0;
   return LSTMD_OK;
+}
+
+void lstmd_cuda_model_scale_gradients_by(struct lstmd_cuda_model *m, const float *device_scale) {
+  m->loss_scale = device_scale;
 }

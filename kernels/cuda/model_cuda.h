@@ -96,6 +96,10 @@ int lstmd_cuda_model_zero_lstm_grads(struct lstmd_cuda_model *m);
  * cross-entropy [T,B]; series: the error pred − target [T,B,K] (square it to score). */
 int lstmd_cuda_model_eval(struct lstmd_cuda_model *m, const float *params, float *host_rows);
 
+/* Training forwards multiply grad_scale by *device_scale (a device float read when the kernel
+ * runs: the fp16 loss scale, which the optimizer's decision updates on the device); NULL: 1. */
+void lstmd_cuda_model_scale_gradients_by(struct lstmd_cuda_model *m, const float *device_scale);
+
 /* Passes NULL as cuDNN's device sequence lengths from now on (the GPU test checks both). */
 void lstmd_cuda_model_null_seq_lengths(struct lstmd_cuda_model *m, int on);
 

@@ -63,13 +63,25 @@ struct lstmd_step_input {
   int windows;           /* A: windows summed into this step's gradients (optim.grad_accum) */
   uint64_t first_window; /* the run's counter of the step's first window (dropout masks) */
   float grad_scale;      /* gradients are of grad_scale · Σ loss (1 / the global target count) */
+  int report;            /* the trainer reads this step's loss and gradient norm (a logged step,
+                          * or the run's last); an engine may defer them on the others */
 };
 
 struct lstmd_step_result {
-  double loss_sum;    /* Σ loss over this rank's targets of the step */
+  double loss_sum;    /* Σ loss over this rank's targets of the step, and of the earlier steps
+                       * whose loss was pending */
+  int loss_pending;   /* 1: this step's loss stays on the device (loss_sum 0) until a step with
+                       * `report` set returns it (the GPU: no host wait in unlogged steps) */
+  int comm_untimed;   /* 1: comm_wait_s was not measured this step (the GPU's unlogged steps) */
   double comm_wait_s; /* time spent waiting for the gradient sum after backward ended */
   double busy_s;      /* time spent computing (forward, backward); 0: not measured */
   double p2p_wait_s;  /* pipeline: time spent waiting for the neighbour stages */
+};
+
+struct lstmd_optim_outcome {
+  double grad_norm;   /* before clipping; NAN when not read (optim_step without report) */
+  long bad_steps_ago; /* LSTMD_ENONFINITE: how many steps before this one the norm was first
+                       * non-finite (0: this one) */
 };
 
 struct lstmd_engine;
@@ -86,10 +98,14 @@ struct lstmd_engine_ops {
    * gradients summed over all ranks' windows, ready for optim_step. */
   int (*step)(struct lstmd_engine *e, const struct lstmd_step_input *in,
               struct lstmd_step_result *out);
-  /* Clipping to o->cfg.clip_norm by the global norm and one update of o. *grad_norm: the norm
-   * before clipping. 0, also when an fp16 overflow skipped the update (o->step unchanged);
-   * LSTMD_ENONFINITE for a non-finite norm otherwise (nothing updated); or another failure. */
-  int (*optim_step)(struct lstmd_engine *e, struct lstmd_optim *o, double *grad_norm);
+  /* Clipping to o->cfg.clip_norm by the global norm and one update of o. 0, also when an fp16
+   * overflow skipped the update (o->step unchanged); LSTMD_ENONFINITE for a non-finite norm
+   * otherwise (nothing updated from then on); or another failure. report: as in the step's
+   * input; without it an engine may decide on its device and tell the host later (the GPU:
+   * out->grad_norm NAN, o->step brought up to date at the next report or sync_host, and a
+   * non-finite norm found then, out->bad_steps_ago steps before). */
+  int (*optim_step)(struct lstmd_engine *e, struct lstmd_optim *o, int report,
+                    struct lstmd_optim_outcome *out);
   /* Collective: rank 0's host model, o and p (either may be NULL) get the current parameters,
    * moments and loss scale, for a checkpoint or a check. */
   int (*sync_host)(struct lstmd_engine *e, struct lstmd_optim *o, struct lstmd_train_progress *p);

@@ -168,9 +168,12 @@ static int cpu_start(struct lstmd_engine *e, const struct lstmd_optim *o,
   return LSTMD_OK;
 }
 
-static int cpu_optim_step(struct lstmd_engine *e, struct lstmd_optim *o, double *grad_norm) {
+static int cpu_optim_step(struct lstmd_engine *e, struct lstmd_optim *o, int report,
+                          struct lstmd_optim_outcome *out) {
+  (void)report; /* the norm is on the host anyway */
   lstmd_nvtx_push("optimizer");
-  int rc = lstmd_optim_step(o, e->model->params, e->model->grads, grad_norm);
+  *out = (struct lstmd_optim_outcome){0};
+  int rc = lstmd_optim_step(o, e->model->params, e->model->grads, &out->grad_norm);
   lstmd_nvtx_pop();
   return rc;
 }

@@ -14,16 +14,26 @@
  *    between them are events only: compute waits for the batch copy; the copy of the next batch
  *    waits for the compute stream to have finished with the input buffers (inputs_free); the
  *    comm stream waits for each gradient region; compute waits for comm_done before the
- *    optimizer. The host waits on the GPU in two places: the loss of a micro-batch (and, on the
- *    last one, the end of the all-reduce, which measures the communication backward did not
- *    hide), and the gradient norm the optimizer needs for clipping and the fp16 overflow check.
- *    Those waits poll the event and the NCCL watchdog, so a failed peer ends the wait.
+ *    optimizer. The host waits on the GPU only in steps it logs (step input `report`): for the
+ *    loss, summed on the device over the steps since the last report, for the end of the
+ *    all-reduce (which measures the communication backward did not hide), and for the
+ *    optimizer's state. Otherwise only the double-buffered batch copy holds the host back (it
+ *    never runs more than two windows ahead). Every wait polls the event and the NCCL watchdog,
+ *    so a failed peer ends the wait.
  * 2. cuDNN's weight gradients accumulate (CUDNN_WGRAD_MODE_ADD): fp32/tf32 zero them once per
  *    step and copy them into the flat fp32 gradients after the last micro-batch; 16-bit types
  *    zero them every micro-batch and add them into the fp32 gradients, so accumulation over
  *    micro-batches happens in fp32.
  * 3. The pinned staging buffers of the batch are double-buffered; one is refilled only after
- *    its previous copy has completed (copy_done event). */
+ *    its previous copy has completed (copy_done event).
+ * 4. The optimizer never needs the host: the squared norm is summed on the device, a one-thread
+ *    kernel decides the step (kernels/optim_rules.h: clip factor, fp16 overflow and the loss
+ *    scale's next value, learning rate, bias corrections, or no update at all), and the AdamW /
+ *    SGD kernels read that decision and fold the unscaling and clipping into the update. The
+ *    fp16 loss scale lives in that device state, and the loss kernels read it from there. The
+ *    host reads the state (o->step, the norm, the scale, a non-finite norm or an fp16 give-up)
+ *    at logged steps and before checkpoints; after a non-finite norm the device updates nothing
+ *    more, so the parameters a checkpoint would see are never the broken ones. */
 #define _GNU_SOURCE
 #include "engine_gpu.h"
 
@@ -58,15 +68,18 @@ struct gpu_engine {
   struct lstmd_cuda_model *cm;
   struct lstmd_nccl *nccl; /* NULL with one rank */
   float *params, *grads, *m, *v; /* device [n_params] */
-  double *d_scalars;             /* device [2]: loss sum, sum of squares */
-  double *h_scalars;             /* pinned [2] */
+  double *d_loss;                /* device: loss summed since the host last read it (see 1.) */
+  double *h_loss;                /* pinned */
+  struct lstmd_optim_state *d_state; /* device: the optimizer's decisions (see 4.) */
+  struct lstmd_optim_state *h_state; /* pinned: its copy at the last read */
+  struct lstmd_optim_state seen;     /* host: that copy, as read */
+  int report, told_failure;      /* the step being run is logged; its failure was printed */
   void *staging[2];              /* pinned batch buffers */
   size_t staging_bytes;
   long micro_count;
   cudaEvent_t copy_done[2], inputs_free, scalars_ready, comm_done, regions[kMaxRegions];
   int n_regions, collecting, uploaded;
   size_t ready_hi, bucket_floats;
-  struct lstmd_loss_scaler scaler;
   char device_desc[160];
 };
 
@@ -148,8 +161,10 @@ static int alloc_buffers(struct gpu_engine *g) {
   LSTMD_TRY(dev_alloc((void **)&g->grads, n, "gradients"));
   LSTMD_TRY(dev_alloc((void **)&g->m, n, "optimizer moments"));
   LSTMD_TRY(dev_alloc((void **)&g->v, n, "optimizer moments"));
-  LSTMD_TRY(dev_alloc((void **)&g->d_scalars, 2 * sizeof(double), "scalars"));
-  LSTMD_CHECK_CUDA(cudaMallocHost((void **)&g->h_scalars, 2 * sizeof(double)));
+  LSTMD_TRY(dev_alloc((void **)&g->d_loss, sizeof(double), "the loss sum"));
+  LSTMD_TRY(dev_alloc((void **)&g->d_state, sizeof *g->d_state, "the optimizer's state"));
+  LSTMD_CHECK_CUDA(cudaMallocHost((void **)&g->h_loss, sizeof(double)));
+  LSTMD_CHECK_CUDA(cudaMallocHost((void **)&g->h_state, sizeof *g->h_state));
   const struct lstmd_model_shape *s = &g->base.model->shape;
   const size_t N = (size_t)g->base.cfg.seq_len * g->base.cfg.batch;
   g->staging_bytes = s->kind == LSTMD_MODEL_TEXT ? 2 * N * sizeof(int32_t)
@@ -170,7 +185,7 @@ int lstmd_engine_gpu_create(const struct lstmd_engine *base, struct lstmd_engine
   const struct lstmd_engine_config *cfg = &base->cfg;
   g->dtype = dtype_of(cfg->precision);
   g->fp16 = cfg->precision == LSTMD_PRECISION_FP16;
-  lstmd_loss_scaler_init(&g->scaler);
+  lstmd_loss_scaler_init(&g->seen.scaler);
   g->bucket_floats = lstmd_engine_bucket_floats(cfg);
   int rc = lstmd_cuda_use_device(cfg->gpu_device);
   if (!rc) lstmd_cuda_describe_device(g->device_desc, sizeof g->device_desc);
@@ -187,6 +202,7 @@ int lstmd_engine_gpu_create(const struct lstmd_engine *base, struct lstmd_engine
     lstmd_gpu_model_layout(base->model, &mc.layout);
     rc = lstmd_cuda_model_create(&mc, g->compute, &g->cm);
   }
+  if (!rc && g->fp16) lstmd_cuda_model_scale_gradients_by(g->cm, &g->d_state->scaler.scale);
   if (rc) {
     gpu_destroy(&g->base);
     return rc;
@@ -204,8 +220,10 @@ static void gpu_destroy(struct lstmd_engine *e) {
   cudaFree(g->grads);
   cudaFree(g->m);
   cudaFree(g->v);
-  cudaFree(g->d_scalars);
-  if (g->h_scalars) cudaFreeHost(g->h_scalars);
+  cudaFree(g->d_loss);
+  cudaFree(g->d_state);
+  if (g->h_loss) cudaFreeHost(g->h_loss);
+  if (g->h_state) cudaFreeHost(g->h_state);
   for (int i = 0; i < 2; i++) {
     if (g->staging[i]) cudaFreeHost(g->staging[i]);
     if (g->copy_done[i]) cudaEventDestroy(g->copy_done[i]);
@@ -232,8 +250,11 @@ static int gpu_start(struct lstmd_engine *e, const struct lstmd_optim *o,
   if (g->fp16 && g->base.world > 1) LSTMD_TRY(lstmd_comm_bcast(g->base.comm, saved, sizeof saved, 0));
   if (g->base.world > 1 && !g->nccl)
     LSTMD_TRY(lstmd_nccl_create(g->base.comm, g->base.model->n_params, g->base.cfg.comm_timeout_s, &g->nccl));
+  struct lstmd_optim_state *st = &g->seen; /* the device's state starts from the host's */
   if (g->fp16 && saved[0] > 0.0)
-    LSTMD_TRY(lstmd_loss_scaler_restore(&g->scaler, saved[0], (long)saved[1]));
+    LSTMD_TRY(lstmd_loss_scaler_restore(&st->scaler, saved[0], (long)saved[1]));
+  st->applied = o ? o->step : 0;
+  LSTMD_CHECK_CUDA(cudaMemcpy(g->d_state, st, sizeof *st, cudaMemcpyHostToDevice));
   LSTMD_CHECK_CUDA(cudaMemcpy(g->params, g->base.model->params, n, cudaMemcpyHostToDevice));
   if (o) {
     LSTMD_CHECK_CUDA(cudaMemcpy(g->m, o->m, n, cudaMemcpyHostToDevice));
@@ -248,22 +269,44 @@ static int gpu_start(struct lstmd_engine *e, const struct lstmd_optim *o,
   return LSTMD_OK;
 }
 
+/* The optimizer's device state into g->seen and o->step (a wait: logged steps and checkpoints
+ * only, see 1.). `step`: the step the host is at, for the message. A non-finite norm or an fp16
+ * give-up the device saw since is LSTMD_ENONFINITE / LSTMD_EINVAL, printed once, with
+ * *bad_steps_ago (may be NULL) how many steps before `step` it happened. */
+static int read_state(struct gpu_engine *g, struct lstmd_optim *o, long step, long *bad_steps_ago) {
+  LSTMD_CHECK_CUDA(cudaMemcpyAsync(g->h_state, g->d_state, sizeof *g->h_state,
+                                   cudaMemcpyDeviceToHost, g->compute));
+  LSTMD_CHECK_CUDA(cudaEventRecord(g->scalars_ready, g->compute));
+  LSTMD_TRY(wait_event(g, g->scalars_ready));
+  g->seen = *g->h_state;
+  const struct lstmd_optim_state *st = &g->seen;
+  if (o) o->step = st->applied;
+  const long bad = st->gave_up ? st->gave_up : st->first_bad;
+  if (!bad) return LSTMD_OK;
+  if (bad_steps_ago) *bad_steps_ago = st->calls - bad;
+  if (!g->told_failure && st->gave_up) lstmd_loss_scaler_give_up_message(&st->scaler);
+  else if (!g->told_failure && !bad_steps_ago)
+    lstmd_errorf("step %ld: non-finite gradient norm; no update since, and no checkpoint of it",
+                 step - (st->calls - bad));
+  g->told_failure = 1;
+  return st->gave_up ? LSTMD_EINVAL : LSTMD_ENONFINITE;
+}
+
 /* Only rank 0's host copy is ever read (checkpoints), so the other ranks skip the copy. */
 static int gpu_sync_host(struct lstmd_engine *e, struct lstmd_optim *o,
                          struct lstmd_train_progress *p) {
   struct gpu_engine *g = gpu_of(e);
   if (e->rank != 0) return LSTMD_OK;
   const size_t n = g->base.model->n_params * sizeof(float);
-  LSTMD_CHECK_CUDA(cudaEventRecord(g->scalars_ready, g->compute));
-  LSTMD_TRY(wait_event(g, g->scalars_ready));
+  LSTMD_TRY(read_state(g, o, p ? p->step : 0, NULL)); /* also orders the copies below */
   LSTMD_CHECK_CUDA(cudaMemcpy(g->base.model->params, g->params, n, cudaMemcpyDeviceToHost));
   if (o) {
     LSTMD_CHECK_CUDA(cudaMemcpy(o->m, g->m, n, cudaMemcpyDeviceToHost));
     if (o->v) LSTMD_CHECK_CUDA(cudaMemcpy(o->v, g->v, n, cudaMemcpyDeviceToHost));
   }
   if (p) {
-    p->loss_scale = g->fp16 ? g->scaler.scale : 0.0;
-    p->loss_scale_good_steps = g->fp16 ? g->scaler.good_steps : 0;
+    p->loss_scale = g->fp16 ? g->seen.scaler.scale : 0.0;
+    p->loss_scale_good_steps = g->fp16 ? g->seen.scaler.good_steps : 0;
   }
   return LSTMD_OK;
 }
@@ -278,7 +321,7 @@ static int copy_batch(struct gpu_engine *g, const struct lstmd_batch *b) {
                  g->base.cfg.batch);
     return LSTMD_EINVAL;
   }
-  LSTMD_CHECK_CUDA(cudaEventSynchronize(g->copy_done[k]));
+  LSTMD_TRY(wait_event(g, g->copy_done[k])); /* the staging buffer's last copy (see 3.) */
   char *st = g->staging[k];
   void *dst[2];
   size_t bytes[2];
@@ -316,11 +359,8 @@ static int reduce_region(struct gpu_engine *g, size_t lo, size_t hi) {
   LSTMD_CHECK_CUDA(cudaEventRecord(ev, g->compute));
   LSTMD_CHECK_CUDA(cudaStreamWaitEvent(g->comm_stream, ev, 0));
   lstmd_nvtx_push("all-reduce enqueue");
-  int rc = LSTMD_OK;
-  for (size_t at = lo; !rc && at < hi; at += g->bucket_floats) {
-    size_t count = hi - at < g->bucket_floats ? hi - at : g->bucket_floats;
-    rc = lstmd_nccl_allreduce_sum(g->nccl, g->grads + at, count, g->comm_stream);
-  }
+  const int rc = lstmd_nccl_allreduce_sum_pieces(g->nccl, g->grads + lo, hi - lo, g->bucket_floats,
+                                                 g->comm_stream);
   lstmd_nvtx_pop();
   return rc;
 }
@@ -333,7 +373,9 @@ static int on_ready(void *ctx, size_t first) {
   return rc;
 }
 
-/* One window; dropout masks are cuDNN's own (seeded per rank), so `window` is not needed. */
+/* One window; dropout masks are cuDNN's own (seeded per rank), so `window` is not needed. The
+ * loss is added on the device; the host reads it (and waits) only on the last window of a
+ * logged step (see 1.). */
 static int gpu_window(struct lstmd_engine *e, const struct lstmd_batch *batch, float grad_scale,
                       uint64_t window, int first, int last, double *loss_sum,
                       double *comm_wait_s) {
@@ -346,18 +388,18 @@ static int gpu_window(struct lstmd_engine *e, const struct lstmd_batch *batch, f
     lstmd_errorf("GPU engine: parameters were never uploaded");
     return LSTMD_EINVAL;
   }
+  if (g->nccl && lstmd_nccl_failed(g->nccl)) return LSTMD_ECOMM; /* said why already */
   const int wide = g->dtype == LSTMD_DT_F32; /* see 2. */
   LSTMD_TRY(copy_batch(g, batch));
   if (first) LSTMD_CHECK_CUDA(cudaMemsetAsync(g->grads, 0, g->base.model->n_params * sizeof(float), g->compute));
   if (first || !wide) LSTMD_TRY(lstmd_cuda_model_zero_lstm_grads(g->cm));
-  LSTMD_CHECK_CUDA(cudaMemsetAsync(g->d_scalars, 0, sizeof(double), g->compute));
   const int staged = g->nccl && lstmd_nccl_mode(g->nccl) == LSTMD_NCCL_HOST_STAGED;
   g->collecting = last && g->nccl && !staged;
   g->ready_hi = g->base.model->n_params;
   g->n_regions = 0;
-  const float scale = grad_scale * (g->fp16 ? g->scaler.scale : 1.0f);
   lstmd_nvtx_push("forward");
-  int rc = lstmd_cuda_model_forward(g->cm, g->params, scale, 1, g->base.cfg.carry_state, g->d_scalars);
+  int rc = lstmd_cuda_model_forward(g->cm, g->params, grad_scale, 1, g->base.cfg.carry_state,
+                                    g->d_loss); /* fp16: times the device's loss scale */
   lstmd_nvtx_pop();
   if (rc) return rc;
   lstmd_nvtx_push("backward");
@@ -366,25 +408,37 @@ static int gpu_window(struct lstmd_engine *e, const struct lstmd_batch *batch, f
   lstmd_nvtx_pop();
   if (rc) return rc;
   LSTMD_CHECK_CUDA(cudaEventRecord(g->inputs_free, g->compute));
-  LSTMD_CHECK_CUDA(cudaMemcpyAsync(g->h_scalars, g->d_scalars, sizeof(double), cudaMemcpyDeviceToHost, g->compute));
-  LSTMD_CHECK_CUDA(cudaEventRecord(g->scalars_ready, g->compute));
+  const int read = last && g->report;
+  if (read) { /* the loss since the last read, then from zero again */
+    LSTMD_CHECK_CUDA(cudaMemcpyAsync(g->h_loss, g->d_loss, sizeof(double), cudaMemcpyDeviceToHost, g->compute));
+    LSTMD_CHECK_CUDA(cudaMemsetAsync(g->d_loss, 0, sizeof(double), g->compute));
+    LSTMD_CHECK_CUDA(cudaEventRecord(g->scalars_ready, g->compute));
+  }
   if (g->collecting) {
     LSTMD_TRY(reduce_region(g, 0, g->ready_hi)); /* whatever no callback covered */
     LSTMD_CHECK_CUDA(cudaEventRecord(g->comm_done, g->comm_stream));
     LSTMD_CHECK_CUDA(cudaStreamWaitEvent(g->compute, g->comm_done, 0));
     lstmd_nccl_watch(g->nccl, g->comm_done);
   }
+  if (staged && last) { /* ranks sharing a GPU: through the host, a wait by nature */
+    const double t = lstmd_now_s();
+    LSTMD_TRY(lstmd_nccl_allreduce_sum(g->nccl, g->grads, g->base.model->n_params, g->compute));
+    if (read) *comm_wait_s = lstmd_now_s() - t;
+  }
+  if (!read) {
+    lstmd_trace_event(e->trace, 1, "enqueue forward+backward (GPU)", t_begin, lstmd_now_s(), NULL);
+    return LSTMD_OK;
+  }
   lstmd_nvtx_push("wait for backward");
   rc = wait_event(g, g->scalars_ready);
   lstmd_nvtx_pop();
   if (rc) return rc;
-  *loss_sum = g->h_scalars[0];
+  *loss_sum = *g->h_loss;
   const double t_backward = lstmd_now_s(); /* the GPU has finished backward */
   lstmd_trace_event(e->trace, 1, "forward+backward (GPU)", t_begin, t_backward, NULL);
-  if (!last || !g->nccl) return LSTMD_OK;
+  if (!g->collecting) return LSTMD_OK;
   lstmd_nvtx_push("all-reduce wait");
-  if (staged) rc = lstmd_nccl_allreduce_sum(g->nccl, g->grads, g->base.model->n_params, g->compute);
-  else rc = wait_event(g, g->comm_done);
+  rc = wait_event(g, g->comm_done);
   lstmd_nvtx_pop();
   *comm_wait_s = lstmd_now_s() - t_backward;
   lstmd_trace_event(e->trace, LSTMD_TRACE_TID_MAIN, "wait for all-reduce", t_backward,
@@ -396,54 +450,44 @@ static void gpu_reset(struct lstmd_engine *e) { lstmd_cuda_model_reset_state(gpu
 
 static int gpu_step(struct lstmd_engine *e, const struct lstmd_step_input *in,
                     struct lstmd_step_result *out) {
+  struct gpu_engine *g = gpu_of(e);
+  g->report = in->report;
   lstmd_nvtx_push("micro-batches (GPU)");
   int rc = lstmd_engine_run_windows(e, in, out, gpu_window, gpu_reset);
   lstmd_nvtx_pop();
+  out->loss_pending = !in->report;
+  out->comm_untimed = !in->report;
   return rc;
 }
 
-static int gpu_optim_step(struct lstmd_engine *e, struct lstmd_optim *o, double *grad_norm) {
+/* See 4.: no host wait unless `report`. */
+static int gpu_optim_step(struct lstmd_engine *e, struct lstmd_optim *o, int report,
+                          struct lstmd_optim_outcome *out) {
   struct gpu_engine *g = gpu_of(e);
   const struct lstmd_optim_config *c = &o->cfg;
   const size_t n = g->base.model->n_params;
+  const struct lstmd_optim_rule rule = {
+      .clip_norm = c->clip_norm, .lr = c->lr, .warmup = c->warmup_steps, .total = c->total_steps,
+      .cosine = c->schedule == LSTMD_SCHEDULE_COSINE, .beta1 = c->beta1, .beta2 = c->beta2,
+      .fp16 = g->fp16};
+  *out = (struct lstmd_optim_outcome){.grad_norm = NAN};
   lstmd_nvtx_push("optimizer");
   int rc = LSTMD_OK;
-  double *sumsq = g->d_scalars + 1;
-  if (LSTMD_CUDA_FAILED(cudaMemsetAsync(sumsq, 0, sizeof(double), g->compute))) rc = LSTMD_ECUDA;
-  if (!rc) rc = lstmd_cuda_sumsq(n, g->grads, sumsq, g->compute);
-  if (!rc && (LSTMD_CUDA_FAILED(cudaMemcpyAsync(g->h_scalars + 1, sumsq, sizeof(double),
-                                                cudaMemcpyDeviceToHost, g->compute)) ||
-              LSTMD_CUDA_FAILED(cudaEventRecord(g->scalars_ready, g->compute))))
+  if (LSTMD_CUDA_FAILED(cudaMemsetAsync(&g->d_state->sumsq, 0, sizeof(double), g->compute)))
     rc = LSTMD_ECUDA;
-  if (!rc) rc = wait_event(g, g->scalars_ready);
-  if (rc) {
-    lstmd_nvtx_pop();
-    return rc;
-  }
-  const double scale = g->fp16 ? g->scaler.scale : 1.0;
-  const double norm = sqrt(g->h_scalars[1]) / scale;
-  *grad_norm = norm;
-  if (g->fp16) {
-    rc = lstmd_loss_scaler_update(&g->scaler, !isfinite(norm));
-    if (rc != LSTMD_LOSS_SCALE_APPLY) {
-      lstmd_nvtx_pop();
-      return rc == LSTMD_LOSS_SCALE_SKIP ? LSTMD_OK : rc;
-    }
-  } else if (!isfinite(norm)) {
-    lstmd_nvtx_pop();
-    return LSTMD_ENONFINITE;
-  }
-  double coef = 1.0 / scale;
-  if (c->clip_norm > 0.0f && norm > c->clip_norm) coef *= c->clip_norm / (norm + 1e-6);
-  if (coef != 1.0) rc = lstmd_cuda_scale(n, g->grads, (float)coef, g->compute);
-  const float lr = lstmd_optim_lr(c, o->step);
-  o->step++;
+  if (!rc) rc = lstmd_cuda_sumsq(n, g->grads, &g->d_state->sumsq, g->compute);
+  if (!rc) rc = lstmd_cuda_optim_decide(g->d_state, &rule, g->compute);
   if (!rc && c->algo == LSTMD_OPTIM_ADAMW)
-    rc = lstmd_cuda_adamw(n, g->params, g->grads, g->m, g->v, lr, c->beta1, c->beta2, c->eps,
-                          c->weight_decay, o->step, g->compute);
+    rc = lstmd_cuda_adamw(n, g->params, g->grads, g->m, g->v, c->beta1, c->beta2, c->eps,
+                          c->weight_decay, g->d_state, g->compute);
   else if (!rc)
-    rc = lstmd_cuda_sgd(n, g->params, g->grads, g->m, lr, c->momentum, c->weight_decay, g->compute);
-  if (!rc) rc = lstmd_cuda_model_load_weights(g->cm, g->params);
+    rc = lstmd_cuda_sgd(n, g->params, g->grads, g->m, c->momentum, c->weight_decay, g->d_state,
+                        g->compute);
+  if (!rc) rc = lstmd_cuda_model_load_weights(g->cm, g->params); /* unchanged when skipped */
+  if (!rc && report) {
+    rc = read_state(g, o, 0, &out->bad_steps_ago);
+    out->grad_norm = g->seen.norm;
+  }
   lstmd_nvtx_pop();
   return rc;
 }
@@ -519,7 +563,7 @@ static int gpu_set_state(struct lstmd_engine *e, const float *h, const float *c)
 
 static double gpu_loss_scale(const struct lstmd_engine *e) {
   const struct gpu_engine *g = (const struct gpu_engine *)e;
-  return g->fp16 ? g->scaler.scale : 0.0;
+  return g->fp16 ? g->seen.scaler.scale : 0.0; /* as last read (see 4.) */
 }
 
 static void gpu_describe(const struct lstmd_engine *e, char *buf, size_t n) {

@@ -500,8 +500,12 @@ static int pipe_step(struct lstmd_engine *e, const struct lstmd_step_input *in,
 
 /* ---- the update, and the state rank 0 needs ---- */
 
-static int pipe_optim_step(struct lstmd_engine *e, struct lstmd_optim *o, double *grad_norm) {
+static int pipe_optim_step(struct lstmd_engine *e, struct lstmd_optim *o, int report,
+                           struct lstmd_optim_outcome *out) {
   struct pipe_engine *p = pipe_of(e);
+  double *grad_norm = &out->grad_norm;
+  (void)report; /* the norm is on the host anyway */
+  *out = (struct lstmd_optim_outcome){0};
   const struct lstmd_model *m = e->model;
   double sums[LSTMD_MAX_TENSORS] = {0};
   for (int t = p->t_lo; t < p->t_hi; t++)

@@ -12,23 +12,16 @@ void lstmd_loss_scaler_init(struct lstmd_loss_scaler *s) {
 }
 
 int lstmd_loss_scaler_update(struct lstmd_loss_scaler *s, int found_nonfinite) {
-  if (found_nonfinite) {
-    s->good_steps = 0;
-    s->scale *= s->backoff_factor;
-    if (++s->overflows_in_row >= s->max_overflows_in_row || !(s->scale > 0.0f)) {
-      lstmd_errorf("fp16: the gradients overflowed in %d steps in a row (loss scale now %g): the "
-                   "model diverged; lower optim.lr or use train.precision=bf16",
-                   s->overflows_in_row, (double)s->scale);
-      return LSTMD_EINVAL;
-    }
-    return LSTMD_LOSS_SCALE_SKIP;
-  }
-  s->overflows_in_row = 0;
-  if (++s->good_steps >= s->growth_interval) {
-    s->good_steps = 0;
-    if (s->scale * s->growth_factor <= s->max_scale) s->scale *= s->growth_factor;
-  }
-  return LSTMD_LOSS_SCALE_APPLY;
+  const int verdict = lstmd_loss_scaler_step(s, found_nonfinite);
+  if (verdict != LSTMD_LOSS_SCALE_GIVE_UP) return verdict;
+  lstmd_loss_scaler_give_up_message(s);
+  return LSTMD_EINVAL;
+}
+
+void lstmd_loss_scaler_give_up_message(const struct lstmd_loss_scaler *s) {
+  lstmd_errorf("fp16: the gradients overflowed in %d steps in a row (loss scale now %g): the "
+               "model diverged; lower optim.lr or use train.precision=bf16",
+               s->overflows_in_row, (double)s->scale);
 }
 
 int lstmd_loss_scaler_restore(struct lstmd_loss_scaler *s, double scale, long good_steps) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/cpu/dense_cpu.h"
+#include "kernels/optim_rules.h"
 #include "kernels/status.h"
 
 int lstmd_optim_create(const struct lstmd_optim_config *cfg, size_t n, struct lstmd_optim **out) {
@@ -31,12 +32,8 @@ void lstmd_optim_destroy(struct lstmd_optim *o) {
 }
 
 float lstmd_optim_lr(const struct lstmd_optim_config *cfg, long step) {
-  if (step < cfg->warmup_steps) return cfg->lr * (float)(step + 1) / (float)cfg->warmup_steps;
-  if (cfg->schedule == LSTMD_SCHEDULE_CONSTANT) return cfg->lr;
-  long span = cfg->total_steps - cfg->warmup_steps;
-  double progress = span > 0 ? (double)(step - cfg->warmup_steps) / (double)span : 1.0;
-  if (progress > 1.0) progress = 1.0;
-  return (float)(cfg->lr * 0.5 * (1.0 + cos(M_PI * progress)));
+  return lstmd_lr_at(cfg->lr, cfg->warmup_steps, cfg->schedule == LSTMD_SCHEDULE_COSINE,
+                     cfg->total_steps, step);
 }
 
 int lstmd_optim_step(struct lstmd_optim *o, float *params, float *grads, double *grad_norm) {

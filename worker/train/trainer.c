@@ -94,6 +94,8 @@ static void evaluate_now(struct run *r) {
 
 struct step_times {
   double data_s, compute_s, comm_s; /* waiting for batches, forward+backward, exposed all-reduce */
+  long comm_timed;                  /* steps whose exposed all-reduce was measured */
+  long loss_pending;                /* steps whose loss the engine still holds (engine.h) */
   double busy_s, wall_s, p2p_s;     /* this rank: computing, the step through its all-reduce,
                                      * waiting for the other stages (summed over the ranks at
                                      * each log step: the bubble) */
@@ -143,6 +145,8 @@ static int agreed_failure(struct run *r, int status) {
 static int train_step(struct run *r, double *loss_out, double *grad_norm, int *stop,
                       struct step_times *tm) {
   const struct lstmd_train_config *cfg = r->cfg;
+  const long next = r->progress.step + 1;
+  const int report = (cfg->log_every && next % cfg->log_every == 0) || next == cfg->steps;
   const struct lstmd_model *m = r->model;
   const int per_input = m->shape.kind == LSTMD_MODEL_TEXT ? 1 : m->shape.horizon;
   const double targets = (double)cfg->seq_len * r->global_batch * per_input * cfg->grad_accum;
@@ -151,13 +155,15 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   const struct lstmd_step_input in = {.next_window = next_window, .ctx = &feed,
                                       .windows = cfg->grad_accum,
                                       .first_window = (uint64_t)r->progress.step * cfg->grad_accum,
-                                      .grad_scale = poisoned ? NAN : (float)(1.0 / targets)};
+                                      .grad_scale = poisoned ? NAN : (float)(1.0 / targets),
+                                      .report = report};
   struct lstmd_step_result out;
   const double t0 = lstmd_now_s();
   LSTMD_TRY(r->engine->ops->step(r->engine, &in, &out));
   tm->data_s += feed.wait_s;
   tm->compute_s += lstmd_now_s() - t0 - feed.wait_s - out.comm_wait_s;
   tm->comm_s += out.comm_wait_s;
+  tm->comm_timed += !out.comm_untimed;
   double totals[3] = {out.loss_sum, stop_wanted(r) ? 1.0 : 0.0, feed.status ? 1.0 : 0.0};
   if (r->world > 1)
     LSTMD_TRY(lstmd_comm_allreduce_sum_f64_within(r->comm, totals, 3, cfg->comm_timeout_s,
@@ -179,19 +185,31 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   }
   *loss_out = totals[0] / targets;
   *stop = totals[1] > 0.0;
+  const long covered = tm->loss_pending; /* earlier steps in this loss (engine.h) */
+  tm->loss_pending = out.loss_pending ? covered + 1 : 0;
   if (!isfinite(*loss_out)) {
-    lstmd_errorf("step %ld: the training loss is not finite (%g); lower optim.lr or set "
-                 "optim.clip_norm", r->progress.step + 1, *loss_out);
+    if (covered)
+      lstmd_errorf("steps %ld..%ld: the training loss is not finite (%g); lower optim.lr or set "
+                   "optim.clip_norm", next - covered, next, *loss_out);
+    else
+      lstmd_errorf("step %ld: the training loss is not finite (%g); lower optim.lr or set "
+                   "optim.clip_norm", next, *loss_out);
     return agreed_failure(r, LSTMD_ENONFINITE);
   }
   const double t_opt = lstmd_now_s();
-  int rc = r->engine->ops->optim_step(r->engine, r->optim, grad_norm);
+  struct lstmd_optim_outcome outcome = {.grad_norm = NAN};
+  int rc = r->engine->ops->optim_step(r->engine, r->optim, report, &outcome);
+  *grad_norm = outcome.grad_norm;
   if (lstmd_fault_due(LSTMD_FAULT_NAN_UPDATE, r->progress.step + 1, r->rank))
     r->model->params[0] = NAN;
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "optimizer", t_opt, lstmd_now_s(), NULL);
   if (rc == LSTMD_ENONFINITE) {
-    lstmd_errorf("step %ld: non-finite gradient norm (loss %g); lower optim.lr or set "
-                 "optim.clip_norm", r->progress.step + 1, *loss_out);
+    if (outcome.bad_steps_ago) /* decided on the device, read at this logged step */
+      lstmd_errorf("step %ld: non-finite gradient norm (seen at step %ld; no update since); "
+                   "lower optim.lr or set optim.clip_norm", next - outcome.bad_steps_ago, next);
+    else
+      lstmd_errorf("step %ld: non-finite gradient norm (loss %g); lower optim.lr or set "
+                   "optim.clip_norm", next, *loss_out);
     return agreed_failure(r, rc);
   }
   if (rc) return rc; /* e.g. a CUDA or communication failure: not agreed */
@@ -212,7 +230,8 @@ static void report(struct run *r, long steps, double loss, double grad_norm, dou
       .eta_s = (cfg->steps - step) * tokens_per_step / rate,
       .tokens = (long long)(step * tokens_per_step), .world = r->world,
       .global_batch = r->global_batch, .data_wait_s = tm->data_s / steps,
-      .compute_s = tm->compute_s / steps, .comm_wait_s = tm->comm_s / steps,
+      .compute_s = tm->compute_s / steps,
+      .comm_wait_s = tm->comm_timed ? tm->comm_s / tm->comm_timed : 0.0,
       .loss_scale = r->engine->ops->loss_scale(r->engine), .stages = cfg->stages,
       .bubble = tm->wall_s > 0 ? 1.0 - tm->busy_s / tm->wall_s : 0.0,
       .p2p_wait_s = tm->p2p_s / r->world / steps};
@@ -247,7 +266,7 @@ static int train_loop(struct run *r) {
       interval_t0 = t;
       interval_loss = 0.0;
       interval_steps = 0;
-      tm = (struct step_times){0};
+      tm = (struct step_times){.loss_pending = tm.loss_pending};
     }
     const double pause_t0 = lstmd_now_s(); /* evaluation and checkpoints are not training time */
     if (cfg->eval_every && step % cfg->eval_every == 0) evaluate_now(r);
