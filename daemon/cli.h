@@ -11,6 +11,7 @@ int lstmd_cmd_eval(int argc, char **argv);
 int lstmd_cmd_sample(int argc, char **argv);
 int lstmd_cmd_predict(int argc, char **argv);
 int lstmd_cmd_serve(int argc, char **argv);
+int lstmd_cmd_doctor(int argc, char **argv); /* cli_doctor.c */
 
 /* One --name VALUE / --name=VALUE option a subcommand accepts. */
 struct lstmd_opt {

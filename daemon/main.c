@@ -80,6 +80,7 @@ static void usage(FILE *out) {
           "  lstmd predict --checkpoint CKPT --input FILE.csv --out FILE.csv [--batch N]\n"
           "  lstmd serve   --socket PATH --state-dir DIR [--data-root DIR] [--listen [HOST:]PORT\n"
           "                --token-file F]   (jobs from lstmctl; under mpirun/srun for many ranks)\n"
+          "  lstmd doctor  [--json] [--device auto|cpu|cuda]   (what this node trains with, and why)\n"
           "  lstmd --version   (lstmd, MPI, OpenBLAS and GPU backend versions)\n\n"
           "`lstmd train --help` lists the config keys. Data goes to stdout, messages to stderr.\n");
 }
@@ -100,7 +101,8 @@ int main(int argc, char **argv) {
     int (*run)(int, char **);
   } commands[] = {{"prepare", lstmd_cmd_prepare}, {"train", lstmd_cmd_train},
                   {"eval", lstmd_cmd_eval},       {"sample", lstmd_cmd_sample},
-                  {"predict", lstmd_cmd_predict}, {"serve", lstmd_cmd_serve}};
+                  {"predict", lstmd_cmd_predict}, {"serve", lstmd_cmd_serve},
+                  {"doctor", lstmd_cmd_doctor}};
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc, argv);
   lstmd_errorf("unknown command '%s'", argv[1]);

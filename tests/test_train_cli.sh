@@ -11,11 +11,14 @@
 #  4. text: eval prints one JSON line; sample prints the prime then N bytes (exit 0), greedy
 #     twice gives the same prime + 40 bytes;
 #  5. series: prepare → train → eval → predict writes one forecast row per input row;
-#  6. --version names lstmd, the MPI library and the GPU backend's state, and exits 0;
+#  6. --version names lstmd, the MPI library and the GPU backend's state, and exits 0; doctor
+#     prints its facts (the libraries' files as loaded, the ISA as forced), --json parses,
+#     --device cuda exits 1 without a GPU, a bad argument 2;
 #  7. the example job configs (deploy/examples/*.ini) parse and train a few steps.
 set -u
 LSTMD=$(realpath "${1:?usage: test_train_cli.sh LSTMD_BINARY SOURCE_DIR}")
 SRC=$(realpath "${2:?}")
+PY=/usr/bin/python3
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 fails=0
@@ -179,6 +182,30 @@ if ver=$("$LSTMD" --version 2>&1) && grep -q "^lstmd [0-9]" <<<"$ver" && grep -q
    && grep -q "OpenBLAS" <<<"$ver" && grep -q "^GPU backend: " <<<"$ver"; then
   ok "--version: $(head -1 <<<"$ver"), $(grep -m1 '^MPI' <<<"$ver" | cut -c14-50)…"
 else bad "--version output: $ver"; fi
+
+# 6b. doctor: one line per fact, the libraries' files as loaded, --json, the verdict's exit code
+doc=$("$LSTMD" doctor 2>&1); rc=$?
+blas_file=$(grep '^blas ' <<<"$doc" | grep -o '/[^ ]*libopenblas[^ ]*')
+mpi_file=$(grep '^mpi ' <<<"$doc" | grep -o '/[^ ]*libmpi[^ ]*')
+if [[ $rc -eq 0 ]] && grep -q '^isa  *\(avx512\|avx2\|generic\) (this CPU has' <<<"$doc" &&
+   [[ -f "$blas_file" && -f "$mpi_file" ]] && grep -q '^launcher  *none: one rank' <<<"$doc" &&
+   grep -q '^train.device  *auto -> \(cpu\|cuda\)' <<<"$doc"; then
+  ok "doctor: exit 0; $(grep '^isa' <<<"$doc" | tr -s ' '); $(grep '^train.device' <<<"$doc" | cut -c15-40)…"
+else bad "doctor (exit $rc): $doc"; fi
+if json=$(LSTMD_CPU_ISA=generic "$LSTMD" doctor --json 2>/dev/null) &&
+   "$PY" -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["isa"].startswith("generic ("), d["isa"]
+assert "LSTMD_CPU_ISA=generic" in d["isa"] and "Prescott" in d["blas"] and d["can_train"] is True
+assert isinstance(d["gpus"], list) if "gpus" in d else "no GPU backend" in d["gpu"]' "$json"; then
+  ok "doctor --json: parses; LSTMD_CPU_ISA=generic shows in isa and blas (Prescott)"
+else bad "doctor --json: $json"; fi
+gpus=$("$PY" -c 'import json,sys; print(len(json.loads(sys.argv[1]).get("gpus", [])))' "$json" 2>/dev/null)
+"$LSTMD" doctor --device cuda >"$TMP/doc_cuda" 2>&1; rc=$?
+if [[ $gpus == 0 && $rc -eq 1 ]] && grep -q '^train.device  *cuda: cannot: ' "$TMP/doc_cuda" ||
+   [[ $gpus != 0 && $rc -eq 0 ]]; then
+  ok "doctor --device cuda: exit $rc with $gpus GPU(s)"
+else bad "doctor --device cuda: exit $rc with '$gpus' GPU(s): $(cat "$TMP/doc_cuda")"; fi
+"$LSTMD" doctor --device gpu >/dev/null 2>&1
+[[ $? -eq 2 ]] && ok "doctor --device gpu: exit 2" || bad "doctor --device gpu: not exit 2"
 
 # 7. example configs
 for ex in char_lm:ds series_forecast:sds; do

@@ -73,3 +73,21 @@ void lstmd_cuda_describe_libraries(char *buf, size_t n) {
            rt % 1000 / 10, driver, dnn / 10000, dnn / 100 % 100, dnn % 100, blas_major, blas_minor,
            blas_patch);
 }
+
+int lstmd_cuda_device_info(int device, char *buf, size_t n, int *cc) {
+  struct cudaDeviceProp p;
+  *cc = 0;
+  cudaError_t e = cudaGetDeviceProperties(&p, device);
+  if (e != cudaSuccess) {
+    snprintf(buf, n, "cudaGetDeviceProperties: %s", cudaGetErrorString(e));
+    cudaGetLastError();
+    return LSTMD_ECUDA;
+  }
+  *cc = p.major * 10 + p.minor;
+  snprintf(buf, n, "%s, %.1f GiB, compute capability %d.%d, PCI %04x:%02x:%02x.0", p.name,
+           (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), p.major, p.minor,
+           p.pciDomainID, p.pciBusID, p.pciDeviceID);
+  return LSTMD_OK;
+}
+
+long lstmd_cudnn_loaded_version(void) { return (long)cudnnGetVersion(); }

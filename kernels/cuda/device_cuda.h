@@ -23,6 +23,12 @@ void lstmd_cuda_describe_device(char *buf, size_t n);
 void lstmd_cuda_pci_bus_id(char *buf, size_t n);
 /* "CUDA runtime 13.0, driver 13.0, cuDNN 9.19.0, cuBLAS 13.0.0" (what is loaded at run time). */
 void lstmd_cuda_describe_libraries(char *buf, size_t n);
+/* Device `device` (no context is made): "NVIDIA H100 80GB HBM3, 79.1 GiB, compute capability
+ * 9.0, PCI 0000:3b:00.0" into buf and its compute capability (major·10 + minor) in *cc.
+ * Returns 0, or LSTMD_ECUDA with the runtime's reason in buf. */
+int lstmd_cuda_device_info(int device, char *buf, size_t n, int *cc);
+/* cuDNN's version as loaded (major·10000 + minor·100 + patch). */
+long lstmd_cudnn_loaded_version(void);
 
 #ifdef __cplusplus
 }
