@@ -1,8 +1,11 @@
 /* test_gpu_logic.c — the parts of the GPU backend that run without a GPU, so CI checks them:
  * train.device=auto|cpu|cuda decisions and the rank → GPU mapping, the device probe on this
  * machine, the fp16 loss-scale state machine, the config keys, the loss scale's checkpoint
- * round trip, and (in builds with the GPU backend) cuDNN's acceptance of our RNN descriptors,
- * which needs no device. */
+ * round trip, and (in builds with the GPU backend) the cuDNN set-up decisions lstmd makes itself:
+ * math type per data type, the candidates tried (timed or forced, LSTMD_CUDNN_ALGO, a forced
+ * full choice) and the rejection of invalid configurations. cuDNN itself is not asked: without
+ * a device its descriptor setters accept every combination, so whether cuDNN takes a set-up is
+ * only tested on a device (tests/test_gpu_model.c). */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdlib.h>
@@ -17,6 +20,7 @@
 #include "check.h"
 #if LSTMD_WITH_GPU
 #include "kernels/cuda/lstm_cudnn.h"
+#include "kernels/cuda/model_cuda.h"
 #endif
 
 static void test_gpu_for_rank(void) {
@@ -224,22 +228,107 @@ static void test_checkpoint_loss_scale(void) {
 }
 
 #if LSTMD_WITH_GPU
-static void test_cudnn_descriptors(void) {
-  static const char *const names[] = {"fp32", "fp16", "bf16"};
-  char why[512], what[96];
-  for (int dt = LSTMD_DT_F32; dt <= LSTMD_DT_BF16; dt++)
-    for (int k = 0; k < 2 * LSTMD_RNN_ALGO_COUNT; k++) {
-      const int algo = k / 2, packed = k % 2;
-      struct lstmd_cudnn_lstm_config c = {64, 256, 2, 32, 16, dt, 0, 0.1f, 1, algo, packed};
-      snprintf(what, sizeof what, "cuDNN descriptors %s %s%s", names[dt], lstmd_rnn_algo_name(algo),
-               packed ? " packed" : "");
-      int rc = lstmd_cudnn_lstm_check_descriptors(&c, why, sizeof why);
-      check_true(what, rc == 0);
-      if (rc) printf("  %s\n", why);
-    }
-  struct lstmd_cudnn_lstm_config bad = {64, 0, 2, 32, 16, LSTMD_DT_F32, 0, 0.0f, 1, 0};
-  check_true("cuDNN descriptors: hidden 0 rejected",
-             lstmd_cudnn_lstm_check_descriptors(&bad, why, sizeof why) == LSTMD_EUNSUPPORTED);
+static void test_cudnn_math(void) {
+  static const struct {
+    int dtype, tf32, default_math;
+    const char *want, *what;
+  } cases[] = {
+      {LSTMD_DT_F16, 0, 0, "tensor_op", "fp16: tensor-op math (PyTorch)"},
+      {LSTMD_DT_F16, 1, 1, "default", "fp16 with default_math: CUDNN_DEFAULT_MATH"},
+      {LSTMD_DT_BF16, 0, 0, "default", "bf16: CUDNN_DEFAULT_MATH (PyTorch), not tensor-op"},
+      {LSTMD_DT_BF16, 0, 1, "default", "bf16 with default_math: the same"},
+      {LSTMD_DT_F32, 1, 0, "default", "fp32, TF32 allowed: CUDNN_DEFAULT_MATH"},
+      {LSTMD_DT_F32, 0, 0, "fma", "fp32, TF32 off: CUDNN_FMA_MATH"},
+      {LSTMD_DT_F32, 0, 1, "fma", "fp32, TF32 off, default_math: still FMA (TF32 stays off)"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    struct lstmd_cudnn_lstm_config c = {.input = 8, .hidden = 8, .layers = 2, .steps = 4,
+                                        .batch = 2, .dtype = cases[i].dtype,
+                                        .allow_tf32 = cases[i].tf32,
+                                        .default_math = cases[i].default_math};
+    const char *got = lstmd_cudnn_math_name(lstmd_cudnn_lstm_math_type(&c));
+    check_true(cases[i].what, !strcmp(got, cases[i].want));
+    if (strcmp(got, cases[i].want)) printf("  got %s\n", got);
+  }
+}
+
+/* Rejected before any cuDNN call, so also here: LSTMD_EINVAL and no object. */
+static void test_cudnn_config_rejected(void) {
+  static const char *const what[] = {"hidden 0", "dropout 1", "algo 4", "packed 2",
+                                     "default_math 2", "dtype 3"};
+  for (int k = 0; k < 6; k++) {
+    struct lstmd_cudnn_lstm_config c = {.input = 8, .hidden = 8, .layers = 2, .steps = 4,
+                                        .batch = 2, .dtype = LSTMD_DT_F16};
+    if (k == 0) c.hidden = 0;
+    if (k == 1) c.dropout = 1.0f;
+    if (k == 2) c.algo = LSTMD_RNN_ALGO_COUNT;
+    if (k == 3) c.packed = 2;
+    if (k == 4) c.default_math = 2;
+    if (k == 5) c.dtype = 3;
+    struct lstmd_cudnn_lstm *l = (struct lstmd_cudnn_lstm *)&c; /* must be set to NULL */
+    char line[96];
+    snprintf(line, sizeof line, "cuDNN LSTM config with %s: LSTMD_EINVAL", what[k]);
+    check_true(line, lstmd_cudnn_lstm_create(NULL, &c, &l) == LSTMD_EINVAL && l == NULL);
+  }
+}
+
+static int same_choice(const struct lstmd_cuda_lstm_choice *c, int algo, int packed, int math) {
+  return c->algo == algo && c->packed == packed && c->default_math == math;
+}
+
+static void test_cudnn_candidates(void) {
+  struct lstmd_cuda_lstm_choice c[LSTMD_CUDA_MAX_CANDIDATES];
+  struct lstmd_cuda_model_config cfg = {.steps = 4, .batch = 2, .dtype = LSTMD_DT_F32, .algo = -1};
+  int timed = -1, ok = 1;
+  unsetenv("LSTMD_CUDNN_ALGO");
+  int n = lstmd_cuda_model_candidates(&cfg, c, &timed);
+  for (int i = 0; i < n && n == 8; i++) ok &= same_choice(&c[i], i / 2, i % 2, 0);
+  check_true("fp32, algo -1: 8 timed candidates (4 algorithms x 2 layouts, standard unpacked first)",
+             n == 8 && timed == 1 && ok);
+  cfg.dtype = LSTMD_DT_BF16;
+  n = lstmd_cuda_model_candidates(&cfg, c, &timed);
+  ok = n == 8;
+  for (int i = 0; i < n && ok; i++) ok &= c[i].default_math == 0;
+  check_true("bf16: 8 candidates, no math fallback (default math already)", ok && timed == 1);
+  cfg.dtype = LSTMD_DT_F16;
+  n = lstmd_cuda_model_candidates(&cfg, c, &timed);
+  ok = n == 16;
+  for (int i = 0; i < n && ok; i++) ok &= same_choice(&c[i], i / 4, i / 2 % 2, i % 2);
+  check_true("fp16: 16 candidates, each tensor-op one followed by its default-math retry",
+             ok && timed == 1);
+  cfg.algo = LSTMD_RNN_PERSIST_DYNAMIC;
+  n = lstmd_cuda_model_candidates(&cfg, c, &timed);
+  ok = n == 4;
+  for (int i = 0; i < n && ok; i++) ok &= same_choice(&c[i], LSTMD_RNN_PERSIST_DYNAMIC, i / 2, i % 2);
+  check_true("fp16, algo persist_dynamic: its 4 layout/math candidates, untimed (first that runs)",
+             ok && timed == 0);
+  cfg.algo = -1;
+  setenv("LSTMD_CUDNN_ALGO", "persist_static", 1);
+  cfg.dtype = LSTMD_DT_F32;
+  n = lstmd_cuda_model_candidates(&cfg, c, &timed);
+  check_true("LSTMD_CUDNN_ALGO=persist_static: forces it (2 layouts, untimed)",
+             n == 2 && timed == 0 && same_choice(&c[0], 1, 0, 0) && same_choice(&c[1], 1, 1, 0));
+  cfg.force_choice = 1;
+  cfg.dtype = LSTMD_DT_F16;
+  cfg.choice = (struct lstmd_cuda_lstm_choice){LSTMD_RNN_PERSIST_STATIC_SMALL_H, 1, 1};
+  n = lstmd_cuda_model_candidates(&cfg, c, &timed);
+  check_true("a forced choice: exactly it, untimed, over LSTMD_CUDNN_ALGO",
+             n == 1 && timed == 0 && same_choice(&c[0], LSTMD_RNN_PERSIST_STATIC_SMALL_H, 1, 1));
+  setenv("LSTMD_CUDNN_ALGO", "fastest", 1);
+  cfg.force_choice = 0;
+  check_true("LSTMD_CUDNN_ALGO=fastest: LSTMD_ECONFIG",
+             lstmd_cuda_model_candidates(&cfg, c, &timed) == LSTMD_ECONFIG);
+  unsetenv("LSTMD_CUDNN_ALGO");
+  cfg.algo = LSTMD_RNN_ALGO_COUNT;
+  check_true("algo 4: LSTMD_EINVAL", lstmd_cuda_model_candidates(&cfg, c, &timed) == LSTMD_EINVAL);
+  cfg.algo = -1;
+  cfg.force_choice = 1;
+  cfg.dtype = LSTMD_DT_BF16;
+  check_true("a forced choice with default_math on bf16: LSTMD_EINVAL (fp16 only)",
+             lstmd_cuda_model_candidates(&cfg, c, &timed) == LSTMD_EINVAL);
+  cfg.choice = (struct lstmd_cuda_lstm_choice){-1, 0, 0};
+  check_true("a forced choice with algo -1: LSTMD_EINVAL",
+             lstmd_cuda_model_candidates(&cfg, c, &timed) == LSTMD_EINVAL);
 }
 #endif
 
@@ -252,7 +341,9 @@ int main(void) {
   test_config_keys();
   test_checkpoint_loss_scale();
 #if LSTMD_WITH_GPU
-  test_cudnn_descriptors();
+  test_cudnn_math();
+  test_cudnn_config_rejected();
+  test_cudnn_candidates();
 #endif
   return check_summary("test_gpu_logic");
 }

@@ -1,7 +1,8 @@
 /* test_gpu_model.c — the GPU backend against the CPU backend (the reference), on the same
  * weights and batches: forward loss (training and inference mode) and every gradient tensor
  * (fp32 with TF32 off: relative error < 1e-4; bf16 and fp16: < 2e-2), carried state across
- * windows, several training steps with gradient accumulation (SGD and AdamW), fp16 loss scaling
+ * windows (also 16-bit with L·B·H odd, where c must not sit 2 bytes after h; and an exact
+ * set/get round trip of the state there), several training steps with gradient accumulation (SGD and AdamW), fp16 loss scaling
  * with an overflow forced by a huge scale, a checkpoint that goes CPU → GPU → CPU (bit for bit
  * before any GPU step, then against the CPU-only run), and the
  * validation loss computed on the GPU (inference mode) against the CPU's.
@@ -224,20 +225,27 @@ done:
   lstmd_model_destroy(m);
 }
 
-/* Two consecutive windows with the state carried: loss, gradients and final state. */
-static void test_carried_state(void) {
-  struct lstmd_model *m = make_model(1, 16, 2, 9);
+/* Two consecutive windows with the state carried: loss, gradients and final state. With 16-bit
+ * data and L·B·H odd, h and c of a state buffer must each be aligned (model_cuda.c, 3.): then
+ * also an exact set/get round trip of values every type holds exactly (k/8). */
+static void test_carried_state(int dtype, int hidden, int layers) {
+  struct lstmd_model *m = make_model(1, hidden, layers, 9);
   struct lstmd_batch b1, b2;
   fill_batch(&b1, m, T, B);
   fill_batch(&b2, m, T, B);
   struct lstmd_workspace *ws = NULL;
   lstmd_workspace_create(m, T, B, 0.0f, &ws);
   const float gs = (float)(1.0 / targets_of(m, T, B));
+  const double tol = dtype == LSTMD_DT_F32 ? 1e-4 : 2e-2;
+  char what[160];
   struct gpu_fixture f;
-  if (gpu_fixture_open(&f, m, LSTMD_DT_F32, LSTMD_RNN_STANDARD)) {
-    check_true("carried state: GPU model built", 0);
+  snprintf(what, sizeof what, "carried state %s, L·B·H = %d·%d·%d: GPU model built", dtype_name(dtype),
+           layers, B, hidden);
+  if (gpu_fixture_open(&f, m, dtype, LSTMD_RNN_STANDARD)) {
+    check_true(what, 0);
     return;
   }
+  check_true(what, 1);
   cpu_step(m, ws, &b1, gs, 1);
   const double cpu_loss = cpu_step(m, ws, &b2, gs, 1);
   gpu_inputs(&f, m, &b1);
@@ -245,15 +253,23 @@ static void test_carried_state(void) {
   gpu_inputs(&f, m, &b2);
   float *g = malloc(m->n_params * sizeof(float));
   const double gpu_loss = gpu_step(&f, m, gs, 1, 1, g);
-  check_true("carried state: second window's loss", fabs(gpu_loss - cpu_loss) <= 1e-4 * cpu_loss);
-  check_rel("carried state: second window's gradients", g, m->grads, m->n_params, 1e-4);
+  check_true("  second window's loss", fabs(gpu_loss - cpu_loss) <= tol * cpu_loss);
+  check_rel("  second window's gradients", g, m->grads, m->n_params, tol);
   const size_t S = (size_t)m->shape.layers * B * m->shape.hidden;
   float *h = malloc(S * sizeof(float)), *c = malloc(S * sizeof(float));
   float *hr = malloc(S * sizeof(float)), *cr = malloc(S * sizeof(float));
   lstmd_cuda_model_get_state(f.cm, h, c);
   lstmd_workspace_get_state(ws, hr, cr, B, 0);
-  check_rel("carried state: h after two windows", h, hr, S, 1e-4);
-  check_rel("carried state: c after two windows", c, cr, S, 1e-4);
+  check_rel("  h after two windows", h, hr, S, tol);
+  check_rel("  c after two windows", c, cr, S, tol);
+  for (size_t i = 0; i < S; i++) {
+    hr[i] = (float)((int)(i % 17) - 8) / 8.0f;
+    cr[i] = (float)((int)(i % 13) - 6) / 8.0f;
+  }
+  int rc = lstmd_cuda_model_set_state(f.cm, hr, cr);
+  if (!rc) rc = lstmd_cuda_model_get_state(f.cm, h, c);
+  check_true("  state set then got back exactly",
+             rc == 0 && !memcmp(h, hr, S * sizeof(float)) && !memcmp(c, cr, S * sizeof(float)));
   free(g);
   free(h);
   free(c);
@@ -703,7 +719,9 @@ int main(void) {
   test_gradients(1, LSTMD_DT_BF16, -1);
   test_gradients(0, LSTMD_DT_BF16, -1);
   test_gradients(1, LSTMD_DT_F16, -1);
-  test_carried_state();
+  test_carried_state(LSTMD_DT_F32, 16, 2);
+  test_carried_state(LSTMD_DT_BF16, 15, 3); /* L·B·H = 225: odd */
+  test_carried_state(LSTMD_DT_F16, 15, 1);  /* 75 */
   test_training(LSTMD_OPTIM_SGD, LSTMD_PRECISION_FP32, "SGD fp32");
   test_training(LSTMD_OPTIM_ADAMW, LSTMD_PRECISION_FP32, "AdamW fp32");
   test_training(LSTMD_OPTIM_SGD, LSTMD_PRECISION_BF16, "SGD bf16");

@@ -3,6 +3,8 @@
  * back as N(N+1)/2·(i mod 7 + 1) on every rank, for several counts (odd ones, and one past
  * the 2^20-float bucket size used by the engine). Run under mpirun; with one GPU per rank it
  * tests NCCL, with ranks sharing a GPU the host-staged MPI fallback (the mode is printed).
+ * Every buffer is filled and read back on the all-reduce's own (non-blocking) stream: a
+ * legacy-stream cudaMemcpy would not be ordered with it. Every CUDA call is checked.
  * `test_nccl --probe` exits 77 (skipped) where no CUDA device is usable. */
 #include <cuda_runtime.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #include "kernels/status.h"
 #include "worker/engine/device_select.h"
 #include "check.h"
+#include "kernels/check.h" /* after cuda_runtime.h: LSTMD_CUDA_FAILED prints the call and error */
 
 int main(int argc, char **argv) {
   char why[256], warn[256];
@@ -42,37 +45,40 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (rank == 0) printf("ranks: %d, rank 0 on device %d, mode: %s\n", n, dev, lstmd_nccl_describe(nc));
-  cudaStream_t s;
-  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  cudaStream_t s = NULL;
+  cudaEvent_t done = NULL;
   float *h = malloc(max * sizeof(float)), *d = NULL;
   double *ref = malloc(max * sizeof(double));
-  cudaMalloc((void **)&d, max * sizeof(float));
-  cudaEvent_t done;
-  cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
-  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+  int cuda_ok = h && ref && !LSTMD_CUDA_FAILED(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) &&
+                !LSTMD_CUDA_FAILED(cudaMalloc((void **)&d, max * sizeof(float))) &&
+                !LSTMD_CUDA_FAILED(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  check_true("stream, buffer and event created", cuda_ok);
+  for (size_t k = 0; cuda_ok && k < sizeof sizes / sizeof sizes[0]; k++) {
     const size_t len = sizes[k];
     for (size_t i = 0; i < len; i++) {
       h[i] = (float)((rank + 1) * (int)(i % 7 + 1));
       ref[i] = (double)n * (n + 1) / 2.0 * (double)(i % 7 + 1);
     }
-    cudaMemcpy(d, h, len * sizeof(float), cudaMemcpyHostToDevice);
-    rc = lstmd_nccl_allreduce_sum(nc, d, len, s); /* an element count, not bytes */
-    cudaEventRecord(done, s);
-    lstmd_nccl_watch(nc, done);
-    cudaEventSynchronize(done);
-    cudaMemcpy(h, d, len * sizeof(float), cudaMemcpyDeviceToHost);
+    /* On s, so the all-reduce enqueued after it sees the data. */
+    cuda_ok = !LSTMD_CUDA_FAILED(cudaMemcpyAsync(d, h, len * sizeof(float), cudaMemcpyHostToDevice, s));
+    rc = cuda_ok ? lstmd_nccl_allreduce_sum(nc, d, len, s) : LSTMD_ECUDA; /* elements, not bytes */
+    cuda_ok = cuda_ok && !LSTMD_CUDA_FAILED(cudaEventRecord(done, s));
+    if (cuda_ok) lstmd_nccl_watch(nc, done);
+    cuda_ok = cuda_ok && !LSTMD_CUDA_FAILED(cudaEventSynchronize(done)) &&
+              !LSTMD_CUDA_FAILED(cudaMemcpyAsync(h, d, len * sizeof(float), cudaMemcpyDeviceToHost, s)) &&
+              !LSTMD_CUDA_FAILED(cudaStreamSynchronize(s));
     char what[96];
     snprintf(what, sizeof what, "rank %d: sum of %zu floats", rank, len);
-    check_true(what, rc == 0);
-    check_close(what, h, ref, len, 0, 0);
+    check_true(what, rc == 0 && cuda_ok);
+    if (cuda_ok) check_close(what, h, ref, len, 0, 0);
   }
   check_true("watchdog saw no failure", !lstmd_nccl_failed(nc));
   lstmd_nccl_destroy(nc); /* before the event it may still watch */
-  cudaEventDestroy(done);
-  cudaFree(d);
+  if (done) check_true("event destroyed", !LSTMD_CUDA_FAILED(cudaEventDestroy(done)));
+  if (d) check_true("buffer freed", !LSTMD_CUDA_FAILED(cudaFree(d)));
+  if (s) check_true("stream destroyed", !LSTMD_CUDA_FAILED(cudaStreamDestroy(s)));
   free(h);
   free(ref);
-  cudaStreamDestroy(s);
   int failed = check_summary("test_nccl");
   double worst = failed;
   lstmd_comm_allreduce_max_f64(c, &worst, 1);

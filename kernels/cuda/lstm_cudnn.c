@@ -6,13 +6,22 @@
  *    length = T → h/c tensor descriptors [L,B,H] → weight space size → temp space sizes for
  *    training and inference (the larger work space is kept) → cudnnBuildRNNDynamic for the
  *    persistent-dynamic algorithm.
- * 2. Any failure of cuDNN at set-up for a non-standard algorithm or the packed layout is
- *    reported as LSTMD_EUNSUPPORTED without a message: the caller tries another one.
+ * 2. With cfg->quiet, a refusal of cuDNN at set-up (or, while the object is quiet, in forward/
+ *    backward) is LSTMD_EUNSUPPORTED without a message: the caller (model_cuda.c's candidate
+ *    loop) decides which candidates may fail and tries the next one.
  * 3. The sequence lengths are kept on the device too (the sample passes them to every call;
- *    they are never overwritten while the object lives, so asynchronous reads are safe).
- * 4. 16-bit data asks for CUDNN_TENSOR_OP_MATH (what PyTorch does for fp16). Which math types
- *    cuDNN 9 accepts with bf16 RNN data is not documented in the headers, so if the set-up fails
- *    with it, it is tried once more with CUDNN_DEFAULT_MATH before giving up. */
+ *    they are never overwritten while the object lives, so asynchronous reads are safe). Every
+ *    device write at set-up goes on the handle's stream, which is synchronised before create
+ *    returns (not the legacy stream, which a non-blocking stream does not wait for).
+ * 4. Math type: PyTorch's rule — tensor-op math for fp16 only; bf16 with CUDNN_DEFAULT_MATH;
+ *    fp32 with CUDNN_DEFAULT_MATH when TF32 is allowed, else CUDNN_FMA_MATH. Which math types
+ *    cuDNN 9 accepts with 16-bit RNN data is not documented in the headers, and it may refuse a
+ *    combination only when the RNN first runs, so the choice is the explicit cfg->default_math
+ *    (fp16 → CUDNN_DEFAULT_MATH) and the caller retries with it after a set-up or run failure.
+ * 5. Dropout is applied between layers only: with dropout 0 or L == 1 no states are allocated
+ *    and the descriptor is set with NULL states and probability 0 (PyTorch's set_no_dropout;
+ *    cuDNN's documentation: NULL states are not initialised, only the probability is set), so
+ *    no MBs of states and no initialising kernel. */
 #include "lstm_cudnn.h"
 
 #include <cuda_runtime.h>
@@ -37,7 +46,7 @@ struct lstmd_cudnn_lstm {
   int32_t *seq_dev; /* [B] device copy */
   int null_seq;
   int quiet;        /* failures of the RNN calls are reported quietly (algorithm trials) */
-  int math_retry;   /* 16-bit data: second try with CUDNN_DEFAULT_MATH */
+  cudaStream_t stream; /* the handle's */
   void *w, *dw;     /* weight space and its gradient */
   size_t w_bytes;
   void *work, *reserve;
@@ -56,15 +65,24 @@ static cudnnDataType_t cudnn_type(int dtype) {
          : dtype == LSTMD_DT_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
 }
 
-/* fp32 data: FMA math (TF32 off) unless allowed; 16-bit data: tensor cores (PyTorch's rule for
- * fp16), or DEFAULT_MATH on the second try (see 4. above). */
-static cudnnMathType_t math_type(const struct lstmd_cudnn_lstm *l) {
-  const struct lstmd_cudnn_lstm_config *c = &l->cfg;
-  if (c->dtype != LSTMD_DT_F32) return l->math_retry ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH;
+/* See 4. above. */
+int lstmd_cudnn_lstm_math_type(const struct lstmd_cudnn_lstm_config *c) {
+  if (c->dtype == LSTMD_DT_F16) return c->default_math ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH;
+  if (c->dtype == LSTMD_DT_BF16) return CUDNN_DEFAULT_MATH;
   return c->allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 
-/* A cuDNN call that may be refused quietly: during an algorithm trial a refusal only means the
+const char *lstmd_cudnn_math_name(int math_type) {
+  switch (math_type) {
+    case CUDNN_DEFAULT_MATH: return "default";
+    case CUDNN_TENSOR_OP_MATH: return "tensor_op";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "tensor_op_allow_conversion";
+    case CUDNN_FMA_MATH: return "fma";
+    default: return "unknown";
+  }
+}
+
+/* A cuDNN call that may be refused quietly: while trying candidates a refusal only means the
  * candidate is skipped (see 2. above); otherwise it is reported through check.h. */
 static int cudnn_refused_(cudnnStatus_t s, int quiet, const char *call, const char *file, int line) {
   if (s == CUDNN_STATUS_SUCCESS) return 0;
@@ -96,7 +114,8 @@ static int make_descriptors(struct lstmd_cudnn_lstm *l, int quiet) {
   CHECK_CUDNN(cudnnCreateRNNDescriptor(&l->rnn), 0);
   CHECK_CUDNN(cudnnSetRNNDescriptor_v8(l->rnn, (cudnnRNNAlgo_t)c->algo, CUDNN_LSTM,
                                        CUDNN_RNN_DOUBLE_BIAS, CUDNN_UNIDIRECTIONAL,
-                                       CUDNN_LINEAR_INPUT, dt, CUDNN_DATA_FLOAT, math_type(l),
+                                       CUDNN_LINEAR_INPUT, dt, CUDNN_DATA_FLOAT,
+                                       (cudnnMathType_t)lstmd_cudnn_lstm_math_type(c),
                                        c->input, c->hidden, c->hidden, c->layers, l->dropout,
                                        c->packed ? CUDNN_RNN_PADDED_IO_DISABLED
                                                  : CUDNN_RNN_PADDED_IO_ENABLED),
@@ -124,61 +143,58 @@ static int make_descriptors(struct lstmd_cudnn_lstm *l, int quiet) {
 static int check_config(const struct lstmd_cudnn_lstm_config *c) {
   if (c->input < 1 || c->hidden < 1 || c->layers < 1 || c->steps < 1 || c->batch < 1 ||
       c->dtype < LSTMD_DT_F32 || c->dtype > LSTMD_DT_BF16 || c->algo < 0 ||
-      c->algo >= LSTMD_RNN_ALGO_COUNT || !(c->dropout >= 0.0f && c->dropout < 1.0f)) {
-    lstmd_errorf("cuDNN LSTM: invalid configuration (I %d, H %d, L %d, T %d, B %d, type %d, algo %d)",
-                 c->input, c->hidden, c->layers, c->steps, c->batch, c->dtype, c->algo);
+      c->algo >= LSTMD_RNN_ALGO_COUNT || !(c->dropout >= 0.0f && c->dropout < 1.0f) ||
+      (c->packed != 0 && c->packed != 1) || (c->default_math != 0 && c->default_math != 1)) {
+    lstmd_errorf("cuDNN LSTM: invalid configuration (I %d, H %d, L %d, T %d, B %d, type %d, algo %d, "
+                 "packed %d, default_math %d, dropout %g)", c->input, c->hidden, c->layers, c->steps,
+                 c->batch, c->dtype, c->algo, c->packed, c->default_math, (double)c->dropout);
     return LSTMD_EINVAL;
   }
   return LSTMD_OK;
 }
 
-static int create_once(cudnnHandle_t handle, const struct lstmd_cudnn_lstm_config *cfg,
-                       int math_retry, int quiet, struct lstmd_cudnn_lstm **out) {
-  *out = NULL;
-  struct lstmd_cudnn_lstm *l = calloc(1, sizeof *l);
-  if (!l) return LSTMD_ENOMEM;
-  l->cfg = *cfg;
-  l->handle = handle;
-  l->math_retry = math_retry;
-  int rc = LSTMD_OK;
-  if (LSTMD_CUDNN_FAILED(cudnnCreateDropoutDescriptor(&l->dropout)) ||
-      LSTMD_CUDNN_FAILED(cudnnDropoutGetStatesSize(l->handle, &l->dropout_bytes)))
-    rc = LSTMD_ECUDA;
-  if (!rc) rc = cuda_alloc(&l->dropout_states, l->dropout_bytes, "dropout states");
-  if (!rc && CUDNN_REFUSED(cudnnSetDropoutDescriptor(l->dropout, l->handle, cfg->dropout,
-                                                    l->dropout_states, l->dropout_bytes, cfg->seed), 0))
-    rc = LSTMD_ECUDA;
-  if (!rc) rc = make_descriptors(l, quiet);
-  if (!rc && CUDNN_REFUSED(cudnnGetRNNWeightSpaceSize(l->handle, l->rnn, &l->w_bytes), quiet))
-    rc = quiet ? LSTMD_EUNSUPPORTED : LSTMD_ECUDA;
-  size_t work_train = 0, work_infer = 0, reserve = 0, reserve_infer = 0; /* the last: unused */
-  if (!rc && CUDNN_REFUSED(cudnnGetRNNTempSpaceSizes(l->handle, l->rnn, CUDNN_FWD_MODE_TRAINING,
-                                                    l->x_desc, &work_train, &reserve), quiet))
-    rc = quiet ? LSTMD_EUNSUPPORTED : LSTMD_ECUDA;
-  if (!rc && CUDNN_REFUSED(cudnnGetRNNTempSpaceSizes(l->handle, l->rnn, CUDNN_FWD_MODE_INFERENCE,
-                                                    l->x_desc, &work_infer, &reserve_infer), quiet))
-    rc = quiet ? LSTMD_EUNSUPPORTED : LSTMD_ECUDA;
-  l->work_bytes = work_train > work_infer ? work_train : work_infer;
-  l->reserve_bytes = reserve;
-  if (!rc && cfg->algo == LSTMD_RNN_PERSIST_DYNAMIC &&
-      CUDNN_REFUSED(cudnnBuildRNNDynamic(l->handle, l->rnn, cfg->batch), 1))
-    rc = LSTMD_EUNSUPPORTED;
-  if (!rc) rc = cuda_alloc(&l->w, l->w_bytes, "the cuDNN weight space");
-  if (!rc) rc = cuda_alloc(&l->dw, l->w_bytes, "the cuDNN weight gradients");
-  if (!rc) rc = cuda_alloc(&l->work, l->work_bytes, "the cuDNN work space");
-  if (!rc) rc = cuda_alloc(&l->reserve, l->reserve_bytes, "the cuDNN reserve space");
-  if (!rc) rc = cuda_alloc((void **)&l->seq_dev, sizeof(int32_t) * (size_t)cfg->batch, "sequence lengths");
-  if (!rc && LSTMD_CUDA_FAILED(cudaMemcpy(l->seq_dev, l->seq_host, sizeof(int32_t) * (size_t)cfg->batch,
-                                          cudaMemcpyHostToDevice)))
-    rc = LSTMD_ECUDA;
-  if (!rc && LSTMD_CUDA_FAILED(cudaMemset(l->dw, 0, l->w_bytes))) rc = LSTMD_ECUDA;
-  /* The legacy-stream copy and memset above before any use on the handle's stream. */
-  if (!rc && LSTMD_CUDA_FAILED(cudaDeviceSynchronize())) rc = LSTMD_ECUDA;
-  if (rc) {
-    lstmd_cudnn_lstm_destroy(l);
-    return rc;
+/* The dropout descriptor; states only where dropout happens (see 5. above). */
+static int make_dropout(struct lstmd_cudnn_lstm *l) {
+  const struct lstmd_cudnn_lstm_config *c = &l->cfg;
+  LSTMD_CHECK_CUDNN(cudnnCreateDropoutDescriptor(&l->dropout));
+  const int active = c->dropout > 0.0f && c->layers > 1;
+  if (active) {
+    LSTMD_CHECK_CUDNN(cudnnDropoutGetStatesSize(l->handle, &l->dropout_bytes));
+    LSTMD_TRY(cuda_alloc(&l->dropout_states, l->dropout_bytes, "dropout states"));
   }
-  *out = l;
+  LSTMD_CHECK_CUDNN(cudnnSetDropoutDescriptor(l->dropout, l->handle, active ? c->dropout : 0.0f,
+                                              l->dropout_states, l->dropout_bytes, c->seed));
+  return LSTMD_OK;
+}
+
+static int set_up(struct lstmd_cudnn_lstm *l) {
+  const struct lstmd_cudnn_lstm_config *cfg = &l->cfg;
+  const int quiet = cfg->quiet;
+  LSTMD_TRY(make_dropout(l));
+  LSTMD_TRY(make_descriptors(l, quiet));
+  CHECK_CUDNN(cudnnGetRNNWeightSpaceSize(l->handle, l->rnn, &l->w_bytes), quiet);
+  size_t work_train = 0, work_infer = 0, reserve_infer = 0; /* the last: unused */
+  CHECK_CUDNN(cudnnGetRNNTempSpaceSizes(l->handle, l->rnn, CUDNN_FWD_MODE_TRAINING, l->x_desc,
+                                        &work_train, &l->reserve_bytes), quiet);
+  CHECK_CUDNN(cudnnGetRNNTempSpaceSizes(l->handle, l->rnn, CUDNN_FWD_MODE_INFERENCE, l->x_desc,
+                                        &work_infer, &reserve_infer), quiet);
+  l->work_bytes = work_train > work_infer ? work_train : work_infer;
+  if (cfg->algo == LSTMD_RNN_PERSIST_DYNAMIC)
+    CHECK_CUDNN(cudnnBuildRNNDynamic(l->handle, l->rnn, cfg->batch), quiet);
+  LSTMD_TRY(cuda_alloc(&l->w, l->w_bytes, "the cuDNN weight space"));
+  LSTMD_TRY(cuda_alloc(&l->dw, l->w_bytes, "the cuDNN weight gradients"));
+  LSTMD_TRY(cuda_alloc(&l->work, l->work_bytes, "the cuDNN work space"));
+  LSTMD_TRY(cuda_alloc(&l->reserve, l->reserve_bytes, "the cuDNN reserve space"));
+  LSTMD_TRY(cuda_alloc((void **)&l->seq_dev, sizeof(int32_t) * (size_t)cfg->batch, "sequence lengths"));
+  /* On the handle's stream (see 3. above); the host array lives until destroy. Weights zeroed:
+   * trials must not run on uninitialised memory. */
+  LSTMD_CHECK_CUDA(cudaMemcpyAsync(l->seq_dev, l->seq_host, sizeof(int32_t) * (size_t)cfg->batch,
+                                   cudaMemcpyHostToDevice, l->stream));
+  if (l->w_bytes) {
+    LSTMD_CHECK_CUDA(cudaMemsetAsync(l->w, 0, l->w_bytes, l->stream));
+    LSTMD_CHECK_CUDA(cudaMemsetAsync(l->dw, 0, l->w_bytes, l->stream));
+  }
+  LSTMD_CHECK_CUDA(cudaStreamSynchronize(l->stream));
   return LSTMD_OK;
 }
 
@@ -186,11 +202,19 @@ int lstmd_cudnn_lstm_create(void *handle, const struct lstmd_cudnn_lstm_config *
                             struct lstmd_cudnn_lstm **out) {
   *out = NULL;
   LSTMD_TRY(check_config(cfg));
-  const int quiet = cfg->algo != LSTMD_RNN_STANDARD || cfg->packed; /* see 2. above */
-  const int retry = cfg->dtype != LSTMD_DT_F32;     /* see 4. above */
-  int rc = create_once((cudnnHandle_t)handle, cfg, 0, quiet || retry, out);
-  if (rc == LSTMD_EUNSUPPORTED && retry) rc = create_once((cudnnHandle_t)handle, cfg, 1, quiet, out);
-  return rc;
+  struct lstmd_cudnn_lstm *l = calloc(1, sizeof *l);
+  if (!l) return LSTMD_ENOMEM;
+  l->cfg = *cfg;
+  l->handle = (cudnnHandle_t)handle;
+  l->quiet = cfg->quiet;
+  int rc = LSTMD_CUDNN_FAILED(cudnnGetStream(l->handle, &l->stream)) ? LSTMD_ECUDA : LSTMD_OK;
+  if (!rc) rc = set_up(l);
+  if (rc) {
+    lstmd_cudnn_lstm_destroy(l);
+    return rc;
+  }
+  *out = l;
+  return LSTMD_OK;
 }
 
 void lstmd_cudnn_lstm_destroy(struct lstmd_cudnn_lstm *l) {
@@ -311,38 +335,6 @@ int lstmd_cudnn_lstm_backward(struct lstmd_cudnn_lstm *l, const void *x, const v
 }
 
 int lstmd_cudnn_lstm_zero_dweights(struct lstmd_cudnn_lstm *l) {
-  cudaStream_t stream = NULL;
-  cudnnGetStream(l->handle, &stream);
-  LSTMD_CHECK_CUDA(cudaMemsetAsync(l->dw, 0, l->w_bytes, stream));
+  if (l->w_bytes) LSTMD_CHECK_CUDA(cudaMemsetAsync(l->dw, 0, l->w_bytes, l->stream));
   return LSTMD_OK;
-}
-
-int lstmd_cudnn_lstm_check_descriptors(const struct lstmd_cudnn_lstm_config *cfg, char *why,
-                                       size_t n) {
-  why[0] = '\0';
-  if (check_config(cfg)) {
-    snprintf(why, n, "invalid configuration");
-    return LSTMD_EUNSUPPORTED;
-  }
-  struct lstmd_cudnn_lstm l;
-  memset(&l, 0, sizeof l);
-  l.cfg = *cfg;
-  int rc = CUDNN_REFUSED(cudnnCreateDropoutDescriptor(&l.dropout), 1)
-               ? LSTMD_EUNSUPPORTED
-               : make_descriptors(&l, 1);
-  if (rc) {
-    char detail[512];
-    detail[0] = '\0';
-    cudnnGetLastErrorString(detail, sizeof detail);
-    snprintf(why, n, "cuDNN rejects the descriptors%s%s", detail[0] ? ": " : "", detail);
-    rc = LSTMD_EUNSUPPORTED;
-  }
-  if (l.h_desc) cudnnDestroyTensorDescriptor(l.h_desc);
-  if (l.c_desc) cudnnDestroyTensorDescriptor(l.c_desc);
-  if (l.x_desc) cudnnDestroyRNNDataDescriptor(l.x_desc);
-  if (l.y_desc) cudnnDestroyRNNDataDescriptor(l.y_desc);
-  if (l.rnn) cudnnDestroyRNNDescriptor(l.rnn);
-  if (l.dropout) cudnnDestroyDropoutDescriptor(l.dropout);
-  free(l.seq_host);
-  return rc;
 }

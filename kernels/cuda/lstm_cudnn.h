@@ -6,7 +6,7 @@
  *
  * Activations are sequence-major x[t][b][i] (CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED, every
  * window full length); h/c states are [L][B][H]. All buffers are of the configured data type
- * (fp32, fp16 or bf16); math is fp32 (or TF32 / tensor cores as configured).
+ * (fp32, fp16 or bf16); math precision is fp32, the math type as lstmd_cudnn_lstm_math_type says.
  *
  * cuDNN's weight space is opaque; lstmd_cudnn_lstm_weight_map lists where each PyTorch-layout
  * piece (weight_ih_l{k}, weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k}, gate blocks i,f,g,o) lives
@@ -44,7 +44,23 @@ struct lstmd_cudnn_lstm_config {
                               * 0: SEQ_MAJOR_UNPACKED with padded I/O on. Every window has all T
                               * steps, so both describe the same memory; some algorithms may
                               * accept only one of them. */
+  int default_math;          /* 0: the math type PyTorch uses for the data type; 1: fp16 with
+                              * CUDNN_DEFAULT_MATH instead of tensor-op math (the fallback when
+                              * cuDNN refuses the latter, at set-up or at the first run). No
+                              * effect on bf16 (default math already) or fp32 (TF32 is decided
+                              * by allow_tf32 alone). See lstmd_cudnn_lstm_math_type. */
+  int quiet;                 /* 1: cuDNN refusals at set-up and in forward/backward return
+                              * LSTMD_EUNSUPPORTED without a message (trying candidates; see
+                              * lstmd_cudnn_lstm_set_quiet); 0: printed, LSTMD_ECUDA */
 };
+
+/* The cudnnMathType_t used for c (needs no device): fp16: CUDNN_TENSOR_OP_MATH, or
+ * CUDNN_DEFAULT_MATH with default_math; bf16: CUDNN_DEFAULT_MATH; fp32: CUDNN_DEFAULT_MATH when
+ * allow_tf32, else CUDNN_FMA_MATH (no TF32). PyTorch's rule (aten/src/ATen/cudnn/Descriptors.h,
+ * RNNDescriptor::set). */
+int lstmd_cudnn_lstm_math_type(const struct lstmd_cudnn_lstm_config *c);
+/* "default", "tensor_op", "tensor_op_allow_conversion", "fma" for a cudnnMathType_t. */
+const char *lstmd_cudnn_math_name(int math_type);
 
 struct lstmd_cudnn_lstm;
 
@@ -52,9 +68,15 @@ struct lstmd_cudnn_lstm;
 const char *lstmd_rnn_algo_name(int algo);
 
 /* Builds the descriptors and allocates weight, weight-gradient, work and reserve space on the
- * current device. handle: a cudnnHandle_t whose stream the caller set. Returns 0, LSTMD_ENOMEM,
- * LSTMD_EUNSUPPORTED when cuDNN does not support this algorithm/type/shape (quietly, so a
- * caller can try another algorithm), or LSTMD_ECUDA after printing cuDNN's message.
+ * current device. handle: a cudnnHandle_t whose stream the caller set; everything is enqueued on
+ * that stream and synchronised before returning. The weight space and its gradient start zeroed
+ * (never uninitialised memory: a trial run on NaN/Inf could time or fail misleadingly). Dropout
+ * states are allocated (and cudnnSetDropoutDescriptor's initialising kernel run) only when
+ * dropout > 0 and L > 1. Returns 0; LSTMD_EINVAL for an invalid cfg (checked before any cuDNN
+ * call, so also without a device); LSTMD_ENOMEM; when cuDNN refuses the algorithm/layout/math/
+ * type/shape at set-up, LSTMD_EUNSUPPORTED quietly if cfg->quiet, else LSTMD_ECUDA after
+ * printing cuDNN's message. Set-up success does not mean the RNN runs: cuDNN may refuse only at
+ * the first forward/backward, so try one before relying on it (model_cuda.c does).
  * Free with lstmd_cudnn_lstm_destroy (NULL and half-built are fine). */
 int lstmd_cudnn_lstm_create(void *handle, const struct lstmd_cudnn_lstm_config *cfg,
                             struct lstmd_cudnn_lstm **out);
@@ -64,7 +86,8 @@ void lstmd_cudnn_lstm_destroy(struct lstmd_cudnn_lstm *l);
 void *lstmd_cudnn_lstm_weights(struct lstmd_cudnn_lstm *l);
 void *lstmd_cudnn_lstm_dweights(struct lstmd_cudnn_lstm *l);
 size_t lstmd_cudnn_lstm_weight_count(const struct lstmd_cudnn_lstm *l);
-/* Bytes of device memory this object holds (weights, gradients, work, reserve, dropout). */
+/* Bytes of device memory this object holds (weights, gradients, work, reserve, dropout states;
+ * the last are 0 when dropout is 0 or L == 1). */
 size_t lstmd_cudnn_lstm_device_bytes(const struct lstmd_cudnn_lstm *l);
 
 /* Where the PyTorch-layout tensors of layer k live. off_* are element offsets of
@@ -93,14 +116,8 @@ int lstmd_cudnn_lstm_zero_dweights(struct lstmd_cudnn_lstm *l);
 void lstmd_cudnn_lstm_use_null_seq_lengths(struct lstmd_cudnn_lstm *l, int on);
 
 /* While on, cuDNN failures in forward/backward return LSTMD_EUNSUPPORTED without a message
- * (used while trying algorithms). */
+ * (used while trying algorithms); starts as cfg->quiet. */
 void lstmd_cudnn_lstm_set_quiet(struct lstmd_cudnn_lstm *l, int on);
-
-/* Without a device: builds the RNN and data descriptors for cfg (no handle needed) and reports
- * what cuDNN rejects, so configurations are checked where there is no GPU. Returns 0 or
- * LSTMD_EUNSUPPORTED with cuDNN's reason in why. */
-int lstmd_cudnn_lstm_check_descriptors(const struct lstmd_cudnn_lstm_config *cfg, char *why,
-                                       size_t n);
 
 #ifdef __cplusplus
 }

@@ -7,8 +7,22 @@
  *   dY     = G·W   → sgemm(N, N, H, N, O, W, ld H, G, ld O, → ld H)
  *   dW    += Gᵀ·Y  → sgemm(N, T, H, O, N, Y, ld H, G, ld O, → ld H)
  *   db    += Gᵀ·1  → sgemv(N, O, N, G, ld O, ones);   logits += b·1ᵀ → sger(O, N, b, ones)
- * The cuDNN algorithm is chosen once: each one cuDNN accepts for the shape is timed on a
- * forward + backward of the real (T, B) and the fastest kept. */
+ *
+ * 1. The cuDNN set-up (algorithm, data layout, math type) is chosen once, from the candidates
+ *    of lstmd_cuda_model_candidates. Each is created and run (one forward + backward of the
+ *    real (T, B) on zeroed weights, quietly) by try_candidate: cuDNN may refuse a combination
+ *    at set-up or only when it first runs, so a candidate counts only once it has run. Timed:
+ *    a warm-up and three timed runs each, the fastest kept; fp16's default-math candidate is
+ *    tried only where the tensor-op one before it failed (lstm_cudnn.c, 4.). Forced (an
+ *    algorithm or a full choice): the first that runs is kept; none → LSTMD_EUNSUPPORTED naming
+ *    what was tried. When nothing runs, the first candidate is run once more with cuDNN's
+ *    messages on, so the log says why.
+ * 2. Every device write at set-up (zeroing, the ones vector, the weight maps) is on the model's
+ *    stream, which is non-blocking: a legacy-stream cudaMemcpy would not wait for the zeroing
+ *    before it and could be overwritten by it. The stream is synchronised before create returns.
+ * 3. Regions carved from one allocation (h and c in each state buffer, in the fp32 staging)
+ *    start at 256-byte offsets: with 16-bit data and L·B·H odd, c right after h would be only
+ *    2-byte aligned. */
 #define _GNU_SOURCE
 #include "model_cuda.h"
 
@@ -31,7 +45,7 @@ struct lstmd_cuda_model {
   cublasHandle_t blas;
   cudnnHandle_t dnn;
   struct lstmd_cudnn_lstm *lstm;
-  int algo, packed;
+  struct lstmd_cuda_lstm_choice choice; /* the set-up in use */
   double trial_ms;
   struct lstmd_cuda_segment *segs; /* device [16·L]: flat master → cuDNN weight space */
   struct lstmd_cuda_segment *segs_back; /* device [16·L]: weight space → flat (offsets swapped) */
@@ -49,8 +63,11 @@ struct lstmd_cuda_model {
   float *dxf;      /* text, 16-bit: fp32 copy of dx for the embedding gradient */
   float *row_loss; /* text: [N] */
   float *ones;     /* [N] */
-  void *state[2];  /* [2][L,B,H] data type: h then c; state[cur] is the next initial state */
-  float *state_f;  /* [2][L,B,H] fp32 staging for get/set */
+  void *state[2];  /* data type: h [L,B,H] at 0, c [L,B,H] at byte c_off; state[cur] is the
+                    * next initial state */
+  size_t c_off;    /* 256-aligned (see 3. above) */
+  float *state_f;  /* fp32 staging for get/set: h at 0, c at element cf_off (256-byte aligned) */
+  size_t cf_off;
   double *eval_loss; /* the loss sum of evaluation forwards (not used: per-row results are) */
   const float *loss_scale; /* device float multiplying training gradients, or NULL */
   int cur, state_zero;
@@ -75,8 +92,11 @@ static int dev_alloc(struct lstmd_cuda_model *m, void **p, size_t bytes, const c
   }
   m->allocs[m->n_allocs++] = *p;
   m->device_bytes += bytes;
-  return cudaMemsetAsync(*p, 0, bytes, m->stream) == cudaSuccess ? LSTMD_OK : LSTMD_ECUDA;
+  LSTMD_CHECK_CUDA(cudaMemsetAsync(*p, 0, bytes, m->stream));
+  return LSTMD_OK;
 }
+
+static size_t align256(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
 
 static int input_width(const struct lstmd_cuda_model_layout *l) { return l->text ? l->embed : l->width; }
 static int output_width(const struct lstmd_cuda_model_layout *l) { return l->text ? l->vocab : l->horizon; }
@@ -106,9 +126,11 @@ static int alloc_activations(struct lstmd_cuda_model *m) {
   if (half) LSTMD_TRY(dev_alloc(m, &m->dy16, N * H * es, "16-bit output gradient"));
   LSTMD_TRY(dev_alloc(m, &m->dx_rnn, N * I * es, "LSTM input gradient"));
   if (!half && l->text) m->dxf = m->dx_rnn;
-  LSTMD_TRY(dev_alloc(m, &m->state[0], 2 * S * es, "recurrent state"));
-  LSTMD_TRY(dev_alloc(m, &m->state[1], 2 * S * es, "recurrent state"));
-  LSTMD_TRY(dev_alloc(m, (void **)&m->state_f, 2 * S * sizeof(float), "state staging"));
+  m->c_off = align256(S * es);
+  m->cf_off = align256(S * sizeof(float)) / sizeof(float);
+  LSTMD_TRY(dev_alloc(m, &m->state[0], m->c_off + S * es, "recurrent state"));
+  LSTMD_TRY(dev_alloc(m, &m->state[1], m->c_off + S * es, "recurrent state"));
+  LSTMD_TRY(dev_alloc(m, (void **)&m->state_f, (m->cf_off + S) * sizeof(float), "state staging"));
   LSTMD_TRY(dev_alloc(m, (void **)&m->ones, N * sizeof(float), "ones"));
   LSTMD_TRY(dev_alloc(m, (void **)&m->eval_loss, sizeof(double), "evaluation loss"));
   LSTMD_TRY(dev_alloc(m, (void **)&m->segs, sizeof(struct lstmd_cuda_segment) * 16 * l->layers,
@@ -118,9 +140,14 @@ static int alloc_activations(struct lstmd_cuda_model *m) {
   float *ones = malloc(N * sizeof(float));
   if (!ones) return LSTMD_ENOMEM;
   for (size_t i = 0; i < N; i++) ones[i] = 1.0f;
-  cudaError_t e = cudaMemcpy(m->ones, ones, N * sizeof(float), cudaMemcpyHostToDevice);
+  /* After the zeroing on the same stream (see 2. above); synchronised before ones is freed. */
+  int rc = LSTMD_CUDA_FAILED(cudaMemcpyAsync(m->ones, ones, N * sizeof(float),
+                                             cudaMemcpyHostToDevice, m->stream)) ||
+                   LSTMD_CUDA_FAILED(cudaStreamSynchronize(m->stream))
+               ? LSTMD_ECUDA
+               : LSTMD_OK;
   free(ones);
-  LSTMD_CHECK_CUDA(e);
+  LSTMD_TRY(rc);
   m->state_zero = 1;
   return LSTMD_OK;
 }
@@ -130,7 +157,7 @@ static void *lstm_input(struct lstmd_cuda_model *m) {
   return m->cfg.layout.text ? (void *)m->xf : (void *)m->in.x;
 }
 
-/* One forward + backward of the LSTM alone, for timing the algorithms. */
+/* One forward + backward of the LSTM alone, for trying the candidates. */
 static int lstm_trial(struct lstmd_cuda_model *m, struct lstmd_cudnn_lstm *l) {
   LSTMD_TRY(lstmd_cudnn_lstm_forward(l, 1, lstm_input(m), m->y_rnn, NULL, NULL, NULL, NULL));
   return lstmd_cudnn_lstm_backward(l, lstm_input(m), m->y_rnn, m->dy16 ? m->dy16 : m->dyf,
@@ -143,13 +170,23 @@ static int parse_algo(const char *s) {
   return -2;
 }
 
-/* Creates m->lstm with the configured or the fastest working algorithm (see the header). */
-static int choose_lstm(struct lstmd_cuda_model *m) {
-  const struct lstmd_cuda_model_layout *lay = &m->cfg.layout;
-  struct lstmd_cudnn_lstm_config lc = {input_width(lay), lay->hidden, lay->layers, m->cfg.steps,
-                                       m->cfg.batch, m->cfg.dtype, m->cfg.allow_tf32,
-                                       m->cfg.dropout, m->cfg.seed, LSTMD_RNN_STANDARD};
-  int forced = m->cfg.algo;
+int lstmd_cuda_model_candidates(const struct lstmd_cuda_model_config *cfg,
+                                struct lstmd_cuda_lstm_choice *out, int *timed) {
+  *timed = 0;
+  const int maths = cfg->dtype == LSTMD_DT_F16 ? 2 : 1; /* only fp16 has a fallback math */
+  if (cfg->force_choice) {
+    const struct lstmd_cuda_lstm_choice *c = &cfg->choice;
+    if (c->algo < 0 || c->algo >= LSTMD_RNN_ALGO_COUNT || (c->packed != 0 && c->packed != 1) ||
+        c->default_math < 0 || c->default_math >= maths) {
+      lstmd_errorf("GPU model: invalid forced cuDNN choice (algo %d, packed %d, default_math %d%s)",
+                   c->algo, c->packed, c->default_math,
+                   maths == 1 ? "; default_math is for fp16 only" : "");
+      return LSTMD_EINVAL;
+    }
+    out[0] = *c;
+    return 1;
+  }
+  int forced = cfg->algo;
   const char *env = getenv("LSTMD_CUDNN_ALGO");
   if (env && *env) {
     forced = parse_algo(env);
@@ -158,73 +195,134 @@ static int choose_lstm(struct lstmd_cuda_model *m) {
                    "persist_static_small_h", env);
       return LSTMD_ECONFIG;
     }
+  } else if (forced < -1 || forced >= LSTMD_RNN_ALGO_COUNT) {
+    lstmd_errorf("GPU model: invalid cuDNN algorithm %d", forced);
+    return LSTMD_EINVAL;
   }
-  if (forced >= 0) {
-    lc.algo = forced;
-    int rc = lstmd_cudnn_lstm_create(m->dnn, &lc, &m->lstm);
-    if (rc == LSTMD_EUNSUPPORTED) { /* the other data layout */
-      lc.packed = m->packed = 1;
-      rc = lstmd_cudnn_lstm_create(m->dnn, &lc, &m->lstm);
-    }
-    if (rc == LSTMD_EUNSUPPORTED)
-      lstmd_errorf("cuDNN algorithm %s is not supported for this shape and type",
-                   lstmd_rnn_algo_name(forced));
-    m->algo = forced;
+  int n = 0;
+  for (int a = 0; a < LSTMD_RNN_ALGO_COUNT; a++)
+    for (int packed = 0; packed < 2 && (forced < 0 || a == forced); packed++)
+      for (int math = 0; math < maths; math++)
+        out[n++] = (struct lstmd_cuda_lstm_choice){a, packed, math};
+  *timed = forced < 0;
+  return n;
+}
+
+static struct lstmd_cudnn_lstm_config lstm_config(const struct lstmd_cuda_model *m,
+                                                  const struct lstmd_cuda_lstm_choice *c, int quiet) {
+  const struct lstmd_cuda_model_layout *lay = &m->cfg.layout;
+  return (struct lstmd_cudnn_lstm_config){
+      .input = input_width(lay), .hidden = lay->hidden, .layers = lay->layers,
+      .steps = m->cfg.steps, .batch = m->cfg.batch, .dtype = m->cfg.dtype,
+      .allow_tf32 = m->cfg.allow_tf32, .dropout = m->cfg.dropout, .seed = m->cfg.seed,
+      .algo = c->algo, .packed = c->packed, .default_math = c->default_math, .quiet = quiet};
+}
+
+/* "persist_static, packed layout, tensor_op math" */
+static void describe_choice(const struct lstmd_cuda_model *m, const struct lstmd_cuda_lstm_choice *c,
+                            char *buf, size_t n) {
+  const struct lstmd_cudnn_lstm_config lc = lstm_config(m, c, 1);
+  snprintf(buf, n, "%s, %s layout, %s math", lstmd_rnn_algo_name(c->algo),
+           c->packed ? "packed" : "unpacked", lstmd_cudnn_math_name(lstmd_cudnn_lstm_math_type(&lc)));
+}
+
+/* Creates the LSTM for candidate c and runs it (see 1. above): one forward + backward, or with
+ * events a warm-up and three timed (*ms: one's time). quiet: cuDNN's refusals unprinted. Returns
+ * 0 with *out (no longer quiet); else *out is NULL and the status says why: LSTMD_EUNSUPPORTED
+ * for a quiet refusal at set-up or run, LSTMD_ENOMEM, LSTMD_ECUDA (printed). */
+static int try_candidate(struct lstmd_cuda_model *m, const struct lstmd_cuda_lstm_choice *c,
+                         int quiet, cudaEvent_t t0, cudaEvent_t t1, double *ms,
+                         struct lstmd_cudnn_lstm **out) {
+  *out = NULL;
+  *ms = 0.0;
+  const struct lstmd_cudnn_lstm_config lc = lstm_config(m, c, quiet);
+  struct lstmd_cudnn_lstm *l = NULL;
+  LSTMD_TRY(lstmd_cudnn_lstm_create(m->dnn, &lc, &l));
+  int rc = lstm_trial(m, l); /* the trial, or the warm-up (and the first call's set-up) */
+  float f = 0.0f;
+  if (!rc && t0) {
+    if (LSTMD_CUDA_FAILED(cudaEventRecord(t0, m->stream))) rc = LSTMD_ECUDA;
+    for (int i = 0; !rc && i < 3; i++) rc = lstm_trial(m, l);
+    if (!rc && (LSTMD_CUDA_FAILED(cudaEventRecord(t1, m->stream)) ||
+                LSTMD_CUDA_FAILED(cudaEventSynchronize(t1)) ||
+                LSTMD_CUDA_FAILED(cudaEventElapsedTime(&f, t0, t1))))
+      rc = LSTMD_ECUDA;
+    *ms = f / 3.0;
+  }
+  /* Drain what the calls enqueued: a kernel that fails does so here, not at the call. A
+   * non-sticky error is cleared (the next candidate gets a clean slate); a sticky one fails
+   * every later call too, and the explanation run prints it. */
+  cudaError_t e = cudaStreamSynchronize(m->stream);
+  if (e == cudaSuccess) e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    if (!quiet) lstmd_errorf("cuDNN LSTM trial run: %s", cudaGetErrorString(e));
+    cudaGetLastError();
+    if (!rc) rc = quiet ? LSTMD_EUNSUPPORTED : LSTMD_ECUDA;
+  }
+  if (rc) {
+    lstmd_cudnn_lstm_destroy(l);
     return rc;
   }
-  cudaEvent_t t0, t1;
-  LSTMD_CHECK_CUDA(cudaEventCreate(&t0));
-  LSTMD_CHECK_CUDA(cudaEventCreate(&t1));
-  int rc = LSTMD_OK;
+  lstmd_cudnn_lstm_set_quiet(l, 0);
+  *out = l;
+  return LSTMD_OK;
+}
+
+/* Creates m->lstm from the candidates (see 1. above). */
+static int choose_lstm(struct lstmd_cuda_model *m) {
+  struct lstmd_cuda_lstm_choice cand[LSTMD_CUDA_MAX_CANDIDATES];
+  int timed = 0;
+  const int n = lstmd_cuda_model_candidates(&m->cfg, cand, &timed);
+  if (n < 0) return n;
+  cudaEvent_t t0 = NULL, t1 = NULL;
+  if (timed && (LSTMD_CUDA_FAILED(cudaEventCreate(&t0)) || LSTMD_CUDA_FAILED(cudaEventCreate(&t1)))) {
+    if (t0) cudaEventDestroy(t0);
+    return LSTMD_ECUDA;
+  }
   double best_ms = 0.0;
-  for (int trial = 0; trial < 2 * LSTMD_RNN_ALGO_COUNT; trial++) {
-    const int a = trial / 2, first = trial == 0; /* standard, unpacked: must work */
-    lc.algo = a;
-    lc.packed = trial % 2;
+  char tried[768] = "", one[96];
+  int prev_ok = 0, n_tried = 0;
+  for (int i = 0; i < n && !(m->lstm && !timed); i++) {
+    const struct lstmd_cuda_lstm_choice *c = &cand[i];
+    if (c->default_math && prev_ok) continue; /* the tensor-op one before it ran: no retry */
     struct lstmd_cudnn_lstm *l = NULL;
-    int r = lstmd_cudnn_lstm_create(m->dnn, &lc, &l);
-    if (r == LSTMD_EUNSUPPORTED) continue;
-    if (r && first) { rc = r; break; } /* the standard algorithm must work */
-    if (r) { /* e.g. out of memory beside the best so far: that candidate is skipped */
-      cudaGetLastError();
-      continue;
-    }
-    lstmd_cudnn_lstm_set_quiet(l, !first);
-    float ms = 0.0f;
-    r = lstm_trial(m, l); /* warm-up (and the first call's set-up) */
-    if (!r && cudaEventRecord(t0, m->stream) != cudaSuccess) r = LSTMD_ECUDA;
-    for (int i = 0; !r && i < 3; i++) r = lstm_trial(m, l);
-    if (!r && (cudaEventRecord(t1, m->stream) != cudaSuccess || cudaEventSynchronize(t1) != cudaSuccess ||
-               cudaEventElapsedTime(&ms, t0, t1) != cudaSuccess))
-      r = LSTMD_ECUDA;
-    if (r) { /* this algorithm fails at run time: drain and clear, try the next */
-      cudaStreamSynchronize(m->stream);
-      cudaGetLastError();
-      lstmd_cudnn_lstm_destroy(l);
-      if (first) { rc = r; break; }
-      continue;
-    }
-    lstmd_cudnn_lstm_set_quiet(l, 0);
-    if (!m->lstm || ms / 3.0 < best_ms) {
+    double ms = 0.0;
+    const int r = try_candidate(m, c, 1, t0, t1, &ms, &l);
+    prev_ok = r == LSTMD_OK;
+    describe_choice(m, c, one, sizeof one);
+    n_tried++;
+    if (strlen(tried) + strlen(one) + 4 < sizeof tried)
+      snprintf(tried + strlen(tried), sizeof tried - strlen(tried), "%s%s", i ? "; " : "", one);
+    if (r) continue; /* refused, or e.g. out of memory beside the best so far: skipped */
+    if (!m->lstm || ms < best_ms) {
       lstmd_cudnn_lstm_destroy(m->lstm);
       m->lstm = l;
-      m->algo = a;
-      m->packed = lc.packed;
-      best_ms = ms / 3.0;
+      m->choice = *c;
+      best_ms = ms;
     } else {
       lstmd_cudnn_lstm_destroy(l);
     }
   }
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
-  m->trial_ms = best_ms;
-  if (!rc && !m->lstm) {
-    lstmd_errorf("cuDNN supports none of its LSTM algorithms for this shape and type");
-    rc = LSTMD_EUNSUPPORTED;
+  if (t0 && LSTMD_CUDA_FAILED(cudaEventDestroy(t0))) return LSTMD_ECUDA;
+  if (t1 && LSTMD_CUDA_FAILED(cudaEventDestroy(t1))) return LSTMD_ECUDA;
+  m->trial_ms = timed ? best_ms : 0.0;
+  if (!m->lstm) { /* the first candidate once more, with cuDNN's messages on */
+    double ms = 0.0;
+    const int r = try_candidate(m, &cand[0], 0, NULL, NULL, &ms, &m->lstm);
+    if (r) {
+      if (timed)
+        lstmd_errorf("cuDNN runs none of its LSTM set-ups for this shape and type (%d tried: %s)",
+                     n_tried, tried);
+      else
+        lstmd_errorf("cuDNN LSTM %s %s failed its trial forward+backward (tried: %s)",
+                     m->cfg.force_choice ? "choice" : "algorithm", lstmd_rnn_algo_name(cand[0].algo),
+                     tried);
+      return r == LSTMD_ENOMEM ? r : LSTMD_EUNSUPPORTED;
+    }
+    m->choice = cand[0];
   }
-  /* The trials accumulated weight gradients of uninitialised weights: start from zero. */
-  if (!rc) rc = lstmd_cudnn_lstm_zero_dweights(m->lstm);
-  return rc;
+  /* The trials accumulated weight gradients: start from zero. */
+  return lstmd_cudnn_lstm_zero_dweights(m->lstm);
 }
 
 int lstmd_cuda_model_create(const struct lstmd_cuda_model_config *cfg, void *stream,
@@ -256,32 +354,31 @@ int lstmd_cuda_model_create(const struct lstmd_cuda_model_config *cfg, void *str
     rc = LSTMD_ECUDA;
   if (!rc) rc = alloc_activations(m);
   if (!rc) rc = choose_lstm(m);
-  struct lstmd_cuda_segment *segs = NULL;
+  struct lstmd_cuda_segment *segs = NULL; /* [2][16·L]: flat → weight space, and back */
   if (!rc) {
-    segs = malloc(sizeof *segs * 16 * lay->layers);
+    segs = malloc(sizeof *segs * 2 * 16 * lay->layers);
     rc = segs ? lstmd_cudnn_lstm_weight_map(m->lstm, lay->off_w_ih, lay->off_w_hh, lay->off_b_ih,
                                             lay->off_b_hh, segs)
               : LSTMD_ENOMEM;
   }
   if (!rc) {
     m->n_segs = 16 * lay->layers;
-    for (int i = 0; i < m->n_segs; i++)
-      if (segs[i].count > m->max_seg) m->max_seg = segs[i].count;
-    if (LSTMD_CUDA_FAILED(cudaMemcpy(m->segs, segs, sizeof *segs * m->n_segs, cudaMemcpyHostToDevice)))
-      rc = LSTMD_ECUDA;
+    struct lstmd_cuda_segment *back = segs + m->n_segs;
     for (int i = 0; i < m->n_segs; i++) { /* the same pieces, weight space → flat */
-      const size_t flat = segs[i].src_offset;
-      segs[i].src_offset = segs[i].dst_offset;
-      segs[i].dst_offset = flat;
+      if (segs[i].count > m->max_seg) m->max_seg = segs[i].count;
+      back[i] = (struct lstmd_cuda_segment){segs[i].dst_offset, segs[i].src_offset, segs[i].count};
     }
-    if (!rc && LSTMD_CUDA_FAILED(cudaMemcpy(m->segs_back, segs, sizeof *segs * m->n_segs,
-                                      cudaMemcpyHostToDevice)))
+    /* On the model's stream, after the zeroing (see 2. above); synchronised below, before
+     * segs is freed and before any use. */
+    if (LSTMD_CUDA_FAILED(cudaMemcpyAsync(m->segs, segs, sizeof *segs * m->n_segs,
+                                          cudaMemcpyHostToDevice, m->stream)) ||
+        LSTMD_CUDA_FAILED(cudaMemcpyAsync(m->segs_back, back, sizeof *segs * m->n_segs,
+                                          cudaMemcpyHostToDevice, m->stream)))
       rc = LSTMD_ECUDA;
   }
+  /* Everything above was enqueued on our stream: done before the caller's streams use it. */
+  if (LSTMD_CUDA_FAILED(cudaStreamSynchronize(m->stream)) && !rc) rc = LSTMD_ECUDA;
   free(segs);
-  /* Everything above on the legacy stream (cudaMemcpy) or ours must be done before the
-   * caller's non-blocking streams use it. */
-  if (!rc && LSTMD_CUDA_FAILED(cudaDeviceSynchronize())) rc = LSTMD_ECUDA;
   if (rc) {
     lstmd_cuda_model_destroy(m);
     return rc;
@@ -304,8 +401,12 @@ struct lstmd_cuda_inputs *lstmd_cuda_model_inputs(struct lstmd_cuda_model *m) { 
 
 int lstmd_cuda_model_algo(const struct lstmd_cuda_model *m, double *trial_ms, int *packed) {
   if (trial_ms) *trial_ms = m->trial_ms;
-  if (packed) *packed = m->packed;
-  return m->algo;
+  if (packed) *packed = m->choice.packed;
+  return m->choice.algo;
+}
+
+void lstmd_cuda_model_choice(const struct lstmd_cuda_model *m, struct lstmd_cuda_lstm_choice *out) {
+  *out = m->choice;
 }
 
 size_t lstmd_cuda_model_device_bytes(const struct lstmd_cuda_model *m) {
@@ -326,7 +427,6 @@ int lstmd_cuda_model_forward(struct lstmd_cuda_model *m, const float *params, fl
   const struct lstmd_cuda_model_layout *l = &m->cfg.layout;
   const int N = m->cfg.steps * m->cfg.batch, H = l->hidden, O = output_width(l);
   const int I = input_width(l);
-  const size_t S = (size_t)l->layers * m->cfg.batch * H, es = lstmd_dtype_bytes(m->cfg.dtype);
   const float one = 1.0f, zero = 0.0f;
   const float *scale_by = training ? m->loss_scale : NULL;
   if (l->text)
@@ -338,9 +438,9 @@ int lstmd_cuda_model_forward(struct lstmd_cuda_model *m, const float *params, fl
   const void *x_rnn = lstm_input(m);
   /* The final state goes to the other buffer, so the initial one stays intact for backward. */
   const char *hx = m->state_zero ? NULL : (const char *)m->state[m->cur];
-  const char *cx = hx ? hx + S * es : NULL;
+  const char *cx = hx ? hx + m->c_off : NULL;
   char *hy = carry_state ? (char *)m->state[1 - m->cur] : NULL;
-  char *cy = hy ? hy + S * es : NULL;
+  char *cy = hy ? hy + m->c_off : NULL;
   LSTMD_TRY(lstmd_cudnn_lstm_forward(m->lstm, training, x_rnn, m->y_rnn, hx, cx, hy, cy));
   m->bw_x = x_rnn;
   m->bw_hx = hx;
@@ -432,9 +532,13 @@ int lstmd_cuda_model_get_state(struct lstmd_cuda_model *m, float *h, float *c) {
     memset(c, 0, S * sizeof(float));
     return LSTMD_OK;
   }
-  LSTMD_TRY(lstmd_cuda_cast(2 * S, m->state[m->cur], m->cfg.dtype, m->state_f, LSTMD_DT_F32, m->stream));
+  const char *st = m->state[m->cur];
+  LSTMD_TRY(lstmd_cuda_cast(S, st, m->cfg.dtype, m->state_f, LSTMD_DT_F32, m->stream));
+  LSTMD_TRY(lstmd_cuda_cast(S, st + m->c_off, m->cfg.dtype, m->state_f + m->cf_off, LSTMD_DT_F32,
+                            m->stream));
   LSTMD_CHECK_CUDA(cudaMemcpyAsync(h, m->state_f, S * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
-  LSTMD_CHECK_CUDA(cudaMemcpyAsync(c, m->state_f + S, S * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+  LSTMD_CHECK_CUDA(cudaMemcpyAsync(c, m->state_f + m->cf_off, S * sizeof(float),
+                                   cudaMemcpyDeviceToHost, m->stream));
   LSTMD_CHECK_CUDA(cudaStreamSynchronize(m->stream));
   return LSTMD_OK;
 }
@@ -442,8 +546,12 @@ int lstmd_cuda_model_get_state(struct lstmd_cuda_model *m, float *h, float *c) {
 int lstmd_cuda_model_set_state(struct lstmd_cuda_model *m, const float *h, const float *c) {
   const size_t S = (size_t)m->cfg.layout.layers * m->cfg.batch * m->cfg.layout.hidden;
   LSTMD_CHECK_CUDA(cudaMemcpyAsync(m->state_f, h, S * sizeof(float), cudaMemcpyHostToDevice, m->stream));
-  LSTMD_CHECK_CUDA(cudaMemcpyAsync(m->state_f + S, c, S * sizeof(float), cudaMemcpyHostToDevice, m->stream));
-  LSTMD_TRY(lstmd_cuda_cast(2 * S, m->state_f, LSTMD_DT_F32, m->state[m->cur], m->cfg.dtype, m->stream));
+  LSTMD_CHECK_CUDA(cudaMemcpyAsync(m->state_f + m->cf_off, c, S * sizeof(float),
+                                   cudaMemcpyHostToDevice, m->stream));
+  char *st = m->state[m->cur];
+  LSTMD_TRY(lstmd_cuda_cast(S, m->state_f, LSTMD_DT_F32, st, m->cfg.dtype, m->stream));
+  LSTMD_TRY(lstmd_cuda_cast(S, m->state_f + m->cf_off, LSTMD_DT_F32, st + m->c_off, m->cfg.dtype,
+                            m->stream));
   LSTMD_CHECK_CUDA(cudaStreamSynchronize(m->stream));
   m->state_zero = 0;
   return LSTMD_OK;

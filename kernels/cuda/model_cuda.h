@@ -35,6 +35,14 @@ struct lstmd_cuda_model_layout {
   size_t off_head_w, off_head_b;
 };
 
+/* One cuDNN LSTM set-up: what lstmd_cuda_model_create chooses and what it can be told to use. */
+struct lstmd_cuda_lstm_choice {
+  int algo;         /* enum lstmd_rnn_algo (lstm_cudnn.h) */
+  int packed;       /* 1: the packed data layout (see lstm_cudnn.h) */
+  int default_math; /* 1: fp16 with CUDNN_DEFAULT_MATH instead of tensor-op math (see
+                     * lstmd_cudnn_lstm_math_type); 0 for every other type */
+};
+
 struct lstmd_cuda_model_config {
   struct lstmd_cuda_model_layout layout;
   int steps, batch;        /* T, B */
@@ -42,8 +50,33 @@ struct lstmd_cuda_model_config {
   int allow_tf32;          /* fp32: TF32 tensor cores in cuDNN and cuBLAS */
   float dropout;           /* cuDNN dropout between layers (training only) */
   unsigned long long seed; /* of the dropout states */
-  int algo;                /* enum lstmd_rnn_algo, or -1: time each and keep the fastest */
+  int algo;                /* enum lstmd_rnn_algo to force one (its layouts and math types are
+                            * tried in turn, the first that runs is kept), or -1: time every
+                            * candidate and keep the fastest */
+  int force_choice;        /* 1: use exactly `choice` (no timing, no other candidate); overrides
+                            * algo and LSTMD_CUDNN_ALGO. 0 (what a zeroed config says): choose. */
+  struct lstmd_cuda_lstm_choice choice;
 };
+
+/* Reproducible multi-rank runs. Timing can pick different cuDNN algorithms on different ranks
+ * (different numerics, and a weight-gradient layout that need not match). The intended use:
+ * rank 0 creates its model with force_choice = 0, reads lstmd_cuda_model_choice, broadcasts the
+ * three ints; the other ranks create theirs with force_choice = 1 and that choice. A rank where
+ * the choice does not run gets LSTMD_EUNSUPPORTED, which the ranks must vote on (fail together).
+ * The engine does the broadcast; this module only takes and reports the choice. */
+
+enum { LSTMD_CUDA_MAX_CANDIDATES = 2 * 2 * 4 }; /* algorithms × layouts × fp16 math types */
+
+/* The cuDNN set-ups lstmd_cuda_model_create tries for cfg, in order, into out (room for
+ * LSTMD_CUDA_MAX_CANDIDATES): algorithms in enum order, each unpacked then packed, and for fp16
+ * each tensor-op candidate followed by its default-math retry (tried only when the tensor-op one
+ * fails to build or run). *timed = 1 when every one is timed and the fastest kept, 0 when the
+ * first one that runs its trial forward+backward is kept (a forced algorithm or choice).
+ * Reads LSTMD_CUDNN_ALGO (see lstmd_cuda_model_create) unless cfg->force_choice. Needs no
+ * device. Returns the count (> 0), or LSTMD_ECONFIG (bad LSTMD_CUDNN_ALGO) / LSTMD_EINVAL (bad
+ * algo or choice) after printing why. */
+int lstmd_cuda_model_candidates(const struct lstmd_cuda_model_config *cfg,
+                                struct lstmd_cuda_lstm_choice *out, int *timed);
 
 /* The batch buffers on the device that the caller fills before a step (sequence-major). */
 struct lstmd_cuda_inputs {
@@ -59,9 +92,13 @@ typedef int (*lstmd_cuda_ready_fn)(void *ctx, size_t first);
 struct lstmd_cuda_model;
 
 /* Creates cuBLAS/cuDNN handles on `stream` (a cudaStream_t) of the current device, chooses the
- * cuDNN algorithm (cfg->algo, or the fastest that works; the environment variable
- * LSTMD_CUDNN_ALGO=standard|persist_static|persist_dynamic|persist_static_small_h forces one)
- * and allocates everything. Returns 0 or a status after printing why. */
+ * cuDNN set-up (lstmd_cuda_model_candidates: cfg->choice when forced; else cfg->algo, or the
+ * fastest that works; the environment variable
+ * LSTMD_CUDNN_ALGO=standard|persist_static|persist_dynamic|persist_static_small_h forces an
+ * algorithm like cfg->algo) and allocates everything. Every candidate kept has run one forward
+ * + backward on the device (on zeroed weights); a forced algorithm or choice none of whose
+ * candidates runs gives LSTMD_EUNSUPPORTED naming it. All set-up work is on `stream`, which is
+ * synchronised before returning. Returns 0 or a status after printing why. */
 int lstmd_cuda_model_create(const struct lstmd_cuda_model_config *cfg, void *stream,
                             struct lstmd_cuda_model **out);
 void lstmd_cuda_model_destroy(struct lstmd_cuda_model *m);
@@ -70,6 +107,9 @@ struct lstmd_cuda_inputs *lstmd_cuda_model_inputs(struct lstmd_cuda_model *m);
 /* The algorithm in use, how long one forward+backward took when they were timed (0 if not),
  * and whether the packed data layout is used (see lstm_cudnn.h). */
 int lstmd_cuda_model_algo(const struct lstmd_cuda_model *m, double *trial_ms, int *packed);
+/* The full set-up in use (algorithm, layout, math): what another rank passes as cfg->choice
+ * with force_choice = 1 to run the same one. */
+void lstmd_cuda_model_choice(const struct lstmd_cuda_model *m, struct lstmd_cuda_lstm_choice *out);
 size_t lstmd_cuda_model_device_bytes(const struct lstmd_cuda_model *m);
 
 /* Refreshes the cuDNN weight space from the fp32 master parameters (device, [n_params]). */
