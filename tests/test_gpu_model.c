@@ -592,8 +592,8 @@ static void test_checkpoint_round_trip(void) {
   if (!rc) rc = lstmd_checkpoint_load_train(path, g, og, &p, NULL);
   struct lstmd_engine *d2 = rc ? NULL : make_engine(g, 0, LSTMD_PRECISION_FP32, 1);
   if (!rc && !d2) rc = LSTMD_ECUDA;
-  if (!rc) rc = d2->ops->set_state(d2, p.state_h, p.state_c);
   if (!rc) rc = d2->ops->start(d2, og, &p);
+  if (!rc) rc = d2->ops->set_state(d2, p.state_h, p.state_c);
   if (!rc) check_round_trip_exact(d2, g, og, &p, m, o, h1, c1, S, path2, &meta);
   if (!rc) rc = train(d2, og, g, b + 2, 2, 2, 1, loss_trip + 2);
   if (!rc) rc = d2->ops->sync_host(d2, og, &p);

@@ -116,7 +116,8 @@ struct lstmd_engine_ops {
   /* Collective: the carried state of every rank as [L, global batch, H] into h and c on
    * rank 0 (the global batch: data-parallel replicas × B). */
   int (*gather_state)(struct lstmd_engine *e, float *h, float *c);
-  /* This rank's part of a global [L, global batch, H] state (the same arrays on every rank). */
+  /* This rank's part of a global [L, global batch, H] state (the same arrays on every rank).
+   * After start. */
   int (*set_state)(struct lstmd_engine *e, const float *h, const float *c);
   /* fp16: the current loss scale; 0 for the other precisions. */
   double (*loss_scale)(const struct lstmd_engine *e);

@@ -33,7 +33,10 @@
  *    fp16 loss scale lives in that device state, and the loss kernels read it from there. The
  *    host reads the state (o->step, the norm, the scale, a non-finite norm or an fp16 give-up)
  *    at logged steps and before checkpoints; after a non-finite norm the device updates nothing
- *    more, so the parameters a checkpoint would see are never the broken ones. */
+ *    more, so the parameters a checkpoint would see are never the broken ones.
+ * 5. The cuDNN model is made in start, collectively: rank 0 times cuDNN's algorithms, layouts
+ *    and math types on the real shape and the others take its choice, so every rank runs the
+ *    same kernels and a run is reproducible (timing alone could pick differently per rank). */
 #define _GNU_SOURCE
 #include "engine_gpu.h"
 
@@ -65,6 +68,7 @@ struct gpu_engine {
   struct lstmd_engine base;
   int dtype, fp16;
   cudaStream_t compute, copy, comm_stream;
+  struct lstmd_cuda_model_config mc; /* made in start, with rank 0's cuDNN choice (see 5.) */
   struct lstmd_cuda_model *cm;
   struct lstmd_nccl *nccl; /* NULL with one rank */
   float *params, *grads, *m, *v; /* device [n_params] */
@@ -192,17 +196,12 @@ int lstmd_engine_gpu_create(const struct lstmd_engine *base, struct lstmd_engine
   if (!rc) rc = create_streams(g);
   if (!rc) rc = alloc_buffers(g);
   if (!rc && LSTMD_CUDA_FAILED(cudaDeviceSynchronize())) rc = LSTMD_ECUDA; /* the zeroing */
-  if (!rc) {
-    struct lstmd_cuda_model_config mc = {.steps = cfg->seq_len, .batch = cfg->batch,
-                                         .dtype = g->dtype,
-                                         .allow_tf32 = cfg->precision == LSTMD_PRECISION_TF32,
-                                         .dropout = cfg->dropout,
-                                         .seed = cfg->seed * 1000003ULL + (unsigned)base->rank,
-                                         .algo = -1};
-    lstmd_gpu_model_layout(base->model, &mc.layout);
-    rc = lstmd_cuda_model_create(&mc, g->compute, &g->cm);
-  }
-  if (!rc && g->fp16) lstmd_cuda_model_scale_gradients_by(g->cm, &g->d_state->scaler.scale);
+  /* The model itself is made in gpu_start (see 5.). */
+  g->mc = (struct lstmd_cuda_model_config){
+      .steps = cfg->seq_len, .batch = cfg->batch, .dtype = g->dtype,
+      .allow_tf32 = cfg->precision == LSTMD_PRECISION_TF32, .dropout = cfg->dropout,
+      .seed = cfg->seed * 1000003ULL + (unsigned)base->rank, .algo = -1};
+  lstmd_gpu_model_layout(base->model, &g->mc.layout);
   if (rc) {
     gpu_destroy(&g->base);
     return rc;
@@ -240,8 +239,35 @@ static void gpu_destroy(struct lstmd_engine *e) {
   free(g);
 }
 
+/* The model on every rank with rank 0's cuDNN set-up (see 5.): rank 0 times the candidates,
+ * the ranks vote on its success, it broadcasts the choice, the others make theirs with it
+ * forced, and the ranks vote again. Collective. */
+static int create_model(struct gpu_engine *g) {
+  struct lstmd_comm *c = g->base.comm;
+  const int several = g->base.world > 1, root = g->base.rank == 0;
+  int rc = root || !several ? lstmd_cuda_model_create(&g->mc, g->compute, &g->cm) : LSTMD_OK;
+  if (several) {
+    LSTMD_TRY(lstmd_comm_agree(c, rc, NULL));
+    int choice[3] = {0, 0, 0};
+    if (root) {
+      struct lstmd_cuda_lstm_choice ch;
+      lstmd_cuda_model_choice(g->cm, &ch);
+      choice[0] = ch.algo, choice[1] = ch.packed, choice[2] = ch.default_math;
+    }
+    LSTMD_TRY(lstmd_comm_bcast(c, choice, sizeof choice, 0));
+    if (!root) {
+      g->mc.force_choice = 1;
+      g->mc.choice = (struct lstmd_cuda_lstm_choice){choice[0], choice[1], choice[2]};
+      rc = lstmd_cuda_model_create(&g->mc, g->compute, &g->cm);
+    }
+    rc = lstmd_comm_agree(c, rc, NULL);
+  }
+  if (!rc && g->fp16) lstmd_cuda_model_scale_gradients_by(g->cm, &g->d_state->scaler.scale);
+  return rc;
+}
+
 /* Collectives first, so that a local failure below cannot leave another rank inside one: the
- * fp16 loss scale from rank 0, then (several ranks) the NCCL communicator. */
+ * fp16 loss scale from rank 0, then (several ranks) the NCCL communicator and the model. */
 static int gpu_start(struct lstmd_engine *e, const struct lstmd_optim *o,
                      const struct lstmd_train_progress *p) {
   struct gpu_engine *g = gpu_of(e);
@@ -250,6 +276,7 @@ static int gpu_start(struct lstmd_engine *e, const struct lstmd_optim *o,
   if (g->fp16 && g->base.world > 1) LSTMD_TRY(lstmd_comm_bcast(g->base.comm, saved, sizeof saved, 0));
   if (g->base.world > 1 && !g->nccl)
     LSTMD_TRY(lstmd_nccl_create(g->base.comm, g->base.model->n_params, g->base.cfg.comm_timeout_s, &g->nccl));
+  if (!g->cm) LSTMD_TRY(create_model(g));
   struct lstmd_optim_state *st = &g->seen; /* the device's state starts from the host's */
   if (g->fp16 && saved[0] > 0.0)
     LSTMD_TRY(lstmd_loss_scaler_restore(&st->scaler, saved[0], (long)saved[1]));

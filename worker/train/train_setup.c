@@ -230,13 +230,14 @@ int lstmd_run_setup(struct run *r, const char *resume_path) {
     local = lstmd_batcher_set_cursor(r->batcher, r->progress.cursor);
     if (local && r->rank == 0)
       lstmd_errorf("%s: its data cursor does not fit this run (a damaged checkpoint?)", resume_path);
-    if (!local && r->progress.state_h)
-      local = r->engine->ops->set_state(r->engine, r->progress.state_h, r->progress.state_c);
   }
   if (!rc && !local) local = lstmd_prefetch_start(r->prefetch); /* after the cursor is set */
   if (!rc) rc = lstmd_comm_agree(r->comm, local, NULL);
   if (!rc) /* collective; a failure of one rank (e.g. device memory) is then voted on */
     rc = lstmd_comm_agree(r->comm, r->engine->ops->start(r->engine, r->optim, &r->progress), NULL);
+  if (!rc && r->resumed && r->progress.state_h) /* after start (engine.h) */
+    rc = lstmd_comm_agree(r->comm, r->engine->ops->set_state(r->engine, r->progress.state_h,
+                                                             r->progress.state_c), NULL);
   return rc;
 }
 
