@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# gpu_run.sh [checks|bench|all] — on the GPU machine, from the repository root, with the
+# .runtime/ folder of bench/gpu_pack.sh beside it: lstmd's first GPU run as one command.
+#
+#   checks (about 5 minutes): the machine (nvidia-smi, `lstmd doctor`, libraries not found),
+#          every `gpu`-labelled test binary (CUDA kernels vs float64, cuDNN vs the CPU backend,
+#          the cuDNN set-up, the optimizer's device decisions, NCCL with 1 rank and the
+#          host-staged fallback with 2 ranks on the one GPU), then `lstmd train` on the GPU in
+#          each precision (fp32, tf32, bf16, fp16) and with 2 ranks on one GPU, each against
+#          the same run on the CPU (first-step loss within 1e-3 relative).
+#   bench  (about 8 minutes): bench/bench_gpu.sh (lstmd vs PyTorch nn.LSTM + AMP, MFU).
+#
+# Logs go to $OUT (the device tool's folder, else ./gpu-run-out): gpu-run-<stage>.log with a
+# PASS/FAIL/SKIP summary at its end, and for bench the results file named after the GPU and the
+# date, ready to commit under bench/results/. Exit status: the number of failed checks (0: all
+# passed or skipped).
+#
+# CUDA's libraries come from the machine: the nvidia/*/lib folders of python3's pip wheels
+# (cuDNN, NCCL, cuBLAS, the CUDA runtime), then /usr/local/cuda/lib64.
+set -uo pipefail
+STAGE=${1:-all}
+case $STAGE in checks | bench | all) ;; *) echo "usage: gpu_run.sh [checks|bench|all]" >&2; exit 2 ;; esac
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PACK=$ROOT/.runtime
+OUT=${OUT:-$ROOT/gpu-run-out}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/gpu-run-$STAGE.log") 2>&1
+[[ -f "$PACK/runtime.tar.xz" ]] || { echo "gpu_run.sh: no $PACK/runtime.tar.xz: run bench/gpu_pack.sh here and carry .runtime"; exit 2; }
+
+RT=${TMPDIR:-/tmp}/lstmd-runtime
+rm -rf "$RT" && mkdir -p "$RT" && tar -xJf "$PACK/runtime.tar.xz" -C "$RT"
+# shellcheck source=/dev/null
+source "$RT/env.sh"
+nv_libs=$(python3 - <<'EOF' 2>/dev/null
+import os
+try:
+    import nvidia
+    print(":".join(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in sorted(os.listdir(p))
+                   if os.path.isdir(os.path.join(p, d, "lib"))))
+except ImportError:
+    pass
+EOF
+)
+export LD_LIBRARY_PATH=${nv_libs:+$nv_libs:}/usr/local/cuda/lib64:$LD_LIBRARY_PATH
+BIN=$PACK/bin
+LSTMD=$BIN/lstmd
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/lstmd-gpu-run.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+declare -a SUMMARY
+failed=0
+
+# check NAME LIMIT_S COMMAND...: runs it, exit 0 PASS, 77 SKIP, else FAIL.
+check() {
+  local name=$1 limit=$2 rc t0=$SECONDS
+  shift 2
+  echo "=== $name: $*"
+  if declare -F "$1" >/dev/null; then "$@"; else timeout "$limit" "$@"; fi # functions time their own
+  rc=$?
+  local verdict=FAIL
+  [[ $rc -eq 0 ]] && verdict=PASS
+  [[ $rc -eq 77 ]] && verdict=SKIP
+  [[ $verdict == FAIL ]] && failed=$((failed + 1))
+  SUMMARY+=("$(printf '%-5s %-34s exit %-3s %4ss' "$verdict" "$name" "$rc" $((SECONDS - t0)))")
+  echo "=== $name: $verdict (exit $rc)"
+}
+
+# train_vs_cpu PRECISION NP: a few steps on the GPU; the first logged loss against the CPU's.
+# shellcheck disable=SC2317 # called through check
+train_vs_cpu() {
+  local p=$1 np=$2 dir=$TMP/train-$1-$2
+  local common=(--set data.path="$TMP/ds" --set data.seq_len=64 --set data.batch_size=16
+                --set model.embed=32 --set model.hidden=256 --set model.layers=2
+                --set train.steps=20 --set train.log_every=1 --set train.eval_every=10
+                --set train.checkpoint_every=0 --set optim.lr=0.002)
+  timeout 240 mpirun -np "$np" "$LSTMD" train "${common[@]}" --set train.device=cuda --set train.precision="$p" \
+    --set train.run_dir="$dir/gpu" >"$dir.gpu.log" 2>&1 || { tail -20 "$dir.gpu.log"; return 1; }
+  timeout 240 mpirun -np "$np" "$LSTMD" train "${common[@]}" --set train.device=cpu --set train.steps=1 \
+    --set train.run_dir="$dir/cpu" >"$dir.cpu.log" 2>&1 || { tail -20 "$dir.cpu.log"; return 1; }
+  grep -m1 'compute:' "$dir.gpu.log"
+  python3 - "$dir/gpu/metrics.jsonl" "$dir/cpu/metrics.jsonl" "$p" <<'EOF'
+import json, sys
+def steps(path):
+    return [json.loads(l) for l in open(path) if '"step"' in l and '"loss"' in l]
+gpu, cpu = steps(sys.argv[1]), steps(sys.argv[2])
+g0, c0 = gpu[0]["loss"], cpu[0]["loss"]
+tol = 1e-3 if sys.argv[3] in ("fp32", "tf32") else 2e-2
+print("step 1 loss: GPU %.6f, CPU %.6f (rel %.2e, tolerance %g); step %d loss %.4f; %.0f tokens/s"
+      % (g0, c0, abs(g0 - c0) / c0, tol, gpu[-1]["step"], gpu[-1]["loss"], gpu[-1]["tokens_per_s"]))
+sys.exit(0 if abs(g0 - c0) / c0 <= tol and gpu[-1]["loss"] < g0 else 1)
+EOF
+}
+
+echo "== lstmd GPU run ($STAGE), $(date -u '+%F %T UTC'), $(hostname)"
+cat "$PACK/PACKED"
+nvidia-smi -L
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+if [[ $STAGE != bench ]]; then
+  check "lstmd doctor --device cuda" 60 "$LSTMD" doctor --device cuda
+  check "no library missing" 30 bash -c "! ldd $BIN/* | grep 'not found'"
+  check "test_gpu_logic" 120 "$BIN/test_gpu_logic"
+  check "test_kernels_cuda" 120 "$BIN/test_kernels_cuda"
+  check "test_convert_cuda" 120 "$BIN/test_convert_cuda"
+  check "test_cudnn_lstm" 300 "$BIN/test_cudnn_lstm"
+  check "test_gpu_model" 300 "$BIN/test_gpu_model"
+  check "test_nccl (1 rank)" 120 mpirun -np 1 "$BIN/test_nccl"
+  check "test_nccl (2 ranks, one GPU)" 120 mpirun -np 2 "$BIN/test_nccl"
+  "$LSTMD" prepare text --input "$ROOT/data/fortunes.txt" --out "$TMP/ds" >/dev/null 2>&1
+  for p in fp32 tf32 bf16 fp16; do check "train $p vs CPU" 300 train_vs_cpu "$p" 1; done
+  check "train bf16, 2 ranks on one GPU" 300 train_vs_cpu bf16 2
+fi
+if [[ $STAGE != checks ]]; then
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr -c 'A-Za-z0-9\n' '-' | tr -s '-')
+  results="$OUT/gpu-${gpu,,}-$(date -u +%F).txt"
+  check "bench_gpu.sh" 540 env BENCH_OUT="$results" "$ROOT/bench/bench_gpu.sh" "$LSTMD"
+fi
+echo
+echo "== summary ($STAGE): $failed failed"
+printf '%s\n' "${SUMMARY[@]}"
+exit "$failed"
