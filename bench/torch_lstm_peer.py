@@ -5,17 +5,21 @@ Same model and step as `lstmd train` with bench/char_lm_h512.ini:
   nn.Embedding(V, 64) -> nn.LSTM(64, 512, num_layers=2), seq-major [T, B] -> nn.Linear(512, V)
   -> cross-entropy (mean over T*B targets), fp32, AdamW(lr 2e-3, weight_decay 0),
   clip_grad_norm_(1.0); T=128, B=32, V=109, random token ids.
-Run with Debian's torch (/usr/bin/python3) and OPENBLAS_CORETYPE set before the process starts.
+Runs on Debian's torch 1.13 (/usr/bin/python3) and on PyPI's torch 2.x (bench/torch2_env.sh).
 Debian's torch does its GEMMs in the system OpenBLAS (libblas.so.3 -> openblas-pthread), which uses
-all cores for every GEMM whatever torch.set_num_threads says; --threads only sets torch's own
-(OpenMP) intra-op threads. On a 2-core VM, --threads 2 with libgomp's default spin-waiting makes
-the OpenMP and OpenBLAS threads fight for the cores (measured: ~10x slower); bench_cpu.sh runs it
-with OMP_WAIT_POLICY=passive (must be in the environment before the process starts).
+all cores for every GEMM whatever torch.set_num_threads says, on the kernels OPENBLAS_CORETYPE
+names (set before the process starts); --threads only sets torch's own (OpenMP) intra-op threads.
+On a 2-core VM, --threads 2 with libgomp's default spin-waiting makes the OpenMP and OpenBLAS
+threads fight for the cores (measured: ~10x slower); bench_cpu.sh runs it with
+OMP_WAIT_POLICY=passive (must be in the environment before the process starts).
+PyPI's torch 2.x links MKL and oneDNN statically and runs them on its own OpenMP threads, which
+torch.set_num_threads sets (no OpenBLAS in the process, OPENBLAS_CORETYPE is irrelevant there).
 Prints one parseable line:  torch_peer threads=N ... tokens_per_s=Y ...
 """
 import argparse
 import ctypes
 import os
+import re
 import sys
 import time
 
@@ -35,14 +39,25 @@ class CharLM(nn.Module):
         return self.head(out)
 
 
-def openblas_info():
-    """Kernels and threads of the OpenBLAS that torch loaded (same library instance)."""
+def blas_info():
+    """(blas, openblas core, openblas threads) of the BLAS torch computes with: the OpenBLAS loaded
+    in this process if any (Debian's torch: the same library instance, so its kernels and
+    threads), else torch's BLAS_INFO (PyPI's torch 2.x: 'mkl', '-', -1). Never loads an OpenBLAS
+    just to ask it (that would be a second instance, not the one torch uses)."""
     try:
-        lib = ctypes.CDLL("libopenblas.so.0")
-        lib.openblas_get_corename.restype = ctypes.c_char_p
-        return lib.openblas_get_corename().decode(), lib.openblas_get_num_threads()
-    except (OSError, AttributeError):
-        return "unknown", -1
+        with open("/proc/self/maps") as f:
+            loaded = [ln.split()[-1] for ln in f if "libopenblas" in ln]
+    except OSError:
+        loaded = []
+    if loaded:
+        try:
+            lib = ctypes.CDLL(loaded[0])
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            return "openblas", lib.openblas_get_corename().decode(), lib.openblas_get_num_threads()
+        except (OSError, AttributeError):
+            return "openblas", "unknown", -1
+    m = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
+    return (m.group(1) if m else "unknown"), "-", -1
 
 
 def main():
@@ -78,7 +93,7 @@ def main():
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        return loss
+        return loss.detach()
 
     for i in range(args.warmup):
         step(i)
@@ -89,13 +104,14 @@ def main():
         done += 1
         if args.max_seconds > 0 and time.perf_counter() - t0 > args.max_seconds:
             break
-    loss = float(loss)  # sync (CPU: already done)
+    loss = loss.item()  # sync (CPU: already done)
     dt = time.perf_counter() - t0
     rate = done * T * B / dt
-    core, blas_threads = openblas_info()
+    blas, core, blas_threads = blas_info()
+    mkldnn = int(torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled)
     print(f"torch_peer threads={torch.get_num_threads()} steps={done} seconds={dt:.3f} "
           f"tokens_per_s={rate:.0f} loss={loss:.3f} torch={torch.__version__} "
-          f"openblas_core={core} openblas_threads={blas_threads} "
+          f"blas={blas} openblas_core={core} openblas_threads={blas_threads} mkldnn={mkldnn} "
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}")
     sys.stdout.flush()
 
