@@ -1,7 +1,7 @@
 /* test_kernels_cpu.c — every CPU kernel against a straightforward float64 reference:
- * vector exp/sigmoid/tanh, LSTM layer forward and backward (BPTT), linear, embedding,
- * softmax cross-entropy, MSE, AdamW and SGD. Shapes include odd sizes so that the vectorised
- * loops' remainders are exercised. */
+ * vector exp/sigmoid/tanh, the packed recurrence GEMMs of the ISA in use (AVX-512 or AVX2),
+ * LSTM layer forward and backward (BPTT), linear, embedding, softmax cross-entropy, MSE, AdamW
+ * and SGD. Shapes include odd sizes so that the vectorised loops' remainders are exercised. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,7 +139,7 @@ static void test_lstm(int T, int B, int In, int H, int packed) {
     r.c[i] = c[i];
   }
   struct lstmd_lstm_dims d = {T, B, In, H};
-  float *wpack = packed ? zeros_f(4 * (size_t)H * H) : NULL;
+  float *wpack = packed ? zeros_f(lstmd_cpu_pack_floats(4 * H, H)) : NULL;
   if (wpack) lstmd_cpu_pack_rows(4 * H, H, whh, wpack);
   lstmd_cpu_lstm_forward(&d, wih, whh, bih, bhh, x, h, c, gates, wpack);
   ref_forward(&r);
@@ -201,7 +201,8 @@ static void test_lstm_chunked(int T, int B, int In, int H, int K, int packed) {
     h1[i] = hk[i] = (float)(r.h[i] = test_uniform(&g_seed, 0.8));
     c1[i] = ck[i] = (float)(r.c[i] = test_uniform(&g_seed, 1.5));
   }
-  float *rows = packed ? zeros_f(4 * (size_t)H * H) : NULL, *cols = packed ? zeros_f(4 * (size_t)H * H) : NULL;
+  const size_t pf = lstmd_cpu_pack_floats(4 * H, H);
+  float *rows = packed ? zeros_f(pf) : NULL, *cols = packed ? zeros_f(pf) : NULL;
   if (packed) {
     lstmd_cpu_pack_rows(4 * H, H, whh, rows);
     lstmd_cpu_pack_cols(4 * H, H, whh, cols);
@@ -376,6 +377,85 @@ static void test_optimizers(void) {
   free(p); free(g); free(m); free(v); free(q); free(h); free(buf);
 }
 
+/* The packed recurrence GEMMs of recur_gemm.h alone, for the ISA in use, against float64, for
+ * every row count M in kMs (1 .. 17: each tail of the 6-row AVX2 and 8-row AVX-512 blocks, one
+ * and several whole blocks), with padded strides as the callers' (lda, ldc > the width used):
+ *   rows: C [M,4H] += A [M,H] · W^T, W = W_hh [4H,H] packed by lstmd_cpu_pack_rows
+ *   cols: C [M,H]   = A [M,4H] · W,  W = W_hh as [4H,H] packed by lstmd_cpu_pack_cols
+ * The padding columns of C must come back untouched. */
+static void test_recur_gemm(int H) {
+  static const int kMs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 16, 17};
+  enum { kPad = 3 };
+  const int G = 4 * H, nM = (int)(sizeof kMs / sizeof kMs[0]);
+  double *rw = zeros_d((size_t)G * H);
+  float *w = rand_f((size_t)G * H, 0.4, rw);
+  float *rows = zeros_f(lstmd_cpu_pack_floats(G, H)), *cols = zeros_f(lstmd_cpu_pack_floats(G, H));
+  lstmd_cpu_pack_rows(G, H, w, rows);
+  lstmd_cpu_pack_cols(G, H, w, cols);
+  size_t n_rows = 0, n_cols = 0; /* all M together: one check line per variant */
+  for (int i = 0; i < nM; i++) {
+    n_rows += (size_t)kMs[i] * (G + kPad);
+    n_cols += (size_t)kMs[i] * (H + kPad);
+  }
+  float *got_r = malloc(n_rows * sizeof(float)), *got_c = malloc(n_cols * sizeof(float));
+  double *ref_r = zeros_d(n_rows), *ref_c = zeros_d(n_cols);
+  size_t at_r = 0, at_c = 0;
+  for (int i = 0; i < nM; i++) {
+    const int M = kMs[i], lda_r = H + kPad, ldc_r = G + kPad, lda_c = G + kPad, ldc_c = H + kPad;
+    double *ra = zeros_d((size_t)M * lda_c);
+    float *a = rand_f((size_t)M * lda_c, 1.0, ra); /* big enough for both: lda_c > lda_r */
+    float *cr = got_r + at_r, *cc = got_c + at_c;
+    double *er = ref_r + at_r, *ec = ref_c + at_c;
+    for (size_t e = 0; e < (size_t)M * ldc_r; e++) /* accumulated into, padding included */
+      er[e] = cr[e] = (float)test_uniform(&g_seed, 1.0);
+    for (size_t e = 0; e < (size_t)M * ldc_c; e++) { /* overwritten but for the padding */
+      cc[e] = (float)test_uniform(&g_seed, 1.0);
+      ec[e] = e % ldc_c < (size_t)H ? 0.0 : cc[e];
+    }
+    for (int m = 0; m < M; m++) {
+      const double *ar = ra + (size_t)m * lda_r, *ac = ra + (size_t)m * lda_c;
+      for (int n = 0; n < G; n++)
+        for (int k = 0; k < H; k++) er[(size_t)m * ldc_r + n] += ar[k] * rw[(size_t)n * H + k];
+      for (int n = 0; n < H; n++)
+        for (int k = 0; k < G; k++) ec[(size_t)m * ldc_c + n] += ac[k] * rw[(size_t)k * H + n];
+    }
+    lstmd_cpu_gemm_abt_packed(M, G, H, a, lda_r, rows, cr, ldc_r);
+    lstmd_cpu_gemm_ab_packed(M, H, G, a, lda_c, cols, cc, ldc_c);
+    at_r += (size_t)M * ldc_r;
+    at_c += (size_t)M * ldc_c;
+    free(ra);
+    free(a);
+  }
+  char name[96];
+  snprintf(name, sizeof name, "packed %s rows H%d M1..17", lstmd_cpu_isa_name(lstmd_cpu_isa()), H);
+  check_close(name, got_r, ref_r, n_rows, 1e-5, 1e-5);
+  snprintf(name, sizeof name, "packed %s cols H%d M1..17", lstmd_cpu_isa_name(lstmd_cpu_isa()), H);
+  check_close(name, got_c, ref_c, n_cols, 1e-5, 1e-5);
+  void *all[] = {rw, w, rows, cols, got_r, got_c, ref_r, ref_c};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+}
+
+/* Which H take the packed recurrence on each ISA (recur_gemm.h), then the packed GEMMs at those
+ * that do. H = 16, 48: AVX2 panels (16 columns) but not AVX-512 ones (32); 24, 37: neither. */
+static void test_recur(void) {
+  static const int kHs[] = {16, 24, 32, 37, 48, 64, 96};
+  const enum lstmd_isa isa = lstmd_cpu_isa();
+  const int width = isa == LSTMD_ISA_AVX512 ? 32 : isa == LSTMD_ISA_AVX2 ? 16 : 0;
+  int packed = 0;
+  for (size_t i = 0; i < sizeof kHs / sizeof kHs[0]; i++) {
+    const int H = kHs[i], want = width && H % width == 0;
+    char name[96];
+    snprintf(name, sizeof name, "recur_fast(%d) on %s is %d", H, lstmd_cpu_isa_name(isa), want);
+    check_true(name, lstmd_cpu_recur_fast(H) == want);
+    if (lstmd_cpu_recur_fast(H)) {
+      test_recur_gemm(H);
+      packed++;
+    }
+  }
+  if (!packed)
+    printf("packed recurrence kernels: none on %s (cblas_sgemm)\n", lstmd_cpu_isa_name(isa));
+}
+
 /* The ISA the kernels run with (kernels/cpu/isa.h); under LSTMD_CPU_ISA, the one asked for, so
  * that the ctest runs forcing avx2 and generic (tests/CMakeLists.txt) cannot silently test the
  * default. 77 (skipped) when the CPU lacks the ISA asked for. */
@@ -403,13 +483,16 @@ int main(void) {
   test_lstm(3, 2, 64, 64, 0);
   for (int K = 1; K <= 16; K *= 2) test_lstm_chunked(16, 3, 5, 8, K, 0); /* K = 1, 2, 4, 8, T */
   test_lstm_chunked(12, 5, 19, 37, 3, 0);
-  if (lstmd_cpu_recur_fast(64)) { /* packed AVX-512 recurrence, row blocks of 8 and remainders */
-    test_lstm(4, 13, 24, 64, 1);
-    test_lstm(3, 16, 64, 96, 1);
-    test_lstm_chunked(8, 4, 24, 64, 4, 1);
-  } else {
-    printf("packed recurrence kernels: skipped (they need the avx512 ISA)\n");
-  }
+  test_recur();
+  /* The layer with the packed recurrence where this ISA has it (the same shapes through
+   * cblas_sgemm otherwise): B = 13, 16, 5, 4 give row tails 1, 4, 5, 4 of the 6-row AVX2 block
+   * and 5, 0, 5, 4 of the 8-row AVX-512 one; H = 16, 48 take the AVX2 panels only. */
+  test_lstm(4, 13, 24, 64, lstmd_cpu_recur_fast(64));
+  test_lstm(3, 16, 64, 96, lstmd_cpu_recur_fast(96));
+  test_lstm(3, 5, 7, 16, lstmd_cpu_recur_fast(16));
+  test_lstm(3, 13, 9, 48, lstmd_cpu_recur_fast(48));
+  test_lstm_chunked(8, 4, 24, 64, 4, lstmd_cpu_recur_fast(64));
+  test_lstm_chunked(6, 7, 5, 48, 3, lstmd_cpu_recur_fast(48));
   test_dense();
   test_optimizers();
   return check_summary("test_kernels_cpu");

@@ -1,10 +1,10 @@
 /* isa.h — which instruction set lstmd's own CPU kernels use, and the one switch that forces a
  * lower one: LSTMD_CPU_ISA=avx512|avx2|generic (read once, at first use). Without it, the best
  * this CPU has: avx512 (AVX-512F), avx2 (AVX2 and FMA) or generic. A request above what the CPU
- * has is lowered to that, with a note. It decides the gate passes' variant (lstm_cpu.c), whether
- * the packed AVX-512 recurrence runs (recur_gemm.h), and the OpenBLAS kernels lstmd picks
- * (daemon/blas_setup.c, bench/bench_cpu.sh), so every ISA path can be tested and benchmarked on
- * one host that has the highest. */
+ * has is lowered to that, with a note. It decides the gate passes' variant (lstm_cpu.c), which
+ * packed recurrence kernels run (recur_gemm.h: AVX-512 or AVX2 panels, none on generic), and the
+ * OpenBLAS kernels lstmd picks (daemon/blas_setup.c, bench/bench_cpu.sh), so every ISA path can
+ * be tested and benchmarked on one host that has the highest. */
 #ifndef LSTMD_ISA_H
 #define LSTMD_ISA_H
 

@@ -186,7 +186,7 @@ int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float drop
   SLICE(N * wide);                                       /* dx */
   SLICE(N * 4 * H);                                      /* dgates */
   SLICE(2 * (size_t)B * H);                              /* work */
-  SLICE(lstmd_cpu_recur_fast((int)H) ? 4 * H * H : 0);   /* wpack */
+  SLICE(lstmd_cpu_recur_fast((int)H) ? lstmd_cpu_pack_floats(4 * (int)H, (int)H) : 0); /* wpack */
 #undef SLICE
   float *slice[sizeof sizes / sizeof sizes[0]];
   struct lstmd_workspace *ws = calloc(1, sizeof *ws);
