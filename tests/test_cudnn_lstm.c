@@ -82,8 +82,9 @@ static void test_dropout_states(void) {
 static int run_once(struct lstmd_cudnn_lstm *l, int dtype) {
   const size_t es = lstmd_dtype_bytes(dtype), nx = (size_t)T * B * 6 * es, ny = (size_t)T * B * 16 * es;
   void *x = NULL, *y = NULL, *dy = NULL, *dx = NULL;
+  /* zeroed on g_stream: a legacy-stream cudaMemset is not ordered with that non-blocking stream */
   int rc = cudaMalloc(&x, nx) || cudaMalloc(&dx, nx) || cudaMalloc(&y, ny) || cudaMalloc(&dy, ny) ||
-                   cudaMemset(x, 0, nx) || cudaMemset(dy, 0, ny)
+                   cudaMemsetAsync(x, 0, nx, g_stream) || cudaMemsetAsync(dy, 0, ny, g_stream)
                ? LSTMD_ECUDA
                : LSTMD_OK;
   if (!rc) rc = lstmd_cudnn_lstm_forward(l, 1, x, y, NULL, NULL, NULL, NULL);
@@ -250,7 +251,8 @@ int main(void) {
   }
   if (!rc && (cudaMalloc((void **)&f.params, f.cpu->n_params * sizeof(float)) ||
               cudaMalloc((void **)&f.loss, sizeof(double)) ||
-              cudaMemcpy(f.params, f.cpu->params, f.cpu->n_params * sizeof(float), cudaMemcpyHostToDevice)))
+              cudaMemcpy(f.params, f.cpu->params, f.cpu->n_params * sizeof(float), cudaMemcpyHostToDevice) ||
+              cudaDeviceSynchronize())) /* the legacy-stream copy's DMA, before g_stream reads it */
     rc = LSTMD_ECUDA;
   check_true("model fixture", rc == 0);
   if (!rc) {

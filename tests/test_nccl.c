@@ -1,7 +1,8 @@
 /* test_nccl.c — gradient sums between the ranks' GPUs (comm/comm_nccl) against answers known in
  * closed form: rank r contributes (r+1)·(i mod 7 + 1) at element i, so every element must come
  * back as N(N+1)/2·(i mod 7 + 1) on every rank, for several counts (odd ones, and one past
- * the 2^20-float bucket size used by the engine). Run under mpirun; with one GPU per rank it
+ * the 2^20-float bucket size used by the engine; the counts above 65536 summed in pieces, one
+ * NCCL group of several calls as the engine's buckets are). Run under mpirun; with one GPU per rank it
  * tests NCCL, with ranks sharing a GPU the host-staged MPI fallback (the mode is printed).
  * Every buffer is filled and read back on the all-reduce's own (non-blocking) stream: a
  * legacy-stream cudaMemcpy would not be ordered with it. Every CUDA call is checked.
@@ -61,7 +62,10 @@ int main(int argc, char **argv) {
     }
     /* On s, so the all-reduce enqueued after it sees the data. */
     cuda_ok = !LSTMD_CUDA_FAILED(cudaMemcpyAsync(d, h, len * sizeof(float), cudaMemcpyHostToDevice, s));
-    rc = cuda_ok ? lstmd_nccl_allreduce_sum(nc, d, len, s) : LSTMD_ECUDA; /* elements, not bytes */
+    /* elements, not bytes; the larger counts in pieces of 65536 floats, as one NCCL group of
+     * several calls (the engine's buckets, comm_nccl.c 4.) */
+    const size_t piece = len > 65536 ? 65536 : 0;
+    rc = cuda_ok ? lstmd_nccl_allreduce_sum_pieces(nc, d, len, piece, s) : LSTMD_ECUDA;
     cuda_ok = cuda_ok && !LSTMD_CUDA_FAILED(cudaEventRecord(done, s));
     if (cuda_ok) lstmd_nccl_watch(nc, done);
     cuda_ok = cuda_ok && !LSTMD_CUDA_FAILED(cudaEventSynchronize(done)) &&
