@@ -10,24 +10,10 @@
 #include <string.h>
 
 #include "fastmath.h"
-#include "isa.h"
+#include "isa_variants.h"
 #include "recur_gemm.h"
 
-/* The vectorized passes are written once (BODY: always inlined) and compiled three times, for
- * AVX-512, AVX2+FMA and the baseline; each call takes the variant of lstmd_cpu_isa() (isa.h),
- * which LSTMD_CPU_ISA can lower to test or time the others on one host. */
-#define BODY static inline __attribute__((always_inline))
-#define ISA_VARIANTS(name, params, args)                                                   \
-  __attribute__((target("avx512f"))) static void name##_avx512 params { name##_body args; } \
-  __attribute__((target("avx2,fma"))) static void name##_avx2 params { name##_body args; }  \
-  static void name##_generic params { name##_body args; }                                   \
-  static void name params {                                                                 \
-    switch (lstmd_cpu_isa()) {                                                              \
-      case LSTMD_ISA_AVX512: name##_avx512 args; return;                                    \
-      case LSTMD_ISA_AVX2: name##_avx2 args; return;                                        \
-      default: name##_generic args; return;                                                 \
-    }                                                                                       \
-  }
+/* The vectorized passes are written once and compiled per ISA (isa_variants.h). */
 
 /* Adds both biases, applies the gate nonlinearities in place, and advances c and h by one step.
  * g [B,4H] holds pre-activations on entry and activated gates (i,f,g,o) on exit. */
