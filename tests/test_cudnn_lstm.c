@@ -172,8 +172,7 @@ static void test_forced(struct fixture *f) {
     struct lstmd_cuda_lstm_choice got = {-1, -1, -1};
     double ms = -1.0, loss = NAN;
     if (!rc) {
-      lstmd_cuda_model_choice(cm, &got);
-      lstmd_cuda_model_algo(cm, &ms, NULL);
+      ms = lstmd_cuda_model_choice(cm, &got);
       loss = model_loss(f, cm);
     }
     char what[160];
@@ -206,8 +205,7 @@ static void test_choice_reproduced(struct fixture *f) {
     double ms = 0.0;
     int rc = open_model(f, dt, -1, NULL, &a);
     if (!rc) {
-      lstmd_cuda_model_choice(a, &ca);
-      lstmd_cuda_model_algo(a, &ms, NULL);
+      ms = lstmd_cuda_model_choice(a, &ca);
       rc = open_model(f, dt, -1, &ca, &b); /* what another rank does with rank 0's choice */
     }
     if (!rc) lstmd_cuda_model_choice(b, &cb);

@@ -399,14 +399,9 @@ void lstmd_cuda_model_destroy(struct lstmd_cuda_model *m) {
 
 struct lstmd_cuda_inputs *lstmd_cuda_model_inputs(struct lstmd_cuda_model *m) { return &m->in; }
 
-int lstmd_cuda_model_algo(const struct lstmd_cuda_model *m, double *trial_ms, int *packed) {
-  if (trial_ms) *trial_ms = m->trial_ms;
-  if (packed) *packed = m->choice.packed;
-  return m->choice.algo;
-}
-
-void lstmd_cuda_model_choice(const struct lstmd_cuda_model *m, struct lstmd_cuda_lstm_choice *out) {
+double lstmd_cuda_model_choice(const struct lstmd_cuda_model *m, struct lstmd_cuda_lstm_choice *out) {
   *out = m->choice;
+  return m->trial_ms;
 }
 
 size_t lstmd_cuda_model_device_bytes(const struct lstmd_cuda_model *m) {

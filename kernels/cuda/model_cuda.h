@@ -104,12 +104,10 @@ int lstmd_cuda_model_create(const struct lstmd_cuda_model_config *cfg, void *str
 void lstmd_cuda_model_destroy(struct lstmd_cuda_model *m);
 
 struct lstmd_cuda_inputs *lstmd_cuda_model_inputs(struct lstmd_cuda_model *m);
-/* The algorithm in use, how long one forward+backward took when they were timed (0 if not),
- * and whether the packed data layout is used (see lstm_cudnn.h). */
-int lstmd_cuda_model_algo(const struct lstmd_cuda_model *m, double *trial_ms, int *packed);
-/* The full set-up in use (algorithm, layout, math): what another rank passes as cfg->choice
- * with force_choice = 1 to run the same one. */
-void lstmd_cuda_model_choice(const struct lstmd_cuda_model *m, struct lstmd_cuda_lstm_choice *out);
+/* The full set-up in use (algorithm, layout, math) into *out: what another rank passes as
+ * cfg->choice with force_choice = 1 to run the same one. Returns how long one forward+backward
+ * took when the candidates were timed (ms; 0 when not). */
+double lstmd_cuda_model_choice(const struct lstmd_cuda_model *m, struct lstmd_cuda_lstm_choice *out);
 size_t lstmd_cuda_model_device_bytes(const struct lstmd_cuda_model *m);
 
 /* Refreshes the cuDNN weight space from the fp32 master parameters (device, [n_params]). */

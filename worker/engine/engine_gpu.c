@@ -248,16 +248,10 @@ static int create_model(struct gpu_engine *g) {
   int rc = root || !several ? lstmd_cuda_model_create(&g->mc, g->compute, &g->cm) : LSTMD_OK;
   if (several) {
     LSTMD_TRY(lstmd_comm_agree(c, rc, NULL));
-    int choice[3] = {0, 0, 0};
-    if (root) {
-      struct lstmd_cuda_lstm_choice ch;
-      lstmd_cuda_model_choice(g->cm, &ch);
-      choice[0] = ch.algo, choice[1] = ch.packed, choice[2] = ch.default_math;
-    }
-    LSTMD_TRY(lstmd_comm_bcast(c, choice, sizeof choice, 0));
+    if (root) lstmd_cuda_model_choice(g->cm, &g->mc.choice);
+    LSTMD_TRY(lstmd_comm_bcast(c, &g->mc.choice, sizeof g->mc.choice, 0)); /* three ints */
     if (!root) {
       g->mc.force_choice = 1;
-      g->mc.choice = (struct lstmd_cuda_lstm_choice){choice[0], choice[1], choice[2]};
       rc = lstmd_cuda_model_create(&g->mc, g->compute, &g->cm);
     }
     rc = lstmd_comm_agree(c, rc, NULL);
@@ -595,14 +589,13 @@ static double gpu_loss_scale(const struct lstmd_engine *e) {
 
 static void gpu_describe(const struct lstmd_engine *e, char *buf, size_t n) {
   const struct gpu_engine *g = (const struct gpu_engine *)e;
-  double ms = 0.0;
-  int packed = 0;
-  const int algo = lstmd_cuda_model_algo(g->cm, &ms, &packed);
+  struct lstmd_cuda_lstm_choice choice;
+  const double ms = lstmd_cuda_model_choice(g->cm, &choice);
   char timing[48] = "";
   if (ms > 0.0) snprintf(timing, sizeof timing, ", %.2f ms per forward+backward", ms);
   snprintf(buf, n, "GPU %d (%s), %s, cuDNN LSTM algorithm %s%s%s, %.2f GiB on the device; "
            "gradients summed by %s", g->base.cfg.gpu_device, g->device_desc, precision_name(g->base.cfg.precision),
-           lstmd_rnn_algo_name(algo), packed ? " (packed layout)" : "", timing,
+           lstmd_rnn_algo_name(choice.algo), choice.packed ? " (packed layout)" : "", timing,
            (double)(lstmd_cuda_model_device_bytes(g->cm) + 4 * g->base.model->n_params * sizeof(float)) /
                (1024.0 * 1024.0 * 1024.0),
            g->nccl ? lstmd_nccl_describe(g->nccl) : "nothing (one rank)");

@@ -101,6 +101,12 @@ struct step_times {
                                      * each log step: the bubble) */
 };
 
+/* A step whose loss and gradient norm are reported (metrics, hooks): every log_every-th and the
+ * run's last. The engine may keep them on its device on the others (engine.h: report). */
+static int logged_step(const struct lstmd_train_config *cfg, long step) {
+  return (cfg->log_every && step % cfg->log_every == 0) || step == cfg->steps;
+}
+
 static int stop_wanted(const struct run *r) {
   return g_stop_requested || (r->hooks->stop_requested && r->hooks->stop_requested(r->hooks->ctx));
 }
@@ -146,7 +152,7 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
                       struct step_times *tm) {
   const struct lstmd_train_config *cfg = r->cfg;
   const long next = r->progress.step + 1;
-  const int report = (cfg->log_every && next % cfg->log_every == 0) || next == cfg->steps;
+  const int report = logged_step(cfg, next);
   const struct lstmd_model *m = r->model;
   const int per_input = m->shape.kind == LSTMD_MODEL_TEXT ? 1 : m->shape.horizon;
   const double targets = (double)cfg->seq_len * r->global_batch * per_input * cfg->grad_accum;
@@ -174,7 +180,7 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   tm->busy_s += out.busy_s;
   tm->wall_s += t1 - t0;
   char args[32];
-  snprintf(args, sizeof args, "{\"step\":%ld}", r->progress.step + 1);
+  snprintf(args, sizeof args, "{\"step\":%ld}", next);
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "step", t0, t1, args);
   tm->p2p_s += out.p2p_wait_s;
   if (totals[2] > 0.0) {
@@ -253,7 +259,7 @@ static int train_loop(struct run *r) {
     interval_loss += loss;
     interval_steps++;
     const long step = r->progress.step;
-    if ((cfg->log_every && step % cfg->log_every == 0) || step == cfg->steps) {
+    if (logged_step(cfg, step)) {
       if (r->world > 1 && cfg->stages > 1) { /* the ranks' busy and wall times, for the bubble */
         double sums[3] = {tm.busy_s, tm.wall_s, tm.p2p_s};
         LSTMD_TRY(lstmd_comm_allreduce_sum_f64_within(r->comm, sums, 3, cfg->comm_timeout_s,
