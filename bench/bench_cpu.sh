@@ -19,6 +19,7 @@
 # Environment:
 #   LSTMD_CPU_ISA      avx512|avx2|generic: lstmd's own kernels (kernels/cpu/isa.h) and, unless
 #                      OPENBLAS_CORETYPE is set, the OpenBLAS kernels of every measured process
+#                      (and, for the PyTorch peers, MKL_ENABLE_INSTRUCTIONS and ONEDNN_MAX_CPU_ISA)
 #   OPENBLAS_CORETYPE  kept if set; else chosen from /proc/cpuinfo and LSTMD_CPU_ISA (AVX-512 ->
 #                      SkylakeX, AVX2+FMA -> Haswell, generic -> Prescott). Exported before any
 #                      measured process starts.
@@ -32,7 +33,7 @@
 set -euo pipefail
 
 if [[ $# -ne 1 || "$1" == -h || "$1" == --help ]]; then
-  sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'
   [[ $# -eq 1 ]] && exit 0 || exit 2
 fi
 LSTMD=$1
@@ -84,6 +85,20 @@ main() {
     echo "OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE (from the CPU flags and LSTMD_CPU_ISA)"
   else
     echo "OPENBLAS_CORETYPE unset (no AVX2/AVX-512 in the CPU flags): OpenBLAS detects"
+  fi
+  # PyTorch 2's MKL and both PyTorches' oneDNN ignore OPENBLAS_CORETYPE: with LSTMD_CPU_ISA they
+  # are capped to the same vector width (generic: SSE4.2, the lowest MKL accepts), so a forced
+  # path is compared with a peer on the same instructions, not one still on AVX-512.
+  if [[ -n "${LSTMD_CPU_ISA:-}" ]]; then
+    local mkl onednn
+    case $LSTMD_CPU_ISA in
+      avx512) mkl=AVX512 onednn=AVX512_CORE ;;
+      avx2) mkl=AVX2 onednn=AVX2 ;;
+      generic) mkl=SSE4_2 onednn=SSE41 ;;
+    esac
+    export MKL_ENABLE_INSTRUCTIONS=${MKL_ENABLE_INSTRUCTIONS:-$mkl}
+    export ONEDNN_MAX_CPU_ISA=${ONEDNN_MAX_CPU_ISA:-$onednn} DNNL_MAX_CPU_ISA=${DNNL_MAX_CPU_ISA:-$onednn}
+    echo "MKL_ENABLE_INSTRUCTIONS=$MKL_ENABLE_INSTRUCTIONS ONEDNN_MAX_CPU_ISA=$ONEDNN_MAX_CPU_ISA (the peers, as LSTMD_CPU_ISA)"
   fi
 
   # --- build sgemm_rate (outside the product's CMake) ---
