@@ -58,9 +58,9 @@ main() {
   "$PYTHON_TORCH" -c 'import torch; print("  torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' \
     || echo "  (no torch in $PYTHON_TORCH: the peer column will be empty)"
 
-  "$NVCC" -O2 -o "$BUILD/gemm_rate_cuda" "$HERE/gemm_rate_cuda.c" -lcublas
+  "$NVCC" -O2 -o "$TMP/gemm_rate_cuda" "$HERE/gemm_rate_cuda.c" -lcublas
   local gemm_line tflops
-  gemm_line=$("$BUILD/gemm_rate_cuda" 8192 20)
+  gemm_line=$("$TMP/gemm_rate_cuda" 8192 20)
   echo "$gemm_line"
   tflops=$(sed -n 's/.*tflops=\([0-9.]*\).*/\1/p' <<<"$gemm_line")
 

@@ -3,9 +3,10 @@
 # .runtime/ folder of bench/gpu_pack.sh beside it: lstmd's first GPU run as one command.
 #
 #   checks (about 5 minutes): the machine (nvidia-smi, `lstmd doctor`, libraries not found),
-#          every `gpu`-labelled test binary (CUDA kernels vs float64, cuDNN vs the CPU backend,
-#          the cuDNN set-up, the optimizer's device decisions, NCCL with 1 rank and the
-#          host-staged fallback with 2 ranks on the one GPU), then `lstmd train` on the GPU in
+#          every GPU group of `lstmd selftest` (what the `gpu` ctests run: CUDA kernels vs
+#          float64, cuDNN vs the CPU backend, the cuDNN set-up, the optimizer's device
+#          decisions, NCCL with 1 rank and the host-staged fallback with 2 ranks on the one
+#          GPU), then `lstmd train` on the GPU in
 #          each precision (fp32, tf32, bf16, fp16) and with 2 ranks on one GPU, each against
 #          the same run on the CPU (first-step loss within 1e-3 relative).
 #   bench  (about 8 minutes): bench/bench_gpu.sh (lstmd vs PyTorch nn.LSTM + AMP, MFU).
@@ -98,12 +99,10 @@ if [[ $STAGE != bench ]]; then
   check "lstmd doctor --device cuda" 60 "$LSTMD" doctor --device cuda
   check "no library missing" 30 bash -c "! ldd $BIN/* | grep 'not found'"
   check "test_gpu_logic" 120 "$BIN/test_gpu_logic"
-  check "test_kernels_cuda" 120 "$BIN/test_kernels_cuda"
-  check "test_convert_cuda" 120 "$BIN/test_convert_cuda"
-  check "test_cudnn_lstm" 300 "$BIN/test_cudnn_lstm"
-  check "test_gpu_model" 300 "$BIN/test_gpu_model"
-  check "test_nccl (1 rank)" 120 mpirun -np 1 "$BIN/test_nccl"
-  check "test_nccl (2 ranks, one GPU)" 120 mpirun -np 2 "$BIN/test_nccl"
+  # The `gpu` ctest groups, from the binary (one line per check in the log).
+  for g in kernels convert cudnn model nccl; do
+    check "lstmd selftest --only $g" 300 env LSTMD_MPIRUN=mpirun "$LSTMD" selftest --only "$g"
+  done
   "$LSTMD" prepare text --input "$ROOT/data/fortunes.txt" --out "$TMP/ds" >/dev/null 2>&1
   for p in fp32 tf32 bf16 fp16; do check "train $p vs CPU" 300 train_vs_cpu "$p" 1; done
   check "train bf16, 2 ranks on one GPU" 300 train_vs_cpu bf16 2

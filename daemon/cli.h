@@ -11,7 +11,8 @@ int lstmd_cmd_eval(int argc, char **argv);
 int lstmd_cmd_sample(int argc, char **argv);
 int lstmd_cmd_predict(int argc, char **argv);
 int lstmd_cmd_serve(int argc, char **argv);
-int lstmd_cmd_doctor(int argc, char **argv); /* cli_doctor.c */
+int lstmd_cmd_doctor(int argc, char **argv);   /* cli_doctor.c */
+int lstmd_cmd_selftest(int argc, char **argv); /* cli_selftest.c */
 
 /* One --name VALUE / --name=VALUE option a subcommand accepts. */
 struct lstmd_opt {

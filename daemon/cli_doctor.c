@@ -5,8 +5,9 @@
  * offers there, and the device train.device would pick. Exit 0 when the node can train on the
  * device asked for (default auto: any), 1 otherwise. No MPI_Init: it runs on a login node too.
  *
- * The library files come from the process's own link map (dl_iterate_phdr), so they are the ones
- * this binary really uses, not a guess from search paths. */
+ * The CPU libraries' files come from the process's own link map (dl_iterate_phdr), so they are
+ * the ones this binary really uses; the CUDA libraries are the files the GPU module loader
+ * opened (worker/engine/gpu_backend.h, which also documents where it looks). */
 #define _GNU_SOURCE
 #include <jansson.h>
 #include <link.h>
@@ -23,10 +24,7 @@
 #include "worker/engine/device_select.h"
 #include "worker/train/train_config.h"
 #include "cli.h"
-#if LSTMD_BUILT_WITH_CUDA
-#include "comm/comm_nccl.h"
-#include "kernels/cuda/device_cuda.h"
-#endif
+#include "worker/engine/gpu_backend.h"
 
 struct doctor {
   json_t *root; /* --json: every line under its key */
@@ -128,35 +126,46 @@ static void driver_line(struct doctor *d) {
   say(d, "nvidia driver", "%s", v[0] ? v : "not loaded (no /sys/module/nvidia)");
 }
 
-#if LSTMD_BUILT_WITH_CUDA
-/* The GPUs, the libraries, and the precisions of the first GPU. */
+/* The GPU module and the libraries it loaded (or where they were looked for), the GPUs, and
+ * the precisions of the first GPU. */
 static void gpu_lines(struct doctor *d) {
-  char why[256], buf[512], path[512];
-  const int count = lstmd_cuda_probe(why, sizeof why);
+  char why[256], buf[512];
+  const struct lstmd_gpu_backend *gpu = lstmd_gpu_backend();
+  struct lstmd_gpu_library libs[8];
+  const int nlibs = lstmd_gpu_backend_libraries(libs, 8);
+  for (int i = 0; i < nlibs; i++) {
+    char key[32];
+    snprintf(key, sizeof key, "%s", strcmp(libs[i].name, "module") ? libs[i].name : "gpu module");
+    if (libs[i].path[0]) say(d, key, "%s", libs[i].path);
+    else say(d, key, "%s: %s", libs[i].soname, libs[i].note);
+  }
+  if (!gpu) {
+    lstmd_gpu_backend_search_path(buf, sizeof buf);
+    say(d, "gpu", "GPU backend not loaded: %s", lstmd_gpu_backend_why());
+    say(d, "searched", "%s (LSTMD_CUDA_LIBS first)", buf);
+    return;
+  }
+  const int count = gpu->probe(why, sizeof why);
   json_t *list = d->json ? json_array() : NULL;
   int cc0 = 0;
   for (int i = 0; i < count; i++) {
     int cc = 0;
-    lstmd_cuda_device_info(i, buf, sizeof buf, &cc);
+    gpu->device_info(i, buf, sizeof buf, &cc);
     if (i == 0) cc0 = cc;
     if (d->json) json_array_append_new(list, json_string(buf));
     else printf("%-13s %d: %s\n", "gpu", i, buf);
   }
   if (list) json_object_set_new(d->root, "gpus", list);
   if (!count) say(d, "gpu", "none usable: %s", why);
-  lstmd_cuda_describe_libraries(buf, sizeof buf);
+  gpu->describe_libraries(buf, sizeof buf);
   say(d, "cuda", "%s", buf);
-  say(d, "cudart", "%s", loaded_path("libcudart", path, sizeof path));
-  say(d, "cublas", "%s", loaded_path("libcublas.so", path, sizeof path));
-  say(d, "cudnn", "%s", loaded_path("libcudnn.so", path, sizeof path));
-  lstmd_nccl_describe_library(buf, sizeof buf);
-  say(d, "nccl", "%s, %s", buf, loaded_path("libnccl", path, sizeof path));
+  gpu->describe_nccl(buf, sizeof buf);
+  say(d, "nccl version", "%s", buf);
   /* cuDNN 9 runs every type; tensor-core TF32 and bf16 need Ampere (8.0) or newer. */
   if (!count) say(d, "precisions", "none on the GPU (no usable device); the CPU trains in fp32");
-  else if (cc0 >= 80) say(d, "precisions", "fp32 tf32 bf16 fp16 (GPU 0, cuDNN %ld)", lstmd_cudnn_loaded_version());
+  else if (cc0 >= 80) say(d, "precisions", "fp32 tf32 bf16 fp16 (GPU 0, cuDNN %ld)", gpu->cudnn_version());
   else say(d, "precisions", "fp32 fp16 (GPU 0 is older than compute capability 8.0: no tf32, bf16)");
 }
-#endif
 
 int lstmd_cmd_doctor(int argc, char **argv) {
   struct doctor d = {0};
@@ -182,11 +191,7 @@ int lstmd_cmd_doctor(int argc, char **argv) {
   cpu_lines(&d);
   mpi_lines(&d);
   driver_line(&d);
-#if LSTMD_BUILT_WITH_CUDA
   gpu_lines(&d);
-#else
-  say(&d, "gpu", "this binary has no GPU backend (built without CUDA and cuDNN)");
-#endif
   struct lstmd_device_probe probe;
   lstmd_device_probe_run(&probe);
   char msg[512];

@@ -7,12 +7,9 @@
 #include "kernels/status.h"
 #include "blas_setup.h"
 #include "cli.h"
-#if LSTMD_BUILT_WITH_CUDA
-#include "comm/comm_nccl.h"
-#include "kernels/cuda/device_cuda.h"
-#endif
+#include "worker/engine/gpu_backend.h"
 
-#define LSTMD_VERSION "0.1.0"
+#define LSTMD_VERSION LSTMD_VERSION_STRING /* CMakeLists.txt: project(VERSION) */
 
 /* Set by CMakeLists.txt from cmake/DetectGpu.cmake: LSTMD_BUILT_WITH_* say what this binary
  * contains (the GPU backend needs CUDA and cuDNN; NCCL is optional), LSTMD_CONFIGURE_* what the
@@ -53,17 +50,23 @@ static void print_version(void) {
          LSTMD_CONFIGURE_CUDNN, LSTMD_CONFIGURE_NCCL);
   printf("compiled in: CUDA %s, cuDNN %s, NCCL %s\n", LSTMD_BUILT_WITH_CUDA ? "yes" : "no",
          LSTMD_BUILT_WITH_CUDNN ? "yes" : "no", LSTMD_BUILT_WITH_NCCL ? "yes" : "no");
-#if LSTMD_BUILT_WITH_CUDA
-  lstmd_cuda_describe_libraries(buf, sizeof buf);
+  const struct lstmd_gpu_backend *gpu = lstmd_gpu_backend();
+  if (!gpu) {
+    printf("GPU runtime: not loaded: %s\n", lstmd_gpu_backend_why());
+    return;
+  }
+  struct lstmd_gpu_library libs[8];
+  const int n = lstmd_gpu_backend_libraries(libs, 8);
+  for (int i = 0; i < n; i++) printf("GPU library: %-8s %s\n", libs[i].name, libs[i].path);
+  gpu->describe_libraries(buf, sizeof buf);
   printf("GPU runtime: %s, ", buf);
-  lstmd_nccl_describe_library(buf, sizeof buf);
+  gpu->describe_nccl(buf, sizeof buf);
   printf("%s\n", buf);
   char why[256];
-  const int devices = lstmd_cuda_probe(why, sizeof why);
+  const int devices = gpu->probe(why, sizeof why);
   printf("GPU devices: %d", devices);
   if (!devices) printf(" (%s)", why);
   printf("\n");
-#endif
 }
 
 static void usage(FILE *out) {
@@ -81,6 +84,7 @@ static void usage(FILE *out) {
           "  lstmd serve   --socket PATH --state-dir DIR [--data-root DIR] [--listen [HOST:]PORT\n"
           "                --token-file F]   (jobs from lstmctl; under mpirun/srun for many ranks)\n"
           "  lstmd doctor  [--json] [--device auto|cpu|cuda]   (what this node trains with, and why)\n"
+          "  lstmd selftest [--gpu] [--bench] [--out DIR] [--only GROUP]   (checks, PASS/FAIL/SKIP)\n"
           "  lstmd --version   (lstmd, MPI, OpenBLAS and GPU backend versions)\n\n"
           "`lstmd train --help` lists the config keys. Data goes to stdout, messages to stderr.\n");
 }
@@ -102,7 +106,7 @@ int main(int argc, char **argv) {
   } commands[] = {{"prepare", lstmd_cmd_prepare}, {"train", lstmd_cmd_train},
                   {"eval", lstmd_cmd_eval},       {"sample", lstmd_cmd_sample},
                   {"predict", lstmd_cmd_predict}, {"serve", lstmd_cmd_serve},
-                  {"doctor", lstmd_cmd_doctor}};
+                  {"doctor", lstmd_cmd_doctor},   {"selftest", lstmd_cmd_selftest}};
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc, argv);
   lstmd_errorf("unknown command '%s'", argv[1]);

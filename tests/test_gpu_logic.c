@@ -16,6 +16,7 @@
 #include "kernels/status.h"
 #include "worker/io/checkpoint.h"
 #include "worker/engine/device_select.h"
+#include "worker/engine/gpu_backend.h"
 #include "worker/engine/loss_scale.h"
 #include "check.h"
 #if LSTMD_WITH_GPU
@@ -78,11 +79,12 @@ static void test_probe(void) {
   lstmd_device_probe_run(&p);
   printf("  probe: backend %s, %d device(s)%s%s\n", p.backend_built ? "built" : "not built",
          p.count, p.count ? "" : ": ", p.count ? "" : p.why);
-#if LSTMD_WITH_GPU
-  check_true("probe: the build says it has the GPU backend", p.backend_built == 1);
-#else
-  check_true("probe: the build says it has no GPU backend", p.backend_built == 0);
-#endif
+  /* This binary does not export lstmd's functions, so the module rarely loads here; loading it
+   * from lstmd is tests/test_gpu_module.sh's. */
+  check_true("probe: backend_built is whether the GPU module loaded",
+             p.backend_built == (lstmd_gpu_backend() != NULL));
+  check_true("probe: a backend that did not load says why",
+             p.backend_built || strstr(p.why, "GPU backend not loaded: "));
   check_true("probe: no device comes with a reason", p.count > 0 || p.why[0]);
   /* One-rank agreement path, as lstmd train runs it. */
   int backend = -1, gpu = -2;

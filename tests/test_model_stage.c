@@ -1,6 +1,6 @@
 /* test_model_stage.c — the model run as pipeline stages (worker/model/model_stage.h: layers cut
  * into S stages, the window into K time chunks, the batch into column slices, the messages
- * copied by tests/stage_driver.h) against the whole model (model.h) on the same weights, batch,
+ * copied by worker/selftest/stage_driver.h) against the whole model (model.h) on the same weights, batch,
  * initial state and dropout key: the loss, every gradient tensor (norm-relative error ≤ 1e-6),
  * the final carried state (≤ 1e-6), and the dropout masks bit for bit. Text and series models,
  * S = 1, 2, 3, K = 1, 2, 4 and T, 1 or 2 slices, dropout on and off, and the deepest model
@@ -13,7 +13,7 @@
 #include "kernels/status.h"
 #include "worker/model/model.h"
 #include "check.h"
-#include "stage_driver.h"
+#include "worker/selftest/stage_driver.h"
 
 enum { T = 8, B = 4 };
 

@@ -1,6 +1,6 @@
 /* device_select.c — train.device = auto | cpu | cuda, and the rank → GPU mapping (see
- * device_select.h). The probe is the only part that touches CUDA, and only in builds with the
- * GPU backend (LSTMD_WITH_GPU). */
+ * device_select.h). The probe is the only part that touches CUDA, through the GPU module
+ * (gpu_backend.h), which it loads. */
 #define _GNU_SOURCE
 #include "device_select.h"
 
@@ -10,18 +10,17 @@
 #include "comm/comm.h"
 #include "kernels/status.h"
 #include "worker/train/train_config.h"
-#if LSTMD_WITH_GPU
-#include "kernels/cuda/device_cuda.h"
-#endif
+#include "gpu_backend.h"
 
 void lstmd_device_probe_run(struct lstmd_device_probe *p) {
   memset(p, 0, sizeof *p);
-#if LSTMD_WITH_GPU
-  p->backend_built = 1;
-  p->count = lstmd_cuda_probe(p->why, sizeof p->why);
-#else
-  snprintf(p->why, sizeof p->why, "this build has no GPU backend (built without CUDA and cuDNN)");
-#endif
+  const struct lstmd_gpu_backend *gpu = lstmd_gpu_backend();
+  if (gpu) {
+    p->backend_built = 1;
+    p->count = gpu->probe(p->why, sizeof p->why);
+  } else {
+    snprintf(p->why, sizeof p->why, "GPU backend not loaded: %s", lstmd_gpu_backend_why());
+  }
 }
 
 int lstmd_device_decide(int requested, const struct lstmd_device_probe *p, int *backend,

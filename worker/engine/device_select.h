@@ -15,13 +15,13 @@ struct lstmd_comm;
 
 /* What this process can use. */
 struct lstmd_device_probe {
-  int backend_built; /* this binary contains the GPU backend (CUDA + cuDNN + cuBLAS) */
+  int backend_built; /* the GPU module and its CUDA libraries loaded (gpu_backend.h) */
   int count;         /* usable CUDA devices (0 when none, whatever the reason) */
   char why[256];     /* when count == 0: the reason, e.g. the cudaGetDeviceCount error */
 };
 
-/* Fills *p: backend_built from the build, count and why from the CUDA runtime (no GPU, no
- * driver, or no backend: count 0 and a reason; never an error). */
+/* Fills *p: backend_built from loading the GPU module, count and why from the CUDA runtime (no
+ * GPU, no driver, no CUDA libraries or no module: count 0 and a reason; never an error). */
 void lstmd_device_probe_run(struct lstmd_device_probe *p);
 
 /* train.device `requested` (enum lstmd_device) + the probe → *backend (LSTMD_DEVICE_CPU or

@@ -8,6 +8,7 @@
 #include "kernels/cpu/blas_cpu.h"
 #include "kernels/clock.h"
 #include "kernels/status.h"
+#include "gpu_backend.h"
 
 int lstmd_engine_create(enum lstmd_engine_kind kind, struct lstmd_model *m,
                         const struct lstmd_engine_config *cfg, struct lstmd_comm *comm,
@@ -21,13 +22,12 @@ int lstmd_engine_create(enum lstmd_engine_kind kind, struct lstmd_model *m,
       return lstmd_engine_cpu_create(&base, out);
     case LSTMD_ENGINE_PIPE:
       return lstmd_engine_pipe_create(&base, out);
-    case LSTMD_ENGINE_GPU:
-#if LSTMD_WITH_GPU
-      return lstmd_engine_gpu_create(&base, out);
-#else
-      lstmd_errorf("this build has no GPU backend");
+    case LSTMD_ENGINE_GPU: {
+      const struct lstmd_gpu_backend *gpu = lstmd_gpu_backend();
+      if (gpu) return gpu->engine_create(&base, out);
+      lstmd_errorf("GPU backend not loaded: %s", lstmd_gpu_backend_why());
       return LSTMD_EUNSUPPORTED;
-#endif
+    }
   }
   return LSTMD_EINVAL;
 }

@@ -148,6 +148,7 @@ void lstmd_engine_destroy(struct lstmd_engine *e);
 /* Each engine's constructor: base is filled in (all but ops); returns the engine with its
  * ops set, or a status after printing why. */
 int lstmd_engine_cpu_create(const struct lstmd_engine *base, struct lstmd_engine **out);
+/* In the GPU module (gpu_backend.h); lstmd_engine_create reaches it through the module's table. */
 int lstmd_engine_gpu_create(const struct lstmd_engine *base, struct lstmd_engine **out);
 int lstmd_engine_pipe_create(const struct lstmd_engine *base, struct lstmd_engine **out);
 

@@ -1,6 +1,6 @@
-/* test_kernels_cuda.c — every CUDA kernel of kernels/cuda against a float64 CPU reference.
+/* gpu_kernels.c (selftest group "kernels") — every CUDA kernel of kernels/cuda against a float64 CPU reference.
  * The optimizers run from a decision made on the device (kernels/optim_rules.h), as the GPU
- * engine runs them. Exits 77 (ctest: skipped) where no CUDA device is usable. */
+ * engine runs them. Run by `lstmd selftest --gpu` (gpu_selftest.c). */
 #define _GNU_SOURCE
 #include <cuda_runtime.h>
 #include <math.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "kernels/cuda/dense_cuda.h"
-#include "check.h"
+#include "worker/selftest/selftest.h"
 
 static unsigned long long g_seed = 4242;
 
@@ -22,7 +22,7 @@ static void to_host(float *h, const float *d, size_t n) {
   cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost);
 }
 static float *rand_host(size_t n, double scale, double *copy) {
-  return test_rand_floats(&g_seed, n, scale, copy);
+  return selftest_rand_floats(&g_seed, n, scale, copy);
 }
 
 static void test_embedding(void) {
@@ -36,21 +36,21 @@ static void test_embedding(void) {
   cudaMalloc((void **)&dids, sizeof ids);
   cudaMemcpy(dids, ids, sizeof ids, cudaMemcpyHostToDevice);
   cudaMalloc((void **)&dout, sizeof(float) * N * E);
-  check_true("embedding forward launch", lstmd_cuda_embedding_forward(N, E, dt, dids, dout, NULL) == 0);
+  lstmd_check_true("embedding forward launch", lstmd_cuda_embedding_forward(N, E, dt, dids, dout, NULL) == 0);
   to_host(o, dout, N * E);
   for (int n = 0; n < N; n++)
     for (int e = 0; e < E; e++) ro[n * E + e] = rt[ids[n] * E + e];
-  check_close("cuda embedding forward", o, ro, N * E, 0, 0);
+  lstmd_check_close("cuda embedding forward", o, ro, N * E, 0, 0);
   double *rg = calloc(V * E, sizeof(double)), *rdo = malloc(sizeof(double) * N * E);
   float *g = rand_host(N * E, 1.0, rdo), *dg, *gt = calloc(V * E, sizeof(float));
   float *dgrad = dev_copy(g, N * E);
   cudaMalloc((void **)&dg, sizeof(float) * V * E);
   cudaMemset(dg, 0, sizeof(float) * V * E);
-  check_true("embedding backward launch", lstmd_cuda_embedding_backward(N, E, dgrad, dids, dg, NULL) == 0);
+  lstmd_check_true("embedding backward launch", lstmd_cuda_embedding_backward(N, E, dgrad, dids, dg, NULL) == 0);
   to_host(gt, dg, V * E);
   for (int n = 0; n < N; n++)
     for (int e = 0; e < E; e++) rg[ids[n] * E + e] += rdo[n * E + e];
-  check_close("cuda embedding backward", gt, rg, V * E, 1e-5, 1e-5);
+  lstmd_check_close("cuda embedding backward", gt, rg, V * E, 1e-5, 1e-5);
   cudaFree(dt); cudaFree(dout); cudaFree(dids); cudaFree(dg); cudaFree(dgrad);
   free(rt); free(ro); free(t); free(o); free(rg); free(rdo); free(g); free(gt);
 }
@@ -77,11 +77,11 @@ static void test_softmax(void) {
   const float half = 0.5f; /* a device multiplier, like the fp16 loss scale */
   float *dhalf = dev_copy(&half, 1);
   for (int i = 0; i < N * V; i++) rg[i] *= half;
-  check_true("softmax launch", lstmd_cuda_softmax_xent(N, V, dz, dt, (float)scale, dhalf, dl, NULL) == 0);
+  lstmd_check_true("softmax launch", lstmd_cuda_softmax_xent(N, V, dz, dt, (float)scale, dhalf, dl, NULL) == 0);
   to_host(z, dz, N * V);
   to_host(loss, dl, N);
-  check_close("cuda softmax xent loss per row", loss, rl, N, 1e-5, 1e-5);
-  check_close("cuda softmax xent grad (times the device multiplier)", z, rg, N * V, 1e-7, 1e-4);
+  lstmd_check_close("cuda softmax xent loss per row", loss, rl, N, 1e-5, 1e-5);
+  lstmd_check_close("cuda softmax xent grad (times the device multiplier)", z, rg, N * V, 1e-7, 1e-4);
   cudaFree(dz); cudaFree(dl); cudaFree(dt); cudaFree(dhalf);
   free(rz); free(rg); free(z);
 }
@@ -95,9 +95,9 @@ static struct lstmd_optim_state *decide_on_device(const float *dg, size_t n,
   struct lstmd_optim_state st = {.applied = 2}, *ds = NULL;
   cudaMalloc((void **)&ds, sizeof st);
   cudaMemcpy(ds, &st, sizeof st, cudaMemcpyHostToDevice);
-  if (sumsq_override == 0.0) check_true("sumsq launch", lstmd_cuda_sumsq(n, dg, &ds->sumsq, NULL) == 0);
+  if (sumsq_override == 0.0) lstmd_check_true("sumsq launch", lstmd_cuda_sumsq(n, dg, &ds->sumsq, NULL) == 0);
   else cudaMemcpy(&ds->sumsq, &sumsq_override, sizeof(double), cudaMemcpyHostToDevice);
-  check_true("decision launch", lstmd_cuda_optim_decide(ds, rule, NULL) == 0);
+  lstmd_check_true("decision launch", lstmd_cuda_optim_decide(ds, rule, NULL) == 0);
   cudaMemcpy(host, ds, sizeof *host, cudaMemcpyDeviceToHost);
   return ds;
 }
@@ -123,13 +123,13 @@ static void test_optimizers(void) {
   char what[200];
   snprintf(what, sizeof what, "device decision: norm %.9g vs %.9g, applied 3, apply 1",
            st.norm, sqrt(sumsq));
-  check_true(what, fabs(st.norm - sqrt(sumsq)) <= 1e-6 * sqrt(sumsq) && st.applied == 3 && st.apply);
+  lstmd_check_true(what, fabs(st.norm - sqrt(sumsq)) <= 1e-6 * sqrt(sumsq) && st.applied == 3 && st.apply);
   const double coef = clip / (sqrt(sumsq) + 1e-6);
   const double lr3 = lr * 0.5 * (1.0 + cos(M_PI * (2.0 - 1.0) / 9.0)); /* update 2 (0-based) */
   snprintf(what, sizeof what, "device decision: coef %.9g vs %.9g, lr %.9g vs %.9g", st.coef, coef,
            st.lr, lr3);
-  check_true(what, fabs(st.coef - coef) <= 1e-6 * coef && fabs(st.lr - lr3) <= 1e-6 * lr3);
-  check_true("adamw launch", lstmd_cuda_adamw(N, dp, dg, dm, dv, (float)b1, (float)b2, (float)eps,
+  lstmd_check_true(what, fabs(st.coef - coef) <= 1e-6 * coef && fabs(st.lr - lr3) <= 1e-6 * lr3);
+  lstmd_check_true("adamw launch", lstmd_cuda_adamw(N, dp, dg, dm, dv, (float)b1, (float)b2, (float)eps,
                                                (float)wd, ds, NULL) == 0);
   for (int i = 0; i < N; i++) {
     const double gi = rg[i] * coef;
@@ -141,18 +141,18 @@ static void test_optimizers(void) {
   to_host(p, dp, N);
   to_host(m, dm, N);
   to_host(v, dv, N);
-  check_close("cuda adamw params (clipped, from the device decision)", p, rp, N, 1e-6, 1e-5);
-  check_close("cuda adamw exp_avg", m, rm, N, 1e-7, 1e-6);
-  check_close("cuda adamw exp_avg_sq", v, rv, N, 1e-8, 1e-6);
+  lstmd_check_close("cuda adamw params (clipped, from the device decision)", p, rp, N, 1e-6, 1e-5);
+  lstmd_check_close("cuda adamw exp_avg", m, rm, N, 1e-7, 1e-6);
+  lstmd_check_close("cuda adamw exp_avg_sq", v, rv, N, 1e-8, 1e-6);
   cudaFree(ds);
   /* a non-finite norm (not fp16): no update at all */
   ds = decide_on_device(dg, N, &rule, NAN, &st);
-  check_true("device decision: NaN norm -> apply 0, first_bad 1", !st.apply && st.first_bad == 1);
+  lstmd_check_true("device decision: NaN norm -> apply 0, first_bad 1", !st.apply && st.first_bad == 1);
   for (int i = 0; i < N; i++) rp[i] = p[i];
-  check_true("adamw launch", lstmd_cuda_adamw(N, dp, dg, dm, dv, (float)b1, (float)b2, (float)eps,
+  lstmd_check_true("adamw launch", lstmd_cuda_adamw(N, dp, dg, dm, dv, (float)b1, (float)b2, (float)eps,
                                                (float)wd, ds, NULL) == 0);
   to_host(p, dp, N);
-  check_close("cuda adamw with apply 0 leaves the parameters", p, rp, N, 0, 0);
+  lstmd_check_close("cuda adamw with apply 0 leaves the parameters", p, rp, N, 0, 0);
   cudaFree(ds);
   /* SGD, unclipped, constant lr 0.05 */
   const struct lstmd_optim_rule plain = {.lr = 0.05f, .total = 10};
@@ -160,28 +160,21 @@ static void test_optimizers(void) {
   for (int i = 0; i < N; i++) rm[i] = m[i] = 0.0f; /* momentum buffer from zero */
   float *db = dev_copy(m, N);
   for (int i = 0; i < N; i++) rp[i] = p[i];
-  check_true("sgd launch", lstmd_cuda_sgd(N, dp, dg, db, 0.9f, 0.01f, ds, NULL) == 0);
+  lstmd_check_true("sgd launch", lstmd_cuda_sgd(N, dp, dg, db, 0.9f, 0.01f, ds, NULL) == 0);
   for (int i = 0; i < N; i++) {
     rm[i] = 0.9 * rm[i] + rg[i] + 0.01 * rp[i];
     rp[i] -= 0.05 * rm[i];
   }
   to_host(p, dp, N);
   to_host(m, db, N);
-  check_close("cuda sgd params", p, rp, N, 1e-6, 1e-5);
-  check_close("cuda sgd momentum buffer", m, rm, N, 1e-6, 1e-5);
+  lstmd_check_close("cuda sgd params", p, rp, N, 1e-6, 1e-5);
+  lstmd_check_close("cuda sgd momentum buffer", m, rm, N, 1e-6, 1e-5);
   cudaFree(dp); cudaFree(dg); cudaFree(dm); cudaFree(dv); cudaFree(ds); cudaFree(db);
   free(rp); free(rg); free(rm); free(rv); free(p); free(g); free(m); free(v);
 }
 
-int main(void) {
-  if (lstmd_cuda_device_count() == 0) {
-    printf("test_kernels_cuda: no CUDA device: skipped\n");
-    return 77;
-  }
+void lstmd_selftest_gpu_kernels(void) {
   test_embedding();
   test_softmax();
   test_optimizers();
-  cudaError_t e = cudaDeviceSynchronize();
-  check_true("no CUDA error at the end", e == cudaSuccess);
-  return check_summary("test_kernels_cuda");
 }

@@ -1,4 +1,4 @@
-/* test_gpu_model.c — the GPU backend against the CPU backend (the reference), on the same
+/* gpu_model.c (selftest group "model") — the GPU backend against the CPU backend (the reference), on the same
  * weights and batches: forward loss (training and inference mode) and every gradient tensor
  * (fp32 with TF32 off: relative error < 1e-4; bf16 and fp16: < 2e-2), carried state across
  * windows (also 16-bit with L·B·H odd, where c must not sit 2 bytes after h; and an exact
@@ -6,7 +6,7 @@
  * with an overflow forced by a huge scale, a checkpoint that goes CPU → GPU → CPU (bit for bit
  * before any GPU step, then against the CPU-only run), and the
  * validation loss computed on the GPU (inference mode) against the CPU's.
- * Exits 77 (ctest: skipped) where no CUDA device is usable. */
+ * Run by `lstmd selftest --gpu` (gpu_selftest.c) on device 0. */
 #define _GNU_SOURCE
 #include <cuda_runtime.h>
 #include <math.h>
@@ -27,7 +27,7 @@
 #include "worker/model/model.h"
 #include "worker/model/optim.h"
 #include "worker/train/train_config.h"
-#include "check.h"
+#include "worker/selftest/selftest.h"
 
 enum { T = 7, B = 5 };
 static unsigned long long g_seed = 77;
@@ -66,14 +66,14 @@ static void fill_batch(struct lstmd_batch *b, const struct lstmd_model *m, int s
     b->ids = malloc(N * sizeof(int32_t));
     b->targets = malloc(N * sizeof(int32_t));
     for (size_t i = 0; i < N; i++) {
-      b->ids[i] = (int32_t)((unsigned)(test_uniform(&g_seed, 1.0) * 1e6 + 1e6) % (unsigned)s->vocab);
-      b->targets[i] = (int32_t)((unsigned)(test_uniform(&g_seed, 1.0) * 1e6 + 1e6) % (unsigned)s->vocab);
+      b->ids[i] = (int32_t)((unsigned)(selftest_uniform(&g_seed, 1.0) * 1e6 + 1e6) % (unsigned)s->vocab);
+      b->targets[i] = (int32_t)((unsigned)(selftest_uniform(&g_seed, 1.0) * 1e6 + 1e6) % (unsigned)s->vocab);
     }
   } else {
     b->width = s->width;
     b->horizon = s->horizon;
-    b->x = test_rand_floats(&g_seed, N * s->width, 1.0, NULL);
-    b->y = test_rand_floats(&g_seed, N * s->horizon, 1.0, NULL);
+    b->x = selftest_rand_floats(&g_seed, N * s->width, 1.0, NULL);
+    b->y = selftest_rand_floats(&g_seed, N * s->horizon, 1.0, NULL);
   }
 }
 
@@ -100,9 +100,9 @@ static double rel_err(const float *a, const float *b, size_t n) {
 
 static void check_rel(const char *what, const float *got, const float *ref, size_t n, double tol) {
   double e = rel_err(got, ref, n);
-  char line[160];
-  snprintf(line, sizeof line, "%s (rel %.2e < %.0e)", what, e, tol);
-  check_true(line, e < tol);
+  char line[256];
+  snprintf(line, sizeof line, "%.160s (rel %.2e < %.0e)", what, e, tol);
+  lstmd_check_true(line, e < tol);
 }
 
 /* ---- the GPU model alone (kernels/cuda/model_cuda) ---- */
@@ -190,17 +190,17 @@ static void test_gradients(int text, int dtype, int algo) {
   snprintf(what, sizeof what, "%s %s algo %s: GPU model built", text ? "text" : "series",
            dtype_name(dtype), algo < 0 ? "auto" : lstmd_rnn_algo_name(algo));
   if (rc == LSTMD_EUNSUPPORTED && algo > 0) {
-    printf("%-34s skipped (cuDNN does not support it here)\n", what);
+    lstmd_check_skip(what, "cuDNN does not support it here");
     goto done;
   }
-  check_true(what, rc == 0);
+  lstmd_check_true(what, rc == 0);
   if (rc) goto done;
   gpu_inputs(&f, m, &b);
   float *g = malloc(m->n_params * sizeof(float));
   const double tol = dtype == LSTMD_DT_F32 ? 1e-4 : 2e-2;
   const double gpu_loss = gpu_step(&f, m, gs, 1, 0, g);
   snprintf(what, sizeof what, "  loss %.6f vs CPU %.6f", gpu_loss, cpu_loss);
-  check_true(what, fabs(gpu_loss - cpu_loss) <= tol * fabs(cpu_loss));
+  lstmd_check_true(what, fabs(gpu_loss - cpu_loss) <= tol * fabs(cpu_loss));
   for (int i = 0; i < m->n_tensors; i++) {
     const struct lstmd_tensor *t = &m->tensors[i];
     snprintf(what, sizeof what, "  grad %s", t->name);
@@ -208,7 +208,7 @@ static void test_gradients(int text, int dtype, int algo) {
   }
   const double infer = gpu_step(&f, m, 0.0f, 0, 0, NULL);
   snprintf(what, sizeof what, "  inference-mode loss %.6f", infer);
-  check_true(what, fabs(infer - cpu_loss) <= tol * fabs(cpu_loss));
+  lstmd_check_true(what, fabs(infer - cpu_loss) <= tol * fabs(cpu_loss));
   if (dtype == LSTMD_DT_F32 && algo < 0) { /* REFERENCE.md §1.6: is NULL accepted? */
     lstmd_cuda_model_null_seq_lengths(f.cm, 1);
     const double null_loss = gpu_step(&f, m, gs, 1, 0, NULL);
@@ -242,10 +242,10 @@ static void test_carried_state(int dtype, int hidden, int layers) {
   snprintf(what, sizeof what, "carried state %s, L·B·H = %d·%d·%d: GPU model built", dtype_name(dtype),
            layers, B, hidden);
   if (gpu_fixture_open(&f, m, dtype, LSTMD_RNN_STANDARD)) {
-    check_true(what, 0);
+    lstmd_check_true(what, 0);
     return;
   }
-  check_true(what, 1);
+  lstmd_check_true(what, 1);
   cpu_step(m, ws, &b1, gs, 1);
   const double cpu_loss = cpu_step(m, ws, &b2, gs, 1);
   gpu_inputs(&f, m, &b1);
@@ -253,7 +253,7 @@ static void test_carried_state(int dtype, int hidden, int layers) {
   gpu_inputs(&f, m, &b2);
   float *g = malloc(m->n_params * sizeof(float));
   const double gpu_loss = gpu_step(&f, m, gs, 1, 1, g);
-  check_true("  second window's loss", fabs(gpu_loss - cpu_loss) <= tol * cpu_loss);
+  lstmd_check_true("  second window's loss", fabs(gpu_loss - cpu_loss) <= tol * cpu_loss);
   check_rel("  second window's gradients", g, m->grads, m->n_params, tol);
   const size_t S = (size_t)m->shape.layers * B * m->shape.hidden;
   float *h = malloc(S * sizeof(float)), *c = malloc(S * sizeof(float));
@@ -268,7 +268,7 @@ static void test_carried_state(int dtype, int hidden, int layers) {
   }
   int rc = lstmd_cuda_model_set_state(f.cm, hr, cr);
   if (!rc) rc = lstmd_cuda_model_get_state(f.cm, h, c);
-  check_true("  state set then got back exactly",
+  lstmd_check_true("  state set then got back exactly",
              rc == 0 && !memcmp(h, hr, S * sizeof(float)) && !memcmp(c, cr, S * sizeof(float)));
   free(g);
   free(h);
@@ -352,20 +352,20 @@ static void test_training(int algo, int precision, const char *name) {
   struct lstmd_engine *dg = make_engine(gpu, 0, precision, 0);
   char what[160];
   snprintf(what, sizeof what, "%s: GPU engine built", name);
-  check_true(what, dg != NULL);
+  lstmd_check_true(what, dg != NULL);
   double lc[kSteps], lg[kSteps];
   int rc = dg ? dg->ops->start(dg, oc_gpu, NULL) : LSTMD_EINVAL;
   if (!rc) rc = train(dc, oc_cpu, cpu, b, kBatches, kSteps, kAccum, lc);
   if (!rc) rc = train(dg, oc_gpu, gpu, b, kBatches, kSteps, kAccum, lg);
   if (!rc) rc = dg->ops->sync_host(dg, oc_gpu, NULL);
   snprintf(what, sizeof what, "%s: %d steps of %d micro-batches ran", name, kSteps, kAccum);
-  check_true(what, rc == 0);
+  lstmd_check_true(what, rc == 0);
   if (!rc) {
     const int fp32 = precision == LSTMD_PRECISION_FP32;
     double worst = 0.0;
     for (int s = 0; s < kSteps; s++) worst = fmax(worst, fabs(lg[s] - lc[s]) / lc[s]);
     snprintf(what, sizeof what, "%s: losses per step (rel %.1e)", name, worst);
-    check_true(what, worst < (fp32 ? 1e-4 : 2e-2));
+    lstmd_check_true(what, worst < (fp32 ? 1e-4 : 2e-2));
     float *dcpu = malloc(cpu->n_params * sizeof(float)), *dgpu = malloc(cpu->n_params * sizeof(float));
     for (size_t i = 0; i < cpu->n_params; i++) {
       dcpu[i] = cpu->params[i] - p0[i];
@@ -377,7 +377,7 @@ static void test_training(int algo, int precision, const char *name) {
     snprintf(what, sizeof what, "%s: parameter updates", name);
     check_rel(what, dgpu, dcpu, cpu->n_params, tol);
     snprintf(what, sizeof what, "%s: optimizer step count", name);
-    check_true(what, oc_gpu->step == oc_cpu->step);
+    lstmd_check_true(what, oc_gpu->step == oc_cpu->step);
     /* The same steps with the host reading nothing until the last (no wait inside them): the
      * last step's loss is the sum of all, and the updates are the same. */
     struct lstmd_model *quiet = clone_model(cpu);
@@ -392,7 +392,7 @@ static void test_training(int algo, int precision, const char *name) {
     for (int s = 0; s < kSteps; s++) sum_c += lc[s];
     snprintf(what, sizeof what, "%s: unlogged steps: the last loss %.6g is the sum %.6g, %ld steps",
              name, rq ? 0.0 : lq[kSteps - 1], sum_c, oq->step);
-    check_true(what, !rq && fabs(lq[kSteps - 1] - sum_c) / sum_c < (fp32 ? 1e-4 : 2e-2) &&
+    lstmd_check_true(what, !rq && fabs(lq[kSteps - 1] - sum_c) / sum_c < (fp32 ? 1e-4 : 2e-2) &&
                          lq[0] == 0.0 && oq->step == oc_cpu->step);
     for (size_t i = 0; !rq && i < cpu->n_params; i++) dgpu[i] = quiet->params[i] - p0[i];
     snprintf(what, sizeof what, "%s: parameter updates of unlogged steps", name);
@@ -431,13 +431,13 @@ static void test_loss_scaling(void) {
   struct lstmd_engine *dp = make_engine(m, 0, LSTMD_PRECISION_FP16, 0);
   struct lstmd_train_progress p = {.loss_scale = 16777216.0};
   int rc = dp ? dp->ops->start(dp, o, &p) : LSTMD_EINVAL;
-  check_true("fp16: engine with loss scale 2^24", rc == 0 && dp->ops->loss_scale(dp) == 16777216.0);
+  lstmd_check_true("fp16: engine with loss scale 2^24", rc == 0 && dp->ops->loss_scale(dp) == 16777216.0);
   if (rc) goto done;
   rc = train(dp, o, m, &b, 1, 1, 1, NULL);
   dp->ops->sync_host(dp, NULL, NULL);
   int same = !memcmp(m->params, p0, m->n_params * sizeof(float));
-  check_true("fp16 overflow: step skipped, weights untouched, no error", rc == 0 && same && o->step == 0);
-  check_true("fp16 overflow: scale backed off to 2^23", dp->ops->loss_scale(dp) == 8388608.0);
+  lstmd_check_true("fp16 overflow: step skipped, weights untouched, no error", rc == 0 && same && o->step == 0);
+  lstmd_check_true("fp16 overflow: scale backed off to 2^23", dp->ops->loss_scale(dp) == 8388608.0);
   int steps = 1;
   while (!rc && o->step == 0 && steps < 40) {
     rc = train(dp, o, m, &b, 1, 1, 1, NULL);
@@ -445,9 +445,9 @@ static void test_loss_scaling(void) {
   }
   dp->ops->sync_host(dp, NULL, &p);
   printf("  first applied step after %d overflows, loss scale %g\n", steps - 1, dp->ops->loss_scale(dp));
-  check_true("fp16: a step applies once the scale fits", rc == 0 && o->step == 1 &&
+  lstmd_check_true("fp16: a step applies once the scale fits", rc == 0 && o->step == 1 &&
                                                             memcmp(m->params, p0, m->n_params * sizeof(float)));
-  check_true("fp16: the scale in the progress record", p.loss_scale == dp->ops->loss_scale(dp));
+  lstmd_check_true("fp16: the scale in the progress record", p.loss_scale == dp->ops->loss_scale(dp));
 done:
   lstmd_engine_destroy(dp);
   lstmd_optim_destroy(o);
@@ -472,7 +472,7 @@ static int check_bits(const char *what, const float *got, const float *want, siz
              bad, n, first, got[first], want[first], worst);
   else
     snprintf(line, sizeof line, "%s: bit for bit (%zu values)", what, n);
-  check_true(line, bad == 0);
+  lstmd_check_true(line, bad == 0);
   return bad == 0;
 }
 
@@ -500,7 +500,7 @@ static void check_round_trip_exact(struct lstmd_engine *d, struct lstmd_model *g
   poison(q.state_c, S);
   int rc = d->ops->sync_host(d, og, &q);
   if (!rc) rc = d->ops->gather_state(d, q.state_h, q.state_c);
-  check_true("round trip CPU -> GPU -> host, no step: copied back", rc == 0);
+  lstmd_check_true("round trip CPU -> GPU -> host, no step: copied back", rc == 0);
   if (!rc) {
     check_bits("  GPU -> host: parameters", g->params, m->params, n);
     check_bits("  GPU -> host: exp_avg", og->m, o->m, n);
@@ -519,9 +519,9 @@ static void check_round_trip_exact(struct lstmd_engine *d, struct lstmd_model *g
   if (!rc) rc = lstmd_checkpoint_load_model(path, &back, &mb);
   if (!rc) rc = lstmd_optim_create(&og->cfg, back->n_params, &ob);
   if (!rc) rc = lstmd_checkpoint_load_train(path, back, ob, &r, NULL);
-  check_true("round trip CPU -> GPU -> checkpoint -> CPU, no step: loaded", rc == 0);
+  lstmd_check_true("round trip CPU -> GPU -> checkpoint -> CPU, no step: loaded", rc == 0);
   if (!rc) {
-    check_true("  back on the CPU: same shape and step",
+    lstmd_check_true("  back on the CPU: same shape and step",
                back->n_params == n && ob->step == o->step && r.step == p->step);
     check_bits("  back on the CPU: parameters", back->params, m->params, n);
     check_bits("  back on the CPU: exp_avg", ob->m, o->m, n);
@@ -600,7 +600,7 @@ static void test_checkpoint_round_trip(void) {
   if (!rc) rc = d2->ops->gather_state(d2, p.state_h, p.state_c);
   p.step = 4;
   if (!rc) rc = lstmd_checkpoint_save(path, g, og, &meta, &p, "{}");
-  check_true("checkpoint CPU -> GPU: resumed and saved again", rc == 0);
+  lstmd_check_true("checkpoint CPU -> GPU: resumed and saved again", rc == 0);
   lstmd_engine_destroy(d2);
   /* CPU: steps 5-6 from the GPU checkpoint, batches 4-5 */
   struct lstmd_model *c = NULL;
@@ -611,18 +611,18 @@ static void test_checkpoint_round_trip(void) {
   struct lstmd_engine *d3 = rc ? NULL : make_engine(c, -1, LSTMD_PRECISION_FP32, 1);
   if (!rc) rc = d3->ops->set_state(d3, p.state_h, p.state_c);
   if (!rc) rc = train(d3, oc2, c, b + 4, 2, 2, 1, loss_trip + 4);
-  check_true("checkpoint GPU -> CPU: resumed and trained", rc == 0 && oc2->step == 6);
+  lstmd_check_true("checkpoint GPU -> CPU: resumed and trained", rc == 0 && oc2->step == 6);
   if (!rc) {
     /* Steps 1-2 ran the same CPU code on the same data: bit for bit. Steps 3-6 differ by the two
      * GPU steps only, the trip being exact: test_training's fp32 bounds (loss 1e-4; AdamW
      * updates 2e-2, which is about Adam normalising near-zero gradients, not the trip). */
-    check_true("CPU→GPU→CPU vs CPU only: steps 1-2 losses identical",
+    lstmd_check_true("CPU→GPU→CPU vs CPU only: steps 1-2 losses identical",
                loss_trip[0] == loss_ref[0] && loss_trip[1] == loss_ref[1]);
     double worst = 0.0;
     for (int s = 2; s < 6; s++) worst = fmax(worst, fabs(loss_trip[s] - loss_ref[s]) / loss_ref[s]);
     char what[160];
     snprintf(what, sizeof what, "CPU→GPU→CPU vs CPU only: steps 3-6 losses (rel %.1e < 1e-4)", worst);
-    check_true(what, worst < 1e-4);
+    lstmd_check_true(what, worst < 1e-4);
     float *dr = malloc(ref->n_params * sizeof(float)), *dc = malloc(ref->n_params * sizeof(float));
     for (size_t i = 0; i < ref->n_params; i++) {
       dr[i] = ref->params[i] - p0[i];
@@ -694,7 +694,7 @@ static void test_evaluate(int text) {
   char what[160];
   snprintf(what, sizeof what, "%s evaluation on the GPU: %.6f vs CPU %.6f (%llu windows of %d)",
            text ? "text" : "series", gpu, cpu, (unsigned long long)(ct / T), T);
-  check_true(what, rc == 0 && dp && gt == ct && fabs(gpu - cpu) <= 1e-5 * fabs(cpu));
+  lstmd_check_true(what, rc == 0 && dp && gt == ct && fabs(gpu - cpu) <= 1e-5 * fabs(cpu));
   lstmd_engine_destroy(dp);
   lstmd_model_destroy(m);
   lstmd_dataset_close(&train);
@@ -704,16 +704,7 @@ static void test_evaluate(int text) {
   if (system(cmd) != 0) printf("  (could not remove %s)\n", dir);
 }
 
-int main(void) {
-  char why[256], libs[256], dev[160];
-  if (lstmd_cuda_probe(why, sizeof why) == 0) {
-    printf("test_gpu_model: no CUDA device (%s): skipped\n", why);
-    return 77;
-  }
-  lstmd_cuda_use_device(0);
-  lstmd_cuda_describe_device(dev, sizeof dev);
-  lstmd_cuda_describe_libraries(libs, sizeof libs);
-  printf("device: %s\nlibraries: %s\n", dev, libs);
+void lstmd_selftest_gpu_model(void) {
   for (int text = 1; text >= 0; text--) test_gradients(text, LSTMD_DT_F32, -1);
   for (int algo = 0; algo < LSTMD_RNN_ALGO_COUNT; algo++) test_gradients(1, LSTMD_DT_F32, algo);
   test_gradients(1, LSTMD_DT_BF16, -1);
@@ -729,6 +720,4 @@ int main(void) {
   test_checkpoint_round_trip();
   test_evaluate(1);
   test_evaluate(0);
-  check_true("no CUDA error at the end", cudaDeviceSynchronize() == cudaSuccess);
-  return check_summary("test_gpu_model");
 }

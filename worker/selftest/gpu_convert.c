@@ -1,8 +1,8 @@
-/* test_convert_cuda.c — the glue kernels of kernels/cuda/convert_cuda against float64
+/* gpu_convert.c (selftest group "convert") — the glue kernels of kernels/cuda/convert_cuda against float64
  * references: casts to and from fp16/bf16 (error within half an ulp of the format), segment
  * copies with a cast and with accumulation, the sum and fused MSE reductions, and scaling; fp16
  * overflow to ±inf exactly, and the squared norm of it +inf (what the fp16 loss scaler reads).
- * Exits 77 (ctest: skipped) where no CUDA device is usable. */
+ * Run by `lstmd selftest --gpu` (gpu_selftest.c) on device 0. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdlib.h>
@@ -10,7 +10,7 @@
 
 #include "kernels/cuda/convert_cuda.h"
 #include "kernels/cuda/dense_cuda.h"
-#include "check.h"
+#include "worker/selftest/selftest.h"
 
 static unsigned long long g_seed = 99;
 
@@ -24,18 +24,18 @@ static void *dev_copy(const void *h, size_t bytes) {
 static void test_casts(void) {
   enum { N = 10007 };
   double *ref = malloc(sizeof(double) * N);
-  float *x = test_rand_floats(&g_seed, N, 1000.0, ref), *back = malloc(sizeof(float) * N);
+  float *x = selftest_rand_floats(&g_seed, N, 1000.0, ref), *back = malloc(sizeof(float) * N);
   float *dx = dev_copy(x, sizeof(float) * N), *dback;
   void *d16;
   cudaMalloc(&d16, 2 * N);
   cudaMalloc((void **)&dback, sizeof(float) * N);
   static const char *names[] = {"", "cast fp32 -> fp16 -> fp32", "cast fp32 -> bf16 -> fp32"};
   for (int t = LSTMD_DT_F16; t <= LSTMD_DT_BF16; t++) {
-    check_true("cast launch", lstmd_cuda_cast(N, dx, LSTMD_DT_F32, d16, t, NULL) == 0 &&
+    lstmd_check_true("cast launch", lstmd_cuda_cast(N, dx, LSTMD_DT_F32, d16, t, NULL) == 0 &&
                                   lstmd_cuda_cast(N, d16, t, dback, LSTMD_DT_F32, NULL) == 0);
     cudaMemcpy(back, dback, sizeof(float) * N, cudaMemcpyDeviceToHost);
     /* round to nearest: relative error at most 2^-11 (fp16) / 2^-8 (bf16) */
-    check_close(names[t], back, ref, N, 0.0, t == LSTMD_DT_F16 ? 4.9e-4 : 3.91e-3);
+    lstmd_check_close(names[t], back, ref, N, 0.0, t == LSTMD_DT_F16 ? 4.9e-4 : 3.91e-3);
   }
   /* fp16 overflow, exactly: ±1e6 and ±65520 (halfway between the largest finite fp16, 65504,
    * and 65536: round-to-nearest-even goes up, to inf) come back as ±inf, sign kept; 65504 and
@@ -55,17 +55,17 @@ static void test_casts(void) {
       fprintf(stderr, "  fp16 round trip of %.9g: got %.9g, want %.9g\n", edge[i], edge_back[i], edge_ref[i]);
       exact = 0;
     }
-  check_true("fp16 overflow gives ±inf, 65504 and 65519 stay 65504", exact);
+  lstmd_check_true("fp16 overflow gives ±inf, 65504 and 65519 stay 65504", exact);
   double inf_ref = 0.0, *dnorm, norm = 0.0;
   for (int i = 0; i < K; i++) inf_ref += (double)edge_back[i] * edge_back[i];
   cudaMalloc((void **)&dnorm, sizeof(double));
   cudaMemset(dnorm, 0, sizeof(double));
-  check_true("sumsq launch", lstmd_cuda_sumsq(K, dedge, dnorm, NULL) == 0);
+  lstmd_check_true("sumsq launch", lstmd_cuda_sumsq(K, dedge, dnorm, NULL) == 0);
   cudaMemcpy(&norm, dnorm, sizeof norm, cudaMemcpyDeviceToHost);
   char what[160];
   snprintf(what, sizeof what, "fp16 overflow: squared norm %g == %g (what loss scaling detects)",
            norm, inf_ref);
-  check_true(what, isinf(inf_ref) && inf_ref > 0 && norm == inf_ref);
+  lstmd_check_true(what, isinf(inf_ref) && inf_ref > 0 && norm == inf_ref);
   cudaFree(dx); cudaFree(d16); cudaFree(dback); cudaFree(dedge); cudaFree(dnorm);
   free(ref); free(x); free(back);
 }
@@ -74,23 +74,23 @@ static void test_segments(void) {
   enum { SRC = 1000, DST = 1200 };
   struct lstmd_cuda_segment segs[3] = {{0, 500, 100}, {100, 0, 333}, {700, 900, 300}};
   double *rs = malloc(sizeof(double) * SRC), *rd = calloc(DST, sizeof(double));
-  float *src = test_rand_floats(&g_seed, SRC, 1.0, rs), *out = malloc(sizeof(float) * DST);
+  float *src = selftest_rand_floats(&g_seed, SRC, 1.0, rs), *out = malloc(sizeof(float) * DST);
   float *dsrc = dev_copy(src, sizeof(float) * SRC), *ddst;
   cudaMalloc((void **)&ddst, sizeof(float) * DST);
   cudaMemset(ddst, 0, sizeof(float) * DST);
   struct lstmd_cuda_segment *dsegs = dev_copy(segs, sizeof segs);
-  check_true("segments launch", lstmd_cuda_copy_segments(3, dsegs, 333, dsrc, LSTMD_DT_F32, ddst,
+  lstmd_check_true("segments launch", lstmd_cuda_copy_segments(3, dsegs, 333, dsrc, LSTMD_DT_F32, ddst,
                                                          LSTMD_DT_F32, 0, NULL) == 0);
   for (int s = 0; s < 3; s++)
     for (size_t j = 0; j < segs[s].count; j++) rd[segs[s].dst_offset + j] = rs[segs[s].src_offset + j];
   cudaMemcpy(out, ddst, sizeof(float) * DST, cudaMemcpyDeviceToHost);
-  check_close("segment copy (set)", out, rd, DST, 0, 0);
-  check_true("accumulate launch", lstmd_cuda_copy_segments(3, dsegs, 333, dsrc, LSTMD_DT_F32, ddst,
+  lstmd_check_close("segment copy (set)", out, rd, DST, 0, 0);
+  lstmd_check_true("accumulate launch", lstmd_cuda_copy_segments(3, dsegs, 333, dsrc, LSTMD_DT_F32, ddst,
                                                            LSTMD_DT_F32, 1, NULL) == 0);
   for (int s = 0; s < 3; s++)
     for (size_t j = 0; j < segs[s].count; j++) rd[segs[s].dst_offset + j] += rs[segs[s].src_offset + j];
   cudaMemcpy(out, ddst, sizeof(float) * DST, cudaMemcpyDeviceToHost);
-  check_close("segment copy (accumulate)", out, rd, DST, 1e-7, 1e-7);
+  lstmd_check_close("segment copy (accumulate)", out, rd, DST, 1e-7, 1e-7);
   /* fp32 → bf16 segments, then bf16 → fp32 accumulate into zeros: the bf16 rounding of src */
   void *d16;
   cudaMalloc(&d16, 2 * DST);
@@ -104,8 +104,8 @@ static void test_segments(void) {
   for (int s = 0; s < 3; s++)
     for (size_t j = 0; j < segs[s].count; j++) rb[segs[s].src_offset + j] = rs[segs[s].src_offset + j];
   cudaMemcpy(out, ddst, sizeof(float) * DST, cudaMemcpyDeviceToHost);
-  check_close("segments through bf16 and back", out, rb, SRC, 0, 3.91e-3);
-  check_true("accumulate into a 16-bit type refused",
+  lstmd_check_close("segments through bf16 and back", out, rb, SRC, 0, 3.91e-3);
+  lstmd_check_true("accumulate into a 16-bit type refused",
              lstmd_cuda_copy_segments(3, dsegs, 333, dsrc, LSTMD_DT_F32, d16, LSTMD_DT_BF16, 1, NULL) != 0);
   cudaFree(dsrc); cudaFree(ddst); cudaFree(dsegs); cudaFree(d16); cudaFree(dback);
   free(rs); free(rd); free(rb); free(src); free(out);
@@ -115,45 +115,39 @@ static void test_reductions(void) {
   enum { N = 100003 };
   double *rx = malloc(sizeof(double) * N), *ry = malloc(sizeof(double) * N);
   double *rg = malloc(sizeof(double) * N);
-  float *x = test_rand_floats(&g_seed, N, 2.0, rx), *y = test_rand_floats(&g_seed, N, 2.0, ry);
+  float *x = selftest_rand_floats(&g_seed, N, 2.0, rx), *y = selftest_rand_floats(&g_seed, N, 2.0, ry);
   float *dx = dev_copy(x, sizeof(float) * N), *dy = dev_copy(y, sizeof(float) * N);
   double *acc, got, sum = 0.0, sq = 0.0;
   cudaMalloc((void **)&acc, sizeof(double));
   cudaMemset(acc, 0, sizeof(double));
-  check_true("sum launch", lstmd_cuda_sum(N, dx, acc, NULL) == 0);
+  lstmd_check_true("sum launch", lstmd_cuda_sum(N, dx, acc, NULL) == 0);
   cudaMemcpy(&got, acc, sizeof got, cudaMemcpyDeviceToHost);
   for (int i = 0; i < N; i++) sum += rx[i];
   /* compared as a double: rounded to float first it would be ~3e-5 off for a sum of ~661 */
   char what[160];
   snprintf(what, sizeof what, "sum (double accumulation) %.12g vs %.12g", got, sum);
-  check_true(what, fabs(got - sum) <= 1e-9 + 1e-9 * fabs(sum));
+  lstmd_check_true(what, fabs(got - sum) <= 1e-9 + 1e-9 * fabs(sum));
   float gotf;
   cudaMemset(acc, 0, sizeof(double));
   const double scale = 0.001;
   const float loss_scale = 4.0f; /* on the device, like the fp16 engine's */
   float *dscale = dev_copy(&loss_scale, sizeof loss_scale);
-  check_true("mse launch", lstmd_cuda_mse(N, dx, dy, (float)scale, dscale, acc, NULL) == 0);
+  lstmd_check_true("mse launch", lstmd_cuda_mse(N, dx, dy, (float)scale, dscale, acc, NULL) == 0);
   cudaMemcpy(&got, acc, sizeof got, cudaMemcpyDeviceToHost);
   for (int i = 0; i < N; i++) {
     sq += (rx[i] - ry[i]) * (rx[i] - ry[i]);
     rg[i] = scale * loss_scale * 2.0 * (rx[i] - ry[i]);
   }
   gotf = (float)got;
-  check_close("mse loss", &gotf, &sq, 1, 1e-9, 1e-7);
+  lstmd_check_close("mse loss", &gotf, &sq, 1, 1e-9, 1e-7);
   cudaMemcpy(x, dx, sizeof(float) * N, cudaMemcpyDeviceToHost);
-  check_close("mse gradient (times the device loss scale)", x, rg, N, 1e-9, 1e-6);
+  lstmd_check_close("mse gradient (times the device loss scale)", x, rg, N, 1e-9, 1e-6);
   cudaFree(dx); cudaFree(dy); cudaFree(acc); cudaFree(dscale);
   free(rx); free(ry); free(rg); free(x); free(y);
 }
 
-int main(void) {
-  if (lstmd_cuda_device_count() == 0) {
-    printf("test_convert_cuda: no CUDA device: skipped\n");
-    return 77;
-  }
+void lstmd_selftest_gpu_convert(void) {
   test_casts();
   test_segments();
   test_reductions();
-  check_true("no CUDA error at the end", cudaDeviceSynchronize() == cudaSuccess);
-  return check_summary("test_convert_cuda");
 }

@@ -2,7 +2,8 @@
  * cut into stages, the window into K time chunks and the batch into column slices, the messages
  * between stages copied by hand in the order the pipeline engine sends them (every F chunk up
  * the stages; then from the last chunk down, every stage's B of the chunk then its W). Used by
- * test_model_stage (against the whole model) and test_gradcheck (against finite differences). */
+ * test_model_stage (against the whole model) and the selftest group "cpu" (cpu_gradcheck.c,
+ * against finite differences). */
 #ifndef LSTMD_TEST_STAGE_DRIVER_H
 #define LSTMD_TEST_STAGE_DRIVER_H
 

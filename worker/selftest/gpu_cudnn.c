@@ -1,11 +1,11 @@
-/* test_cudnn_lstm.c — the cuDNN LSTM's set-up on a device (kernels/cuda/lstm_cudnn.c) and the
+/* gpu_cudnn.c (selftest group "cudnn") — the cuDNN LSTM's set-up on a device (kernels/cuda/lstm_cudnn.c) and the
  * GPU model's choice of it (kernels/cuda/model_cuda.c): the weight space and its gradient start
  * zeroed; dropout states exist only where dropout happens (p > 0 and L > 1); every data type's
  * math types are built and run (fp16 tensor-op with its default-math fallback); forced
  * algorithms and forced full choices are trial-run at create (0 or LSTMD_EUNSUPPORTED, never
  * another failure, and a model that is built runs); a choice made by timing is reproduced by a
  * model given it (what rank 0 broadcasts to the others).
- * Exits 77 (ctest: skipped) where no CUDA device is usable. */
+ * Run by `lstmd selftest --gpu` (gpu_selftest.c) on device 0. */
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <math.h>
@@ -18,7 +18,7 @@
 #include "kernels/status.h"
 #include "worker/engine/engine_gpu.h"
 #include "worker/model/model.h"
-#include "check.h"
+#include "worker/selftest/selftest.h"
 
 enum { T = 7, B = 5, W = 3, K = 2 };
 static cudaStream_t g_stream;
@@ -52,7 +52,7 @@ static void test_zeroed_weights(void) {
     char what[128];
     snprintf(what, sizeof what, "%s: weight space and gradient zero after create", dtype_name(dt));
     const size_t bytes = rc ? 0 : lstmd_cudnn_lstm_weight_count(l) * lstmd_dtype_bytes(dt);
-    check_true(what, rc == 0 && bytes > 0 && all_zero(lstmd_cudnn_lstm_weights(l), bytes) &&
+    lstmd_check_true(what, rc == 0 && bytes > 0 && all_zero(lstmd_cudnn_lstm_weights(l), bytes) &&
                          all_zero(lstmd_cudnn_lstm_dweights(l), bytes));
     lstmd_cudnn_lstm_destroy(l);
   }
@@ -69,13 +69,13 @@ static size_t lstm_bytes(int layers, float p) {
 
 static void test_dropout_states(void) {
   size_t states = 0;
-  check_true("cudnnDropoutGetStatesSize", cudnnDropoutGetStatesSize(g_dnn, &states) == CUDNN_STATUS_SUCCESS);
+  lstmd_check_true("cudnnDropoutGetStatesSize", cudnnDropoutGetStatesSize(g_dnn, &states) == CUDNN_STATUS_SUCCESS);
   const size_t l2p0 = lstm_bytes(2, 0.0f), l2p3 = lstm_bytes(2, 0.3f);
   const size_t l1p0 = lstm_bytes(1, 0.0f), l1p3 = lstm_bytes(1, 0.3f);
   printf("  dropout states %zu bytes; L=2: %zu (p 0) %zu (p 0.3); L=1: %zu (p 0) %zu (p 0.3)\n",
          states, l2p0, l2p3, l1p0, l1p3);
-  check_true("L=2: dropout 0.3 holds the states, dropout 0 does not", l2p0 && l2p3 >= l2p0 + states);
-  check_true("L=1, dropout 0.3 (nothing between layers): none", l1p0 && l1p3 && l1p3 < l1p0 + states);
+  lstmd_check_true("L=2: dropout 0.3 holds the states, dropout 0 does not", l2p0 && l2p3 >= l2p0 + states);
+  lstmd_check_true("L=1, dropout 0.3 (nothing between layers): none", l1p0 && l1p3 && l1p3 < l1p0 + states);
 }
 
 /* Forward (training) + backward of l on zeroed x/dy buffers: 0 when cuDNN runs it. */
@@ -117,10 +117,10 @@ static void test_math_types(void) {
     }
     char what[96];
     snprintf(what, sizeof what, "%s: the standard algorithm runs with one math type", dtype_name(dt));
-    check_true(what, runs > 0);
+    lstmd_check_true(what, runs > 0);
     if (dt != LSTMD_DT_F16) { /* default math (bf16) and FMA (fp32) are no fallbacks: must run */
       snprintf(what, sizeof what, "%s: runs with its own math type", dtype_name(dt));
-      check_true(what, preferred);
+      lstmd_check_true(what, preferred);
     }
   }
 }
@@ -147,7 +147,7 @@ static double model_loss(struct fixture *f, struct lstmd_cuda_model *cm) {
   const size_t N = (size_t)T * B;
   struct lstmd_cuda_inputs *in = lstmd_cuda_model_inputs(cm);
   unsigned long long seed = 99; /* the same batch every time */
-  float *x = test_rand_floats(&seed, N * W, 1.0, NULL), *y = test_rand_floats(&seed, N * K, 1.0, NULL);
+  float *x = selftest_rand_floats(&seed, N * W, 1.0, NULL), *y = selftest_rand_floats(&seed, N * K, 1.0, NULL);
   double loss = NAN;
   int rc = cudaMemcpyAsync(in->x, x, N * W * sizeof(float), cudaMemcpyHostToDevice, g_stream) ||
                    cudaMemcpyAsync(in->y, y, N * K * sizeof(float), cudaMemcpyHostToDevice, g_stream) ||
@@ -179,9 +179,9 @@ static void test_forced(struct fixture *f) {
     snprintf(what, sizeof what, "forced choice %s%s: %s", lstmd_rnn_algo_name(want.algo),
              want.packed ? " packed" : "", rc ? lstmd_status_name(rc) : "built, runs, untimed");
     if (k == 0 || !rc)
-      check_true(what, !rc && !memcmp(&got, &want, sizeof got) && ms == 0.0 && isfinite(loss));
+      lstmd_check_true(what, !rc && !memcmp(&got, &want, sizeof got) && ms == 0.0 && isfinite(loss));
     else
-      check_true(what, rc == LSTMD_EUNSUPPORTED); /* refused at set-up or at the trial run */
+      lstmd_check_true(what, rc == LSTMD_EUNSUPPORTED); /* refused at set-up or at the trial run */
     lstmd_cuda_model_destroy(cm);
   }
   for (int a = 0; a < LSTMD_RNN_ALGO_COUNT; a++) {
@@ -192,8 +192,8 @@ static void test_forced(struct fixture *f) {
     char what[160];
     snprintf(what, sizeof what, "fp16 forced algorithm %s: %s (layout %d, default math %d)",
              lstmd_rnn_algo_name(a), rc ? lstmd_status_name(rc) : "built", got.packed, got.default_math);
-    check_true(what, rc == LSTMD_EUNSUPPORTED || (rc == 0 && got.algo == a && isfinite(model_loss(f, cm))));
-    if (a == 0) check_true("  fp16 standard builds", rc == 0);
+    lstmd_check_true(what, rc == LSTMD_EUNSUPPORTED || (rc == 0 && got.algo == a && isfinite(model_loss(f, cm))));
+    if (a == 0) lstmd_check_true("  fp16 standard builds", rc == 0);
     lstmd_cuda_model_destroy(cm);
   }
 }
@@ -213,27 +213,22 @@ static void test_choice_reproduced(struct fixture *f) {
     snprintf(what, sizeof what, "%s: timed choice %s%s%s (%.3f ms) given to a second model: the same",
              dtype_name(dt), lstmd_rnn_algo_name(ca.algo), ca.packed ? " packed" : "",
              ca.default_math ? " default math" : "", ms);
-    check_true(what, rc == 0 && ms > 0.0 && !memcmp(&ca, &cb, sizeof ca));
+    lstmd_check_true(what, rc == 0 && ms > 0.0 && !memcmp(&ca, &cb, sizeof ca));
     if (!rc) {
       const double la = model_loss(f, a), lb = model_loss(f, b);
       snprintf(what, sizeof what, "  same loss (%.9g vs %.9g%s)", la, lb, la == lb ? ", bit for bit" : "");
-      check_true(what, isfinite(la) && fabs(la - lb) <= 1e-6 * fabs(la));
+      lstmd_check_true(what, isfinite(la) && fabs(la - lb) <= 1e-6 * fabs(la));
     }
     lstmd_cuda_model_destroy(a);
     lstmd_cuda_model_destroy(b);
   }
 }
 
-int main(void) {
-  char why[256];
-  if (lstmd_cuda_probe(why, sizeof why) == 0) {
-    printf("test_cudnn_lstm: no CUDA device (%s): skipped\n", why);
-    return 77;
-  }
-  if (lstmd_cuda_use_device(0) || cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking) ||
+void lstmd_selftest_gpu_cudnn(void) {
+  if (cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking) ||
       cudnnCreate(&g_dnn) || cudnnSetStream(g_dnn, g_stream)) {
-    check_true("device, stream and cuDNN handle", 0);
-    return check_summary("test_cudnn_lstm");
+    lstmd_check_true("device, stream and cuDNN handle", 0);
+    return;
   }
   test_zeroed_weights();
   test_dropout_states();
@@ -252,7 +247,7 @@ int main(void) {
               cudaMemcpy(f.params, f.cpu->params, f.cpu->n_params * sizeof(float), cudaMemcpyHostToDevice) ||
               cudaDeviceSynchronize())) /* the legacy-stream copy's DMA, before g_stream reads it */
     rc = LSTMD_ECUDA;
-  check_true("model fixture", rc == 0);
+  lstmd_check_true("model fixture", rc == 0);
   if (!rc) {
     test_forced(&f);
     test_choice_reproduced(&f);
@@ -261,8 +256,7 @@ int main(void) {
   cudaFree(f.loss);
   lstmd_model_destroy(f.cpu);
   cudnnDestroy(g_dnn);
-  check_true("no CUDA error at the end", cudaStreamSynchronize(g_stream) == cudaSuccess &&
+  lstmd_check_true("no CUDA error at the end", cudaStreamSynchronize(g_stream) == cudaSuccess &&
                                              cudaDeviceSynchronize() == cudaSuccess);
   cudaStreamDestroy(g_stream);
-  return check_summary("test_cudnn_lstm");
 }

@@ -1,5 +1,5 @@
-/* test_gradcheck.c — the whole model's analytic float32 gradient (every parameter tensor)
- * against central finite differences of an independent float64 forward, for a text model and
+/* cpu_gradcheck.c (selftest group "cpu") — the whole model's analytic float32 gradient (every
+ * parameter tensor), on the kernels of the ISA chosen (LSTMD_CPU_ISA forces one), against central finite differences of an independent float64 forward, for a text model and
  * a series model, with dropout between layers and a non-zero carried initial state; and the same
  * for the model run as pipeline stages (model_stage.h) with one time step per chunk, so that the
  * (dh, dc) carried between chunks and into each chunk's initial state is checked too.
@@ -11,8 +11,8 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/status.h"
 #include "worker/model/model.h"
-#include "check.h"
-#include "stage_driver.h"
+#include "worker/selftest/selftest.h"
+#include "worker/selftest/stage_driver.h"
 
 struct ref_ctx {
   const struct lstmd_model *m;
@@ -103,7 +103,7 @@ static double ref_loss(const struct ref_ctx *r, const double *p) {
 static void gradcheck(const char *label, struct lstmd_model_shape shape, int T, int B, float dropout) {
   struct lstmd_model *m;
   if (lstmd_model_create(&shape, &m)) {
-    check_true("model create", 0);
+    lstmd_check_true("model create", 0);
     return;
   }
   struct lstmd_rng rng;
@@ -119,16 +119,16 @@ static void gradcheck(const char *label, struct lstmd_model_shape shape, int T, 
       b->ids[n] = (int32_t)((n * 7 + 1) % shape.vocab);
       b->targets[n] = (int32_t)((n * 3 + 2) % shape.vocab);
     } else {
-      for (int w = 0; w < shape.width; w++) b->x[n * shape.width + w] = (float)test_uniform(&seed, 1.5);
-      for (int k = 0; k < shape.horizon; k++) b->y[n * shape.horizon + k] = (float)test_uniform(&seed, 1.5);
+      for (int w = 0; w < shape.width; w++) b->x[n * shape.width + w] = (float)selftest_uniform(&seed, 1.5);
+      for (int k = 0; k < shape.horizon; k++) b->y[n * shape.horizon + k] = (float)selftest_uniform(&seed, 1.5);
     }
   }
   const size_t S = (size_t)L * B * H;
   float *h0 = malloc(S * sizeof(float)), *c0 = malloc(S * sizeof(float));
   double *h0d = malloc(S * sizeof(double)), *c0d = malloc(S * sizeof(double));
   for (size_t i = 0; i < S; i++) {
-    h0d[i] = h0[i] = (float)test_uniform(&seed, 0.5);
-    c0d[i] = c0[i] = (float)test_uniform(&seed, 1.0);
+    h0d[i] = h0[i] = (float)selftest_uniform(&seed, 0.5);
+    c0d[i] = c0[i] = (float)selftest_uniform(&seed, 1.0);
   }
   lstmd_workspace_set_state(ws, h0, c0, B, 0);
   const float scale = 1.0f / (float)N;
@@ -138,7 +138,7 @@ static void gradcheck(const char *label, struct lstmd_model_shape shape, int T, 
 
   struct ref_ctx r = {m, b, T, B, h0d, c0d};
   for (int l = 0; l < L; l++) r.masks[l] = lstmd_workspace_dropout_mask(ws, l);
-  check_true("dropout masks present where expected",
+  lstmd_check_true("dropout masks present where expected",
              dropout == 0.0f || L == 1 || (r.masks[0] != NULL && r.masks[L - 1] == NULL));
   /* the stages: the first layer alone, then the rest; one step per chunk; two column slices */
   struct stage_run sr = {.stages = L > 1 ? 2 : 1, .stage_layers = {L > 1 ? 1 : L, L - 1},
@@ -152,10 +152,10 @@ static void gradcheck(const char *label, struct lstmd_model_shape shape, int T, 
   char what[128];
   snprintf(what, sizeof what, "%s loss vs float64", label);
   float lossf = (float)loss;
-  check_close(what, &lossf, &ref, 1, 1e-6, 1e-5);
+  lstmd_check_close(what, &lossf, &ref, 1, 1e-6, 1e-5);
   snprintf(what, sizeof what, "%s loss as %d stages of %d chunks vs float64", label, sr.stages, T);
   lossf = (float)loss_stage;
-  check_close(what, &lossf, &ref, 1, 1e-6, 1e-5);
+  lstmd_check_close(what, &lossf, &ref, 1, 1e-6, 1e-5);
   for (int t = 0; t < m->n_tensors; t++) {
     const struct lstmd_tensor *x = &m->tensors[t];
     double *fd = malloc(x->count * sizeof(double)), num = 0, den = 0, num_stage = 0;
@@ -174,12 +174,12 @@ static void gradcheck(const char *label, struct lstmd_model_shape shape, int T, 
     }
     double rel = sqrt(num) / (sqrt(den) + 1e-30);
     snprintf(what, sizeof what, "%s %s rel %.2e", label, x->name, rel);
-    check_true(what, rel < 1e-4 && den > 0);
-    if (rel >= 1e-4) check_close(x->name, m->grads + x->offset, fd, x->count, 1e-6, 1e-4);
+    lstmd_check_true(what, rel < 1e-4 && den > 0);
+    if (rel >= 1e-4) lstmd_check_close(x->name, m->grads + x->offset, fd, x->count, 1e-6, 1e-4);
     const double rel_stage = sqrt(num_stage) / (sqrt(den) + 1e-30);
     snprintf(what, sizeof what, "  ... as stages: rel %.2e", rel_stage);
-    check_true(what, rel_stage < 1e-4 && den > 0);
-    if (rel_stage >= 1e-4) check_close(x->name, g_stage + x->offset, fd, x->count, 1e-6, 1e-4);
+    lstmd_check_true(what, rel_stage < 1e-4 && den > 0);
+    if (rel_stage >= 1e-4) lstmd_check_close(x->name, g_stage + x->offset, fd, x->count, 1e-6, 1e-4);
     free(fd);
   }
   free(p);
@@ -192,8 +192,11 @@ static void gradcheck(const char *label, struct lstmd_model_shape shape, int T, 
   lstmd_model_destroy(m);
 }
 
-int main(void) {
-  printf("kernels: %s (LSTMD_CPU_ISA)\n", lstmd_cpu_isa_name(lstmd_cpu_isa()));
+void lstmd_selftest_cpu(struct lstmd_selftest *st, const char *only) {
+  if (only && strcmp(only, "cpu")) return;
+  lstmd_selftest_group(st, "cpu");
+  printf("CPU kernels: %s (LSTMD_CPU_ISA forces avx512, avx2 or generic)\n",
+         lstmd_cpu_isa_name(lstmd_cpu_isa()));
   struct lstmd_model_shape text = {.kind = LSTMD_MODEL_TEXT, .vocab = 6, .embed = 5, .hidden = 7,
                                    .layers = 2};
   gradcheck("text", text, 4, 3, 0.0f);
@@ -206,5 +209,4 @@ int main(void) {
   struct lstmd_model_shape series = {.kind = LSTMD_MODEL_SERIES, .width = 3, .hidden = 5,
                                      .layers = 2, .horizon = 2};
   gradcheck("series", series, 5, 2, 0.0f);
-  return check_summary("test_gradcheck");
 }

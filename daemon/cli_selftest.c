@@ -1,0 +1,169 @@
+/* cli_selftest.c — `lstmd selftest [--gpu] [--bench] [--out DIR] [--only GROUP]`: the acceptance
+ * run of an installed lstmd, no build tree needed. One PASS/FAIL/SKIP line per check with its
+ * measured error, a summary line, and the exit status 0 (all passed), 1 (a check failed) or
+ * 77 (everything was skipped: what ctest reads as skipped).
+ *
+ * Groups: cpu (worker/selftest/cpu_gradcheck.c); with --gpu the GPU module's kernels, convert,
+ * cudnn, model and nccl (worker/selftest/gpu_*.c), and "nccl 2 ranks": this binary again under
+ * `mpirun -np 2` with both ranks on one GPU, which takes the host-staged fallback. The ctest
+ * `gpu` tests run `lstmd selftest --gpu --only GROUP`, so there is one implementation. Without a
+ * usable GPU (no device, or the GPU backend not loaded) every GPU group is one SKIP with why.
+ * --bench adds bench/bench_gpu.sh (from share/lstmd/bench in a release) and writes its results
+ * file, named after the GPU and the date, into --out (default: the current directory). */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm/comm.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/status.h"
+#include "worker/engine/gpu_backend.h"
+#include "worker/selftest/selftest.h"
+#include "cli.h"
+
+static const char *const kGpuGroups[] = {"kernels", "convert", "cudnn", "model", "nccl"};
+
+static int is_gpu_group(const char *g) {
+  for (size_t i = 0; i < sizeof kGpuGroups / sizeof *kGpuGroups; i++)
+    if (!strcmp(g, kGpuGroups[i])) return 1;
+  return 0;
+}
+
+/* The directory of this executable ("" on failure). */
+static void exe_dir(char *buf, size_t n) {
+  const ssize_t len = readlink("/proc/self/exe", buf, n - 1);
+  buf[len > 0 ? len : 0] = '\0';
+  char *slash = strrchr(buf, '/');
+  if (slash) *slash = '\0';
+}
+
+/* Runs argv (a child process, stdout and stderr shared); its exit status, or -1. */
+static int run_child(char *const argv[], const char *env_name, const char *env_value) {
+  fflush(NULL);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (env_name) setenv(env_name, env_value, 1);
+    execvp(argv[0], argv);
+    fprintf(stderr, "lstmd: selftest: cannot run %s\n", argv[0]);
+    _exit(127);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) < 0) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* Two ranks of this binary on one GPU (CUDA_VISIBLE_DEVICES=<the first visible>): NCCL refuses
+ * two ranks on one device, so this is the host-staged MPI path of comm/comm_nccl.c. */
+static void nccl_two_ranks(struct lstmd_selftest *st) {
+  lstmd_selftest_group(st, "nccl");
+  const char *mpirun = getenv("LSTMD_MPIRUN") ? getenv("LSTMD_MPIRUN") : "mpirun";
+  char self[PATH_MAX + 8], dir[PATH_MAX], visible[64] = "0";
+  exe_dir(dir, sizeof dir);
+  snprintf(self, sizeof self, "%s/lstmd", dir);
+  const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+  if (cvd && *cvd) snprintf(visible, sizeof visible, "%.*s", (int)strcspn(cvd, ","), cvd);
+  char *argv[12];
+  int k = 0;
+  argv[k++] = (char *)mpirun;
+  argv[k++] = "-np";
+  argv[k++] = "2";
+  argv[k++] = "--oversubscribe";
+  if (geteuid() == 0) argv[k++] = "--allow-run-as-root";
+  argv[k++] = self;
+  argv[k++] = "selftest";
+  argv[k++] = "--only";
+  argv[k++] = "nccl";
+  argv[k] = NULL;
+  printf("nccl: %s -np 2 %s selftest --only nccl (CUDA_VISIBLE_DEVICES=%s: one GPU, two ranks)\n",
+         mpirun, self, visible);
+  const int rc = run_child(argv, "CUDA_VISIBLE_DEVICES", visible);
+  char what[128];
+  snprintf(what, sizeof what, "2 ranks on one GPU (host-staged fallback): exit %d", rc);
+  lstmd_check_true(what, rc == 0);
+}
+
+/* bench/bench_gpu.sh with its results file named after the GPU and the date. */
+static void bench(struct lstmd_selftest *st, const struct lstmd_gpu_backend *gpu, const char *out) {
+  lstmd_selftest_group(st, "bench");
+  char dir[PATH_MAX], script[PATH_MAX + 64], name[256] = "gpu", file[PATH_MAX + 512], self[PATH_MAX + 8];
+  exe_dir(dir, sizeof dir);
+  snprintf(self, sizeof self, "%s/lstmd", dir);
+  snprintf(script, sizeof script, "%s/../share/lstmd/bench/bench_gpu.sh", dir);
+  if (access(script, R_OK)) snprintf(script, sizeof script, "%s/../bench/bench_gpu.sh", dir);
+  if (access(script, R_OK)) {
+    lstmd_check_skip("bench_gpu.sh", "not found beside this binary (share/lstmd/bench or ../bench)");
+    return;
+  }
+  int cc = 0;
+  char info[512];
+  if (gpu->device_info(0, info, sizeof info, &cc) == 0) {
+    size_t k = 0;
+    for (const char *p = info; *p && *p != ',' && k + 1 < sizeof name; p++)
+      name[k++] = isalnum((unsigned char)*p) ? (char)tolower((unsigned char)*p) : '-';
+    name[k] = '\0';
+  }
+  char date[16];
+  const time_t now = time(NULL);
+  strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
+  snprintf(file, sizeof file, "%s/gpu-%s-%s.txt", out, name, date);
+  char *argv[] = {"bash", script, self, NULL};
+  const int rc = run_child(argv, "BENCH_OUT", file);
+  char what[PATH_MAX + 600];
+  snprintf(what, sizeof what, "bench_gpu.sh (results in %s): exit %d", file, rc);
+  lstmd_check_true(what, rc == 0);
+}
+
+int lstmd_cmd_selftest(int argc, char **argv) {
+  int want_gpu = 0, want_bench = 0;
+  const char *out = ".", *only = NULL;
+  struct lstmd_opt opts[] = {{"gpu", NULL, &want_gpu}, {"bench", NULL, &want_bench},
+                             {"out", &out}, {"only", &only}};
+  int rc = lstmd_parse_opts("selftest", argc, argv, 2, opts, 4);
+  if (rc) return rc;
+  if (only && strcmp(only, "cpu") && !is_gpu_group(only)) {
+    lstmd_errorf("selftest: --only %s: one of cpu, kernels, convert, cudnn, model, nccl", only);
+    return 2;
+  }
+  if ((only && is_gpu_group(only)) || want_bench) want_gpu = 1;
+  struct lstmd_comm *comm = NULL;
+  if ((rc = lstmd_comm_init(&argc, &argv, &comm))) return lstmd_exit_code(rc);
+  const int world = lstmd_comm_size(comm);
+  struct lstmd_selftest st;
+  lstmd_selftest_init(&st, stdout, comm);
+  const struct lstmd_gpu_backend *gpu = want_gpu ? lstmd_gpu_backend() : NULL;
+  if (lstmd_comm_rank(comm) == 0) {
+    printf("lstmd %s selftest: CPU kernels %s; GPU backend %s%s\n", LSTMD_VERSION_STRING,
+           lstmd_cpu_isa_name(lstmd_cpu_isa()), !want_gpu ? "not asked for (--gpu)"
+           : gpu ? "loaded" : "not loaded: ", want_gpu && !gpu ? lstmd_gpu_backend_why() : "");
+    struct lstmd_gpu_library libs[8];
+    const int n = want_gpu ? lstmd_gpu_backend_libraries(libs, 8) : 0;
+    for (int i = 0; i < n; i++)
+      printf("  %-8s %s\n", libs[i].name, libs[i].path[0] ? libs[i].path : libs[i].note);
+  }
+  lstmd_selftest_cpu(&st, only);
+  if (want_gpu && gpu) {
+    gpu->selftest(&st, only);
+    char why[256];
+    const int devices = gpu->probe(why, sizeof why);
+    if (world == 1 && devices > 0 && (!only || !strcmp(only, "nccl"))) nccl_two_ranks(&st);
+    if (want_bench && devices > 0) bench(&st, gpu, out);
+    else if (want_bench) lstmd_check_skip("bench", why);
+  } else if (want_gpu) {
+    for (size_t i = 0; i < sizeof kGpuGroups / sizeof *kGpuGroups; i++) {
+      if (only && strcmp(only, kGpuGroups[i])) continue;
+      lstmd_selftest_group(&st, kGpuGroups[i]);
+      lstmd_check_skip("every check", lstmd_gpu_backend_why());
+    }
+  }
+  rc = lstmd_selftest_summary(&st);
+  double worst = rc == 1 ? 2.0 : rc == 77 ? 1.0 : 0.0; /* every rank exits alike */
+  if (world > 1) lstmd_comm_allreduce_max_f64(comm, &worst, 1);
+  lstmd_comm_finalize(comm);
+  return worst == 2.0 ? 1 : worst == 1.0 ? 77 : 0;
+}
