@@ -8,8 +8,10 @@
  * `mpirun -np 2` with both ranks on one GPU, which takes the host-staged fallback. The ctest
  * `gpu` tests run `lstmd selftest --gpu --only GROUP`, so there is one implementation. Without a
  * usable GPU (no device, or the GPU backend not loaded) every GPU group is one SKIP with why.
- * --bench adds bench/bench_gpu.sh (from share/lstmd/bench in a release) and writes its results
- * file, named after the GPU and the date, into --out (default: the current directory). */
+ * --out DIR keeps the whole output in DIR/selftest-<gpu or cpu>-<date>.txt; --bench adds
+ * bench/bench_gpu.sh (from share/lstmd/bench in a release) and writes its results file,
+ * gpu-<gpu>-<date>.txt, there too (default: the current directory). Both are meant to be
+ * committed under bench/results/ as the record that a GPU build was verified. */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <limits.h>
@@ -88,10 +90,56 @@ static void nccl_two_ranks(struct lstmd_selftest *st) {
   lstmd_check_true(what, rc == 0);
 }
 
+/* "nvidia-h100-80gb-hbm3" from GPU 0's name, or "cpu" without one. */
+static void machine_name(const struct lstmd_gpu_backend *gpu, char *name, size_t n) {
+  int cc = 0;
+  char info[512], why[256];
+  snprintf(name, n, "cpu");
+  if (!gpu || gpu->probe(why, sizeof why) <= 0 || gpu->device_info(0, info, sizeof info, &cc)) return;
+  size_t k = 0;
+  for (const char *p = info; *p && *p != ',' && k + 1 < n; p++)
+    name[k++] = isalnum((unsigned char)*p) ? (char)tolower((unsigned char)*p) : '-';
+  name[k] = '\0';
+}
+
+static void today(char *date, size_t n) {
+  const time_t now = time(NULL);
+  strftime(date, n, "%Y-%m-%d", gmtime(&now));
+}
+
+/* --out: stdout and stderr from here on also go to DIR/selftest-<machine>-<date>.txt, through
+ * tee(1) (children, such as the two mpirun ranks, write there too). Returns the tee's pid. */
+static pid_t tee_output(const char *dir, const char *machine) {
+  char path[PATH_MAX + 300], date[16];
+  today(date, sizeof date);
+  snprintf(path, sizeof path, "%s/selftest-%s-%s.txt", dir, machine, date);
+  int fd[2];
+  if (pipe(fd)) return -1;
+  fflush(NULL);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fd[0], 0);
+    close(fd[0]);
+    close(fd[1]);
+    execlp("tee", "tee", "--", path, (char *)NULL);
+    _exit(127);
+  }
+  close(fd[0]);
+  if (pid < 0) {
+    close(fd[1]);
+    return -1;
+  }
+  dup2(fd[1], 1);
+  dup2(fd[1], 2);
+  close(fd[1]);
+  printf("selftest: writing this output to %s too\n", path);
+  return pid;
+}
+
 /* bench/bench_gpu.sh with its results file named after the GPU and the date. */
 static void bench(struct lstmd_selftest *st, const struct lstmd_gpu_backend *gpu, const char *out) {
   lstmd_selftest_group(st, "bench");
-  char dir[PATH_MAX], script[PATH_MAX + 64], name[256] = "gpu", file[PATH_MAX + 512], self[PATH_MAX + 8];
+  char dir[PATH_MAX], script[PATH_MAX + 64], name[256], file[PATH_MAX + 512], self[PATH_MAX + 8];
   exe_dir(dir, sizeof dir);
   snprintf(self, sizeof self, "%s/lstmd", dir);
   snprintf(script, sizeof script, "%s/../share/lstmd/bench/bench_gpu.sh", dir);
@@ -100,17 +148,9 @@ static void bench(struct lstmd_selftest *st, const struct lstmd_gpu_backend *gpu
     lstmd_check_skip("bench_gpu.sh", "not found beside this binary (share/lstmd/bench or ../bench)");
     return;
   }
-  int cc = 0;
-  char info[512];
-  if (gpu->device_info(0, info, sizeof info, &cc) == 0) {
-    size_t k = 0;
-    for (const char *p = info; *p && *p != ',' && k + 1 < sizeof name; p++)
-      name[k++] = isalnum((unsigned char)*p) ? (char)tolower((unsigned char)*p) : '-';
-    name[k] = '\0';
-  }
+  machine_name(gpu, name, sizeof name);
   char date[16];
-  const time_t now = time(NULL);
-  strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
+  today(date, sizeof date);
   snprintf(file, sizeof file, "%s/gpu-%s-%s.txt", out, name, date);
   char *argv[] = {"bash", script, self, NULL};
   const int rc = run_child(argv, "BENCH_OUT", file);
@@ -121,7 +161,7 @@ static void bench(struct lstmd_selftest *st, const struct lstmd_gpu_backend *gpu
 
 int lstmd_cmd_selftest(int argc, char **argv) {
   int want_gpu = 0, want_bench = 0;
-  const char *out = ".", *only = NULL;
+  const char *out = NULL, *only = NULL;
   struct lstmd_opt opts[] = {{"gpu", NULL, &want_gpu}, {"bench", NULL, &want_bench},
                              {"out", &out}, {"only", &only}};
   int rc = lstmd_parse_opts("selftest", argc, argv, 2, opts, 4);
@@ -131,12 +171,22 @@ int lstmd_cmd_selftest(int argc, char **argv) {
     return 2;
   }
   if ((only && is_gpu_group(only)) || want_bench) want_gpu = 1;
+  if (out && access(out, W_OK)) {
+    lstmd_errorf("selftest: --out %s: not a writable folder", out);
+    return 2;
+  }
   struct lstmd_comm *comm = NULL;
   if ((rc = lstmd_comm_init(&argc, &argv, &comm))) return lstmd_exit_code(rc);
   const int world = lstmd_comm_size(comm);
   struct lstmd_selftest st;
   lstmd_selftest_init(&st, stdout, comm);
   const struct lstmd_gpu_backend *gpu = want_gpu ? lstmd_gpu_backend() : NULL;
+  pid_t tee = -1;
+  if (out && world == 1) {
+    char machine[256];
+    machine_name(gpu, machine, sizeof machine);
+    tee = tee_output(out, machine);
+  }
   if (lstmd_comm_rank(comm) == 0) {
     printf("lstmd %s selftest: CPU kernels %s; GPU backend %s%s\n", LSTMD_VERSION_STRING,
            lstmd_cpu_isa_name(lstmd_cpu_isa()), !want_gpu ? "not asked for (--gpu)"
@@ -152,7 +202,7 @@ int lstmd_cmd_selftest(int argc, char **argv) {
     char why[256];
     const int devices = gpu->probe(why, sizeof why);
     if (world == 1 && devices > 0 && (!only || !strcmp(only, "nccl"))) nccl_two_ranks(&st);
-    if (want_bench && devices > 0) bench(&st, gpu, out);
+    if (want_bench && devices > 0) bench(&st, gpu, out ? out : ".");
     else if (want_bench) lstmd_check_skip("bench", why);
   } else if (want_gpu) {
     for (size_t i = 0; i < sizeof kGpuGroups / sizeof *kGpuGroups; i++) {
@@ -165,5 +215,11 @@ int lstmd_cmd_selftest(int argc, char **argv) {
   double worst = rc == 1 ? 2.0 : rc == 77 ? 1.0 : 0.0; /* every rank exits alike */
   if (world > 1) lstmd_comm_allreduce_max_f64(comm, &worst, 1);
   lstmd_comm_finalize(comm);
+  if (tee > 0) { /* end of input for tee, then wait for it to have written everything */
+    fflush(NULL);
+    close(1);
+    close(2);
+    waitpid(tee, NULL, 0);
+  }
   return worst == 2.0 ? 1 : worst == 1.0 ? 77 : 0;
 }

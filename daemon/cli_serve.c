@@ -30,6 +30,7 @@
 #include "comm/comm.h"
 #include "comm/peers.h"
 #include "kernels/status.h"
+#include "worker/engine/gpu_backend.h"
 #include "worker/io/durable.h"
 #include "worker/train/trainer.h"
 #include "access.h"
@@ -389,6 +390,15 @@ int lstmd_cmd_serve(int argc, char **argv) {
   struct lstmd_comm *comm;
   if ((rc = lstmd_comm_init(&argc, &argv, &comm))) return lstmd_exit_code(rc);
   const int rank = lstmd_comm_rank(comm);
+  /* The GPU backend (CUDA libraries and module, ~190 MB resident with cuBLASLt) is loaded now,
+   * once, rather than by the first job: a daemon's memory stays flat across jobs, and what it
+   * will train with is in its first lines. */
+  if (rank == 0) {
+    if (lstmd_gpu_backend()) fprintf(stderr, "lstmd: serve: GPU backend loaded\n");
+    else fprintf(stderr, "lstmd: serve: GPU backend not loaded: %s\n", lstmd_gpu_backend_why());
+  } else {
+    lstmd_gpu_backend();
+  }
   cpu_set_t job_cpus;
   if ((rc = job_cpus_here(comm, &job_cpus))) {
     if (rc == LSTMD_ENOMEM) lstmd_comm_abort(comm, 1);
