@@ -26,7 +26,7 @@ demo: deps all
 	deploy/demo.sh $(BUILD)/lstmd
 
 bench: deps all
-	bench/bench_cpu.sh $(BUILD)/lstmd
+	SWEEP=1 bench/bench_cpu.sh $(BUILD)/lstmd
 	bench/bench_scaling.sh $(BUILD)/lstmd
 	bench/bench_pipeline.sh $(BUILD)/lstmd $(BUILD)/pipe_predict
 	bench/bench_serve.sh $(BUILD)/lstmd
