@@ -174,7 +174,8 @@ int lstmd_qcheckpoint_is_int8(const char *path) {
   json_t *root = text ? json_loadb(text, n, 0, NULL) : NULL;
   free(text);
   const char *fmt = json_string_value(json_object_get(json_object_get(root, "__metadata__"), "format"));
-  const int yes = fmt && strcmp(fmt, LSTMD_INT8_TAG) == 0;
+  /* Any version of the tag: the int8 loader then says which one it reads. */
+  const int yes = fmt && strncmp(fmt, "lstmd-int8-", 11) == 0;
   json_decref(root);
   return yes;
 }

@@ -24,8 +24,9 @@ int lstmd_qcheckpoint_save(const char *path, const struct lstmd_model *m,
 int lstmd_qcheckpoint_load(const char *path, struct lstmd_qmodel **out,
                            struct lstmd_data_meta *data);
 
-/* 1 when `path` is a readable safetensors file whose 'format' is LSTMD_INT8_TAG, else 0 (the
- * caller's loader then reports whatever is wrong with it). Prints nothing. */
+/* 1 when `path` is a readable safetensors file whose 'format' is an lstmd-int8-* tag (of this
+ * version or another), else 0: the caller's loader then reports whatever is wrong with it.
+ * Prints nothing. */
 int lstmd_qcheckpoint_is_int8(const char *path);
 
 #endif
