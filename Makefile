@@ -1,7 +1,7 @@
 # Makefile — thin wrapper over CMake: `make` checks the build's Debian packages (installing the
 # missing ones as root, else printing the apt-get command) and builds into build/; `make test`
 # does the same for the test packages too, then runs ctest; `make demo` trains a small char-LM
-# on the bundled corpus; `make bench` runs bench/*.sh (`make bench-serve`: the daemon's only).
+# on the bundled corpus; `make bench` runs bench/*.sh (bench_infer.sh: int8 inference) (`make bench-serve`: the daemon's only).
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
@@ -30,6 +30,7 @@ bench: deps all
 	bench/bench_scaling.sh $(BUILD)/lstmd
 	bench/bench_pipeline.sh $(BUILD)/lstmd $(BUILD)/pipe_predict
 	bench/bench_serve.sh $(BUILD)/lstmd
+	bench/bench_infer.sh $(BUILD)/lstmd
 
 bench-serve: deps all
 	bench/bench_serve.sh $(BUILD)/lstmd
