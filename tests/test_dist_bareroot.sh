@@ -40,6 +40,11 @@ if ((inside)); then
   mount -t sysfs sysfs "$root/sys" || skip "cannot mount sysfs in the bare root"
   mount --rbind /dev "$root/dev" || skip "cannot bind /dev into the bare root"
   "$chroot" "$root" /bin/bash -c true || skip "cannot chroot into the bare root"
+  why() { # why FILE: what to show of a failed step's output: Open MPI's first message, else the end
+    local block
+    block=$(awk '/^--------------------+$/ {n++; if (n == 2) exit; next} n == 1 && NF' "$1" | head -12)
+    if [[ -n $block ]]; then echo "$block"; else tail -5 "$1"; fi
+  }
   # in_root CMD: CMD in the bare root, in /work, with only what env.sh sets (and, as every test
   # here runs as root, Open MPI's consent to that; and more ranks than cores allowed); 90 s at
   # most (what a timeout leaves running ends with the namespace)
@@ -55,7 +60,7 @@ if ((inside)); then
   if in_root "lstmd --version" >"$W/version.out" 2>&1 && grep -qx "lstmd $version" "$W/version.out" &&
     grep -q '^MPI: .*Open MPI v4' "$W/version.out" && grep -q '^BLAS: .*OpenBLAS' "$W/version.out"; then
     ok "lstmd --version: $(head -1 "$W/version.out"), $(grep -o 'Open MPI v[0-9.]*' "$W/version.out")"
-  else bad "lstmd --version: $(tail -3 "$W/version.out")"; fi
+  else bad "lstmd --version: $(why "$W/version.out")"; fi
 
   # doctor names the libraries by the files this process loaded: they must be the bundle's
   in_root "lstmd doctor" >"$W/doctor.out" 2>&1 || true
@@ -63,13 +68,19 @@ if ((inside)); then
     grep '^mpi ' "$W/doctor.out" | grep -qF "$bundle/bin/../lib/libmpi.so.40" &&
     grep -q '^verdict .*can train' "$W/doctor.out"; then
     ok "lstmd doctor: OpenBLAS and libmpi loaded from the bundle, this node can train"
-  else bad "lstmd doctor: $(cat "$W/doctor.out")"; fi
+  else bad "lstmd doctor: $(why "$W/doctor.out")"; fi
   grep -E '^(gpu|cuda|train.device) ' "$W/doctor.out" | sed 's/^/      /' || true
+
+  # Open MPI's help texts are found: without ssh or rsh, the rsh launcher's refusal is one of them
+  in_root "OMPI_MCA_plm=rsh mpirun -np 1 lstmd --version" >"$W/help.out" 2>&1 || true
+  if grep -q 'plm_rsh_agent' "$W/help.out" && ! grep -q 'You were supposed to get help' "$W/help.out"; then
+    ok "Open MPI's help texts are found (mpirun with the rsh launcher and no ssh explains itself)"
+  else bad "Open MPI's help text for a missing rsh agent: $(why "$W/help.out")"; fi
 
   if in_root "lstmd prepare text --input '$share/data/fortunes.txt' --out ds" >"$W/prepare.out" 2>&1 &&
     [[ -s $W/ds/train.bin && -s $W/ds/val.bin ]]; then
     ok "lstmd prepare text on the bundled corpus: $(du -b "$W/ds/train.bin" | cut -f1) training bytes"
-  else bad "lstmd prepare: $(tail -3 "$W/prepare.out")"; fi
+  else bad "lstmd prepare: $(why "$W/prepare.out")"; fi
 
   tiny=(--set data.path=ds --set data.seq_len=16 --set data.batch_size=4 --set model.embed=8
     --set model.hidden=16 --set model.layers=1 --set model.dropout=0 --set train.threads=1
@@ -79,7 +90,7 @@ if ((inside)); then
     [[ -s $W/run/latest.safetensors && -s $W/run/step-6.safetensors ]] &&
     grep -q '"step":6,.*"world":2' "$W/run/metrics.jsonl"; then
     ok "mpirun -np 2 lstmd train: 6 steps on 2 ranks, step-6.safetensors and metrics.jsonl written"
-  else bad "mpirun -np 2 lstmd train: $(tail -5 "$W/train.out")"; fi
+  else bad "mpirun -np 2 lstmd train: $(why "$W/train.out")"; fi
   # no CUDA libraries here: the CPU backend, and one line saying why
   why=$(grep 'using the CPU backend' "$W/train.out" || true)
   if [[ -n $why && $(wc -l <<<"$why") == 1 ]]; then ok "one line says why the CPU: $why"
@@ -89,7 +100,7 @@ if ((inside)); then
     >"$W/sample.out" 2>"$W/sample.err" && [[ $(head -c 4 "$W/sample.out") == "The " ]] &&
     (($(wc -c <"$W/sample.out") >= 44)); then
     ok "lstmd sample (a one-rank MPI world): $(wc -c <"$W/sample.out") bytes"
-  else bad "lstmd sample: $(tail -3 "$W/sample.err")"; fi
+  else bad "lstmd sample: $(why "$W/sample.err")"; fi
 
   # the daemon under mpirun, a job through lstmctl
   cat >"$W/job.ini" <<EOF
@@ -125,14 +136,15 @@ EOF
       ctl "--json status $id" | grep -q '"state": *"SUCCEEDED"' &&
       [[ -s $W/state/runs/job-$id/latest.safetensors ]]; then
       ok "job $id through lstmctl: watched to SUCCEEDED, state/runs/job-$id/latest.safetensors written"
-    else bad "job '$id': $(tail -3 "$W/watch.out"); daemon: $(tail -5 "$W/serve.out")"; fi
+    else bad "job '$id': $(tail -3 "$W/watch.out"); daemon: $(why "$W/serve.out")"; fi
     ctl shutdown >/dev/null 2>&1 || bad "lstmctl shutdown"
-  else bad "lstmd serve did not answer within 30 s: $(tail -5 "$W/serve.out")"; fi
-  for _ in $(seq 150); do kill -0 "$serve" 2>/dev/null || break; sleep 0.2; done
-  if kill -0 "$serve" 2>/dev/null; then
-    bad "the daemon did not stop within 30 s of lstmctl shutdown"
-  elif wait "$serve"; then ok "the daemon exited 0 after lstmctl shutdown"
-  else bad "the daemon exited $? after shutdown: $(tail -5 "$W/serve.out")"; fi
+    for _ in $(seq 150); do kill -0 "$serve" 2>/dev/null || break; sleep 0.2; done
+    if kill -0 "$serve" 2>/dev/null; then
+      bad "the daemon did not stop within 30 s of lstmctl shutdown"
+    elif wait "$serve"; then ok "the daemon exited 0 after lstmctl shutdown"
+    else bad "the daemon exited $? after lstmctl shutdown: $(why "$W/serve.out")"; fi
+  elif kill -0 "$serve" 2>/dev/null; then bad "lstmd serve did not answer lstmctl within 30 s: $(why "$W/serve.out")"
+  else bad "lstmd serve exited before answering: $(why "$W/serve.out")"; fi
   exit $((fails > 0))
 fi
 
