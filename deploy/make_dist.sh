@@ -234,6 +234,10 @@ cat >"$B/env.sh" <<'EOF'
 # LD_LIBRARY_PATH is needed: every binary finds its libraries through its own run path. In other
 # shells, set LSTMD_HOME to the bundle's folder first. Source it again after moving the folder.
 if [ -n "${BASH_VERSION:-}" ]; then
+  if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    echo "env.sh: source this file ('. $0'); running it changes nothing" >&2
+    exit 2
+  fi
   _lstmd_env=${BASH_SOURCE[0]}
 elif [ -n "${ZSH_VERSION:-}" ]; then
   eval '_lstmd_env=${(%):-%x}'

@@ -242,7 +242,7 @@ for p in "${root_pkgs[@]}"; do
   else
     echo "note  apt-get download $p failed (offline?): copying the installed files of $p (dpkg -L) instead"
     while read -r f; do
-      if [[ ! -d $f && ( -f $f || -L $f ) ]]; then cp -a --parents "$f" "$root"; fi
+      if [[ ! -d $f && ( -f $f || -L $f ) ]]; then mkdir -p "$root${f%/*}" && cp -a "$f" "$root$f"; fi
     done < <(dpkg-query -L "$p")
   fi
 done
