@@ -182,7 +182,6 @@ cat >"$B/etc/openmpi/openmpi-mca-params.conf" <<'EOF'
 # node's own drivers and were left out); GPUs talk through NCCL, which uses the node's.
 btl = self,vader,tcp
 pml = ob1
-osc = ^pt2pt
 btl_base_warn_component_unused = 0
 # Single-copy shared memory (CMA, process_vm_readv) is refused inside many containers (no
 # CAP_SYS_PTRACE, Yama); copy-in/copy-out works everywhere. On a bare-metal node
@@ -206,6 +205,7 @@ cp "$src/proto/lstmd.proto" "$S/proto/"
 cp "$src/README.md" "$S/"
 
 # ---- 6. licences: the copyright file of every Debian package a file came from, and the list
+#         (share/lstmd/BUNDLED, headed by the glibc the node needs)
 # One dpkg-query call for all files (it takes ~50 ms a call): "package:arch: /path" lines.
 declare -A pkg_of=() pkg_ver=()
 rels=("${!src_of[@]}")
@@ -221,7 +221,12 @@ for i in "${!rels[@]}"; do
   [[ -n ${pkg_ver[$pkg]:-} ]] || pkg_ver[$pkg]=$(dpkg-query -W -f='${Version}' "$pkg")
   bundled+=$(printf '%-44s %s %s' "${rels[$i]}" "$pkg" "${pkg_ver[$pkg]}")$'\n'
 done
-sort <<<"${bundled%$'\n'}" >"$S/BUNDLED"
+# The newest glibc symbol version anything needs: the oldest glibc a node may have.
+glibc=$(for rel in "${!elf[@]}"; do objdump -T "$B/$rel"; done | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
+{
+  echo "# needs ${glibc/GLIBC_/glibc >= } on the node (x86-64 Linux); file, Debian package, version:"
+  sort <<<"${bundled%$'\n'}"
+} >"$S/BUNDLED"
 for pkg in "${!pkg_ver[@]}"; do
   mkdir -p "$B/share/doc/$pkg"
   cp -L "/usr/share/doc/$pkg/copyright" "$B/share/doc/$pkg/"
@@ -256,11 +261,11 @@ fi
 unset _lstmd_env
 export LSTMD_HOME
 export PATH="$LSTMD_HOME/bin${PATH:+:$PATH}"
-# Open MPI and PMIx look for their plugins, help texts and settings in the folders they were
-# configured with, which Debian made absolute and outside any prefix (/usr/lib/x86_64-linux-gnu/
-# openmpi/lib/openmpi3, /etc/openmpi, /usr/lib/x86_64-linux-gnu/pmix2/...). Each one they read
-# at run time is moved here (found by tracing which files they open in a bare root); Open MPI's
-# help texts and bin/orted follow OPAL_PREFIX.
+# Open MPI and PMIx look for their plugins, help texts and settings in the folders Debian
+# configured (/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3, /etc/openmpi, /usr/lib/x86_64-
+# linux-gnu/pmix2/lib/pmix, ...), absolute or laid out unlike this folder. Each one they read at
+# run time is moved here (found by tracing the files they open in a bare root); Open MPI's help
+# texts (share/openmpi) and its bindir (bin/orted) follow OPAL_PREFIX.
 export OPAL_PREFIX="$LSTMD_HOME"
 export OPAL_PKGLIBDIR="$LSTMD_HOME/lib/openmpi"
 export OPAL_SYSCONFDIR="$LSTMD_HOME/etc/openmpi"
@@ -276,10 +281,6 @@ if [ -z "${SLURM_JOB_ID:-}" ] && ! command -v ssh >/dev/null 2>&1 && ! command -
   export OMPI_MCA_plm="${OMPI_MCA_plm:-isolated}"
 fi
 EOF
-
-# The newest glibc symbol version anything needs: the oldest glibc a node may have.
-glibc=$(for rel in "${!elf[@]}"; do objdump -T "$B/$rel"; done | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
-sed -i "1i # needs ${glibc/GLIBC_/glibc >= } on the node (x86-64 Linux); file, Debian package, version:" "$S/BUNDLED"
 
 # ---- 8. the tarball (written under a temporary name, then renamed)
 tarball=$out/$name.tar.gz

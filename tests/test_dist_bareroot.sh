@@ -92,9 +92,9 @@ if ((inside)); then
     ok "mpirun -np 2 lstmd train: 6 steps on 2 ranks, step-6.safetensors and metrics.jsonl written"
   else bad "mpirun -np 2 lstmd train: $(why "$W/train.out")"; fi
   # no CUDA libraries here: the CPU backend, and one line saying why
-  why=$(grep 'using the CPU backend' "$W/train.out" || true)
-  if [[ -n $why && $(wc -l <<<"$why") == 1 ]]; then ok "one line says why the CPU: $why"
-  else bad "lines saying why the CPU backend: '$why'"; fi
+  cpu_line=$(grep 'using the CPU backend' "$W/train.out" || true)
+  if [[ -n $cpu_line && $(wc -l <<<"$cpu_line") == 1 ]]; then ok "one line says why the CPU: $cpu_line"
+  else bad "lines saying why the CPU backend: '$cpu_line'"; fi
 
   if in_root "lstmd sample --checkpoint run/latest.safetensors --prime 'The ' --length 40 --seed 3" \
     >"$W/sample.out" 2>"$W/sample.err" && [[ $(head -c 4 "$W/sample.out") == "The " ]] &&
