@@ -30,8 +30,10 @@ skip() { echo "SKIP  $*"; exit 77; }
 # Runs as PID 1 of a new PID namespace in a new mount namespace (unshare, below): what it mounts is
 # invisible outside and gone when it exits, and so is every process it started.
 if ((inside)); then
-  root=${1:?} bundle=${2:?} version=${3:?}
-  unmount_all() { umount -R -l "$root/proc" "$root/sys" "$root/dev" 2>/dev/null || true; }
+  root=${1:?} bundle=${2:?} version=${3:?} cuda_libs=${4:-}
+  unmount_all() {
+    umount -R -l "$root/proc" "$root/sys" "$root/dev" "$root/opt/cuda-libs" 2>/dev/null || true
+  }
   trap unmount_all EXIT
   chroot=$(command -v chroot) || skip "no chroot"
   W=$root/work
@@ -70,6 +72,23 @@ if ((inside)); then
     ok "lstmd doctor: OpenBLAS and libmpi loaded from the bundle, this node can train"
   else bad "lstmd doctor: $(why "$W/doctor.out")"; fi
   grep -E '^(gpu|cuda|train.device) ' "$W/doctor.out" | sed 's/^/      /' || true
+
+  # The GPU module of the bundle, once the node's CUDA libraries are there (the build machine's,
+  # bound read-only at /opt/cuda-libs and named by LSTMD_CUDA_LIBS): it loads from lib/lstmd/,
+  # its own needs met by the bundle and lstmd's functions by the executable.
+  if [[ -n $cuda_libs ]]; then
+    mkdir -p "$root/opt/cuda-libs"
+    mount --bind -o ro "$cuda_libs" "$root/opt/cuda-libs"
+    in_root "LSTMD_CUDA_LIBS=/opt/cuda-libs lstmd --version" >"$W/gpu.out" 2>&1 || true
+    if grep -qF "GPU library: module   $bundle/bin/../lib/lstmd/liblstmd_gpu.so" "$W/gpu.out" &&
+      grep -q "^GPU library: cudnn *\/opt\/cuda-libs\/" "$W/gpu.out" &&
+      grep -q "^GPU runtime: CUDA runtime" "$W/gpu.out"; then
+      ok "with the node's CUDA libraries (LSTMD_CUDA_LIBS=/opt/cuda-libs) the bundle's GPU module loads: $(grep '^GPU runtime' "$W/gpu.out")"
+    else bad "the bundle's GPU module with /opt/cuda-libs: $(grep '^GPU' "$W/gpu.out" || tail -3 "$W/gpu.out")"; fi
+    umount -l "$root/opt/cuda-libs"
+  else
+    echo "note  no GPU module built, or no CUDA libraries on this machine: module load not tested"
+  fi
 
   # Open MPI's help texts are found: without ssh or rsh, the rsh launcher's refusal is one of them
   in_root "OMPI_MCA_plm=rsh mpirun -np 1 lstmd --version" >"$W/help.out" 2>&1 || true
@@ -156,7 +175,11 @@ shift 2
 command -v unshare >/dev/null || skip "no unshare"
 unshare --mount --pid --fork --kill-child true 2>/dev/null || skip "cannot make mount and PID namespaces (unshare)"
 version=''
-for ((i = 1; i < $#; i++)); do [[ ${!i} == --version ]] && { j=$((i + 1)); version=${!j}; }; done
+with_module=0
+for ((i = 1; i <= $#; i++)); do
+  [[ ${!i} == --version ]] && { j=$((i + 1)); version=${!j}; }
+  [[ ${!i} == --gpu-module ]] && with_module=1
+done
 [[ -n $version ]] || { echo "test_dist_bareroot.sh: no --version among the make_dist.sh arguments" >&2; exit 2; }
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/lstmd-dist.XXXXXX")
@@ -256,9 +279,13 @@ for cmd in ls cat env sleep grep python3 ldd; do
 done
 ok "bare root: ${root_pkgs[*]} ($(du -sm "$root" | cut -f1) MB with the bundle at '$bundle')"
 
-# 4. inside
+# 4. inside (with the folder of this machine's CUDA runtime, if it has one, for the module check)
+cuda_libs=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do
+  ((with_module)) && [[ -e $d/libcudnn.so.9 && -e $d/libcudart.so.13 ]] && { cuda_libs=$d; break; }
+done
 rc=0
-unshare --mount --pid --fork --kill-child bash "$0" --inside "$root" "$bundle" "$version" || rc=$?
+unshare --mount --pid --fork --kill-child bash "$0" --inside "$root" "$bundle" "$version" "$cuda_libs" || rc=$?
 case $rc in
   0) ;;
   77) exit 77 ;;
