@@ -6,6 +6,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/isa.h"
 
 static int g_failures;
 
@@ -40,6 +43,22 @@ static inline int check_close_f(const char *what, const float *got, const float 
 static inline void check_true(const char *what, int ok) {
   printf("%-34s %s\n", what, ok ? "ok" : "FAIL");
   if (!ok) g_failures++;
+}
+
+/* Under LSTMD_CPU_ISA, that the kernels in use are the ISA asked for, so that the ctest runs
+ * forcing avx2 and generic (tests/CMakeLists.txt) cannot silently test the default. Returns 77
+ * (skipped) when the CPU lacks the ISA asked for, else 0. */
+static inline int check_forced_isa(void) {
+  const char *want = getenv("LSTMD_CPU_ISA");
+  if (!want || !*want) return 0;
+  for (int i = LSTMD_ISA_GENERIC; i <= LSTMD_ISA_AVX512; i++) {
+    if (strcmp(want, lstmd_cpu_isa_name((enum lstmd_isa)i))) continue;
+    if (i > (int)lstmd_cpu_isa_available()) return 77;
+    check_true("kernels use LSTMD_CPU_ISA's ISA", lstmd_cpu_isa() == (enum lstmd_isa)i);
+    return 0;
+  }
+  check_true("LSTMD_CPU_ISA is avx512, avx2 or generic", 0);
+  return 0;
 }
 
 static inline int check_summary(const char *suite) {

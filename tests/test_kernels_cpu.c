@@ -460,19 +460,9 @@ static void test_recur(void) {
  * that the ctest runs forcing avx2 and generic (tests/CMakeLists.txt) cannot silently test the
  * default. 77 (skipped) when the CPU lacks the ISA asked for. */
 static int check_isa(void) {
-  const enum lstmd_isa isa = lstmd_cpu_isa();
-  printf("kernels: %s (this CPU: %s)\n", lstmd_cpu_isa_name(isa),
+  printf("kernels: %s (this CPU: %s)\n", lstmd_cpu_isa_name(lstmd_cpu_isa()),
          lstmd_cpu_isa_name(lstmd_cpu_isa_available()));
-  const char *want = getenv("LSTMD_CPU_ISA");
-  if (!want || !*want) return 0;
-  for (int i = LSTMD_ISA_GENERIC; i <= LSTMD_ISA_AVX512; i++) {
-    if (strcmp(want, lstmd_cpu_isa_name((enum lstmd_isa)i))) continue;
-    if (i > (int)lstmd_cpu_isa_available()) return 77;
-    check_true("kernels use LSTMD_CPU_ISA's ISA", isa == (enum lstmd_isa)i);
-    return 0;
-  }
-  check_true("LSTMD_CPU_ISA is avx512, avx2 or generic", 0);
-  return 0;
+  return check_forced_isa();
 }
 
 int main(void) {
