@@ -5,7 +5,8 @@
  *
  * Groups: cpu (worker/selftest/cpu_gradcheck.c); with --gpu the GPU module's kernels, convert,
  * cudnn, model and nccl (worker/selftest/gpu_*.c), and "nccl 2 ranks": this binary again under
- * `mpirun -np 2` with both ranks on one GPU, which takes the host-staged fallback. The ctest
+ * `mpirun -np 2` with both ranks on one GPU, which takes the host-staged fallback, and with two
+ * or more GPUs once more with a GPU each (NCCL). The ctest
  * `gpu` tests run `lstmd selftest --gpu --only GROUP`, so there is one implementation. Without a
  * usable GPU (no device, or the GPU backend not loaded) every GPU group is one SKIP with why.
  * --out DIR keeps the whole output in DIR/selftest-<gpu or cpu>-<date>.txt; --bench adds
@@ -60,9 +61,10 @@ static int run_child(char *const argv[], const char *env_name, const char *env_v
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-/* Two ranks of this binary on one GPU (CUDA_VISIBLE_DEVICES=<the first visible>): NCCL refuses
- * two ranks on one device, so this is the host-staged MPI path of comm/comm_nccl.c. */
-static void nccl_two_ranks(struct lstmd_selftest *st) {
+/* Two ranks of this binary under mpirun, `--only nccl`: with one_gpu, both on one device
+ * (CUDA_VISIBLE_DEVICES=<the first visible>), which NCCL refuses, so it is the host-staged MPI
+ * path of comm/comm_nccl.c; else each on its own GPU, NCCL itself. */
+static void nccl_two_ranks(struct lstmd_selftest *st, int one_gpu) {
   lstmd_selftest_group(st, "nccl");
   const char *mpirun = getenv("LSTMD_MPIRUN") ? getenv("LSTMD_MPIRUN") : "mpirun";
   char self[PATH_MAX + 8], dir[PATH_MAX], visible[64] = "0";
@@ -82,11 +84,13 @@ static void nccl_two_ranks(struct lstmd_selftest *st) {
   argv[k++] = "--only";
   argv[k++] = "nccl";
   argv[k] = NULL;
-  printf("nccl: %s -np 2 %s selftest --only nccl (CUDA_VISIBLE_DEVICES=%s: one GPU, two ranks)\n",
-         mpirun, self, visible);
-  const int rc = run_child(argv, "CUDA_VISIBLE_DEVICES", visible);
+  printf("nccl: %s -np 2 %s selftest --only nccl (%s%s)\n", mpirun, self,
+         one_gpu ? "one GPU, two ranks: CUDA_VISIBLE_DEVICES=" : "a GPU each", one_gpu ? visible : "");
+  const int rc = one_gpu ? run_child(argv, "CUDA_VISIBLE_DEVICES", visible)
+                         : run_child(argv, NULL, NULL);
   char what[128];
-  snprintf(what, sizeof what, "2 ranks on one GPU (host-staged fallback): exit %d", rc);
+  snprintf(what, sizeof what, "2 ranks %s: exit %d",
+           one_gpu ? "on one GPU (host-staged fallback)" : "on 2 GPUs (NCCL)", rc);
   lstmd_check_true(what, rc == 0);
 }
 
@@ -201,7 +205,10 @@ int lstmd_cmd_selftest(int argc, char **argv) {
     gpu->selftest(&st, only);
     char why[256];
     const int devices = gpu->probe(why, sizeof why);
-    if (world == 1 && devices > 0 && (!only || !strcmp(only, "nccl"))) nccl_two_ranks(&st);
+    if (world == 1 && devices > 0 && (!only || !strcmp(only, "nccl"))) {
+      nccl_two_ranks(&st, 1);
+      if (devices > 1) nccl_two_ranks(&st, 0);
+    }
     if (want_bench && devices > 0) bench(&st, gpu, out ? out : ".");
     else if (want_bench) lstmd_check_skip("bench", why);
   } else if (want_gpu) {
