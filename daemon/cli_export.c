@@ -27,7 +27,7 @@ int lstmd_cmd_export(int argc, char **argv) {
     fprintf(help ? stdout : stderr,
             EXPORT_USAGE "Writes the model as one ONNX graph (LSTM operator per layer) with inputs\n"
                          "tokens|inputs, h0, c0 and outputs logits|predictions, hn, cn. Opset %d..%d,"
-                         " default %d.\n",
+                         " default %d.\n--int8 is not available yet (exits 2).\n",
             LSTMD_ONNX_OPSET_MIN, LSTMD_ONNX_OPSET_MAX, LSTMD_ONNX_OPSET_DEFAULT);
     return rc;
   }
