@@ -1,11 +1,13 @@
 # Makefile — thin wrapper over CMake: `make` checks the build's Debian packages (installing the
 # missing ones as root, else printing the apt-get command) and builds into build/; `make test`
 # does the same for the test packages too, then runs ctest; `make demo` trains a small char-LM
-# on the bundled corpus; `make bench` runs bench/*.sh (`make bench-serve`: the daemon's only).
+# on the bundled corpus; `make bench` runs bench/*.sh (bench_infer.sh: int8 inference; `make
+# bench-serve`: the daemon's only); `make dist` writes the relocatable release,
+# dist/lstmd-<version>-linux-x86_64.tar.gz.
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all build-deps deps configure test demo bench bench-serve clean
+.PHONY: all build-deps deps dist-deps configure test demo bench bench-serve dist clean
 
 all: build-deps configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -15,6 +17,9 @@ build-deps:
 
 deps:
 	@deploy/install-deps.sh all
+
+dist-deps:
+	@deploy/install-deps.sh dist
 
 configure:
 	@test -f $(BUILD)/CMakeCache.txt || cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
@@ -26,13 +31,19 @@ demo: deps all
 	deploy/demo.sh $(BUILD)/lstmd
 
 bench: deps all
-	bench/bench_cpu.sh $(BUILD)/lstmd
+	SWEEP=1 bench/bench_cpu.sh $(BUILD)/lstmd
 	bench/bench_scaling.sh $(BUILD)/lstmd
 	bench/bench_pipeline.sh $(BUILD)/lstmd $(BUILD)/pipe_predict
 	bench/bench_serve.sh $(BUILD)/lstmd
+	bench/bench_infer.sh $(BUILD)/lstmd
 
 bench-serve: deps all
 	bench/bench_serve.sh $(BUILD)/lstmd
+
+# (re-running cmake gives a build folder configured before the dist target existed its rule)
+dist: dist-deps configure
+	@cmake -S . -B $(BUILD) >/dev/null
+	cmake --build $(BUILD) --target dist -j $(JOBS)
 
 clean:
 	rm -rf $(BUILD)

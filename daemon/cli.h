@@ -10,6 +10,7 @@ int lstmd_cmd_train(int argc, char **argv);
 int lstmd_cmd_eval(int argc, char **argv);
 int lstmd_cmd_sample(int argc, char **argv);
 int lstmd_cmd_predict(int argc, char **argv);
+int lstmd_cmd_quantize(int argc, char **argv); /* cli_quantize.c */
 int lstmd_cmd_serve(int argc, char **argv);
 int lstmd_cmd_doctor(int argc, char **argv);   /* cli_doctor.c */
 int lstmd_cmd_selftest(int argc, char **argv); /* cli_selftest.c */

@@ -1,4 +1,5 @@
-/* cli_infer.c — `lstmd eval`, `lstmd sample`, `lstmd predict`: using a checkpoint. */
+/* cli_infer.c — `lstmd eval`, `lstmd sample`, `lstmd predict`: using a checkpoint or the int8
+ * model `lstmd quantize` made of one (whichever the file is). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,20 +32,22 @@ int lstmd_cmd_eval(int argc, char **argv) {
   long batch = 0;
   if (batch_text && (rc = lstmd_opt_long("eval", "batch", batch_text, 1, 65536, &batch))) return rc;
   lstmd_cpu_set_blas_threads(0);
-  struct lstmd_model *m;
+  struct lstmd_infer_model m;
   struct lstmd_data_meta meta;
-  if ((rc = lstmd_checkpoint_load_model(ckpt, &m, &meta))) return lstmd_exit_code(rc);
+  if ((rc = lstmd_infer_model_load(ckpt, &m, &meta))) return lstmd_exit_code(rc);
   struct lstmd_dataset train, val;
   rc = lstmd_dataset_open_dir(data, &train, &val, 1);
   double loss = 0;
   uint64_t tokens = 0;
   if (!rc) {
     rc = lstmd_check_compatible(&meta, &val);
-    if (!rc) rc = lstmd_evaluate(m, &val, meta.seq_len, batch ? (int)batch : meta.batch, &loss, &tokens);
+    if (!rc)
+      rc = lstmd_infer_evaluate(&m, &val, meta.seq_len, batch ? (int)batch : meta.batch, &loss,
+                                &tokens);
     lstmd_dataset_close(&train);
     lstmd_dataset_close(&val);
   }
-  lstmd_model_destroy(m);
+  lstmd_infer_model_destroy(&m);
   if (rc) return lstmd_exit_code(rc);
   if (meta.info.kind == LSTMD_DATASET_TEXT)
     printf("{\"loss\":%.6f,\"bpc\":%.6f,\"tokens\":%llu}\n", loss, loss / M_LN2,
@@ -75,11 +78,11 @@ int lstmd_cmd_sample(int argc, char **argv) {
       (rc = lstmd_opt_long("sample", "seed", seed_text, 0, 0x7fffffffffffffffL, &seed)))
     return rc;
   lstmd_cpu_set_blas_threads(1); /* one token at a time: threads only add overhead */
-  struct lstmd_model *m;
+  struct lstmd_infer_model m;
   struct lstmd_data_meta meta;
-  if ((rc = lstmd_checkpoint_load_model(ckpt, &m, &meta))) return lstmd_exit_code(rc);
-  rc = lstmd_sample(m, &meta, ckpt, prime, length, (float)temperature, (uint64_t)seed, stdout);
-  lstmd_model_destroy(m);
+  if ((rc = lstmd_infer_model_load(ckpt, &m, &meta))) return lstmd_exit_code(rc);
+  rc = lstmd_sample(&m, &meta, ckpt, prime, length, (float)temperature, (uint64_t)seed, stdout);
+  lstmd_infer_model_destroy(&m);
   return lstmd_exit_code(rc);
 }
 
@@ -101,10 +104,10 @@ int lstmd_cmd_predict(int argc, char **argv) {
       (rc = lstmd_opt_long("predict", "batch", batch_text, 1, 65536, &batch)))
     return rc;
   lstmd_cpu_set_blas_threads(0);
-  struct lstmd_model *m;
+  struct lstmd_infer_model m;
   struct lstmd_data_meta meta;
-  if ((rc = lstmd_checkpoint_load_model(ckpt, &m, &meta))) return lstmd_exit_code(rc);
-  rc = lstmd_predict(m, &meta, ckpt, input, out, (int)batch);
-  lstmd_model_destroy(m);
+  if ((rc = lstmd_infer_model_load(ckpt, &m, &meta))) return lstmd_exit_code(rc);
+  rc = lstmd_predict(&m, &meta, ckpt, input, out, (int)batch);
+  lstmd_infer_model_destroy(&m);
   return lstmd_exit_code(rc);
 }

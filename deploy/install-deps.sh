@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# install-deps.sh [build|all] — installs the Debian packages lstmd needs, if any are missing:
-# `build` those the build needs (what `make` checks), `all` (the default) also those the tests and
-# benchmarks use (what `make test` checks). Idempotent: does nothing when everything is present.
+# install-deps.sh [build|dist|all] — installs the Debian packages lstmd needs, if any are missing:
+# `build` those the build needs (what `make` checks), `dist` those and what `make dist` needs,
+# `all` (the default) also those the tests and benchmarks use (what `make test` checks).
+# Idempotent: does nothing when everything is present.
 # As root it runs apt-get; otherwise it prints the exact command to run and fails, so a bare
 # `make` on a fresh machine says how to get going instead of failing inside pkg-config.
 set -euo pipefail
@@ -15,6 +16,9 @@ build=(
   libcsv-dev        # CSV parsing for time series
   libopenmpi-dev openmpi-bin libuv1-dev libprotobuf-c-dev protobuf-c-compiler
 )
+dist=(
+  patchelf          # $ORIGIN run paths in the release bundle (deploy/make_dist.sh)
+)
 tests=(
   python3 python3-numpy python3-torch python3-venv  # references in tests, peer in benchmarks
   time              # peak RSS per rank in bench/bench_pipeline.sh
@@ -23,8 +27,9 @@ tests=(
 )
 case ${1:-all} in
   build) packages=("${build[@]}") ;;
-  all) packages=("${build[@]}" "${tests[@]}") ;;
-  *) echo "usage: install-deps.sh [build|all]" >&2; exit 2 ;;
+  dist) packages=("${build[@]}" "${dist[@]}") ;;
+  all) packages=("${build[@]}" "${dist[@]}" "${tests[@]}") ;;  # tests/test_dist_bareroot runs make_dist
+  *) echo "usage: install-deps.sh [build|dist|all]" >&2; exit 2 ;;
 esac
 
 if ! command -v dpkg-query >/dev/null; then

@@ -190,6 +190,38 @@ static void raw_assignment(const uint8_t *data, size_t size) {
   if (lstmd_config_set_key(&c, buf, eq + 1, err, sizeof err) == LSTMD_OK) check_json_round_trip(&c);
 }
 
+/* The seeds must reach every request kind, the validator's rejections, the config table's
+ * both outcomes and the too-large check. */
+int fuzz_target_seeds_ok(void) {
+  static const int kKinds[] = {LSTMD__REQUEST__KIND_SUBMIT, LSTMD__REQUEST__KIND_GET,
+                               LSTMD__REQUEST__KIND_LIST,   LSTMD__REQUEST__KIND_CANCEL,
+                               LSTMD__REQUEST__KIND_WATCH,  LSTMD__REQUEST__KIND_SHUTDOWN};
+  int stale = 0;
+  for (size_t i = 0; i < sizeof kKinds / sizeof kKinds[0]; i++)
+    if (!fuzz_frame_counts.accepted[kKinds[i]]) {
+      fprintf(stderr, "fuzz_driver: no seed is an accepted '%s' request\n",
+              lstmd_request_kind_name(kKinds[i]));
+      stale = 1;
+    }
+  if (!fuzz_frame_counts.rejected || !fuzz_frame_counts.config_ok ||
+      !fuzz_frame_counts.config_rejected || !fuzz_frame_counts.too_large) {
+    fprintf(stderr, "fuzz_driver: the seeds miss an outcome (rejected %zu, config ok %zu, config "
+            "rejected %zu, too large %zu)\n", fuzz_frame_counts.rejected, fuzz_frame_counts.config_ok,
+            fuzz_frame_counts.config_rejected, fuzz_frame_counts.too_large);
+    stale = 1;
+  }
+  return !stale;
+}
+
+void fuzz_target_report(FILE *out) {
+  size_t accepted = 0;
+  for (int i = 0; i < 16; i++) accepted += fuzz_frame_counts.accepted[i];
+  fprintf(out, "%zu frames, %zu too large, %zu requests accepted, %zu rejected; settings: %zu "
+          "configs accepted, %zu rejected", fuzz_frame_counts.frames, fuzz_frame_counts.too_large,
+          accepted, fuzz_frame_counts.rejected, fuzz_frame_counts.config_ok,
+          fuzz_frame_counts.config_rejected);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   walk_frames(data, size, LSTMD_FRAME_MAX_DEFAULT);
   walk_frames(data, size, 64); /* a small --max-frame */

@@ -13,6 +13,6 @@ struct fuzz_frame_counts {
 };
 extern struct fuzz_frame_counts fuzz_frame_counts;
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "fuzz_target.h" /* LLVMFuzzerTestOneInput and the driver's hooks */
 
 #endif

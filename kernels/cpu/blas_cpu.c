@@ -2,6 +2,7 @@
 #include "blas_cpu.h"
 
 #include "isa.h"
+#include "qgemm.h"
 
 #include <cblas.h>
 #include <stdio.h>
@@ -17,8 +18,8 @@ void lstmd_cpu_set_blas_threads(int n) { openblas_set_num_threads(n > 0 ? n : ls
 
 
 void lstmd_cpu_blas_describe(char *buf, size_t n) {
-  snprintf(buf, n, "OpenBLAS %s kernels, lstmd %s kernels", openblas_get_corename(),
-           lstmd_cpu_isa_name(lstmd_cpu_isa()));
+  snprintf(buf, n, "OpenBLAS %s kernels, lstmd %s kernels (int8: %s)", openblas_get_corename(),
+           lstmd_cpu_isa_name(lstmd_cpu_isa()), lstmd_cpu_qkernel_name(lstmd_cpu_qkernel()));
 }
 
 void lstmd_cpu_blas_config(char *buf, size_t n) {

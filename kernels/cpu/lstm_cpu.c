@@ -74,6 +74,11 @@ ISA_VARIANTS(gate_backward_pass,
               const float *dh_out, const float *dh_rec, float *dc_carry, float *da),
              (B, H, gates, c_prev, c_cur, dh_out, dh_rec, dc_carry, da))
 
+void lstmd_cpu_lstm_gates_step(int B, int H, float *g, const float *b_ih, const float *b_hh,
+                               const float *c_prev, float *c_next, float *h_next) {
+  gate_forward_pass(B, H, g, b_ih, b_hh, c_prev, c_next, h_next);
+}
+
 void lstmd_cpu_lstm_forward(const struct lstmd_lstm_dims *d, const float *w_ih, const float *w_hh,
                             const float *b_ih, const float *b_hh, const float *x, float *h,
                             float *c, float *gates, const float *wpack) {

@@ -12,7 +12,6 @@
 #include "nvtx.h"
 #include "safetensors.h"
 
-#define FORMAT_TAG "lstmd-checkpoint-1"
 
 struct meta_list {
   struct lstmd_st_meta items[32];
@@ -67,6 +66,36 @@ static void add_data_meta(struct meta_list *l, const struct lstmd_data_meta *d) 
   meta_addf(l, "data.batch", "%d", d->batch);
 }
 
+/* format tag, model shape and what the data was: what every file of lstmd's models carries. */
+static void add_common_meta(struct meta_list *l, const char *tag, const struct lstmd_model_shape *s,
+                            const struct lstmd_data_meta *data) {
+  meta_addf(l, "format", "%s", tag);
+  meta_addf(l, "model.kind", "%s", s->kind == LSTMD_MODEL_TEXT ? "text" : "series");
+  meta_addf(l, "model.vocab", "%d", s->vocab);
+  meta_addf(l, "model.embed", "%d", s->embed);
+  meta_addf(l, "model.width", "%d", s->width);
+  meta_addf(l, "model.hidden", "%d", s->hidden);
+  meta_addf(l, "model.layers", "%d", s->layers);
+  meta_addf(l, "model.horizon", "%d", s->horizon);
+  add_data_meta(l, data);
+}
+
+int lstmd_checkpoint_write_tagged(const char *path, const char *tag,
+                                  const struct lstmd_model_shape *s,
+                                  const struct lstmd_data_meta *data,
+                                  const struct lstmd_st_tensor *t, int n,
+                                  const struct lstmd_st_meta *extra, int n_extra) {
+  struct meta_list l = {0};
+  add_common_meta(&l, tag, s, data);
+  for (int i = 0; i < n_extra && l.n < 32; i++) meta_addf(&l, extra[i].key, "%s", extra[i].value);
+  int rc = LSTMD_OK;
+  for (int i = 0; i < l.n; i++)
+    if (!l.owned[i]) rc = LSTMD_ENOMEM;
+  if (!rc) rc = lstmd_st_write(path, t, n, l.items, l.n);
+  for (int i = 0; i < l.n; i++) free(l.owned[i]);
+  return rc;
+}
+
 int lstmd_checkpoint_save(const char *path, const struct lstmd_model *m,
                           const struct lstmd_optim *o, const struct lstmd_data_meta *data,
                           const struct lstmd_train_progress *progress, const char *config_json) {
@@ -89,15 +118,7 @@ int lstmd_checkpoint_save(const char *path, const struct lstmd_model *m,
     t[n++] = (struct lstmd_st_tensor){"state.c", progress->state_c, 3, {dims[0], dims[1], dims[2]}};
   }
   struct meta_list l = {0};
-  meta_addf(&l, "format", FORMAT_TAG);
-  meta_addf(&l, "model.kind", "%s", s->kind == LSTMD_MODEL_TEXT ? "text" : "series");
-  meta_addf(&l, "model.vocab", "%d", s->vocab);
-  meta_addf(&l, "model.embed", "%d", s->embed);
-  meta_addf(&l, "model.width", "%d", s->width);
-  meta_addf(&l, "model.hidden", "%d", s->hidden);
-  meta_addf(&l, "model.layers", "%d", s->layers);
-  meta_addf(&l, "model.horizon", "%d", s->horizon);
-  add_data_meta(&l, data);
+  add_common_meta(&l, LSTMD_CHECKPOINT_TAG, s, data);
   if (config_json) meta_addf(&l, "config", "%s", config_json);
   if (o) {
     meta_addf(&l, "optim.algo", "%s", o->cfg.algo == LSTMD_OPTIM_ADAMW ? "adamw" : "sgd");
@@ -214,10 +235,19 @@ static int read_data_meta(const struct lstmd_st_file *f, const char *path,
   return ok ? LSTMD_OK : LSTMD_EFORMAT;
 }
 
-static int read_shape(const struct lstmd_st_file *f, const char *path, struct lstmd_model_shape *s) {
+static int read_shape(const struct lstmd_st_file *f, const char *path, const char *tag,
+                      struct lstmd_model_shape *s) {
   const char *fmt = lstmd_st_meta_get(f, "format");
-  if (!fmt || strcmp(fmt, FORMAT_TAG) != 0) {
-    lstmd_errorf("%s: not an lstmd checkpoint (metadata 'format' is %s)", path, fmt ? fmt : "absent");
+  if (fmt && !strcmp(fmt, LSTMD_INT8_TAG) && strcmp(tag, LSTMD_INT8_TAG) != 0) {
+    lstmd_errorf("%s: an int8 model made by `lstmd quantize` (metadata 'format' is %s): only "
+                 "eval, sample and predict take it; train --resume and quantize need the fp32 "
+                 "checkpoint it was made from", path, fmt);
+    return LSTMD_EFORMAT;
+  }
+  if (!fmt || strcmp(fmt, tag) != 0) {
+    lstmd_errorf("%s: not an %s (metadata 'format' is %s, expected %s)", path,
+                 strcmp(tag, LSTMD_INT8_TAG) ? "lstmd checkpoint" : "lstmd int8 model",
+                 fmt ? fmt : "absent", tag);
     return LSTMD_EFORMAT;
   }
   const char *kind = lstmd_st_meta_get(f, "model.kind");
@@ -237,6 +267,17 @@ static int read_shape(const struct lstmd_st_file *f, const char *path, struct ls
   return LSTMD_OK;
 }
 
+int lstmd_checkpoint_read_tagged(const struct lstmd_st_file *f, const char *path, const char *tag,
+                                 struct lstmd_model_shape *s, struct lstmd_data_meta *data) {
+  LSTMD_TRY(read_shape(f, path, tag, s));
+  const char *bad = lstmd_model_shape_error(s);
+  if (bad) {
+    lstmd_errorf("%s: invalid model shape in the metadata: %s", path, bad);
+    return LSTMD_EFORMAT;
+  }
+  return read_data_meta(f, path, s, data);
+}
+
 static int read_model_tensors(const struct lstmd_st_file *f, struct lstmd_model *m) {
   for (int i = 0; i < m->n_tensors; i++) {
     const struct lstmd_tensor *t = &m->tensors[i];
@@ -252,7 +293,7 @@ int lstmd_checkpoint_load_model(const char *path, struct lstmd_model **out_model
   LSTMD_TRY(lstmd_st_open(path, &f));
   struct lstmd_model_shape s;
   struct lstmd_model *m = NULL;
-  int rc = read_shape(f, path, &s);
+  int rc = read_shape(f, path, LSTMD_CHECKPOINT_TAG, &s);
   const char *bad = rc ? NULL : lstmd_model_shape_error(&s);
   if (bad) {
     lstmd_errorf("%s: invalid model shape in the metadata: %s", path, bad);
@@ -284,7 +325,7 @@ int lstmd_checkpoint_load_train(const char *path, struct lstmd_model *m, struct 
   struct lstmd_st_file *f;
   LSTMD_TRY(lstmd_st_open(path, &f));
   struct lstmd_model_shape s;
-  int rc = read_shape(f, path, &s);
+  int rc = read_shape(f, path, LSTMD_CHECKPOINT_TAG, &s);
   if (!rc && memcmp(&s, &m->shape, sizeof s) != 0) {
     /* Name the first field that differs (model.vocab, .width and .horizon come from the
      * dataset, the others from the config). */

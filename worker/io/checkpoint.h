@@ -14,6 +14,15 @@
 #include "worker/model/optim.h"
 #include "worker/model/rng.h"
 
+/* The metadata 'format' of a training checkpoint, and of an int8 model made from one by
+ * `lstmd quantize` (qcheckpoint.h), which training refuses. */
+#define LSTMD_CHECKPOINT_TAG "lstmd-checkpoint-1"
+#define LSTMD_INT8_TAG "lstmd-int8-1"
+
+struct lstmd_st_file;
+struct lstmd_st_tensor;
+struct lstmd_st_meta;
+
 /* What a checkpoint says about the data the model was trained on. */
 struct lstmd_data_meta {
   struct lstmd_dataset_info info; /* kind, vocab or columns/mean/std/horizon, pair_id */
@@ -48,5 +57,18 @@ int lstmd_checkpoint_load_model(const char *path, struct lstmd_model **out_model
  * *config_json (malloc'd) when config_json != NULL. */
 int lstmd_checkpoint_load_train(const char *path, struct lstmd_model *m, struct lstmd_optim *o,
                                 struct lstmd_train_progress *progress, char **config_json);
+
+/* For other files of a model (qcheckpoint.c): writes `path` atomically with the tensors given,
+ * metadata 'format' = tag, the model shape and the data metadata as a checkpoint has them, and
+ * the extra (key, value) pairs. */
+int lstmd_checkpoint_write_tagged(const char *path, const char *tag,
+                                  const struct lstmd_model_shape *s,
+                                  const struct lstmd_data_meta *data,
+                                  const struct lstmd_st_tensor *t, int n,
+                                  const struct lstmd_st_meta *extra, int n_extra);
+/* Reads them back from an open file: 'format' must be tag; the shape must be valid. A message
+ * naming `path` and LSTMD_EFORMAT otherwise. */
+int lstmd_checkpoint_read_tagged(const struct lstmd_st_file *f, const char *path, const char *tag,
+                                 struct lstmd_model_shape *s, struct lstmd_data_meta *data);
 
 #endif

@@ -16,11 +16,24 @@
 
 enum { kMaxHeaderBytes = 100000000 };
 
+static int dtype_size(const char *d) {
+  static const struct { const char *name; int size; } table[] = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2},
+      {"U16", 2},  {"F16", 2}, {"BF16", 2}, {"I32", 4},     {"U32", 4},     {"F32", 4},
+      {"F64", 8},  {"I64", 8}, {"U64", 8}};
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+    if (strcmp(table[i].name, d) == 0) return table[i].size;
+  return 0;
+}
+
+static const char *tensor_dtype(const struct lstmd_st_tensor *t) { return t->dtype ? t->dtype : "F32"; }
+
 static size_t tensor_bytes(const struct lstmd_st_tensor *t) {
-  size_t n = 4;
+  size_t n = (size_t)dtype_size(tensor_dtype(t));
   for (int d = 0; d < t->rank; d++) n *= (size_t)t->shape[d];
   return n;
 }
+
 
 int lstmd_st_write(const char *path, const struct lstmd_st_tensor *tensors, int n_tensors,
                    const struct lstmd_st_meta *meta, int n_meta) {
@@ -32,7 +45,7 @@ int lstmd_st_write(const char *path, const struct lstmd_st_tensor *tensors, int 
     for (int d = 0; d < t->rank; d++) json_array_append_new(shape, json_integer(t->shape[d]));
     size_t n = tensor_bytes(t);
     json_object_set_new(root, t->name,
-                        json_pack("{s:s, s:o, s:[I,I]}", "dtype", "F32", "shape", shape,
+                        json_pack("{s:s, s:o, s:[I,I]}", "dtype", tensor_dtype(t), "shape", shape,
                                   "data_offsets", (json_int_t)offset, (json_int_t)(offset + n)));
     offset += n;
   }
@@ -81,15 +94,6 @@ struct lstmd_st_file {
   struct st_entry *entries;
 };
 
-static int dtype_size(const char *d) {
-  static const struct { const char *name; int size; } table[] = {
-      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2},
-      {"U16", 2},  {"F16", 2}, {"BF16", 2}, {"I32", 4},     {"U32", 4},     {"F32", 4},
-      {"F64", 8},  {"I64", 8}, {"U64", 8}};
-  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-    if (strcmp(table[i].name, d) == 0) return table[i].size;
-  return 0;
-}
 
 static int cmp_begin(const void *a, const void *b) {
   const struct st_entry *x = a, *y = b;
@@ -225,31 +229,53 @@ static const struct st_entry *find(const struct lstmd_st_file *f, const char *na
   return NULL;
 }
 
-
-int lstmd_st_check_f32(const struct lstmd_st_file *f, const char *name, int rank,
-                       const int64_t *shape) {
+int lstmd_st_info(const struct lstmd_st_file *f, const char *name, const char **dtype, int *rank,
+                  int64_t *shape) {
   const struct st_entry *e = find(f, name);
   if (!e) {
     lstmd_errorf("%s: no tensor '%s'", f->path, name);
     return LSTMD_EFORMAT;
   }
-  int same = strcmp(e->dtype, "F32") == 0 && e->rank == rank;
+  *dtype = e->dtype;
+  *rank = e->rank;
+  memcpy(shape, e->shape, sizeof e->shape);
+  return LSTMD_OK;
+}
+
+int lstmd_st_check(const struct lstmd_st_file *f, const char *name, const char *dtype, int rank,
+                   const int64_t *shape) {
+  const struct st_entry *e = find(f, name);
+  if (!e) {
+    lstmd_errorf("%s: no tensor '%s'", f->path, name);
+    return LSTMD_EFORMAT;
+  }
+  int same = strcmp(e->dtype, dtype) == 0 && e->rank == rank;
   for (int d = 0; same && d < rank; d++) same = e->shape[d] == shape[d];
   if (!same) {
-    lstmd_errorf("%s: tensor '%s' has dtype %s and a shape other than the metadata describes",
-                 f->path, name, e->dtype);
+    lstmd_errorf("%s: tensor '%s' has dtype %s and a shape other than the metadata describes "
+                 "(%s expected)", f->path, name, e->dtype, dtype);
     return LSTMD_EFORMAT;
   }
   return LSTMD_OK;
 }
 
-int lstmd_st_read_f32(const struct lstmd_st_file *f, const char *name, int rank,
-                      const int64_t *shape, float *out) {
-  LSTMD_TRY(lstmd_st_check_f32(f, name, rank, shape));
+int lstmd_st_read(const struct lstmd_st_file *f, const char *name, const char *dtype, int rank,
+                  const int64_t *shape, void *out) {
+  LSTMD_TRY(lstmd_st_check(f, name, dtype, rank, shape));
   const struct st_entry *e = find(f, name);
   if (lstmd_read_at(f->fd, out, (size_t)(e->end - e->begin), f->data_start + e->begin) != 0) {
     lstmd_errorf("%s: cannot read tensor '%s'", f->path, name);
     return LSTMD_EIO;
   }
   return LSTMD_OK;
+}
+
+int lstmd_st_check_f32(const struct lstmd_st_file *f, const char *name, int rank,
+                       const int64_t *shape) {
+  return lstmd_st_check(f, name, "F32", rank, shape);
+}
+
+int lstmd_st_read_f32(const struct lstmd_st_file *f, const char *name, int rank,
+                      const int64_t *shape, float *out) {
+  return lstmd_st_read(f, name, "F32", rank, shape, out);
 }

@@ -9,42 +9,98 @@
 #include "kernels/status.h"
 #include "worker/data/batcher.h"
 #include "worker/io/durable.h"
+#include "worker/io/qcheckpoint.h"
 #include "worker/data/prepare.h"
 
-/* Forward (no gradient, no dropout) over `cols` windows starting at window `first`. */
-static int eval_chunk(struct lstmd_model *m, struct lstmd_workspace *ws,
-                      const struct lstmd_dataset *ds, int T, uint64_t first, int cols,
-                      void *scratch, double *loss_sum) {
-  struct lstmd_batch *b = lstmd_workspace_batch(ws);
+int lstmd_infer_model_load(const char *path, struct lstmd_infer_model *im,
+                           struct lstmd_data_meta *d) {
+  memset(im, 0, sizeof *im);
+  if (lstmd_qcheckpoint_is_int8(path)) return lstmd_qcheckpoint_load(path, &im->int8, d);
+  return lstmd_checkpoint_load_model(path, &im->fp32, d);
+}
+
+void lstmd_infer_model_destroy(struct lstmd_infer_model *im) {
+  lstmd_model_destroy(im->fp32);
+  lstmd_qmodel_destroy(im->int8);
+  memset(im, 0, sizeof *im);
+}
+
+/* One (T, B) workspace of either model, and the four things inference does with it. */
+struct runner {
+  const struct lstmd_infer_model *im;
+  struct lstmd_workspace *ws;
+  struct lstmd_qworkspace *qws;
+};
+
+static int runner_open(const struct lstmd_infer_model *im, int T, int B, struct runner *r) {
+  *r = (struct runner){im, NULL, NULL};
+  if (im->int8) return lstmd_qworkspace_create(im->int8, T, B, &r->qws);
+  return lstmd_workspace_create(im->fp32, T, B, 0.0f, &r->ws);
+}
+static void runner_close(struct runner *r) {
+  lstmd_workspace_destroy(r->ws);
+  lstmd_qworkspace_destroy(r->qws);
+  r->ws = NULL, r->qws = NULL;
+}
+static struct lstmd_batch *runner_batch(struct runner *r) {
+  return r->qws ? lstmd_qworkspace_batch(r->qws) : lstmd_workspace_batch(r->ws);
+}
+static void runner_reset(struct runner *r) {
+  if (r->qws) lstmd_qworkspace_reset_state(r->qws);
+  else lstmd_workspace_reset_state(r->ws);
+}
+/* Forward (no gradient, no dropout); returns the summed loss. */
+static double runner_forward(struct runner *r, int carry_state) {
+  if (r->qws) return lstmd_qmodel_forward(r->im->int8, r->qws, carry_state);
+  return lstmd_model_step(r->im->fp32, r->ws, 0.0f, NULL, carry_state);
+}
+static const float *runner_output(struct runner *r) {
+  return r->qws ? lstmd_qworkspace_output(r->qws) : lstmd_workspace_output(r->ws);
+}
+static const struct lstmd_model_shape *model_shape(const struct lstmd_infer_model *im) {
+  return im->int8 ? &im->int8->shape : &im->fp32->shape;
+}
+
+/* `cols` windows starting at window `first`, each from a zero state. */
+static int eval_chunk(struct runner *r, const struct lstmd_dataset *ds, int T, uint64_t first,
+                      int cols, void *scratch, double *loss_sum) {
+  struct lstmd_batch *b = runner_batch(r);
   for (int col = 0; col < cols; col++)
     LSTMD_TRY(lstmd_read_window(ds, (first + (uint64_t)col) * T, T, cols, col, b, scratch));
-  lstmd_workspace_reset_state(ws);
-  *loss_sum += lstmd_model_step(m, ws, 0.0f, NULL, 0);
+  runner_reset(r);
+  *loss_sum += runner_forward(r, 0);
   return LSTMD_OK;
 }
 
 int lstmd_evaluate(struct lstmd_model *m, const struct lstmd_dataset *ds, int T, int B,
                    double *mean_loss, uint64_t *tokens) {
+  const struct lstmd_infer_model im = {m, NULL};
+  return lstmd_infer_evaluate(&im, ds, T, B, mean_loss, tokens);
+}
+
+int lstmd_infer_evaluate(const struct lstmd_infer_model *im, const struct lstmd_dataset *ds,
+                         int T, int B, double *mean_loss, uint64_t *tokens) {
   const uint64_t n = lstmd_window_count(ds, T);
   if (n == 0) {
     lstmd_errorf("%s: too short for one window of seq_len %d", ds->path, T);
     return LSTMD_ECONFIG;
   }
   if ((uint64_t)B > n) B = (int)n;
-  struct lstmd_workspace *full = NULL, *tail = NULL;
+  struct runner full = {0}, tail = {0};
   const int rest = (int)(n % (uint64_t)B);
   void *scratch = malloc(lstmd_window_scratch_bytes(ds, T));
-  int rc = scratch ? lstmd_workspace_create(m, T, B, 0.0f, &full) : LSTMD_ENOMEM;
-  if (!rc && rest) rc = lstmd_workspace_create(m, T, rest, 0.0f, &tail);
+  int rc = scratch ? runner_open(im, T, B, &full) : LSTMD_ENOMEM;
+  if (!rc && rest) rc = runner_open(im, T, rest, &tail);
   double sum = 0.0;
   uint64_t w = 0;
-  for (; !rc && w + (uint64_t)B <= n; w += (uint64_t)B) rc = eval_chunk(m, full, ds, T, w, B, scratch, &sum);
-  if (!rc && rest) rc = eval_chunk(m, tail, ds, T, w, rest, scratch, &sum);
-  lstmd_workspace_destroy(full);
-  lstmd_workspace_destroy(tail);
+  for (; !rc && w + (uint64_t)B <= n; w += (uint64_t)B) rc = eval_chunk(&full, ds, T, w, B, scratch, &sum);
+  if (!rc && rest) rc = eval_chunk(&tail, ds, T, w, rest, scratch, &sum);
+  runner_close(&full);
+  runner_close(&tail);
   free(scratch);
   if (rc) return rc;
-  const int per_input = m->shape.kind == LSTMD_MODEL_TEXT ? 1 : m->shape.horizon;
+  const struct lstmd_model_shape *s = model_shape(im);
+  const int per_input = s->kind == LSTMD_MODEL_TEXT ? 1 : s->horizon;
   *tokens = n * (uint64_t)T;
   *mean_loss = sum / ((double)*tokens * per_input);
   return LSTMD_OK;
@@ -82,10 +138,11 @@ static int draw(const float *logits, int V, float temperature, struct lstmd_rng 
   return V - 1;
 }
 
-int lstmd_sample(struct lstmd_model *m, const struct lstmd_data_meta *d, const char *ckpt_name,
-                 const char *prime, long length, float temperature, uint64_t seed, FILE *out) {
+int lstmd_sample(const struct lstmd_infer_model *im, const struct lstmd_data_meta *d,
+                 const char *ckpt_name, const char *prime, long length, float temperature,
+                 uint64_t seed, FILE *out) {
   const struct lstmd_dataset_info *info = &d->info;
-  if (m->shape.kind != LSTMD_MODEL_TEXT) {
+  if (model_shape(im)->kind != LSTMD_MODEL_TEXT) {
     lstmd_errorf("%s: a series model; sample needs a text model (use predict)", ckpt_name);
     return LSTMD_EINVAL;
   }
@@ -105,33 +162,33 @@ int lstmd_sample(struct lstmd_model *m, const struct lstmd_data_meta *d, const c
       return LSTMD_EINVAL;
     }
   }
-  struct lstmd_workspace *ws;
-  LSTMD_TRY(lstmd_workspace_create(m, 1, 1, 0.0f, &ws));
-  struct lstmd_batch *b = lstmd_workspace_batch(ws);
+  struct runner r;
+  LSTMD_TRY(runner_open(im, 1, 1, &r));
+  struct lstmd_batch *b = runner_batch(&r);
+  runner_reset(&r);
   struct lstmd_rng rng;
   lstmd_rng_seed(&rng, seed, 0x5a3b1e);
   fwrite(prime, 1, n, out);
   b->targets[0] = 0;
   for (size_t i = 0; i < n; i++) {
     b->ids[0] = id_of[(unsigned char)prime[i]];
-    lstmd_model_step(m, ws, 0.0f, NULL, 1);
+    runner_forward(&r, 1);
   }
   for (long k = 0; k < length; k++) {
-    int id = draw(lstmd_workspace_output(ws), info->vocab_size, temperature, &rng);
+    int id = draw(runner_output(&r), info->vocab_size, temperature, &rng);
     fputc(info->vocab[id], out);
     b->ids[0] = id;
-    lstmd_model_step(m, ws, 0.0f, NULL, 1);
+    runner_forward(&r, 1);
   }
-  lstmd_workspace_destroy(ws);
+  runner_close(&r);
   return fflush(out) == 0 ? LSTMD_OK : LSTMD_EIO;
 }
 
 /* Runs `cols` windows of T rows starting at row `first` and prints their forecasts. */
-static int predict_chunk(struct lstmd_model *m, struct lstmd_workspace *ws,
-                         const struct lstmd_dataset_info *info, const float *rows, size_t first,
+static int predict_chunk(struct runner *r, const struct lstmd_dataset_info *info, const float *rows, size_t first,
                          int T, int cols, FILE *out) {
   const int W = info->width, K = info->horizon;
-  struct lstmd_batch *b = lstmd_workspace_batch(ws);
+  struct lstmd_batch *b = runner_batch(r);
   for (int col = 0; col < cols; col++)
     for (int t = 0; t < T; t++) {
       const float *r = rows + (first + (size_t)col * T + t) * W;
@@ -139,9 +196,9 @@ static int predict_chunk(struct lstmd_model *m, struct lstmd_workspace *ws,
       for (int w = 0; w < W; w++) x[w] = (r[w] - info->mean[w]) / info->std[w];
     }
   memset(b->y, 0, (size_t)T * cols * K * sizeof(float));
-  lstmd_workspace_reset_state(ws);
-  lstmd_model_step(m, ws, 0.0f, NULL, 0);
-  const float *pred = lstmd_workspace_output(ws);
+  runner_reset(r);
+  runner_forward(r, 0);
+  const float *pred = runner_output(r);
   for (int col = 0; col < cols; col++)
     for (int t = 0; t < T; t++) {
       fprintf(out, "%zu", first + (size_t)col * T + t);
@@ -152,10 +209,10 @@ static int predict_chunk(struct lstmd_model *m, struct lstmd_workspace *ws,
   return LSTMD_OK;
 }
 
-int lstmd_predict(struct lstmd_model *m, const struct lstmd_data_meta *d, const char *ckpt_name,
-                  const char *input_csv, const char *out_csv, int batch) {
+int lstmd_predict(const struct lstmd_infer_model *im, const struct lstmd_data_meta *d,
+                  const char *ckpt_name, const char *input_csv, const char *out_csv, int batch) {
   const struct lstmd_dataset_info *info = &d->info;
-  if (m->shape.kind != LSTMD_MODEL_SERIES) {
+  if (model_shape(im)->kind != LSTMD_MODEL_SERIES) {
     lstmd_errorf("%s: a text model; predict needs a series model (use sample)", ckpt_name);
     return LSTMD_EINVAL;
   }
@@ -180,27 +237,25 @@ int lstmd_predict(struct lstmd_model *m, const struct lstmd_data_meta *d, const 
     for (int k = 1; k <= info->horizon; k++) fprintf(out, ",%s+%d", info->names[0], k);
     fputc('\n', out);
   }
-  struct lstmd_workspace *ws = NULL;
+  struct runner r = {0};
   size_t w = 0;
   int ws_cols = 0;
   while (!rc && w < windows) {
     int cols = windows - w < (size_t)batch ? (int)(windows - w) : batch;
     if (cols != ws_cols) { /* the first chunk, and the last one if it is smaller */
-      lstmd_workspace_destroy(ws);
-      ws = NULL;
-      rc = lstmd_workspace_create(m, T, cols, 0.0f, &ws);
+      runner_close(&r);
+      rc = runner_open(im, T, cols, &r);
       ws_cols = cols;
     }
-    if (!rc) rc = predict_chunk(m, ws, info, rows, w * T, T, cols, out);
+    if (!rc) rc = predict_chunk(&r, info, rows, w * T, T, cols, out);
     w += (size_t)cols;
   }
   if (!rc && rest) {
-    lstmd_workspace_destroy(ws);
-    ws = NULL;
-    rc = lstmd_workspace_create(m, (int)rest, 1, 0.0f, &ws);
-    if (!rc) rc = predict_chunk(m, ws, info, rows, windows * T, (int)rest, 1, out);
+    runner_close(&r);
+    rc = runner_open(im, (int)rest, 1, &r);
+    if (!rc) rc = predict_chunk(&r, info, rows, windows * T, (int)rest, 1, out);
   }
-  lstmd_workspace_destroy(ws);
+  runner_close(&r);
   free(rows);
   if (out && fclose(out) != 0 && !rc) rc = LSTMD_ENOMEM;
   struct lstmd_durable file;

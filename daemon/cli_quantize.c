@@ -1,0 +1,88 @@
+/* cli_quantize.c — `lstmd quantize`: the int8 model of a checkpoint (worker/io/qcheckpoint.h),
+ * and with --calibrate, how much it loses against the fp32 model on a dataset's validation split.
+ *
+ * Why --calibrate does not pick activation ranges: the activations are quantised dynamically,
+ * each row at each step from its own min and max (kernels/cpu/qgemm.h), as PyTorch's dynamic
+ * quantisation of nn.LSTM does, so there are no ranges to calibrate. What a user deploying the
+ * model needs to know is what it costs, so --calibrate scores both models on DIR and reports
+ * the difference (bpc for text, the relative change of MSE for series). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "kernels/cpu/blas_cpu.h"
+#include "kernels/cpu/qgemm.h"
+#include "kernels/status.h"
+#include "worker/data/dataset.h"
+#include "worker/io/checkpoint.h"
+#include "worker/io/qcheckpoint.h"
+#include "worker/model/infer.h"
+#include "cli.h"
+
+static long long file_bytes(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? (long long)st.st_size : -1;
+}
+
+/* Scores both models on DIR's validation split; prints the comparison as JSON fields. */
+static int calibrate(const char *dir, struct lstmd_model *fp32, const char *qpath,
+                     const struct lstmd_data_meta *meta) {
+  struct lstmd_infer_model a = {fp32, NULL}, b = {NULL, NULL};
+  struct lstmd_data_meta qmeta;
+  LSTMD_TRY(lstmd_qcheckpoint_load(qpath, &b.int8, &qmeta)); /* the file as users will load it */
+  struct lstmd_dataset train, val;
+  int rc = lstmd_dataset_open_dir(dir, &train, &val, 1);
+  double la = 0, lb = 0;
+  uint64_t tokens = 0;
+  if (!rc) {
+    rc = lstmd_check_compatible(meta, &val);
+    if (!rc) rc = lstmd_infer_evaluate(&a, &val, meta->seq_len, meta->batch, &la, &tokens);
+    if (!rc) rc = lstmd_infer_evaluate(&b, &val, meta->seq_len, meta->batch, &lb, &tokens);
+    lstmd_dataset_close(&train);
+    lstmd_dataset_close(&val);
+  }
+  lstmd_infer_model_destroy(&b);
+  if (rc) return rc;
+  if (meta->info.kind == LSTMD_DATASET_TEXT)
+    printf(",\"fp32_bpc\":%.6f,\"int8_bpc\":%.6f,\"delta_bpc\":%.6f", la / M_LN2, lb / M_LN2,
+           (lb - la) / M_LN2);
+  else
+    printf(",\"fp32_mse\":%.6f,\"int8_mse\":%.6f,\"mse_change\":%.6f", la, lb, lb / la - 1.0);
+  printf(",\"tokens\":%llu", (unsigned long long)tokens);
+  return LSTMD_OK;
+}
+
+int lstmd_cmd_quantize(int argc, char **argv) {
+  const char *ckpt = NULL, *out = NULL, *dir = NULL;
+  int help = 0;
+  struct lstmd_opt opts[] = {{"checkpoint", &ckpt}, {"out", &out}, {"calibrate", &dir},
+                             {"help", NULL, &help}};
+  int rc = lstmd_parse_opts("quantize", argc, argv, 2, opts, 4);
+  if (rc || help) {
+    fprintf(help ? stdout : stderr,
+            "usage: lstmd quantize --checkpoint CKPT --out INT8 [--calibrate DIR]\n"
+            "Writes the int8 model of CKPT (int8 weights, one fp32 scale per output row, fp32\n"
+            "biases; activations quantised per step when it runs) for eval, sample and predict.\n"
+            "--calibrate DIR also scores both models on DIR's validation split and reports the\n"
+            "difference. Prints one JSON line.\n");
+    return rc;
+  }
+  if (!ckpt || !out) {
+    lstmd_errorf("quantize: --%s is required", ckpt ? "out" : "checkpoint");
+    return 2;
+  }
+  lstmd_cpu_set_blas_threads(0);
+  struct lstmd_model *m;
+  struct lstmd_data_meta meta;
+  if ((rc = lstmd_checkpoint_load_model(ckpt, &m, &meta))) return lstmd_exit_code(rc);
+  rc = lstmd_qcheckpoint_save(out, m, &meta, ckpt);
+  if (!rc) {
+    printf("{\"out\":\"%s\",\"bytes\":%lld,\"fp32_bytes\":%lld,\"int8_kernel\":\"%s\"", out,
+           file_bytes(out), file_bytes(ckpt), lstmd_cpu_qkernel_name(lstmd_cpu_qkernel()));
+    if (dir) rc = calibrate(dir, m, out, &meta);
+    printf("}\n");
+  }
+  lstmd_model_destroy(m);
+  return lstmd_exit_code(rc);
+}
