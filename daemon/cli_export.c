@@ -6,6 +6,7 @@
 #include "kernels/status.h"
 #include "worker/io/checkpoint.h"
 #include "worker/io/onnx_export.h"
+#include "worker/io/qcheckpoint.h"
 #include "cli.h"
 
 #define EXPORT_USAGE \
@@ -25,9 +26,11 @@ int lstmd_cmd_export(int argc, char **argv) {
   int rc = lstmd_parse_opts("export onnx", argc, argv, 3, opts, 5);
   if (rc || help) {
     fprintf(help ? stdout : stderr,
-            EXPORT_USAGE "Writes the model as one ONNX graph (LSTM operator per layer) with inputs\n"
-                         "tokens|inputs, h0, c0 and outputs logits|predictions, hn, cn. Opset %d..%d,"
-                         " default %d.\n--int8 is not available yet (exits 2).\n",
+            EXPORT_USAGE
+            "Writes the model as one ONNX graph (LSTM operator per layer) with inputs\n"
+            "tokens|inputs, h0, c0 and outputs logits|predictions, hn, cn. Opset %d..%d, default %d.\n"
+            "--int8: the weights as `lstmd quantize` stores them, for onnxruntime's\n"
+            "DynamicQuantizeLSTM and DynamicQuantizeMatMul (com.microsoft).\n",
             LSTMD_ONNX_OPSET_MIN, LSTMD_ONNX_OPSET_MAX, LSTMD_ONNX_OPSET_DEFAULT);
     return rc;
   }
@@ -39,16 +42,17 @@ int lstmd_cmd_export(int argc, char **argv) {
   if (opset_text && (rc = lstmd_opt_long("export onnx", "opset", opset_text, LSTMD_ONNX_OPSET_MIN,
                                          LSTMD_ONNX_OPSET_MAX, &opset)))
     return rc;
-  if (int8) {
-    lstmd_errorf("export onnx: not yet: --int8 needs lstmd's int8 model format, which is not in "
-                 "this build; export the float model without --int8");
+  if (lstmd_qcheckpoint_is_int8(ckpt)) {
+    lstmd_errorf("%s: an int8 model file; export takes the fp32 checkpoint it was made from "
+                 "(with --int8, its weights are quantised as lstmd quantize does)", ckpt);
     return 2;
   }
   struct lstmd_model *m;
   struct lstmd_data_meta meta;
   if ((rc = lstmd_checkpoint_load_model(ckpt, &m, &meta))) return lstmd_exit_code(rc);
-  rc = lstmd_onnx_export(m, &meta, ckpt, (int)opset, out);
+  rc = lstmd_onnx_export(m, &meta, ckpt, (int)opset, int8, out);
   lstmd_model_destroy(m);
-  if (!rc) fprintf(stderr, "wrote %s (opset %ld) from %s\n", out, opset, ckpt);
+  if (!rc)
+    fprintf(stderr, "wrote %s (opset %ld%s) from %s\n", out, opset, int8 ? ", int8" : "", ckpt);
   return lstmd_exit_code(rc);
 }

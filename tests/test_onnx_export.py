@@ -12,8 +12,12 @@
   3. End to end: the mean cross-entropy of onnxruntime's logits over the validation split equals
      `lstmd eval`'s; onnxruntime on raw CSV rows equals `lstmd predict`'s CSV (the
      normalisation in the graph); --opset 13 runs and gives the default opset's outputs.
-  4. Refusals: a bad opset, --int8 (not yet), a damaged checkpoint (exit 2 naming it, no
-     output file), an unwritable output (exit 1).
+  4. --int8 (text 1 layer, series 3 layers): every int8 weight and scale is the one `lstmd
+     quantize` writes (bit for bit, from its file); onnxruntime's DynamicQuantizeLSTM model stays
+     within 0.02 bpc of `lstmd eval` of the int8 file (text) and within 0.05 of the target's std
+     of `lstmd predict` with it (series), and close to the fp32 outputs (INT8_REL).
+  5. Refusals: a bad opset, an int8 model file as --checkpoint, a damaged checkpoint (exit 2
+     naming it, no output file), an unwritable output (exit 1).
 usage: test_onnx_export.py --lstmd PATH --dump-logits PATH --source-dir DIR [--keep]
 """
 import argparse
@@ -35,6 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare_checkpoints import load as load_tensors  # noqa: E402  (numpy only)
 
 TOL = 1e-4
+INT8_REL = 0.05  # int8 outputs against fp32: max |difference| / max |fp32 output|
 FAILURES = []
 
 
@@ -49,6 +54,17 @@ def run(cmd, check=True):
     if check and p.returncode != 0:
         raise RuntimeError("exit %d: %s\n%s%s" % (p.returncode, " ".join(cmd), p.stdout, p.stderr))
     return p
+
+
+def read_st(path):
+    """Every tensor of a safetensors file (F32 or I8) by name."""
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    header.pop("__metadata__", None)
+    dtypes = {"F32": "<f4", "I8": "i1"}
+    return {k: np.frombuffer(raw[8 + n + t["data_offsets"][0]:8 + n + t["data_offsets"][1]],
+                             dtypes[t["dtype"]]).reshape(t["shape"]) for k, t in header.items()}
 
 
 def metadata(path):
@@ -194,7 +210,7 @@ def check_interface(e, label):
     if got_in != want_in or got_out != want_out:
         fail("%s: graph inputs %s outputs %s, expected %s %s" % (label, got_in, got_out, want_in,
                                                                  want_out))
-    lstm = [n for n in g.node if n.op_type == "LSTM"]
+    lstm = [n for n in g.node if n.op_type in ("LSTM", "DynamicQuantizeLSTM")]
     if len(lstm) != e.L:
         fail("%s: %d LSTM nodes for %d layers" % (label, len(lstm), e.L))
     print("  interface: inputs %s, outputs %s, %d LSTM node(s), opset %d, IR %d"
@@ -288,8 +304,9 @@ def check_round_trip(e, label):
 
 # ---- 3. end to end ----
 
-def check_eval(args, e, data_dir, label):
-    """Mean cross-entropy of onnxruntime's logits over the validation split == lstmd eval."""
+def check_eval(args, e, data_dir, label, model=None, tol=2e-6):
+    """Mean cross-entropy of onnxruntime's logits over the validation split == `lstmd eval` of
+    model (default the checkpoint) within tol nats."""
     raw = open(os.path.join(data_dir, "val.bin"), "rb").read()
     header_bytes, count = struct.unpack_from("<I", raw, 20)[0], struct.unpack_from("<Q", raw, 24)[0]
     tokens = np.frombuffer(raw, np.uint8, count, header_bytes).astype(np.int64)
@@ -301,17 +318,18 @@ def check_eval(args, e, data_dir, label):
     top = logits.max(axis=2, keepdims=True)
     logp = logits - top - np.log(np.exp(logits - top).sum(axis=2, keepdims=True))
     loss = float(-np.take_along_axis(logp, y[:, :, None], axis=2).mean())
-    p = run([args.lstmd, "eval", "--checkpoint", e.ckpt, "--data", data_dir])
+    p = run([args.lstmd, "eval", "--checkpoint", model or e.ckpt, "--data", data_dir])
     want = json.loads(p.stdout)
-    print("  eval: onnxruntime %.6f nats over %d tokens, lstmd eval %.6f over %d"
-          % (loss, n * T, want["loss"], want["tokens"]), flush=True)
-    if want["tokens"] != n * T or not abs(loss - want["loss"]) <= 2e-6:
+    print("  eval: onnxruntime %.6f nats over %d tokens, lstmd eval %.6f over %d (tolerance %g)"
+          % (loss, n * T, want["loss"], want["tokens"], tol), flush=True)
+    if want["tokens"] != n * T or not abs(loss - want["loss"]) <= tol:
         fail("%s: onnxruntime's validation loss %.7f != lstmd eval's %.6f" % (label, loss,
                                                                              want["loss"]))
 
 
-def check_predict(args, e, tmp, csv, label):
-    """onnxruntime on raw CSV rows (windows of seq_len from a zero state) == lstmd predict."""
+def check_predict(args, e, tmp, csv, label, model=None, tol=TOL):
+    """onnxruntime on raw CSV rows (windows of seq_len from a zero state) == `lstmd predict` of
+    model (default the checkpoint) within tol target standard deviations."""
     T = int(e.meta["data.seq_len"])
     cols = json.loads(e.meta["series.columns"])
     lines = open(csv).read().splitlines()
@@ -323,14 +341,14 @@ def check_predict(args, e, tmp, csv, label):
     rows = np.array([[float(r.split(",")[head.index(c)]) for c in cols] for r in lines[1:n + 1]],
                     np.float32)
     out = os.path.join(tmp, "predict-out.csv")
-    run([args.lstmd, "predict", "--checkpoint", e.ckpt, "--input", short, "--out", out,
+    run([args.lstmd, "predict", "--checkpoint", model or e.ckpt, "--input", short, "--out", out,
          "--batch", "4"])
     want = np.loadtxt(out, delimiter=",", skiprows=1)[:, 1:]
     windows = rows[:2 * T].reshape(2, T, -1).transpose(1, 0, 2)  # [T, 2 windows, W]
     got = e.run(np.ascontiguousarray(windows))[0].transpose(1, 0, 2).reshape(2 * T, -1)
     tail = e.run(np.ascontiguousarray(rows[2 * T:, None, :]))[0][:, 0, :]
     compare("%s vs lstmd predict (target units / std)" % label,
-            np.concatenate([got, tail]) / e.std[0], want / e.std[0])
+            np.concatenate([got, tail]) / e.std[0], want / e.std[0], tol)
 
 
 def check_refusals(args, ckpt, tmp):
@@ -338,13 +356,18 @@ def check_refusals(args, ckpt, tmp):
     cases = [
         (["--opset", "27"], 2, "opset"),
         (["--opset", "12"], 2, "opset"),
-        (["--int8"], 2, "not yet"),
     ]
     for extra, code, words in cases:
         p = run([args.lstmd, "export", "onnx", "--checkpoint", ckpt, "--out", out] + extra, False)
         print("  %s -> exit %d: %s" % (" ".join(extra), p.returncode, p.stderr.strip()))
         if p.returncode != code or words not in p.stderr or os.path.exists(out):
             fail("export %s: exit %d, stderr %r" % (extra, p.returncode, p.stderr))
+    qfile = os.path.join(tmp, "refused.int8")
+    run([args.lstmd, "quantize", "--checkpoint", ckpt, "--out", qfile])
+    p = run([args.lstmd, "export", "onnx", "--checkpoint", qfile, "--out", out, "--int8"], False)
+    print("  int8 model file -> exit %d: %s" % (p.returncode, p.stderr.strip()))
+    if p.returncode != 2 or "int8 model file" not in p.stderr or os.path.exists(out):
+        fail("int8 model file as --checkpoint: exit %d, stderr %r" % (p.returncode, p.stderr))
     bad = os.path.join(tmp, "damaged.safetensors")
     data = open(ckpt, "rb").read()
     open(bad, "wb").write(data[:len(data) // 2])
@@ -357,6 +380,50 @@ def check_refusals(args, ckpt, tmp):
     print("  unwritable output -> exit %d: %s" % (p.returncode, p.stderr.strip()))
     if p.returncode != 1 or "no-such-dir" not in p.stderr:
         fail("unwritable output: exit %d, stderr %r" % (p.returncode, p.stderr))
+
+
+def check_int8(args, tmp, name, ckpt, end_to_end):
+    """--int8: the weights of `lstmd quantize`'s file, outputs near lstmd's int8 and fp32."""
+    qfile = os.path.join(tmp, name + ".int8")
+    run([args.lstmd, "quantize", "--checkpoint", ckpt, "--out", qfile])
+    e = Exported(args, ckpt, export(args, ckpt, os.path.join(tmp, name + "-int8.onnx"), "--int8"))
+    label = name + " int8"
+    check_interface(e, label)
+    inits = {t.name: numpy_helper.to_array(t) for t in e.model.graph.initializer}
+    want = read_st(qfile)
+    found = {"head.weight": inits["head.weight"].T, "head.weight.scale": inits["head.weight_scale"],
+             "head.bias": inits["head.bias"]}
+    if e.text:
+        found["embed.weight"] = inits["embed.weight"]
+    for k in range(e.L):
+        for onnx_name, torch_name in (("W", "weight_ih"), ("R", "weight_hh")):
+            found["lstm.%s_l%d" % (torch_name, k)] = torch_gates(inits["lstm.%s_l%d" % (onnx_name, k)][0].T)
+            found["lstm.%s_l%d.scale" % (torch_name, k)] = torch_gates(
+                inits["lstm.%s_scale_l%d" % (onnx_name, k)][0])
+        wb, rb = np.split(inits["lstm.B_l%d" % k][0], 2)
+        found["lstm.bias_ih_l%d" % k], found["lstm.bias_hh_l%d" % k] = torch_gates(wb), torch_gates(rb)
+    if sorted(found) != sorted(want):
+        fail("%s: tensors found %s, the int8 file has %s" % (label, sorted(found), sorted(want)))
+    for k, v in want.items():
+        if k not in found or found[k].dtype != v.dtype or not np.array_equal(found[k], v):
+            fail("%s: %s differs from lstmd quantize's" % (label, k))
+    zeros = [n for n in ("lstm.zero_point", "head.zero_point") if np.any(inits[n])]
+    if zeros:
+        fail("%s: non-zero zero points %s" % (label, zeros))
+    print("  int8 round trip: %d tensors of %s equal, ops %s" % (
+        len(want), os.path.basename(qfile),
+        sorted({"%s:%s" % (n.domain, n.op_type) for n in e.model.graph.node if n.domain})),
+        flush=True)
+    inp, out = os.path.join(tmp, "in.bin"), os.path.join(tmp, "out.bin")
+    run([args.dump_logits, ckpt, "9", "7", "13", inp, out])
+    ref = np.fromfile(out, "<f4").reshape(9, 7, -1)
+    if e.text:
+        y = e.run(np.fromfile(inp, "<i4").reshape(9, 7).astype(np.int64))[0]
+    else:
+        y = e.normalised(e.run(e.raw(np.fromfile(inp, "<f4").reshape(9, 7, -1).astype(np.float64)))[0])
+    compare("%s T=9 B=7 vs lstmd fp32" % label, y, ref, INT8_REL * float(np.max(np.abs(ref))),
+            "onnx int8 - lstmd fp32")
+    end_to_end(e, qfile)
 
 
 def check_model(args, tmp, name, ckpt, extra=None):
@@ -396,6 +463,8 @@ def main():
         x = np.arange(24, dtype=np.int64).reshape(4, 6) % int(e.meta["model.vocab"])
         compare("text1 opset 13 vs opset %d" % e.model.opset_import[0].version, e13.run(x)[0],
                 e.run(x)[0], 0.0, "opset 13 - default")
+        check_int8(args, tmp, "text1", ckpt, lambda e, q: check_eval(
+            args, e, text_dir, "text1 int8", q, 0.02 * np.log(2)))
         check_refusals(args, ckpt, tmp)
         ckpt = train(args, tmp, "text3", text_dir, {"embed": 24, "hidden": 20, "layers": 3})
         check_model(args, tmp, "text3", ckpt)
@@ -418,6 +487,8 @@ def main():
         ckpt = train(args, tmp, "series3", multi_dir, {"hidden": 24, "layers": 3})
         check_model(args, tmp, "series3", ckpt,
                     lambda e: check_predict(args, e, tmp, csv, "series3"))
+        check_int8(args, tmp, "series3", ckpt,
+                   lambda e, q: check_predict(args, e, tmp, csv, "series3 int8", q, 0.05))
     except Exception as ex:  # a broken step is a failure too, with its reason
         fail("%s: %s" % (type(ex).__name__, ex))
     if args.keep:

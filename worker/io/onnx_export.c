@@ -1,6 +1,7 @@
 /* onnx_export.c — builds the ONNX graph of an lstmd model out of protoc-c structs
- * (proto/onnx_subset.proto) and writes it atomically (see onnx_export.h). Every struct and
- * string of the graph is allocated from one list of blocks freed together at the end; the
+ * (proto/onnx_subset.proto) and writes it atomically (see onnx_export.h), in fp32 or with the
+ * int8 weights of `lstmd quantize` for onnxruntime's DynamicQuantizeLSTM/-MatMul. Every struct
+ * and string of the graph is allocated from one list of blocks freed together at the end; the
  * tensors lstmd does not reorder point straight into the model's parameters. */
 #define _GNU_SOURCE
 #include "onnx_export.h"
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "durable.h"
+#include "kernels/cpu/qgemm.h"
 #include "kernels/status.h"
 #include "onnx_subset.pb-c.h"
 
@@ -19,12 +21,15 @@
  * new enough for every opset in [LSTMD_ONNX_OPSET_MIN, _MAX]. */
 #define ONNX_IR_VERSION 13
 #define MAX_NODES (2 * LSTMD_MAX_LAYERS + 16)
+/* The domain of onnxruntime's int8 operators (DynamicQuantizeLSTM, DynamicQuantizeMatMul). */
+#define MS_DOMAIN "com.microsoft"
 #define MAX_INITS (3 * LSTMD_MAX_LAYERS + 16)
 
 struct builder {
   void **blocks; /* everything allocated for the graph, freed by builder_free */
   size_t n_blocks, cap_blocks;
   int oom;       /* an allocation failed: the graph is incomplete (LSTMD_ENOMEM) */
+  int int8;      /* int8 weights (onnxruntime's com.microsoft operators) */
   Onnx__NodeProto *nodes[MAX_NODES];
   size_t n_nodes;
   Onnx__TensorProto *inits[MAX_INITS];
@@ -149,6 +154,13 @@ static const char *add_f32(struct builder *b, const char *name, int rank, const 
                   n * sizeof(float), doc);
 }
 
+static const char *add_i8(struct builder *b, const char *name, int rank, const int64_t *dims,
+                          const int8_t *data, const char *doc) {
+  size_t n = 1;
+  for (int i = 0; i < rank; i++) n *= (size_t)dims[i];
+  return add_init(b, name, ONNX__TENSOR_PROTO__DATA_TYPE__INT8, rank, dims, data, n, doc);
+}
+
 /* An int64 vector initializer (axes, split sizes), values copied. */
 static const char *add_i64(struct builder *b, const char *name, const int64_t *values, int n) {
   int64_t *v = bld_alloc(b, (size_t)n * sizeof *v);
@@ -215,11 +227,65 @@ static void reorder_gates(const float *torch, int H, int cols, float *onnx) {
     memcpy(onnx + j * block, torch + ONNX_FROM_TORCH[j] * block, block * sizeof(float));
 }
 
+/* --int8: a weight w [rows, cols] in PyTorch's layout quantised exactly as `lstmd quantize`
+ * stores it (lstmd_cpu_quantize_rows: symmetric, one scale per output row), then, for the LSTM
+ * weights (gates != 0), its gate blocks of rows reordered as above, and transposed to
+ * [cols, rows]: DynamicQuantizeLSTM takes W [1, input, 4H] and R [1, H, 4H], and
+ * DynamicQuantizeMatMul B [H, out], each with one scale per column (= per output row here) and
+ * a zero point of 0. Fills *qt [cols·rows] and *scale [rows]; returns 0 or LSTMD_ENOMEM. */
+static int quantize_t(struct builder *b, const float *w, int rows, int cols, int gates,
+                      int8_t **qt, float **scale) {
+  int8_t *q = malloc((size_t)rows * cols);
+  float *s = malloc((size_t)rows * sizeof *s);
+  *qt = bld_alloc(b, (size_t)rows * cols);
+  *scale = bld_alloc(b, (size_t)rows * sizeof **scale);
+  if (!q || !s || !*qt || !*scale) {
+    free(q);
+    free(s);
+    b->oom = 1;
+    return LSTMD_ENOMEM;
+  }
+  lstmd_cpu_quantize_rows(rows, cols, w, q, s);
+  const int H = rows / 4;
+  for (int r = 0; r < rows; r++) {
+    const int src = gates ? ONNX_FROM_TORCH[r / H] * H + r % H : r;
+    (*scale)[r] = s[src];
+    for (int c = 0; c < cols; c++) (*qt)[(size_t)c * rows + r] = q[(size_t)src * cols + c];
+  }
+  free(q);
+  free(s);
+  return LSTMD_OK;
+}
+
 static const float *param(const struct lstmd_model *m, const char *name) {
   return m->params + lstmd_model_tensor(m, name)->offset;
 }
 
-/* W, R and B of layer k, reordered (allocated from the builder). Returns the LSTM node. */
+/* W and R of layer k for --int8 (quantize_t) with their scales, as inputs 1, 2 and 8..11 of
+ * DynamicQuantizeLSTM; the zero points are the shared all-zero `lstm.zero_point` [1, 4H]. */
+static void add_int8_weights(struct builder *b, int k, const float *w_ih, const float *w_hh,
+                             int H, int in, const char **inputs) {
+  int8_t *qw, *qr;
+  float *sw, *sr;
+  if (quantize_t(b, w_ih, 4 * H, in, 1, &qw, &sw) || quantize_t(b, w_hh, 4 * H, H, 1, &qr, &sr))
+    return;
+  const int64_t wd[3] = {1, in, 4 * H}, rd[3] = {1, H, 4 * H}, sd[2] = {1, 4 * H};
+  inputs[1] = add_i8(b, bld_strf(b, "lstm.W_l%d", k), 3, wd, qw,
+                     bld_strf(b, "lstm.weight_ih_l%d as lstmd quantize's int8 rows, gate blocks "
+                                 "i,f,g,o -> i,o,f,c, transposed", k));
+  inputs[2] = add_i8(b, bld_strf(b, "lstm.R_l%d", k), 3, rd, qr,
+                     bld_strf(b, "lstm.weight_hh_l%d as lstmd quantize's int8 rows, gate blocks "
+                                 "i,f,g,o -> i,o,f,c, transposed", k));
+  inputs[8] = add_f32(b, bld_strf(b, "lstm.W_scale_l%d", k), 2, sd, sw,
+                      bld_strf(b, "lstm.weight_ih_l%d.scale, gate blocks i,f,g,o -> i,o,f,c", k));
+  inputs[9] = "lstm.zero_point";
+  inputs[10] = add_f32(b, bld_strf(b, "lstm.R_scale_l%d", k), 2, sd, sr,
+                       bld_strf(b, "lstm.weight_hh_l%d.scale, gate blocks i,f,g,o -> i,o,f,c", k));
+  inputs[11] = "lstm.zero_point";
+}
+
+/* Layer k: LSTM (fp32) or com.microsoft DynamicQuantizeLSTM (--int8) with its weights, reordered
+ * (allocated from the builder). Returns the node. */
 static Onnx__NodeProto *add_lstm_layer(struct builder *b, const struct lstmd_model *m, int k,
                                        const char *x, const char *h0, const char *c0) {
   const int H = m->shape.hidden;
@@ -233,30 +299,43 @@ static Onnx__NodeProto *add_lstm_layer(struct builder *b, const struct lstmd_mod
   const float *b_ih = param(m, name);
   snprintf(name, sizeof name, "lstm.bias_hh_l%d", k);
   const float *b_hh = param(m, name);
-  float *W = bld_alloc(b, (size_t)4 * H * in * sizeof *W);
-  float *R = bld_alloc(b, (size_t)4 * H * H * sizeof *R);
   float *B = bld_alloc(b, (size_t)8 * H * sizeof *B);
-  if (!W || !R || !B) return NULL;
-  reorder_gates(w_ih, H, in, W);
-  reorder_gates(w_hh, H, H, R);
+  if (!B) return NULL;
   reorder_gates(b_ih, H, 1, B);
   reorder_gates(b_hh, H, 1, B + 4 * H);
-  const int64_t wd[3] = {1, 4 * H, in}, rd[3] = {1, 4 * H, H}, bd[2] = {1, 8 * H};
-  const char *inputs[] = {
+  const int64_t bd[2] = {1, 8 * H};
+  const char *inputs[13] = {
       x,
-      add_f32(b, bld_strf(b, "lstm.W_l%d", k), 3, wd, W,
-              bld_strf(b, "lstm.weight_ih_l%d, gate blocks i,f,g,o -> i,o,f,c", k)),
-      add_f32(b, bld_strf(b, "lstm.R_l%d", k), 3, rd, R,
-              bld_strf(b, "lstm.weight_hh_l%d, gate blocks i,f,g,o -> i,o,f,c", k)),
+      NULL, /* W, R: below */
+      NULL,
       add_f32(b, bld_strf(b, "lstm.B_l%d", k), 2, bd, B,
               bld_strf(b, "lstm.bias_ih_l%d then lstm.bias_hh_l%d, each i,f,g,o -> i,o,f,c", k, k)),
       "", /* sequence_lens: every sequence runs the whole chunk */
       h0,
       c0,
-      NULL};
+      "", /* int8: P (peepholes): none */
+  };
+  if (b->int8) {
+    add_int8_weights(b, k, w_ih, w_hh, H, in, inputs);
+  } else {
+    float *W = bld_alloc(b, (size_t)4 * H * in * sizeof *W);
+    float *R = bld_alloc(b, (size_t)4 * H * H * sizeof *R);
+    if (!W || !R) return NULL;
+    reorder_gates(w_ih, H, in, W);
+    reorder_gates(w_hh, H, H, R);
+    const int64_t wd[3] = {1, 4 * H, in}, rd[3] = {1, 4 * H, H};
+    inputs[1] = add_f32(b, bld_strf(b, "lstm.W_l%d", k), 3, wd, W,
+                        bld_strf(b, "lstm.weight_ih_l%d, gate blocks i,f,g,o -> i,o,f,c", k));
+    inputs[2] = add_f32(b, bld_strf(b, "lstm.R_l%d", k), 3, rd, R,
+                        bld_strf(b, "lstm.weight_hh_l%d, gate blocks i,f,g,o -> i,o,f,c", k));
+    inputs[7] = NULL; /* the standard LSTM ends at initial_c */
+  }
+  if (b->oom) return NULL;
   const char *outputs[] = {bld_strf(b, "lstm_l%d.Y", k), bld_strf(b, "lstm_l%d.Y_h", k),
                            bld_strf(b, "lstm_l%d.Y_c", k), NULL};
-  Onnx__NodeProto *n = add_node(b, "LSTM", bld_strf(b, "lstm_l%d", k), inputs, outputs);
+  Onnx__NodeProto *n = add_node(b, b->int8 ? "DynamicQuantizeLSTM" : "LSTM",
+                                bld_strf(b, "lstm_l%d", k), inputs, outputs);
+  if (n && b->int8) n->domain = MS_DOMAIN;
   attr_int(b, n, "hidden_size", H);
   attr_string(b, n, "direction", "forward");
   return n;
@@ -279,7 +358,7 @@ static Onnx__StringStringEntryProto **metadata(struct builder *b, const struct l
                                                const struct lstmd_data_meta *d,
                                                const char *ckpt_name, size_t *n_out) {
   const struct lstmd_dataset_info *info = &d->info;
-  const char *kv[16];
+  const char *kv[20];
   int n = 0;
   kv[n++] = "lstmd.format";
   kv[n++] = "lstmd-onnx-1";
@@ -289,6 +368,12 @@ static Onnx__StringStringEntryProto **metadata(struct builder *b, const struct l
   kv[n++] = ckpt_name;
   kv[n++] = "lstmd.seq_len";
   kv[n++] = bld_strf(b, "%d", d->seq_len);
+  if (b->int8) {
+    kv[n++] = "lstmd.quant";
+    kv[n++] = "int8 weights as lstmd quantize writes them (symmetric, one scale per output row), "
+              "activations quantised by onnxruntime (com.microsoft DynamicQuantizeLSTM, "
+              "DynamicQuantizeMatMul)";
+  }
   char *lists[3] = {NULL, NULL, NULL};
   if (m->shape.kind == LSTMD_MODEL_TEXT) {
     json_t *a = json_array();
@@ -362,6 +447,10 @@ static void build_graph(struct builder *b, const struct lstmd_model *m,
   int64_t ones[LSTMD_MAX_LAYERS];
   for (int k = 0; k < L; k++) ones[k] = 1;
   const char *split_sizes = add_i64(b, "layer_split", ones, L);
+  if (b->int8) {
+    const int64_t zd[2] = {1, 4 * H};
+    add_i8(b, "lstm.zero_point", 2, zd, bld_alloc(b, (size_t)4 * H), "zero points of every W, R");
+  }
   const int64_t axis1[1] = {1};
   const char *squeeze_axes = add_i64(b, "squeeze_axes", axis1, 1);
   const char *h_in[LSTMD_MAX_LAYERS + 1] = {0}, *c_in[LSTMD_MAX_LAYERS + 1] = {0};
@@ -387,19 +476,36 @@ static void build_graph(struct builder *b, const struct lstmd_model *m,
   attr_int(b, add_node(b, "Concat", "concat_hn", h_out, hn_out), "axis", 0);
   attr_int(b, add_node(b, "Concat", "concat_cn", c_out, cn_out), "axis", 0);
 
-  const int64_t hwd[2] = {out_dim, H}, hbd[1] = {out_dim};
-  const char *tr_in[] = {add_f32(b, "head.weight", 2, hwd, param(m, "head.weight"), NULL), NULL};
-  const char *tr_out[] = {"head.weight_t", NULL};
-  int64_t *perm = bld_alloc(b, 2 * sizeof *perm);
-  if (perm) perm[0] = 1, perm[1] = 0;
-  attr_ints(b, add_node(b, "Transpose", "head_transpose", tr_in, tr_out), "perm", perm, 2);
-  const char *mm_in[] = {x, "head.weight_t", NULL}, *mm_out[] = {"head_matmul", NULL};
-  add_node(b, "MatMul", "head_matmul", mm_in, mm_out);
   const char *out_name = text ? "logits" : "predictions";
-  const char *add_in[] = {"head_matmul", add_f32(b, "head.bias", 1, hbd, param(m, "head.bias"), NULL),
-                          NULL};
-  const char *add_out[] = {text ? out_name : "predictions_normalised", NULL};
-  add_node(b, "Add", "head_bias", add_in, add_out);
+  const char *head_out[] = {text ? out_name : "predictions_normalised", NULL};
+  const int64_t hbd[1] = {out_dim};
+  const char *head_bias = add_f32(b, "head.bias", 1, hbd, param(m, "head.bias"), NULL);
+  if (b->int8) { /* DynamicQuantizeMatMul(x, B int8 [H, out], scale, zero point, bias) */
+    int8_t *q;
+    float *scale;
+    if (quantize_t(b, param(m, "head.weight"), out_dim, H, 0, &q, &scale)) return;
+    const int64_t qd[2] = {H, out_dim};
+    const char *in[] = {x,
+                        add_i8(b, "head.weight", 2, qd, q,
+                               "head.weight as lstmd quantize's int8 rows, transposed"),
+                        add_f32(b, "head.weight_scale", 1, hbd, scale, "head.weight.scale"),
+                        add_i8(b, "head.zero_point", 1, hbd, bld_alloc(b, (size_t)out_dim), NULL),
+                        head_bias,
+                        NULL};
+    Onnx__NodeProto *n = add_node(b, "DynamicQuantizeMatMul", "head", in, head_out);
+    if (n) n->domain = MS_DOMAIN;
+  } else { /* MatMul(x, Transpose(head.weight)) + head.bias */
+    const int64_t hwd[2] = {out_dim, H};
+    const char *tr_in[] = {add_f32(b, "head.weight", 2, hwd, param(m, "head.weight"), NULL), NULL};
+    const char *tr_out[] = {"head.weight_t", NULL};
+    int64_t *perm = bld_alloc(b, 2 * sizeof *perm);
+    if (perm) perm[0] = 1, perm[1] = 0;
+    attr_ints(b, add_node(b, "Transpose", "head_transpose", tr_in, tr_out), "perm", perm, 2);
+    const char *mm_in[] = {x, "head.weight_t", NULL}, *mm_out[] = {"head_matmul", NULL};
+    add_node(b, "MatMul", "head_matmul", mm_in, mm_out);
+    const char *add_in[] = {"head_matmul", head_bias, NULL};
+    add_node(b, "Add", "head_bias", add_in, head_out);
+  }
   if (!text) { /* back to the target column's units, as `lstmd predict` writes them */
     const int64_t one[1] = {1};
     const char *mul_in[] = {"predictions_normalised",
@@ -454,30 +560,34 @@ static void build_graph(struct builder *b, const struct lstmd_model *m,
 }
 
 int lstmd_onnx_export(const struct lstmd_model *m, const struct lstmd_data_meta *d,
-                      const char *ckpt_name, int opset, const char *out_path) {
+                      const char *ckpt_name, int opset, int int8, const char *out_path) {
   if (opset < LSTMD_ONNX_OPSET_MIN || opset > LSTMD_ONNX_OPSET_MAX) {
     lstmd_errorf("export onnx: opset %d is not supported (%d..%d)", opset, LSTMD_ONNX_OPSET_MIN,
                  LSTMD_ONNX_OPSET_MAX);
     return LSTMD_EINVAL;
   }
-  struct builder b = {0};
+  struct builder b = {.int8 = int8};
   Onnx__GraphProto graph = ONNX__GRAPH_PROTO__INIT;
   Onnx__OperatorSetIdProto op_set = ONNX__OPERATOR_SET_ID_PROTO__INIT;
-  Onnx__OperatorSetIdProto *op_sets[1] = {&op_set};
+  Onnx__OperatorSetIdProto ms_set = ONNX__OPERATOR_SET_ID_PROTO__INIT;
+  Onnx__OperatorSetIdProto *op_sets[2] = {&op_set, &ms_set};
   Onnx__ModelProto model = ONNX__MODEL_PROTO__INIT;
   op_set.domain = "";
   op_set.has_version = 1;
   op_set.version = opset;
+  ms_set.domain = MS_DOMAIN; /* --int8: onnxruntime's contrib operators, version 1 */
+  ms_set.has_version = 1;
+  ms_set.version = 1;
   model.has_ir_version = 1;
   model.ir_version = ONNX_IR_VERSION;
   model.producer_name = "lstmd";
   model.producer_version = LSTMD_VERSION_STRING;
-  model.n_opset_import = 1;
+  model.n_opset_import = int8 ? 2 : 1;
   model.opset_import = op_sets;
   model.graph = &graph;
-  model.doc_string = bld_strf(&b, "lstmd %s model from %s: %d LSTM layer(s) of %d units",
+  model.doc_string = bld_strf(&b, "lstmd %s model from %s: %d LSTM layer(s) of %d units%s",
                               m->shape.kind == LSTMD_MODEL_TEXT ? "text" : "series", ckpt_name,
-                              m->shape.layers, m->shape.hidden);
+                              m->shape.layers, m->shape.hidden, int8 ? ", int8 weights" : "");
   model.metadata_props = metadata(&b, m, d, ckpt_name, &model.n_metadata_props);
   build_graph(&b, m, d, &graph);
   int rc = b.oom ? LSTMD_ENOMEM : LSTMD_OK;
