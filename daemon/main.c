@@ -82,7 +82,7 @@ static void usage(FILE *out) {
           "  lstmd sample  --checkpoint CKPT [--prime TEXT] [--length N] [--temperature T] [--seed S]\n"
           "  lstmd predict --checkpoint CKPT --input FILE.csv --out FILE.csv [--batch N]\n"
           "  lstmd quantize --checkpoint CKPT --out INT8 [--calibrate DIR]   (int8 model for the three above)\n"
-          "  lstmd export onnx --checkpoint CKPT --out MODEL.onnx [--opset N]   (ONNX graph)\n"
+          "  lstmd export onnx --checkpoint CKPT --out MODEL.onnx [--opset N] [--int8]   (ONNX graph)\n"
           "  lstmd serve   --socket PATH --state-dir DIR [--data-root DIR] [--listen [HOST:]PORT\n"
           "                --token-file F]   (jobs from lstmctl; under mpirun/srun for many ranks)\n"
           "  lstmd doctor  [--json] [--device auto|cpu|cuda]   (what this node trains with, and why)\n"
