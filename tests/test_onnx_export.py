@@ -11,7 +11,8 @@
      onnx.numpy_helper from where README.md ("Export to ONNX") says it is, bit for bit.
   3. End to end: the mean cross-entropy of onnxruntime's logits over the validation split equals
      `lstmd eval`'s; onnxruntime on raw CSV rows equals `lstmd predict`'s CSV (the
-     normalisation in the graph); --opset 13 runs and gives the default opset's outputs.
+     normalisation in the graph); --opset 13 runs and gives the default opset's outputs; the
+     default opset is the newest onnxruntime loads (it refuses the next).
   4. --int8 (text 1 layer, series 3 layers): every int8 weight and scale is the one `lstmd
      quantize` writes (bit for bit, from its file); onnxruntime's DynamicQuantizeLSTM model stays
      within 0.02 bpc of `lstmd eval` of the int8 file (text) and within 0.05 of the target's std
@@ -351,6 +352,28 @@ def check_predict(args, e, tmp, csv, label, model=None, tol=TOL):
             np.concatenate([got, tail]) / e.std[0], want / e.std[0], tol)
 
 
+def check_newest_opset(default, ir_version):
+    """The default opset is the newest this onnxruntime loads: it refuses default + 1."""
+    def loads(opset):
+        g = onnx.helper.make_graph(
+            [onnx.helper.make_node("Identity", ["x"], ["y"])], "g",
+            [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+            [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
+        m = onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", opset)],
+                                   ir_version=ir_version)
+        try:
+            ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+            return True
+        except Exception:  # onnxruntime's own error type for an unsupported opset
+            return False
+    ok = loads(default), loads(default + 1)
+    print("  onnxruntime %s loads opset %d: %s, opset %d: %s" % (ort.__version__, default, ok[0],
+                                                                 default + 1, ok[1]), flush=True)
+    if ok != (True, False):
+        fail("the default opset %d is not the newest onnxruntime %s loads" % (default,
+                                                                              ort.__version__))
+
+
 def check_refusals(args, ckpt, tmp):
     out = os.path.join(tmp, "refused.onnx")
     cases = [
@@ -463,6 +486,7 @@ def main():
         x = np.arange(24, dtype=np.int64).reshape(4, 6) % int(e.meta["model.vocab"])
         compare("text1 opset 13 vs opset %d" % e.model.opset_import[0].version, e13.run(x)[0],
                 e.run(x)[0], 0.0, "opset 13 - default")
+        check_newest_opset(e.model.opset_import[0].version, e.model.ir_version)
         check_int8(args, tmp, "text1", ckpt, lambda e, q: check_eval(
             args, e, text_dir, "text1 int8", q, 0.02 * np.log(2)))
         check_refusals(args, ckpt, tmp)
