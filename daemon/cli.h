@@ -14,6 +14,7 @@ int lstmd_cmd_quantize(int argc, char **argv); /* cli_quantize.c */
 int lstmd_cmd_serve(int argc, char **argv);
 int lstmd_cmd_doctor(int argc, char **argv);   /* cli_doctor.c */
 int lstmd_cmd_selftest(int argc, char **argv); /* cli_selftest.c */
+int lstmd_cmd_export(int argc, char **argv);   /* cli_export.c */
 
 /* One --name VALUE / --name=VALUE option a subcommand accepts. */
 struct lstmd_opt {
