@@ -93,7 +93,18 @@ static int load_teacher(struct run *r) {
 
 static int build(struct run *r) {
   const struct lstmd_train_config *cfg = r->cfg;
-  /* First, before anything a rank can fail at alone: the choice is collective (device_select.h). */
+
+  /* Pruning and distillation run on the CPU engine only: the GPU engine keeps the weights on the
+   * device, and untested GPU code is not shipped for them. */
+  const char *cpu_only = cfg->prune.target_sparsity > 0.0f ? "prune.target_sparsity"
+                         : cfg->distill_teacher[0]       ? "distill.teacher"
+                                                         : NULL;
+  if (cpu_only && cfg->device == LSTMD_DEVICE_CUDA) { /* the same verdict on every rank */
+    lstmd_errorf("%s: pruning and distillation run on the CPU backend only so far "
+                 "(train.device=cuda)", cpu_only);
+    return LSTMD_ECONFIG;
+  }
+  /* Before anything a rank can fail at alone: the choice is collective (device_select.h). */
   int backend, gpu;
   LSTMD_TRY(lstmd_device_choose(cfg->device, r->comm, &backend, &gpu));
   if (backend == LSTMD_DEVICE_CPU && cfg->device == LSTMD_DEVICE_CPU &&
@@ -103,17 +114,7 @@ static int build(struct run *r) {
   }
   if (backend == LSTMD_DEVICE_CPU && cfg->precision != LSTMD_PRECISION_FP32 && r->rank == 0)
     lstmd_errorf("train.precision applies to the GPU backend; the CPU backend trains in fp32");
-  /* Pruning and distillation run on the CPU engine only: the GPU engine keeps the weights on the
-   * device, and untested GPU code is not shipped for them. */
-  const char *cpu_only = cfg->prune.target_sparsity > 0.0f ? "prune.target_sparsity"
-                         : cfg->distill_teacher[0]       ? "distill.teacher"
-                                                         : NULL;
   if (cpu_only && backend == LSTMD_DEVICE_CUDA) {
-    if (cfg->device == LSTMD_DEVICE_CUDA) {
-      lstmd_errorf("%s: pruning and distillation run on the CPU backend only so far "
-                   "(train.device=cuda)", cpu_only);
-      return LSTMD_ECONFIG;
-    }
     if (r->rank == 0)
       lstmd_errorf("device auto: %s is set, and pruning and distillation run on the CPU backend "
                    "only so far; using it", cpu_only);
