@@ -5,8 +5,9 @@
 #     n − max(round(n(1 − s)), 1); metrics.jsonl's pruning records at the pruning steps with the
 #     closed-form target; `lstmd eval` reporting the masks' sparsity; 2 ranks (batch 2 each) equal
 #     to 1 rank (batch 4): weights within 1e-5 and the masks identical (a rank that masked
-#     differently would compute other gradients); a resume from before two pruning steps ending
-#     byte for byte as the uninterrupted run;
+#     differently would compute other gradients); a resume between two pruning steps (from
+#     step 4: its masks loaded and kept through step 5, then step 6's) ending byte for byte as the
+#     uninterrupted run;
 #   distillation: alpha 0 equal to training without a teacher bit for bit, alpha 0.5 not; a
 #     resume with a teacher byte for byte; a teacher of another vocabulary refused (exit 2,
 #     naming distill.teacher and the vocabulary);
@@ -33,7 +34,7 @@ base=(--set data.path="$TMP/ds" --set data.seq_len=16 --set data.batch_size=4 --
       --set train.threads=1 --set train.eval_every=0 --set train.log_every=1 --set train.steps=8
       --set train.checkpoint_every=3 --set optim.clip_norm=0 --set train.run_dir=run)
 prune=(--set prune.target_sparsity=0.75 --set prune.begin_step=2 --set prune.end_step=6
-       --set prune.frequency=2)
+       --set prune.frequency=2 --set train.checkpoint_every=4)
 # run DIR ARGS...: lstmd train in $TMP/DIR (run dir "run" there, so configs are equal)
 run() {
   local d=$TMP/$1
@@ -73,7 +74,7 @@ for r in recs:  # 0.75 + (0 - 0.75)(1 - (step - 2)/4)^3
     assert abs(r["prune_target"] - t) < 1e-6, (r, t)
 print("%d tensors, 75%% pruned, masked weights 0, records at steps %s" % (len(names), steps))
 PYEOF
-); then ok "pruned weights: $msg"; else bad "pruned weights: $msg"; fi
+); then ok "pruned weights: $msg"; else bad "pruned weights: $(tail -1 <<<"$msg")"; fi
 ev=$("$LSTMD" eval --checkpoint "$TMP/p1/run/step-8.safetensors" --data "$TMP/ds" 2>&1)
 grep -q '"sparsity":{"lstm.weight_ih_l0":0.75,"lstm.weight_hh_l0":0.75,"lstm.weight_ih_l1":0.75,"lstm.weight_hh_l1":0.75,"head.weight":0.75' <<<"$ev" \
   && ok "eval reports the sparsity per tensor: $ev" || bad "eval sparsity: $ev"
@@ -84,10 +85,10 @@ msg=$("$PY" "$SRC/tests/compare_checkpoints.py" "$TMP/p2/run/step-8.safetensors"
   "$TMP/p1/run/step-8.safetensors" --rtol 1e-5 2>&1) && ok "2 ranks = 1 rank, masks identical: $msg" \
   || bad "2 ranks vs 1 rank: $msg"
 
-run p3 "$LSTMD" train "${base[@]}" "${prune[@]}" --resume ../p1/run/step-3.safetensors \
+run p3 "$LSTMD" train "${base[@]}" "${prune[@]}" --resume ../p1/run/step-4.safetensors \
   || bad "pruned resume: $(tail -2 "$TMP/p3/log")"
 cmp -s "$TMP/p1/run/step-8.safetensors" "$TMP/p3/run/step-8.safetensors" \
-  && ok "resume at step 3 across the pruning steps 4 and 6: step 8 byte for byte" \
+  && ok "resume at step 4 (its masks; step 5 must keep them) across the pruning step 6: step 8 byte for byte" \
   || bad "pruned resume differs: $("$PY" "$SRC/tests/compare_checkpoints.py" "$TMP/p3/run/step-8.safetensors" "$TMP/p1/run/step-8.safetensors" --rtol 0 2>&1)"
 
 # ---- distillation ----
