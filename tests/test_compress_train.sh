@@ -12,10 +12,13 @@
 #     resume with a teacher byte for byte; a teacher of another vocabulary refused (exit 2,
 #     naming distill.teacher and the vocabulary);
 #   refusals (exit 2 naming the key): train.device=cuda, model.stages 2, a bias in
-#     prune.tensors, prune.end_step not after begin_step.
+#     prune.tensors, prune.end_step not after begin_step;
+#   the daemon: a job with [prune] and [distill] submitted with lstmctl succeeds with its pruning
+#     records; a teacher outside --data-root and a bad prune.tensors are refused at submission.
 set -u
-LSTMD=$(realpath "${1:?usage: test_compress_train.sh LSTMD_BINARY SOURCE_DIR}")
+LSTMD=$(realpath "${1:?usage: test_compress_train.sh LSTMD_BINARY SOURCE_DIR LSTMCTL_BINARY}")
 SRC=$(realpath "${2:?}")
+LSTMCTL=$(realpath "${3:?}")
 PY=/usr/bin/python3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm=isolated
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
@@ -133,6 +136,31 @@ refused distill.teacher train.device=cuda --set distill.teacher="$T" --set train
 refused prune.target_sparsity model.stages "${prune[@]}" --set model.stages=2
 refused prune.tensors bias "${prune[@]}" --set prune.tensors=head.weight,lstm.bias_ih_l0
 refused prune.end_step begin_step "${prune[@]}" --set prune.end_step=2
+
+# ---- through the daemon ----
+S=$TMP/serve
+mkdir -p "$S"
+"$LSTMD" serve --socket "$S/s.sock" --state-dir "$S/state" --data-root "$TMP" > "$S/log" 2>&1 &
+serve_pid=$!
+for _ in $(seq 100); do [[ -S $S/s.sock ]] && break; sleep 0.1; done
+ctl() { timeout 60 "$LSTMCTL" --socket "$S/s.sock" "$@"; }
+job=(--set data.path="$TMP/ds" --set data.seq_len=16 --set data.batch_size=4 --set model.embed=8
+     --set model.hidden=8 --set train.threads=1 --set train.steps=8 --set train.eval_every=0)
+id=$(ctl submit "${job[@]}" "${prune[@]}" --set distill.teacher="$T" 2>"$S/submit.err" | tail -1)
+if ctl watch "$id" > "$S/watch.log" 2>&1 \
+   && [[ $(grep -c prune_target "$S/state/runs/job-$id/metrics.jsonl" 2>/dev/null) == 3 ]]; then
+  ok "lstmctl submit with [prune] and [distill]: job $id SUCCEEDED, 3 pruning records"
+else
+  bad "lstmctl job: $(cat "$S/submit.err" "$S/watch.log" | tail -2)"
+fi
+msg=$(ctl submit "${job[@]}" --set distill.teacher=/etc/hostname 2>&1)
+[[ $? == 2 ]] && grep -q 'distill.teacher:.*outside the data root' <<<"$msg" \
+  && ok "lstmctl: a teacher outside --data-root refused: $msg" || bad "teacher outside the root: $msg"
+msg=$(ctl submit "${job[@]}" "${prune[@]}" --set prune.tensors=embed.weight 2>&1)
+[[ $? == 2 ]] && grep -q 'prune.tensors' <<<"$msg" && ok "lstmctl: prune.tensors=embed.weight refused" \
+  || bad "prune.tensors at submission: $msg"
+ctl shutdown >/dev/null 2>&1
+wait "$serve_pid"
 
 [[ $fails -eq 0 ]] && echo "test_compress_train: passed" || echo "test_compress_train: $fails FAILED"
 exit $((fails > 0))
