@@ -32,72 +32,6 @@ int lstmd_prune_due(const struct lstmd_prune_config *c, long step) {
          (step - c->begin_step) % c->frequency == 0;
 }
 
-int lstmd_prune_tensor_allowed(const char *name, int layers) {
-  if (!strcmp(name, "head.weight")) return 1;
-  int k, end = 0;
-  if ((sscanf(name, "lstm.weight_ih_l%d%n", &k, &end) == 1 ||
-       sscanf(name, "lstm.weight_hh_l%d%n", &k, &end) == 1) &&
-      name[end] == '\0' && k >= 0 && k < layers) {
-    char canon[32];
-    snprintf(canon, sizeof canon, "lstm.weight_%.2s_l%d", name + 12, k);
-    return !strcmp(canon, name); /* no "l01" or "l+1" */
-  }
-  return 0;
-}
-
-/* Calls fn for each name of the list ("" = the default set); stops at a non-zero return. */
-static int for_each_name(const char *list, int layers, int (*fn)(void *, const char *),
-                         void *ctx) {
-  char name[64];
-  if (!list[0]) {
-    for (int k = 0; k < layers; k++) {
-      snprintf(name, sizeof name, "lstm.weight_ih_l%d", k);
-      if (fn(ctx, name)) return -1;
-      snprintf(name, sizeof name, "lstm.weight_hh_l%d", k);
-      if (fn(ctx, name)) return -1;
-    }
-    return fn(ctx, "head.weight") ? -1 : 0;
-  }
-  for (const char *p = list;;) {
-    const char *comma = strchr(p, ',');
-    const size_t len = comma ? (size_t)(comma - p) : strlen(p);
-    snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), p);
-    if (len >= sizeof name) name[0] = '\0';
-    if (fn(ctx, name)) return -1;
-    if (!comma) return 0;
-    p = comma + 1;
-  }
-}
-
-struct check_ctx {
-  int layers, count;
-  char seen[LSTMD_MAX_TENSORS][32];
-  char *err;
-  size_t n;
-};
-
-static int check_one(void *arg, const char *name) {
-  struct check_ctx *c = arg;
-  if (!lstmd_prune_tensor_allowed(name, c->layers)) {
-    snprintf(c->err, c->n, "prune.tensors: '%s' is not a weight matrix of this model (allowed: "
-             "lstm.weight_ih_l<k>, lstm.weight_hh_l<k> for k < model.layers = %d, head.weight; "
-             "never a bias or the embedding)", name, c->layers);
-    return -1;
-  }
-  for (int i = 0; i < c->count; i++)
-    if (!strcmp(c->seen[i], name)) {
-      snprintf(c->err, c->n, "prune.tensors: '%s' is named twice", name);
-      return -1;
-    }
-  snprintf(c->seen[c->count++], sizeof c->seen[0], "%s", name);
-  return 0;
-}
-
-int lstmd_prune_check_tensors(const char *tensors, int layers, char *err, size_t n) {
-  struct check_ctx c = {.layers = layers, .err = err, .n = n};
-  return for_each_name(tensors, layers, check_one, &c);
-}
-
 struct create_ctx {
   struct lstmd_prune *p;
   const struct lstmd_model *m;
@@ -128,7 +62,7 @@ int lstmd_prune_create(const struct lstmd_prune_config *c, const struct lstmd_mo
   p->cfg = *c;
   struct create_ctx ctx = {p, m};
   size_t largest = 0;
-  int rc = for_each_name(c->tensors, m->shape.layers, add_one, &ctx) ? LSTMD_ENOMEM : LSTMD_OK;
+  int rc = lstmd_prune_for_each_name(c->tensors, m->shape.layers, add_one, &ctx) ? LSTMD_ENOMEM : LSTMD_OK;
   for (int i = 0; !rc && i < p->n; i++)
     if (m->tensors[p->tensor[i]].count > largest) largest = m->tensors[p->tensor[i]].count;
   if (!rc && !(p->scratch = malloc(largest * sizeof(struct order_key)))) rc = LSTMD_ENOMEM;

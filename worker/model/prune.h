@@ -29,6 +29,10 @@ int lstmd_prune_tensor_allowed(const char *name, int layers);
 /* Checks c->tensors against a model of `layers` layers: 0, or -1 with the reason in err
  * (naming prune.tensors). */
 int lstmd_prune_check_tensors(const char *tensors, int layers, char *err, size_t n);
+/* Calls fn(ctx, name) for each name of the comma-separated list ("": every LSTM weight matrix
+ * of `layers` layers, then head.weight); returns -1 at the first non-zero return, else 0. */
+int lstmd_prune_for_each_name(const char *list, int layers, int (*fn)(void *, const char *),
+                              void *ctx);
 
 struct lstmd_prune {
   struct lstmd_prune_config cfg;
