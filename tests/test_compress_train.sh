@@ -8,9 +8,10 @@
 #     differently would compute other gradients); a resume between two pruning steps (from
 #     step 4: its masks loaded and kept through step 5, then step 6's) ending byte for byte as the
 #     uninterrupted run;
-#   distillation: alpha 0 equal to training without a teacher bit for bit, alpha 0.5 not; a
-#     resume with a teacher byte for byte; a teacher of another vocabulary refused (exit 2,
-#     naming distill.teacher and the vocabulary);
+#   distillation: alpha 0 equal to training without a teacher bit for bit, alpha 0.5 not (text;
+#     series: alpha 0 and 1); a resume with a teacher byte for byte; a teacher of another
+#     vocabulary, another horizon or another kind refused (exit 2, naming distill.teacher and
+#     what differs);
 #   refusals (exit 2 naming the key): train.device=cuda, model.stages 2, a bias in
 #     prune.tensors, prune.end_step not after begin_step;
 #   the daemon: a job with [prune] and [distill] submitted with lstmctl succeeds with its pruning
@@ -115,6 +116,29 @@ run kd-resume "$LSTMD" train "${base[@]}" --set distill.teacher="$T" --set disti
 cmp -s "$TMP/kd/run/step-8.safetensors" "$TMP/kd-resume/run/step-8.safetensors" \
   && ok "distilled resume at step 3: step 8 byte for byte" || bad "distilled resume differs"
 
+# series: the MSE form of the loss through the binary
+"$LSTMD" prepare series --input "$SRC/data/seattle-temps.csv" --target temp --horizon 2 \
+  --out "$TMP/s2" 2>/dev/null || bad "prepare series"
+"$LSTMD" prepare series --input "$SRC/data/seattle-temps.csv" --target temp --horizon 3 \
+  --out "$TMP/s3" 2>/dev/null || bad "prepare series h3"
+sbase=("${base[@]}" --set data.path="$TMP/s2" --set data.order=shuffle)
+run steacher "$LSTMD" train "${sbase[@]}" --set model.hidden=24 --set train.steps=6 \
+  || bad "series teacher: $(tail -2 "$TMP/steacher/log")"
+ST=$TMP/steacher/run/step-6.safetensors
+run splain "$LSTMD" train "${sbase[@]}" || bad "series plain: $(tail -2 "$TMP/splain/log")"
+run skd0 "$LSTMD" train "${sbase[@]}" --set distill.teacher="$ST" --set distill.alpha=0 \
+  || bad "series alpha 0: $(tail -2 "$TMP/skd0/log")"
+run skd "$LSTMD" train "${sbase[@]}" --set distill.teacher="$ST" --set distill.alpha=1 \
+  || bad "series alpha 1: $(tail -2 "$TMP/skd/log")"
+a=$("$PY" "$SRC/tests/compare_checkpoints.py" "$TMP/skd0/run/step-8.safetensors" \
+  "$TMP/splain/run/step-8.safetensors" --rtol 0 2>&1)
+a_rc=$?
+b=$("$PY" "$SRC/tests/compare_checkpoints.py" "$TMP/skd/run/step-8.safetensors" \
+  "$TMP/splain/run/step-8.safetensors" --rtol 1e-3 2>&1)
+b_rc=$?
+[[ $a_rc == 0 && $b_rc == 1 ]] && ok "series: alpha 0 = no teacher bitwise ($a); alpha 1 differs ($b)" \
+  || bad "series distillation: alpha 0: $a; alpha 1: $b"
+
 # refused NAME TEXT ARGS...: exit 2, an lstmd: line naming NAME and containing TEXT, no checkpoint
 refused() {
   local name=$1 text=$2 d=$TMP/refused$((++n_refused))
@@ -131,6 +155,8 @@ refused() {
 }
 n_refused=0
 refused distill.teacher vocabulary --set data.path="$TMP/digits" --set distill.teacher="$T"
+refused distill.teacher horizon --set data.path="$TMP/s3" --set distill.teacher="$ST"
+refused distill.teacher "series model" --set distill.teacher="$ST"
 refused prune.target_sparsity train.device=cuda "${prune[@]}" --set train.device=cuda
 refused distill.teacher train.device=cuda --set distill.teacher="$T" --set train.device=cuda
 refused prune.target_sparsity model.stages "${prune[@]}" --set model.stages=2
