@@ -107,7 +107,8 @@ static const struct cfg_key kKeys[] = {
      "pruning: step at which the ramp reaches target_sparsity (> begin_step)"},
     {"prune", "frequency", CFG_LONG, F(prune.frequency), 0, "100", 1, 1e12, NULL,
      "pruning: steps between mask updates within [begin_step, end_step]"},
-    {"prune", "power", CFG_FLOAT, F(prune.power), 0, "3", 0, 100, NULL,
+    /* power 0: (1 - p)^0 is 1 for every p (C's pow(0, 0) too), so nothing would ever be pruned */
+    {"prune", "power", CFG_FLOAT, F(prune.power), 0, "3", 0.001, 100, NULL,
      "pruning: exponent of the ramp, target + (0 - target)(1 - p)^power"},
     {"prune", "tensors", CFG_STRING, F(prune.tensors), S(prune.tensors), "", 0, 0, NULL,
      "pruned tensors, comma-separated (empty: every lstm.weight_* and head.weight)"},

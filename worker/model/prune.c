@@ -1,8 +1,9 @@
 /* prune.c — magnitude pruning masks and their schedule (prune.h).
  *
  * 1. Schedule: TensorFlow Model Optimization's PolynomialDecay (tensorflow_model_optimization/
- *    python/core/sparsity/keras/pruning_schedule.py, v0.8): with p = clamp((step − begin) /
- *    (end − begin), 0, 1), sparsity = final + (initial − final)·(1 − p)^power, applied when
+ *    python/core/sparsity/keras/pruning_schedule.py, v0.8.1, which TF's API page for
+ *    tfmot.sparsity.keras.PolynomialDecay links): with p = clamp((step − begin) / (end − begin),
+ *    0, 1), sparsity = final + (initial − final)·(1 − p)^power, applied when
  *    begin ≤ step ≤ end and (step − begin) mod frequency == 0. lstmd's initial sparsity is 0 and
  *    its step is the number of optimizer steps done (1 after the first update).
  * 2. Masks (pruning_impl.py's _update_mask): k = max(round(n·(1 − s)), 1) weights are kept.
@@ -15,7 +16,6 @@
 #include "prune.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
