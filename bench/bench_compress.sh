@@ -4,12 +4,15 @@
 #   pruning: validation bpc of the demo model (E 64, H 256, L 2) after STEPS steps at a target
 #     sparsity of 0, 50, 75 and 90% (every LSTM and head matrix; the polynomial ramp from step
 #     STEPS/10 to 3·STEPS/5, a mask update every STEPS/30 steps), with the sparsity eval reports;
-#   distillation: an H 128 student trained alone and distilled (T = 2, alpha 0.5) from an H 512
-#     teacher (TEACHER_STEPS steps), both STEPS steps: validation bpc and training time.
+#   distillation: an H 128 student trained alone and distilled (alpha 0.5; T = 1 and T = 2) from
+#     an H 512 teacher (TEACHER_STEPS steps), each STEPS steps: validation bpc and training time
+#     (the distilled runs' time is mostly the teacher's forward).
 # Every bpc is `lstmd eval` of the final checkpoint (the plain cross-entropy, not the KD loss).
 #   bench/bench_compress.sh build/lstmd [OUT_FILE]
 # Environment: STEPS (600), TEACHER_STEPS (600), TEACHER (an H 512 teacher checkpoint to reuse
-# instead of training one), KEEP (a folder to keep the runs in).
+# instead of training one: this script's own teacher command, `lstmd train --config
+# deploy/demo.ini --set model.hidden=512 --set train.steps=TEACHER_STEPS --set train.threads=2`),
+# KEEP (a folder to keep the runs in).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
@@ -59,7 +62,7 @@ for s in 0 0.5 0.75 0.9; do
 done
 
 echo
-echo "== distillation: H 128 student, $STEPS steps, alone vs from an H 512 teacher (T 2, alpha 0.5)"
+echo "== distillation: H 128 student, $STEPS steps, alone vs from an H 512 teacher (alpha 0.5)"
 if [[ -n ${TEACHER:-} ]]; then
   teacher=$(realpath "$TEACHER")
   echo "teacher: reused $teacher"
@@ -73,6 +76,8 @@ printf "%-22s %-9s %s\n" run val_bpc train_s
 printf "%-22s %-9s %s\n" "teacher H512" "$(bpc_of "$tj")" "-"
 secs=$(train student-alone --set model.hidden=128)
 printf "%-22s %-9s %.0f\n" "student H128 alone" "$(bpc_of "$(evaljson student-alone)")" "$secs"
-secs=$(train student-kd --set model.hidden=128 --set distill.teacher="$teacher" \
-  --set distill.temperature=2 --set distill.alpha=0.5)
-printf "%-22s %-9s %.0f\n" "student H128 distilled" "$(bpc_of "$(evaljson student-kd)")" "$secs"
+for t in 1 2; do
+  secs=$(train student-kd-t$t --set model.hidden=128 --set distill.teacher="$teacher" \
+    --set distill.temperature=$t --set distill.alpha=0.5)
+  printf "%-22s %-9s %.0f\n" "student H128 KD T=$t" "$(bpc_of "$(evaljson student-kd-t$t)")" "$secs"
+done

@@ -6,7 +6,8 @@
  *    0, 1), sparsity = final + (initial − final)·(1 − p)^power, applied when
  *    begin ≤ step ≤ end and (step − begin) mod frequency == 0. lstmd's initial sparsity is 0 and
  *    its step is the number of optimizer steps done (1 after the first update).
- * 2. Masks (pruning_impl.py's _update_mask): k = max(round(n·(1 − s)), 1) weights are kept.
+ * 2. Masks (pruning_impl.py's _update_mask): k = max(round(n·(1 − s)), 1) weights are kept
+ *    (the product in double here, in float32 there; both round half to even).
  *    TF-MOT keeps every weight ≥ the k-th largest magnitude, so ties keep more than k; here the
  *    order is (|w| descending, flat index ascending) and exactly k are kept, so the choice is a
  *    function of the weights alone: every rank and a resumed run pick the same ones.
