@@ -93,7 +93,6 @@ static int load_teacher(struct run *r) {
 
 static int build(struct run *r) {
   const struct lstmd_train_config *cfg = r->cfg;
-
   /* Pruning and distillation run on the CPU engine only: the GPU engine keeps the weights on the
    * device, and untested GPU code is not shipped for them. */
   const char *cpu_only = cfg->prune.target_sparsity > 0.0f ? "prune.target_sparsity"
