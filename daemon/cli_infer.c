@@ -2,6 +2,7 @@
  * model `lstmd quantize` made of one (whichever the file is). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/status.h"
@@ -47,13 +48,18 @@ int lstmd_cmd_eval(int argc, char **argv) {
     lstmd_dataset_close(&train);
     lstmd_dataset_close(&val);
   }
+  const int int8 = m.int8 != NULL;
   lstmd_infer_model_destroy(&m);
+  char *sparsity = NULL; /* a pruned checkpoint's masks (an int8 file has none) */
+  if (!rc && !int8) rc = lstmd_checkpoint_sparsity_json(ckpt, &sparsity);
   if (rc) return lstmd_exit_code(rc);
   if (meta.info.kind == LSTMD_DATASET_TEXT)
-    printf("{\"loss\":%.6f,\"bpc\":%.6f,\"tokens\":%llu}\n", loss, loss / M_LN2,
+    printf("{\"loss\":%.6f,\"bpc\":%.6f,\"tokens\":%llu", loss, loss / M_LN2,
            (unsigned long long)tokens);
   else
-    printf("{\"loss\":%.6f,\"tokens\":%llu}\n", loss, (unsigned long long)tokens);
+    printf("{\"loss\":%.6f,\"tokens\":%llu", loss, (unsigned long long)tokens);
+  printf("%s%s}\n", sparsity ? ",\"sparsity\":" : "", sparsity ? sparsity : "");
+  free(sparsity);
   return 0;
 }
 

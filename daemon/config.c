@@ -99,6 +99,25 @@ static const struct cfg_key kKeys[] = {
      "threads per rank the batch is split across (0: cores / ranks on the node)"},
     {"train", "bucket_mb", CFG_DOUBLE, F(bucket_mb), 0, "4", 0.01, 1024, NULL,
      "gradient all-reduce bucket size (MiB); buckets go out while backward runs"},
+    {"prune", "target_sparsity", CFG_FLOAT, F(prune.target_sparsity), 0, "0", 0, 0.999, NULL,
+     "magnitude pruning: final fraction of zeros in each pruned tensor (0: off)"},
+    {"prune", "begin_step", CFG_LONG, F(prune.begin_step), 0, "0", 0, 1e12, NULL,
+     "pruning: first step of the polynomial ramp"},
+    {"prune", "end_step", CFG_LONG, F(prune.end_step), 0, "1000", 1, 1e12, NULL,
+     "pruning: step at which the ramp reaches target_sparsity (> begin_step)"},
+    {"prune", "frequency", CFG_LONG, F(prune.frequency), 0, "100", 1, 1e12, NULL,
+     "pruning: steps between mask updates within [begin_step, end_step]"},
+    /* power 0: (1 - p)^0 is 1 for every p (C's pow(0, 0) too), so nothing would ever be pruned */
+    {"prune", "power", CFG_FLOAT, F(prune.power), 0, "3", 0.001, 100, NULL,
+     "pruning: exponent of the ramp, target + (0 - target)(1 - p)^power"},
+    {"prune", "tensors", CFG_STRING, F(prune.tensors), S(prune.tensors), "", 0, 0, NULL,
+     "pruned tensors, comma-separated (empty: every lstm.weight_* and head.weight)"},
+    {"distill", "teacher", CFG_STRING, F(distill_teacher), S(distill_teacher), "", 0, 0, NULL,
+     "knowledge distillation: the teacher's checkpoint (same vocabulary or series inputs)"},
+    {"distill", "temperature", CFG_FLOAT, F(distill_temperature), 0, "2", 0.01, 100, NULL,
+     "distillation: softmax temperature T of the soft targets (text)"},
+    {"distill", "alpha", CFG_FLOAT, F(distill_alpha), 0, "0.5", 0, 1, NULL,
+     "distillation: weight of the teacher term; 1 - alpha weighs the data's loss"},
 };
 #undef F
 #undef S
@@ -322,6 +341,23 @@ int lstmd_config_check(const struct lstmd_train_config *c, char *err, size_t n) 
   }
   /* The pipeline layout (checked only for model.stages > 1 but model.stage_layers, which must
    * always fit; the number of ranks is checked at start, where it is known). */
+  if (c->prune.target_sparsity > 0.0f) {
+    if (c->prune.end_step <= c->prune.begin_step) {
+      snprintf(err, n, "prune.end_step: %ld is not after prune.begin_step %ld",
+               c->prune.end_step, c->prune.begin_step);
+      return LSTMD_ECONFIG;
+    }
+    if (lstmd_prune_check_tensors(c->prune.tensors, c->layers, err, n)) return LSTMD_ECONFIG;
+  }
+  /* Pruning and distillation run in the data-parallel CPU engine only (train_setup.c refuses
+   * them on the GPU): a stage holds only its own layers' weights. */
+  if (c->stages > 1 && (c->prune.target_sparsity > 0.0f || c->distill_teacher[0])) {
+    snprintf(err, n, "%s: not available with pipeline stages (model.stages = %d); train "
+             "data-parallel (model.stages = 1)",
+             c->prune.target_sparsity > 0.0f ? "prune.target_sparsity" : "distill.teacher",
+             c->stages);
+    return LSTMD_ECONFIG;
+  }
   int counts[16];
   if ((c->stages > 1 || c->stage_layers[0]) &&
       lstmd_stage_layer_counts(c->stage_layers, c->stages, c->layers, counts, err, n))

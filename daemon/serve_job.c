@@ -30,6 +30,15 @@ int lstmd_serve_job_config(Lstmd__Setting *const *settings, size_t n, const char
     return LSTMD_ECONFIG;
   }
   memcpy(cfg->data_path, resolved, sizeof resolved);
+  if (cfg->distill_teacher[0]) { /* a file the job's ranks read: confined like data.path */
+    char teacher[sizeof cfg->distill_teacher];
+    if (lstmd_path_inside(data_root, cfg->distill_teacher, 1, teacher, sizeof teacher, why,
+                          sizeof why)) {
+      snprintf(err, errlen, "distill.teacher: %s", why);
+      return LSTMD_ECONFIG;
+    }
+    memcpy(cfg->distill_teacher, teacher, sizeof teacher);
+  }
   if (*has_run_dir) {
     char dir[sizeof cfg->run_dir];
     if (lstmd_path_inside(data_root, cfg->run_dir, 0, dir, sizeof dir, why, sizeof why)) {

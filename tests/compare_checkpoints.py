@@ -11,6 +11,9 @@ updates a - p0 and b - p0, relative to the size of the update: ||(a - p0) - (b -
 Weights against their own norm hide a wrong update: after a few steps the update is a small
 fraction of the weights, so even a 10% error in it can stay under 1e-5 of ||b||.
 
+Pruning masks (I8 tensors 'prune.mask.<tensor>') must be equal in A and B, element for element,
+whatever R: the same weights must be pruned.
+
 A NaN or Inf in any tensor of any of the files (optimizer moments and carried state included)
 fails, naming the file and the tensor: a NaN would otherwise make the relative error NaN, which
 no "greater than" test catches.
@@ -34,12 +37,23 @@ def load(path):
         if name == "__metadata__":
             continue
         b, e = t["data_offsets"]
-        out[name] = np.frombuffer(data[base + b:base + e], dtype="<f4").reshape(t["shape"])
+        dtype = {"F32": "<f4", "I8": "i1"}[t["dtype"]]
+        out[name] = np.frombuffer(data[base + b:base + e], dtype=dtype).reshape(t["shape"])
     return out
 
 
 def model_tensors(tensors):
-    return {k: v for k, v in tensors.items() if not k.startswith(("optim.", "state."))}
+    return {k: v for k, v in tensors.items() if not k.startswith(("optim.", "state.", "prune."))}
+
+
+def mask_differences(a, b):
+    """Messages for the pruning masks that A and B do not share exactly."""
+    ma = {k: v for k, v in a.items() if k.startswith("prune.")}
+    mb = {k: v for k, v in b.items() if k.startswith("prune.")}
+    if ma.keys() != mb.keys():
+        return ["pruning masks differ in name: %s" % sorted(ma.keys() ^ mb.keys())]
+    return ["%s: %d of %d elements differ" % (k, int(np.sum(ma[k] != mb[k])), ma[k].size)
+            for k in sorted(ma) if ma[k].shape != mb[k].shape or np.any(ma[k] != mb[k])]
 
 
 def non_finite(path, tensors):
@@ -74,6 +88,10 @@ def main(argv):
     msgs = [m for path, t in files for m in non_finite(path, t)]
     if msgs:
         print("non-finite values: " + "; ".join(msgs))
+        return 1
+    msgs = mask_differences(files[0][1], files[1][1])
+    if msgs:
+        print("pruning masks: " + "; ".join(msgs))
         return 1
     files = [(path, model_tensors(t)) for path, t in files]
     a, b = files[0][1], files[1][1]

@@ -7,7 +7,8 @@
 #  2. `scancel -s TERM` stops the job cleanly: exit 0 and a checkpoint;
 #  3. `sbatch --wait deploy/slurm/train.sbatch` with 2 tasks × 1 CPU: the job's exit code is 0,
 #     its output names a 2-rank world, the checkpoint exists and `lstmd eval` reads it; a second
-#     submission with more steps resumes from that checkpoint (what a requeued job does);
+#     submission with more steps resumes from that checkpoint (what a requeued job does); a job
+#     with [prune] and [distill] keys as extra arguments trains (eval reports its sparsity);
 #  4. `scancel JOBID` of a running train.sbatch job (SIGTERM to the batch shell and the tasks, as
 #     at the time limit): checkpoint, lstmd exit 0 with the script waiting for it, and a
 #     resubmission resumes from that checkpoint.
@@ -86,6 +87,17 @@ if [[ $rc -eq 0 ]] && grep -q "resumed from .* at step 6" "$TMP/sbatch2.out" \
    && [[ -f "$TMP/sb/step-9.safetensors" ]]; then
   ok "second submission resumed from step 6 and reached step 9"
 else bad "resubmission: rc=$rc $(grep -m3 -e resum -e error "$TMP/sbatch2.out" 2>/dev/null)"; fi
+
+# [prune] and [distill] reach the ranks of the batch script like every other key.
+RUN_DIR=$TMP/sbp sbatch_job "$TMP/sbatch5.out" --set prune.target_sparsity=0.5 \
+  --set prune.begin_step=2 --set prune.end_step=4 --set prune.frequency=2 \
+  --set distill.teacher="$TMP/one/step-6.safetensors"
+rc=$?
+ev=$("$LSTMD" eval --checkpoint "$TMP/sbp/latest.safetensors" --data "$TMP/ds" 2>&1)
+if [[ $rc -eq 0 ]] && grep -q '"sparsity":{"lstm.weight_ih_l0":0.5' <<<"$ev" \
+   && grep -q "^  distill.teacher = $TMP/one/step-6.safetensors$" "$TMP/sbatch5.out"; then
+  ok "train.sbatch with [prune] and [distill]: exit 0, eval: $ev"
+else bad "train.sbatch with [prune] and [distill]: rc=$rc $ev $(tail -3 "$TMP/sbatch5.out" 2>/dev/null)"; fi
 
 # 4. the batch script stopped as the time limit stops it: `scancel JOBID` sends SIGTERM to the
 #    batch shell and to the job step's tasks (SIGKILL after KillWait): the ranks checkpoint and

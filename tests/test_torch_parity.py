@@ -50,7 +50,7 @@ def run(cmd, **kw):
 # ---- safetensors, parsed by hand ----
 
 DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32,
-          "F16": np.float16, "U8": np.uint8}
+          "F16": np.float16, "U8": np.uint8, "I8": np.int8}
 
 
 def load_safetensors(path):
@@ -155,7 +155,7 @@ def check_checkpoint(args, tmp, ckpt, shapes):
                                                  "horizon")}
     print("checkpoint %s: kind=%s %s, tensors: %s" % (
         ckpt, kind, dims, ", ".join("%s%s" % (k, list(v.shape)) for k, v in sorted(tensors.items())
-                                    if not k.startswith(("optim.", "state.")))), flush=True)
+                                    if not k.startswith(("optim.", "state.", "prune.")))), flush=True)
     models = {}
     for dt, tdt in ((np.float64, torch.float64), (np.float32, torch.float32)):
         m = Reference(kind, **dims).to(tdt)
@@ -259,6 +259,16 @@ def main():
         ckpt = train(args, tmp, "text3", text_dir,
                      {"model": {"embed": 24, "hidden": 20, "layers": 3}})
         check_checkpoint(args, tmp, ckpt, [(16, 4, 4), (23, 5, 5)])
+        # Pruned: the masks ride along as I8 'prune.mask.*' tensors; the model's names load
+        # strictly as before, and half of every weight matrix is zero.
+        ckpt = train(args, tmp, "pruned", text_dir,
+                     {"prune": {"target_sparsity": 0.5, "begin_step": 1, "end_step": 3,
+                                "frequency": 1}})
+        tensors, _ = load_safetensors(ckpt)
+        for k in ("lstm.weight_ih_l0", "lstm.weight_hh_l1", "head.weight"):
+            if "prune.mask." + k not in tensors or np.mean(tensors[k] == 0) != 0.5:
+                fail("%s: %.3f of it is zero, want 0.5" % (k, np.mean(tensors[k] == 0)))
+        check_checkpoint(args, tmp, ckpt, [(16, 4, 10)])
 
         # Series: the bundled Seattle temperatures, horizon 2.
         series_dir = os.path.join(tmp, "series")

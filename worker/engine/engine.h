@@ -49,6 +49,9 @@ struct lstmd_engine_config {
   int stage_layers[LSTMD_MAX_LAYERS];      /* layers of each stage */
   int schedule;                            /* enum lstmd_pipe_kind */
   int micro_batches, time_chunks, windows; /* M, K (effective), A = optim.grad_accum */
+  /* distillation (the CPU engine only; train_setup.c refuses it elsewhere) */
+  struct lstmd_model *teacher;             /* run forward on every window; NULL: off */
+  float kd_temperature, kd_alpha;          /* distill.temperature, distill.alpha */
 };
 
 /* The trainer's side of a step: where the windows come from. Called exactly `windows` times per

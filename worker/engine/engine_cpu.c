@@ -10,7 +10,11 @@
  *    summed over the slices in slice order (deterministic) and handed to the reducer thread,
  *    whose all-reduce over the ranks overlaps the rest of backward. Buckets become final from
  *    the end of the buffer towards its start, so they go out in the same order on every rank.
- * 3. Columns are global: rank r's slice starting at local column j holds global columns r·B + j
+ * 3. Distillation: each slice also holds a workspace of the teacher, which runs forward only,
+ *    without dropout and from a zero state in every window (so nothing of it needs a
+ *    checkpoint), on the slice's columns just before the student; the student's loss then
+ *    reads the teacher's output (kd_cpu.h).
+ * 4. Columns are global: rank r's slice starting at local column j holds global columns r·B + j
  *    and on, which is what dropout masks and the carried state are keyed on, so N ranks with
  *    batch b compute what one rank with batch N·b computes. */
 #define _GNU_SOURCE
@@ -36,6 +40,7 @@ enum { kMaxSlices = 256 };
 struct slice {
   struct cpu_engine *eng;
   struct lstmd_workspace *ws;
+  struct lstmd_workspace *teacher_ws; /* distillation (see 3.), or NULL */
   float *grads; /* slice 0: model->grads */
   int col0, cols;
   double loss;
@@ -102,6 +107,11 @@ static void step_slice(void *arg, int i) {
   if (c->first) memset(s->grads, 0, e->model->n_params * sizeof(float));
   s->loss = 0.0;
   lstmd_batch_slice(c->batch, s->col0, lstmd_workspace_batch(s->ws));
+  if (s->teacher_ws) {
+    lstmd_batch_slice(c->batch, s->col0, lstmd_workspace_batch(s->teacher_ws));
+    lstmd_model_forward(e->cfg.teacher, s->teacher_ws, 0.0f, NULL); /* reads params only */
+    lstmd_model_end_window(s->teacher_ws, 0);
+  }
   const struct lstmd_dropout_key key = {e->cfg.seed, c->window, e->rank * e->cfg.batch + s->col0};
   const double t0 = e->trace ? lstmd_now_s() : 0.0;
   s->loss = lstmd_model_forward(e->model, s->ws, c->grad_scale, e->cfg.dropout > 0 ? &key : NULL);
@@ -237,6 +247,7 @@ static void cpu_destroy(struct lstmd_engine *e) {
   lstmd_pool_destroy(c->pool);
   for (int i = 0; i < c->n_slices; i++) {
     lstmd_workspace_destroy(c->slices[i].ws);
+    lstmd_workspace_destroy(c->slices[i].teacher_ws);
     if (i > 0) free(c->slices[i].grads);
   }
   pthread_mutex_destroy(&c->mu);
@@ -295,6 +306,12 @@ int lstmd_engine_cpu_create(const struct lstmd_engine *base, struct lstmd_engine
       break;
     }
     lstmd_workspace_set_grads(s->ws, s->grads);
+    if (cfg->teacher) {
+      rc = lstmd_workspace_create(cfg->teacher, cfg->seq_len, s->cols, 0.0f, &s->teacher_ws);
+      if (rc) break;
+      lstmd_workspace_set_distill(s->ws, lstmd_workspace_output(s->teacher_ws),
+                                  cfg->kd_temperature, cfg->kd_alpha);
+    }
     lstmd_workspace_on_grads_ready(s->ws, on_grads_ready, s);
   }
   if (rc) {

@@ -100,7 +100,8 @@ int lstmd_checkpoint_save(const char *path, const struct lstmd_model *m,
                           const struct lstmd_optim *o, const struct lstmd_data_meta *data,
                           const struct lstmd_train_progress *progress, const char *config_json) {
   const struct lstmd_model_shape *s = &m->shape;
-  struct lstmd_st_tensor t[LSTMD_MAX_TENSORS + 4];
+  struct lstmd_st_tensor t[2 * LSTMD_MAX_TENSORS + 4];
+  char mask_names[LSTMD_MAX_TENSORS][48], mask_list[LSTMD_MAX_TENSORS * 32] = "";
   int n = 0;
   for (int i = 0; i < m->n_tensors; i++) {
     const struct lstmd_tensor *x = &m->tensors[i];
@@ -117,8 +118,18 @@ int lstmd_checkpoint_save(const char *path, const struct lstmd_model *m,
     t[n++] = (struct lstmd_st_tensor){"state.h", progress->state_h, 3, {dims[0], dims[1], dims[2]}};
     t[n++] = (struct lstmd_st_tensor){"state.c", progress->state_c, 3, {dims[0], dims[1], dims[2]}};
   }
+  const struct lstmd_prune *pr = progress ? progress->prune : NULL;
+  for (int i = 0; pr && i < pr->n; i++) { /* I8 after every F32 tensor: all stay aligned */
+    const struct lstmd_tensor *x = &m->tensors[pr->tensor[i]];
+    snprintf(mask_names[i], sizeof mask_names[i], "prune.mask.%s", x->name);
+    snprintf(mask_list + strlen(mask_list), sizeof mask_list - strlen(mask_list), "%s%s",
+             i ? "," : "", x->name);
+    t[n++] = (struct lstmd_st_tensor){mask_names[i], pr->mask[i], x->rank,
+                                      {x->shape[0], x->shape[1]}, "I8"};
+  }
   struct meta_list l = {0};
   add_common_meta(&l, LSTMD_CHECKPOINT_TAG, s, data);
+  if (pr) meta_addf(&l, "prune.masks", "%s", mask_list);
   if (config_json) meta_addf(&l, "config", "%s", config_json);
   if (o) {
     meta_addf(&l, "optim.algo", "%s", o->cfg.algo == LSTMD_OPTIM_ADAMW ? "adamw" : "sgd");
@@ -320,6 +331,68 @@ int lstmd_checkpoint_load_model(const char *path, struct lstmd_model **out_model
   return LSTMD_OK;
 }
 
+/* Whether `name` is in the comma-separated list. */
+static int listed(const char *list, const char *name) {
+  const size_t len = strlen(name);
+  for (const char *p = list; (p = strstr(p, name)); p += len)
+    if ((p == list || p[-1] == ',') && (p[len] == ',' || p[len] == '\0')) return 1;
+  return 0;
+}
+
+/* The masks of the pruned tensors the checkpoint lists (metadata 'prune.masks'); the others
+ * stay all ones (pruning that starts with this resume). Every value must be 0 or 1. */
+static int read_masks(const struct lstmd_st_file *f, const char *path, const struct lstmd_model *m,
+                      struct lstmd_prune *pr) {
+  const char *list = lstmd_st_meta_get(f, "prune.masks");
+  for (int i = 0; list && i < pr->n; i++) {
+    const struct lstmd_tensor *x = &m->tensors[pr->tensor[i]];
+    if (!listed(list, x->name)) continue;
+    char name[48];
+    snprintf(name, sizeof name, "prune.mask.%s", x->name);
+    LSTMD_TRY(lstmd_st_read(f, name, "I8", x->rank, x->shape, pr->mask[i]));
+    for (size_t j = 0; j < x->count; j++)
+      if (pr->mask[i][j] > 1) {
+        lstmd_errorf("%s: tensor %s holds %d at %zu; a mask holds 0 or 1", path, name,
+                     (int8_t)pr->mask[i][j], j);
+        return LSTMD_EFORMAT;
+      }
+  }
+  return LSTMD_OK;
+}
+
+int lstmd_checkpoint_sparsity_json(const char *path, char **json) {
+  *json = NULL;
+  struct lstmd_st_file *f;
+  LSTMD_TRY(lstmd_st_open(path, &f));
+  const char *list = lstmd_st_meta_get(f, "prune.masks");
+  json_t *o = list ? json_object() : NULL;
+  int rc = LSTMD_OK;
+  for (const char *p = list; p && *p && !rc;) {
+    const char *comma = strchr(p, ',');
+    char name[64];
+    snprintf(name, sizeof name, "prune.mask.%.*s", (int)(comma ? comma - p : (long)strlen(p)), p);
+    const char *dtype;
+    int rank;
+    int64_t shape[LSTMD_ST_MAX_RANK];
+    rc = lstmd_st_info(f, name, &dtype, &rank, shape);
+    size_t count = 1;
+    for (int d = 0; !rc && d < rank; d++) count *= (size_t)shape[d];
+    int8_t *mask = rc ? NULL : malloc(count ? count : 1);
+    if (!rc && !mask) rc = LSTMD_ENOMEM;
+    if (!rc) rc = lstmd_st_read(f, name, "I8", rank, shape, mask);
+    size_t zeros = 0;
+    for (size_t j = 0; !rc && j < count; j++) zeros += mask[j] == 0;
+    if (!rc) json_object_set_new(o, name + strlen("prune.mask."),
+                                 json_real(count ? (double)zeros / (double)count : 0.0));
+    free(mask);
+    p = comma ? comma + 1 : NULL;
+  }
+  if (!rc && o) *json = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
+  json_decref(o);
+  lstmd_st_close(f);
+  return rc;
+}
+
 int lstmd_checkpoint_load_train(const char *path, struct lstmd_model *m, struct lstmd_optim *o,
                                 struct lstmd_train_progress *p, char **config_json) {
   struct lstmd_st_file *f;
@@ -373,6 +446,7 @@ int lstmd_checkpoint_load_train(const char *path, struct lstmd_model *m, struct 
     }
     if (!rc) rc = meta_long(f, path, "train.loss_scale_good_steps", 0, 1L << 60, &scale_good);
   }
+  if (!rc && p->prune) rc = read_masks(f, path, m, p->prune);
   if (!rc && config_json) {
     const char *cfg = lstmd_st_meta_get(f, "config");
     *config_json = strdup(cfg ? cfg : "{}");

@@ -12,6 +12,7 @@
 #include "worker/data/dataset.h"
 #include "worker/model/model.h"
 #include "worker/model/optim.h"
+#include "worker/model/prune.h"
 #include "worker/model/rng.h"
 
 /* The metadata 'format' of a training checkpoint, and of an int8 model made from one by
@@ -39,6 +40,9 @@ struct lstmd_train_progress {
   int state_batch;          /* B of state_h/state_c: the global batch */
   double loss_scale;        /* fp16 dynamic loss scale (0: none) */
   long loss_scale_good_steps; /* clean steps since it last changed */
+  struct lstmd_prune *prune;  /* pruning masks, saved as I8 tensors 'prune.mask.<tensor>' and
+                               * listed in metadata 'prune.masks' (PyTorch's strict load of the
+                               * model's own names is unaffected), or NULL */
 };
 
 /* Writes <path> atomically. optim and progress may be NULL (model-only export).
@@ -57,6 +61,10 @@ int lstmd_checkpoint_load_model(const char *path, struct lstmd_model **out_model
  * *config_json (malloc'd) when config_json != NULL. */
 int lstmd_checkpoint_load_train(const char *path, struct lstmd_model *m, struct lstmd_optim *o,
                                 struct lstmd_train_progress *progress, char **config_json);
+
+/* The pruning masks of a checkpoint as one JSON object, {"<tensor>": fraction pruned, ...} in
+ * *json (malloc'd), or *json = NULL when it has none. */
+int lstmd_checkpoint_sparsity_json(const char *path, char **json);
 
 /* For other files of a model (qcheckpoint.c): writes `path` atomically with the tensors given,
  * metadata 'format' = tag, the model shape and the data metadata as a checkpoint has them, and

@@ -121,6 +121,30 @@ void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, in
   fflush(mt->jsonl);
 }
 
+void lstmd_metrics_prune(struct lstmd_metrics *mt, long step, double target, int n,
+                         const char *const *names, const double *sparsity) {
+  double mean = 0.0;
+  fprintf(mt->jsonl, "{\"step\":%ld,\"prune_target\":%.6f,\"sparsity\":{", step, target);
+  for (int i = 0; i < n; i++) {
+    fprintf(mt->jsonl, "%s\"%s\":%.6f", i ? "," : "", names[i], sparsity[i]);
+    mean += sparsity[i] / n;
+  }
+  fputs("}}\n", mt->jsonl);
+  fflush(mt->jsonl);
+  lstmd_metrics_note(mt, "prune step %ld: target sparsity %.4f, mean over %d tensors %.4f", step,
+                     target, n, mean);
+  char tag[48];
+  const char *tags[1] = {tag};
+  float value[1] = {(float)target};
+  snprintf(tag, sizeof tag, "prune/target");
+  lstmd_tb_scalars(&mt->tb, step, 1, tags, value);
+  for (int i = 0; i < n; i++) {
+    snprintf(tag, sizeof tag, "sparsity/%s", names[i]);
+    value[0] = (float)sparsity[i];
+    lstmd_tb_scalars(&mt->tb, step, 1, tags, value);
+  }
+}
+
 void lstmd_metrics_note(struct lstmd_metrics *mt, const char *fmt, ...) {
   if (mt && mt->line_open) fputc('\n', stderr);
   if (mt) mt->line_open = 0;

@@ -41,6 +41,11 @@ void lstmd_metrics_close(struct lstmd_metrics *mt);
 void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report *r);
 /* kind_is_text selects whether bits per character are reported. */
 void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, int kind_is_text);
+/* A pruning step: the schedule's sparsity and the fraction of zeros reached in each of the n
+ * pruned tensors, as one record {"step", "prune_target", "sparsity": {name: fraction}}, a note
+ * line, and TensorBoard scalars prune/target and sparsity/<name>. */
+void lstmd_metrics_prune(struct lstmd_metrics *mt, long step, double target, int n,
+                         const char *const *names, const double *sparsity);
 /* A message line on stderr that does not tear the live progress line. */
 void lstmd_metrics_note(struct lstmd_metrics *mt, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/cpu/dense_cpu.h"
+#include "kernels/cpu/kd_cpu.h"
 #include "kernels/cpu/lstm_cpu.h"
 #include "kernels/cpu/recur_gemm.h"
 #include "kernels/status.h"
@@ -36,6 +37,8 @@ struct lstmd_workspace {
   float *grads;   /* where gradients accumulate: m->grads or a thread's own buffer */
   lstmd_grads_ready_fn on_ready;
   void *on_ready_ctx;
+  const float *teacher_out; /* [T,B,O] the teacher's output on this batch (distillation), or NULL */
+  float kd_temperature, kd_alpha;
   void *arena;
 };
 
@@ -246,6 +249,12 @@ static void grads_ready(const struct lstmd_workspace *ws, size_t first) {
   if (ws->on_ready) ws->on_ready(ws->on_ready_ctx, first);
 }
 const float *lstmd_workspace_output(const struct lstmd_workspace *ws) { return ws->out; }
+void lstmd_workspace_set_distill(struct lstmd_workspace *ws, const float *teacher_out,
+                                 float temperature, float alpha) {
+  ws->teacher_out = teacher_out;
+  ws->kd_temperature = temperature;
+  ws->kd_alpha = alpha;
+}
 const float *lstmd_workspace_dropout_mask(const struct lstmd_workspace *ws, int layer) {
   return ws->layer[layer].mask;
 }
@@ -410,10 +419,13 @@ double lstmd_model_forward(struct lstmd_model *m, struct lstmd_workspace *ws, fl
   const struct lstmd_tensor *hw = &m->tensors[m->n_tensors - 2], *hb = &m->tensors[m->n_tensors - 1];
   lstmd_cpu_linear_forward(N, H, O, ws->layer[L - 1].h + (size_t)B * H, m->params + hw->offset,
                            m->params + hb->offset, ws->out);
-  double loss;
+  if (ws->teacher_out && s->kind == LSTMD_MODEL_TEXT)
+    return lstmd_cpu_kd_softmax_xent(N, O, ws->out, ws->teacher_out, ws->batch.targets,
+                                     ws->kd_temperature, ws->kd_alpha, grad_scale);
+  if (ws->teacher_out)
+    return lstmd_cpu_kd_mse((size_t)N * O, ws->out, ws->teacher_out, ws->batch.y, ws->kd_alpha,
+                            grad_scale);
   if (s->kind == LSTMD_MODEL_TEXT)
-    loss = lstmd_cpu_softmax_xent(N, O, ws->out, ws->batch.targets, grad_scale);
-  else
-    loss = lstmd_cpu_mse((size_t)N * O, ws->out, ws->batch.y, grad_scale);
-  return loss;
+    return lstmd_cpu_softmax_xent(N, O, ws->out, ws->batch.targets, grad_scale);
+  return lstmd_cpu_mse((size_t)N * O, ws->out, ws->batch.y, grad_scale);
 }

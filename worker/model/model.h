@@ -121,6 +121,11 @@ const float *lstmd_workspace_dropout_mask(const struct lstmd_workspace *ws, int 
 /* Output of the head after a forward with grad_scale == 0 (a training step overwrites it with
  * its gradient): [T,B,V] logits (text) or [T,B,K] predictions (series). */
 const float *lstmd_workspace_output(const struct lstmd_workspace *ws);
+/* Distillation: the loss of this workspace's forwards becomes kd_cpu.h's, against the teacher's
+ * output teacher_out ([T,B,O], the same batch; not owned, read at each forward) at temperature T
+ * (text) and weight alpha of the teacher's term. NULL restores the plain loss. */
+void lstmd_workspace_set_distill(struct lstmd_workspace *ws, const float *teacher_out,
+                                 float temperature, float alpha);
 
 /* Forward over the workspace's batch. Returns the summed loss (cross-entropy in nats, or squared
  * error) over all T·B targets (·K for series). With grad_scale != 0 it then runs backward and

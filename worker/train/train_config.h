@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "worker/model/optim.h"
+#include "worker/model/prune.h"
 
 enum lstmd_device { LSTMD_DEVICE_CPU = 0, LSTMD_DEVICE_CUDA = 1, LSTMD_DEVICE_AUTO = 2 };
 enum lstmd_precision {
@@ -45,6 +46,12 @@ struct lstmd_train_config {
   int pipe_schedule;     /* train.schedule: enum lstmd_pipe_kind (wavefront, gpipe, 1f1b) */
   int micro_batches;     /* M: column micro-batches per window (stages > 1) */
   int time_chunks;       /* K: time chunks per window (stages > 1); 0: automatic */
+  /* [prune] */
+  struct lstmd_prune_config prune; /* target_sparsity 0: off */
+  /* [distill] */
+  char distill_teacher[1024]; /* teacher checkpoint; "": off */
+  float distill_temperature;  /* T of the soft targets */
+  float distill_alpha;        /* weight of the teacher's term (1 − alpha: the data's) */
   /* Not in the config table: from the command line (`lstmd train --trace FILE`). */
   const char *trace_path; /* Chrome trace of the steps, or NULL */
 };

@@ -61,9 +61,49 @@ static int check_plan(struct run *r) {
   return rc;
 }
 
+/* The teacher must see the student's inputs and predict its outputs: the same vocabulary (text)
+ * or the same input columns, normalisation and horizon (series). Every rank reads it. */
+static int load_teacher(struct run *r) {
+  const char *path = r->cfg->distill_teacher;
+  struct lstmd_data_meta meta;
+  LSTMD_TRY(lstmd_checkpoint_load_model(path, &r->teacher, &meta));
+  const struct lstmd_dataset_info *t = &meta.info, *d = &r->train.info;
+  char why[256] = "";
+  if (t->kind != d->kind)
+    snprintf(why, sizeof why, "it is a %s model, the dataset is %s",
+             t->kind == LSTMD_DATASET_TEXT ? "text" : "series",
+             d->kind == LSTMD_DATASET_TEXT ? "text" : "series");
+  else if (t->kind == LSTMD_DATASET_TEXT &&
+           (t->vocab_size != d->vocab_size || memcmp(t->vocab, d->vocab, (size_t)d->vocab_size)))
+    snprintf(why, sizeof why, "its vocabulary (%d bytes) is not the dataset's (%d bytes)",
+             t->vocab_size, d->vocab_size);
+  else if (t->kind == LSTMD_DATASET_SERIES && t->width != d->width)
+    snprintf(why, sizeof why, "it has %d input columns, the dataset %d", t->width, d->width);
+  else if (t->kind == LSTMD_DATASET_SERIES && t->horizon != d->horizon)
+    snprintf(why, sizeof why, "its horizon is %d, the dataset's %d", t->horizon, d->horizon);
+  for (int c = 0; !why[0] && t->kind == LSTMD_DATASET_SERIES && c < d->width; c++)
+    if (strcmp(t->names[c], d->names[c]) || t->mean[c] != d->mean[c] || t->std[c] != d->std[c])
+      snprintf(why, sizeof why, "its series input %d (%s) is not the dataset's (%s) or has "
+               "another normalisation", c, t->names[c], d->names[c]);
+  if (!why[0]) return LSTMD_OK;
+  lstmd_errorf("distill.teacher: %s: %s; the teacher must share the student's vocabulary or "
+               "series inputs", path, why);
+  return LSTMD_ECONFIG;
+}
+
 static int build(struct run *r) {
   const struct lstmd_train_config *cfg = r->cfg;
-  /* First, before anything a rank can fail at alone: the choice is collective (device_select.h). */
+  /* Pruning and distillation run on the CPU engine only: the GPU engine keeps the weights on the
+   * device, and untested GPU code is not shipped for them. */
+  const char *cpu_only = cfg->prune.target_sparsity > 0.0f ? "prune.target_sparsity"
+                         : cfg->distill_teacher[0]       ? "distill.teacher"
+                                                         : NULL;
+  if (cpu_only && cfg->device == LSTMD_DEVICE_CUDA) { /* the same verdict on every rank */
+    lstmd_errorf("%s: pruning and distillation run on the CPU backend only so far "
+                 "(train.device=cuda)", cpu_only);
+    return LSTMD_ECONFIG;
+  }
+  /* Before anything a rank can fail at alone: the choice is collective (device_select.h). */
   int backend, gpu;
   LSTMD_TRY(lstmd_device_choose(cfg->device, r->comm, &backend, &gpu));
   if (backend == LSTMD_DEVICE_CPU && cfg->device == LSTMD_DEVICE_CPU &&
@@ -73,6 +113,12 @@ static int build(struct run *r) {
   }
   if (backend == LSTMD_DEVICE_CPU && cfg->precision != LSTMD_PRECISION_FP32 && r->rank == 0)
     lstmd_errorf("train.precision applies to the GPU backend; the CPU backend trains in fp32");
+  if (cpu_only && backend == LSTMD_DEVICE_CUDA) {
+    if (r->rank == 0)
+      lstmd_errorf("device auto: %s is set, and pruning and distillation run on the CPU backend "
+                   "only so far; using it", cpu_only);
+    backend = LSTMD_DEVICE_CPU;
+  }
   if (cfg->stages > 1 && backend == LSTMD_DEVICE_CUDA) {
     if (cfg->device == LSTMD_DEVICE_CUDA) {
       lstmd_errorf("model.stages: pipeline stages run on the CPU backend only so far "
@@ -97,6 +143,11 @@ static int build(struct run *r) {
   }
   r->data_meta = (struct lstmd_data_meta){*info, cfg->seq_len, r->global_batch};
   LSTMD_TRY(lstmd_model_create(&shape, &r->model));
+  if (cfg->distill_teacher[0]) LSTMD_TRY(load_teacher(r));
+  if (cfg->prune.target_sparsity > 0.0f) {
+    LSTMD_TRY(lstmd_prune_create(&cfg->prune, r->model, &r->prune));
+    r->progress.prune = r->prune;
+  }
   struct lstmd_rng init_rng;
   lstmd_rng_seed(&init_rng, cfg->seed, 1);
   lstmd_model_init_params(r->model, &init_rng);
@@ -113,7 +164,9 @@ static int build(struct run *r) {
       .seed = cfg->seed, .bucket_mb = cfg->bucket_mb, .comm_timeout_s = cfg->comm_timeout_s,
       .threads = cfg->threads, .precision = cfg->precision, .gpu_device = gpu,
       .stages = cfg->stages, .schedule = cfg->pipe_schedule, .micro_batches = cfg->micro_batches,
-      .time_chunks = lstmd_effective_time_chunks(cfg), .windows = cfg->grad_accum};
+      .time_chunks = lstmd_effective_time_chunks(cfg), .windows = cfg->grad_accum,
+      .teacher = r->teacher, .kd_temperature = cfg->distill_temperature,
+      .kd_alpha = cfg->distill_alpha};
   char why[256];
   if (lstmd_stage_layer_counts(cfg->stage_layers, cfg->stages, cfg->layers, ec.stage_layers, why,
                                sizeof why)) { /* the config check refused this already */
@@ -183,6 +236,9 @@ static int share_state(struct run *r) {
   r->progress.step = counters[1];
   r->progress.cursor.epoch = (uint64_t)counters[2];
   r->progress.cursor.position = (uint64_t)counters[3];
+  for (int i = 0; r->prune && i < r->prune->n; i++)
+    LSTMD_TRY(lstmd_comm_bcast(c, r->prune->mask[i],
+                               r->model->tensors[r->prune->tensor[i]].count, 0));
   if (r->progress.state_h) {
     const size_t s = (size_t)r->cfg->layers * r->global_batch * r->cfg->hidden * sizeof(float);
     LSTMD_TRY(lstmd_comm_bcast(c, r->progress.state_h, s, 0));
@@ -247,6 +303,8 @@ void lstmd_run_free(struct run *r) {
   lstmd_prefetch_destroy(r->prefetch);
   lstmd_batcher_destroy(r->batcher);
   lstmd_optim_destroy(r->optim);
+  lstmd_prune_destroy(r->prune);
+  lstmd_model_destroy(r->teacher);
   lstmd_model_destroy(r->model);
   free(r->progress.state_h);
   free(r->progress.state_c);

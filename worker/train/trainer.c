@@ -143,6 +143,25 @@ static int agreed_failure(struct run *r, int status) {
   return status;
 }
 
+/* After every optimizer step, on every rank: the masks zero the pruned weights again, and at a
+ * pruning step they are recomputed first (prune.h). Every rank holds the same weights after the
+ * update (the same summed gradients, the same update), so every rank computes the same masks
+ * with no communication. Rank 0 records the sparsity reached at each pruning step. */
+static void prune_after_step(struct run *r) {
+  const struct lstmd_prune *p = r->prune;
+  if (!lstmd_prune_after_step(r->prune, r->model, r->model->params, r->progress.step) ||
+      r->rank != 0)
+    return;
+  const char *names[LSTMD_MAX_TENSORS];
+  double sparsity[LSTMD_MAX_TENSORS];
+  for (int i = 0; i < p->n; i++) {
+    names[i] = r->model->tensors[p->tensor[i]].name;
+    sparsity[i] = lstmd_prune_mask_sparsity(p, r->model, i);
+  }
+  lstmd_metrics_prune(&r->metrics, r->progress.step,
+                      lstmd_prune_sparsity_at(&p->cfg, r->progress.step), p->n, names, sparsity);
+}
+
 /* One optimizer step. *stop is set when any rank was asked to stop (SIGINT/SIGTERM, or the
  * hooks). A rank that cannot read its batch still runs the step on a zero batch, so that the
  * gradient all-reduces stay matched, and votes to fail it: every rank then returns the failure
@@ -220,6 +239,7 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   }
   if (rc) return rc; /* e.g. a CUDA or communication failure: not agreed */
   r->progress.step++;
+  if (r->prune) prune_after_step(r);
   return LSTMD_OK;
 }
 

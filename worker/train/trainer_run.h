@@ -26,6 +26,8 @@ struct run {
   struct lstmd_dataset train, val;
   struct lstmd_model *model;
   struct lstmd_optim *optim;
+  struct lstmd_model *teacher;  /* distill.teacher, read by every rank; NULL: no distillation */
+  struct lstmd_prune *prune;    /* prune.target_sparsity > 0; also progress.prune */
   struct lstmd_batcher *batcher;
   struct lstmd_prefetch *prefetch; /* reads the batcher's next batches on a thread */
   struct lstmd_engine *engine;

@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# test_compress_train.sh — pruning ([prune]) and distillation ([distill]) through the binary, on
+# a tiny char-LM (H 16, 2 layers, dropout, stream order) of the bundled corpus:
+#   pruning: the masked weights of every pruned tensor exactly zero after training and their count
+#     n − max(round(n(1 − s)), 1); metrics.jsonl's pruning records at the pruning steps with the
+#     closed-form target; `lstmd eval` reporting the masks' sparsity; 2 ranks (batch 2 each) equal
+#     to 1 rank (batch 4): weights within 1e-5 and the masks identical (a rank that masked
+#     differently would compute other gradients); a resume between two pruning steps (from
+#     step 4: its masks loaded and kept through step 5, then step 6's) ending byte for byte as the
+#     uninterrupted run;
+#   distillation: alpha 0 equal to training without a teacher bit for bit, alpha 0.5 not (text;
+#     series: alpha 0 and 1); a resume with a teacher byte for byte; a teacher of another
+#     vocabulary, another horizon or another kind refused (exit 2, naming distill.teacher and
+#     what differs);
+#   refusals (exit 2 naming the key): train.device=cuda, model.stages 2, a bias in
+#     prune.tensors, prune.end_step not after begin_step;
+#   the daemon: a job with [prune] and [distill] submitted with lstmctl succeeds with its pruning
+#     records; a teacher outside --data-root and a bad prune.tensors are refused at submission.
+set -u
+LSTMD=$(realpath "${1:?usage: test_compress_train.sh LSTMD_BINARY SOURCE_DIR LSTMCTL_BINARY}")
+SRC=$(realpath "${2:?}")
+LSTMCTL=$(realpath "${3:?}")
+PY=/usr/bin/python3
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm=isolated
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+ok() { echo "ok    $*"; }
+bad() { echo "FAIL  $*"; fails=$((fails + 1)); }
+
+head -c 20000 "$SRC/data/fortunes.txt" > "$TMP/a.txt"
+seq 1 3000 > "$TMP/digits.txt" # another vocabulary: digits and newlines
+"$LSTMD" prepare text --input "$TMP/a.txt" --out "$TMP/ds" 2>/dev/null || bad "prepare ds"
+"$LSTMD" prepare text --input "$TMP/digits.txt" --out "$TMP/digits" 2>/dev/null || bad "prepare digits"
+base=(--set data.path="$TMP/ds" --set data.seq_len=16 --set data.batch_size=4 --set data.order=stream
+      --set model.embed=8 --set model.hidden=16 --set model.layers=2 --set model.dropout=0.1
+      --set train.threads=1 --set train.eval_every=0 --set train.log_every=1 --set train.steps=8
+      --set train.checkpoint_every=3 --set optim.clip_norm=0 --set train.run_dir=run)
+prune=(--set prune.target_sparsity=0.75 --set prune.begin_step=2 --set prune.end_step=6
+       --set prune.frequency=2 --set train.checkpoint_every=4)
+# run DIR ARGS...: lstmd train in $TMP/DIR (run dir "run" there, so configs are equal)
+run() {
+  local d=$TMP/$1
+  shift
+  mkdir -p "$d"
+  (cd "$d" && timeout 120 "$@" > log 2>&1)
+}
+
+# ---- pruning ----
+run p1 "$LSTMD" train "${base[@]}" "${prune[@]}" || bad "pruned run: $(tail -2 "$TMP/p1/log")"
+if msg=$("$PY" - "$TMP/p1/run/step-8.safetensors" "$TMP/p1/run/metrics.jsonl" 2>&1 <<'PYEOF'
+import json, struct, sys
+import numpy as np
+raw = open(sys.argv[1], "rb").read()
+(n,) = struct.unpack("<Q", raw[:8])
+hdr = json.loads(raw[8:8 + n])
+meta = hdr.pop("__metadata__")
+def get(name):
+    t = hdr[name]
+    b, e = t["data_offsets"]
+    dt = {"F32": "<f4", "I8": "i1"}[t["dtype"]]
+    return np.frombuffer(raw[8 + n + b:8 + n + e], dtype=dt).reshape(t["shape"])
+names = meta["prune.masks"].split(",")
+want = ["lstm.weight_ih_l0", "lstm.weight_hh_l0", "lstm.weight_ih_l1", "lstm.weight_hh_l1", "head.weight"]
+assert names == want, names
+for name in names:
+    w, m = get(name), get("prune.mask." + name)
+    assert np.all(w[m == 0] == 0.0), "%s: %d masked weights are not zero" % (name, np.sum(w[m == 0] != 0))
+    kept = max(int(np.round(w.size * 0.25)), 1)
+    assert np.sum(m == 0) == w.size - kept, "%s: %d pruned, want %d" % (name, np.sum(m == 0), w.size - kept)
+    assert np.sum(w[m == 1] == 0) == 0, "%s: a kept weight is zero" % name
+recs = [json.loads(l) for l in open(sys.argv[2]) if "prune_target" in l]
+steps = [r["step"] for r in recs]
+assert steps == [2, 4, 6], steps
+for r in recs:  # 0.75 + (0 - 0.75)(1 - (step - 2)/4)^3
+    t = 0.75 - 0.75 * (1 - (r["step"] - 2) / 4) ** 3
+    assert abs(r["prune_target"] - t) < 1e-6, (r, t)
+print("%d tensors, 75%% pruned, masked weights 0, records at steps %s" % (len(names), steps))
+PYEOF
+); then ok "pruned weights: $msg"; else bad "pruned weights: $(tail -1 <<<"$msg")"; fi
+ev=$("$LSTMD" eval --checkpoint "$TMP/p1/run/step-8.safetensors" --data "$TMP/ds" 2>&1)
+grep -q '"sparsity":{"lstm.weight_ih_l0":0.75,"lstm.weight_hh_l0":0.75,"lstm.weight_ih_l1":0.75,"lstm.weight_hh_l1":0.75,"head.weight":0.75' <<<"$ev" \
+  && ok "eval reports the sparsity per tensor: $ev" || bad "eval sparsity: $ev"
+
+run p2 mpirun -np 2 "$LSTMD" train "${base[@]}" "${prune[@]}" --set data.batch_size=2 \
+  || bad "2-rank pruned run: $(tail -2 "$TMP/p2/log")"
+msg=$("$PY" "$SRC/tests/compare_checkpoints.py" "$TMP/p2/run/step-8.safetensors" \
+  "$TMP/p1/run/step-8.safetensors" --rtol 1e-5 2>&1) && ok "2 ranks = 1 rank, masks identical: $msg" \
+  || bad "2 ranks vs 1 rank: $msg"
+
+run p3 "$LSTMD" train "${base[@]}" "${prune[@]}" --resume ../p1/run/step-4.safetensors \
+  || bad "pruned resume: $(tail -2 "$TMP/p3/log")"
+cmp -s "$TMP/p1/run/step-8.safetensors" "$TMP/p3/run/step-8.safetensors" \
+  && ok "resume at step 4 (its masks; step 5 must keep them) across the pruning step 6: step 8 byte for byte" \
+  || bad "pruned resume differs: $("$PY" "$SRC/tests/compare_checkpoints.py" "$TMP/p3/run/step-8.safetensors" "$TMP/p1/run/step-8.safetensors" --rtol 0 2>&1)"
+
+# ---- distillation ----
+run teacher "$LSTMD" train "${base[@]}" --set model.hidden=24 --set model.layers=3 --set train.steps=6 \
+  || bad "teacher: $(tail -2 "$TMP/teacher/log")"
+T=$TMP/teacher/run/step-6.safetensors
+run plain "$LSTMD" train "${base[@]}" || bad "plain run: $(tail -2 "$TMP/plain/log")"
+run kd0 "$LSTMD" train "${base[@]}" --set distill.teacher="$T" --set distill.alpha=0 \
+  || bad "alpha 0 run: $(tail -2 "$TMP/kd0/log")"
+msg=$("$PY" "$SRC/tests/compare_checkpoints.py" "$TMP/kd0/run/step-8.safetensors" \
+  "$TMP/plain/run/step-8.safetensors" --rtol 0 2>&1) && ok "alpha 0 = no teacher bitwise: $msg" \
+  || bad "alpha 0 vs no teacher: $msg"
+run kd "$LSTMD" train "${base[@]}" --set distill.teacher="$T" --set distill.alpha=0.5 \
+  --set distill.temperature=2 || bad "distilled run: $(tail -2 "$TMP/kd/log")"
+msg=$("$PY" "$SRC/tests/compare_checkpoints.py" "$TMP/kd/run/step-8.safetensors" \
+  "$TMP/plain/run/step-8.safetensors" --rtol 1e-3 2>&1) && bad "alpha 0.5 changed nothing: $msg" \
+  || ok "alpha 0.5 trains differently: $msg"
+run kd-resume "$LSTMD" train "${base[@]}" --set distill.teacher="$T" --set distill.alpha=0.5 \
+  --set distill.temperature=2 --resume ../kd/run/step-3.safetensors \
+  || bad "distilled resume: $(tail -2 "$TMP/kd-resume/log")"
+cmp -s "$TMP/kd/run/step-8.safetensors" "$TMP/kd-resume/run/step-8.safetensors" \
+  && ok "distilled resume at step 3: step 8 byte for byte" || bad "distilled resume differs"
+
+# series: the MSE form of the loss through the binary
+"$LSTMD" prepare series --input "$SRC/data/seattle-temps.csv" --target temp --horizon 2 \
+  --out "$TMP/s2" 2>/dev/null || bad "prepare series"
+"$LSTMD" prepare series --input "$SRC/data/seattle-temps.csv" --target temp --horizon 3 \
+  --out "$TMP/s3" 2>/dev/null || bad "prepare series h3"
+sbase=("${base[@]}" --set data.path="$TMP/s2" --set data.order=shuffle)
+run steacher "$LSTMD" train "${sbase[@]}" --set model.hidden=24 --set train.steps=6 \
+  || bad "series teacher: $(tail -2 "$TMP/steacher/log")"
+ST=$TMP/steacher/run/step-6.safetensors
+run splain "$LSTMD" train "${sbase[@]}" || bad "series plain: $(tail -2 "$TMP/splain/log")"
+run skd0 "$LSTMD" train "${sbase[@]}" --set distill.teacher="$ST" --set distill.alpha=0 \
+  || bad "series alpha 0: $(tail -2 "$TMP/skd0/log")"
+run skd "$LSTMD" train "${sbase[@]}" --set distill.teacher="$ST" --set distill.alpha=1 \
+  || bad "series alpha 1: $(tail -2 "$TMP/skd/log")"
+a=$("$PY" "$SRC/tests/compare_checkpoints.py" "$TMP/skd0/run/step-8.safetensors" \
+  "$TMP/splain/run/step-8.safetensors" --rtol 0 2>&1)
+a_rc=$?
+b=$("$PY" "$SRC/tests/compare_checkpoints.py" "$TMP/skd/run/step-8.safetensors" \
+  "$TMP/splain/run/step-8.safetensors" --rtol 1e-3 2>&1)
+b_rc=$?
+[[ $a_rc == 0 && $b_rc == 1 ]] && ok "series: alpha 0 = no teacher bitwise ($a); alpha 1 differs ($b)" \
+  || bad "series distillation: alpha 0: $a; alpha 1: $b"
+
+# refused NAME TEXT ARGS...: exit 2, an lstmd: line naming NAME and containing TEXT, no checkpoint
+refused() {
+  local name=$1 text=$2 d=$TMP/refused$((++n_refused))
+  shift 2
+  run "refused$n_refused" "$LSTMD" train "${base[@]}" "$@"
+  local rc=$? msg
+  msg=$(grep '^lstmd:' "$d/log" | grep -v -e '^lstmd: effective config' -e '^lstmd: device auto')
+  if [[ $rc -eq 2 ]] && grep -qF "$name" <<<"$msg" && grep -qF "$text" <<<"$msg" \
+     && ! ls "$d"/run/*.safetensors >/dev/null 2>&1; then
+    ok "refused, exit 2: $(head -1 <<<"$msg")"
+  else
+    bad "$name: exit $rc (want 2), message: ${msg:-none}"
+  fi
+}
+n_refused=0
+refused distill.teacher vocabulary --set data.path="$TMP/digits" --set distill.teacher="$T"
+refused distill.teacher horizon --set data.path="$TMP/s3" --set distill.teacher="$ST"
+refused distill.teacher "series model" --set distill.teacher="$ST"
+refused prune.target_sparsity train.device=cuda "${prune[@]}" --set train.device=cuda
+refused distill.teacher train.device=cuda --set distill.teacher="$T" --set train.device=cuda
+refused prune.target_sparsity model.stages "${prune[@]}" --set model.stages=2
+refused prune.tensors bias "${prune[@]}" --set prune.tensors=head.weight,lstm.bias_ih_l0
+refused prune.end_step begin_step "${prune[@]}" --set prune.end_step=2
+
+# ---- through the daemon ----
+S=$TMP/serve
+mkdir -p "$S"
+"$LSTMD" serve --socket "$S/s.sock" --state-dir "$S/state" --data-root "$TMP" > "$S/log" 2>&1 &
+serve_pid=$!
+for _ in $(seq 100); do [[ -S $S/s.sock ]] && break; sleep 0.1; done
+ctl() { timeout 60 "$LSTMCTL" --socket "$S/s.sock" "$@"; }
+job=(--set data.path="$TMP/ds" --set data.seq_len=16 --set data.batch_size=4 --set model.embed=8
+     --set model.hidden=8 --set train.threads=1 --set train.steps=8 --set train.eval_every=0)
+id=$(ctl submit "${job[@]}" "${prune[@]}" --set distill.teacher="$T" 2>"$S/submit.err" | tail -1)
+if ctl watch "$id" > "$S/watch.log" 2>&1 \
+   && [[ $(grep -c prune_target "$S/state/runs/job-$id/metrics.jsonl" 2>/dev/null) == 3 ]]; then
+  ok "lstmctl submit with [prune] and [distill]: job $id SUCCEEDED, 3 pruning records"
+else
+  bad "lstmctl job: $(cat "$S/submit.err" "$S/watch.log" | tail -2)"
+fi
+msg=$(ctl submit "${job[@]}" --set distill.teacher=/etc/hostname 2>&1)
+[[ $? == 2 ]] && grep -q 'distill.teacher:.*outside the data root' <<<"$msg" \
+  && ok "lstmctl: a teacher outside --data-root refused: $msg" || bad "teacher outside the root: $msg"
+msg=$(ctl submit "${job[@]}" "${prune[@]}" --set prune.tensors=embed.weight 2>&1)
+[[ $? == 2 ]] && grep -q 'prune.tensors' <<<"$msg" && ok "lstmctl: prune.tensors=embed.weight refused" \
+  || bad "prune.tensors at submission: $msg"
+ctl shutdown >/dev/null 2>&1
+wait "$serve_pid"
+
+[[ $fails -eq 0 ]] && echo "test_compress_train: passed" || echo "test_compress_train: $fails FAILED"
+exit $((fails > 0))
