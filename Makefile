@@ -2,7 +2,8 @@
 # missing ones as root, else printing the apt-get command) and builds into build/; `make test`
 # does the same for the test packages too, then runs ctest; `make demo` trains a small char-LM
 # on the bundled corpus; `make bench` runs bench/*.sh (bench_infer.sh: int8 inference; `make
-# bench-serve`: the daemon's only); `make dist` writes the relocatable release,
+# bench-serve`: the daemon's only; bench_onnx.sh: onnxruntime on the exported model beside
+# lstmd; bench_compress.sh: pruning and distillation); `make dist` writes the relocatable release,
 # dist/lstmd-<version>-linux-x86_64.tar.gz.
 BUILD ?= build
 JOBS ?= $(shell nproc)
@@ -36,6 +37,8 @@ bench: deps all
 	bench/bench_pipeline.sh $(BUILD)/lstmd $(BUILD)/pipe_predict
 	bench/bench_serve.sh $(BUILD)/lstmd
 	bench/bench_infer.sh $(BUILD)/lstmd
+	bench/bench_onnx.sh $(BUILD)/lstmd
+	bench/bench_compress.sh $(BUILD)/lstmd
 
 bench-serve: deps all
 	bench/bench_serve.sh $(BUILD)/lstmd
