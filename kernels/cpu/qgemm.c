@@ -254,15 +254,17 @@ static void emit(const struct sink *s, const struct lstmd_qweight *w, int m0, in
   }
 }
 
-/* Panel groups outside, row blocks inside: a group of P panels (P·16 rows of W, P·16·Kp bytes)
- * stays in cache while every row of q streams past it. */
+/* Panels [first, panels) only. Panel groups outside, row blocks inside: a group of P panels
+ * (P·16 rows of W, P·16·Kp bytes) stays in cache while every row of q streams past it. Each sum
+ * is exact in int32 and the epilogue is per element, so how the panels are grouped (and which
+ * thread runs which range) does not change a bit of the output. */
 static void run(enum lstmd_qkernel k, int M, const uint8_t *q, const struct lstmd_qweight *w,
-                const struct sink *s) {
+                int first, int panels, const struct sink *s) {
   const struct family *f = family_of(k);
-  const int panels = (w->N + kPanel - 1) / kPanel, groups = w->Kp / 4;
+  const int groups = w->Kp / 4;
   const size_t panel_bytes = (size_t)w->Kp * kPanel;
   int32_t acc[kMaxRows * 64];
-  for (int p0 = 0; p0 < panels; p0 += f->panels) {
+  for (int p0 = first; p0 < panels; p0 += f->panels) {
     const int P = panels - p0 < f->panels ? panels - p0 : f->panels;
     const int8_t *wp = w->panels + (size_t)p0 * panel_bytes;
     const int n0 = p0 * kPanel, n1 = (p0 + P) * kPanel < w->N ? (p0 + P) * kPanel : w->N;
@@ -281,12 +283,18 @@ static void run(enum lstmd_qkernel k, int M, const uint8_t *q, const struct lstm
 void lstmd_cpu_qgemm(int M, const uint8_t *q, const float *scale, const int32_t *zero,
                      const struct lstmd_qweight *w, const float *bias, float *y, int ldy,
                      int accumulate) {
+  lstmd_cpu_qgemm_cols(M, q, scale, zero, w, 0, w->N, bias, y, ldy, accumulate);
+}
+
+void lstmd_cpu_qgemm_cols(int M, const uint8_t *q, const float *scale, const int32_t *zero,
+                          const struct lstmd_qweight *w, int n0, int n1, const float *bias,
+                          float *y, int ldy, int accumulate) {
   const struct sink s = {NULL, scale, zero, bias, y, ldy, accumulate};
-  run(lstmd_cpu_qkernel(), M, q, w, &s);
+  run(lstmd_cpu_qkernel(), M, q, w, n0 / kPanel, (n1 + kPanel - 1) / kPanel, &s);
 }
 
 void lstmd_cpu_qgemm_int32(enum lstmd_qkernel k, int M, const uint8_t *q,
                            const struct lstmd_qweight *w, int32_t *acc) {
   const struct sink s = {.acc_out = acc};
-  run(k, M, q, w, &s);
+  run(k, M, q, w, 0, (w->N + kPanel - 1) / kPanel, &s);
 }
