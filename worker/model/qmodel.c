@@ -2,7 +2,8 @@
  * input projection of all T·B rows in one int8 GEMM (a table lookup for text layer 0), then per
  * step the recurrence h·W_hh^T in int8 added to it and the fp32 gate pass of the fp32 model.
  * One arena per workspace, allocated once; nothing is allocated per step. A workspace made for
- * more than one thread splits the work over a thread team (rationale above qworkspace_create). */
+ * more than one thread shares the work out in chunks (qteam.h; rationale above
+ * lstmd_qworkspace_create). */
 #include "qmodel.h"
 
 #include <stdlib.h>
@@ -11,7 +12,7 @@
 #include "kernels/cpu/dense_cpu.h"
 #include "kernels/cpu/lstm_cpu.h"
 #include "kernels/status.h"
-#include "worker/engine/pool.h"
+#include "qteam.h"
 
 static int output_width(const struct lstmd_model_shape *s) {
   return s->kind == LSTMD_MODEL_TEXT ? s->vocab : s->horizon;
@@ -81,10 +82,13 @@ int lstmd_qmodel_finish(struct lstmd_qmodel *qm) {
   return LSTMD_OK;
 }
 
-enum { kMaxThreads = 64 };
-/* Below this many bytes of W_hh (4H·H), a step is too short to share: one pool hand-off (a
- * condition-variable wake-up, ~10-50 µs on a busy VM) costs more than half the GEMV saves. */
+enum { kMaxChunks = 256, kStreamsPerChunk = 8 };
+/* Below this many bytes of W_hh (4H·H), a batch-1 step is too short to share: two threads'
+ * claims and the wait for the other's last chunk cost more than half the GEMV saves. */
 static const size_t kUnitSplitBytes = (size_t)1 << 20;
+/* Batch-1 jobs come 2·L a token, a few µs to ~100 µs apart (a sampling loop draws the next
+ * token in between): idle helpers poll this long before they sleep. */
+static const long kSpinNs = 100000;
 
 enum split { SPLIT_NONE, SPLIT_STREAMS, SPLIT_UNITS };
 
@@ -98,24 +102,26 @@ struct qrows {
 struct lstmd_qworkspace {
   int T, B, H, L;
   enum split split;
-  int teams;                  /* threads in the pool (1: no pool) */
+  int chunks;                 /* SPLIT_STREAMS: parts; SPLIT_UNITS: unit ranges */
   struct lstmd_batch batch;
   float *h[LSTMD_MAX_LAYERS]; /* [T+1,B,H]; slot 0 is the initial state */
   float *c[LSTMD_MAX_LAYERS]; /* [2,B,H]: step t reads slot t%2 and writes the other */
   float *gates;               /* [T,B,4H] */
   float *out;                 /* [T,B,O] */
-  struct qrows qr[kMaxThreads]; /* one per thread (SPLIT_UNITS), else qr[0]: [T·B] rows */
-  struct lstmd_qworkspace *part[kMaxThreads]; /* SPLIT_STREAMS: streams [col[i], col[i+1]) */
-  int col[kMaxThreads + 1];
-  struct lstmd_pool *pool;
+  /* quantised rows: [0] for the serial path; SPLIT_UNITS: [2i] the layer input of thread i
+   * ([T·B] rows), [2i+1] its h of the step ([B] rows) */
+  struct qrows *qr;
+  struct lstmd_qworkspace **part; /* SPLIT_STREAMS: streams [col[i], col[i+1]) of chunk i */
+  int *col;                       /* [chunks+1]: first stream or unit of each chunk */
+  struct lstmd_qteam *team;
   void *arena, *qarena;
-  /* what the pool's threads run: set by the forward before each lstmd_pool_run */
+  /* the job the team runs: set by the forward before each lstmd_qteam_run */
   const struct lstmd_qmodel *qm;
   int layer, step, carry_state;
 };
 
-/* A workspace whose forward runs on the calling thread, with qrows for `copies` threads; with
- * copies == 0, the batch and the output only (the streams split's own, its parts hold the rest). */
+/* A workspace whose forward runs on the calling thread, with `copies` sets of quantised rows;
+ * with copies == 0, the batch and the output only (SPLIT_STREAMS: its parts hold the rest). */
 static int create_serial(const struct lstmd_qmodel *qm, int T, int B, int copies,
                          struct lstmd_qworkspace **out) {
   *out = NULL;
@@ -124,7 +130,7 @@ static int create_serial(const struct lstmd_qmodel *qm, int T, int B, int copies
   const int in0 = input_width(s), kmax = in0 > s->hidden ? in0 : s->hidden;
   struct lstmd_qworkspace *ws = calloc(1, sizeof *ws);
   if (!ws) return LSTMD_ENOMEM;
-  ws->T = T, ws->B = B, ws->H = s->hidden, ws->L = s->layers, ws->teams = 1;
+  ws->T = T, ws->B = B, ws->H = s->hidden, ws->L = s->layers;
   /* ids, targets, x, y, gates, out, then h and c per layer */
   size_t sizes[6 + 2 * LSTMD_MAX_LAYERS] = {
       N, N, N * (size_t)(s->kind == LSTMD_MODEL_SERIES ? s->width : 0),
@@ -136,7 +142,8 @@ static int create_serial(const struct lstmd_qmodel *qm, int T, int B, int copies
   /* per copy: q [N,Kp] (a multiple of 4 bytes), zero [N], scale [N] */
   const size_t qbytes = N * (size_t)lstmd_cpu_qpad(kmax), copy_bytes = qbytes + 2 * N * 4;
   ws->qarena = malloc(copies ? copy_bytes * (size_t)copies : 1);
-  if (!ws->arena || !ws->qarena) {
+  ws->qr = calloc(copies ? (size_t)copies : 1, sizeof *ws->qr);
+  if (!ws->arena || !ws->qarena || !ws->qr) {
     lstmd_qworkspace_destroy(ws);
     return LSTMD_ENOMEM;
   }
@@ -153,43 +160,54 @@ static int create_serial(const struct lstmd_qmodel *qm, int T, int B, int copies
   return LSTMD_OK;
 }
 
-/* Threading (threads > 1), chosen once per workspace from its shape:
- *  1. B ≥ 2 — by streams (SPLIT_STREAMS): thread i owns the streams [col[i], col[i+1]) and runs
- *     the whole serial forward over them in a part workspace of its own: every layer, every step
- *     and the head, with no hand-off until the end (one lstmd_pool_run per forward). Activations
- *     are quantised per row (qgemm.h), so a stream's outputs are the bits it gets in any batch.
- *     Both threads read all of W, which at the sizes batched inference uses (H ≤ 512: W_hh ≤ 1 MB
- *     int8) comes from each core's own L2.
+/* Threading (threads > 1), chosen once per workspace from its shape. Work goes out in chunks
+ * that any thread of the team may take (qteam.h), so a helper the scheduler keeps waiting costs
+ * the caller nothing but its own share of the work.
+ *  1. B ≥ 2 — by streams (SPLIT_STREAMS): chunk i is the streams [col[i], col[i+1]) (about
+ *     kStreamsPerChunk, and at least one chunk per thread), run through the whole serial forward
+ *     — every layer, step and the head — in a part workspace of its own, which also keeps those
+ *     streams' state: one job per forward. Activations are quantised per row (qgemm.h), so a
+ *     stream's outputs are the bits it gets in any batch. Every chunk reads all of W, which at
+ *     the sizes batched inference uses (H ≤ 512: W_hh ≤ 1 MB int8) comes from a core's L2.
  *  2. B = 1 and W_hh ≥ kUnitSplitBytes — by units (SPLIT_UNITS): the step's GEMV is memory
- *     bound (H 1024: 4 MB of W_hh a step, more than one core's L2), so each thread streams its
- *     share of W's rows: units [u0, u1), multiples of 16 (one weight panel), of each of the four
- *     gate blocks, then runs the gate pass for those units, which needs no other
- *     thread's gates. One hand-off per layer and step: the next step needs every unit's h. Each
- *     thread quantises the step's input row itself (the same bits in each), so no extra barrier.
- *     The input projection of layer 0 (or the text table lookup) rides on step 0's hand-off.
- *     Every int32 sum is exact and the epilogue per element (lstmd_cpu_qgemm_cols), so outputs
- *     are the serial path's bits.
+ *     bound (H 1024: 4 MB of W_hh a step, more than a core's L2), so each chunk streams a share
+ *     of W's rows: units [col[i], col[i+1]) (64, or 16 where H is not a multiple of 64: whole
+ *     weight panels) of each of the four gate blocks, then runs the gate pass for those units,
+ *     which needs no other chunk's gates. One job per layer and step: the next step needs every
+ *     unit's h. A thread quantises the step's input rows on its first chunk (the same bits in
+ *     every thread). The input projection rides on step 0's job. Every int32 sum is exact and
+ *     the epilogue per element (lstmd_cpu_qgemm_cols), so the outputs are the serial path's bits.
  *  3. Otherwise serial: a small step (H 256: 256 KB, ~10 µs) gains less than a hand-off costs.
  * The head's GEMM stays on the calling thread in (2): V·H int8 is small next to 2·4H·H. */
 int lstmd_qworkspace_create(const struct lstmd_qmodel *qm, int T, int B, int threads,
                             struct lstmd_qworkspace **out) {
   *out = NULL;
-  const int H = qm->shape.hidden;
-  if (threads > kMaxThreads) threads = kMaxThreads;
+  const int H = qm->shape.hidden, unit = H % 64 == 0 ? 64 : 16;
   enum split split = SPLIT_NONE;
-  int teams = 1;
-  if (threads > 1 && B > 1) split = SPLIT_STREAMS, teams = threads < B ? threads : B;
-  else if (threads > 1 && H % 16 == 0 && (size_t)4 * H * H >= kUnitSplitBytes)
-    split = SPLIT_UNITS, teams = threads < H / 16 ? threads : H / 16;
+  int chunks = 1;
+  if (threads > 1 && B > 1) {
+    split = SPLIT_STREAMS;
+    chunks = (B + kStreamsPerChunk - 1) / kStreamsPerChunk;
+    if (chunks < threads) chunks = threads < B ? threads : B;
+    if (chunks > kMaxChunks) chunks = kMaxChunks;
+  } else if (threads > 1 && H % 16 == 0 && (size_t)4 * H * H >= kUnitSplitBytes) {
+    split = SPLIT_UNITS, chunks = H / unit;
+  }
+  if (threads > chunks) threads = chunks;
   struct lstmd_qworkspace *ws = NULL;
-  int rc = create_serial(qm, T, B, split == SPLIT_UNITS ? teams : split == SPLIT_NONE, &ws);
+  int rc = create_serial(qm, T, B, split == SPLIT_UNITS ? 2 * threads : split == SPLIT_NONE, &ws);
   if (rc) return rc;
-  ws->split = split, ws->teams = teams;
-  for (int i = 0; i <= teams; i++) /* streams or units, per thread */
-    ws->col[i] = split == SPLIT_UNITS ? (int)((long)H / 16 * i / teams) * 16 : (int)((long)B * i / teams);
-  for (int i = 0; !rc && split == SPLIT_STREAMS && i < teams; i++)
+  ws->split = split, ws->chunks = chunks;
+  if (split != SPLIT_NONE) {
+    ws->col = calloc((size_t)chunks + 1, sizeof *ws->col);
+    ws->part = calloc((size_t)chunks, sizeof *ws->part);
+    rc = ws->col && ws->part ? LSTMD_OK : LSTMD_ENOMEM;
+  }
+  for (int i = 0; !rc && split != SPLIT_NONE && i <= chunks; i++)
+    ws->col[i] = split == SPLIT_UNITS ? i * unit : (int)((long)B * i / chunks);
+  for (int i = 0; !rc && split == SPLIT_STREAMS && i < chunks; i++)
     rc = create_serial(qm, T, ws->col[i + 1] - ws->col[i], 1, &ws->part[i]);
-  if (!rc && teams > 1) rc = lstmd_pool_create(teams, &ws->pool);
+  if (!rc && split != SPLIT_NONE) rc = lstmd_qteam_create(threads, kSpinNs, &ws->team);
   if (rc) {
     lstmd_qworkspace_destroy(ws);
     return rc;
@@ -200,8 +218,11 @@ int lstmd_qworkspace_create(const struct lstmd_qmodel *qm, int T, int B, int thr
 
 void lstmd_qworkspace_destroy(struct lstmd_qworkspace *ws) {
   if (!ws) return;
-  lstmd_pool_destroy(ws->pool);
-  for (int i = 0; i < kMaxThreads; i++) lstmd_qworkspace_destroy(ws->part[i]);
+  lstmd_qteam_destroy(ws->team);
+  for (int i = 0; ws->part && i < ws->chunks; i++) lstmd_qworkspace_destroy(ws->part[i]);
+  free(ws->part);
+  free(ws->col);
+  free(ws->qr);
   free(ws->arena);
   free(ws->qarena);
   free(ws);
@@ -211,43 +232,54 @@ struct lstmd_batch *lstmd_qworkspace_batch(struct lstmd_qworkspace *ws) { return
 const float *lstmd_qworkspace_output(const struct lstmd_qworkspace *ws) { return ws->out; }
 
 void lstmd_qworkspace_reset_state(struct lstmd_qworkspace *ws) {
-  for (int l = 0; l < ws->L && ws->split != SPLIT_STREAMS; l++) { /* h and c slot 0: the initial state */
+  for (int l = 0; l < ws->L && ws->split != SPLIT_STREAMS; l++) { /* h and c slot 0 */
     memset(ws->h[l], 0, (size_t)ws->B * ws->H * sizeof(float));
     memset(ws->c[l], 0, (size_t)ws->B * ws->H * sizeof(float));
   }
-  for (int i = 0; i < ws->teams && ws->split == SPLIT_STREAMS; i++)
+  for (int i = 0; ws->split == SPLIT_STREAMS && i < ws->chunks; i++)
     lstmd_qworkspace_reset_state(ws->part[i]);
 }
 
-/* Layer l's input projection into gates [T·B,4H], for units [u0, u1) of each gate block. */
-static void input_projection(const struct lstmd_qmodel *qm, struct lstmd_qworkspace *ws,
-                             const struct qrows *qr, int l, int u0, int u1) {
+/* Layer l's input rows [T·B, K] quantised into qr (text layer 0 has none: a table lookup). */
+static void quantize_input(const struct lstmd_qmodel *qm, struct lstmd_qworkspace *ws,
+                           const struct qrows *qr, int l) {
   const struct lstmd_model_shape *s = &qm->shape;
-  const int N = ws->T * ws->B, H = s->hidden, G = 4 * H;
-  if (l == 0 && s->kind == LSTMD_MODEL_TEXT) {
-    for (int n = 0; n < N; n++)
-      for (int gate = 0; gate < 4; gate++)
+  if (l == 0 && s->kind == LSTMD_MODEL_TEXT) return;
+  const float *x = l == 0 ? ws->batch.x : ws->h[l - 1] + (size_t)ws->B * s->hidden;
+  const int K = l == 0 ? s->width : s->hidden;
+  lstmd_cpu_quantize_act(ws->T * ws->B, K, x, K, qr->q, qr->scale, qr->zero);
+}
+
+/* Layer l's input projection into gates [T·B,4H] for units [u0, u1) of each gate block, from
+ * the rows quantize_input left in qr. */
+static void project(const struct lstmd_qmodel *qm, struct lstmd_qworkspace *ws,
+                    const struct qrows *qr, int l, int u0, int u1) {
+  const int N = ws->T * ws->B, H = ws->H, G = 4 * H;
+  for (int gate = 0; gate < 4; gate++) {
+    if (l == 0 && qm->shape.kind == LSTMD_MODEL_TEXT)
+      for (int n = 0; n < N; n++)
         memcpy(ws->gates + (size_t)n * G + gate * H + u0,
                qm->embed_proj + (size_t)ws->batch.ids[n] * G + gate * H + u0,
                (size_t)(u1 - u0) * sizeof(float));
-    return;
+    else
+      lstmd_cpu_qgemm_cols(N, qr->q, qr->scale, qr->zero, &qm->layer[l].ih, gate * H + u0,
+                           gate * H + u1, NULL, ws->gates, G, 0);
   }
-  const float *x = l == 0 ? ws->batch.x : ws->h[l - 1] + (size_t)ws->B * H;
-  const int K = l == 0 ? s->width : H;
-  lstmd_cpu_quantize_act(N, K, x, K, qr->q, qr->scale, qr->zero);
-  for (int gate = 0; gate < 4; gate++)
-    lstmd_cpu_qgemm_cols(N, qr->q, qr->scale, qr->zero, &qm->layer[l].ih, gate * H + u0,
-                         gate * H + u1, NULL, ws->gates, G, 0);
 }
 
-/* Step t of layer l for units [u0, u1): the recurrence added to the gates, then the gate pass. */
-static void step(const struct lstmd_qmodel *qm, struct lstmd_qworkspace *ws,
-                 const struct qrows *qr, int l, int t, int u0, int u1) {
+static void quantize_h(struct lstmd_qworkspace *ws, const struct qrows *qr, int l, int t) {
+  lstmd_cpu_quantize_act(ws->B, ws->H, ws->h[l] + (size_t)t * ws->B * ws->H, ws->H, qr->q,
+                         qr->scale, qr->zero);
+}
+
+/* Step t of layer l for units [u0, u1): the recurrence (h_t quantised in qr) added to the
+ * gates, then the gate pass. */
+static void recur(const struct lstmd_qmodel *qm, struct lstmd_qworkspace *ws,
+                  const struct qrows *qr, int l, int t, int u0, int u1) {
   const int B = ws->B, H = ws->H, G = 4 * H;
   const size_t step_h = (size_t)B * H;
   const struct lstmd_qlayer *p = &qm->layer[l];
   float *g = ws->gates + (size_t)t * B * G;
-  lstmd_cpu_quantize_act(B, H, ws->h[l] + t * step_h, H, qr->q, qr->scale, qr->zero);
   for (int gate = 0; gate < 4; gate++)
     lstmd_cpu_qgemm_cols(B, qr->q, qr->scale, qr->zero, &p->hh, gate * H + u0, gate * H + u1,
                          NULL, g, G, 1);
@@ -273,16 +305,21 @@ static void head(const struct lstmd_qmodel *qm, struct lstmd_qworkspace *ws) {
 static void forward_serial(const struct lstmd_qmodel *qm, struct lstmd_qworkspace *ws,
                            int carry_state) {
   for (int l = 0; l < ws->L; l++) {
-    input_projection(qm, ws, &ws->qr[0], l, 0, ws->H);
-    for (int t = 0; t < ws->T; t++) step(qm, ws, &ws->qr[0], l, t, 0, ws->H);
+    quantize_input(qm, ws, &ws->qr[0], l);
+    project(qm, ws, &ws->qr[0], l, 0, ws->H);
+    for (int t = 0; t < ws->T; t++) {
+      quantize_h(ws, &ws->qr[0], l, t);
+      recur(qm, ws, &ws->qr[0], l, t, 0, ws->H);
+    }
     if (carry_state) carry(ws, l);
   }
   head(qm, ws);
 }
 
-/* SPLIT_STREAMS, thread i: its streams' inputs into its part, the serial forward there, and its
+/* SPLIT_STREAMS, chunk i: its streams' inputs into its part, the serial forward there, and its
  * outputs back into the [T,B,O] output. */
-static void run_streams(void *arg, int i) {
+static void run_streams(void *arg, int thread, int i, int first) {
+  (void)thread, (void)first;
   struct lstmd_qworkspace *ws = arg, *p = ws->part[i];
   const struct lstmd_model_shape *s = &ws->qm->shape;
   const int c0 = ws->col[i], b = p->B, O = output_width(s), W = ws->batch.width;
@@ -299,12 +336,15 @@ static void run_streams(void *arg, int i) {
            (size_t)b * O * sizeof(float));
 }
 
-/* SPLIT_UNITS, thread i: step ws->step of layer ws->layer for its units (with the layer's input
+/* SPLIT_UNITS, chunk i: step ws->step of layer ws->layer for its units (with the layer's input
  * projection before step 0). */
-static void run_units(void *arg, int i) {
+static void run_units(void *arg, int thread, int i, int first) {
   struct lstmd_qworkspace *ws = arg;
-  if (ws->step == 0) input_projection(ws->qm, ws, &ws->qr[i], ws->layer, ws->col[i], ws->col[i + 1]);
-  step(ws->qm, ws, &ws->qr[i], ws->layer, ws->step, ws->col[i], ws->col[i + 1]);
+  const struct qrows *in = &ws->qr[2 * thread], *h = &ws->qr[2 * thread + 1];
+  if (first && ws->step == 0) quantize_input(ws->qm, ws, in, ws->layer);
+  if (first) quantize_h(ws, h, ws->layer, ws->step);
+  if (ws->step == 0) project(ws->qm, ws, in, ws->layer, ws->col[i], ws->col[i + 1]);
+  recur(ws->qm, ws, h, ws->layer, ws->step, ws->col[i], ws->col[i + 1]);
 }
 
 double lstmd_qmodel_forward(const struct lstmd_qmodel *qm, struct lstmd_qworkspace *ws,
@@ -312,10 +352,11 @@ double lstmd_qmodel_forward(const struct lstmd_qmodel *qm, struct lstmd_qworkspa
   const struct lstmd_model_shape *s = &qm->shape;
   ws->qm = qm, ws->carry_state = carry_state;
   if (ws->split == SPLIT_STREAMS) {
-    lstmd_pool_run(ws->pool, run_streams, ws);
+    lstmd_qteam_run(ws->team, ws->chunks, run_streams, ws);
   } else if (ws->split == SPLIT_UNITS) {
     for (ws->layer = 0; ws->layer < ws->L; ws->layer++) {
-      for (ws->step = 0; ws->step < ws->T; ws->step++) lstmd_pool_run(ws->pool, run_units, ws);
+      for (ws->step = 0; ws->step < ws->T; ws->step++)
+        lstmd_qteam_run(ws->team, ws->chunks, run_units, ws);
       if (carry_state) carry(ws, ws->layer);
     }
     head(qm, ws);
