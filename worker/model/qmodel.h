@@ -52,8 +52,9 @@ const float *lstmd_qworkspace_output(const struct lstmd_qworkspace *ws);
 /* Forward over the workspace's batch from its state; returns the summed loss over all targets
  * (cross-entropy in nats, or squared error), as lstmd_model_forward. carry_state != 0 leaves
  * each stream's final (h, c) as the next initial state. Reads qm only: threads may run
- * different workspaces of one model at once (one forward at a time per workspace). Each row of the batch is quantised on its own, so
- * a stream's outputs do not depend on the other streams in the batch. */
+ * different workspaces of one model at once (one forward at a time per workspace). Each row of
+ * the batch is quantised on its own, so a stream's outputs do not depend on the other streams in
+ * the batch. */
 double lstmd_qmodel_forward(const struct lstmd_qmodel *qm, struct lstmd_qworkspace *ws,
                             int carry_state);
 
