@@ -23,7 +23,7 @@ static void check_model(const struct lstmd_qmodel *qm) {
     if (qm->layer[l].hh.N != 4 * s->hidden || qm->layer[l].hh.K != s->hidden) abort();
   if (s->hidden > 256 || O > 256) return; /* a forward of a huge mutated shape only costs time */
   struct lstmd_qworkspace *ws;
-  if (lstmd_qworkspace_create(qm, 2, 1, &ws) != LSTMD_OK) return;
+  if (lstmd_qworkspace_create(qm, 2, 1, 1, &ws) != LSTMD_OK) return;
   lstmd_qworkspace_reset_state(ws);
   struct lstmd_batch *b = lstmd_qworkspace_batch(ws);
   for (int i = 0; i < 2; i++) {

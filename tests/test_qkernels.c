@@ -161,7 +161,20 @@ static void test_gemm(int M, int N, int K) {
       full[i] = y[i] + bias[n] + f;
       bound[i] = b * (1.0 + 1e-3) + 1e-5 * (fabs(ref[i]) + 1.0);
     }
+  /* The epilogue's float operations (qgemm.c), one element at a time: every kernel and every
+   * vector width of the epilogue must give exactly these bits. volatile keeps the product from
+   * being fused with the add. */
+  float *bits = malloc((size_t)M * N * sizeof *bits);
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < N; n++) {
+      const size_t i = (size_t)m * N + n;
+      volatile float v = (float)((int32_t)exact[i] - zero[m] * pw.rowsum[n]) * (xscale[m] * wscale[n]);
+      bits[i] = (y[i] + bias[n]) + v;
+    }
   lstmd_cpu_qgemm(M, qx, xscale, zero, &pw, bias, y, N, 1);
+  snprintf(name, sizeof name, "qgemm %s %dx%dx%d epilogue bits", lstmd_cpu_qkernel_name(lstmd_cpu_qkernel()), M, N, K);
+  check_true(name, memcmp(y, bits, (size_t)M * N * sizeof *y) == 0);
+  free(bits);
   snprintf(name, sizeof name, "qgemm %s %dx%dx%d float64 of ints", lstmd_cpu_qkernel_name(lstmd_cpu_qkernel()), M, N, K);
   check_close(name, y, ref, (size_t)M * N, 1e-5, 1e-5);
   size_t bad = 0;

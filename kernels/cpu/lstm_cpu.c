@@ -15,16 +15,18 @@
 
 /* The vectorized passes are written once and compiled per ISA (isa_variants.h). */
 
-/* Adds both biases, applies the gate nonlinearities in place, and advances c and h by one step.
- * g [B,4H] holds pre-activations on entry and activated gates (i,f,g,o) on exit. */
-BODY void gate_forward_pass_body(int B, int H, float *g, const float *b_ih, const float *b_hh,
-                                 const float *c_prev, float *c_next, float *h_next) {
+/* Adds both biases, applies the gate nonlinearities in place, and advances c and h by one step,
+ * for units [j0, j1) of each row. g [B,4H] holds pre-activations on entry and activated gates
+ * (i,f,g,o) on exit. */
+BODY void gate_forward_pass_body(int B, int H, int j0, int j1, float *g, const float *b_ih,
+                                 const float *b_hh, const float *c_prev, float *c_next,
+                                 float *h_next) {
   for (int b = 0; b < B; b++) {
     float *gi = g + (size_t)b * 4 * H, *gf = gi + H, *gg = gi + 2 * H, *go = gi + 3 * H;
     const float *cp = c_prev + (size_t)b * H;
     float *cn = c_next + (size_t)b * H, *hn = h_next + (size_t)b * H;
 #pragma omp simd
-    for (int j = 0; j < H; j++) {
+    for (int j = j0; j < j1; j++) {
       float i = lstmd_sigmoidf(gi[j] + b_ih[j] + b_hh[j]);
       float f = lstmd_sigmoidf(gf[j] + b_ih[H + j] + b_hh[H + j]);
       float gv = lstmd_tanhf(gg[j] + b_ih[2 * H + j] + b_hh[2 * H + j]);
@@ -40,9 +42,9 @@ BODY void gate_forward_pass_body(int B, int H, float *g, const float *b_ih, cons
   }
 }
 ISA_VARIANTS(gate_forward_pass,
-             (int B, int H, float *g, const float *b_ih, const float *b_hh, const float *c_prev,
-              float *c_next, float *h_next),
-             (B, H, g, b_ih, b_hh, c_prev, c_next, h_next))
+             (int B, int H, int j0, int j1, float *g, const float *b_ih, const float *b_hh,
+              const float *c_prev, float *c_next, float *h_next),
+             (B, H, j0, j1, g, b_ih, b_hh, c_prev, c_next, h_next))
 
 /* One step of the backward gate pass: from dh (output gradient + recurrent part) and the carried
  * dc, writes the pre-activation gradients da [B,4H] and updates dc_carry in place. */
@@ -74,9 +76,10 @@ ISA_VARIANTS(gate_backward_pass,
               const float *dh_out, const float *dh_rec, float *dc_carry, float *da),
              (B, H, gates, c_prev, c_cur, dh_out, dh_rec, dc_carry, da))
 
-void lstmd_cpu_lstm_gates_step(int B, int H, float *g, const float *b_ih, const float *b_hh,
-                               const float *c_prev, float *c_next, float *h_next) {
-  gate_forward_pass(B, H, g, b_ih, b_hh, c_prev, c_next, h_next);
+void lstmd_cpu_lstm_gates_step(int B, int H, int j0, int j1, float *g, const float *b_ih,
+                               const float *b_hh, const float *c_prev, float *c_next,
+                               float *h_next) {
+  gate_forward_pass(B, H, j0, j1, g, b_ih, b_hh, c_prev, c_next, h_next);
 }
 
 void lstmd_cpu_lstm_forward(const struct lstmd_lstm_dims *d, const float *w_ih, const float *w_hh,
@@ -93,7 +96,7 @@ void lstmd_cpu_lstm_forward(const struct lstmd_lstm_dims *d, const float *w_ih, 
     else
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, G, H, 1.0f, h + t * step_h, H, w_hh,
                   H, 1.0f, g, G);
-    gate_forward_pass(B, H, g, b_ih, b_hh, c + t * step_h, c + (t + 1) * step_h,
+    gate_forward_pass(B, H, 0, H, g, b_ih, b_hh, c + t * step_h, c + (t + 1) * step_h,
                       h + (t + 1) * step_h);
   }
 }

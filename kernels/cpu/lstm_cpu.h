@@ -28,9 +28,12 @@ void lstmd_cpu_lstm_forward(const struct lstmd_lstm_dims *d, const float *w_ih, 
 
 /* One step's gate pass alone, for callers that compute the gate pre-activations g [B,4H]
  * themselves (the int8 model, worker/model/qmodel.c): adds both biases, applies the
- * nonlinearities in place (g becomes the activated i,f,g,o) and writes c_next and h_next [B,H]. */
-void lstmd_cpu_lstm_gates_step(int B, int H, float *g, const float *b_ih, const float *b_hh,
-                               const float *c_prev, float *c_next, float *h_next);
+ * nonlinearities in place (g becomes the activated i,f,g,o) and writes c_next and h_next [B,H],
+ * for units [j0, j1) of each row (0, H: all). Each unit is computed on its own, so threads that
+ * split the units between them get the bits of one call over all of them. */
+void lstmd_cpu_lstm_gates_step(int B, int H, int j0, int j1, float *g, const float *b_ih,
+                               const float *b_hh, const float *c_prev, float *c_next,
+                               float *h_next);
 
 /* Backward through the gates over T steps, from the last to the first: the part every earlier
  * layer, chunk and stage waits for (the weight gradients can come later).

@@ -1,7 +1,8 @@
 /* qgemm.c — int8 GEMMs for inference (see qgemm.h for the scheme): weight quantisation and
  * packing, dynamic activation quantisation, and one int32 micro-kernel family per ISA that
- * computes an R-row × P-panel block (P·16 output columns) of sums; one shared C epilogue then
- * dequantises, so every kernel gives the same floats bit for bit. */
+ * computes an R-row × P-panel block (P·16 output columns) of sums; one epilogue (C, and the same
+ * operations 16-wide for the VNNI kernels) then dequantises, so every kernel gives the same
+ * floats bit for bit. */
 #include "qgemm.h"
 
 #include <immintrin.h>
@@ -233,7 +234,8 @@ struct sink {
   int ldy, accumulate;
 };
 
-/* The one epilogue (plain C: the same float operations whatever kernel ran). */
+/* The epilogue (plain C: the same float operations whatever kernel ran; emit_avx512 below does
+ * them 16 at a time). */
 static void emit(const struct sink *s, const struct lstmd_qweight *w, int m0, int R, int n0,
                  int n1, const int32_t *acc) {
   for (int r = 0; r < R; r++) {
@@ -254,15 +256,45 @@ static void emit(const struct sink *s, const struct lstmd_qweight *w, int m0, in
   }
 }
 
-/* Panel groups outside, row blocks inside: a group of P panels (P·16 rows of W, P·16·Kp bytes)
- * stays in cache while every row of q streams past it. */
+/* The same epilogue 16 outputs at a time with AVX-512, for the VNNI kernels (in batched GEMMs
+ * the plain one, which the compiler gives 4-wide SSE, took as long as the kernel). Same float
+ * operations in the same order, element by element: convert, sx·scale, multiply, then base +
+ * that. The empty asm hides the product from the compiler, so it cannot fuse it with the add
+ * into an FMA (one rounding instead of two), which would change the bits. */
+__attribute__((target("avx512f"))) static void emit_avx512(const struct sink *s,
+                                                           const struct lstmd_qweight *w, int m0,
+                                                           int R, int n0, int n1,
+                                                           const int32_t *acc) {
+  const __m512 zero = _mm512_setzero_ps();
+  for (int r = 0; r < R; r++) {
+    const int m = m0 + r;
+    const __m512 sx = _mm512_set1_ps(s->scale[m]);
+    const __m512i z = _mm512_set1_epi32(s->zero[m]);
+    float *y = s->y + (size_t)m * s->ldy;
+    for (int n = n0; n < n1; n += 16) {
+      const __mmask16 k = n1 - n >= 16 ? 0xffff : (__mmask16)((1u << (n1 - n)) - 1);
+      const __m512i a = _mm512_maskz_loadu_epi32(k, acc + r * 64 + (n - n0));
+      const __m512i d = _mm512_sub_epi32(a, _mm512_mullo_epi32(z, _mm512_maskz_loadu_epi32(k, w->rowsum + n)));
+      __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(sx, _mm512_maskz_loadu_ps(k, w->scale + n)));
+      __asm__("" : "+v"(v));
+      const __m512 base = _mm512_add_ps(s->accumulate ? _mm512_maskz_loadu_ps(k, y + n) : zero,
+                                        s->bias ? _mm512_maskz_loadu_ps(k, s->bias + n) : zero);
+      _mm512_mask_storeu_ps(y + n, k, _mm512_add_ps(base, v));
+    }
+  }
+}
+
+/* Panels [first, panels) only. Panel groups outside, row blocks inside: a group of P panels
+ * (P·16 rows of W, P·16·Kp bytes) stays in cache while every row of q streams past it. Each sum
+ * is exact in int32 and the epilogue is per element, so how the panels are grouped (and which
+ * thread runs which range) does not change a bit of the output. */
 static void run(enum lstmd_qkernel k, int M, const uint8_t *q, const struct lstmd_qweight *w,
-                const struct sink *s) {
+                int first, int panels, const struct sink *s) {
   const struct family *f = family_of(k);
-  const int panels = (w->N + kPanel - 1) / kPanel, groups = w->Kp / 4;
+  const int groups = w->Kp / 4;
   const size_t panel_bytes = (size_t)w->Kp * kPanel;
   int32_t acc[kMaxRows * 64];
-  for (int p0 = 0; p0 < panels; p0 += f->panels) {
+  for (int p0 = first; p0 < panels; p0 += f->panels) {
     const int P = panels - p0 < f->panels ? panels - p0 : f->panels;
     const int8_t *wp = w->panels + (size_t)p0 * panel_bytes;
     const int n0 = p0 * kPanel, n1 = (p0 + P) * kPanel < w->N ? (p0 + P) * kPanel : w->N;
@@ -273,7 +305,8 @@ static void run(enum lstmd_qkernel k, int M, const uint8_t *q, const struct lstm
         generic_block(R, P, groups, qm, (size_t)w->Kp, wp, panel_bytes, acc);
       else
         f->kernel[R - 1][P - 1](groups, qm, (size_t)w->Kp, wp, panel_bytes, acc);
-      emit(s, w, m, R, n0, n1, acc);
+      if (k == LSTMD_QKERNEL_VNNI && !s->acc_out) emit_avx512(s, w, m, R, n0, n1, acc);
+      else emit(s, w, m, R, n0, n1, acc);
     }
   }
 }
@@ -281,12 +314,18 @@ static void run(enum lstmd_qkernel k, int M, const uint8_t *q, const struct lstm
 void lstmd_cpu_qgemm(int M, const uint8_t *q, const float *scale, const int32_t *zero,
                      const struct lstmd_qweight *w, const float *bias, float *y, int ldy,
                      int accumulate) {
+  lstmd_cpu_qgemm_cols(M, q, scale, zero, w, 0, w->N, bias, y, ldy, accumulate);
+}
+
+void lstmd_cpu_qgemm_cols(int M, const uint8_t *q, const float *scale, const int32_t *zero,
+                          const struct lstmd_qweight *w, int n0, int n1, const float *bias,
+                          float *y, int ldy, int accumulate) {
   const struct sink s = {NULL, scale, zero, bias, y, ldy, accumulate};
-  run(lstmd_cpu_qkernel(), M, q, w, &s);
+  run(lstmd_cpu_qkernel(), M, q, w, n0 / kPanel, (n1 + kPanel - 1) / kPanel, &s);
 }
 
 void lstmd_cpu_qgemm_int32(enum lstmd_qkernel k, int M, const uint8_t *q,
                            const struct lstmd_qweight *w, int32_t *acc) {
   const struct sink s = {.acc_out = acc};
-  run(k, M, q, w, &s);
+  run(k, M, q, w, 0, (w->N + kPanel - 1) / kPanel, &s);
 }

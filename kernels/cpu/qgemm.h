@@ -60,6 +60,11 @@ void lstmd_cpu_quantize_act(int M, int K, const float *x, int ldx, uint8_t *q, f
 void lstmd_cpu_qgemm(int M, const uint8_t *q, const float *scale, const int32_t *zero,
                      const struct lstmd_qweight *w, const float *bias, float *y, int ldy,
                      int accumulate);
+/* The same for output columns [n0, n1) of y only (n0 a multiple of 16, n1 a multiple of 16 or
+ * N): threads that split W's rows between them get the bits one call over all of them gives. */
+void lstmd_cpu_qgemm_cols(int M, const uint8_t *q, const float *scale, const int32_t *zero,
+                          const struct lstmd_qweight *w, int n0, int n1, const float *bias,
+                          float *y, int ldy, int accumulate);
 /* The raw int32 sums acc [M,N] = Σ_k q[m,k]·q_w[n,k] with a given kernel (one the CPU has),
  * so that tests can compare the kernels with each other and with an exact reference. */
 void lstmd_cpu_qgemm_int32(enum lstmd_qkernel k, int M, const uint8_t *q,

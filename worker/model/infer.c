@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/blas_cpu.h"
 #include "kernels/status.h"
 #include "worker/data/batcher.h"
 #include "worker/io/durable.h"
@@ -34,7 +35,11 @@ struct runner {
 
 static int runner_open(const struct lstmd_infer_model *im, int T, int B, struct runner *r) {
   *r = (struct runner){im, NULL, NULL};
-  if (im->int8) return lstmd_qworkspace_create(im->int8, T, B, &r->qws);
+  /* The int8 model may use every online core, as the fp32 model's BLAS does in eval and predict
+   * (cli_infer.c); its workspace splits a forward only where that pays (qmodel.c), which at
+   * batch 1 means H >= 512 only (fp32 sample keeps BLAS at one thread: a one-row sgemm gains
+   * nothing from BLAS threads). */
+  if (im->int8) return lstmd_qworkspace_create(im->int8, T, B, lstmd_cpu_cores(), &r->qws);
   return lstmd_workspace_create(im->fp32, T, B, 0.0f, &r->ws);
 }
 static void runner_close(struct runner *r) {

@@ -36,7 +36,11 @@ void lstmd_qmodel_destroy(struct lstmd_qmodel *qm);
 
 struct lstmd_qworkspace; /* activations for one (T, B); opaque */
 
-int lstmd_qworkspace_create(const struct lstmd_qmodel *qm, int steps, int batch,
+/* Activations for forwards of `steps` × `batch`, run on up to `threads` threads (the caller's and
+ * threads − 1 it starts; 1: the caller's only). Whether and how the work is split follows from
+ * the shape (qmodel.c); the outputs are the same bits for any thread count. Free with
+ * lstmd_qworkspace_destroy (NULL is fine). */
+int lstmd_qworkspace_create(const struct lstmd_qmodel *qm, int steps, int batch, int threads,
                             struct lstmd_qworkspace **out);
 void lstmd_qworkspace_destroy(struct lstmd_qworkspace *ws);
 /* The batch to fill before a forward (text: ids, targets; series: x, y), as model.h's. */
@@ -48,8 +52,9 @@ const float *lstmd_qworkspace_output(const struct lstmd_qworkspace *ws);
 /* Forward over the workspace's batch from its state; returns the summed loss over all targets
  * (cross-entropy in nats, or squared error), as lstmd_model_forward. carry_state != 0 leaves
  * each stream's final (h, c) as the next initial state. Reads qm only: threads may run
- * different workspaces of one model at once. Each row of the batch is quantised on its own, so
- * a stream's outputs do not depend on the other streams in the batch. */
+ * different workspaces of one model at once (one forward at a time per workspace). Each row of
+ * the batch is quantised on its own, so a stream's outputs do not depend on the other streams in
+ * the batch. */
 double lstmd_qmodel_forward(const struct lstmd_qmodel *qm, struct lstmd_qworkspace *ws,
                             int carry_state);
 
