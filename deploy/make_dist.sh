@@ -74,7 +74,7 @@ needed() { readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p'; }
 for b in "$lstmd" "$lstmctl"; do
   for so in $(needed "$b"); do
     [[ $so =~ $cuda_re ]] && die "$b links $so directly, so it would not start on a node without CUDA;" \
-      "the GPU backend belongs in the lstmd_gpu module (until then configure with -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON)"
+      "the GPU backend belongs in the lstmd_gpu module"
   done
 done
 if [[ -n $gpu_module && ! -f $gpu_module ]]; then die "GPU module $gpu_module not found"; fi
