@@ -311,8 +311,8 @@ sweep() {
       done
     fi
     printf '%-12s %10.0f %9.1f %8.2f %9.0f (t=%s) %7.2f\n' "H$h B$b" "$rate" "$g" \
-      "$(awk -v g="$g" -v s="$sq" 'BEGIN { print s > 0 ? g / s : 0 }')" "$best" "$bt" \
-      "$(awk -v a="$rate" -v c="$best" 'BEGIN { print c > 0 ? a / c : 0 }')"
+      "$(awk -v g="$g" -v s="$sq" 'BEGIN { print (s > 0 ? g / s : 0) }')" "$best" "$bt" \
+      "$(awk -v a="$rate" -v c="$best" 'BEGIN { print (c > 0 ? a / c : 0) }')"
   done
 }
 
