@@ -25,6 +25,7 @@
 #include "worker/train/train_config.h"
 #include "cli.h"
 #include "worker/engine/gpu_backend.h"
+#include "worker/io/paths.h"
 
 struct doctor {
   json_t *root; /* --json: every line under its key */
@@ -65,19 +66,6 @@ static const char *loaded_path(const char *stem, char *buf, size_t n) {
   return buf;
 }
 
-/* The first executable `name` on PATH, or NULL. */
-static const char *on_path(const char *name, char *buf, size_t n) {
-  const char *path = getenv("PATH");
-  for (const char *p = path; p && *p;) {
-    const char *end = strchr(p, ':');
-    const size_t len = end ? (size_t)(end - p) : strlen(p);
-    snprintf(buf, n, "%.*s/%s", (int)len, p, name);
-    if (len && access(buf, X_OK) == 0) return buf;
-    p = end ? end + 1 : NULL;
-  }
-  return NULL;
-}
-
 static void cpu_lines(struct doctor *d) {
   char model[256] = "unknown CPU", line[512], buf[512], path[512];
   FILE *f = fopen("/proc/cpuinfo", "r");
@@ -108,7 +96,8 @@ static void mpi_lines(struct doctor *d) {
   else if (step) say(d, "launcher", "srun without PMIx (Slurm step %s): start with srun --mpi=pmix", step);
   else if (job) say(d, "launcher", "inside Slurm job %s but not in a step: start lstmd with srun", job);
   else {
-    const char *mr = on_path("mpirun", path, sizeof path), *sr = on_path("srun", tool, sizeof tool);
+    const char *mr = lstmd_on_path("mpirun", path, sizeof path);
+    const char *sr = lstmd_on_path("srun", tool, sizeof tool);
     say(d, "launcher", "none: one rank (mpirun %s, srun %s)", mr ? mr : "not on PATH",
         sr ? sr : "not on PATH");
   }

@@ -27,6 +27,7 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/status.h"
 #include "worker/engine/gpu_backend.h"
+#include "worker/io/paths.h"
 #include "worker/selftest/selftest.h"
 #include "cli.h"
 
@@ -36,14 +37,6 @@ static int is_gpu_group(const char *g) {
   for (size_t i = 0; i < sizeof kGpuGroups / sizeof *kGpuGroups; i++)
     if (!strcmp(g, kGpuGroups[i])) return 1;
   return 0;
-}
-
-/* The directory of this executable ("" on failure). */
-static void exe_dir(char *buf, size_t n) {
-  const ssize_t len = readlink("/proc/self/exe", buf, n - 1);
-  buf[len > 0 ? len : 0] = '\0';
-  char *slash = strrchr(buf, '/');
-  if (slash) *slash = '\0';
 }
 
 /* Runs argv (a child process, stdout and stderr shared); its exit status, or -1. */
@@ -68,7 +61,7 @@ static void nccl_two_ranks(struct lstmd_selftest *st, int one_gpu) {
   lstmd_selftest_group(st, "nccl");
   const char *mpirun = getenv("LSTMD_MPIRUN") ? getenv("LSTMD_MPIRUN") : "mpirun";
   char self[PATH_MAX + 8], dir[PATH_MAX], visible[64] = "0";
-  exe_dir(dir, sizeof dir);
+  lstmd_exe_dir(dir, sizeof dir);
   snprintf(self, sizeof self, "%s/lstmd", dir);
   const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
   if (cvd && *cvd) snprintf(visible, sizeof visible, "%.*s", (int)strcspn(cvd, ","), cvd);
@@ -144,7 +137,7 @@ static pid_t tee_output(const char *dir, const char *machine) {
 static void bench(struct lstmd_selftest *st, const struct lstmd_gpu_backend *gpu, const char *out) {
   lstmd_selftest_group(st, "bench");
   char dir[PATH_MAX], script[PATH_MAX + 64], name[256], file[PATH_MAX + 512], self[PATH_MAX + 8];
-  exe_dir(dir, sizeof dir);
+  lstmd_exe_dir(dir, sizeof dir);
   snprintf(self, sizeof self, "%s/lstmd", dir);
   snprintf(script, sizeof script, "%s/../share/lstmd/bench/bench_gpu.sh", dir);
   if (access(script, R_OK)) snprintf(script, sizeof script, "%s/../bench/bench_gpu.sh", dir);

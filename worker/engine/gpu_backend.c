@@ -20,6 +20,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "worker/io/paths.h"
+
 /* The sonames this build's module was linked against (CMakeLists.txt, from the toolkit found). */
 #ifndef LSTMD_SONAME_CUDART
 #define LSTMD_SONAME_CUDART "libcudart.so.13"
@@ -79,22 +81,12 @@ static void add_python_prefix(const char *prefix) {
 /* The prefix of the first python3 on PATH (/opt/venv/bin/python3 → /opt/venv), unresolved:
  * a virtual environment's python3 is a link to the system's, but its packages are its own. */
 static void add_python_on_path(void) {
-  const char *path = getenv("PATH");
-  for (const char *p = path; p && *p;) {
-    const char *end = strchr(p, ':');
-    const size_t len = end ? (size_t)(end - p) : strlen(p);
-    char exe[PATH_MAX];
-    snprintf(exe, sizeof exe, "%.*s/python3", (int)len, p);
-    if (len && access(exe, X_OK) == 0) {
-      char *slash = strrchr(exe, '/');
-      *slash = '\0';                    /* .../bin */
-      slash = strrchr(exe, '/');
-      if (slash) *slash = '\0';         /* the prefix */
-      add_python_prefix(exe[0] ? exe : "/");
-      return;
-    }
-    p = end ? end + 1 : NULL;
-  }
+  char exe[DIR_MAX];
+  if (!lstmd_on_path("python3", exe, sizeof exe)) return;
+  *strrchr(exe, '/') = '\0'; /* .../bin */
+  char *slash = strrchr(exe, '/');
+  if (slash) *slash = '\0'; /* the prefix */
+  add_python_prefix(exe[0] ? exe : "/");
 }
 
 static void build_search_path(void) {
@@ -173,10 +165,7 @@ static int find_module(char *out, size_t n) {
     return access(out, R_OK) == 0;
   }
   char exe[DIR_MAX];
-  const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (len <= 0) return 0;
-  exe[len] = '\0';
-  *strrchr(exe, '/') = '\0';
+  if (lstmd_exe_dir(exe, sizeof exe)) return 0;
   snprintf(out, n, "%s/liblstmd_gpu.so", exe);
   if (access(out, R_OK) == 0) return 1;
   snprintf(out, n, "%s/../lib/lstmd/liblstmd_gpu.so", exe);
