@@ -47,7 +47,7 @@
 #include "kernels/cpu/dense_cpu.h"
 #include "kernels/cpu/recur_gemm.h"
 #include "kernels/status.h"
-#include "pipe_schedule.h"
+#include "pipe_grid.h"
 #include "pool.h"
 #include "worker/data/batcher.h"
 #include "worker/io/nvtx.h"
@@ -68,13 +68,7 @@ struct pipe_slot {
 
 struct pipe_engine {
   struct lstmd_engine base;
-  int S, D, s, d, A, M, U, K, T, Tc, B, b, H, P;
-  enum lstmd_pipe_kind kind;
-  struct lstmd_stage st;
-  size_t lo[LSTMD_MAX_LAYERS], hi[LSTMD_MAX_LAYERS]; /* every stage's parameter range */
-  int t_lo, t_hi;                                    /* this stage's tensors */
-  struct lstmd_pipe_op *ops;
-  int n_ops;
+  struct lstmd_pipe_grid g; /* the layout and the op list (pipe_grid.h) */
   struct lstmd_comm *pp, *dp; /* start(): the replica's stages / the stage's replicas */
   struct lstmd_p2p *p2p;
   struct lstmd_reducer *reducer; /* D > 1 */
@@ -99,36 +93,16 @@ static struct pipe_engine *pipe_of(struct lstmd_engine *e) { return (struct pipe
 
 /* ---- set-up ---- */
 
-/* Index of layer l's first tensor (lstm.weight_ih_l{l}); l = L gives the head's. */
-static int first_tensor_of_layer(const struct lstmd_model *m, int l) {
-  return (m->shape.kind == LSTMD_MODEL_TEXT) + 4 * l;
-}
-
-/* Every stage's [lo, hi) of the flat buffer: contiguous, since the order is embedding, layer 0,
- * ..., layer L−1, head (model.h). */
-static void stage_ranges(struct pipe_engine *p) {
-  const struct lstmd_model *m = p->base.model;
-  for (int s = 0, layer = 0; s < p->S; layer += p->base.cfg.stage_layers[s], s++) {
-    const int next = layer + p->base.cfg.stage_layers[s];
-    p->lo[s] = s == 0 ? 0 : m->tensors[first_tensor_of_layer(m, layer)].offset;
-    p->hi[s] = s == p->S - 1 ? m->n_params : m->tensors[first_tensor_of_layer(m, next)].offset;
-    if (s == p->s) {
-      p->t_lo = s == 0 ? 0 : first_tensor_of_layer(m, layer);
-      p->t_hi = s == p->S - 1 ? m->n_tensors : first_tensor_of_layer(m, next);
-    }
-  }
-}
-
 static int alloc_windows(struct pipe_engine *p) {
   const struct lstmd_model_shape *sh = &p->base.model->shape;
-  const size_t N = (size_t)p->T * p->B;
-  p->win = calloc((size_t)p->A, sizeof *p->win);
-  p->reset = calloc((size_t)p->A, sizeof *p->reset);
+  const size_t N = (size_t)p->g.T * p->g.B;
+  p->win = calloc((size_t)p->g.A, sizeof *p->win);
+  p->reset = calloc((size_t)p->g.A, sizeof *p->reset);
   if (!p->win || !p->reset) return LSTMD_ENOMEM;
-  for (int a = 0; a < p->A; a++) {
+  for (int a = 0; a < p->g.A; a++) {
     struct lstmd_batch *w = &p->win[a];
-    w->steps = p->T;
-    w->batch = p->B;
+    w->steps = p->g.T;
+    w->batch = p->g.B;
     if (sh->kind == LSTMD_MODEL_TEXT) {
       w->ids = calloc(N, sizeof *w->ids);
       w->targets = calloc(N, sizeof *w->targets);
@@ -145,21 +119,21 @@ static int alloc_windows(struct pipe_engine *p) {
 }
 
 static int alloc_slots(struct pipe_engine *p) {
-  const size_t msg = (size_t)p->T * p->b * p->H;
-  p->slots = calloc((size_t)p->P, sizeof *p->slots);
+  const size_t msg = (size_t)p->g.T * p->g.b * p->g.H;
+  p->slots = calloc((size_t)p->g.P, sizeof *p->slots);
   if (!p->slots) return LSTMD_ENOMEM;
-  for (int i = 0; i < p->P; i++) {
+  for (int i = 0; i < p->g.P; i++) {
     struct pipe_slot *sl = &p->slots[i];
     for (int c = 0; c < p->n_slices; c++)
-      LSTMD_TRY(lstmd_stage_ws_create(p->base.model, &p->st, p->T, p->Tc, p->cb[c],
+      LSTMD_TRY(lstmd_stage_ws_create(p->base.model, &p->g.st, p->g.T, p->g.Tc, p->cb[c],
                                       p->base.cfg.dropout, &sl->ws[c]));
-    if (!p->st.first && (!(sl->act_in = malloc(msg * sizeof(float))) ||
+    if (!p->g.st.first && (!(sl->act_in = malloc(msg * sizeof(float))) ||
                          !(sl->grad_out = malloc(msg * sizeof(float)))))
       return LSTMD_ENOMEM;
-    if (!p->st.last && (!(sl->act_out = malloc(msg * sizeof(float))) ||
+    if (!p->g.st.last && (!(sl->act_out = malloc(msg * sizeof(float))) ||
                         !(sl->grad_in = malloc(msg * sizeof(float)))))
       return LSTMD_ENOMEM;
-    if (!(sl->sends = malloc(2 * (size_t)p->K * sizeof *sl->sends))) return LSTMD_ENOMEM;
+    if (!(sl->sends = malloc(2 * (size_t)p->g.K * sizeof *sl->sends))) return LSTMD_ENOMEM;
   }
   return LSTMD_OK;
 }
@@ -170,74 +144,50 @@ static const struct lstmd_engine_ops kPipeOps;
 int lstmd_engine_pipe_create(const struct lstmd_engine *base, struct lstmd_engine **out) {
   *out = NULL;
   const struct lstmd_engine_config *cfg = &base->cfg;
-  if (cfg->stages < 2 || base->world % cfg->stages || cfg->batch % cfg->micro_batches ||
-      cfg->seq_len % cfg->time_chunks) {
-    lstmd_errorf("pipeline engine: inconsistent layout (the config checks should have refused it)");
-    return LSTMD_ECONFIG;
-  }
   struct pipe_engine *p = calloc(1, sizeof *p);
   if (!p) return LSTMD_ENOMEM;
   p->base = *base;
   p->base.ops = &kPipeOps;
   const struct lstmd_model *m = base->model;
-  p->S = cfg->stages;
-  p->D = base->world / p->S;
-  p->s = base->rank % p->S;
-  p->d = base->rank / p->S;
-  p->A = cfg->windows;
-  p->M = cfg->micro_batches;
-  p->U = p->A * p->M;
-  p->K = cfg->time_chunks;
-  p->T = cfg->seq_len;
-  p->Tc = p->T / p->K;
-  p->B = cfg->batch;
-  p->b = p->B / p->M;
-  p->H = m->shape.hidden;
-  p->kind = (enum lstmd_pipe_kind)cfg->schedule;
-  int layer0 = 0;
-  for (int s = 0; s < p->s; s++) layer0 += cfg->stage_layers[s];
-  p->st = (struct lstmd_stage){layer0, cfg->stage_layers[p->s], p->s == 0, p->s == p->S - 1};
-  stage_ranges(p);
-  p->P = lstmd_pipe_peak_units(p->kind, p->S, p->s, p->U, p->K);
-  p->n_ops = (int)lstmd_pipe_op_count(p->U, p->K);
-  int rc = p->P > 0 && lstmd_pipe_check_tags(p->U, p->K) == 0 ? LSTMD_OK : LSTMD_ECONFIG;
-  if (!rc && !(p->ops = malloc((size_t)p->n_ops * sizeof *p->ops))) rc = LSTMD_ENOMEM;
-  if (!rc && lstmd_pipe_schedule(p->kind, p->S, p->s, p->U, p->K, p->ops, (size_t)p->n_ops) != p->n_ops)
-    rc = LSTMD_ECONFIG;
+  int rc = lstmd_pipe_grid_init(&p->g, base);
+  if (rc) {
+    pipe_destroy(&p->base);
+    return rc;
+  }
   p->threads = lstmd_engine_cpu_threads(base); /* one column slice each (see 2.) */
-  p->n_slices = p->threads < p->b ? p->threads : p->b;
+  p->n_slices = p->threads < p->g.b ? p->threads : p->g.b;
   if (p->n_slices > kMaxSlices) p->n_slices = kMaxSlices;
   p->blas_threads = p->threads / p->n_slices;
   for (int c = 0, col = 0; c < p->n_slices; c++) {
     p->c0[c] = col;
-    p->cb[c] = p->b / p->n_slices + (c < p->b % p->n_slices);
+    p->cb[c] = p->g.b / p->n_slices + (c < p->g.b % p->n_slices);
     col += p->cb[c];
   }
   const size_t grad_bytes = (m->n_params * sizeof(float) + 63) / 64 * 64;
   for (int c = 0; !rc && c < p->n_slices; c++)
     if (!(p->grads[c] = c == 0 ? m->grads : aligned_alloc(64, grad_bytes))) rc = LSTMD_ENOMEM;
-  const size_t state = (size_t)p->st.layers * p->B * p->H;
+  const size_t state = (size_t)p->g.st.layers * p->g.B * p->g.H;
   if (!rc && (!(p->state_h = calloc(state, sizeof(float))) ||
               !(p->state_c = calloc(state, sizeof(float)))))
     rc = LSTMD_ENOMEM;
-  if (!rc && (!(p->recv_act = calloc((size_t)p->U * p->K, sizeof *p->recv_act)) ||
-              !(p->recv_grad = calloc((size_t)p->U * p->K, sizeof *p->recv_grad))))
+  if (!rc && (!(p->recv_act = calloc((size_t)p->g.U * p->g.K, sizeof *p->recv_act)) ||
+              !(p->recv_grad = calloc((size_t)p->g.U * p->g.K, sizeof *p->recv_grad))))
     rc = LSTMD_ENOMEM;
   if (!rc) rc = alloc_windows(p);
   if (!rc) rc = alloc_slots(p);
   if (!rc) rc = lstmd_pool_create(p->n_slices, &p->pool);
-  if (!rc && lstmd_cpu_recur_fast(p->H)) { /* W_hh packed once per step (model_stage.h) */
-    const size_t bytes = (lstmd_cpu_pack_floats(4 * p->H, p->H) * sizeof(float) + 63) / 64 * 64;
-    for (int i = 0; !rc && i < 2 * p->st.layers; i++)
+  if (!rc && lstmd_cpu_recur_fast(p->g.H)) { /* W_hh packed once per step (model_stage.h) */
+    const size_t bytes = (lstmd_cpu_pack_floats(4 * p->g.H, p->g.H) * sizeof(float) + 63) / 64 * 64;
+    for (int i = 0; !rc && i < 2 * p->g.st.layers; i++)
       if (!(p->packed[i] = aligned_alloc(64, bytes))) rc = LSTMD_ENOMEM;
-    for (int i = 0; !rc && i < p->st.layers; i++) {
+    for (int i = 0; !rc && i < p->g.st.layers; i++) {
       p->pk.rows[i] = p->packed[2 * i];
       p->pk.cols[i] = p->packed[2 * i + 1];
     }
   }
   p->bucket_floats = lstmd_engine_bucket_floats(cfg);
   if (rc) {
-    if (rc == LSTMD_ENOMEM) lstmd_errorf("pipeline engine: out of memory for stage %d", p->s);
+    if (rc == LSTMD_ENOMEM) lstmd_errorf("pipeline engine: out of memory for stage %d", p->g.s);
     pipe_destroy(&p->base);
     return rc;
   }
@@ -253,7 +203,7 @@ static void pipe_destroy(struct lstmd_engine *e) {
   lstmd_comm_free(p->pp);
   lstmd_comm_free(p->dp);
   lstmd_pool_destroy(p->pool);
-  for (int i = 0; p->slots && i < p->P; i++) {
+  for (int i = 0; p->slots && i < p->g.P; i++) {
     struct pipe_slot *sl = &p->slots[i];
     for (int c = 0; c < p->n_slices; c++) lstmd_stage_ws_destroy(sl->ws[c]);
     free(sl->act_in);
@@ -263,7 +213,7 @@ static void pipe_destroy(struct lstmd_engine *e) {
     free(sl->sends);
   }
   free(p->slots);
-  for (int a = 0; p->win && a < p->A; a++) {
+  for (int a = 0; p->win && a < p->g.A; a++) {
     free(p->win[a].ids);
     free(p->win[a].targets);
     free(p->win[a].x);
@@ -277,7 +227,7 @@ static void pipe_destroy(struct lstmd_engine *e) {
   free(p->state_c);
   free(p->recv_act);
   free(p->recv_grad);
-  free(p->ops);
+  lstmd_pipe_grid_free(&p->g);
   free(p);
 }
 
@@ -287,10 +237,10 @@ static int pipe_start(struct lstmd_engine *e, const struct lstmd_optim *o,
   (void)o, (void)pr; /* the host model is the engine's: nothing to copy */
   struct pipe_engine *p = pipe_of(e);
   if (p->pp) return LSTMD_OK;
-  LSTMD_TRY(lstmd_comm_split(e->comm, p->d, p->s, &p->pp));
-  LSTMD_TRY(lstmd_comm_split(e->comm, p->s, p->d, &p->dp));
+  LSTMD_TRY(lstmd_comm_split(e->comm, p->g.d, p->g.s, &p->pp));
+  LSTMD_TRY(lstmd_comm_split(e->comm, p->g.s, p->g.d, &p->dp));
   LSTMD_TRY(lstmd_p2p_create(p->pp, e->cfg.comm_timeout_s, &p->p2p));
-  if (p->D > 1) {
+  if (p->g.D > 1) {
     LSTMD_TRY(lstmd_reducer_create(p->dp, &p->reducer));
     lstmd_reducer_set_timeout(p->reducer, e->cfg.comm_timeout_s);
   }
@@ -303,39 +253,30 @@ static int pipe_start(struct lstmd_engine *e, const struct lstmd_optim *o,
  * [T, cb, H] workspace buffer (to_slice: message → slice). */
 static void copy_rows(const struct pipe_engine *p, float *unit, float *slice, int c, int t0,
                       int t1, int to_slice) {
-  const size_t H = (size_t)p->H, row = (size_t)p->cb[c] * H;
+  const size_t H = (size_t)p->g.H, row = (size_t)p->cb[c] * H;
   for (int t = t0; t < t1; t++) {
-    float *u = unit + ((size_t)t * p->b + p->c0[c]) * H, *sl = slice + (size_t)t * row;
+    float *u = unit + ((size_t)t * p->g.b + p->c0[c]) * H, *sl = slice + (size_t)t * row;
     if (to_slice) memcpy(sl, u, row * sizeof(float));
     else memcpy(u, sl, row * sizeof(float));
   }
 }
 
-/* What a transfer carries, for p2p's messages: "activations (F) of unit 3 chunk 1 from stage 0
- * (rank 4)"; from_to: "from" a receive's peer, "to" a send's. */
-static void describe_item(char *buf, size_t n, const struct pipe_engine *p, int dir, int u, int k,
-                          const char *from_to, int peer_stage) {
-  snprintf(buf, n, "%s of unit %d chunk %d %s stage %d (rank %d)",
-           dir == LSTMD_P2P_UP ? "activations (F)" : "gradients (B)", u, k, from_to, peer_stage,
-           p->d * p->S + peer_stage);
-}
-
 /* Posts unit u's receives into its slot (see 3.). */
 static int post_receives(struct pipe_engine *p, int u) {
-  struct pipe_slot *sl = &p->slots[u % p->P];
-  const size_t chunk = (size_t)p->Tc * p->b * p->H;
+  struct pipe_slot *sl = &p->slots[u % p->g.P];
+  const size_t chunk = (size_t)p->g.Tc * p->g.b * p->g.H;
   char what[128];
-  for (int k = 0; k < p->K; k++) {
-    const int tag = lstmd_pipe_tag(u, k, p->K);
-    if (!p->st.first) {
-      describe_item(what, sizeof what, p, LSTMD_P2P_UP, u, k, "from", p->s - 1);
-      LSTMD_TRY(lstmd_p2p_irecv(p->p2p, LSTMD_P2P_UP, p->s - 1, tag, sl->act_in + k * chunk,
-                                chunk * sizeof(float), what, &p->recv_act[u * p->K + k]));
+  for (int k = 0; k < p->g.K; k++) {
+    const int tag = lstmd_pipe_tag(u, k, p->g.K);
+    if (!p->g.st.first) {
+      lstmd_pipe_describe_item(what, sizeof what, &p->g, LSTMD_P2P_UP, u, k, "from", p->g.s - 1);
+      LSTMD_TRY(lstmd_p2p_irecv(p->p2p, LSTMD_P2P_UP, p->g.s - 1, tag, sl->act_in + k * chunk,
+                                chunk * sizeof(float), what, &p->recv_act[u * p->g.K + k]));
     }
-    if (!p->st.last) {
-      describe_item(what, sizeof what, p, LSTMD_P2P_DOWN, u, k, "from", p->s + 1);
-      LSTMD_TRY(lstmd_p2p_irecv(p->p2p, LSTMD_P2P_DOWN, p->s + 1, tag, sl->grad_in + k * chunk,
-                                chunk * sizeof(float), what, &p->recv_grad[u * p->K + k]));
+    if (!p->g.st.last) {
+      lstmd_pipe_describe_item(what, sizeof what, &p->g, LSTMD_P2P_DOWN, u, k, "from", p->g.s + 1);
+      LSTMD_TRY(lstmd_p2p_irecv(p->p2p, LSTMD_P2P_DOWN, p->g.s + 1, tag, sl->grad_in + k * chunk,
+                                chunk * sizeof(float), what, &p->recv_grad[u * p->g.K + k]));
     }
   }
   return LSTMD_OK;
@@ -343,11 +284,11 @@ static int post_receives(struct pipe_engine *p, int u) {
 
 static int send_chunk(struct pipe_engine *p, struct pipe_slot *sl, int dir, int u, int k,
                       const float *buf) {
-  const size_t chunk = (size_t)p->Tc * p->b * p->H;
-  const int peer = dir == LSTMD_P2P_UP ? p->s + 1 : p->s - 1;
+  const size_t chunk = (size_t)p->g.Tc * p->g.b * p->g.H;
+  const int peer = dir == LSTMD_P2P_UP ? p->g.s + 1 : p->g.s - 1;
   char what[128];
-  describe_item(what, sizeof what, p, dir, u, k, "to", peer);
-  return lstmd_p2p_isend(p->p2p, dir, peer, lstmd_pipe_tag(u, k, p->K), buf + k * chunk,
+  lstmd_pipe_describe_item(what, sizeof what, &p->g, dir, u, k, "to", peer);
+  return lstmd_p2p_isend(p->p2p, dir, peer, lstmd_pipe_tag(u, k, p->g.K), buf + k * chunk,
                          chunk * sizeof(float), what, &sl->sends[sl->n_sends++]);
 }
 
@@ -368,33 +309,33 @@ static int wait_recv(struct pipe_engine *p, lstmd_p2p_req r, int u, int k, const
 /* The pool's body: the item in flight on column slice c. */
 static void run_item(void *arg, int c) {
   struct pipe_engine *p = arg;
-  const int u = p->item_unit, k = p->item_chunk, a = u / p->M, m = u % p->M;
-  const int t0 = k * p->Tc, t1 = t0 + p->Tc;
-  struct pipe_slot *sl = &p->slots[u % p->P];
+  const int u = p->item_unit, k = p->item_chunk, a = u / p->g.M, m = u % p->g.M;
+  const int t0 = k * p->g.Tc, t1 = t0 + p->g.Tc;
+  struct pipe_slot *sl = &p->slots[u % p->g.P];
   struct lstmd_stage_ws *ws = sl->ws[c];
   const struct lstmd_model *model = p->base.model;
-  const int col = m * p->b + p->c0[c]; /* this slice's first column among the rank's B */
+  const int col = m * p->g.b + p->c0[c]; /* this slice's first column among the rank's B */
   switch (p->item_kind) {
     case LSTMD_PIPE_F: {
       if (k == 0) { /* the unit's window and initial state (see 4.) */
         lstmd_batch_slice(&p->win[a], col, lstmd_stage_ws_batch(ws));
         if (!p->base.cfg.carry_state || p->reset[a]) lstmd_stage_ws_zero_state(ws);
-        else lstmd_stage_ws_set_state(ws, p->state_h, p->state_c, p->B, col);
+        else lstmd_stage_ws_set_state(ws, p->state_h, p->state_c, p->g.B, col);
       }
-      if (!p->st.first) copy_rows(p, sl->act_in, lstmd_stage_ws_input(ws), c, t0, t1, 1);
+      if (!p->g.st.first) copy_rows(p, sl->act_in, lstmd_stage_ws_input(ws), c, t0, t1, 1);
       const struct lstmd_dropout_key key = {p->base.cfg.seed, p->in->first_window + (uint64_t)a,
-                                            p->d * p->B + col};
+                                            p->g.d * p->g.B + col};
       p->loss[c] += lstmd_stage_forward(model, ws, &p->pk, t0, t1, p->in->grad_scale,
                                         p->base.cfg.dropout > 0 ? &key : NULL);
-      if (!p->st.last) copy_rows(p, sl->act_out, (float *)lstmd_stage_ws_output(ws), c, t0, t1, 0);
-      if (k == p->K - 1 && p->base.cfg.carry_state)
-        lstmd_stage_ws_get_final_state(ws, p->state_h, p->state_c, p->B, col);
+      if (!p->g.st.last) copy_rows(p, sl->act_out, (float *)lstmd_stage_ws_output(ws), c, t0, t1, 0);
+      if (k == p->g.K - 1 && p->base.cfg.carry_state)
+        lstmd_stage_ws_get_final_state(ws, p->state_h, p->state_c, p->g.B, col);
       break;
     }
     case LSTMD_PIPE_B:
-      if (!p->st.last) copy_rows(p, sl->grad_in, lstmd_stage_ws_doutput(ws), c, t0, t1, 1);
+      if (!p->g.st.last) copy_rows(p, sl->grad_in, lstmd_stage_ws_doutput(ws), c, t0, t1, 1);
       lstmd_stage_backward_input(model, ws, &p->pk, t0, t1);
-      if (!p->st.first) copy_rows(p, sl->grad_out, (float *)lstmd_stage_ws_dinput(ws), c, t0, t1, 0);
+      if (!p->g.st.first) copy_rows(p, sl->grad_out, (float *)lstmd_stage_ws_dinput(ws), c, t0, t1, 0);
       break;
     case LSTMD_PIPE_W:
       lstmd_stage_backward_weight(model, ws, t0, t1, p->grads[c]);
@@ -408,15 +349,15 @@ static const char *const kItemNames[] = {"F", "B", "W"};
 static int run_op(struct pipe_engine *p, const struct lstmd_pipe_op *op,
                   struct lstmd_step_result *out) {
   const int u = op->unit, k = op->chunk;
-  struct pipe_slot *sl = &p->slots[u % p->P];
+  struct pipe_slot *sl = &p->slots[u % p->g.P];
   if (op->kind == LSTMD_PIPE_F && k == 0) { /* the slot's previous unit must be fully sent */
     for (int i = 0; i < sl->n_sends; i++) LSTMD_TRY(lstmd_p2p_wait(p->p2p, sl->sends[i], NULL));
     sl->n_sends = 0;
   }
-  if (op->kind == LSTMD_PIPE_F && !p->st.first)
-    LSTMD_TRY(wait_recv(p, p->recv_act[u * p->K + k], u, k, "recv wait", &out->p2p_wait_s));
-  if (op->kind == LSTMD_PIPE_B && !p->st.last)
-    LSTMD_TRY(wait_recv(p, p->recv_grad[u * p->K + k], u, k, "recv wait", &out->p2p_wait_s));
+  if (op->kind == LSTMD_PIPE_F && !p->g.st.first)
+    LSTMD_TRY(wait_recv(p, p->recv_act[u * p->g.K + k], u, k, "recv wait", &out->p2p_wait_s));
+  if (op->kind == LSTMD_PIPE_B && !p->g.st.last)
+    LSTMD_TRY(wait_recv(p, p->recv_grad[u * p->g.K + k], u, k, "recv wait", &out->p2p_wait_s));
   p->item_kind = op->kind;
   p->item_unit = u;
   p->item_chunk = k;
@@ -429,16 +370,16 @@ static int run_op(struct pipe_engine *p, const struct lstmd_pipe_op *op,
     snprintf(args, sizeof args, "{\"unit\":%d,\"chunk\":%d}", u, k);
     lstmd_trace_event(p->base.trace, kTidItems, kItemNames[op->kind], t0, t1, args);
   }
-  if (op->kind == LSTMD_PIPE_F && !p->st.last) LSTMD_TRY(send_chunk(p, sl, LSTMD_P2P_UP, u, k, sl->act_out));
-  if (op->kind == LSTMD_PIPE_B && !p->st.first) LSTMD_TRY(send_chunk(p, sl, LSTMD_P2P_DOWN, u, k, sl->grad_out));
+  if (op->kind == LSTMD_PIPE_F && !p->g.st.last) LSTMD_TRY(send_chunk(p, sl, LSTMD_P2P_UP, u, k, sl->act_out));
+  if (op->kind == LSTMD_PIPE_B && !p->g.st.first) LSTMD_TRY(send_chunk(p, sl, LSTMD_P2P_DOWN, u, k, sl->grad_out));
   /* the unit's last W frees its slot for unit u + P, whose receives can go out now */
-  if (op->kind == LSTMD_PIPE_W && k == 0 && u + p->P < p->U) LSTMD_TRY(post_receives(p, u + p->P));
+  if (op->kind == LSTMD_PIPE_W && k == 0 && u + p->g.P < p->g.U) LSTMD_TRY(post_receives(p, u + p->g.P));
   return LSTMD_OK;
 }
 
 /* Sums the slices' gradients of [lo, hi) into model->grads, then over the replicas (see 5.). */
 static int reduce_gradients(struct pipe_engine *p, double *comm_wait_s) {
-  const size_t lo = p->lo[p->s], hi = p->hi[p->s];
+  const size_t lo = p->g.lo[p->g.s], hi = p->g.hi[p->g.s];
   float *g0 = p->grads[0];
   for (int c = 1; c < p->n_slices; c++)
     for (size_t j = lo; j < hi; j++) g0[j] += p->grads[c][j];
@@ -463,37 +404,37 @@ static int pipe_step(struct lstmd_engine *e, const struct lstmd_step_input *in,
                      struct lstmd_step_result *out) {
   struct pipe_engine *p = pipe_of(e);
   *out = (struct lstmd_step_result){0};
-  if (in->windows != p->A) {
-    lstmd_errorf("pipeline engine: %d windows in a step, set up for %d", in->windows, p->A);
+  if (in->windows != p->g.A) {
+    lstmd_errorf("pipeline engine: %d windows in a step, set up for %d", in->windows, p->g.A);
     return LSTMD_EINVAL;
   }
-  for (int a = 0; a < p->A; a++) { /* the source's buffer is valid until its next call */
+  for (int a = 0; a < p->g.A; a++) { /* the source's buffer is valid until its next call */
     const struct lstmd_batch *w = in->next_window(in->ctx, &p->reset[a]);
     lstmd_batch_slice(w, 0, &p->win[a]);
   }
   const struct lstmd_model *m = e->model;
-  for (int i = 0; p->packed[0] && i < p->st.layers; i++) {
-    const float *w_hh = m->params + m->tensors[first_tensor_of_layer(m, p->st.layer0 + i) + 1].offset;
-    lstmd_cpu_pack_rows(4 * p->H, p->H, w_hh, p->packed[2 * i]);
-    lstmd_cpu_pack_cols(4 * p->H, p->H, w_hh, p->packed[2 * i + 1]);
+  for (int i = 0; p->packed[0] && i < p->g.st.layers; i++) {
+    const float *w_hh = m->params + m->tensors[lstmd_pipe_first_tensor_of_layer(m, p->g.st.layer0 + i) + 1].offset;
+    lstmd_cpu_pack_rows(4 * p->g.H, p->g.H, w_hh, p->packed[2 * i]);
+    lstmd_cpu_pack_cols(4 * p->g.H, p->g.H, w_hh, p->packed[2 * i + 1]);
   }
-  const size_t lo = p->lo[p->s], hi = p->hi[p->s];
+  const size_t lo = p->g.lo[p->g.s], hi = p->g.hi[p->g.s];
   for (int c = 0; c < p->n_slices; c++) {
     memset(p->grads[c] + lo, 0, (hi - lo) * sizeof(float));
     p->loss[c] = 0.0;
   }
   p->in = in;
-  for (int u = 0; u < p->U && u < p->P; u++) LSTMD_TRY(post_receives(p, u));
+  for (int u = 0; u < p->g.U && u < p->g.P; u++) LSTMD_TRY(post_receives(p, u));
   lstmd_nvtx_push("pipeline items");
   int rc = LSTMD_OK;
-  for (int i = 0; !rc && i < p->n_ops; i++) rc = run_op(p, &p->ops[i], out);
+  for (int i = 0; !rc && i < p->g.n_ops; i++) rc = run_op(p, &p->g.ops[i], out);
   lstmd_nvtx_pop();
   p->in = NULL;
   if (rc) return rc; /* not agreed: the trainer aborts the job (no wait on pending requests) */
   const double t_sends = lstmd_now_s();
   LSTMD_TRY(lstmd_p2p_wait_all(p->p2p, NULL)); /* every send taken by its receiver */
   out->p2p_wait_s += lstmd_now_s() - t_sends;
-  for (int i = 0; i < p->P; i++) p->slots[i].n_sends = 0;
+  for (int i = 0; i < p->g.P; i++) p->slots[i].n_sends = 0;
   for (int c = 0; c < p->n_slices; c++) out->loss_sum += p->loss[c];
   return reduce_gradients(p, &out->comm_wait_s);
 }
@@ -508,52 +449,30 @@ static int pipe_optim_step(struct lstmd_engine *e, struct lstmd_optim *o, int re
   *out = (struct lstmd_optim_outcome){0};
   const struct lstmd_model *m = e->model;
   double sums[LSTMD_MAX_TENSORS] = {0};
-  for (int t = p->t_lo; t < p->t_hi; t++)
+  for (int t = p->g.t_lo; t < p->g.t_hi; t++)
     sums[t] = lstmd_cpu_sumsq(m->tensors[t].count, m->grads + m->tensors[t].offset);
-  LSTMD_TRY(lstmd_comm_allreduce_sum_f64_within(p->pp, sums, m->n_tensors, e->cfg.comm_timeout_s,
-                                                "the gradient norm's all-reduce")); /* see 5. */
-  double sq = 0.0;
-  for (int t = 0; t < m->n_tensors; t++) sq += sums[t];
-  *grad_norm = sqrt(sq);
+  LSTMD_TRY(lstmd_pipe_global_norm(&p->g, p->pp, m, sums, e->cfg.comm_timeout_s, grad_norm));
   if (!isfinite(*grad_norm)) return LSTMD_ENONFINITE;
   lstmd_nvtx_push("optimizer");
-  lstmd_optim_apply(o, m->params, m->grads, p->lo[p->s], p->hi[p->s], *grad_norm);
+  lstmd_optim_apply(o, m->params, m->grads, p->g.lo[p->g.s], p->g.hi[p->g.s], *grad_norm);
   lstmd_nvtx_pop();
   return LSTMD_OK;
-}
-
-/* Replica 0's stages send their range of buf to rank 0 (collective over the world: the other
- * replicas have nothing to do). */
-static int gather_ranges(struct pipe_engine *p, float *buf) {
-  if (p->d != 0) return LSTMD_OK;
-  size_t counts[LSTMD_MAX_LAYERS], displs[LSTMD_MAX_LAYERS];
-  for (int s = 0; s < p->S; s++) {
-    counts[s] = (p->hi[s] - p->lo[s]) * sizeof(float);
-    displs[s] = p->lo[s] * sizeof(float);
-  }
-  const size_t n = p->base.model->n_params;
-  float *all = p->s == 0 ? malloc(n * sizeof(float)) : NULL;
-  int rc = lstmd_comm_agree(p->pp, p->s == 0 && !all ? LSTMD_ENOMEM : LSTMD_OK, NULL);
-  if (!rc) rc = lstmd_comm_gatherv(p->pp, buf + p->lo[p->s], counts[p->s], all, counts, displs, 0);
-  if (!rc && all) memcpy(buf, all, n * sizeof(float));
-  free(all);
-  return rc;
 }
 
 static int pipe_sync_host(struct lstmd_engine *e, struct lstmd_optim *o,
                           struct lstmd_train_progress *pr) {
   struct pipe_engine *p = pipe_of(e);
   if (pr) pr->loss_scale = 0.0;
-  LSTMD_TRY(gather_ranges(p, e->model->params));
-  if (o) LSTMD_TRY(gather_ranges(p, o->m));
-  if (o && o->v) LSTMD_TRY(gather_ranges(p, o->v));
+  LSTMD_TRY(lstmd_pipe_gather_ranges(&p->g, p->pp, e->model->params));
+  if (o) LSTMD_TRY(lstmd_pipe_gather_ranges(&p->g, p->pp, o->m));
+  if (o && o->v) LSTMD_TRY(lstmd_pipe_gather_ranges(&p->g, p->pp, o->v));
   return LSTMD_OK;
 }
 
 static int pipe_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *val,
                          double *mean_loss, uint64_t *tokens) {
   struct pipe_engine *p = pipe_of(e);
-  LSTMD_TRY(gather_ranges(p, e->model->params));
+  LSTMD_TRY(lstmd_pipe_gather_ranges(&p->g, p->pp, e->model->params));
   if (e->rank != 0) return LSTMD_OK;
   lstmd_cpu_set_blas_threads(p->threads);
   int rc = lstmd_evaluate(e->model, val, e->cfg.seq_len, e->cfg.batch, mean_loss, tokens);
@@ -561,55 +480,14 @@ static int pipe_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *val
   return rc;
 }
 
-/* [layers, B, H] of rank (d, s) ↔ its block of a global [L, D·B, H] state. */
-static void state_block(const struct pipe_engine *p, int s, int d, float *block, float *global,
-                        int to_global) {
-  const int GB = p->D * p->B;
-  const size_t BH = (size_t)p->B * p->H;
-  int layer0 = 0;
-  for (int i = 0; i < s; i++) layer0 += p->base.cfg.stage_layers[i];
-  for (int i = 0; i < p->base.cfg.stage_layers[s]; i++) {
-    float *g = global + ((size_t)(layer0 + i) * GB + (size_t)d * p->B) * p->H, *b = block + i * BH;
-    if (to_global) memcpy(g, b, BH * sizeof(float));
-    else memcpy(b, g, BH * sizeof(float));
-  }
-}
-
 static int pipe_gather_state(struct lstmd_engine *e, float *h, float *c) {
   struct pipe_engine *p = pipe_of(e);
-  const size_t BH = (size_t)p->B * p->H, mine = (size_t)p->st.layers * BH;
-  size_t *counts = calloc(2 * (size_t)e->world, sizeof *counts), *displs = counts + e->world;
-  size_t total = 0;
-  for (int r = 0; counts && r < e->world; r++) {
-    counts[r] = 2 * (size_t)e->cfg.stage_layers[r % p->S] * BH * sizeof(float);
-    displs[r] = total;
-    total += counts[r];
-  }
-  float *send = malloc(2 * mine * sizeof(float));
-  float *all = e->rank == 0 ? malloc(total) : NULL;
-  int rc = lstmd_comm_agree(e->comm, !counts || !send || (e->rank == 0 && !all) ? LSTMD_ENOMEM
-                                                                                 : LSTMD_OK, NULL);
-  if (!rc) {
-    memcpy(send, p->state_h, mine * sizeof(float));
-    memcpy(send + mine, p->state_c, mine * sizeof(float));
-    rc = lstmd_comm_gatherv(e->comm, send, 2 * mine * sizeof(float), all, counts, displs, 0);
-  }
-  for (int r = 0; !rc && all && r < e->world; r++) {
-    float *blk = (float *)((char *)all + displs[r]);
-    const size_t n = (size_t)e->cfg.stage_layers[r % p->S] * BH;
-    state_block(p, r % p->S, r / p->S, blk, h, 1);
-    state_block(p, r % p->S, r / p->S, blk + n, c, 1);
-  }
-  free(send);
-  free(all);
-  free(counts);
-  return rc;
+  return lstmd_pipe_gather_state(&p->g, e, p->state_h, p->state_c, h, c);
 }
 
 static int pipe_set_state(struct lstmd_engine *e, const float *h, const float *c) {
   struct pipe_engine *p = pipe_of(e);
-  state_block(p, p->s, p->d, p->state_h, (float *)h, 0);
-  state_block(p, p->s, p->d, p->state_c, (float *)c, 0);
+  lstmd_pipe_slice_state(&p->g, e, h, c, p->state_h, p->state_c);
   return LSTMD_OK;
 }
 
@@ -624,9 +502,9 @@ static void pipe_describe(const struct lstmd_engine *e, char *buf, size_t n) {
   lstmd_cpu_blas_describe(blas, sizeof blas);
   snprintf(buf, n, "CPU pipeline of %d stages (rank 0: layers %d-%d) x %d replica%s, %s "
            "schedule, %d unit%s of %d column%s x %d time chunk%s per step, %d thread%s per rank, "
-           "%s with %d thread%s per call", p->S, p->st.layer0, p->st.layer0 + p->st.layers - 1,
-           p->D, p->D == 1 ? "" : "s", lstmd_pipe_kind_name(p->kind), p->U, p->U == 1 ? "" : "s",
-           p->b, p->b == 1 ? "" : "s", p->K, p->K == 1 ? "" : "s", p->n_slices,
+           "%s with %d thread%s per call", p->g.S, p->g.st.layer0, p->g.st.layer0 + p->g.st.layers - 1,
+           p->g.D, p->g.D == 1 ? "" : "s", lstmd_pipe_kind_name(p->g.kind), p->g.U, p->g.U == 1 ? "" : "s",
+           p->g.b, p->g.b == 1 ? "" : "s", p->g.K, p->g.K == 1 ? "" : "s", p->n_slices,
            p->n_slices == 1 ? "" : "s", blas, p->blas_threads, p->blas_threads == 1 ? "" : "s");
 }
 

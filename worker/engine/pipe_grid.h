@@ -1,0 +1,68 @@
+/* pipe_grid.h — what both pipeline engines (engine_pipe.c on CPU ranks, engine_pipe_gpu.c on
+ * GPUs) agree on before any compute: where this rank sits in the D × S grid, which layers and
+ * which slice of the flat parameter buffer its stage owns, the op list of pipe_schedule.c, how
+ * the step's windows are cut into units and time chunks, and the host-side collectives over
+ * that layout (the global gradient norm, gathering the stage ranges and the carried state on
+ * rank 0). One definition, so the two engines cannot disagree on a layout or an order.
+ *
+ * Rank r is stage s = r mod S of replica d = r / S. A step's A windows (optim.grad_accum) are
+ * cut into M column micro-batches each: the U = A·M units, unit u = a·M + m is columns
+ * [m·b, m·b + b) of window a; each unit's window is K time chunks of Tc = T / K steps. Units live
+ * in P slots (P = the schedule's peak), unit u in slot u mod P. */
+#ifndef LSTMD_PIPE_GRID_H
+#define LSTMD_PIPE_GRID_H
+
+#include <stddef.h>
+
+#include "engine.h"
+#include "pipe_schedule.h"
+#include "worker/model/model_stage.h"
+
+struct lstmd_comm;
+
+struct lstmd_pipe_grid {
+  int S, D, s, d;        /* stages, replicas; this rank's stage and replica */
+  int A, M, U, K;        /* windows, micro-batches per window, units, time chunks */
+  int T, Tc, B, b, H, P; /* window steps, chunk steps, columns per window / per unit, hidden, slots */
+  enum lstmd_pipe_kind kind;
+  struct lstmd_stage st;                             /* this stage's layers */
+  size_t lo[LSTMD_MAX_LAYERS], hi[LSTMD_MAX_LAYERS]; /* every stage's parameter range */
+  int t_lo, t_hi;                                    /* this stage's tensors */
+  struct lstmd_pipe_op *ops;                         /* this stage's op list */
+  int n_ops;
+};
+
+/* Fills g from the engine's base (cfg, rank, world, model). Returns 0, LSTMD_ECONFIG for a
+ * layout the config checks should have refused (printed), or LSTMD_ENOMEM. Free with
+ * lstmd_pipe_grid_free. */
+int lstmd_pipe_grid_init(struct lstmd_pipe_grid *g, const struct lstmd_engine *base);
+void lstmd_pipe_grid_free(struct lstmd_pipe_grid *g);
+
+/* Index of layer l's first tensor (lstm.weight_ih_l{l}); l = L gives the head's. */
+int lstmd_pipe_first_tensor_of_layer(const struct lstmd_model *m, int l);
+
+/* What a transfer carries, for messages: "activations (F) of unit 3 chunk 1 from stage 0
+ * (rank 4)"; from_to: "from" for a receive's peer, "to" for a send's. */
+void lstmd_pipe_describe_item(char *buf, size_t n, const struct lstmd_pipe_grid *g, int dir,
+                              int u, int k, const char *from_to, int peer_stage);
+
+/* The global gradient norm from this stage's per-tensor sums of squares: sums[t] for t in
+ * [t_lo, t_hi) filled by the caller, the others 0; summed over the replica's stages (pp) and
+ * then in tensor order, so every rank gets the one-rank value. Collective over pp. */
+int lstmd_pipe_global_norm(const struct lstmd_pipe_grid *g, struct lstmd_comm *pp,
+                           const struct lstmd_model *m, double *sums, double timeout_s,
+                           double *norm);
+
+/* Replica 0's stages send their range of buf to rank 0, which gets the whole buffer (the other
+ * replicas return at once). Collective over the replica's pipeline communicator pp. */
+int lstmd_pipe_gather_ranges(const struct lstmd_pipe_grid *g, struct lstmd_comm *pp, float *buf);
+
+/* Every rank's carried state [layers, B, H] (h, c: this stage's layers) into the global
+ * [L, D·B, H] arrays h and c on rank 0. Collective over the world. */
+int lstmd_pipe_gather_state(const struct lstmd_pipe_grid *g, const struct lstmd_engine *e,
+                            const float *state_h, const float *state_c, float *h, float *c);
+/* This rank's block [layers, B, H] of a global [L, D·B, H] state. */
+void lstmd_pipe_slice_state(const struct lstmd_pipe_grid *g, const struct lstmd_engine *e,
+                            const float *h, const float *c, float *state_h, float *state_c);
+
+#endif
