@@ -31,7 +31,7 @@
 #include "worker/selftest/selftest.h"
 #include "cli.h"
 
-static const char *const kGpuGroups[] = {"kernels", "convert", "cudnn", "model", "nccl"};
+static const char *const kGpuGroups[] = {"kernels", "convert", "cudnn", "model", "pipe", "nccl"};
 
 static int is_gpu_group(const char *g) {
   for (size_t i = 0; i < sizeof kGpuGroups / sizeof *kGpuGroups; i++)
@@ -164,7 +164,7 @@ int lstmd_cmd_selftest(int argc, char **argv) {
   int rc = lstmd_parse_opts("selftest", argc, argv, 2, opts, 4);
   if (rc) return rc;
   if (only && strcmp(only, "cpu") && !is_gpu_group(only)) {
-    lstmd_errorf("selftest: --only %s: one of cpu, kernels, convert, cudnn, model, nccl", only);
+    lstmd_errorf("selftest: --only %s: one of cpu, kernels, convert, cudnn, model, pipe, nccl", only);
     return 2;
   }
   if ((only && is_gpu_group(only)) || want_bench) want_gpu = 1;

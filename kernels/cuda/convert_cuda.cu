@@ -41,6 +41,17 @@ extern "C" int lstmd_cuda_cast(size_t n, const void *src, int src_type, void *ds
   return check_launch("cast");
 }
 
+__global__ void mul_kernel(size_t n, void *x, int xt, const float *mask) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    store(x, xt, i, load(x, xt, i) * mask[i]);
+}
+
+extern "C" int lstmd_cuda_mul(size_t n, void *x, int x_type, const float *mask, void *stream) {
+  if (n == 0) return LSTMD_OK;
+  mul_kernel<<<blocks_for(n, 256, 65535u * 8), 256, 0, (cudaStream_t)stream>>>(n, x, x_type, mask);
+  return check_launch("mask multiply");
+}
+
 /* blockIdx.y = segment; x blocks stride over the segment. */
 __global__ void segments_kernel(const lstmd_cuda_segment *segs, const void *src, int st, void *dst,
                                 int dt, int accumulate) {

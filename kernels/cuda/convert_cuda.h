@@ -17,6 +17,9 @@ enum lstmd_cuda_dtype { LSTMD_DT_F32 = 0, LSTMD_DT_F16 = 1, LSTMD_DT_BF16 = 2 };
 /* Bytes of one element. */
 static inline size_t lstmd_dtype_bytes(int dtype) { return dtype == LSTMD_DT_F32 ? 4 : 2; }
 
+/* x[i] *= mask[i] for i < n, x of x_type, computed in fp32 and rounded once (the dropout of a
+ * pipeline stage boundary: mask holds 0 or 1/(1−p)). */
+int lstmd_cuda_mul(size_t n, void *x, int x_type, const float *mask, void *stream);
 /* One contiguous piece: `count` elements from src[src_offset] to dst[dst_offset]. */
 struct lstmd_cuda_segment {
   size_t src_offset, dst_offset, count;

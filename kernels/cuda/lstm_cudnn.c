@@ -306,32 +306,59 @@ int lstmd_cudnn_lstm_weight_map(struct lstmd_cudnn_lstm *l, const size_t *off_w_
   return rc;
 }
 
-int lstmd_cudnn_lstm_forward(struct lstmd_cudnn_lstm *l, int training, const void *x, void *y,
-                             const void *hx, const void *cx, void *hy, void *cy) {
+size_t lstmd_cudnn_lstm_reserve_bytes(const struct lstmd_cudnn_lstm *l) { return l->reserve_bytes; }
+
+static int run_forward(struct lstmd_cudnn_lstm *l, int training, const void *x, void *y,
+                       const void *hx, const void *cx, void *hy, void *cy, void *reserve) {
   CHECK_CUDNN(cudnnRNNForward(l->handle, l->rnn,
                               training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE,
                               l->null_seq ? NULL : l->seq_dev, l->x_desc, x, l->y_desc, y,
                               l->h_desc, hx, hy, l->c_desc, cx, cy, l->w_bytes, l->w,
                               l->work_bytes, l->work, training ? l->reserve_bytes : 0,
-                              training ? l->reserve : NULL),
+                              training ? reserve : NULL),
               l->quiet);
   return LSTMD_OK;
 }
 
-int lstmd_cudnn_lstm_backward(struct lstmd_cudnn_lstm *l, const void *x, const void *y,
-                              const void *dy, void *dx, const void *hx, const void *cx) {
-  const int32_t *seq = l->null_seq ? NULL : l->seq_dev;
-  /* dhy, dcy NULL: no gradient arrives from the next window; dhx, dcx NULL: none is wanted. */
-  CHECK_CUDNN(cudnnRNNBackwardData_v8(l->handle, l->rnn, seq, l->y_desc, y, dy, l->x_desc, dx,
-                                      l->h_desc, hx, NULL, NULL, l->c_desc, cx, NULL, NULL,
-                                      l->w_bytes, l->w, l->work_bytes, l->work, l->reserve_bytes,
-                                      l->reserve),
-              l->quiet);
-  CHECK_CUDNN(cudnnRNNBackwardWeights_v8(l->handle, l->rnn, CUDNN_WGRAD_MODE_ADD, seq, l->x_desc,
-                                         x, l->h_desc, hx, l->y_desc, y, l->w_bytes, l->dw,
-                                         l->work_bytes, l->work, l->reserve_bytes, l->reserve),
+int lstmd_cudnn_lstm_forward(struct lstmd_cudnn_lstm *l, int training, const void *x, void *y,
+                             const void *hx, const void *cx, void *hy, void *cy) {
+  return run_forward(l, training, x, y, hx, cx, hy, cy, l->reserve);
+}
+
+int lstmd_cudnn_lstm_forward_train(struct lstmd_cudnn_lstm *l, const void *x, void *y,
+                                   const void *hx, const void *cx, void *hy, void *cy,
+                                   void *reserve) {
+  return run_forward(l, 1, x, y, hx, cx, hy, cy, reserve);
+}
+
+int lstmd_cudnn_lstm_backward_data(struct lstmd_cudnn_lstm *l, const void *y, const void *dy,
+                                   void *dx, const void *hx, const void *cx, const void *dhy,
+                                   const void *dcy, void *dhx, void *dcx, void *reserve) {
+  CHECK_CUDNN(cudnnRNNBackwardData_v8(l->handle, l->rnn, l->null_seq ? NULL : l->seq_dev,
+                                      l->y_desc, y, dy, l->x_desc, dx, l->h_desc, hx, dhy, dhx,
+                                      l->c_desc, cx, dcy, dcx, l->w_bytes, l->w, l->work_bytes,
+                                      l->work, l->reserve_bytes, reserve),
               l->quiet);
   return LSTMD_OK;
+}
+
+int lstmd_cudnn_lstm_backward_weights(struct lstmd_cudnn_lstm *l, const void *x, const void *hx,
+                                      const void *y, void *reserve) {
+  CHECK_CUDNN(cudnnRNNBackwardWeights_v8(l->handle, l->rnn, CUDNN_WGRAD_MODE_ADD,
+                                         l->null_seq ? NULL : l->seq_dev, l->x_desc, x, l->h_desc,
+                                         hx, l->y_desc, y, l->w_bytes, l->dw, l->work_bytes,
+                                         l->work, l->reserve_bytes, reserve),
+              l->quiet);
+  return LSTMD_OK;
+}
+
+/* One window whole: no gradient arrives from the next window (dhy, dcy NULL) and none is wanted
+ * for the initial state (dhx, dcx NULL): truncated BPTT. */
+int lstmd_cudnn_lstm_backward(struct lstmd_cudnn_lstm *l, const void *x, const void *y,
+                              const void *dy, void *dx, const void *hx, const void *cx) {
+  LSTMD_TRY(lstmd_cudnn_lstm_backward_data(l, y, dy, dx, hx, cx, NULL, NULL, NULL, NULL,
+                                           l->reserve));
+  return lstmd_cudnn_lstm_backward_weights(l, x, hx, y, l->reserve);
 }
 
 int lstmd_cudnn_lstm_zero_dweights(struct lstmd_cudnn_lstm *l) {

@@ -109,6 +109,22 @@ int lstmd_cudnn_lstm_forward(struct lstmd_cudnn_lstm *l, int training, const voi
  * gradients are ADDED into the dweight space. */
 int lstmd_cudnn_lstm_backward(struct lstmd_cudnn_lstm *l, const void *x, const void *y,
                               const void *dy, void *dx, const void *hx, const void *cx);
+/* The pieces of forward and backward with the reserve space passed in, for the pipeline stages
+ * (kernels/cuda/stage_cuda.h), which keep one reserve per time chunk in flight. reserve: at
+ * least lstmd_cudnn_lstm_reserve_bytes, written by the training forward and read by both
+ * backward calls of the same chunk. backward_data takes the gradient of the final state
+ * (dhy/dcy, NULL: zero) and writes that of the initial state (dhx/dcx, NULL: not wanted), so
+ * time chunks chain backwards; backward_weights ADDS into the dweight space and must follow the
+ * chunk's backward_data (cuDNN reads what it left in the reserve). */
+size_t lstmd_cudnn_lstm_reserve_bytes(const struct lstmd_cudnn_lstm *l);
+int lstmd_cudnn_lstm_forward_train(struct lstmd_cudnn_lstm *l, const void *x, void *y,
+                                   const void *hx, const void *cx, void *hy, void *cy,
+                                   void *reserve);
+int lstmd_cudnn_lstm_backward_data(struct lstmd_cudnn_lstm *l, const void *y, const void *dy,
+                                   void *dx, const void *hx, const void *cx, const void *dhy,
+                                   const void *dcy, void *dhx, void *dcx, void *reserve);
+int lstmd_cudnn_lstm_backward_weights(struct lstmd_cudnn_lstm *l, const void *x, const void *hx,
+                                      const void *y, void *reserve);
 /* Zeroes the weight-gradient space (cudaMemsetAsync on the handle's stream). */
 int lstmd_cudnn_lstm_zero_dweights(struct lstmd_cudnn_lstm *l);
 /* Passes NULL instead of the device copy of the sequence lengths to the RNN calls from now on

@@ -8,6 +8,7 @@
  *   engine_gpu.c  one GPU per rank: cuDNN LSTM, cuBLAS head, NCCL (built with the GPU backend)
  *   engine_pipe.c pipeline stages on CPU ranks: a stage's layers, units × time chunks in the
  *                 order of pipe_schedule.c, activations and gradients between stages over p2p
+ *   engine_pipe_gpu.c  the same on one GPU per rank: one cuDNN call per chunk (in the module)
  *
  * A new engine is one more table: fill every operation, add it to
  * lstmd_engine_create (engine.c), and the trainer runs it unchanged. Every operation marked
@@ -154,6 +155,8 @@ int lstmd_engine_cpu_create(const struct lstmd_engine *base, struct lstmd_engine
 /* In the GPU module (gpu_backend.h); lstmd_engine_create reaches it through the module's table. */
 int lstmd_engine_gpu_create(const struct lstmd_engine *base, struct lstmd_engine **out);
 int lstmd_engine_pipe_create(const struct lstmd_engine *base, struct lstmd_engine **out);
+/* In the GPU module too: lstmd_engine_gpu_create hands it a config with stages > 1. */
+int lstmd_engine_pipe_gpu_create(const struct lstmd_engine *base, struct lstmd_engine **out);
 
 /* Threads of this rank for an engine on the CPU: cfg.threads, or when 0 this node's cores
  * shared among its ranks (at least 1). */

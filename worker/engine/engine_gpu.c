@@ -182,6 +182,7 @@ static const struct lstmd_engine_ops kGpuOps;
 
 int lstmd_engine_gpu_create(const struct lstmd_engine *base, struct lstmd_engine **out) {
   *out = NULL;
+  if (base->cfg.stages > 1) return lstmd_engine_pipe_gpu_create(base, out);
   struct gpu_engine *g = calloc(1, sizeof *g);
   if (!g) return LSTMD_ENOMEM;
   g->base = *base;

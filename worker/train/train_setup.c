@@ -119,16 +119,6 @@ static int build(struct run *r) {
                    "only so far; using it", cpu_only);
     backend = LSTMD_DEVICE_CPU;
   }
-  if (cfg->stages > 1 && backend == LSTMD_DEVICE_CUDA) {
-    if (cfg->device == LSTMD_DEVICE_CUDA) {
-      lstmd_errorf("model.stages: pipeline stages run on the CPU backend only so far "
-                   "(train.device=cuda with model.stages = %d)", cfg->stages);
-      return LSTMD_EUNSUPPORTED;
-    }
-    if (r->rank == 0)
-      lstmd_errorf("device auto: pipeline stages run on the CPU backend only so far; using it");
-    backend = LSTMD_DEVICE_CPU;
-  }
   LSTMD_TRY(lstmd_dataset_open_dir(cfg->data_path, &r->train, &r->val, r->rank == 0));
   const struct lstmd_dataset_info *info = &r->train.info;
   struct lstmd_model_shape shape = {.hidden = cfg->hidden, .layers = cfg->layers};
@@ -173,9 +163,10 @@ static int build(struct run *r) {
     lstmd_errorf("%s", why);
     return LSTMD_ECONFIG;
   }
-  const enum lstmd_engine_kind kind = cfg->stages > 1               ? LSTMD_ENGINE_PIPE
-                                      : backend == LSTMD_DEVICE_CUDA ? LSTMD_ENGINE_GPU
-                                                                     : LSTMD_ENGINE_CPU;
+  /* the GPU engine hands a config with stages to its pipeline twin (engine_pipe_gpu.c) */
+  const enum lstmd_engine_kind kind = backend == LSTMD_DEVICE_CUDA ? LSTMD_ENGINE_GPU
+                                      : cfg->stages > 1             ? LSTMD_ENGINE_PIPE
+                                                                    : LSTMD_ENGINE_CPU;
   LSTMD_TRY(lstmd_prefetch_create(r->batcher, &r->train, cfg->seq_len, cfg->batch_size,
                                   &r->prefetch));
   const int rc = lstmd_engine_create(kind, r->model, &ec, r->comm, &r->engine);
