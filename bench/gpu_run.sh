@@ -9,7 +9,8 @@
 #          decisions, NCCL with 1 rank and the host-staged fallback with 2 ranks on the one
 #          GPU), then `lstmd train` on the GPU in
 #          each precision (fp32, tf32, bf16, fp16) and with 2 ranks on one GPU, each against
-#          the same run on the CPU (first-step loss within 1e-3 relative).
+#          the same run on the CPU (first-step loss within 1e-3 relative), and 2 pipeline
+#          stages on the one GPU (fp32 wavefront, fp16 1F1B) against the CPU pipeline.
 #   bench  (about 8 minutes): bench/bench_gpu.sh (lstmd vs PyTorch nn.LSTM + AMP, MFU).
 #
 # Logs go to $OUT (the device tool's folder, else ./gpu-run-out): gpu-run-<stage>.log with a
@@ -67,14 +68,17 @@ selftest_gpu() {
   [[ $rc -eq 0 ]] && ! grep -q '^SKIP' "$TMP/selftest.log"
 }
 
-# train_vs_cpu PRECISION NP: a few steps on the GPU; the first logged loss against the CPU's.
+# train_vs_cpu PRECISION NP [--set k=v ...]: a few steps on the GPU; the first logged loss against
+# the CPU's (the extra settings go to both runs: with model.stages the CPU run is the CPU
+# pipeline engine, the GPU run the GPU one with its stages' transfers through host memory).
 # shellcheck disable=SC2317 # called through check
 train_vs_cpu() {
-  local p=$1 np=$2 dir=$TMP/train-$1-$2
+  local p=$1 np=$2 dir=$TMP/train-$1-$2-$#
+  shift 2
   local common=(--set data.path="$TMP/ds" --set data.seq_len=64 --set data.batch_size=16
                 --set model.embed=32 --set model.hidden=256 --set model.layers=2
                 --set train.steps=20 --set train.log_every=1 --set train.eval_every=10
-                --set train.checkpoint_every=0 --set optim.lr=0.002)
+                --set train.checkpoint_every=0 --set optim.lr=0.002 "$@")
   timeout 240 mpirun -np "$np" "$LSTMD" train "${common[@]}" --set train.device=cuda --set train.precision="$p" \
     --set train.run_dir="$dir/gpu" >"$dir.gpu.log" 2>&1 || { tail -20 "$dir.gpu.log"; return 1; }
   timeout 240 mpirun -np "$np" "$LSTMD" train "${common[@]}" --set train.device=cpu --set train.steps=1 \
@@ -105,6 +109,10 @@ if [[ $STAGE != bench ]]; then
   "$LSTMD" prepare text --input "$ROOT/data/fortunes.txt" --out "$TMP/ds" >/dev/null 2>&1
   for p in fp32 tf32 bf16 fp16; do check "train $p vs CPU" 300 train_vs_cpu "$p" 1; done
   check "train bf16, 2 ranks on one GPU" 300 train_vs_cpu bf16 2
+  check "train fp32, 2 pipeline stages (wavefront K=4)" 300 train_vs_cpu fp32 2 \
+    --set model.stages=2 --set train.time_chunks=4
+  check "train fp16, 2 stages (1f1b M=2 K=2)" 300 train_vs_cpu fp16 2 --set model.stages=2 \
+    --set train.schedule=1f1b --set train.micro_batches=2 --set train.time_chunks=2
 fi
 if [[ $STAGE != checks ]]; then
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr -c 'A-Za-z0-9\n' '-' | tr -s '-')
