@@ -27,6 +27,7 @@
 struct lstmd_comm;
 struct lstmd_dataset;
 struct lstmd_optim;
+struct lstmd_prune;
 struct lstmd_trace;
 struct lstmd_train_progress;
 
@@ -125,6 +126,12 @@ struct lstmd_engine_ops {
   int (*set_state)(struct lstmd_engine *e, const float *h, const float *c);
   /* fp16: the current loss scale; 0 for the other precisions. */
   double (*loss_scale)(const struct lstmd_engine *e);
+  /* Pruning (worker/model/prune.h) after every optim_step, on every rank, for an engine whose
+   * parameters do not live in the host model: what lstmd_prune_after_step does to the host
+   * parameters, done to the engine's (the masks applied; at a pruning step recomputed on the
+   * host from this rank's parameters, which every rank holds identical, then applied). Sets
+   * *recomputed. NULL: the engine trains the host model's parameters, which the trainer masks. */
+  int (*prune)(struct lstmd_engine *e, struct lstmd_prune *p, long step, int *recomputed);
   /* One line for the run's start: device, threads or precision, algorithms, gradient transport. */
   void (*describe)(const struct lstmd_engine *e, char *buf, size_t n);
 };

@@ -36,7 +36,11 @@
  *    more, so the parameters a checkpoint would see are never the broken ones.
  * 5. The cuDNN model is made in start, collectively: rank 0 times cuDNN's algorithms, layouts
  *    and math types on the real shape and the others take its choice, so every rank runs the
- *    same kernels and a run is reproducible (timing alone could pick differently per rank). */
+ *    same kernels and a run is reproducible (timing alone could pick differently per rank).
+ * 6. Pruning: the masks (worker/model/prune.h) live on the device as 0/1 floats and multiply the
+ *    pruned tensors after every update. At a pruning step every rank copies its parameters to
+ *    its host model (the ranks' parameters are identical: the same summed gradients), the host
+ *    recomputes the masks exactly as on the CPU, and they are uploaded again. */
 #define _GNU_SOURCE
 #include "engine_gpu.h"
 
@@ -60,6 +64,7 @@
 #include "worker/io/nvtx.h"
 #include "worker/io/trace.h"
 #include "worker/model/optim.h"
+#include "worker/model/prune.h"
 #include "worker/train/train_config.h"
 
 enum { kMaxRegions = 8 };
@@ -84,6 +89,9 @@ struct gpu_engine {
   cudaEvent_t copy_done[2], inputs_free, scalars_ready, comm_done, regions[kMaxRegions];
   int n_regions, collecting, uploaded;
   size_t ready_hi, bucket_floats;
+  float *masks;      /* device: the pruning masks (0/1) of the pruned tensors, one after the
+                      * other (see 6.); NULL until the first prune */
+  int masks_version; /* the masks uploaded: never / current */
   char device_desc[160];
 };
 
@@ -222,6 +230,7 @@ static void gpu_destroy(struct lstmd_engine *e) {
   cudaFree(g->v);
   cudaFree(g->d_loss);
   cudaFree(g->d_state);
+  cudaFree(g->masks);
   if (g->h_loss) cudaFreeHost(g->h_loss);
   if (g->h_state) cudaFreeHost(g->h_state);
   for (int i = 0; i < 2; i++) {
@@ -583,6 +592,56 @@ static int gpu_set_state(struct lstmd_engine *e, const float *h, const float *c)
   return rc;
 }
 
+/* The masks, as 0/1 floats, to the device (see 6.). */
+static int upload_masks(struct gpu_engine *g, const struct lstmd_prune *pr) {
+  const struct lstmd_model *m = g->base.model;
+  size_t total = 0;
+  for (int i = 0; i < pr->n; i++) total += m->tensors[pr->tensor[i]].count;
+  if (!g->masks) LSTMD_TRY(dev_alloc((void **)&g->masks, total * sizeof(float), "pruning masks"));
+  float *host = NULL;
+  LSTMD_CHECK_CUDA(cudaMallocHost((void **)&host, total * sizeof(float)));
+  for (int i = 0, at = 0; i < pr->n; at += (int)m->tensors[pr->tensor[i]].count, i++)
+    for (size_t j = 0; j < m->tensors[pr->tensor[i]].count; j++) host[at + j] = pr->mask[i][j];
+  const int rc = LSTMD_CUDA_FAILED(cudaMemcpyAsync(g->masks, host, total * sizeof(float),
+                                                   cudaMemcpyHostToDevice, g->compute)) ||
+                         LSTMD_CUDA_FAILED(cudaStreamSynchronize(g->compute))
+                     ? LSTMD_ECUDA
+                     : LSTMD_OK;
+  cudaFreeHost(host);
+  g->masks_version = 1;
+  return rc;
+}
+
+static int apply_masks(struct gpu_engine *g, const struct lstmd_prune *pr) {
+  const struct lstmd_model *m = g->base.model;
+  size_t at = 0;
+  for (int i = 0; i < pr->n; i++) {
+    const struct lstmd_tensor *t = &m->tensors[pr->tensor[i]];
+    LSTMD_TRY(lstmd_cuda_mul(t->count, g->params + t->offset, LSTMD_DT_F32, g->masks + at, g->compute));
+    at += t->count;
+  }
+  return LSTMD_OK;
+}
+
+/* lstmd_prune_after_step on the device's parameters (see 6.). */
+static int gpu_prune(struct lstmd_engine *e, struct lstmd_prune *pr, long step, int *recomputed) {
+  struct gpu_engine *g = gpu_of(e);
+  const struct lstmd_model *m = e->model;
+  *recomputed = 0;
+  if (!g->masks_version) LSTMD_TRY(upload_masks(g, pr)); /* all ones, or a resumed run's */
+  LSTMD_TRY(apply_masks(g, pr));
+  if (lstmd_prune_due(&pr->cfg, step)) {
+    LSTMD_CHECK_CUDA(cudaMemcpyAsync(m->params, g->params, m->n_params * sizeof(float),
+                                     cudaMemcpyDeviceToHost, g->compute));
+    LSTMD_CHECK_CUDA(cudaStreamSynchronize(g->compute));
+    lstmd_prune_update(pr, m, m->params, lstmd_prune_sparsity_at(&pr->cfg, step));
+    LSTMD_TRY(upload_masks(g, pr));
+    LSTMD_TRY(apply_masks(g, pr));
+    *recomputed = 1;
+  }
+  return lstmd_cuda_model_load_weights(g->cm, g->params);
+}
+
 static double gpu_loss_scale(const struct lstmd_engine *e) {
   const struct gpu_engine *g = (const struct gpu_engine *)e;
   return g->fp16 ? g->seen.scaler.scale : 0.0; /* as last read (see 4.) */
@@ -613,5 +672,6 @@ static const struct lstmd_engine_ops kGpuOps = {
     .gather_state = gpu_gather_state,
     .set_state = gpu_set_state,
     .loss_scale = gpu_loss_scale,
+    .prune = gpu_prune,
     .describe = gpu_describe,
 };

@@ -5,7 +5,8 @@
  * set/get round trip of the state there), several training steps with gradient accumulation (SGD and AdamW), fp16 loss scaling
  * with an overflow forced by a huge scale, a checkpoint that goes CPU → GPU → CPU (bit for bit
  * before any GPU step, then against the CPU-only run), and the
- * validation loss computed on the GPU (inference mode) against the CPU's.
+ * validation loss computed on the GPU (inference mode) against the CPU's, and pruning through the
+ * engine's prune op against the host path.
  * Run by `lstmd selftest --gpu` (gpu_selftest.c) on device 0. */
 #define _GNU_SOURCE
 #include <cuda_runtime.h>
@@ -26,6 +27,7 @@
 #include "worker/data/prepare.h"
 #include "worker/model/model.h"
 #include "worker/model/optim.h"
+#include "worker/model/prune.h"
 #include "worker/train/train_config.h"
 #include "worker/selftest/selftest.h"
 
@@ -413,6 +415,72 @@ static void test_training(int algo, int precision, const char *name) {
   lstmd_model_destroy(gpu);
 }
 
+/* Pruning on the GPU engine (its prune op: masks on the device, recomputed on the host at a
+ * pruning step) against the trainer's host path on the CPU engine: 4 SGD steps pruning to 50 %
+ * at steps 2 and 3. Masks are a function of weights that differ by rounding between the
+ * backends, so they must agree on all but a few near-ties; the GPU's pruned weights must be
+ * exactly zero and its masks exactly at the schedule's sparsity. */
+static void test_pruning(void) {
+  enum { kSteps = 4 };
+  struct lstmd_model *cpu = make_model(1, 16, 2, 41), *gpu = clone_model(cpu);
+  struct lstmd_batch b[2];
+  for (int i = 0; i < 2; i++) fill_batch(&b[i], cpu, T, B);
+  struct lstmd_optim_config oc = {.algo = LSTMD_OPTIM_SGD, .lr = 0.05f, .momentum = 0.9f,
+                                  .schedule = LSTMD_SCHEDULE_CONSTANT, .total_steps = kSteps};
+  const struct lstmd_prune_config pc = {.target_sparsity = 0.5f, .begin_step = 2, .end_step = 3,
+                                        .frequency = 1, .power = 3.0f};
+  struct lstmd_optim *o_cpu = NULL, *o_gpu = NULL;
+  struct lstmd_prune *p_cpu = NULL, *p_gpu = NULL;
+  lstmd_optim_create(&oc, cpu->n_params, &o_cpu);
+  lstmd_optim_create(&oc, cpu->n_params, &o_gpu);
+  lstmd_prune_create(&pc, cpu, &p_cpu);
+  lstmd_prune_create(&pc, gpu, &p_gpu);
+  struct lstmd_engine *dc = make_engine(cpu, -1, LSTMD_PRECISION_FP32, 0);
+  struct lstmd_engine *dg = make_engine(gpu, 0, LSTMD_PRECISION_FP32, 0);
+  int rc = dg && dc && p_cpu && p_gpu && dg->ops->prune ? dg->ops->start(dg, o_gpu, NULL) : LSTMD_EINVAL;
+  for (int s = 1; !rc && s <= kSteps; s++) {
+    int recomputed = 0;
+    rc = train(dc, o_cpu, cpu, b, 2, 1, 1, NULL);
+    if (!rc) lstmd_prune_after_step(p_cpu, cpu, cpu->params, s);
+    if (!rc) rc = train(dg, o_gpu, gpu, b, 2, 1, 1, NULL);
+    if (!rc) rc = dg->ops->prune(dg, p_gpu, s, &recomputed);
+    if (!rc && recomputed != lstmd_prune_due(&pc, s)) rc = LSTMD_EINVAL;
+  }
+  if (!rc) rc = dg->ops->sync_host(dg, o_gpu, NULL);
+  lstmd_check_true("pruning: 4 steps on the GPU engine with its prune op", rc == 0);
+  if (!rc) {
+    size_t differ = 0, total = 0, nonzero_pruned = 0;
+    double worst_sparsity = 0.0;
+    for (int i = 0; i < p_gpu->n; i++) {
+      const struct lstmd_tensor *t = &gpu->tensors[p_gpu->tensor[i]];
+      for (size_t j = 0; j < t->count; j++) {
+        differ += p_gpu->mask[i][j] != p_cpu->mask[i][j];
+        nonzero_pruned += !p_gpu->mask[i][j] && gpu->params[t->offset + j] != 0.0f;
+      }
+      total += t->count;
+      worst_sparsity = fmax(worst_sparsity, fabs(lstmd_prune_mask_sparsity(p_gpu, gpu, i) - 0.5));
+    }
+    char what[160];
+    snprintf(what, sizeof what, "pruning: the GPU's pruned weights are exactly zero (%zu are not)",
+             nonzero_pruned);
+    lstmd_check_true(what, nonzero_pruned == 0);
+    snprintf(what, sizeof what, "pruning: masks at 50 %% (worst off by %.4f)", worst_sparsity);
+    lstmd_check_true(what, worst_sparsity < 0.01);
+    snprintf(what, sizeof what, "pruning: GPU and CPU masks agree (%zu of %zu differ, < 1 %%)",
+             differ, total);
+    lstmd_check_true(what, differ * 100 < total);
+  }
+  lstmd_engine_destroy(dc);
+  lstmd_engine_destroy(dg);
+  lstmd_prune_destroy(p_cpu);
+  lstmd_prune_destroy(p_gpu);
+  lstmd_optim_destroy(o_cpu);
+  lstmd_optim_destroy(o_gpu);
+  for (int i = 0; i < 2; i++) free_batch(&b[i]);
+  lstmd_model_destroy(cpu);
+  lstmd_model_destroy(gpu);
+}
+
 /* fp16 with the loss scale at its maximum (2^24) on a small batch and a head 8× its usual size:
  * the scaled output gradient (~2^24/35 · 0.9 · |W|, |W| up to 1) exceeds fp16's 65504, so the
  * first steps must be skipped with the scale halved each time, until one applies. */
@@ -717,6 +785,7 @@ void lstmd_selftest_gpu_model(void) {
   test_training(LSTMD_OPTIM_ADAMW, LSTMD_PRECISION_FP32, "AdamW fp32");
   test_training(LSTMD_OPTIM_SGD, LSTMD_PRECISION_BF16, "SGD bf16");
   test_loss_scaling();
+  test_pruning();
   test_checkpoint_round_trip();
   test_evaluate(1);
   test_evaluate(0);

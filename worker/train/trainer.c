@@ -147,11 +147,14 @@ static int agreed_failure(struct run *r, int status) {
  * pruning step they are recomputed first (prune.h). Every rank holds the same weights after the
  * update (the same summed gradients, the same update), so every rank computes the same masks
  * with no communication. Rank 0 records the sparsity reached at each pruning step. */
-static void prune_after_step(struct run *r) {
+static int prune_after_step(struct run *r) {
   const struct lstmd_prune *p = r->prune;
-  if (!lstmd_prune_after_step(r->prune, r->model, r->model->params, r->progress.step) ||
-      r->rank != 0)
-    return;
+  int recomputed = 0;
+  if (r->engine->ops->prune) /* the parameters live on the device */
+    LSTMD_TRY(r->engine->ops->prune(r->engine, r->prune, r->progress.step, &recomputed));
+  else
+    recomputed = lstmd_prune_after_step(r->prune, r->model, r->model->params, r->progress.step);
+  if (!recomputed || r->rank != 0) return LSTMD_OK;
   const char *names[LSTMD_MAX_TENSORS];
   double sparsity[LSTMD_MAX_TENSORS];
   for (int i = 0; i < p->n; i++) {
@@ -160,6 +163,7 @@ static void prune_after_step(struct run *r) {
   }
   lstmd_metrics_prune(&r->metrics, r->progress.step,
                       lstmd_prune_sparsity_at(&p->cfg, r->progress.step), p->n, names, sparsity);
+  return LSTMD_OK;
 }
 
 /* One optimizer step. *stop is set when any rank was asked to stop (SIGINT/SIGTERM, or the
@@ -239,7 +243,7 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   }
   if (rc) return rc; /* e.g. a CUDA or communication failure: not agreed */
   r->progress.step++;
-  if (r->prune) prune_after_step(r);
+  if (r->prune) LSTMD_TRY(prune_after_step(r)); /* a device failure: not agreed */
   return LSTMD_OK;
 }
 
