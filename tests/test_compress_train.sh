@@ -12,7 +12,7 @@
 #     series: alpha 0 and 1); a resume with a teacher byte for byte; a teacher of another
 #     vocabulary, another horizon or another kind refused (exit 2, naming distill.teacher and
 #     what differs);
-#   refusals (exit 2 naming the key): distillation with train.device=cuda, model.stages 2, a bias in
+#   refusals (exit 2 naming the key): model.stages 2, a bias in
 #     prune.tensors, prune.end_step not after begin_step;
 #   the daemon: a job with [prune] and [distill] submitted with lstmctl succeeds with its pruning
 #     records; a teacher outside --data-root and a bad prune.tensors are refused at submission.
@@ -157,7 +157,6 @@ n_refused=0
 refused distill.teacher vocabulary --set data.path="$TMP/digits" --set distill.teacher="$T"
 refused distill.teacher horizon --set data.path="$TMP/s3" --set distill.teacher="$ST"
 refused distill.teacher "series model" --set distill.teacher="$ST"
-refused distill.teacher train.device=cuda --set distill.teacher="$T" --set train.device=cuda
 refused prune.target_sparsity model.stages "${prune[@]}" --set model.stages=2
 refused prune.tensors bias "${prune[@]}" --set prune.tensors=head.weight,lstm.bias_ih_l0
 refused prune.end_step begin_step "${prune[@]}" --set prune.end_step=2

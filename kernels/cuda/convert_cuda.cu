@@ -115,6 +115,29 @@ __global__ void mse_kernel(size_t n, float *pred, const float *target, float gra
   if (threadIdx.x == 0) atomicAdd(acc, s);
 }
 
+__global__ void kd_mse_kernel(size_t n, float *pred, const float *teacher, const float *target,
+                              float alpha, float grad_scale, const float *scale_by, double *acc) {
+  double s = 0.0;
+  if (scale_by) grad_scale *= *scale_by;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const float dy = pred[i] - target[i], dt = pred[i] - teacher[i];
+    s += (1.0 - alpha) * ((double)dy * dy) + (double)alpha * ((double)dt * dt);
+    if (grad_scale != 0.0f) pred[i] = grad_scale * 2.0f * ((1.0f - alpha) * dy + alpha * dt);
+  }
+  s = block_sum(s);
+  if (threadIdx.x == 0) atomicAdd(acc, s);
+}
+
+extern "C" int lstmd_cuda_kd_mse(size_t n, float *pred, const float *teacher, const float *target,
+                                 float alpha, float grad_scale, const float *scale_by, double *acc,
+                                 void *stream) {
+  if (n == 0) return LSTMD_OK;
+  kd_mse_kernel<<<blocks_for(n, 256, 1024), 256, 0, (cudaStream_t)stream>>>(n, pred, teacher, target,
+                                                                           alpha, grad_scale,
+                                                                           scale_by, acc);
+  return check_launch("distillation mse");
+}
+
 extern "C" int lstmd_cuda_mse(size_t n, float *pred, const float *target, float grad_scale,
                               const float *scale_by, double *acc, void *stream) {
   if (n == 0) return LSTMD_OK;

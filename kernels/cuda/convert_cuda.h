@@ -41,6 +41,12 @@ int lstmd_cuda_sum(size_t n, const float *x, double *acc, void *stream);
 int lstmd_cuda_mse(size_t n, float *pred, const float *target, float grad_scale,
                    const float *scale_by, double *acc, void *stream);
 
+/* Distillation for series (kd_cpu.h's lstmd_cpu_kd_mse): *acc += Σ (1−α)(pred − target)² +
+ * α(pred − teacher)²; if grad_scale·(*scale_by) != 0, pred becomes that times
+ * 2·((1−α)(pred − target) + α(pred − teacher)). */
+int lstmd_cuda_kd_mse(size_t n, float *pred, const float *teacher, const float *target,
+                      float alpha, float grad_scale, const float *scale_by, double *acc,
+                      void *stream);
 #ifdef __cplusplus
 }
 #endif

@@ -95,6 +95,62 @@ __global__ void softmax_xent(int V, float *logits, const int32_t *targets, float
       z[v] = grad_scale * (expf(z[v] - logsum) - (v == t ? 1.0f : 0.0f));
 }
 
+/* kd_cpu.h's lstmd_cpu_kd_softmax_xent, one block per row: the hard term as softmax_xent, the
+ * soft term's log-sum-exps at temperature T max-shifted; every read of z is reduced before the
+ * row is overwritten with its gradient. */
+__global__ void kd_softmax_xent(int V, float *z_all, const float *zt_all, const int32_t *targets,
+                                float temperature, float alpha, float grad_scale,
+                                const float *scale_by, float *row_loss) {
+  __shared__ float shared[32];
+  float *z = z_all + (size_t)blockIdx.x * V;
+  const float *zt = zt_all + (size_t)blockIdx.x * V;
+  const float inv_t = 1.0f / temperature;
+  float mx = -INFINITY, mxs = -INFINITY, mxt = -INFINITY;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    mx = fmaxf(mx, z[v]);
+    mxt = fmaxf(mxt, zt[v] * inv_t);
+  }
+  mx = block_reduce<true>(mx, shared);
+  mxt = block_reduce<true>(mxt, shared);
+  mxs = mx * inv_t; /* T > 0: the max of z/T is max(z)/T */
+  float sum = 0.0f, sums = 0.0f, sumt = 0.0f;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    sum += expf(z[v] - mx);
+    sums += expf(z[v] * inv_t - mxs);
+    sumt += expf(zt[v] * inv_t - mxt);
+  }
+  sum = block_reduce<false>(sum, shared);
+  sums = block_reduce<false>(sums, shared);
+  sumt = block_reduce<false>(sumt, shared);
+  const float logsum = logf(sum) + mx, ls_s = logf(sums) + mxs, ls_t = logf(sumt) + mxt;
+  float kl = 0.0f;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    const float log_pt = zt[v] * inv_t - ls_t, log_ps = z[v] * inv_t - ls_s;
+    kl += expf(log_pt) * (log_pt - log_ps);
+  }
+  kl = block_reduce<false>(kl, shared);
+  const int t = targets[blockIdx.x];
+  if (threadIdx.x == 0)
+    row_loss[blockIdx.x] = (1.0f - alpha) * (logsum - z[t]) + alpha * temperature * temperature * kl;
+  __syncthreads();
+  if (scale_by) grad_scale *= *scale_by;
+  if (grad_scale == 0.0f) return;
+  const float hard = (1.0f - alpha) * grad_scale, soft = alpha * temperature * grad_scale;
+  for (int v = threadIdx.x; v < V; v += blockDim.x)
+    z[v] = hard * (expf(z[v] - logsum) - (v == t ? 1.0f : 0.0f)) +
+           soft * (expf(z[v] * inv_t - ls_s) - expf(zt[v] * inv_t - ls_t));
+}
+
+extern "C" int lstmd_cuda_kd_softmax_xent(int N, int V, float *logits, const float *teacher,
+                                          const int32_t *targets, float temperature, float alpha,
+                                          float grad_scale, const float *scale_by,
+                                          float *row_loss, void *stream) {
+  if (N > 0)
+    kd_softmax_xent<<<N, 128, 0, (cudaStream_t)stream>>>(V, logits, teacher, targets, temperature,
+                                                           alpha, grad_scale, scale_by, row_loss);
+  return check_launch("distillation softmax cross-entropy");
+}
+
 extern "C" int lstmd_cuda_softmax_xent(int N, int V, float *logits, const int32_t *targets,
                                        float grad_scale, const float *scale_by, float *row_loss,
                                        void *stream) {

@@ -30,6 +30,14 @@ int lstmd_cuda_embedding_backward(int N, int E, const float *dout, const int32_t
  * scale; NULL: 1). */
 int lstmd_cuda_softmax_xent(int N, int V, float *logits, const int32_t *targets, float grad_scale,
                             const float *scale_by, float *row_loss, void *stream);
+/* Distillation (kd_cpu.h's lstmd_cpu_kd_softmax_xent on the device), per row against the
+ * teacher's logits [N,V]: row_loss = (1−α)·CE + α·T²·KL(softmax(zt/T) ‖ softmax(z/T)); with
+ * grad_scale·(*scale_by) != 0 the logits become that times (1−α)·(softmax(z) − onehot) +
+ * α·T·(softmax(z/T) − softmax(zt/T)). In float, not kd_cpu.c's double sums. */
+int lstmd_cuda_kd_softmax_xent(int N, int V, float *logits, const float *teacher,
+                               const int32_t *targets, float temperature, float alpha,
+                               float grad_scale, const float *scale_by, float *row_loss,
+                               void *stream);
 /* The updates read their coefficients from the step's decision on the device
  * (kernels/optim_rules.h: apply, coef = unscale × clip factor, lr, bias corrections), so the
  * host never waits for the gradient norm; with apply 0 they leave everything as it was. */

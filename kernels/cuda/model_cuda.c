@@ -70,6 +70,8 @@ struct lstmd_cuda_model {
   size_t cf_off;
   double *eval_loss; /* the loss sum of evaluation forwards (not used: per-row results are) */
   const float *loss_scale; /* device float multiplying training gradients, or NULL */
+  const float *kd_teacher; /* distillation: the teacher's output [N,O] on the device, or NULL */
+  float kd_temperature, kd_alpha;
   int cur, state_zero;
   const void *bw_x, *bw_hx, *bw_cx; /* what the last training forward used, for backward */
   size_t device_bytes;
@@ -451,12 +453,29 @@ int lstmd_cuda_model_forward(struct lstmd_cuda_model *m, const float *params, fl
   LSTMD_CHECK_CUBLAS(cublasSgemm(m->blas, CUBLAS_OP_T, CUBLAS_OP_N, O, N, H, &one, params + l->off_head_w,
                          H, m->yf, H, &zero, m->out, O));
   LSTMD_CHECK_CUBLAS(cublasSger(m->blas, O, N, &one, params + l->off_head_b, 1, m->ones, 1, m->out, O));
+  const float *teacher = training ? m->kd_teacher : NULL; /* evaluation scores the plain loss */
   if (l->text) {
-    LSTMD_TRY(lstmd_cuda_softmax_xent(N, O, m->out, m->in.targets, grad_scale, scale_by,
-                                      m->row_loss, m->stream));
+    if (teacher)
+      LSTMD_TRY(lstmd_cuda_kd_softmax_xent(N, O, m->out, teacher, m->in.targets, m->kd_temperature,
+                                           m->kd_alpha, grad_scale, scale_by, m->row_loss, m->stream));
+    else
+      LSTMD_TRY(lstmd_cuda_softmax_xent(N, O, m->out, m->in.targets, grad_scale, scale_by,
+                                        m->row_loss, m->stream));
     return lstmd_cuda_sum((size_t)N, m->row_loss, loss_acc, m->stream);
   }
+  if (teacher)
+    return lstmd_cuda_kd_mse((size_t)N * O, m->out, teacher, m->in.y, m->kd_alpha, grad_scale,
+                             scale_by, loss_acc, m->stream);
   return lstmd_cuda_mse((size_t)N * O, m->out, m->in.y, grad_scale, scale_by, loss_acc, m->stream);
+}
+
+const float *lstmd_cuda_model_output(const struct lstmd_cuda_model *m) { return m->out; }
+
+void lstmd_cuda_model_set_distill(struct lstmd_cuda_model *m, const float *teacher_out,
+                                  float temperature, float alpha) {
+  m->kd_teacher = teacher_out;
+  m->kd_temperature = temperature;
+  m->kd_alpha = alpha;
 }
 
 int lstmd_cuda_model_backward(struct lstmd_cuda_model *m, const float *params, float *grads,

@@ -138,6 +138,15 @@ int lstmd_cuda_model_eval(struct lstmd_cuda_model *m, const float *params, float
  * runs: the fp16 loss scale, which the optimizer's decision updates on the device); NULL: 1. */
 void lstmd_cuda_model_scale_gradients_by(struct lstmd_cuda_model *m, const float *device_scale);
 
+/* The head's output [N,O] on the device (logits / predictions after a forward with grad_scale
+ * 0; their gradient after a training forward). */
+const float *lstmd_cuda_model_output(const struct lstmd_cuda_model *m);
+/* Distillation: training forwards score kd_cpu.h's loss against teacher_out (the device output
+ * [N,O] of the teacher's forward on the same inputs, read when the loss kernel runs) at
+ * temperature T and weight alpha; NULL restores the plain loss. Evaluation is always plain. */
+void lstmd_cuda_model_set_distill(struct lstmd_cuda_model *m, const float *teacher_out,
+                                  float temperature, float alpha);
+
 /* Passes NULL as cuDNN's device sequence lengths from now on (the GPU test checks both). */
 void lstmd_cuda_model_null_seq_lengths(struct lstmd_cuda_model *m, int on);
 

@@ -40,7 +40,12 @@
  * 6. Pruning: the masks (worker/model/prune.h) live on the device as 0/1 floats and multiply the
  *    pruned tensors after every update. At a pruning step every rank copies its parameters to
  *    its host model (the ranks' parameters are identical: the same summed gradients), the host
- *    recomputes the masks exactly as on the CPU, and they are uploaded again. */
+ *    recomputes the masks exactly as on the CPU, and they are uploaded again.
+ * 7. Distillation: the teacher is a second cuDNN model of the same (T, B) on the same device,
+ *    made like the student (rank 0's cuDNN choice), with its parameters uploaded once. Each
+ *    window it runs forward in inference mode from a zero state on a device copy of the
+ *    student's inputs, and the student's training loss reads its output (model_cuda.h's
+ *    set_distill: kd_cpu.h's loss); evaluation scores the plain loss. */
 #define _GNU_SOURCE
 #include "engine_gpu.h"
 
@@ -75,6 +80,10 @@ struct gpu_engine {
   cudaStream_t compute, copy, comm_stream;
   struct lstmd_cuda_model_config mc; /* made in start, with rank 0's cuDNN choice (see 5.) */
   struct lstmd_cuda_model *cm;
+  struct lstmd_cuda_model_config tc;  /* distillation: the teacher's, made in start too (see 7.) */
+  struct lstmd_cuda_model *teacher;   /* NULL: no distillation */
+  float *t_params;                    /* device: the teacher's parameters */
+  double *d_teacher_loss;             /* device: the teacher forward's loss (unused) */
   struct lstmd_nccl *nccl; /* NULL with one rank */
   float *params, *grads, *m, *v; /* device [n_params] */
   double *d_loss;                /* device: loss summed since the host last read it (see 1.) */
@@ -211,6 +220,13 @@ int lstmd_engine_gpu_create(const struct lstmd_engine *base, struct lstmd_engine
       .allow_tf32 = cfg->precision == LSTMD_PRECISION_TF32, .dropout = cfg->dropout,
       .seed = cfg->seed * 1000003ULL + (unsigned)base->rank, .algo = -1};
   lstmd_gpu_model_layout(base->model, &g->mc.layout);
+  if (cfg->teacher) {
+    g->tc = g->mc;
+    g->tc.dropout = 0.0f;
+    lstmd_gpu_model_layout(cfg->teacher, &g->tc.layout);
+    if (!rc) rc = dev_alloc((void **)&g->t_params, cfg->teacher->n_params * sizeof(float), "teacher parameters");
+    if (!rc) rc = dev_alloc((void **)&g->d_teacher_loss, sizeof(double), "the teacher's loss");
+  }
   if (rc) {
     gpu_destroy(&g->base);
     return rc;
@@ -224,6 +240,9 @@ static void gpu_destroy(struct lstmd_engine *e) {
   if (g->compute) cudaStreamSynchronize(g->compute);
   lstmd_nccl_destroy(g->nccl);
   lstmd_cuda_model_destroy(g->cm);
+  lstmd_cuda_model_destroy(g->teacher);
+  cudaFree(g->t_params);
+  cudaFree(g->d_teacher_loss);
   cudaFree(g->params);
   cudaFree(g->grads);
   cudaFree(g->m);
@@ -249,25 +268,36 @@ static void gpu_destroy(struct lstmd_engine *e) {
   free(g);
 }
 
-/* The model on every rank with rank 0's cuDNN set-up (see 5.): rank 0 times the candidates,
+/* A model on every rank with rank 0's cuDNN set-up (see 5.): rank 0 times the candidates,
  * the ranks vote on its success, it broadcasts the choice, the others make theirs with it
  * forced, and the ranks vote again. Collective. */
-static int create_model(struct gpu_engine *g) {
+static int create_one(struct gpu_engine *g, struct lstmd_cuda_model_config *mc,
+                      struct lstmd_cuda_model **out) {
   struct lstmd_comm *c = g->base.comm;
   const int several = g->base.world > 1, root = g->base.rank == 0;
-  int rc = root || !several ? lstmd_cuda_model_create(&g->mc, g->compute, &g->cm) : LSTMD_OK;
+  int rc = root || !several ? lstmd_cuda_model_create(mc, g->compute, out) : LSTMD_OK;
   if (several) {
     LSTMD_TRY(lstmd_comm_agree(c, rc, NULL));
-    if (root) lstmd_cuda_model_choice(g->cm, &g->mc.choice);
-    LSTMD_TRY(lstmd_comm_bcast(c, &g->mc.choice, sizeof g->mc.choice, 0)); /* three ints */
+    if (root) lstmd_cuda_model_choice(*out, &mc->choice);
+    LSTMD_TRY(lstmd_comm_bcast(c, &mc->choice, sizeof mc->choice, 0)); /* three ints */
     if (!root) {
-      g->mc.force_choice = 1;
-      rc = lstmd_cuda_model_create(&g->mc, g->compute, &g->cm);
+      mc->force_choice = 1;
+      rc = lstmd_cuda_model_create(mc, g->compute, out);
     }
     rc = lstmd_comm_agree(c, rc, NULL);
   }
-  if (!rc && g->fp16) lstmd_cuda_model_scale_gradients_by(g->cm, &g->d_state->scaler.scale);
   return rc;
+}
+
+/* The student, then the teacher (see 7.). Collective. */
+static int create_model(struct gpu_engine *g) {
+  LSTMD_TRY(create_one(g, &g->mc, &g->cm));
+  if (g->fp16) lstmd_cuda_model_scale_gradients_by(g->cm, &g->d_state->scaler.scale);
+  if (!g->base.cfg.teacher) return LSTMD_OK;
+  LSTMD_TRY(create_one(g, &g->tc, &g->teacher));
+  lstmd_cuda_model_set_distill(g->cm, lstmd_cuda_model_output(g->teacher),
+                               g->base.cfg.kd_temperature, g->base.cfg.kd_alpha);
+  return LSTMD_OK;
 }
 
 /* Collectives first, so that a local failure below cannot leave another rank inside one: the
@@ -287,6 +317,10 @@ static int gpu_start(struct lstmd_engine *e, const struct lstmd_optim *o,
   st->applied = o ? o->step : 0;
   LSTMD_CHECK_CUDA(cudaMemcpy(g->d_state, st, sizeof *st, cudaMemcpyHostToDevice));
   LSTMD_CHECK_CUDA(cudaMemcpy(g->params, g->base.model->params, n, cudaMemcpyHostToDevice));
+  const struct lstmd_model *teacher = g->base.cfg.teacher;
+  if (teacher)
+    LSTMD_CHECK_CUDA(cudaMemcpy(g->t_params, teacher->params, teacher->n_params * sizeof(float),
+                                cudaMemcpyHostToDevice));
   if (o) {
     LSTMD_CHECK_CUDA(cudaMemcpy(g->m, o->m, n, cudaMemcpyHostToDevice));
     if (o->v) LSTMD_CHECK_CUDA(cudaMemcpy(g->v, o->v, n, cudaMemcpyHostToDevice));
@@ -295,6 +329,7 @@ static int gpu_start(struct lstmd_engine *e, const struct lstmd_optim *o,
    * may return before the DMA from its staging buffer is done. */
   LSTMD_CHECK_CUDA(cudaDeviceSynchronize());
   LSTMD_TRY(lstmd_cuda_model_load_weights(g->cm, g->params));
+  if (g->teacher) LSTMD_TRY(lstmd_cuda_model_load_weights(g->teacher, g->t_params));
   LSTMD_CHECK_CUDA(cudaStreamSynchronize(g->compute));
   g->uploaded = 1;
   return LSTMD_OK;
@@ -404,6 +439,22 @@ static int on_ready(void *ctx, size_t first) {
   return rc;
 }
 
+/* The teacher's output on the window the student's inputs hold (see 7.). */
+static int teacher_forward(struct gpu_engine *g) {
+  const struct lstmd_cuda_inputs *from = lstmd_cuda_model_inputs(g->cm);
+  struct lstmd_cuda_inputs *to = lstmd_cuda_model_inputs(g->teacher);
+  const struct lstmd_model_shape *s = &g->base.model->shape;
+  const size_t N = (size_t)g->base.cfg.seq_len * g->base.cfg.batch;
+  if (s->kind == LSTMD_MODEL_TEXT)
+    LSTMD_CHECK_CUDA(cudaMemcpyAsync(to->ids, from->ids, N * sizeof(int32_t), cudaMemcpyDeviceToDevice, g->compute));
+  else
+    LSTMD_CHECK_CUDA(cudaMemcpyAsync(to->x, from->x, N * s->width * sizeof(float), cudaMemcpyDeviceToDevice, g->compute));
+  lstmd_nvtx_push("teacher forward");
+  const int rc = lstmd_cuda_model_forward(g->teacher, g->t_params, 0.0f, 0, 0, g->d_teacher_loss);
+  lstmd_nvtx_pop();
+  return rc;
+}
+
 /* One window; dropout masks are cuDNN's own (seeded per rank), so `window` is not needed. The
  * loss is added on the device; the host reads it (and waits) only on the last window of a
  * logged step (see 1.). */
@@ -428,6 +479,7 @@ static int gpu_window(struct lstmd_engine *e, const struct lstmd_batch *batch, f
   g->collecting = last && g->nccl && !staged;
   g->ready_hi = g->base.model->n_params;
   g->n_regions = 0;
+  if (g->teacher) LSTMD_TRY(teacher_forward(g)); /* see 7. */
   lstmd_nvtx_push("forward");
   int rc = lstmd_cuda_model_forward(g->cm, g->params, grad_scale, 1, g->base.cfg.carry_state,
                                     g->d_loss); /* fp16: times the device's loss scale */

@@ -5,8 +5,9 @@
  * set/get round trip of the state there), several training steps with gradient accumulation (SGD and AdamW), fp16 loss scaling
  * with an overflow forced by a huge scale, a checkpoint that goes CPU → GPU → CPU (bit for bit
  * before any GPU step, then against the CPU-only run), and the
- * validation loss computed on the GPU (inference mode) against the CPU's, and pruning through the
- * engine's prune op against the host path.
+ * validation loss computed on the GPU (inference mode) against the CPU's, pruning through the
+ * engine's prune op against the host path, and distillation (a teacher on the device) against
+ * the CPU engine's.
  * Run by `lstmd selftest --gpu` (gpu_selftest.c) on device 0. */
 #define _GNU_SOURCE
 #include <cuda_runtime.h>
@@ -481,6 +482,66 @@ static void test_pruning(void) {
   lstmd_model_destroy(gpu);
 }
 
+/* Distillation on the GPU engine (a teacher model on the device, kd losses in CUDA) against the
+ * CPU engine's (kd_cpu.c): 3 AdamW steps from an H16 student and an H24 teacher of 2 layers,
+ * T = 2, alpha 0.5, text and series: losses per step and the updates. */
+static void test_distill(int text) {
+  enum { kSteps = 3 };
+  struct lstmd_model *cpu = make_model(text, 16, 2, 51), *gpu = clone_model(cpu);
+  struct lstmd_model *teacher = make_model(text, 24, 2, 52);
+  float *p0 = malloc(cpu->n_params * sizeof(float));
+  memcpy(p0, cpu->params, cpu->n_params * sizeof(float));
+  struct lstmd_batch b[2];
+  for (int i = 0; i < 2; i++) fill_batch(&b[i], cpu, T, B);
+  struct lstmd_optim_config oc = {.algo = LSTMD_OPTIM_ADAMW, .lr = 0.01f, .beta1 = 0.9f,
+                                  .beta2 = 0.999f, .eps = 1e-8f, .schedule = LSTMD_SCHEDULE_CONSTANT,
+                                  .total_steps = kSteps};
+  struct lstmd_optim *o_cpu = NULL, *o_gpu = NULL;
+  lstmd_optim_create(&oc, cpu->n_params, &o_cpu);
+  lstmd_optim_create(&oc, cpu->n_params, &o_gpu);
+  struct lstmd_engine_config c = {.seq_len = T, .batch = B, .seed = 3, .bucket_mb = 4.0,
+                                  .comm_timeout_s = 60.0, .threads = 1,
+                                  .precision = LSTMD_PRECISION_FP32, .teacher = teacher,
+                                  .kd_temperature = 2.0f, .kd_alpha = 0.5f};
+  struct lstmd_engine *dc = NULL, *dg = NULL;
+  int rc = lstmd_engine_create(LSTMD_ENGINE_CPU, cpu, &c, NULL, &dc);
+  if (!rc) rc = lstmd_engine_create(LSTMD_ENGINE_GPU, gpu, &c, NULL, &dg);
+  if (!rc) rc = dg->ops->start(dg, o_gpu, NULL);
+  double lc[kSteps], lg[kSteps];
+  if (!rc) rc = train(dc, o_cpu, cpu, b, 2, kSteps, 1, lc);
+  if (!rc) rc = train(dg, o_gpu, gpu, b, 2, kSteps, 1, lg);
+  if (!rc) rc = dg->ops->sync_host(dg, o_gpu, NULL);
+  char what[160];
+  snprintf(what, sizeof what, "distillation %s: %d steps on both engines", text ? "text" : "series",
+           kSteps);
+  lstmd_check_true(what, rc == 0);
+  if (!rc) {
+    double worst = 0.0;
+    for (int s = 0; s < kSteps; s++) worst = fmax(worst, fabs(lg[s] - lc[s]) / lc[s]);
+    snprintf(what, sizeof what, "distillation %s: losses per step (rel %.1e < 1e-4)",
+             text ? "text" : "series", worst);
+    lstmd_check_true(what, worst < 1e-4);
+    float *dcpu = malloc(cpu->n_params * sizeof(float)), *dgpu = malloc(cpu->n_params * sizeof(float));
+    for (size_t i = 0; i < cpu->n_params; i++) {
+      dcpu[i] = cpu->params[i] - p0[i];
+      dgpu[i] = gpu->params[i] - p0[i];
+    }
+    snprintf(what, sizeof what, "distillation %s: parameter updates", text ? "text" : "series");
+    check_rel(what, dgpu, dcpu, cpu->n_params, 2e-2);
+    free(dcpu);
+    free(dgpu);
+  }
+  lstmd_engine_destroy(dc);
+  lstmd_engine_destroy(dg);
+  lstmd_optim_destroy(o_cpu);
+  lstmd_optim_destroy(o_gpu);
+  for (int i = 0; i < 2; i++) free_batch(&b[i]);
+  free(p0);
+  lstmd_model_destroy(cpu);
+  lstmd_model_destroy(gpu);
+  lstmd_model_destroy(teacher);
+}
+
 /* fp16 with the loss scale at its maximum (2^24) on a small batch and a head 8× its usual size:
  * the scaled output gradient (~2^24/35 · 0.9 · |W|, |W| up to 1) exceeds fp16's 65504, so the
  * first steps must be skipped with the scale halved each time, until one applies. */
@@ -786,6 +847,8 @@ void lstmd_selftest_gpu_model(void) {
   test_training(LSTMD_OPTIM_SGD, LSTMD_PRECISION_BF16, "SGD bf16");
   test_loss_scaling();
   test_pruning();
+  test_distill(1);
+  test_distill(0);
   test_checkpoint_round_trip();
   test_evaluate(1);
   test_evaluate(0);

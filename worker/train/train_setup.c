@@ -93,14 +93,6 @@ static int load_teacher(struct run *r) {
 
 static int build(struct run *r) {
   const struct lstmd_train_config *cfg = r->cfg;
-  /* Distillation runs on the CPU engine only: the GPU engine has no teacher forward yet.
-   * (Pruning runs on both: the GPU engine masks its device parameters, engine.h's prune.) */
-  const char *cpu_only = cfg->distill_teacher[0] ? "distill.teacher" : NULL;
-  if (cpu_only && cfg->device == LSTMD_DEVICE_CUDA) { /* the same verdict on every rank */
-    lstmd_errorf("%s: distillation runs on the CPU backend only so far (train.device=cuda)",
-                 cpu_only);
-    return LSTMD_ECONFIG;
-  }
   /* Before anything a rank can fail at alone: the choice is collective (device_select.h). */
   int backend, gpu;
   LSTMD_TRY(lstmd_device_choose(cfg->device, r->comm, &backend, &gpu));
@@ -111,12 +103,6 @@ static int build(struct run *r) {
   }
   if (backend == LSTMD_DEVICE_CPU && cfg->precision != LSTMD_PRECISION_FP32 && r->rank == 0)
     lstmd_errorf("train.precision applies to the GPU backend; the CPU backend trains in fp32");
-  if (cpu_only && backend == LSTMD_DEVICE_CUDA) {
-    if (r->rank == 0)
-      lstmd_errorf("device auto: %s is set, and distillation runs on the CPU backend only so "
-                   "far; using it", cpu_only);
-    backend = LSTMD_DEVICE_CPU;
-  }
   LSTMD_TRY(lstmd_dataset_open_dir(cfg->data_path, &r->train, &r->val, r->rank == 0));
   const struct lstmd_dataset_info *info = &r->train.info;
   struct lstmd_model_shape shape = {.hidden = cfg->hidden, .layers = cfg->layers};
