@@ -270,6 +270,19 @@ int lstmd_nccl_mode(const struct lstmd_nccl *n) { return n->mode; }
 const char *lstmd_nccl_describe(const struct lstmd_nccl *n) { return n->desc; }
 int lstmd_nccl_failed(struct lstmd_nccl *n) { return n->failed; }
 
+int lstmd_nccl_wait_event(struct lstmd_nccl *n, void *event) {
+  for (long spins = 0;; spins++) {
+    const cudaError_t q = cudaEventQuery((cudaEvent_t)event);
+    if (q == cudaSuccess) return LSTMD_OK;
+    if (q != cudaErrorNotReady) {
+      LSTMD_CHECK_CUDA(q); /* waiting for the GPU */
+      return LSTMD_OK;
+    }
+    if (n && n->failed) return LSTMD_ECOMM; /* the watchdog said why */
+    if (spins > 2000) sleep_us(20);
+  }
+}
+
 void lstmd_nccl_watch(struct lstmd_nccl *n, void *event) {
   pthread_mutex_lock(&n->mu);
   n->watched = (cudaEvent_t)event;

@@ -46,5 +46,8 @@ void lstmd_nccl_watch(struct lstmd_nccl *n, void *event);
 void lstmd_nccl_describe_library(char *buf, size_t n);
 /* Non-zero once the communicator failed (error or timeout; already aborted, reason printed). */
 int lstmd_nccl_failed(struct lstmd_nccl *n);
+/* Waits on the host for an event (a cudaEvent_t), polling it and n's failure flag (n may be
+ * NULL), so that a failed peer ends the wait: 0, LSTMD_ECUDA (printed) or LSTMD_ECOMM. */
+int lstmd_nccl_wait_event(struct lstmd_nccl *n, void *event);
 
 #endif

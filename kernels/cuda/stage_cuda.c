@@ -27,7 +27,7 @@
 #include "dense_cuda.h"
 #include "lstm_cudnn.h"
 
-enum { kMaxSlotAllocs = 16, kMaxStageSlots = 256 };
+enum { kMaxSlotAllocs = 16 };
 
 struct stage_slot {
   struct lstmd_cuda_inputs in; /* [T,b] ids / targets, [T,b,W] x, [T,b,O] y */
@@ -64,7 +64,10 @@ static int dev_alloc(struct lstmd_cuda_stage *st, void *pp, size_t bytes, const 
   void **p = pp;
   *p = NULL;
   if (bytes == 0) return LSTMD_OK;
-  if (st->n_allocs == st->max_allocs) return LSTMD_ENOMEM;
+  if (st->n_allocs == st->max_allocs) {
+    lstmd_errorf("GPU stage: more buffers than planned (%d): a bug", st->max_allocs);
+    return LSTMD_EINVAL;
+  }
   const cudaError_t e = cudaMalloc(p, bytes);
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -87,8 +90,33 @@ static size_t chunk_off(const struct lstmd_cuda_stage *st, int k, int width) {
 }
 static char *at(void *base, size_t elements, size_t es) { return (char *)base + elements * es; }
 
-/* The cuDNN stack of the stage: tensor-op math first for fp16, default math if refused (see
- * lstm_cudnn.c, 4.). */
+/* One forward, backward-data and backward-weights of a chunk on zeroed scratch buffers, while
+ * the stack is quiet: cuDNN may refuse a math type only when it first runs (lstm_cudnn.c, 4.). */
+static int trial(struct lstmd_cuda_stage *st) {
+  const size_t N = (size_t)st->N, H = (size_t)st->cfg.layout.hidden;
+  const size_t xb = N * st->I * st->es, yb = N * H * st->es;
+  const size_t rb = lstmd_cudnn_lstm_reserve_bytes(st->lstm);
+  char *buf = NULL;
+  if (cudaMalloc((void **)&buf, 2 * xb + 2 * yb + rb) != cudaSuccess) {
+    cudaGetLastError();
+    return LSTMD_ENOMEM;
+  }
+  int rc = LSTMD_CUDA_FAILED(cudaMemsetAsync(buf, 0, 2 * xb + 2 * yb + rb, st->stream)) ? LSTMD_ECUDA : LSTMD_OK;
+  char *x = buf, *dx = x + xb, *y = dx + xb, *dy = y + yb, *reserve = dy + yb;
+  if (!rc) rc = lstmd_cudnn_lstm_forward_train(st->lstm, x, y, NULL, NULL, NULL, NULL, reserve);
+  if (!rc) rc = lstmd_cudnn_lstm_backward_data(st->lstm, y, dy, dx, NULL, NULL, NULL, NULL, NULL,
+                                               NULL, reserve);
+  if (!rc) rc = lstmd_cudnn_lstm_backward_weights(st->lstm, x, NULL, y, reserve);
+  cudaError_t e = cudaStreamSynchronize(st->stream); /* a kernel that fails does so here */
+  if (e == cudaSuccess) e = cudaGetLastError();
+  if (e != cudaSuccess && !rc) rc = LSTMD_EUNSUPPORTED;
+  cudaGetLastError();
+  cudaFree(buf);
+  return rc;
+}
+
+/* The cuDNN stack of the stage: tensor-op math first for fp16, default math if it is refused
+ * at set-up or in the trial run (see lstm_cudnn.c, 4.). */
 static int make_lstm(struct lstmd_cuda_stage *st) {
   const struct lstmd_cuda_stage_config *c = &st->cfg;
   struct lstmd_cudnn_lstm_config lc = {
@@ -97,13 +125,18 @@ static int make_lstm(struct lstmd_cuda_stage *st) {
       .seed = c->seed, .algo = LSTMD_RNN_STANDARD, .packed = 0, .default_math = 0,
       .quiet = c->dtype == LSTMD_DT_F16};
   int rc = lstmd_cudnn_lstm_create(st->dnn, &lc, &st->lstm);
-  if (rc == LSTMD_EUNSUPPORTED) {
+  if (!rc && lc.quiet) rc = trial(st);
+  if (rc == LSTMD_EUNSUPPORTED && lc.quiet) {
+    lstmd_cudnn_lstm_destroy(st->lstm);
+    st->lstm = NULL;
     lc.default_math = 1;
     lc.quiet = 0;
     rc = lstmd_cudnn_lstm_create(st->dnn, &lc, &st->lstm);
+    if (!rc) rc = trial(st);
   }
   if (rc) return rc;
   lstmd_cudnn_lstm_set_quiet(st->lstm, 0);
+  LSTMD_TRY(lstmd_cudnn_lstm_zero_dweights(st->lstm)); /* the trial added into them */
   snprintf(st->desc, sizeof st->desc, "cuDNN standard, %s math, %d step%s x %d column%s per call",
            lstmd_cudnn_math_name(lstmd_cudnn_lstm_math_type(&lc)), lc.steps,
            lc.steps == 1 ? "" : "s", lc.batch, lc.batch == 1 ? "" : "s");
@@ -185,8 +218,7 @@ int lstmd_cuda_stage_create(const struct lstmd_cuda_stage_config *cfg, void *str
   *out = NULL;
   const struct lstmd_cuda_model_layout *l = &cfg->layout;
   if (cfg->layers < 1 || cfg->layer0 < 0 || cfg->layer0 + cfg->layers > l->layers ||
-      cfg->chunks < 1 || cfg->steps % cfg->chunks || cfg->batch < 1 || cfg->slots < 1 ||
-      cfg->slots > kMaxStageSlots) {
+      cfg->chunks < 1 || cfg->steps % cfg->chunks || cfg->batch < 1 || cfg->slots < 1) {
     lstmd_errorf("GPU stage: invalid shape (layers %d+%d of %d, T %d, K %d, b %d, %d slots)",
                  cfg->layer0, cfg->layers, l->layers, cfg->steps, cfg->chunks, cfg->batch,
                  cfg->slots);

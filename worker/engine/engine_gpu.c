@@ -107,19 +107,7 @@ struct gpu_engine {
 static struct gpu_engine *gpu_of(struct lstmd_engine *e) { return (struct gpu_engine *)e; }
 
 /* Waits for an event, watching the NCCL watchdog (see 1.). */
-static int wait_event(struct gpu_engine *g, cudaEvent_t ev) {
-  struct timespec ts = {0, 20000};
-  for (long spins = 0;; spins++) {
-    cudaError_t q = cudaEventQuery(ev);
-    if (q == cudaSuccess) return LSTMD_OK;
-    if (q != cudaErrorNotReady) {
-      LSTMD_CHECK_CUDA(q); /* waiting for the GPU */
-      return LSTMD_OK;
-    }
-    if (g->nccl && lstmd_nccl_failed(g->nccl)) return LSTMD_ECOMM;
-    if (spins > 2000) nanosleep(&ts, NULL);
-  }
-}
+static int wait_event(struct gpu_engine *g, cudaEvent_t ev) { return lstmd_nccl_wait_event(g->nccl, ev); }
 
 static int dtype_of(int precision) {
   return precision == LSTMD_PRECISION_FP16 ? LSTMD_DT_F16

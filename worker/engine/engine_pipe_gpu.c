@@ -71,7 +71,15 @@ struct gpipe_engine {
   int dtype, fp16;
   size_t es;
   cudaStream_t stream;
-  cudaEvent_t copied; /* after a device → host copy the host waits for */
+  cudaEvent_t copied;  /* after a device → host copy the host waits for */
+  cudaEvent_t reduced; /* after the step's gradient sum, for the NCCL watchdog (see 4.) */
+  struct pending_send { /* a chunk being copied to the host, sent once the copy is done */
+    int active, dir, u, k;
+    struct gslot *slot;
+    void *host;
+  } pending;
+  int abandoned; /* a step failed with transfers in flight: their buffers stay (comm/p2p.h) */
+  int device_ready;
   struct lstmd_cuda_stage *cs;
   struct lstmd_comm *pp, *dp;
   struct lstmd_p2p *p2p;
@@ -193,6 +201,7 @@ static int alloc_device(struct gpipe_engine *p) {
   if (!(p->carry_h = malloc(carry * sizeof(float)))) return LSTMD_ENOMEM;
   LSTMD_CHECK_CUDA(cudaStreamCreateWithFlags(&p->stream, cudaStreamNonBlocking));
   LSTMD_CHECK_CUDA(cudaEventCreateWithFlags(&p->copied, cudaEventDisableTiming));
+  LSTMD_CHECK_CUDA(cudaEventCreateWithFlags(&p->reduced, cudaEventDisableTiming));
   return LSTMD_OK;
 }
 
@@ -213,6 +222,7 @@ int lstmd_engine_pipe_gpu_create(const struct lstmd_engine *base, struct lstmd_e
   lstmd_loss_scaler_init(&p->seen.scaler);
   int rc = lstmd_pipe_grid_init(&p->g, base);
   if (!rc) rc = lstmd_cuda_use_device(base->cfg.gpu_device);
+  p->device_ready = !rc;
   if (!rc) lstmd_cuda_describe_device(p->device_desc, sizeof p->device_desc);
   if (!rc) rc = alloc_device(p);
   if (!rc) rc = alloc_host(p);
@@ -227,7 +237,8 @@ int lstmd_engine_pipe_gpu_create(const struct lstmd_engine *base, struct lstmd_e
 
 static void gp_destroy(struct lstmd_engine *e) {
   struct gpipe_engine *p = gp_of(e);
-  if (p->stream) cudaStreamSynchronize(p->stream);
+  const int comm_failed = p->nccl && lstmd_nccl_failed(p->nccl);
+  if (p->stream && !comm_failed) cudaStreamSynchronize(p->stream); /* a failed one may never end */
   lstmd_p2p_destroy(p->p2p);
   lstmd_nccl_destroy(p->nccl);
   lstmd_comm_free(p->pp);
@@ -235,8 +246,10 @@ static void gp_destroy(struct lstmd_engine *e) {
   lstmd_cuda_stage_destroy(p->cs);
   for (int i = 0; p->slots && i < p->g.P; i++) {
     struct gslot *sl = &p->slots[i];
-    void *host[] = {sl->unit.ids, sl->unit.targets, sl->unit.x, sl->unit.y, sl->act_in,
-                    sl->grad_in, sl->act_out, sl->grad_out, sl->mask_host};
+    /* after a failed step MPI may still write into the receive buffers until the job ends */
+    void *host[] = {sl->unit.ids, sl->unit.targets, sl->unit.x, sl->unit.y, sl->act_out,
+                    sl->grad_out, sl->mask_host, p->abandoned ? NULL : sl->act_in,
+                    p->abandoned ? NULL : sl->grad_in};
     for (size_t j = 0; j < sizeof host / sizeof host[0]; j++)
       if (host[j]) cudaFreeHost(host[j]);
     cudaFree(sl->mask);
@@ -254,15 +267,18 @@ static void gp_destroy(struct lstmd_engine *e) {
   free(p->reset);
   free(p->recv_act);
   free(p->recv_grad);
-  void *dev[] = {p->params, p->grads, p->m, p->v, p->d_loss, p->d_sums, p->d_state, p->carry, p->carry_f};
-  for (size_t j = 0; j < sizeof dev / sizeof dev[0]; j++) cudaFree(dev[j]);
-  void *host[] = {p->h_loss, p->h_sums, p->h_state};
-  for (size_t j = 0; j < sizeof host / sizeof host[0]; j++)
-    if (host[j]) cudaFreeHost(host[j]);
+  if (p->device_ready) { /* cudaFree(NULL) alone would make a context on device 0 */
+    void *dev[] = {p->params, p->grads, p->m, p->v, p->d_loss, p->d_sums, p->d_state, p->carry, p->carry_f};
+    for (size_t j = 0; j < sizeof dev / sizeof dev[0]; j++) cudaFree(dev[j]);
+    void *host[] = {p->h_loss, p->h_sums, p->h_state};
+    for (size_t j = 0; j < sizeof host / sizeof host[0]; j++)
+      if (host[j]) cudaFreeHost(host[j]);
+    if (p->copied) cudaEventDestroy(p->copied);
+    if (p->reduced) cudaEventDestroy(p->reduced);
+    if (p->stream) cudaStreamDestroy(p->stream);
+    cudaGetLastError();
+  }
   free(p->carry_h);
-  if (p->copied) cudaEventDestroy(p->copied);
-  if (p->stream) cudaStreamDestroy(p->stream);
-  cudaGetLastError();
   lstmd_pipe_grid_free(&p->g);
   free(p);
 }
@@ -341,24 +357,36 @@ static int post_receives(struct gpipe_engine *p, int u) {
   return LSTMD_OK;
 }
 
-/* Chunk k of a device buffer to the slot's pinned message buffer, then sent (see 1.). */
-static int send_chunk(struct gpipe_engine *p, struct gslot *sl, int dir, int u, int k,
+/* Chunk k of a device buffer to the slot's pinned message buffer; sent by flush_send once the
+ * copy is done, after the next item's compute has been enqueued (so the GPU does not idle while
+ * the host waits for the copy), and before any wait that could depend on it (see 1.). */
+static int start_send(struct gpipe_engine *p, struct gslot *sl, int dir, int u, int k,
                       const void *dev, void *host) {
   const size_t chunk = msg_bytes(p);
   char *h = (char *)host + k * chunk;
   LSTMD_CHECK_CUDA(cudaMemcpyAsync(h, dev, chunk, cudaMemcpyDeviceToHost, p->stream));
   LSTMD_CHECK_CUDA(cudaEventRecord(p->copied, p->stream));
+  p->pending = (struct pending_send){1, dir, u, k, sl, h};
+  return LSTMD_OK;
+}
+
+static int flush_send(struct gpipe_engine *p) {
+  struct pending_send *ps = &p->pending;
+  if (!ps->active) return LSTMD_OK;
+  ps->active = 0;
   LSTMD_CHECK_CUDA(cudaEventSynchronize(p->copied));
-  const int peer = dir == LSTMD_P2P_UP ? p->g.s + 1 : p->g.s - 1;
+  const int peer = ps->dir == LSTMD_P2P_UP ? p->g.s + 1 : p->g.s - 1;
   char what[128];
-  lstmd_pipe_describe_item(what, sizeof what, &p->g, dir, u, k, "to", peer);
-  return lstmd_p2p_isend(p->p2p, dir, peer, lstmd_pipe_tag(u, k, p->g.K), h, chunk, what,
-                         &sl->sends[sl->n_sends++]);
+  lstmd_pipe_describe_item(what, sizeof what, &p->g, ps->dir, ps->u, ps->k, "to", peer);
+  struct gslot *sl = ps->slot;
+  return lstmd_p2p_isend(p->p2p, ps->dir, peer, lstmd_pipe_tag(ps->u, ps->k, p->g.K), ps->host,
+                         msg_bytes(p), what, &sl->sends[sl->n_sends++]);
 }
 
 /* Waits for a received chunk and copies it to the device. */
 static int receive_chunk(struct gpipe_engine *p, lstmd_p2p_req r, int u, int k, const void *host,
                          void *dev, double *p2p_wait_s) {
+  LSTMD_TRY(flush_send(p)); /* the peer may be waiting for it before it can send this */
   const double t0 = lstmd_now_s();
   LSTMD_TRY(lstmd_p2p_wait(p->p2p, r, NULL));
   const double t1 = lstmd_now_s();
@@ -377,6 +405,7 @@ static int receive_chunk(struct gpipe_engine *p, lstmd_p2p_req r, int u, int k, 
 /* The unit's columns of its window to the device, and its initial state (first F). */
 static int begin_unit(struct gpipe_engine *p, struct gslot *sl, int u, int slot) {
   const int a = u / p->g.M, m = u % p->g.M;
+  LSTMD_TRY(flush_send(p));
   for (int i = 0; i < sl->n_sends; i++) LSTMD_TRY(lstmd_p2p_wait(p->p2p, sl->sends[i], NULL));
   sl->n_sends = 0;
   LSTMD_CHECK_CUDA(cudaEventSynchronize(sl->inputs_copied)); /* the previous unit's copy */
@@ -420,7 +449,7 @@ static const char *const kItemNames[] = {"F", "B", "W"};
 
 static int run_op(struct gpipe_engine *p, const struct lstmd_pipe_op *op,
                   struct lstmd_step_result *out) {
-  const int u = op->unit, k = op->chunk, slot = u % p->g.P, a = u / p->g.M, m = u % p->g.M;
+  const int u = op->unit, k = op->chunk, slot = u % p->g.P, m = u % p->g.M;
   struct gslot *sl = &p->slots[slot];
   struct lstmd_cuda_stage *cs = p->cs;
   const float *mask;
@@ -436,8 +465,9 @@ static int run_op(struct gpipe_engine *p, const struct lstmd_pipe_op *op,
       LSTMD_TRY(lstmd_cuda_stage_forward(cs, slot, k, p->params, p->in->grad_scale, mask, p->d_loss));
       if (k == p->g.K - 1 && p->base.cfg.carry_state)
         LSTMD_TRY(lstmd_cuda_stage_end_unit(cs, slot, carry_at(p, m, 0), carry_at(p, m, 1)));
+      LSTMD_TRY(flush_send(p)); /* the previous item's, now that this one is enqueued */
       if (!p->g.st.last)
-        LSTMD_TRY(send_chunk(p, sl, LSTMD_P2P_UP, u, k,
+        LSTMD_TRY(start_send(p, sl, LSTMD_P2P_UP, u, k,
                              lstmd_cuda_stage_chunk(cs, LSTMD_STAGE_OUTPUT, slot, k), sl->act_out));
       break;
     case LSTMD_PIPE_B:
@@ -446,19 +476,20 @@ static int run_op(struct gpipe_engine *p, const struct lstmd_pipe_op *op,
                                 lstmd_cuda_stage_chunk(cs, LSTMD_STAGE_DOUTPUT, slot, k), &waited));
       LSTMD_TRY(chunk_mask(p, sl, u, k, 0, &mask));
       LSTMD_TRY(lstmd_cuda_stage_backward_data(cs, slot, k, p->params, mask));
-      if (!p->g.st.first) /* the stage below waits for this before W runs (see 1.) */
-        LSTMD_TRY(send_chunk(p, sl, LSTMD_P2P_DOWN, u, k,
+      LSTMD_TRY(flush_send(p));
+      if (!p->g.st.first) /* copied before W is enqueued, sent right after it (see 1.) */
+        LSTMD_TRY(start_send(p, sl, LSTMD_P2P_DOWN, u, k,
                              lstmd_cuda_stage_chunk(cs, LSTMD_STAGE_DINPUT, slot, k), sl->grad_out));
       break;
     case LSTMD_PIPE_W:
       LSTMD_TRY(lstmd_cuda_stage_backward_weights(cs, slot, k, p->grads));
+      LSTMD_TRY(flush_send(p));
       if (k == 0 && u + p->g.P < p->g.U) { /* the slot's pinned buffers are free once done */
         LSTMD_CHECK_CUDA(cudaStreamSynchronize(p->stream));
         LSTMD_TRY(post_receives(p, u + p->g.P));
       }
       break;
   }
-  (void)a;
   const double t1 = lstmd_now_s();
   out->p2p_wait_s += waited;
   out->busy_s += t1 - t0 - waited;
@@ -470,9 +501,8 @@ static int run_op(struct gpipe_engine *p, const struct lstmd_pipe_op *op,
   return LSTMD_OK;
 }
 
-static int gp_step(struct lstmd_engine *e, const struct lstmd_step_input *in,
-                   struct lstmd_step_result *out) {
-  struct gpipe_engine *p = gp_of(e);
+static int run_step(struct gpipe_engine *p, const struct lstmd_step_input *in,
+                    struct lstmd_step_result *out) {
   *out = (struct lstmd_step_result){0};
   if (in->windows != p->g.A) {
     lstmd_errorf("GPU pipeline engine: %d windows in a step, set up for %d", in->windows, p->g.A);
@@ -492,6 +522,7 @@ static int gp_step(struct lstmd_engine *e, const struct lstmd_step_input *in,
   lstmd_nvtx_push("pipeline items (GPU)");
   int rc = LSTMD_OK;
   for (int i = 0; !rc && i < p->g.n_ops; i++) rc = run_op(p, &p->g.ops[i], out);
+  if (!rc) rc = flush_send(p);
   lstmd_nvtx_pop();
   p->in = NULL;
   if (rc) return rc; /* not agreed: the trainer aborts the job */
@@ -507,14 +538,20 @@ static int gp_step(struct lstmd_engine *e, const struct lstmd_step_input *in,
     LSTMD_TRY(lstmd_nccl_allreduce_sum(p->nccl, p->grads + lo, hi - lo, p->stream));
     lstmd_nvtx_pop();
   }
-  LSTMD_CHECK_CUDA(cudaEventRecord(p->copied, p->stream));
-  LSTMD_CHECK_CUDA(cudaEventSynchronize(p->copied));
-  if (p->nccl) {
-    out->comm_wait_s = lstmd_now_s() - t_reduce;
-    if (lstmd_nccl_failed(p->nccl)) return LSTMD_ECOMM;
-  }
+  LSTMD_CHECK_CUDA(cudaEventRecord(p->reduced, p->stream));
+  if (p->nccl) lstmd_nccl_watch(p->nccl, p->reduced);
+  LSTMD_TRY(lstmd_nccl_wait_event(p->nccl, p->reduced)); /* a stalled replica ends it (see 4.) */
+  if (p->nccl) out->comm_wait_s = lstmd_now_s() - t_reduce;
   out->loss_sum = *p->h_loss;
   return LSTMD_OK;
+}
+
+static int gp_step(struct lstmd_engine *e, const struct lstmd_step_input *in,
+                   struct lstmd_step_result *out) {
+  struct gpipe_engine *p = gp_of(e);
+  const int rc = run_step(p, in, out);
+  if (rc) p->abandoned = 1; /* transfers may be in flight: their buffers stay (comm/p2p.h) */
+  return rc;
 }
 
 /* ---- the update (see 3.), and the state rank 0 needs ---- */
