@@ -67,6 +67,11 @@ struct lstmd_nccl {
 };
 
 
+static void sleep_us(long us) {
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+  nanosleep(&ts, NULL);
+}
+
 /* Looks for two ranks on one GPU in the gathered table; describes the first pair in why. */
 static int find_shared_gpu(const struct peer *all, int n, char *why, size_t len) {
   for (int i = 0; i < n; i++)
@@ -79,10 +84,6 @@ static int find_shared_gpu(const struct peer *all, int n, char *why, size_t len)
 }
 
 #if LSTMD_WITH_NCCL
-static void sleep_us(long us) {
-  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-  nanosleep(&ts, NULL);
-}
 
 /* Polls until the communicator's pending operation is done (see 2.); bounded by the timeout. */
 static ncclResult_t settle(struct lstmd_nccl *n) {

@@ -97,6 +97,7 @@ static int trial(struct lstmd_cuda_stage *st) {
   const size_t xb = N * st->I * st->es, yb = N * H * st->es;
   const size_t rb = lstmd_cudnn_lstm_reserve_bytes(st->lstm);
   char *buf = NULL;
+  cudaGetLastError(); /* an earlier error must not read as this trial's */
   if (cudaMalloc((void **)&buf, 2 * xb + 2 * yb + rb) != cudaSuccess) {
     cudaGetLastError();
     return LSTMD_ENOMEM;
@@ -109,10 +110,13 @@ static int trial(struct lstmd_cuda_stage *st) {
   if (!rc) rc = lstmd_cudnn_lstm_backward_weights(st->lstm, x, NULL, y, reserve);
   cudaError_t e = cudaStreamSynchronize(st->stream); /* a kernel that fails does so here */
   if (e == cudaSuccess) e = cudaGetLastError();
-  if (e != cudaSuccess && !rc) rc = LSTMD_EUNSUPPORTED;
-  cudaGetLastError();
   cudaFree(buf);
-  return rc;
+  if (e == cudaSuccess) return rc;
+  /* a sticky error (the context is lost) is a failure, not a math type to retry without */
+  const int sticky = cudaDeviceSynchronize() != cudaSuccess;
+  if (sticky) lstmd_errorf("cuDNN LSTM trial run: %s", cudaGetErrorString(e));
+  cudaGetLastError();
+  return rc ? rc : sticky ? LSTMD_ECUDA : LSTMD_EUNSUPPORTED;
 }
 
 /* The cuDNN stack of the stage: tensor-op math first for fp16, default math if it is refused

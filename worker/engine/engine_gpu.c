@@ -42,7 +42,8 @@
  *    its host model (the ranks' parameters are identical: the same summed gradients), the host
  *    recomputes the masks exactly as on the CPU, and they are uploaded again.
  * 7. Distillation: the teacher is a second cuDNN model of the same (T, B) on the same device,
- *    made like the student (rank 0's cuDNN choice), with its parameters uploaded once. Each
+ *    made like the student (rank 0's cuDNN choice) but in fp32 whatever the student's precision
+ *    (the CPU's soft targets), with its parameters uploaded once. Each
  *    window it runs forward in inference mode from a zero state on a device copy of the
  *    student's inputs, and the student's training loss reads its output (model_cuda.h's
  *    set_distill: kd_cpu.h's loss); evaluation scores the plain loss. */
@@ -211,6 +212,8 @@ int lstmd_engine_gpu_create(const struct lstmd_engine *base, struct lstmd_engine
   if (cfg->teacher) {
     g->tc = g->mc;
     g->tc.dropout = 0.0f;
+    g->tc.dtype = LSTMD_DT_F32; /* soft targets without 16-bit error, as the CPU's teacher */
+    g->tc.allow_tf32 = 0;
     lstmd_gpu_model_layout(cfg->teacher, &g->tc.layout);
     if (!rc) rc = dev_alloc((void **)&g->t_params, cfg->teacher->n_params * sizeof(float), "teacher parameters");
     if (!rc) rc = dev_alloc((void **)&g->d_teacher_loss, sizeof(double), "the teacher's loss");
@@ -554,7 +557,8 @@ static int gpu_optim_step(struct lstmd_engine *e, struct lstmd_optim *o, int rep
   else if (!rc)
     rc = lstmd_cuda_sgd(n, g->params, g->grads, g->m, c->momentum, c->weight_decay, g->d_state,
                         g->compute);
-  if (!rc) rc = lstmd_cuda_model_load_weights(g->cm, g->params); /* unchanged when skipped */
+  /* unchanged when skipped; with pruning the prune op refreshes it after masking */
+  if (!rc && !g->masks_version) rc = lstmd_cuda_model_load_weights(g->cm, g->params);
   if (!rc && report) {
     rc = read_state(g, o, 0, &out->bad_steps_ago);
     out->grad_norm = g->seen.norm;
@@ -637,10 +641,15 @@ static int upload_masks(struct gpu_engine *g, const struct lstmd_prune *pr) {
   const struct lstmd_model *m = g->base.model;
   size_t total = 0;
   for (int i = 0; i < pr->n; i++) total += m->tensors[pr->tensor[i]].count;
-  if (!g->masks) LSTMD_TRY(dev_alloc((void **)&g->masks, total * sizeof(float), "pruning masks"));
+  if (!g->masks && cudaMalloc((void **)&g->masks, total * sizeof(float)) != cudaSuccess) {
+    cudaGetLastError(); /* (not dev_alloc: its legacy-stream memset could land after the copy) */
+    g->masks = NULL;
+    lstmd_errorf("CUDA: cannot allocate %.1f MiB for the pruning masks", (double)total * 4 / 1048576.0);
+    return LSTMD_ENOMEM;
+  }
   float *host = NULL;
   LSTMD_CHECK_CUDA(cudaMallocHost((void **)&host, total * sizeof(float)));
-  for (int i = 0, at = 0; i < pr->n; at += (int)m->tensors[pr->tensor[i]].count, i++)
+  for (size_t i = 0, at = 0; i < (size_t)pr->n; at += m->tensors[pr->tensor[i]].count, i++)
     for (size_t j = 0; j < m->tensors[pr->tensor[i]].count; j++) host[at + j] = pr->mask[i][j];
   const int rc = LSTMD_CUDA_FAILED(cudaMemcpyAsync(g->masks, host, total * sizeof(float),
                                                    cudaMemcpyHostToDevice, g->compute)) ||

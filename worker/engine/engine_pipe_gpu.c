@@ -246,10 +246,10 @@ static void gp_destroy(struct lstmd_engine *e) {
   lstmd_cuda_stage_destroy(p->cs);
   for (int i = 0; p->slots && i < p->g.P; i++) {
     struct gslot *sl = &p->slots[i];
-    /* after a failed step MPI may still write into the receive buffers until the job ends */
-    void *host[] = {sl->unit.ids, sl->unit.targets, sl->unit.x, sl->unit.y, sl->act_out,
-                    sl->grad_out, sl->mask_host, p->abandoned ? NULL : sl->act_in,
-                    p->abandoned ? NULL : sl->grad_in};
+    /* after a failed step MPI may still use the message buffers until the job ends */
+    void *host[] = {sl->unit.ids, sl->unit.targets, sl->unit.x, sl->unit.y, sl->mask_host,
+                    p->abandoned ? NULL : sl->act_in, p->abandoned ? NULL : sl->grad_in,
+                    p->abandoned ? NULL : sl->act_out, p->abandoned ? NULL : sl->grad_out};
     for (size_t j = 0; j < sizeof host / sizeof host[0]; j++)
       if (host[j]) cudaFreeHost(host[j]);
     cudaFree(sl->mask);
@@ -503,6 +503,7 @@ static int run_op(struct gpipe_engine *p, const struct lstmd_pipe_op *op,
 
 static int run_step(struct gpipe_engine *p, const struct lstmd_step_input *in,
                     struct lstmd_step_result *out) {
+  p->pending.active = 0;
   *out = (struct lstmd_step_result){0};
   if (in->windows != p->g.A) {
     lstmd_errorf("GPU pipeline engine: %d windows in a step, set up for %d", in->windows, p->g.A);
