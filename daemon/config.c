@@ -27,6 +27,8 @@ struct cfg_key {
 };
 
 static const char *const kOrders[] = {"shuffle", "stream", NULL};
+static const char *const kTargets[] = {"level", "delta", NULL};          /* lstmd_series_target */
+static const char *const kWindowNorms[] = {"none", "last", "mean", NULL}; /* lstmd_window_norm */
 static const char *const kAlgos[] = {"adamw", "sgd", NULL};
 static const char *const kSchedules[] = {"cosine", "constant", NULL};
 static const char *const kDevices[] = {"cpu", "cuda", "auto", NULL}; /* enum lstmd_device */
@@ -44,9 +46,13 @@ static const struct cfg_key kKeys[] = {
      "windows per step on each rank"},
     {"data", "order", CFG_ENUM, F(order), 0, "shuffle", 0, 0, kOrders,
      "shuffle: random windows, zero state each; stream: B parallel streams, state carried"},
+    {"data", "window_norm", CFG_ENUM, F(window_norm), 0, "none", 0, 0, kWindowNorms,
+     "series: shift (last) or shift and scale (mean) each window by its inputs' statistics"},
     {"model", "embed", CFG_INT, F(embed), 0, "64", 1, 65536, NULL, "embedding width (text)"},
     {"model", "hidden", CFG_INT, F(hidden), 0, "256", 1, 65536, NULL, "LSTM hidden size"},
     {"model", "layers", CFG_INT, F(layers), 0, "2", 1, 16, NULL, "stacked LSTM layers"},
+    {"model", "target", CFG_ENUM, F(series_target), 0, "level", 0, 0, kTargets,
+     "series: predict the next values (level) or their change from the current one (delta)"},
     {"model", "dropout", CFG_FLOAT, F(dropout), 0, "0", 0, 0.95, NULL,
      "dropout on the output of every LSTM layer but the last"},
     {"model", "stages", CFG_INT, F(stages), 0, "1", 1, 16, NULL,

@@ -389,6 +389,8 @@ static Onnx__StringStringEntryProto **metadata(struct builder *b, const struct l
     kv[n++] = lists[1] = float_json(info->mean, info->width);
     kv[n++] = "lstmd.series.std";
     kv[n++] = lists[2] = float_json(info->std, info->width);
+    kv[n++] = "lstmd.series.target"; /* delta: undone inside the graph (Slice + Add) */
+    kv[n++] = lstmd_series_target_name(d->tf.target);
   }
   Onnx__StringStringEntryProto **props = bld_alloc(b, (size_t)n / 2 * sizeof *props);
   for (int i = 0; props && i < n / 2; i++) {
@@ -413,7 +415,8 @@ static Onnx__StringStringEntryProto **metadata(struct builder *b, const struct l
  *   h0, c0 [L,batch,H] --Split(axis 0)--> per-layer [1,batch,H]
  *   layer k: LSTM(x, W, R, B, "", h0_k, c0_k) -> Y [seq,1,batch,H] --Squeeze(axis 1)--> x
  *   x --MatMul(Transpose(head.weight))--Add(head.bias)--> logits [seq,batch,V]
- *     (series: then Mul(target std), Add(target mean) --> predictions [seq,batch,K])
+ *     (series: model.target=delta adds Slice(x, axis 2, [0,1)), the current target value;
+ *      then Mul(target std), Add(target mean) --> predictions [seq,batch,K])
  *   hn, cn [L,batch,H] = Concat(axis 0) of every layer's Y_h, Y_c. */
 static void build_graph(struct builder *b, const struct lstmd_model *m,
                         const struct lstmd_data_meta *d, Onnx__GraphProto *g) {
@@ -506,9 +509,22 @@ static void build_graph(struct builder *b, const struct lstmd_model *m,
     const char *add_in[] = {"head_matmul", head_bias, NULL};
     add_node(b, "Add", "head_bias", add_in, head_out);
   }
+  const char *pred_norm = "predictions_normalised";
+  if (!text && d->tf.target == LSTMD_TARGET_DELTA) { /* model.target=delta: + the current value */
+    const int64_t zero1[1] = {0}, one1[1] = {1}, two1[1] = {2};
+    const char *sl_in[] = {"inputs_normalised", add_i64(b, "delta.starts", zero1, 1),
+                           add_i64(b, "delta.ends", one1, 1), add_i64(b, "delta.axes", two1, 1),
+                           NULL};
+    const char *sl_out[] = {"inputs_target_normalised", NULL};
+    add_node(b, "Slice", "delta_current_value", sl_in, sl_out);
+    const char *add_in[] = {"predictions_normalised", "inputs_target_normalised", NULL};
+    const char *add_out[] = {"predictions_normalised_level", NULL};
+    add_node(b, "Add", "delta_undo", add_in, add_out);
+    pred_norm = "predictions_normalised_level";
+  }
   if (!text) { /* back to the target column's units, as `lstmd predict` writes them */
     const int64_t one[1] = {1};
-    const char *mul_in[] = {"predictions_normalised",
+    const char *mul_in[] = {pred_norm,
                             add_f32(b, "series.target_std", 1, one, &d->info.std[0],
                                     "std of the target column (series.std[0])"),
                             NULL};
@@ -564,6 +580,14 @@ int lstmd_onnx_export(const struct lstmd_model *m, const struct lstmd_data_meta 
   if (opset < LSTMD_ONNX_OPSET_MIN || opset > LSTMD_ONNX_OPSET_MAX) {
     lstmd_errorf("export onnx: opset %d is not supported (%d..%d)", opset, LSTMD_ONNX_OPSET_MIN,
                  LSTMD_ONNX_OPSET_MAX);
+    return LSTMD_EINVAL;
+  }
+  /* A window's statistics come from its first row (or rows before it); a graph that is run on
+   * chunks with the state carried cannot know where lstmd's windows start. */
+  if (m->shape.kind == LSTMD_MODEL_SERIES && d->tf.window_norm != LSTMD_WNORM_NONE) {
+    lstmd_errorf("export onnx: %s was trained with data.window_norm=%s, which an ONNX graph run "
+                 "on chunks of rows cannot reproduce; train with data.window_norm=none to export",
+                 ckpt_name, lstmd_window_norm_name(d->tf.window_norm));
     return LSTMD_EINVAL;
   }
   struct builder b = {.int8 = int8};
