@@ -12,6 +12,7 @@
 
 #include "kernels/status.h"
 #include "worker/data/batcher.h"
+#include "worker/data/series_tf.h"
 #include "utf8.h"
 
 enum cfg_type { CFG_INT, CFG_LONG, CFG_U64, CFG_FLOAT, CFG_DOUBLE, CFG_STRING, CFG_ENUM };
@@ -343,6 +344,13 @@ int lstmd_config_check(const struct lstmd_train_config *c, char *err, size_t n) 
   }
   if (!c->run_dir[0]) {
     snprintf(err, n, "train.run_dir must not be empty");
+    return LSTMD_ECONFIG;
+  }
+  /* data.window_norm=mean scales each window: the GPU engine's validation loss would be in the
+   * scaled units (train_setup.c also keeps device auto on the CPU for it). */
+  if (c->window_norm == LSTMD_WNORM_MEAN && c->device == LSTMD_DEVICE_CUDA) {
+    snprintf(err, n, "data.window_norm: mean runs on the CPU backend only so far "
+             "(train.device=cuda); none and last run on both");
     return LSTMD_ECONFIG;
   }
   /* The pipeline layout (checked only for model.stages > 1 but model.stage_layers, which must
