@@ -26,7 +26,8 @@ int lstmd_cmd_eval(int argc, char **argv) {
   int rc = lstmd_parse_opts("eval", argc, argv, 2, opts, 4);
   if (rc || help) {
     fprintf(help ? stdout : stderr, "usage: lstmd eval --checkpoint CKPT --data DIR [--batch N]\n"
-            "Scores the validation split; prints one JSON line: loss, bpc (text), tokens.\n");
+            "Scores the validation split; prints one JSON line: loss, bpc (text), tokens; for\n"
+            "series also mse_persistence, season and mse_seasonal, skill, target, window_norm.\n");
     return rc;
   }
   if ((rc = require("eval", "checkpoint", ckpt)) || (rc = require("eval", "data", data))) return rc;
@@ -38,13 +39,13 @@ int lstmd_cmd_eval(int argc, char **argv) {
   if ((rc = lstmd_infer_model_load(ckpt, &m, &meta))) return lstmd_exit_code(rc);
   struct lstmd_dataset train, val;
   rc = lstmd_dataset_open_dir(data, &train, &val, 1);
-  double loss = 0;
-  uint64_t tokens = 0;
+  struct lstmd_eval_result res = {0};
   if (!rc) {
     rc = lstmd_check_compatible(&meta, &val);
+    val.tf = meta.tf; /* the windows as the model was trained on them */
     if (!rc)
-      rc = lstmd_infer_evaluate(&m, &val, meta.seq_len, batch ? (int)batch : meta.batch, &loss,
-                                &tokens);
+      rc = lstmd_infer_evaluate_full(&m, &val, meta.seq_len, batch ? (int)batch : meta.batch, 1,
+                                     &res);
     lstmd_dataset_close(&train);
     lstmd_dataset_close(&val);
   }
@@ -53,11 +54,18 @@ int lstmd_cmd_eval(int argc, char **argv) {
   char *sparsity = NULL; /* a pruned checkpoint's masks (an int8 file has none) */
   if (!rc && !int8) rc = lstmd_checkpoint_sparsity_json(ckpt, &sparsity);
   if (rc) return lstmd_exit_code(rc);
-  if (meta.info.kind == LSTMD_DATASET_TEXT)
-    printf("{\"loss\":%.6f,\"bpc\":%.6f,\"tokens\":%llu", loss, loss / M_LN2,
-           (unsigned long long)tokens);
-  else
-    printf("{\"loss\":%.6f,\"tokens\":%llu", loss, (unsigned long long)tokens);
+  const double loss = res.loss;
+  const unsigned long long tokens = (unsigned long long)res.tokens;
+  if (meta.info.kind == LSTMD_DATASET_TEXT) {
+    printf("{\"loss\":%.6f,\"bpc\":%.6f,\"tokens\":%llu", loss, loss / M_LN2, tokens);
+  } else {
+    printf("{\"loss\":%.6f,\"tokens\":%llu,\"mse_persistence\":%.6f", loss, tokens,
+           res.mse_persistence);
+    if (val.info.season) printf(",\"season\":%d,\"mse_seasonal\":%.6f", val.info.season,
+                                res.mse_seasonal);
+    printf(",\"skill\":%.6f,\"target\":\"%s\",\"window_norm\":\"%s\"", res.skill,
+           lstmd_series_target_name(meta.tf.target), lstmd_window_norm_name(meta.tf.window_norm));
+  }
   printf("%s%s}\n", sparsity ? ",\"sparsity\":" : "", sparsity ? sparsity : "");
   free(sparsity);
   return 0;
@@ -94,14 +102,17 @@ int lstmd_cmd_sample(int argc, char **argv) {
 
 int lstmd_cmd_predict(int argc, char **argv) {
   const char *ckpt = NULL, *input = NULL, *out = NULL, *batch_text = "64";
-  int help = 0;
+  int help = 0, baselines = 0;
   struct lstmd_opt opts[] = {{"checkpoint", &ckpt}, {"input", &input}, {"out", &out},
-                             {"batch", &batch_text}, {"help", NULL, &help}};
-  int rc = lstmd_parse_opts("predict", argc, argv, 2, opts, 5);
+                             {"batch", &batch_text}, {"baselines", NULL, &baselines},
+                             {"help", NULL, &help}};
+  int rc = lstmd_parse_opts("predict", argc, argv, 2, opts, 6);
   if (rc || help) {
     fprintf(help ? stdout : stderr,
-            "usage: lstmd predict --checkpoint CKPT --input FILE.csv --out FILE.csv [--batch N]\n"
-            "Writes, for every input row, the forecast of the next K target values.\n");
+            "usage: lstmd predict --checkpoint CKPT --input FILE.csv --out FILE.csv [--batch N]"
+            " [--baselines]\n"
+            "Writes, for every input row, the forecast of the next K target values; --baselines\n"
+            "adds the persistence and (with a season) seasonal-naive forecasts as columns.\n");
     return rc;
   }
   long batch;
@@ -113,7 +124,7 @@ int lstmd_cmd_predict(int argc, char **argv) {
   struct lstmd_infer_model m;
   struct lstmd_data_meta meta;
   if ((rc = lstmd_infer_model_load(ckpt, &m, &meta))) return lstmd_exit_code(rc);
-  rc = lstmd_predict(&m, &meta, ckpt, input, out, (int)batch);
+  rc = lstmd_predict(&m, &meta, ckpt, input, out, (int)batch, baselines);
   lstmd_infer_model_destroy(&m);
   return lstmd_exit_code(rc);
 }

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "kernels/status.h"
+#include "worker/data/dataset.h"
 #include "worker/data/prepare.h"
 #include "cli.h"
 
@@ -15,7 +16,7 @@ static int need(const char *cmd, const char *name, const char *value) {
 int lstmd_cmd_prepare(int argc, char **argv) {
   const char *kind = argc > 2 ? argv[2] : "";
   const char *input = NULL, *out = NULL, *vf = "0.05", *target = NULL, *features = NULL,
-             *horizon = "1";
+             *horizon = "1", *season = "0";
   int help = 0;
   if (!strcmp(kind, "text")) {
     struct lstmd_opt opts[] = {{"input", &input}, {"out", &out}, {"val-fraction", &vf},
@@ -34,22 +35,24 @@ int lstmd_cmd_prepare(int argc, char **argv) {
   if (!strcmp(kind, "series")) {
     struct lstmd_opt opts[] = {{"input", &input},       {"out", &out},         {"target", &target},
                                {"features", &features}, {"horizon", &horizon}, {"val-fraction", &vf},
-                               {"help", NULL, &help}};
-    int rc = lstmd_parse_opts("prepare series", argc, argv, 3, opts, 7);
+                               {"season", &season},     {"help", NULL, &help}};
+    int rc = lstmd_parse_opts("prepare series", argc, argv, 3, opts, 8);
     if (rc || help) {
       fprintf(help ? stdout : stderr,
               "usage: lstmd prepare series --input FILE.csv --target COL [--features A,B,...]\n"
-              "                            [--horizon K] --out DIR [--val-fraction F]\n");
+              "                            [--horizon K] --out DIR [--val-fraction F] [--season P]\n"
+              "--season P: rows per seasonal cycle, for the seasonal-naive baseline (0: none)\n");
       return rc;
     }
     double f;
-    long k;
+    long k, p;
     if ((rc = need("prepare series", "input", input)) || (rc = need("prepare series", "out", out)) ||
         (rc = need("prepare series", "target", target)) ||
         (rc = lstmd_opt_double("prepare series", "val-fraction", vf, 0.0, 0.5, &f)) ||
-        (rc = lstmd_opt_long("prepare series", "horizon", horizon, 1, 4096, &k)))
+        (rc = lstmd_opt_long("prepare series", "horizon", horizon, 1, 4096, &k)) ||
+        (rc = lstmd_opt_long("prepare series", "season", season, 0, LSTMD_MAX_SEASON, &p)))
       return rc;
-    return lstmd_exit_code(lstmd_prepare_series(input, out, target, features, (int)k, f));
+    return lstmd_exit_code(lstmd_prepare_series(input, out, target, features, (int)k, f, (int)p));
   }
   lstmd_errorf("prepare: expected 'text' or 'series', got '%s'", kind);
   return 2;

@@ -37,6 +37,11 @@ static int calibrate(const char *dir, struct lstmd_model *fp32, const char *qpat
   uint64_t tokens = 0;
   if (!rc) {
     rc = lstmd_check_compatible(meta, &val);
+    val.tf = meta->tf; /* the windows as the model was trained on them */
+    if (!rc && (qmeta.tf.target != meta->tf.target || qmeta.tf.window_norm != meta->tf.window_norm)) {
+      lstmd_errorf("%s: its model.target/data.window_norm differ from the checkpoint's", qpath);
+      rc = LSTMD_EFORMAT;
+    }
     if (!rc) rc = lstmd_infer_evaluate(&a, &val, meta->seq_len, meta->batch, &la, &tokens);
     if (!rc) rc = lstmd_infer_evaluate(&b, &val, meta->seq_len, meta->batch, &lb, &tokens);
     lstmd_dataset_close(&train);

@@ -12,6 +12,7 @@
 
 #include "kernels/status.h"
 #include "worker/data/batcher.h"
+#include "worker/data/series_tf.h"
 #include "utf8.h"
 
 enum cfg_type { CFG_INT, CFG_LONG, CFG_U64, CFG_FLOAT, CFG_DOUBLE, CFG_STRING, CFG_ENUM };
@@ -27,6 +28,8 @@ struct cfg_key {
 };
 
 static const char *const kOrders[] = {"shuffle", "stream", NULL};
+static const char *const kTargets[] = {"level", "delta", NULL};          /* lstmd_series_target */
+static const char *const kWindowNorms[] = {"none", "last", "mean", NULL}; /* lstmd_window_norm */
 static const char *const kAlgos[] = {"adamw", "sgd", NULL};
 static const char *const kSchedules[] = {"cosine", "constant", NULL};
 static const char *const kDevices[] = {"cpu", "cuda", "auto", NULL}; /* enum lstmd_device */
@@ -44,9 +47,14 @@ static const struct cfg_key kKeys[] = {
      "windows per step on each rank"},
     {"data", "order", CFG_ENUM, F(order), 0, "shuffle", 0, 0, kOrders,
      "shuffle: random windows, zero state each; stream: B parallel streams, state carried"},
+    /* The default from bench/results/forecast-baselines-*.txt (README "Forecasting series"). */
+    {"data", "window_norm", CFG_ENUM, F(window_norm), 0, "last", 0, 0, kWindowNorms,
+     "series: shift (last) or shift and scale (mean) each window by its inputs' statistics"},
     {"model", "embed", CFG_INT, F(embed), 0, "64", 1, 65536, NULL, "embedding width (text)"},
     {"model", "hidden", CFG_INT, F(hidden), 0, "256", 1, 65536, NULL, "LSTM hidden size"},
     {"model", "layers", CFG_INT, F(layers), 0, "2", 1, 16, NULL, "stacked LSTM layers"},
+    {"model", "target", CFG_ENUM, F(series_target), 0, "level", 0, 0, kTargets,
+     "series: predict the next values (level) or their change from the current one (delta)"},
     {"model", "dropout", CFG_FLOAT, F(dropout), 0, "0", 0, 0.95, NULL,
      "dropout on the output of every LSTM layer but the last"},
     {"model", "stages", CFG_INT, F(stages), 0, "1", 1, 16, NULL,
@@ -337,6 +345,13 @@ int lstmd_config_check(const struct lstmd_train_config *c, char *err, size_t n) 
   }
   if (!c->run_dir[0]) {
     snprintf(err, n, "train.run_dir must not be empty");
+    return LSTMD_ECONFIG;
+  }
+  /* data.window_norm=mean scales each window: the GPU engine's validation loss would be in the
+   * scaled units (train_setup.c also keeps device auto on the CPU for it). */
+  if (c->window_norm == LSTMD_WNORM_MEAN && c->device == LSTMD_DEVICE_CUDA) {
+    snprintf(err, n, "data.window_norm: mean runs on the CPU backend only so far "
+             "(train.device=cuda); none and last run on both");
     return LSTMD_ECONFIG;
   }
   /* The pipeline layout (checked only for model.stages > 1 but model.stage_layers, which must

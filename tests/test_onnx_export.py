@@ -17,6 +17,8 @@
      quantize` writes (bit for bit, from its file); onnxruntime's DynamicQuantizeLSTM model stays
      within 0.02 bpc of `lstmd eval` of the int8 file (text) and within 0.05 of the target's std
      of `lstmd predict` with it (series), and close to the fp32 outputs (INT8_REL).
+  4b. model.target=level/delta with data.window_norm=last and delta with none: onnxruntime on
+     windows of seq_len rows equals `lstmd predict` (the transform undone inside the graph).
   5. Refusals: a bad opset, an int8 model file as --checkpoint, a damaged checkpoint (exit 2
      naming it, no output file), an unwritable output (exit 1).
 usage: test_onnx_export.py --lstmd PATH --dump-logits PATH --source-dir DIR [--keep]
@@ -129,19 +131,22 @@ def check_proto_subset(path):
 
 # ---- 2. models ----
 
-def write_ini(path, data_dir, run_dir, model):
+def write_ini(path, data_dir, run_dir, model, data):
     with open(path, "w") as f:
         f.write("[data]\npath = %s\nseq_len = 16\nbatch_size = 4\n" % data_dir)
+        f.write("".join("%s = %s\n" % kv for kv in data.items()))
         f.write("[model]\n" + "".join("%s = %s\n" % kv for kv in model.items()) + "dropout = 0\n")
         f.write("[optim]\nlr = 0.01\n")
         f.write("[train]\nsteps = 3\nseed = 7\nrun_dir = %s\ncheckpoint_every = 0\n"
                 "eval_every = 0\nlog_every = 1\nthreads = 1\n" % run_dir)
 
 
-def train(args, tmp, name, data_dir, model):
+def train(args, tmp, name, data_dir, model, data=None):
+    """data: [data] keys beyond path, seq_len, batch_size; by default window_norm = none (the
+    graph against tests/dump_logits, which feeds the model's inputs as they are)."""
     ini = os.path.join(tmp, name + ".ini")
     run_dir = os.path.join(tmp, "run-" + name)
-    write_ini(ini, data_dir, run_dir, model)
+    write_ini(ini, data_dir, run_dir, model, data or {"window_norm": "none"})
     run([args.lstmd, "train", "--config", ini])
     return os.path.join(run_dir, "latest.safetensors")
 
@@ -513,6 +518,16 @@ def main():
                     lambda e: check_predict(args, e, tmp, csv, "series3"))
         check_int8(args, tmp, "series3", ckpt,
                    lambda e, q: check_predict(args, e, tmp, csv, "series3 int8", q, 0.05))
+        # model.target and data.window_norm=last undone inside the graph: onnxruntime on windows
+        # of seq_len rows from a zero state (the shift is each window's first row) == predict.
+        for target, norm in (("level", "last"), ("delta", "last"), ("delta", "none")):
+            name = "series3-%s-%s" % (target, norm)
+            ckpt = train(args, tmp, name, multi_dir,
+                         {"hidden": 24, "layers": 3, "target": target}, {"window_norm": norm})
+            print("%s: %s" % (name, ckpt), flush=True)
+            e = Exported(args, ckpt, export(args, ckpt, os.path.join(tmp, name + ".onnx")))
+            check_interface(e, name)
+            check_predict(args, e, tmp, csv, name)
     except Exception as ex:  # a broken step is a failure too, with its reason
         fail("%s: %s" % (type(ex).__name__, ex))
     if args.keep:

@@ -3,7 +3,8 @@
 #  1. `srun --mpi=pmix -n 2` trains data-parallel and makes the updates of one rank with the
 #     global batch (within 1e-5 of the update's norm, from the initialisation: a 1-step lr-0 run;
 #     clip off, since a clip would hide a uniform error in the gradient's scale);
-#     `srun -n 2` with model.stages=2 (the layers in two pipeline stages) does too;
+#     `srun -n 2` with model.stages=2 (the layers in two pipeline stages) does too, and so does a
+#     series model with model.target=delta, data.window_norm=mean;
 #  2. `scancel -s TERM` stops the job cleanly: exit 0 and a checkpoint;
 #  3. `sbatch --wait deploy/slurm/train.sbatch` with 2 tasks × 1 CPU: the job's exit code is 0,
 #     its output names a 2-rank world, the checkpoint exists and `lstmd eval` reads it; a second
@@ -40,6 +41,25 @@ if msg=$(/usr/bin/python3 "$SRC/tests/compare_checkpoints.py" "$TMP/one/step-6.s
          "$TMP/two/step-6.safetensors" --rtol 1e-5 --initial "$TMP/init/step-1.safetensors"); then
   ok "srun --mpi=pmix -n 2 × batch 4 = 1 rank × batch 8: $msg"
 else bad "srun equivalence: $msg"; fi
+# A series model with the forecasting keys (model.target, data.window_norm) the same way.
+python3 "$SRC/bench/make_trend_series.py" "$TMP/trend.csv" 600
+"$LSTMD" prepare series --input "$TMP/trend.csv" --target co2 --horizon 4 --season 52 \
+  --out "$TMP/series" 2>/dev/null
+fc=(--set data.path="$TMP/series" --set data.seq_len=26 --set data.order=stream --set model.hidden=16
+    --set model.layers=1 --set model.target=delta --set data.window_norm=mean --set train.threads=1
+    --set train.log_every=0 --set train.eval_every=0 --set optim.algo=sgd --set optim.lr=0.5
+    --set optim.clip_norm=0)
+"$LSTMD" train "${fc[@]}" --set data.batch_size=8 --set train.steps=1 --set optim.lr=0 \
+  --set train.run_dir="$TMP/fc-init" 2>/dev/null || bad "series initialisation run"
+"$LSTMD" train "${fc[@]}" --set data.batch_size=8 --set train.steps=6 --set train.run_dir="$TMP/fc-one" \
+  2>/dev/null || bad "series, one rank"
+timeout 120 srun --mpi=pmix -n 2 "$LSTMD" train "${fc[@]}" --set data.batch_size=4 --set train.steps=6 \
+  --set train.run_dir="$TMP/fc-two" >/dev/null 2>"$TMP/srun-fc.log" || bad "srun -n 2, series: $(tail -3 "$TMP/srun-fc.log")"
+if msg=$(/usr/bin/python3 "$SRC/tests/compare_checkpoints.py" "$TMP/fc-one/step-6.safetensors" \
+         "$TMP/fc-two/step-6.safetensors" --rtol 1e-5 --initial "$TMP/fc-init/step-1.safetensors") &&
+   [[ $(/usr/bin/python3 "$SRC/tests/ckpt_meta.py" "$TMP/fc-two/step-6.safetensors" series.target) == delta ]]; then
+  ok "srun --mpi=pmix -n 2 with model.target=delta, data.window_norm=mean = 1 rank: $msg"
+else bad "srun series equivalence: $msg"; fi
 timeout 120 srun --mpi=pmix -n 2 "$LSTMD" train "${common[@]}" --set data.batch_size=8 --set train.steps=6 \
   --set model.stages=2 --set train.time_chunks=4 --set train.run_dir="$TMP/stages" >/dev/null \
   2>"$TMP/srun-stages.log" || bad "srun -n 2, 2 stages: $(tail -3 "$TMP/srun-stages.log")"

@@ -29,14 +29,17 @@ uint64_t lstmd_window_count(const struct lstmd_dataset *ds, int T) {
 }
 
 size_t lstmd_window_scratch_bytes(const struct lstmd_dataset *ds, int T) {
-  return ((size_t)T + (size_t)horizon_of(ds)) * ds->elem_bytes;
+  /* series: raw rows with the history the window statistics read, then the normalised copy */
+  if (ds->info.kind == LSTMD_DATASET_TEXT) return ((size_t)T + 1) * ds->elem_bytes;
+  return 2 * ((size_t)T + (size_t)lstmd_series_history(&ds->tf, T) + (size_t)horizon_of(ds)) *
+         ds->elem_bytes;
 }
 
 int lstmd_read_window(const struct lstmd_dataset *ds, uint64_t first, int T, int B, int col,
                       struct lstmd_batch *out, void *scratch) {
   const int K = horizon_of(ds);
-  LSTMD_TRY(lstmd_dataset_read(ds, first, (uint64_t)T + K, scratch));
   if (ds->info.kind == LSTMD_DATASET_TEXT) {
+    LSTMD_TRY(lstmd_dataset_read(ds, first, (uint64_t)T + K, scratch));
     const uint8_t *tok = scratch;
     for (int t = 0; t <= T; t++)
       if (tok[t] >= ds->info.vocab_size) { /* a rank that did not verify the whole file */
@@ -51,13 +54,17 @@ int lstmd_read_window(const struct lstmd_dataset *ds, uint64_t first, int T, int
     return LSTMD_OK;
   }
   const int W = ds->info.width;
+  const uint64_t want = (uint64_t)lstmd_series_history(&ds->tf, T);
+  const uint64_t hist = first < want ? first : want, n = hist + (uint64_t)T + (uint64_t)K;
+  LSTMD_TRY(lstmd_dataset_read(ds, first - hist, n, scratch));
   const float *rows = scratch, *mean = ds->info.mean, *std = ds->info.std;
-  for (int t = 0; t < T; t++) {
-    float *x = out->x + ((size_t)t * B + col) * W;
-    for (int w = 0; w < W; w++) x[w] = (rows[(size_t)t * W + w] - mean[w]) / std[w];
-    float *y = out->y + ((size_t)t * B + col) * K;
-    for (int k = 0; k < K; k++) y[k] = (rows[(size_t)(t + 1 + k) * W] - mean[0]) / std[0];
-  }
+  float *z = (float *)scratch + n * (uint64_t)W;
+  for (uint64_t i = 0; i < n; i++)
+    for (int w = 0; w < W; w++) z[i * W + w] = (rows[i * W + w] - mean[w]) / std[w];
+  float shift[LSTMD_MAX_COLUMNS], scale[LSTMD_MAX_COLUMNS];
+  const float *z0 = z + hist * (uint64_t)W;
+  lstmd_series_window_stats(&ds->tf, z0, (int)hist, T, W, shift, scale);
+  lstmd_series_window_apply(&ds->tf, z0, T, W, K, shift, scale, B, col, out->x, out->y);
   return LSTMD_OK;
 }
 

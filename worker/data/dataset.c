@@ -81,6 +81,7 @@ static size_t encode_header(const struct lstmd_dataset_info *info, uint8_t *buf)
   put_u32(buf + 36, (uint32_t)info->vocab_size);
   put_u32(buf + 40, (uint32_t)info->horizon);
   put_u32(buf + 44, info->payload_crc32c);
+  put_u32(buf + 52, info->kind == LSTMD_DATASET_SERIES ? (uint32_t)info->season : 0);
   put_u64(buf + 56, info->pair_id);
   put_u32(buf + 48, lstmd_crc32c(0, buf, header_bytes));
   return header_bytes;
@@ -175,13 +176,16 @@ int lstmd_dataset_open(const char *path, struct lstmd_dataset *ds) {
   info->count = get_u64(buf + 24);
   uint32_t width = get_u32(buf + 32), vocab = get_u32(buf + 36), horizon = get_u32(buf + 40);
   info->payload_crc32c = get_u32(buf + 44);
-  uint32_t header_crc = get_u32(buf + 48);
+  uint32_t header_crc = get_u32(buf + 48), season = get_u32(buf + 52);
   info->pair_id = get_u64(buf + 56);
   int text_ok = info->kind == LSTMD_DATASET_TEXT && dtype == kDtypeU8 && width == 1 &&
                 vocab >= 1 && vocab <= 256;
   int series_ok = info->kind == LSTMD_DATASET_SERIES && dtype == kDtypeF32 && width >= 1 &&
                   width <= LSTMD_MAX_COLUMNS && horizon >= 1 && horizon <= 4096;
   if (!text_ok && !series_ok) BAD("%s: inconsistent dataset header fields", path);
+  if (season > (text_ok ? 0u : (uint32_t)LSTMD_MAX_SEASON))
+    BAD("%s: bad season %u in the dataset header", path, season);
+  info->season = (int)season;
   if (header_bytes < kFixedHeaderBytes || header_bytes > MAX_HEADER_BYTES || header_bytes % 64)
     BAD("%s: bad header length %u", path, header_bytes);
   info->width = (int)width;
@@ -261,7 +265,7 @@ int lstmd_dataset_open_dir(const char *dir, struct lstmd_dataset *train, struct 
   const struct lstmd_dataset_info *a = &train->info, *b = &val->info;
   if (!rc && (a->pair_id != b->pair_id || a->kind != b->kind || a->width != b->width ||
               a->vocab_size != b->vocab_size || memcmp(a->vocab, b->vocab, 256) ||
-              memcmp(a->names, b->names, sizeof a->names) || a->horizon != b->horizon)) {
+              memcmp(a->names, b->names, sizeof a->names) || a->horizon != b->horizon || a->season != b->season)) {
     lstmd_errorf("%s: train.bin and val.bin come from different preparations", dir);
     rc = LSTMD_EFORMAT;
   }

@@ -5,7 +5,8 @@
  *   24 u64 count (tokens or rows)               32 u32 width (1, or columns per row)
  *   36 u32 vocab_size (text)                    40 u32 horizon (series)
  *   44 u32 payload_crc32c                       48 u32 header_crc32c (this field read as 0)
- *   52 u32 reserved                             56 u64 pair_id (same in both splits)
+ *   52 u32 season (series: period P of the seasonal-naive baseline, 0 = none; 0 in files made
+ *      before it existed, where it was a reserved zero)  56 u64 pair_id (same in both splits)
  *   64 text: vocab_size bytes, the byte value of each token id, ascending
  *      series: width × (u8 length + name bytes), then f32 mean[width], f32 std[width]
  *      (training-split statistics; column 0 is the target), zero padding to header_bytes. */
@@ -16,10 +17,12 @@
 #include <stdint.h>
 
 #include "worker/io/durable.h"
+#include "series_tf.h"
 
 enum lstmd_dataset_kind { LSTMD_DATASET_TEXT = 1, LSTMD_DATASET_SERIES = 2 };
 #define LSTMD_MAX_COLUMNS 64
 #define LSTMD_MAX_NAME_BYTES 64 /* including the NUL */
+#define LSTMD_MAX_SEASON 1000000 /* prepare --season: at most this many rows */
 
 struct lstmd_dataset_info {
   int kind;
@@ -28,6 +31,7 @@ struct lstmd_dataset_info {
   int vocab_size;                /* text: number of distinct byte values */
   uint8_t vocab[256];            /* text: byte value of token id k */
   int horizon;                   /* series: how many next target values are predicted */
+  int season;                    /* series: seasonal period P in rows (prepare --season), 0 = none */
   char names[LSTMD_MAX_COLUMNS][LSTMD_MAX_NAME_BYTES]; /* series column names */
   float mean[LSTMD_MAX_COLUMNS]; /* series: training-split mean of each column */
   float std[LSTMD_MAX_COLUMNS];  /* series: training-split std (1 where constant) */
@@ -41,6 +45,8 @@ struct lstmd_dataset {
   char *path;
   uint64_t payload_offset;
   size_t elem_bytes; /* bytes per token (1) or per row (4·width) */
+  struct lstmd_series_tf tf; /* series: how windows are shown to the model (series_tf.h); set by
+                              * the opener's caller from the config or checkpoint, 0: plain */
 };
 
 /* CRC-32C (Castagnoli) of buf, continuing from crc (start with 0). Uses ISA-L. */

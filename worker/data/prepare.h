@@ -11,9 +11,10 @@ int lstmd_prepare_text(const char *input, const char *out_dir, double val_fracti
 /* Numeric CSV with a header line. Inputs are the target column followed by the `features`
  * (comma-separated names, may be NULL); other columns are ignored. The model predicts the next
  * `horizon` target values. The last floor(val_fraction × rows) rows are the validation split;
- * mean/std of each column over the training split are stored in both headers. */
+ * mean/std of each column over the training split are stored in both headers, and `season`
+ * (rows per seasonal cycle of the seasonal-naive baseline, 0: none). */
 int lstmd_prepare_series(const char *input, const char *out_dir, const char *target,
-                         const char *features, int horizon, double val_fraction);
+                         const char *features, int horizon, double val_fraction, int season);
 
 /* Reads the named columns of a CSV file with a header (other columns ignored; every used field
  * must be a finite number). *values is rows × n floats (malloc'd, caller frees). Errors are

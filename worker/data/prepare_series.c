@@ -246,7 +246,7 @@ int lstmd_csv_read_columns(const char *path, const char *const *names, int n, fl
 }
 
 int lstmd_prepare_series(const char *input, const char *out_dir, const char *target,
-                         const char *features, int horizon, double val_fraction) {
+                         const char *features, int horizon, double val_fraction, int season) {
   struct csv_state st = {.input = input, .used = 1, .want = {target}};
   char *list = features ? strdup(features) : NULL;
   int rc = strlen(target) >= LSTMD_MAX_NAME_BYTES ? LSTMD_EINVAL : LSTMD_OK;
@@ -265,14 +265,15 @@ int lstmd_prepare_series(const char *input, const char *out_dir, const char *tar
     info->kind = LSTMD_DATASET_SERIES;
     info->width = st.used;
     info->horizon = horizon;
+    info->season = season;
     for (int u = 0; u < st.used; u++) snprintf(info->names[u], LSTMD_MAX_NAME_BYTES, "%s", st.want[u]);
     column_stats(st.values, train_rows, st.used, info);
     rc = write_splits(out_dir, info, st.values, train_rows, val_rows);
   }
   if (!rc)
     fprintf(stderr, "lstmd: prepared series %s: %zu rows × %d columns (target '%s'), horizon %d, "
-            "train %zu, val %zu -> %s\n", input, st.rows, st.used, target, horizon, train_rows,
-            val_rows, out_dir);
+            "season %d, train %zu, val %zu -> %s\n", input, st.rows, st.used, target, horizon,
+            season, train_rows, val_rows, out_dir);
   free_header(&st);
   free(st.values);
   free(list);

@@ -14,8 +14,8 @@
 
 
 struct meta_list {
-  struct lstmd_st_meta items[32];
-  char *owned[32];
+  struct lstmd_st_meta items[48];
+  char *owned[48];
   int n;
 };
 
@@ -60,6 +60,9 @@ static void add_data_meta(struct meta_list *l, const struct lstmd_data_meta *d) 
     meta_add(l, "series.columns", json_text(a));
     meta_add(l, "series.mean", float_list(info->mean, info->width));
     meta_add(l, "series.std", float_list(info->std, info->width));
+    meta_addf(l, "series.season", "%d", info->season);
+    meta_addf(l, "series.target", "%s", lstmd_series_target_name(d->tf.target));
+    meta_addf(l, "series.window_norm", "%s", lstmd_window_norm_name(d->tf.window_norm));
   }
   meta_addf(l, "data.pair_id", "%016" PRIx64, info->pair_id);
   meta_addf(l, "data.seq_len", "%d", d->seq_len);
@@ -87,7 +90,7 @@ int lstmd_checkpoint_write_tagged(const char *path, const char *tag,
                                   const struct lstmd_st_meta *extra, int n_extra) {
   struct meta_list l = {0};
   add_common_meta(&l, tag, s, data);
-  for (int i = 0; i < n_extra && l.n < 32; i++) meta_addf(&l, extra[i].key, "%s", extra[i].value);
+  for (int i = 0; i < n_extra && l.n < 48; i++) meta_addf(&l, extra[i].key, "%s", extra[i].value);
   int rc = LSTMD_OK;
   for (int i = 0; i < l.n; i++)
     if (!l.owned[i]) rc = LSTMD_ENOMEM;
@@ -240,6 +243,27 @@ static int read_data_meta(const struct lstmd_st_file *f, const char *path,
     info->std[c] = (float)json_number_value(json_array_get(std, (size_t)c));
   }
   if (names && mean && std && !ok) lstmd_errorf("%s: malformed series column metadata", path);
+  /* Optional: files written before these existed hold a plain model without a season. */
+  const char *season = lstmd_st_meta_get(f, "series.season");
+  const char *target = lstmd_st_meta_get(f, "series.target");
+  const char *norm = lstmd_st_meta_get(f, "series.window_norm");
+  if (ok && season) {
+    char *end;
+    long p = strtol(season, &end, 10);
+    if (!*season || *end || p < 0 || p > LSTMD_MAX_SEASON) {
+      lstmd_errorf("%s: metadata 'series.season' is malformed ('%s')", path, season);
+      ok = 0;
+    }
+    info->season = (int)p;
+  }
+  if (ok && target && (d->tf.target = lstmd_series_target_parse(target)) < 0) {
+    lstmd_errorf("%s: metadata 'series.target' is '%s', not level or delta", path, target);
+    ok = 0;
+  }
+  if (ok && norm && (d->tf.window_norm = lstmd_window_norm_parse(norm)) < 0) {
+    lstmd_errorf("%s: metadata 'series.window_norm' is '%s', not none, last or mean", path, norm);
+    ok = 0;
+  }
   json_decref(names);
   json_decref(mean);
   json_decref(std);

@@ -30,6 +30,9 @@ struct lstmd_data_meta {
   int seq_len;
   int batch;                      /* the GLOBAL batch (ranks × data.batch_size): the columns of
                                    * the carried state, and what a resume must match */
+  struct lstmd_series_tf tf;      /* series: model.target and data.window_norm the model was
+                                   * trained with (metadata series.target, series.window_norm;
+                                   * absent in older files: level, none) */
 };
 
 /* Training progress beside the model and optimizer. */

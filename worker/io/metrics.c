@@ -102,7 +102,8 @@ void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report
   lstmd_tb_scalars(&mt->tb, r->step, 7, tags, values);
 }
 
-void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, int kind_is_text) {
+void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, int kind_is_text,
+                        const struct lstmd_series_baselines *b) {
   if (kind_is_text) {
     lstmd_metrics_note(mt, "eval step %ld: val_loss %.4f, val_bpc %.4f", step, val_loss,
                        val_loss / M_LN2);
@@ -111,12 +112,29 @@ void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, in
     static const char *const tags[] = {"val/loss", "val/bpc"};
     const float values[] = {(float)val_loss, (float)(val_loss / M_LN2)};
     lstmd_tb_scalars(&mt->tb, step, 2, tags, values);
-  } else {
+  } else if (!b) {
     lstmd_metrics_note(mt, "eval step %ld: val_loss (MSE, normalised) %.6f", step, val_loss);
     fprintf(mt->jsonl, "{\"step\":%ld,\"val_loss\":%.6f}\n", step, val_loss);
     static const char *const tags[] = {"val/loss"};
     const float values[] = {(float)val_loss};
     lstmd_tb_scalars(&mt->tb, step, 1, tags, values);
+  } else {
+    const double skill = 1.0 - val_loss / b->mse_persistence;
+    char seasonal[96] = "";
+    if (b->season)
+      snprintf(seasonal, sizeof seasonal, ", seasonal-naive (P %d) %.6f", b->season,
+               b->mse_seasonal);
+    lstmd_metrics_note(mt, "eval step %ld: val_loss (MSE, normalised) %.6f, persistence %.6f%s, "
+                       "skill %.4f", step, val_loss, b->mse_persistence, seasonal, skill);
+    fprintf(mt->jsonl, "{\"step\":%ld,\"val_loss\":%.6f,\"val_mse_persistence\":%.6f", step,
+            val_loss, b->mse_persistence);
+    if (b->season) fprintf(mt->jsonl, ",\"val_mse_seasonal\":%.6f", b->mse_seasonal);
+    fprintf(mt->jsonl, ",\"val_skill\":%.6f}\n", skill);
+    static const char *const tags[] = {"val/loss", "val/skill", "val/mse_persistence",
+                                       "val/mse_seasonal"};
+    const float values[] = {(float)val_loss, (float)skill, (float)b->mse_persistence,
+                            (float)b->mse_seasonal};
+    lstmd_tb_scalars(&mt->tb, step, b->season ? 4 : 3, tags, values);
   }
   fflush(mt->jsonl);
 }

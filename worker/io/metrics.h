@@ -39,8 +39,16 @@ struct lstmd_step_report {
 int lstmd_metrics_open(struct lstmd_metrics *mt, const char *run_dir, long resume_step);
 void lstmd_metrics_close(struct lstmd_metrics *mt);
 void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report *r);
-/* kind_is_text selects whether bits per character are reported. */
-void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, int kind_is_text);
+/* The naive forecasts' MSE on the validation windows (infer.h: lstmd_series_baseline_mse). */
+struct lstmd_series_baselines {
+  double mse_persistence, mse_seasonal;
+  int season; /* 0: no seasonal baseline */
+};
+/* kind_is_text selects whether bits per character are reported. A series run with baselines
+ * (b != NULL) also records val_mse_persistence, val_mse_seasonal (with a season) and
+ * val_skill = 1 − val_loss / val_mse_persistence (TensorBoard val/skill, val/mse_*). */
+void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, int kind_is_text,
+                        const struct lstmd_series_baselines *b);
 /* A pruning step: the schedule's sparsity and the fraction of zeros reached in each of the n
  * pruned tensors, as one record {"step", "prune_target", "sparsity": {name: fraction}}, a note
  * line, and TensorBoard scalars prune/target and sparsity/<name>. */

@@ -358,7 +358,7 @@ static Onnx__StringStringEntryProto **metadata(struct builder *b, const struct l
                                                const struct lstmd_data_meta *d,
                                                const char *ckpt_name, size_t *n_out) {
   const struct lstmd_dataset_info *info = &d->info;
-  const char *kv[20];
+  const char *kv[24];
   int n = 0;
   kv[n++] = "lstmd.format";
   kv[n++] = "lstmd-onnx-1";
@@ -389,6 +389,10 @@ static Onnx__StringStringEntryProto **metadata(struct builder *b, const struct l
     kv[n++] = lists[1] = float_json(info->mean, info->width);
     kv[n++] = "lstmd.series.std";
     kv[n++] = lists[2] = float_json(info->std, info->width);
+    kv[n++] = "lstmd.series.target"; /* both undone inside the graph (Slice, Sub, Add) */
+    kv[n++] = lstmd_series_target_name(d->tf.target);
+    kv[n++] = "lstmd.series.window_norm";
+    kv[n++] = lstmd_window_norm_name(d->tf.window_norm);
   }
   Onnx__StringStringEntryProto **props = bld_alloc(b, (size_t)n / 2 * sizeof *props);
   for (int i = 0; props && i < n / 2; i++) {
@@ -413,7 +417,11 @@ static Onnx__StringStringEntryProto **metadata(struct builder *b, const struct l
  *   h0, c0 [L,batch,H] --Split(axis 0)--> per-layer [1,batch,H]
  *   layer k: LSTM(x, W, R, B, "", h0_k, c0_k) -> Y [seq,1,batch,H] --Squeeze(axis 1)--> x
  *   x --MatMul(Transpose(head.weight))--Add(head.bias)--> logits [seq,batch,V]
- *     (series: then Mul(target std), Add(target mean) --> predictions [seq,batch,K])
+ *     (series: data.window_norm=last first subtracts the window's first row, Slice(x, axis 0,
+ *      [0,1)), from x and model.target=level adds its target value back; model.target=delta
+ *      adds Slice(x, axis 2, [0,1)), the current target value; then Mul(target std),
+ *      Add(target mean) --> predictions [seq,batch,K]; with last, run the graph on windows of
+ *      lstmd.seq_len rows as lstmd does: the shift is each call's first row)
  *   hn, cn [L,batch,H] = Concat(axis 0) of every layer's Y_h, Y_c. */
 static void build_graph(struct builder *b, const struct lstmd_model *m,
                         const struct lstmd_data_meta *d, Onnx__GraphProto *g) {
@@ -443,6 +451,18 @@ static void build_graph(struct builder *b, const struct lstmd_model *m,
     const char *div_out[] = {"inputs_normalised", NULL};
     add_node(b, "Div", "normalise_scale", div_in, div_out);
     x = "inputs_normalised";
+    if (d->tf.window_norm == LSTMD_WNORM_LAST) { /* minus the window's first row */
+      const int64_t zero1[1] = {0}, one1[1] = {1};
+      const char *sl_in[] = {"inputs_normalised", add_i64(b, "window.starts", zero1, 1),
+                             add_i64(b, "window.ends", one1, 1),
+                             add_i64(b, "window.axes", zero1, 1), NULL};
+      const char *sl_out[] = {"window_shift", NULL};
+      add_node(b, "Slice", "window_first_row", sl_in, sl_out);
+      const char *sub_in2[] = {"inputs_normalised", "window_shift", NULL};
+      const char *sub_out2[] = {"inputs_window", NULL};
+      add_node(b, "Sub", "window_norm_last", sub_in2, sub_out2);
+      x = "inputs_window";
+    }
   }
   int64_t ones[LSTMD_MAX_LAYERS];
   for (int k = 0; k < L; k++) ones[k] = 1;
@@ -506,9 +526,25 @@ static void build_graph(struct builder *b, const struct lstmd_model *m,
     const char *add_in[] = {"head_matmul", head_bias, NULL};
     add_node(b, "Add", "head_bias", add_in, head_out);
   }
+  const char *pred_norm = "predictions_normalised";
+  /* The transform undone: delta adds the current target value (inputs_normalised[:, :, 0:1]),
+   * level with window_norm=last the window's first target value (window_shift[:, :, 0:1]). */
+  const int delta = d->tf.target == LSTMD_TARGET_DELTA;
+  if (!text && (delta || d->tf.window_norm == LSTMD_WNORM_LAST)) {
+    const int64_t zero1[1] = {0}, one1[1] = {1}, two1[1] = {2};
+    const char *sl_in[] = {delta ? "inputs_normalised" : "window_shift",
+                           add_i64(b, "undo.starts", zero1, 1), add_i64(b, "undo.ends", one1, 1),
+                           add_i64(b, "undo.axes", two1, 1), NULL};
+    const char *sl_out[] = {"undo_base", NULL};
+    add_node(b, "Slice", delta ? "delta_current_value" : "window_first_target", sl_in, sl_out);
+    const char *add_in[] = {"predictions_normalised", "undo_base", NULL};
+    const char *add_out[] = {"predictions_normalised_level", NULL};
+    add_node(b, "Add", "transform_undo", add_in, add_out);
+    pred_norm = "predictions_normalised_level";
+  }
   if (!text) { /* back to the target column's units, as `lstmd predict` writes them */
     const int64_t one[1] = {1};
-    const char *mul_in[] = {"predictions_normalised",
+    const char *mul_in[] = {pred_norm,
                             add_f32(b, "series.target_std", 1, one, &d->info.std[0],
                                     "std of the target column (series.std[0])"),
                             NULL};
@@ -564,6 +600,14 @@ int lstmd_onnx_export(const struct lstmd_model *m, const struct lstmd_data_meta 
   if (opset < LSTMD_ONNX_OPSET_MIN || opset > LSTMD_ONNX_OPSET_MAX) {
     lstmd_errorf("export onnx: opset %d is not supported (%d..%d)", opset, LSTMD_ONNX_OPSET_MIN,
                  LSTMD_ONNX_OPSET_MAX);
+    return LSTMD_EINVAL;
+  }
+  /* mean's statistics read up to seq_len − 1 rows before the window, which a graph given the
+   * window's rows does not have (last's shift is the window's own first row: in the graph). */
+  if (m->shape.kind == LSTMD_MODEL_SERIES && d->tf.window_norm == LSTMD_WNORM_MEAN) {
+    lstmd_errorf("export onnx: %s was trained with data.window_norm=mean, whose statistics read "
+                 "rows before each window, which an ONNX graph given the window cannot; train "
+                 "with data.window_norm=last or none to export", ckpt_name);
     return LSTMD_EINVAL;
   }
   struct builder b = {.int8 = int8};

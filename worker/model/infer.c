@@ -77,6 +77,81 @@ static int eval_chunk(struct runner *r, const struct lstmd_dataset *ds, int T, u
   return LSTMD_OK;
 }
 
+int lstmd_series_read_normalised(const struct lstmd_dataset *ds, float **out) {
+  const size_t W = (size_t)ds->info.width, n = (size_t)ds->info.count;
+  float *z = malloc((n ? n : 1) * W * sizeof *z);
+  if (!z) return LSTMD_ENOMEM;
+  int rc = lstmd_dataset_read(ds, 0, n, z);
+  for (size_t i = 0; !rc && i < n; i++) /* as lstmd_read_window normalises, bit for bit */
+    for (size_t w = 0; w < W; w++) z[i * W + w] = (z[i * W + w] - ds->info.mean[w]) / ds->info.std[w];
+  if (rc) {
+    free(z);
+    return rc;
+  }
+  *out = z;
+  return LSTMD_OK;
+}
+
+/* Windows [first, first + cols) of the normalised split z into r's batch, forward, and the
+ * squared error of the forecasts after undoing the transform, added to *sq_sum. */
+static int eval_series_chunk(struct runner *r, const struct lstmd_dataset *ds, const float *z,
+                             int T, uint64_t first, int cols, double *sq_sum) {
+  const struct lstmd_series_tf *tf = &ds->tf;
+  const int W = ds->info.width, K = ds->info.horizon, want = lstmd_series_history(tf, T);
+  struct lstmd_batch *b = runner_batch(r);
+  float shift[LSTMD_MAX_COLUMNS], scale[LSTMD_MAX_COLUMNS];
+  float *shift0 = malloc(2 * (size_t)cols * sizeof *shift0), *scale0 = shift0 + cols;
+  if (!shift0) return LSTMD_ENOMEM;
+  for (int col = 0; col < cols; col++) {
+    const uint64_t row = (first + (uint64_t)col) * (uint64_t)T;
+    const int hist = row < (uint64_t)want ? (int)row : want;
+    const float *z0 = z + row * (uint64_t)W;
+    lstmd_series_window_stats(tf, z0, hist, T, W, shift, scale);
+    lstmd_series_window_apply(tf, z0, T, W, K, shift, scale, cols, col, b->x, b->y);
+    shift0[col] = shift[0];
+    scale0[col] = scale[0];
+  }
+  runner_reset(r);
+  runner_forward(r, 0);
+  const float *p = runner_output(r);
+  double sum = 0.0;
+  for (int t = 0; t < T; t++)
+    for (int col = 0; col < cols; col++) {
+      const uint64_t i = (first + (uint64_t)col) * (uint64_t)T + (uint64_t)t;
+      const float *pt = p + ((size_t)t * cols + col) * K;
+      for (int k = 0; k < K; k++) {
+        const double e = (double)lstmd_series_undo(tf, pt[k], z[i * W], shift0[col], scale0[col]) -
+                         z[(i + 1 + (uint64_t)k) * W];
+        sum += e * e;
+      }
+    }
+  *sq_sum += sum;
+  free(shift0);
+  return LSTMD_OK;
+}
+
+int lstmd_series_baseline_mse(const struct lstmd_dataset *ds, const float *z, int T,
+                              double *mse_persistence, double *mse_seasonal) {
+  const uint64_t n = lstmd_window_count(ds, T), steps = n * (uint64_t)T;
+  const int W = ds->info.width, K = ds->info.horizon, P = ds->info.season;
+  if (n == 0) return LSTMD_ECONFIG;
+  double sp = 0.0, ss = 0.0;
+  float *fp = malloc(2 * (size_t)K * sizeof *fp), *fs = fp + K;
+  if (!fp) return LSTMD_ENOMEM;
+  for (uint64_t i = 0; i < steps; i++) {
+    lstmd_series_baselines(z, W, i, K, P, fp, fs);
+    for (int k = 0; k < K; k++) {
+      const double y = z[(i + 1 + (uint64_t)k) * W], ep = (double)fp[k] - y;
+      sp += ep * ep;
+      if (P) ss += ((double)fs[k] - y) * ((double)fs[k] - y);
+    }
+  }
+  free(fp);
+  *mse_persistence = sp / ((double)steps * K);
+  *mse_seasonal = P ? ss / ((double)steps * K) : NAN;
+  return LSTMD_OK;
+}
+
 int lstmd_evaluate(struct lstmd_model *m, const struct lstmd_dataset *ds, int T, int B,
                    double *mean_loss, uint64_t *tokens) {
   const struct lstmd_infer_model im = {m, NULL};
@@ -85,30 +160,53 @@ int lstmd_evaluate(struct lstmd_model *m, const struct lstmd_dataset *ds, int T,
 
 int lstmd_infer_evaluate(const struct lstmd_infer_model *im, const struct lstmd_dataset *ds,
                          int T, int B, double *mean_loss, uint64_t *tokens) {
+  struct lstmd_eval_result res;
+  LSTMD_TRY(lstmd_infer_evaluate_full(im, ds, T, B, 0, &res));
+  *mean_loss = res.loss;
+  *tokens = res.tokens;
+  return LSTMD_OK;
+}
+
+int lstmd_infer_evaluate_full(const struct lstmd_infer_model *im, const struct lstmd_dataset *ds,
+                              int T, int B, int baselines, struct lstmd_eval_result *res) {
+  memset(res, 0, sizeof *res);
+  res->mse_persistence = res->mse_seasonal = res->skill = NAN;
   const uint64_t n = lstmd_window_count(ds, T);
   if (n == 0) {
     lstmd_errorf("%s: too short for one window of seq_len %d", ds->path, T);
     return LSTMD_ECONFIG;
   }
   if ((uint64_t)B > n) B = (int)n;
+  const int series = ds->info.kind == LSTMD_DATASET_SERIES;
   struct runner full = {0}, tail = {0};
-  const int rest = (int)(n % (uint64_t)B);
-  void *scratch = malloc(lstmd_window_scratch_bytes(ds, T));
-  int rc = scratch ? runner_open(im, T, B, &full) : LSTMD_ENOMEM;
-  if (!rc && rest) rc = runner_open(im, T, rest, &tail);
+  float *z = NULL;
+  void *scratch = series ? NULL : malloc(lstmd_window_scratch_bytes(ds, T));
+  int rc = series ? lstmd_series_read_normalised(ds, &z) : scratch ? LSTMD_OK : LSTMD_ENOMEM;
+  if (!rc) rc = runner_open(im, T, B, &full);
+  const int tail_cols = (int)(n % (uint64_t)B);
+  if (!rc && tail_cols) rc = runner_open(im, T, tail_cols, &tail);
   double sum = 0.0;
   uint64_t w = 0;
-  for (; !rc && w + (uint64_t)B <= n; w += (uint64_t)B) rc = eval_chunk(&full, ds, T, w, B, scratch, &sum);
-  if (!rc && rest) rc = eval_chunk(&tail, ds, T, w, rest, scratch, &sum);
+  for (; !rc && w + (uint64_t)B <= n; w += (uint64_t)B)
+    if (series) rc = eval_series_chunk(&full, ds, z, T, w, B, &sum);
+    else rc = eval_chunk(&full, ds, T, w, B, scratch, &sum);
+  if (!rc && tail_cols) {
+    if (series) rc = eval_series_chunk(&tail, ds, z, T, w, tail_cols, &sum);
+    else rc = eval_chunk(&tail, ds, T, w, tail_cols, scratch, &sum);
+  }
   runner_close(&full);
   runner_close(&tail);
   free(scratch);
-  if (rc) return rc;
   const struct lstmd_model_shape *s = model_shape(im);
   const int per_input = s->kind == LSTMD_MODEL_TEXT ? 1 : s->horizon;
-  *tokens = n * (uint64_t)T;
-  *mean_loss = sum / ((double)*tokens * per_input);
-  return LSTMD_OK;
+  res->tokens = n * (uint64_t)T;
+  res->loss = sum / ((double)res->tokens * per_input);
+  if (!rc && series && baselines) {
+    rc = lstmd_series_baseline_mse(ds, z, T, &res->mse_persistence, &res->mse_seasonal);
+    res->skill = 1.0 - res->loss / res->mse_persistence;
+  }
+  free(z);
+  return rc;
 }
 
 int lstmd_check_compatible(const struct lstmd_data_meta *d, const struct lstmd_dataset *ds) {
@@ -189,33 +287,52 @@ int lstmd_sample(const struct lstmd_infer_model *im, const struct lstmd_data_met
   return fflush(out) == 0 ? LSTMD_OK : LSTMD_EIO;
 }
 
-/* Runs `cols` windows of T rows starting at row `first` and prints their forecasts. */
-static int predict_chunk(struct runner *r, const struct lstmd_dataset_info *info, const float *rows, size_t first,
-                         int T, int cols, FILE *out) {
-  const int W = info->width, K = info->horizon;
+/* Runs `cols` windows of T rows starting at row `first` of the normalised rows z and prints
+ * their forecasts (and the naive ones with `baselines`). */
+static int predict_chunk(struct runner *r, const struct lstmd_data_meta *d, const float *z,
+                         size_t first, int T, int cols, int baselines, FILE *out) {
+  const struct lstmd_dataset_info *info = &d->info;
+  const struct lstmd_series_tf *tf = &d->tf;
+  const int W = info->width, K = info->horizon, want = lstmd_series_history(tf, T);
   struct lstmd_batch *b = runner_batch(r);
-  for (int col = 0; col < cols; col++)
-    for (int t = 0; t < T; t++) {
-      const float *r = rows + (first + (size_t)col * T + t) * W;
-      float *x = b->x + ((size_t)t * cols + col) * W;
-      for (int w = 0; w < W; w++) x[w] = (r[w] - info->mean[w]) / info->std[w];
-    }
+  float shift[LSTMD_MAX_COLUMNS], scale[LSTMD_MAX_COLUMNS];
+  float *shift0 = malloc((2 * (size_t)cols + 2 * (size_t)K) * sizeof *shift0);
+  if (!shift0) return LSTMD_ENOMEM;
+  float *scale0 = shift0 + cols, *fp = scale0 + cols, *fs = fp + K;
+  for (int col = 0; col < cols; col++) {
+    const size_t row = first + (size_t)col * T;
+    const int hist = row < (size_t)want ? (int)row : want;
+    lstmd_series_window_stats(tf, z + row * W, hist, T, W, shift, scale);
+    lstmd_series_window_apply(tf, z + row * W, T, W, K, shift, scale, cols, col, b->x, NULL);
+    shift0[col] = shift[0];
+    scale0[col] = scale[0];
+  }
   memset(b->y, 0, (size_t)T * cols * K * sizeof(float));
   runner_reset(r);
   runner_forward(r, 0);
   const float *pred = runner_output(r);
+  const float sd = info->std[0], mu = info->mean[0]; /* float, as forecasts always were */
   for (int col = 0; col < cols; col++)
     for (int t = 0; t < T; t++) {
-      fprintf(out, "%zu", first + (size_t)col * T + t);
+      const size_t i = first + (size_t)col * T + t;
+      fprintf(out, "%zu", i);
       const float *p = pred + ((size_t)t * cols + col) * K;
-      for (int k = 0; k < K; k++) fprintf(out, ",%.9g", p[k] * info->std[0] + info->mean[0]);
+      for (int k = 0; k < K; k++)
+        fprintf(out, ",%.9g", lstmd_series_undo(tf, p[k], z[i * W], shift0[col], scale0[col]) * sd + mu);
+      if (baselines) {
+        lstmd_series_baselines(z, W, i, K, info->season, fp, fs);
+        for (int k = 0; k < K; k++) fprintf(out, ",%.9g", fp[k] * sd + mu);
+        for (int k = 0; info->season && k < K; k++) fprintf(out, ",%.9g", fs[k] * sd + mu);
+      }
       fputc('\n', out);
     }
+  free(shift0);
   return LSTMD_OK;
 }
 
 int lstmd_predict(const struct lstmd_infer_model *im, const struct lstmd_data_meta *d,
-                  const char *ckpt_name, const char *input_csv, const char *out_csv, int batch) {
+                  const char *ckpt_name, const char *input_csv, const char *out_csv, int batch,
+                  int baselines) {
   const struct lstmd_dataset_info *info = &d->info;
   if (model_shape(im)->kind != LSTMD_MODEL_SERIES) {
     lstmd_errorf("%s: a text model; predict needs a series model (use sample)", ckpt_name);
@@ -231,6 +348,10 @@ int lstmd_predict(const struct lstmd_infer_model *im, const struct lstmd_data_me
     free(rows);
     return LSTMD_EFORMAT;
   }
+  /* Normalised as training normalises (lstmd_read_window), bit for bit. */
+  for (size_t i = 0; i < n; i++)
+    for (int w = 0; w < info->width; w++)
+      rows[i * info->width + w] = (rows[i * info->width + w] - info->mean[w]) / info->std[w];
   const int T = d->seq_len;
   const size_t windows = n / (size_t)T, rest = n % (size_t)T;
   char *text = NULL;
@@ -240,6 +361,9 @@ int lstmd_predict(const struct lstmd_infer_model *im, const struct lstmd_data_me
   if (!rc) {
     fprintf(out, "row");
     for (int k = 1; k <= info->horizon; k++) fprintf(out, ",%s+%d", info->names[0], k);
+    for (int k = 1; baselines && k <= info->horizon; k++) fprintf(out, ",persistence+%d", k);
+    for (int k = 1; baselines && info->season && k <= info->horizon; k++)
+      fprintf(out, ",seasonal%d+%d", info->season, k);
     fputc('\n', out);
   }
   struct runner r = {0};
@@ -252,13 +376,13 @@ int lstmd_predict(const struct lstmd_infer_model *im, const struct lstmd_data_me
       rc = runner_open(im, T, cols, &r);
       ws_cols = cols;
     }
-    if (!rc) rc = predict_chunk(&r, info, rows, w * T, T, cols, out);
+    if (!rc) rc = predict_chunk(&r, d, rows, w * T, T, cols, baselines, out);
     w += (size_t)cols;
   }
   if (!rc && rest) {
     runner_close(&r);
     rc = runner_open(im, (int)rest, 1, &r);
-    if (!rc) rc = predict_chunk(&r, info, rows, windows * T, (int)rest, 1, out);
+    if (!rc) rc = predict_chunk(&r, d, rows, windows * T, (int)rest, 1, baselines, out);
   }
   runner_close(&r);
   free(rows);

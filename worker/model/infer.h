@@ -26,13 +26,35 @@ void lstmd_infer_model_destroy(struct lstmd_infer_model *im);
 
 /* Scores the split as consecutive, non-overlapping windows of seq_len inputs, each from a zero
  * state, `batch` windows at a time. *mean_loss: cross-entropy (nats) per target for text, squared
- * error per normalised target value for series. *tokens: inputs scored (windows × seq_len).
+ * error per normalised target value for series (after undoing ds->tf: lstmd_eval_result). *tokens: inputs scored (windows × seq_len).
  * A split with no whole window gives LSTMD_ECONFIG with a message. */
 int lstmd_evaluate(struct lstmd_model *m, const struct lstmd_dataset *ds, int seq_len, int batch,
                    double *mean_loss, uint64_t *tokens);
 /* The same for either kind of model. */
 int lstmd_infer_evaluate(const struct lstmd_infer_model *im, const struct lstmd_dataset *ds,
                          int seq_len, int batch, double *mean_loss, uint64_t *tokens);
+
+/* What an evaluation measured. Series: loss is the mean squared error of the forecasts in
+ * normalised target units after undoing model.target and data.window_norm (the training loss
+ * of the plain model), and with baselines the same for the persistence and seasonal-naive
+ * forecasts at the same positions (series_tf.h; seasonal NAN when the dataset has no season)
+ * and skill = 1 − loss / mse_persistence. Text: loss in nats, the rest NAN. */
+struct lstmd_eval_result {
+  double loss;
+  uint64_t tokens; /* inputs scored (windows × seq_len) */
+  double mse_persistence, mse_seasonal, skill;
+};
+int lstmd_infer_evaluate_full(const struct lstmd_infer_model *im, const struct lstmd_dataset *ds,
+                              int seq_len, int batch, int baselines, struct lstmd_eval_result *res);
+
+/* The split's rows normalised by its stored mean/std as training does, [count × width] in *out
+ * (malloc'd; free). */
+int lstmd_series_read_normalised(const struct lstmd_dataset *ds, float **out);
+/* The persistence and seasonal-naive MSE (NAN without a season) over the positions evaluation
+ * scores with seq_len T (consecutive windows of T steps, K targets each) of the normalised split
+ * z. LSTMD_ECONFIG when the split holds no window. */
+int lstmd_series_baseline_mse(const struct lstmd_dataset *ds, const float *z, int T,
+                              double *mse_persistence, double *mse_seasonal);
 
 /* Checks that a dataset is the kind of data the checkpoint's model was trained on (same kind
  * and vocabulary, or same columns and horizon). Prints why not and returns LSTMD_EFORMAT. */
@@ -47,8 +69,10 @@ int lstmd_sample(const struct lstmd_infer_model *im, const struct lstmd_data_met
 
 /* Forecasts the next K target values after every row of input_csv (which must have the training
  * columns), in windows of the training seq_len, each from a zero state, `batch` windows at a
- * time. Writes out_csv atomically: "row,<target>+1,...,<target>+K". */
+ * time, with the model's target and window_norm undone. Writes out_csv atomically:
+ * "row,<target>+1,...,<target>+K", with `baselines` then persistence+1..K and (a season P in the
+ * data) seasonalP+1..K, the naive forecasts of series_tf.h in the target's units. */
 int lstmd_predict(const struct lstmd_infer_model *im, const struct lstmd_data_meta *d, const char *ckpt_name,
-                  const char *input_csv, const char *out_csv, int batch);
+                  const char *input_csv, const char *out_csv, int batch, int baselines);
 
 #endif

@@ -24,8 +24,10 @@ struct lstmd_train_config {
   int seq_len;    /* T: inputs per window */
   int batch_size; /* B: windows per step per rank */
   int order;      /* enum lstmd_order */
+  int window_norm; /* series: enum lstmd_window_norm (worker/data/series_tf.h) */
   /* [model] */
   int embed, hidden, layers;
+  int series_target; /* series: enum lstmd_series_target (model.target) */
   float dropout;
   int stages;              /* S: pipeline stages (1: data parallel only) */
   char stage_layers[64];   /* layers per stage, "3,1"; "": an even split */

@@ -16,6 +16,7 @@
 #include "kernels/status.h"
 #include "worker/engine/device_select.h"
 #include "trainer_run.h"
+#include "worker/model/infer.h"
 
 static char *dataset_identity(const struct run *r) {
   char *s;
@@ -85,6 +86,13 @@ static int load_teacher(struct run *r) {
     if (strcmp(t->names[c], d->names[c]) || t->mean[c] != d->mean[c] || t->std[c] != d->std[c])
       snprintf(why, sizeof why, "its series input %d (%s) is not the dataset's (%s) or has "
                "another normalisation", c, t->names[c], d->names[c]);
+  if (!why[0] && t->kind == LSTMD_DATASET_SERIES &&
+      (meta.tf.target != r->train.tf.target || meta.tf.window_norm != r->train.tf.window_norm))
+    snprintf(why, sizeof why, "it was trained with model.target=%s, data.window_norm=%s, this run "
+             "has %s, %s", lstmd_series_target_name(meta.tf.target),
+             lstmd_window_norm_name(meta.tf.window_norm),
+             lstmd_series_target_name(r->train.tf.target),
+             lstmd_window_norm_name(r->train.tf.window_norm));
   if (!why[0]) return LSTMD_OK;
   lstmd_errorf("distill.teacher: %s: %s; the teacher must share the student's vocabulary or "
                "series inputs", path, why);
@@ -103,7 +111,22 @@ static int build(struct run *r) {
   }
   if (backend == LSTMD_DEVICE_CPU && cfg->precision != LSTMD_PRECISION_FP32 && r->rank == 0)
     lstmd_errorf("train.precision applies to the GPU backend; the CPU backend trains in fp32");
+  /* data.window_norm=mean scales each window: the GPU engine's validation loss would be in the
+   * scaled units, not the forecast's (lstmd_evaluate undoes the scale on the CPU). */
+  if (cfg->window_norm == LSTMD_WNORM_MEAN && backend == LSTMD_DEVICE_CUDA) {
+    if (cfg->device == LSTMD_DEVICE_CUDA) {
+      lstmd_errorf("data.window_norm: mean runs on the CPU backend only so far "
+                   "(train.device=cuda); none and last run on both");
+      return LSTMD_ECONFIG;
+    }
+    if (r->rank == 0)
+      lstmd_errorf("device auto: data.window_norm=mean runs on the CPU backend only so far; "
+                   "using it");
+    backend = LSTMD_DEVICE_CPU;
+  }
   LSTMD_TRY(lstmd_dataset_open_dir(cfg->data_path, &r->train, &r->val, r->rank == 0));
+  if (r->train.info.kind == LSTMD_DATASET_SERIES) /* text ignores both keys */
+    r->train.tf = r->val.tf = (struct lstmd_series_tf){cfg->series_target, cfg->window_norm};
   const struct lstmd_dataset_info *info = &r->train.info;
   struct lstmd_model_shape shape = {.hidden = cfg->hidden, .layers = cfg->layers};
   if (info->kind == LSTMD_DATASET_TEXT) {
@@ -115,7 +138,7 @@ static int build(struct run *r) {
     shape.width = info->width;
     shape.horizon = info->horizon;
   }
-  r->data_meta = (struct lstmd_data_meta){*info, cfg->seq_len, r->global_batch};
+  r->data_meta = (struct lstmd_data_meta){*info, cfg->seq_len, r->global_batch, r->train.tf};
   LSTMD_TRY(lstmd_model_create(&shape, &r->model));
   if (cfg->distill_teacher[0]) LSTMD_TRY(load_teacher(r));
   if (cfg->prune.target_sparsity > 0.0f) {
@@ -167,6 +190,17 @@ static int build(struct run *r) {
     if (!r->progress.state_h || !r->progress.state_c) return LSTMD_ENOMEM;
   }
   r->has_val = lstmd_window_count(&r->val, cfg->seq_len) > 0;
+  if (r->has_val && r->rank == 0 && info->kind == LSTMD_DATASET_SERIES) {
+    /* The naive forecasts' scores do not change during the run: once, here. */
+    float *z = NULL;
+    LSTMD_TRY(lstmd_series_read_normalised(&r->val, &z));
+    int rc = lstmd_series_baseline_mse(&r->val, z, cfg->seq_len, &r->baselines.mse_persistence,
+                                       &r->baselines.mse_seasonal);
+    free(z);
+    LSTMD_TRY(rc);
+    r->baselines.season = r->val.info.season;
+    r->has_baselines = 1;
+  }
   return LSTMD_OK;
 }
 
@@ -191,6 +225,20 @@ static int load_checkpoint(struct run *r, const char *path) {
                  "data-parallel replica%s × data.batch_size %d); resume needs the same global batch",
                  path, meta.batch, r->global_batch, r->replicas, r->replicas == 1 ? "" : "s",
                  r->cfg->batch_size);
+    return LSTMD_ECONFIG;
+  }
+  /* The transform is part of what the weights mean: a model of levels resumed as a model of
+   * changes would start from nonsense. */
+  const char *key = meta.tf.target != r->train.tf.target           ? "model.target"
+                    : meta.tf.window_norm != r->train.tf.window_norm ? "data.window_norm"
+                                                                     : NULL;
+  if (key) {
+    const int ckpt_target = !strcmp(key, "model.target");
+    lstmd_errorf("%s: was trained with %s=%s, this run has %s; resume needs the same", path, key,
+                 ckpt_target ? lstmd_series_target_name(meta.tf.target)
+                             : lstmd_window_norm_name(meta.tf.window_norm),
+                 ckpt_target ? lstmd_series_target_name(r->train.tf.target)
+                             : lstmd_window_norm_name(r->train.tf.window_norm));
     return LSTMD_ECONFIG;
   }
   return lstmd_checkpoint_load_train(path, r->model, r->optim, &r->progress, NULL);

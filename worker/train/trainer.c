@@ -87,7 +87,8 @@ static void evaluate_now(struct run *r) {
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "evaluation", t0, lstmd_now_s(), NULL);
   if (rc != 0 || r->rank != 0) return;
   const int text = r->model->shape.kind == LSTMD_MODEL_TEXT;
-  lstmd_metrics_eval(&r->metrics, r->progress.step, loss, text);
+  lstmd_metrics_eval(&r->metrics, r->progress.step, loss, text,
+                     r->has_baselines ? &r->baselines : NULL);
   if (r->hooks->on_eval)
     r->hooks->on_eval(r->hooks->ctx, r->progress.step, loss, text ? loss / M_LN2 : NAN);
 }

@@ -37,6 +37,8 @@ struct run {
   struct lstmd_trace *trace;            /* --trace, or NULL */
   const struct lstmd_train_hooks *hooks; /* never NULL (an empty set when none was given) */
   int has_val, resumed;
+  int has_baselines;                      /* rank 0, series: `baselines` holds the val split's */
+  struct lstmd_series_baselines baselines;
   int failure_agreed; /* the failure being returned was voted on by every rank */
 };
 

@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# test_forecast.sh — series forecasting settings end to end (issue 19 §1), on a deterministic
+# trending + seasonal series (bench/make_trend_series.py, 800 weekly rows):
+#  1. prepare series --season P: the season in the dataset header; a bad --season exits 2; a file
+#     from before the field existed (offset 52 zero, header CRC recomputed) loads with season 0;
+#  2. a run with model.target=delta, data.window_norm=mean: metrics.jsonl and the TensorBoard file
+#     carry val_skill / val/skill; `lstmd eval` prints the baselines and skill, the baselines equal
+#     an independent float64 computation from the CSV (persistence; seasonal naive
+#     y[i+k−P·ceil(k/P)], y[i] before the first row), skill = 1 − loss / mse_persistence;
+#  3. `predict --baselines`: its persistence and seasonal columns equal the CSV's values, and its
+#     forecasts (the transform undone) score eval's loss on the same windows;
+#  4. the keys: bad values exit 2 naming them; a resume that changes either refused (exit 2,
+#     naming it), the same settings resume; window_norm=mean on train.device=cuda refused naming
+#     it; ONNX export refuses window_norm (exit 2, naming it) and takes delta; int8 keeps both;
+#  5. mpirun -np 2 × batch 4 = 1 rank × batch 8 with delta + mean in stream order (updates within
+#     1e-5, compare_checkpoints.py --initial, clip off);
+#  6. lstmd serve + lstmctl: a job with --set model.target=delta --set data.window_norm=mean
+#     SUCCEEDED, its checkpoint says so; a bad value refused at submission naming the key.
+set -u
+LSTMD=$(realpath "${1:?usage: test_forecast.sh LSTMD LSTMCTL SOURCE_DIR}")
+CTL=$(realpath "${2:?}")
+SRC=$(realpath "${3:?}")
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm=isolated
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export CUDA_VISIBLE_DEVICES=
+TMP=$(mktemp -d)
+SOCK=$TMP/s.sock
+SERVE_PID=
+cleanup() {
+  [[ -n $SERVE_PID ]] && kill -9 "$SERVE_PID" 2>/dev/null
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+source "$SRC/tests/serve_helpers.sh"
+PY=/usr/bin/python3
+meta() { $PY "$SRC/tests/ckpt_meta.py" "$@"; }
+
+# 1. the season in the dataset
+$PY "$SRC/bench/make_trend_series.py" "$TMP/trend.csv" 800
+"$LSTMD" prepare series --input "$TMP/trend.csv" --target co2 --horizon 4 --val-fraction 0.25 \
+  --season 52 --out "$TMP/ds" 2>/dev/null || bad "prepare --season 52"
+season_at() { $PY -c "import struct,sys; print(struct.unpack_from('<I', open(sys.argv[1],'rb').read(64), 52)[0])" "$1"; }
+[[ $(season_at "$TMP/ds/train.bin") == 52 && $(season_at "$TMP/ds/val.bin") == 52 ]] \
+  && ok "--season 52 is in both headers (offset 52)" || bad "season in the header: $(season_at "$TMP/ds/val.bin")"
+for s in -1 52x 1000001 ""; do
+  "$LSTMD" prepare series --input "$TMP/trend.csv" --target co2 --horizon 4 --season "$s" \
+    --out "$TMP/bad" 2>"$TMP/err"; rc=$?
+  [[ $rc == 2 ]] && grep -q -- "--season" "$TMP/err" && [[ ! -e $TMP/bad ]] \
+    && ok "--season '$s' refused: exit 2, $(head -1 "$TMP/err")" || bad "--season '$s': exit $rc, $(cat "$TMP/err")"
+done
+# A dataset as lstmd wrote it before the season existed: offset 52 a reserved zero.
+cp -r "$TMP/ds" "$TMP/old"
+$PY - "$TMP/old/train.bin" "$TMP/old/val.bin" <<'PYEOF'
+import struct, sys
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+for path in sys.argv[1:]:
+    buf = bytearray(open(path, "rb").read())
+    hb = struct.unpack_from("<I", buf, 20)[0]
+    struct.pack_into("<I", buf, 52, 0)
+    struct.pack_into("<I", buf, 48, 0)
+    struct.pack_into("<I", buf, 48, crc32c(bytes(buf[:hb])))
+    open(path, "wb").write(buf)
+PYEOF
+
+# 2. a run with the forecasting settings
+common=(--set data.path="$TMP/ds" --set data.seq_len=26 --set data.order=stream --set model.hidden=16
+        --set model.layers=1 --set train.threads=1 --set train.log_every=0)
+fc=(--set model.target=delta --set data.window_norm=mean)
+"$LSTMD" train "${common[@]}" "${fc[@]}" --set data.batch_size=4 --set train.steps=120 \
+  --set train.eval_every=60 --set train.run_dir="$TMP/dm" >/dev/null 2>"$TMP/dm.log" \
+  || bad "delta/mean run: $(tail -3 "$TMP/dm.log")"
+CK=$TMP/dm/step-120.safetensors
+n=$(grep -c '"val_skill"' "$TMP/dm/metrics.jsonl")
+[[ $n == 2 ]] && grep '"val_skill"' "$TMP/dm/metrics.jsonl" | tail -1 | grep -q '"val_mse_persistence".*"val_mse_seasonal"' \
+  && ok "metrics.jsonl: $n evaluations with baselines and skill: $(tail -1 "$TMP/dm/metrics.jsonl")" \
+  || bad "metrics.jsonl: $(cat "$TMP/dm/metrics.jsonl")"
+grep -q "val/skill" "$TMP"/dm/events.out.tfevents.* && ok "the TensorBoard file has val/skill" \
+  || bad "no val/skill in the TensorBoard file"
+[[ $(meta "$CK" series.target) == delta && $(meta "$CK" series.window_norm) == mean && \
+   $(meta "$CK" series.season) == 52 ]] && ok "the checkpoint records target delta, window_norm mean, season 52" \
+  || bad "checkpoint metadata: $(meta "$CK" series.target) $(meta "$CK" series.window_norm)"
+"$LSTMD" eval --checkpoint "$CK" --data "$TMP/ds" > "$TMP/eval.json" 2>"$TMP/err" || bad "eval: $(cat "$TMP/err")"
+# The baselines from the CSV in float64: the training split's mean/std, evaluation's positions
+# (consecutive windows of seq_len 26 from the split's first row, K = 4 targets each).
+if msg=$($PY - "$TMP/trend.csv" "$TMP/eval.json" <<'PYEOF'
+import csv, json, math, sys
+v = [float(r["co2"]) for r in csv.DictReader(open(sys.argv[1]))]
+e = json.load(open(sys.argv[2]))
+n_val = int(0.25 * len(v)); train, val = v[:-n_val], v[-n_val:]
+mean = sum(train) / len(train); std = math.sqrt(sum((x - mean) ** 2 for x in train) / len(train))
+z = [(x - mean) / std for x in val]
+T, K, P = 26, 4, 52
+steps = (len(z) - K) // T * T
+sp = ss = 0.0
+for i in range(steps):
+    for k in range(1, K + 1):
+        lag = i + k - P * math.ceil(k / P)
+        seasonal = z[lag] if lag >= 0 else z[i]
+        sp += (z[i] - z[i + k]) ** 2
+        ss += (seasonal - z[i + k]) ** 2
+sp /= steps * K; ss /= steps * K
+bad = []
+for name, want in (("mse_persistence", sp), ("mse_seasonal", ss)):
+    if abs(e[name] - want) > 1e-4 * want + 1e-6: bad.append(f"{name} {e[name]} != {want:.6f}")
+mp = e["mse_persistence"]  # eval prints 6 decimals: the skill from them is off by at most
+bound = 0.5e-6 / mp * (1 + (e["loss"] + 0.5e-6) / (mp - 0.5e-6)) + 0.5e-6  # this
+if abs(e["skill"] - (1 - e["loss"] / mp)) > bound: bad.append("skill != 1 - loss/mse_persistence")
+if e.get("season") != 52 or e.get("target") != "delta" or e.get("window_norm") != "mean": bad.append("season/target/window_norm")
+print("; ".join(bad) if bad else f"persistence {sp:.6f}, seasonal {ss:.6f} (float64 from the CSV); eval: {json.dumps(e)}")
+sys.exit(1 if bad else 0)
+PYEOF
+); then ok "eval's baselines = the closed form: $msg"; else bad "eval baselines: $msg"; fi
+"$LSTMD" eval --checkpoint "$CK" --data "$TMP/old" > "$TMP/eval-old.json" 2>"$TMP/err" \
+  && ! grep -q season "$TMP/eval-old.json" && grep -q mse_persistence "$TMP/eval-old.json" \
+  && ok "a dataset from before --season loads (season 0, no seasonal baseline): $(cat "$TMP/eval-old.json")" \
+  || bad "old dataset: $(cat "$TMP/err" "$TMP/eval-old.json")"
+
+# 3. predict --baselines on the validation rows
+{ head -1 "$TMP/trend.csv"; tail -200 "$TMP/trend.csv"; } > "$TMP/val.csv"
+"$LSTMD" predict --checkpoint "$CK" --input "$TMP/val.csv" --out "$TMP/pred.csv" --baselines 2>"$TMP/err" \
+  || bad "predict --baselines: $(cat "$TMP/err")"
+if msg=$($PY - "$TMP/trend.csv" "$TMP/val.csv" "$TMP/pred.csv" "$TMP/eval.json" <<'PYEOF'
+import csv, json, math, sys
+allv = [float(r["co2"]) for r in csv.DictReader(open(sys.argv[1]))]
+v = [float(r["co2"]) for r in csv.DictReader(open(sys.argv[2]))]
+rows = list(csv.reader(open(sys.argv[3])))
+e = json.load(open(sys.argv[4]))
+K, P, T = 4, 52, 26
+head = rows[0]
+want_head = ["row"] + [f"co2+{k}" for k in range(1, K + 1)] + [f"persistence+{k}" for k in range(1, K + 1)] \
+    + [f"seasonal52+{k}" for k in range(1, K + 1)]
+if head != want_head: print(f"header {head}"); sys.exit(1)
+worst = 0.0
+for r in rows[1:]:
+    i = int(r[0]); f = [float(x) for x in r[1:]]
+    for k in range(1, K + 1):
+        lag = i + k - P * math.ceil(k / P)
+        worst = max(worst, abs(f[K + k - 1] - v[i]), abs(f[2 * K + k - 1] - (v[lag] if lag >= 0 else v[i])))
+if worst > 1e-3: print(f"baseline columns off by {worst}"); sys.exit(1)
+n_val = len(v); train = allv[:-n_val]
+mean = sum(train) / len(train); std = math.sqrt(sum((x - mean) ** 2 for x in train) / len(train))
+steps = (n_val - K) // T * T
+mse = sum(((float(rows[1 + i][k]) - v[i + k]) / std) ** 2 for i in range(steps) for k in range(1, K + 1)) / (steps * K)
+if abs(mse - e["loss"]) > 1e-4 * e["loss"] + 1e-6: print(f"predict's MSE {mse:.6f} != eval's {e['loss']}"); sys.exit(1)
+print(f"{len(rows) - 1} rows, baseline columns within {worst:.1e} of the CSV, forecasts' MSE {mse:.6f} = eval's {e['loss']}")
+PYEOF
+); then ok "predict --baselines: $msg"; else bad "predict --baselines: $msg"; fi
+
+# 4. the keys
+for kv in model.target=trend data.window_norm=max; do
+  "$LSTMD" train "${common[@]}" --set "$kv" --set train.steps=1 --set train.run_dir="$TMP/x" >/dev/null 2>"$TMP/err"; rc=$?
+  [[ $rc == 2 ]] && grep -q "${kv%%=*}" "$TMP/err" && ok "--set $kv refused: exit 2, $(grep -m1 "${kv%%=*}" "$TMP/err")" \
+    || bad "--set $kv: exit $rc, $(tail -2 "$TMP/err")"
+done
+for kv in model.target=level data.window_norm=last; do
+  "$LSTMD" train "${common[@]}" "${fc[@]}" --set data.batch_size=4 --set train.steps=130 --set "$kv" \
+    --set train.run_dir="$TMP/r-${kv%%=*}" --resume "$CK" >/dev/null 2>"$TMP/err"; rc=$?
+  msg=$(grep '^lstmd:' "$TMP/err" | grep -v -e 'effective config' -e 'device auto' | head -1)
+  [[ $rc == 2 ]] && grep -qF "${kv%%=*}" <<<"$msg" && ! ls "$TMP/r-${kv%%=*}"/*.safetensors >/dev/null 2>&1 \
+    && ok "resume with $kv refused: exit 2, $msg" || bad "resume with $kv: exit $rc, $msg"
+done
+"$LSTMD" train "${common[@]}" "${fc[@]}" --set data.batch_size=4 --set train.steps=130 \
+  --set train.run_dir="$TMP/r-same" --resume "$CK" >/dev/null 2>"$TMP/err" && grep -q "resumed from" "$TMP/err" \
+  && ok "the same settings resume" || bad "resume: $(tail -2 "$TMP/err")"
+"$LSTMD" train "${common[@]}" "${fc[@]}" --set train.device=cuda --set train.steps=1 \
+  --set train.run_dir="$TMP/cuda" >/dev/null 2>"$TMP/err"; rc=$?
+[[ $rc == 2 ]] && grep -q "^lstmd: data.window_norm" "$TMP/err" && ok "window_norm=mean on train.device=cuda: exit 2, $(grep -m1 '^lstmd: data.window_norm' "$TMP/err")" \
+  || bad "window_norm on cuda: exit $rc, $(tail -2 "$TMP/err")"
+"$LSTMD" export onnx --checkpoint "$CK" --out "$TMP/m.onnx" 2>"$TMP/err"; rc=$?
+[[ $rc == 2 ]] && grep -q "data.window_norm" "$TMP/err" && [[ ! -e $TMP/m.onnx ]] \
+  && ok "export onnx of a window_norm=mean model: exit 2, $(head -1 "$TMP/err")" || bad "export onnx: exit $rc, $(cat "$TMP/err")"
+"$LSTMD" train "${common[@]}" --set model.target=delta --set data.batch_size=4 --set train.steps=5 \
+  --set train.eval_every=0 --set train.run_dir="$TMP/delta" >/dev/null 2>&1 || bad "delta/none run"
+"$LSTMD" export onnx --checkpoint "$TMP/delta/step-5.safetensors" --out "$TMP/d.onnx" 2>"$TMP/err" \
+  && ok "export onnx of a delta model (the Slice + Add of the current value)" || bad "export delta: $(cat "$TMP/err")"
+"$LSTMD" quantize --checkpoint "$CK" --out "$TMP/q.int8" --calibrate "$TMP/ds" > "$TMP/q.json" 2>"$TMP/err" \
+  && "$LSTMD" eval --checkpoint "$TMP/q.int8" --data "$TMP/ds" > "$TMP/qeval.json" 2>>"$TMP/err" \
+  && grep -q '"target":"delta","window_norm":"mean"' "$TMP/qeval.json" \
+  && ok "int8: quantize $(cat "$TMP/q.json" | grep -o '"mse_change":[^,}]*'), eval of the int8 file $(cat "$TMP/qeval.json")" \
+  || bad "int8: $(cat "$TMP/err" "$TMP/q.json" "$TMP/qeval.json" 2>/dev/null)"
+
+# 5. two ranks = one rank
+eq=("${common[@]}" "${fc[@]}" --set optim.algo=sgd --set optim.lr=0.5 --set optim.clip_norm=0
+    --set train.eval_every=0)
+"$LSTMD" train "${eq[@]}" --set data.batch_size=8 --set optim.lr=0 --set train.steps=1 \
+  --set train.run_dir="$TMP/init" >/dev/null 2>&1 || bad "initialisation run"
+"$LSTMD" train "${eq[@]}" --set data.batch_size=8 --set train.steps=6 --set train.run_dir="$TMP/one" \
+  >/dev/null 2>&1 || bad "one rank"
+timeout 120 mpirun -np 2 "$LSTMD" train "${eq[@]}" --set data.batch_size=4 --set train.steps=6 \
+  --set train.run_dir="$TMP/two" >/dev/null 2>"$TMP/err" || bad "mpirun -np 2: $(tail -3 "$TMP/err")"
+if msg=$($PY "$SRC/tests/compare_checkpoints.py" "$TMP/one/step-6.safetensors" "$TMP/two/step-6.safetensors" \
+         --rtol 1e-5 --initial "$TMP/init/step-1.safetensors"); then
+  ok "delta + mean: mpirun -np 2 × batch 4 = 1 rank × batch 8: $msg"
+else bad "2 ranks vs 1: $msg"; fi
+
+# 6. the daemon
+cat > "$TMP/job.ini" <<JOB
+[data]
+path = ds
+seq_len = 26
+batch_size = 2
+order = stream
+[model]
+hidden = 16
+layers = 1
+[train]
+steps = 20
+eval_every = 10
+threads = 1
+JOB
+start_daemon
+id=$(ctl submit --config "$TMP/job.ini" --set model.target=delta --set data.window_norm=mean | tail -1)
+ctl watch "$id" > "$TMP/watch.txt"; rc=$?
+run_dir=$(field "$id" run_dir)
+[[ $rc == 0 ]] && tail -1 "$TMP/watch.txt" | grep -q SUCCEEDED && \
+  [[ $(meta "$run_dir/latest.safetensors" series.target) == delta && \
+     $(meta "$run_dir/latest.safetensors" series.window_norm) == mean ]] \
+  && ok "lstmctl submit --set model.target=delta --set data.window_norm=mean: SUCCEEDED, the checkpoint says delta/mean" \
+  || bad "daemon job: rc=$rc $(tail -3 "$TMP/watch.txt")"
+msg=$(ctl submit --config "$TMP/job.ini" --set data.window_norm=max 2>&1); rc=$?
+[[ $rc != 0 ]] && grep -q "data.window_norm" <<<"$msg" && ok "lstmctl submit --set data.window_norm=max refused (exit $rc): $msg" \
+  || bad "bad value at submission: exit $rc, $msg"
+ctl shutdown >/dev/null 2>&1
+stop_daemon
+
+[[ $fails -eq 0 ]] && echo "test_forecast: passed" || echo "test_forecast: $fails FAILED"
+exit $((fails > 0))
