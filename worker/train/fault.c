@@ -28,9 +28,10 @@ static void parse(void) {
   }
   g_fault.kind = !strcmp(kind, "nan_grad")     ? LSTMD_FAULT_NAN_GRAD
                  : !strcmp(kind, "nan_update") ? LSTMD_FAULT_NAN_UPDATE
+                 : !strcmp(kind, "stop")       ? LSTMD_FAULT_STOP
                                                : LSTMD_FAULT_NONE;
   if (g_fault.kind == LSTMD_FAULT_NONE) {
-    lstmd_errorf("LSTMD_FAULT='%s' ignored: the kinds are nan_grad and nan_update", v);
+    lstmd_errorf("LSTMD_FAULT='%s' ignored: the kinds are nan_grad, nan_update and stop", v);
     return;
   }
   g_fault.step = step;

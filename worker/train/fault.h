@@ -5,6 +5,9 @@
  *               scale is NaN there), as a diverged backward on one rank would make them
  *   nan_update  a NaN in the host parameters after the update, as an overflowing update would
  *               leave them (CPU engine: the GPU engine's parameters live on the device)
+ *   stop        a stop request on this rank during step STEP, as SIGTERM would make: every rank
+ *               finishes the step, writes a checkpoint and returns 0 (a deterministic interruption
+ *               for resume tests)
  * With the variable unset nothing happens and the cost is one integer compare per step.
  *
  * LSTMD_VAL_LOSSES="L1,L2,..." scripts the validation losses rank 0 reports (and every rank then
@@ -15,7 +18,7 @@
 #ifndef LSTMD_FAULT_H
 #define LSTMD_FAULT_H
 
-enum lstmd_fault { LSTMD_FAULT_NONE = 0, LSTMD_FAULT_NAN_GRAD, LSTMD_FAULT_NAN_UPDATE };
+enum lstmd_fault { LSTMD_FAULT_NONE = 0, LSTMD_FAULT_NAN_GRAD, LSTMD_FAULT_NAN_UPDATE, LSTMD_FAULT_STOP };
 
 /* Nonzero when `kind` is configured for `step` on `rank`. A malformed variable is reported once
  * and ignored. */

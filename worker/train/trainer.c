@@ -171,7 +171,7 @@ static void write_sample(struct run *r, float temperature, uint64_t seed, const 
 
 /* Collective (the engine brings rank 0's host model up to date; voted); rank 0 then samples
  * train.sample_length bytes after train.sample_prime greedily and at temperature 0.8 (seeded
- * by train.seed and the step, so a resumed run draws the same). A sample that cannot be written
+ * by train.seed and the step, so a resumed run draws the same; the seed is in samples.txt). A sample that cannot be written
  * is reported, and training goes on. */
 static int sample_now(struct run *r) {
   int rc = r->engine->ops->sync_host(r->engine, NULL, NULL);
@@ -183,7 +183,9 @@ static int sample_now(struct run *r) {
   }
   if (r->rank != 0) return LSTMD_OK;
   const double t0 = lstmd_now_s();
-  const uint64_t seed = r->cfg->seed ^ ((uint64_t)r->progress.step * 0x9e3779b97f4a7c15ull);
+  /* 63 bits, so that `lstmd sample --seed` takes it and reproduces the sample */
+  const uint64_t seed =
+      (r->cfg->seed ^ ((uint64_t)r->progress.step * 0x9e3779b97f4a7c15ull)) & 0x7fffffffffffffffull;
   write_sample(r, 0.0f, seed, "greedy");
   write_sample(r, 0.8f, seed, "temperature_0.8");
   if (fflush(r->samples) != 0)
@@ -208,7 +210,8 @@ static int logged_step(const struct lstmd_train_config *cfg, long step) {
 }
 
 static int stop_wanted(const struct run *r) {
-  return g_stop_requested || (r->hooks->stop_requested && r->hooks->stop_requested(r->hooks->ctx));
+  return g_stop_requested || (r->hooks->stop_requested && r->hooks->stop_requested(r->hooks->ctx)) ||
+         lstmd_fault_due(LSTMD_FAULT_STOP, r->progress.step + 1, r->rank);
 }
 
 /* The trainer's window source for the engine (engine.h): the prefetcher's next batch, timed as
