@@ -7,7 +7,8 @@
 #      new bests at 5, 10, 25 and best.safetensors = step 25, train.keep_checkpoints 2 leaving
 #      exactly step-30 and step-40, metrics.jsonl's new_best / lr_cut / early_stop records;
 #      early_stop_min_delta: a loss lower by less than the delta is no new best (stop at 25);
-#   2. resume bitwise: the same run stopped (LSTMD_FAULT=stop@K) at K = 22 (after a cut: the lr
+#   2. resume bitwise: a simulated crash after a sample that the last checkpoint does not cover
+#      (samples.txt cut back to the checkpoint's train.samples_bytes); the same run stopped (LSTMD_FAULT=stop@K) at K = 22 (after a cut: the lr
 #      scale), 32 (one evaluation into a plateau: its counter) and 37 (two evaluations without a
 #      new best: the early-stop counter), then --resume: step-40 and best.safetensors byte for
 #      byte, samples.txt byte for byte, the same step files kept, the same event records; a
@@ -110,6 +111,17 @@ LSTMD_VAL_LOSSES=3.0,2.95,2.9,2.89,2.85,2.0 run delta "$LSTMD" train "${base[@]}
   || bad "min_delta: stopped at $(meta "$TMP/delta/run/latest.safetensors"), best $(meta "$TMP/delta/run/best.safetensors")"
 
 # ---- 2. resume bitwise across each ----
+# a crash after step 40's sample, before its checkpoint (simulated: the uninterrupted run's
+# files, step-40 removed, latest back to step-30): the resumed run cuts samples.txt back to its length at step 30 and drops the
+# metrics records after 30, then samples and decides again; all equal to the uninterrupted run
+mkdir -p "$TMP/crash" && cp -a "$R" "$TMP/crash/run"
+rm "$TMP/crash/run/step-40.safetensors"
+ln -f "$TMP/crash/run/step-30.safetensors" "$TMP/crash/run/latest.safetensors"
+run crash "$LSTMD" train "${base[@]}" "${watch[@]}" --resume || bad "resume after the crash: $(tail -2 "$TMP/crash/log")"
+if cmp -s "$R/samples.txt" "$TMP/crash/run/samples.txt" && cmp -s "$R/step-40.safetensors" "$TMP/crash/run/step-40.safetensors" \
+   && [[ $(events crash) == "$want_events" ]]; then
+  ok "a crash after step 40's sample, resumed from step 30: samples.txt cut back to its length at step 30; the same samples, events and step-40"
+else bad "resume after a crash: $(cmp "$R/samples.txt" "$TMP/crash/run/samples.txt" 2>&1) $(diff <(echo "$want_events") <(events crash) | head -3)"; fi
 for k in 22 32 37; do
   d=stop$k
   LSTMD_FAULT=stop@$k run $d "$LSTMD" train "${base[@]}" "${watch[@]}" || bad "stop@$k: $(tail -2 "$TMP/$d/log")"
