@@ -105,7 +105,8 @@ static const struct cfg_key kKeys[] = {
     {"train", "early_stop_min_delta", CFG_DOUBLE, F(early_stop_min_delta), 0, "0", 0, 1e9, NULL,
      "a new best val_loss must be lower than the best so far by more than this"},
     {"train", "keep_checkpoints", CFG_LONG, F(keep_checkpoints), 0, "-1", -1, 1e9, NULL,
-     "step-N checkpoints kept, oldest deleted (-1: all; 0: only latest's); best's never deleted"},
+     "step-N checkpoints kept, oldest deleted (-1: all; 0: only latest's); never the file "
+     "latest or best is"},
     {"train", "sample_every", CFG_LONG, F(sample_every), 0, "0", 0, 1e12, NULL,
      "text models: steps between samples to samples.txt and TensorBoard (0: off)"},
     {"train", "sample_length", CFG_INT, F(sample_length), 0, "200", 1, 65536, NULL,
@@ -455,7 +456,7 @@ void lstmd_config_help(FILE *out) {
     }
     char name[64];
     snprintf(name, sizeof name, "%s.%s", k->section, k->key);
-    fprintf(out, "  %-23s %-25s default %-13s %s\n", name, range, k->def[0] ? k->def : "(none)",
+    fprintf(out, "  %-26s %-25s default %-13s %s\n", name, range, k->def[0] ? k->def : "(none)",
             k->help);
   }
 }

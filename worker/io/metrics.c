@@ -158,9 +158,10 @@ void lstmd_metrics_lr_cut(struct lstmd_metrics *mt, long step, double lr_scale, 
   fprintf(mt->jsonl, "{\"step\":%ld,\"event\":\"lr_cut\",\"lr_scale\":%.9g,\"peak_lr\":%.9g,"
           "\"next_lr\":%.9g}\n", step, lr_scale, peak_lr, next_lr);
   fflush(mt->jsonl);
-  lstmd_metrics_note(mt, "eval step %ld: plateau (%ld evaluations without a new best val_loss): "
+  lstmd_metrics_note(mt, "eval step %ld: plateau (%ld evaluation%s without a new best val_loss): "
                      "learning rate scaled to %.6g of optim.lr (peak %.6g, next update %.6g)",
-                     step, plateau_patience, lr_scale, peak_lr, next_lr);
+                     step, plateau_patience, plateau_patience == 1 ? "" : "s", lr_scale, peak_lr,
+                     next_lr);
   static const char *const tags[] = {"train/lr_scale"};
   const float values[] = {(float)lr_scale};
   lstmd_tb_scalars(&mt->tb, step, 1, tags, values);
@@ -172,9 +173,9 @@ void lstmd_metrics_early_stop(struct lstmd_metrics *mt, long step, double best_l
           "\"best_step\":%ld,\"evals_since_best\":%ld}\n", step, best_loss, best_step,
           evals_since_best);
   fflush(mt->jsonl);
-  lstmd_metrics_note(mt, "eval step %ld: early stop: no new best val_loss in %ld evaluations "
+  lstmd_metrics_note(mt, "eval step %ld: early stop: no new best val_loss in %ld evaluation%s "
                      "(best %.4f at step %ld, best.safetensors)", step, evals_since_best,
-                     best_loss, best_step);
+                     evals_since_best == 1 ? "" : "s", best_loss, best_step);
 }
 
 void lstmd_metrics_note(struct lstmd_metrics *mt, const char *fmt, ...) {
