@@ -13,7 +13,8 @@
 #      new best: the early-stop counter), then --resume: step-40 and best.safetensors byte for
 #      byte, samples.txt byte for byte, the same step files kept, the same event records; a
 #      resume of the early-stopped run trains nothing and leaves step-40 as it was;
-#   3. two ranks (mpirun -np 2) stop together at step 40, exit 0, with the same cuts;
+#   3. two ranks (mpirun -np 2) stop together at step 40, exit 0, with the same cuts; stopped at
+#      22 (rank 1's stop request) and resumed, byte for byte;
 #   4. a real (unscripted) run: best.safetensors is the step of the lowest val_loss in
 #      metrics.jsonl; samples.txt has the greedy and the temperature-0.8 sample of each sample
 #      step, each equal to `lstmd sample` of that step's checkpoint with the same settings;
@@ -155,6 +156,19 @@ if (cd "$TMP" && mkdir -p mpi && cd mpi && timeout 120 mpirun -np 2 "$LSTMD" tra
     ok "mpirun -np 2: both ranks exit 0 after the early stop at step 40, two lr cuts"
   else bad "mpirun -np 2: $(tail -3 "$TMP/mpi/log")"; fi
 else bad "mpirun -np 2: exit $?: $(tail -3 "$TMP/mpi/log")"; fi
+# two ranks resumed after a cut (rank 1 asks to stop at 22: the stop vote stops both): rank 1
+# must get the watch and the lr scale from rank 0's checkpoint too, or its update differs
+mpi2() { (cd "$TMP/mpi2" && timeout 120 mpirun -np 2 "$LSTMD" train "${base[@]}" --set data.batch_size=2 \
+           "${watch[@]}" "$@" > out 2>> log); }
+mkdir -p "$TMP/mpi2"
+LSTMD_FAULT=stop@22:1 mpi2 || bad "mpirun -np 2, stop@22:1: $(tail -2 "$TMP/mpi2/log")"
+[[ $(meta "$TMP/mpi2/run/latest.safetensors") == 22 ]] || bad "mpirun -np 2 stop@22:1 stopped at $(meta "$TMP/mpi2/run/latest.safetensors")"
+mpi2 --resume || bad "mpirun -np 2 resume: $(tail -2 "$TMP/mpi2/log")"
+cmp -s "$TMP/mpi/run/step-40.safetensors" "$TMP/mpi2/run/step-40.safetensors" \
+  && cmp -s "$TMP/mpi/run/best.safetensors" "$TMP/mpi2/run/best.safetensors" \
+  && cmp -s "$TMP/mpi/run/samples.txt" "$TMP/mpi2/run/samples.txt" \
+  && ok "mpirun -np 2: stopped at 22 by rank 1's request, resumed: step-40, best, samples.txt byte for byte" \
+  || bad "mpirun -np 2 resume from 22: checkpoints differ"
 unset LSTMD_VAL_LOSSES
 
 # ---- 4. a real run ----

@@ -94,37 +94,49 @@ static struct lstmd_watch_rules watch_rules(const struct lstmd_train_config *cfg
       .plateau_patience = cfg->plateau_patience, .plateau_factor = cfg->plateau_factor};
 }
 
-/* Collective (the engine's evaluate, then rank 0's loss broadcast to every rank). Rank 0 records
- * the validation loss; every rank then updates the validation watch with the same loss
- * (val_watch.h), so every rank takes the same decisions with no further vote: a new best writes
- * best.safetensors (collective), a plateau cut sets the optimizer's learning rate on every rank,
- * and *events gets LSTMD_WATCH_STOP when the run must stop early. A failed evaluation on rank 0
- * (it says why) decides nothing, as before the watch existed. */
+/* Collective (the engine's evaluate, then one broadcast from rank 0). Rank 0 records the
+ * validation loss and updates the validation watch with it (val_watch.h); the broadcast gives
+ * every rank rank 0's verdict and watch, so every rank takes the same decisions with no further
+ * vote, even if their states had drifted: a new best writes best.safetensors (collective), a
+ * plateau cut sets the optimizer's learning rate on every rank, and *events gets
+ * LSTMD_WATCH_STOP when every rank must stop here. A failed evaluation on rank 0 (it says why)
+ * decides nothing, as before the watch existed. */
 static int evaluate_now(struct run *r, int *events) {
   *events = 0;
   if (!r->has_val) return LSTMD_OK;
   const struct lstmd_train_config *cfg = r->cfg;
+  const struct lstmd_watch_rules rules = watch_rules(cfg);
   const long step = r->progress.step;
   double loss = 0.0;
   uint64_t tokens = 0;
   const double t0 = lstmd_now_s();
   int rc = r->engine->ops->evaluate(r->engine, &r->val, &loss, &tokens);
-  if (!rc && r->rank == 0) lstmd_fault_val_loss(step, cfg->eval_every, &loss);
+  struct {
+    double ok, loss;
+    int64_t events;
+    struct lstmd_val_watch watch;
+  } verdict = {0};
+  if (r->rank == 0 && rc == 0) {
+    lstmd_fault_val_loss(step, cfg->eval_every, &loss);
+    verdict.ok = 1.0;
+    verdict.loss = loss;
+    verdict.watch = r->progress.watch;
+    verdict.events = lstmd_val_watch_update(&verdict.watch, &rules, step, loss);
+  }
   /* Every rank waits here, without a bound, until rank 0 has evaluated: the next step's waits
    * (with train.comm_timeout_s) then never include an evaluation however long it takes. */
-  double shared[2] = {rc == 0 ? 1.0 : 0.0, loss};
-  if (r->world > 1 && lstmd_comm_bcast(r->comm, shared, sizeof shared, 0)) return LSTMD_ECOMM;
+  if (r->world > 1 && lstmd_comm_bcast(r->comm, &verdict, sizeof verdict, 0)) return LSTMD_ECOMM;
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "evaluation", t0, lstmd_now_s(), NULL);
-  if (shared[0] == 0.0) return LSTMD_OK;
-  loss = shared[1];
+  if (verdict.ok == 0.0) return LSTMD_OK;
+  loss = verdict.loss;
+  r->progress.watch = verdict.watch;
+  *events = (int)verdict.events;
+  const struct lstmd_val_watch *w = &r->progress.watch;
   const int text = r->model->shape.kind == LSTMD_MODEL_TEXT;
   if (r->rank == 0) {
     lstmd_metrics_eval(&r->metrics, step, loss, text);
     if (r->hooks->on_eval) r->hooks->on_eval(r->hooks->ctx, step, loss, text ? loss / M_LN2 : NAN);
   }
-  const struct lstmd_watch_rules rules = watch_rules(cfg);
-  struct lstmd_val_watch *w = &r->progress.watch;
-  *events = lstmd_val_watch_update(w, &rules, step, loss);
   if (*events & LSTMD_WATCH_LR_CUT) {
     r->optim->cfg.lr = (float)((double)cfg->optim.lr * w->lr_scale);
     if (r->rank == 0)
