@@ -14,7 +14,8 @@
 #      byte, samples.txt byte for byte, the same step files kept, the same event records; a
 #      resume of the early-stopped run trains nothing and leaves step-40 as it was;
 #   3. two ranks (mpirun -np 2) stop together at step 40, exit 0, with the same cuts; stopped at
-#      22 (rank 1's stop request) and resumed, byte for byte;
+#      22 (rank 1's stop request) and resumed, byte for byte; 2 pipeline stages stop early and
+#      sample what `lstmd sample` of the same checkpoint gives;
 #   4. a real (unscripted) run: best.safetensors is the step of the lowest val_loss in
 #      metrics.jsonl; samples.txt has the greedy and the temperature-0.8 sample of each sample
 #      step, each equal to `lstmd sample` of that step's checkpoint with the same settings;
@@ -169,6 +170,17 @@ cmp -s "$TMP/mpi/run/step-40.safetensors" "$TMP/mpi2/run/step-40.safetensors" \
   && cmp -s "$TMP/mpi/run/samples.txt" "$TMP/mpi2/run/samples.txt" \
   && ok "mpirun -np 2: stopped at 22 by rank 1's request, resumed: step-40, best, samples.txt byte for byte" \
   || bad "mpirun -np 2 resume from 22: checkpoints differ"
+# pipeline stages (the watch and the samples through the pipeline engine: its sync_host gathers
+# the stages' weights on rank 0): losses 3, 2.9, 3, 3 with patience 2 stop at 20
+mkdir -p "$TMP/pipe"
+if (cd "$TMP/pipe" && LSTMD_VAL_LOSSES=3,2.9,3,3 timeout 120 mpirun -np 2 "$LSTMD" train "${base[@]}" \
+      --set model.layers=2 --set model.stages=2 --set train.steps=60 --set train.early_stop_patience=2 \
+      --set train.sample_every=10 --set train.sample_length=20 > out 2> log) \
+   && [[ $(meta "$TMP/pipe/run/latest.safetensors") == 20 && $(meta "$TMP/pipe/run/best.safetensors") == 10 ]] \
+   && [[ $(sed -n '/step 20: greedy/{n;N;p}' "$TMP/pipe/run/samples.txt") == \
+         "$("$LSTMD" sample --checkpoint "$TMP/pipe/run/step-20.safetensors" --length 20 --temperature 0 2>/dev/null)" ]]; then
+  ok "model.stages=2 on 2 ranks: early stop at 20, best step 10, the step-20 greedy sample = lstmd sample of step-20"
+else bad "pipeline stages: $(grep -v '^  ' "$TMP/pipe/log" | tail -2)"; fi
 unset LSTMD_VAL_LOSSES
 
 # ---- 4. a real run ----

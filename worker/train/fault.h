@@ -18,7 +18,12 @@
 #ifndef LSTMD_FAULT_H
 #define LSTMD_FAULT_H
 
-enum lstmd_fault { LSTMD_FAULT_NONE = 0, LSTMD_FAULT_NAN_GRAD, LSTMD_FAULT_NAN_UPDATE, LSTMD_FAULT_STOP };
+enum lstmd_fault {
+  LSTMD_FAULT_NONE = 0,
+  LSTMD_FAULT_NAN_GRAD,
+  LSTMD_FAULT_NAN_UPDATE,
+  LSTMD_FAULT_STOP
+};
 
 /* Nonzero when `kind` is configured for `step` on `rank`. A malformed variable is reported once
  * and ignored. */

@@ -182,11 +182,11 @@ static void write_sample(struct run *r, float temperature, uint64_t seed, const 
 }
 
 /* Collective (the engine brings rank 0's host model up to date; voted); rank 0 then samples
- * train.sample_length bytes after train.sample_prime greedily and at temperature 0.8 (seeded
- * by train.seed and the step, so a resumed run draws the same; the seed is in samples.txt). A sample that cannot be written
- * is reported, and training goes on. */
+ * train.sample_length bytes after train.sample_prime greedily and at temperature 0.8, seeded by
+ * train.seed and the step (so a resumed run draws the same; the seed is in samples.txt). A
+ * sample that cannot be written is reported, and training goes on. */
 static int sample_now(struct run *r) {
-  int rc = r->engine->ops->sync_host(r->engine, NULL, NULL);
+  int rc = r->engine->ops->sync_host(r->engine, NULL, &r->progress); /* p: its step in messages */
   if (rc == LSTMD_ECOMM) return rc;
   rc = lstmd_comm_agree(r->comm, rc, NULL);
   if (rc) {
@@ -222,7 +222,8 @@ static int logged_step(const struct lstmd_train_config *cfg, long step) {
 }
 
 static int stop_wanted(const struct run *r) {
-  return g_stop_requested || (r->hooks->stop_requested && r->hooks->stop_requested(r->hooks->ctx)) ||
+  return g_stop_requested ||
+         (r->hooks->stop_requested && r->hooks->stop_requested(r->hooks->ctx)) ||
          lstmd_fault_due(LSTMD_FAULT_STOP, r->progress.step + 1, r->rank);
 }
 
