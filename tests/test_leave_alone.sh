@@ -5,7 +5,8 @@
 #      known in advance: early stop at exactly step 40 (patience 3), the plateau cuts at exactly
 #      steps 20 and 35 (patience 2, factor 0.5) and the learning rate of every logged step,
 #      new bests at 5, 10, 25 and best.safetensors = step 25, train.keep_checkpoints 2 leaving
-#      exactly step-30 and step-40, metrics.jsonl's new_best / lr_cut / early_stop records;
+#      exactly step-30 and step-40, metrics.jsonl's new_best / lr_cut / early_stop records; a best
+#      at a checkpoint step is that step file under a second name, which keep-N never deletes;
 #      early_stop_min_delta: a loss lower by less than the delta is no new best (stop at 25);
 #   2. resume bitwise: a simulated crash after a sample that the last checkpoint does not cover
 #      (samples.txt cut back to the checkpoint's train.samples_bytes); the same run stopped (LSTMD_FAULT=stop@K) at K = 22 (after a cut: the lr
@@ -111,6 +112,16 @@ LSTMD_VAL_LOSSES=3.0,2.95,2.9,2.89,2.85,2.0 run delta "$LSTMD" train "${base[@]}
 [[ $(meta "$TMP/delta/run/latest.safetensors") == 25 && $(meta "$TMP/delta/run/best.safetensors") == 15 ]] \
   && ok "early_stop_min_delta 0.06: new bests at 5 and 15 only, stop at 25" \
   || bad "min_delta: stopped at $(meta "$TMP/delta/run/latest.safetensors"), best $(meta "$TMP/delta/run/best.safetensors")"
+
+# best at a checkpoint step is another name of that step's file (no second write), and keep-N
+# never deletes it: best at 10 (checkpoints every 10, keep 1) leaves step-10 beside step-30
+LSTMD_VAL_LOSSES=3.0,2.0,2.5,2.5,2.5,2.5 run linked "$LSTMD" train "${base[@]}" --set train.steps=30 \
+  --set train.checkpoint_every=10 --set train.keep_checkpoints=1 || bad "linked best run: $(tail -2 "$TMP/linked/log")"
+L=$TMP/linked/run
+if [[ $(cd "$L" && ls step-*.safetensors | tr '\n' ' ') == "step-10.safetensors step-30.safetensors " \
+      && "$L/best.safetensors" -ef "$L/step-10.safetensors" && "$L/latest.safetensors" -ef "$L/step-30.safetensors" ]]; then
+  ok "best at step 10 is step-10.safetensors (one file, two names); keep_checkpoints 1 deletes step-20, keeps best's step-10"
+else bad "linked best / keep-N: $(cd "$L" && ls -i ./*.safetensors | tr "\n" " ")"; fi
 
 # ---- 2. resume bitwise across each ----
 # a crash after step 40's sample, before its checkpoint (simulated: the uninterrupted run's

@@ -140,7 +140,9 @@ int lstmd_checkpoint_save(const char *path, const struct lstmd_model *m,
     meta_addf(&l, "train.step", "%ld", progress->step);
     meta_addf(&l, "train.epoch", "%" PRIu64, progress->cursor.epoch);
     meta_addf(&l, "train.position", "%" PRIu64, progress->cursor.position);
-    const struct lstmd_val_watch *w = &progress->watch;
+    /* a zeroed watch (a progress built without lstmd_val_watch_init) is a fresh one */
+    static const struct lstmd_val_watch kFresh = {.best_loss = INFINITY, .lr_scale = 1.0};
+    const struct lstmd_val_watch *w = progress->watch.lr_scale > 0.0 ? &progress->watch : &kFresh;
     meta_addf(&l, "train.best_val_loss", "%.17g", w->best_loss);
     meta_addf(&l, "train.best_step", "%ld", w->best_step);
     meta_addf(&l, "train.evals_since_best", "%ld", w->since_best);

@@ -54,7 +54,7 @@ struct lstmd_train_progress {
   struct lstmd_prune *prune;  /* pruning masks, saved as I8 tensors 'prune.mask.<tensor>' and
                                * listed in metadata 'prune.masks' (PyTorch's strict load of the
                                * model's own names is unaffected), or NULL */
-  struct lstmd_val_watch watch;
+  struct lstmd_val_watch watch; /* all zero (lr_scale 0) is saved as a fresh watch */
   long samples_bytes;         /* rank 0: length of <run_dir>/samples.txt at this checkpoint (a
                                * resume cuts the file back to it); metadata train.samples_bytes */
 };

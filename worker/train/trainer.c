@@ -45,25 +45,31 @@ static int check_finite(const struct run *r) {
   return LSTMD_ENONFINITE;
 }
 
+/* What save_checkpoint writes: step-<N> (and latest, a link to it, then the old step files
+ * train.keep_checkpoints does not keep are deleted); best.safetensors as a checkpoint of its own;
+ * or best.safetensors as another name of the step-<N> just written (no second write). */
+enum save_kind { SAVE_STEP = 0, SAVE_BEST = 1, SAVE_BEST_LINK = 2 };
+
 /* Collective: the engine gathers the carried state and brings rank 0's host copy up to date;
- * rank 0 checks and writes the checkpoint: step-<N> (and latest, a link to it, then the old
- * step files train.keep_checkpoints does not keep are deleted), or best.safetensors. */
-static int save_checkpoint_now(struct run *r, int best) {
+ * rank 0 checks and writes the checkpoint (SAVE_BEST_LINK: rank 0 links, nothing else). */
+static int save_checkpoint_now(struct run *r, enum save_kind kind) {
+  const struct lstmd_train_config *cfg = r->cfg;
+  char path[4096], latest[4096], best_path[4096];
+  snprintf(path, sizeof path, "%s/step-%ld.safetensors", cfg->run_dir, r->progress.step);
+  snprintf(best_path, sizeof best_path, "%s/best.safetensors", cfg->run_dir);
+  if (kind == SAVE_BEST_LINK) return r->rank == 0 ? lstmd_durable_link(path, best_path) : LSTMD_OK;
+  const int best = kind == SAVE_BEST;
   const struct lstmd_engine_ops *ops = r->engine->ops;
   if (r->progress.state_h)
     LSTMD_TRY(ops->gather_state(r->engine, r->progress.state_h, r->progress.state_c));
   LSTMD_TRY(ops->sync_host(r->engine, r->optim, &r->progress));
   if (r->rank != 0) return LSTMD_OK;
   LSTMD_TRY(check_finite(r));
-  const struct lstmd_train_config *cfg = r->cfg;
-  char path[4096], latest[4096];
-  if (best) snprintf(path, sizeof path, "%s/best.safetensors", cfg->run_dir);
-  else snprintf(path, sizeof path, "%s/step-%ld.safetensors", cfg->run_dir, r->progress.step);
   snprintf(latest, sizeof latest, "%s/latest.safetensors", cfg->run_dir);
   r->progress.cursor = lstmd_prefetch_cursor(r->prefetch);
   if (r->samples) r->progress.samples_bytes = ftell(r->samples);
-  LSTMD_TRY(lstmd_checkpoint_save(path, r->model, r->optim, &r->data_meta, &r->progress,
-                                  r->config_json));
+  LSTMD_TRY(lstmd_checkpoint_save(best ? best_path : path, r->model, r->optim, &r->data_meta,
+                                  &r->progress, r->config_json));
   if (best) return LSTMD_OK;
   LSTMD_TRY(lstmd_durable_link(path, latest));
   /* after latest names the new file: a crash between the two leaves one more file, never less */
@@ -73,9 +79,10 @@ static int save_checkpoint_now(struct run *r, int best) {
 
 /* A checkpoint that rank 0 failed to check or write is voted on, so that every rank stops here
  * together (the vote costs one small all-reduce per checkpoint). */
-static int save_checkpoint(struct run *r, int best) {
+static int save_checkpoint(struct run *r, enum save_kind kind) {
   const double t0 = lstmd_now_s();
-  int rc = save_checkpoint_now(r, best);
+  const int best = kind != SAVE_STEP;
+  int rc = save_checkpoint_now(r, kind);
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, best ? "best checkpoint" : "checkpoint", t0,
                     lstmd_now_s(), NULL);
   if (rc == LSTMD_ECOMM) return rc; /* the ranks may be out of step: not agreed */
@@ -85,6 +92,15 @@ static int save_checkpoint(struct run *r, int best) {
   if (!rc) lstmd_errorf("rank %d: stopping: rank 0 did not write the %scheckpoint of step %ld (%s)",
                         r->rank, best ? "best " : "", r->progress.step, lstmd_strerror(agreed));
   return agreed;
+}
+
+/* Collective, after a new best at this step (and after the step's sample, so that the file
+ * holds what a step checkpoint would): best.safetensors, linked to step-<N> when that was just
+ * written. Rank 0 records it. */
+static int save_best(struct run *r, int step_file_written) {
+  LSTMD_TRY(save_checkpoint(r, step_file_written ? SAVE_BEST_LINK : SAVE_BEST));
+  if (r->rank == 0) lstmd_metrics_new_best(&r->metrics, r->progress.step, r->progress.watch.best_loss);
+  return LSTMD_OK;
 }
 
 static struct lstmd_watch_rules watch_rules(const struct lstmd_train_config *cfg) {
@@ -97,9 +113,9 @@ static struct lstmd_watch_rules watch_rules(const struct lstmd_train_config *cfg
 /* Collective (the engine's evaluate, then one broadcast from rank 0). Rank 0 records the
  * validation loss and updates the validation watch with it (val_watch.h); the broadcast gives
  * every rank rank 0's verdict and watch, so every rank takes the same decisions with no further
- * vote, even if their states had drifted: a new best writes best.safetensors (collective), a
- * plateau cut sets the optimizer's learning rate on every rank, and *events gets
- * LSTMD_WATCH_STOP when every rank must stop here. A failed evaluation on rank 0 (it says why)
+ * vote, even if their states had drifted: a plateau cut sets the optimizer's learning rate on
+ * every rank here; *events gets LSTMD_WATCH_NEW_BEST (the caller writes best.safetensors) and
+ * LSTMD_WATCH_STOP (every rank must stop at this step). A failed evaluation on rank 0 (it says why)
  * decides nothing, as before the watch existed. */
 static int evaluate_now(struct run *r, int *events) {
   *events = 0;
@@ -142,10 +158,6 @@ static int evaluate_now(struct run *r, int *events) {
     if (r->rank == 0)
       lstmd_metrics_lr_cut(&r->metrics, step, w->lr_scale, r->optim->cfg.lr,
                            lstmd_optim_lr(&r->optim->cfg, r->optim->step), rules.plateau_patience);
-  }
-  if (*events & LSTMD_WATCH_NEW_BEST) {
-    LSTMD_TRY(save_checkpoint(r, 1));
-    if (r->rank == 0) lstmd_metrics_new_best(&r->metrics, step, loss);
   }
   if ((*events & LSTMD_WATCH_STOP) && r->rank == 0)
     lstmd_metrics_early_stop(&r->metrics, step, w->best_loss, w->best_step, w->since_best);
@@ -422,8 +434,10 @@ static int train_loop(struct run *r) {
     if (events & LSTMD_WATCH_STOP) stop = early = 1; /* the same on every rank (evaluate_now) */
     /* also when stopping, so that a run resumed from this step has the same samples */
     if (cfg->sample_every && step % cfg->sample_every == 0) LSTMD_TRY(sample_now(r));
-    if (cfg->checkpoint_every && step % cfg->checkpoint_every == 0 && step != cfg->steps && !stop)
-      LSTMD_TRY(save_checkpoint(r, 0));
+    const int due = cfg->checkpoint_every && step % cfg->checkpoint_every == 0 &&
+                    step != cfg->steps && !stop;
+    if (due) LSTMD_TRY(save_checkpoint(r, SAVE_STEP));
+    if (events & LSTMD_WATCH_NEW_BEST) LSTMD_TRY(save_best(r, due));
     const double paused = lstmd_now_s() - pause_t0;
     interval_t0 += paused;
     t0 += paused;
@@ -440,7 +454,8 @@ static int train_loop(struct run *r) {
   int events = 0;
   if (!stop && !(cfg->eval_every && r->progress.step % cfg->eval_every == 0))
     LSTMD_TRY(evaluate_now(r, &events));
-  LSTMD_TRY(save_checkpoint(r, 0));
+  LSTMD_TRY(save_checkpoint(r, SAVE_STEP));
+  if (events & LSTMD_WATCH_NEW_BEST) LSTMD_TRY(save_best(r, 1));
   if (r->rank != 0) return LSTMD_OK;
   const int how = early                          ? LSTMD_END_EARLY_STOP
                   : r->progress.step < cfg->steps ? LSTMD_END_REQUESTED
