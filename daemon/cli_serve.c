@@ -69,7 +69,7 @@ struct running {
   struct lstmd_jobs *jobs;
   uint64_t id;
   long end_step;
-  int ended;
+  int ended, early_stop; /* early_stop: train.early_stop_patience ended it (finished) */
 };
 
 static void hook_step(void *ctx, const struct lstmd_step_report *r) {
@@ -82,11 +82,11 @@ static void hook_eval(void *ctx, long step, double loss, double bpc) {
   lstmd_jobs_eval(j->jobs, j->id, step, loss, bpc);
 }
 static int hook_stop(void *ctx) { return lstmd_jobs_stop_requested(((struct running *)ctx)->jobs); }
-static void hook_end(void *ctx, long step, int early) {
+static void hook_end(void *ctx, long step, int how) {
   struct running *j = ctx;
-  (void)early;
   j->end_step = step;
   j->ended = 1;
+  j->early_stop = how == LSTMD_END_EARLY_STOP;
 }
 
 /* ---- every rank: one job ---- */
@@ -184,6 +184,11 @@ static void record_outcome(struct lstmd_jobs *jobs, const Lstmd__Job *job, const
   } else if (run->ended && run->end_step >= job->total_steps) {
     state = LSTMD__JOB_STATE__SUCCEEDED;
     snprintf(reason, sizeof reason, "done: %s/step-%ld.safetensors", job->run_dir, run->end_step);
+  } else if (run->ended && run->early_stop) { /* finished: a requeue would stop at once */
+    state = LSTMD__JOB_STATE__SUCCEEDED;
+    snprintf(reason, sizeof reason, "stopped early at step %ld (train.early_stop_patience): "
+             "%s/step-%ld.safetensors, best: %s/best.safetensors", run->end_step, job->run_dir,
+             run->end_step, job->run_dir);
   } else if (lstmd_jobs_cancel_requested(jobs, job->id)) {
     state = LSTMD__JOB_STATE__CANCELLED;
     snprintf(reason, sizeof reason, "cancelled at step %ld; checkpoint %s/latest.safetensors", step,

@@ -31,7 +31,7 @@ static const char *const kOrders[] = {"shuffle", "stream", NULL};
 static const char *const kTargets[] = {"level", "delta", NULL};          /* lstmd_series_target */
 static const char *const kWindowNorms[] = {"none", "last", "mean", NULL}; /* lstmd_window_norm */
 static const char *const kAlgos[] = {"adamw", "sgd", NULL};
-static const char *const kSchedules[] = {"cosine", "constant", NULL};
+static const char *const kSchedules[] = {"cosine", "constant", "plateau", NULL};
 static const char *const kDevices[] = {"cpu", "cuda", "auto", NULL}; /* enum lstmd_device */
 static const char *const kPrecisions[] = {"fp32", "fp16", "bf16", "tf32", NULL};
 static const char *const kPipeSchedules[] = {"wavefront", "gpipe", "1f1b", NULL}; /* lstmd_pipe_kind */
@@ -75,7 +75,12 @@ static const struct cfg_key kKeys[] = {
     {"optim", "warmup", CFG_LONG, F(optim.warmup_steps), 0, "0", 0, 1e12, NULL,
      "linear warmup steps (may exceed train.steps)"},
     {"optim", "schedule", CFG_ENUM, F(optim.schedule), 0, "cosine", 0, 0, kSchedules,
-     "after warmup: cosine decay to 0 at train.steps, or constant"},
+     "after warmup: cosine decay to 0 at train.steps, constant, or plateau (constant, cut by "
+     "optim.plateau_factor when val_loss stops improving)"},
+    {"optim", "plateau_factor", CFG_DOUBLE, F(plateau_factor), 0, "0.5", 1e-6, 0.999999, NULL,
+     "plateau schedule: multiply the learning rate by this ..."},
+    {"optim", "plateau_patience", CFG_LONG, F(plateau_patience), 0, "3", 1, 1e9, NULL,
+     "... after this many evaluations without a new best val_loss"},
     {"optim", "clip_norm", CFG_FLOAT, F(optim.clip_norm), 0, "1", 0, 1e6, NULL,
      "global gradient-norm clip (0: off)"},
     {"optim", "grad_accum", CFG_INT, F(grad_accum), 0, "1", 1, 65536, NULL,
@@ -103,6 +108,19 @@ static const struct cfg_key kKeys[] = {
      "steps between validation passes (0: only at the end)"},
     {"train", "log_every", CFG_LONG, F(log_every), 0, "10", 0, 1e12, NULL,
      "steps between progress lines and metrics records"},
+    {"train", "early_stop_patience", CFG_LONG, F(early_stop_patience), 0, "0", 0, 1e9, NULL,
+     "stop after this many evaluations without a new best val_loss (0: off)"},
+    {"train", "early_stop_min_delta", CFG_DOUBLE, F(early_stop_min_delta), 0, "0", 0, 1e9, NULL,
+     "a new best val_loss must be lower than the best so far by more than this"},
+    {"train", "keep_checkpoints", CFG_LONG, F(keep_checkpoints), 0, "-1", -1, 1e9, NULL,
+     "step-N checkpoints kept, oldest deleted (-1: all; 0: only latest's); never the file "
+     "latest or best is"},
+    {"train", "sample_every", CFG_LONG, F(sample_every), 0, "0", 0, 1e12, NULL,
+     "text models: steps between samples to samples.txt and TensorBoard (0: off)"},
+    {"train", "sample_length", CFG_INT, F(sample_length), 0, "200", 1, 65536, NULL,
+     "bytes sampled after the prime (greedy and temperature 0.8)"},
+    {"train", "sample_prime", CFG_STRING, F(sample_prime), S(sample_prime), "", 0, 0, NULL,
+     "text the samples start from (empty: a newline, as lstmd sample)"},
     {"train", "threads", CFG_INT, F(threads), 0, "0", 0, 1024, NULL,
      "threads per rank the batch is split across (0: cores / ranks on the node)"},
     {"train", "bucket_mb", CFG_DOUBLE, F(bucket_mb), 0, "4", 0.01, 1024, NULL,
@@ -373,6 +391,13 @@ int lstmd_config_check(const struct lstmd_train_config *c, char *err, size_t n) 
              c->stages);
     return LSTMD_ECONFIG;
   }
+  /* Early stopping and the plateau schedule act on evaluations during the run. */
+  if ((c->early_stop_patience > 0 || c->optim.schedule == LSTMD_SCHEDULE_PLATEAU) &&
+      c->eval_every == 0) {
+    snprintf(err, n, "%s: needs evaluations during the run (train.eval_every > 0)",
+             c->early_stop_patience > 0 ? "train.early_stop_patience" : "optim.schedule");
+    return LSTMD_ECONFIG;
+  }
   int counts[16];
   if ((c->stages > 1 || c->stage_layers[0]) &&
       lstmd_stage_layer_counts(c->stage_layers, c->stages, c->layers, counts, err, n))
@@ -446,7 +471,7 @@ void lstmd_config_help(FILE *out) {
     }
     char name[64];
     snprintf(name, sizeof name, "%s.%s", k->section, k->key);
-    fprintf(out, "  %-23s %-25s default %-13s %s\n", name, range, k->def[0] ? k->def : "(none)",
+    fprintf(out, "  %-26s %-25s default %-13s %s\n", name, range, k->def[0] ? k->def : "(none)",
             k->help);
   }
 }

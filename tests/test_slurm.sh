@@ -9,7 +9,9 @@
 #  3. `sbatch --wait deploy/slurm/train.sbatch` with 2 tasks × 1 CPU: the job's exit code is 0,
 #     its output names a 2-rank world, the checkpoint exists and `lstmd eval` reads it; a second
 #     submission with more steps resumes from that checkpoint (what a requeued job does); a job
-#     with [prune] and [distill] keys as extra arguments trains (eval reports its sparsity);
+#     with [prune] and [distill] keys as extra arguments trains (eval reports its sparsity); one
+#     with train.early_stop_patience (scripted val losses) stops early with its best and samples,
+#     and its resubmission trains nothing and exits 0;
 #  4. `scancel JOBID` of a running train.sbatch job (SIGTERM to the batch shell and the tasks, as
 #     at the time limit): checkpoint, lstmd exit 0 with the script waiting for it, and a
 #     resubmission resumes from that checkpoint.
@@ -118,6 +120,26 @@ if [[ $rc -eq 0 ]] && grep -q '"sparsity":{"lstm.weight_ih_l0":0.5' <<<"$ev" \
    && grep -q "^  distill.teacher = $TMP/one/step-6.safetensors$" "$TMP/sbatch5.out"; then
   ok "train.sbatch with [prune] and [distill]: exit 0, eval: $ev"
 else bad "train.sbatch with [prune] and [distill]: rc=$rc $ev $(tail -3 "$TMP/sbatch5.out" 2>/dev/null)"; fi
+
+# Early stopping and samples (scripted validation losses: 2 is the best, 4 and 6 are not, so
+# patience 2 stops at 6 of 20) through the batch script; a resubmission, as a requeue makes,
+# resumes the early-stopped run, trains nothing and exits 0.
+export LSTMD_VAL_LOSSES=2.0,2.1,2.2
+leave=(--set train.steps=20 --set train.eval_every=2 --set train.early_stop_patience=2
+       --set train.sample_every=2 --set train.sample_length=20 --set train.keep_checkpoints=1)
+RUN_DIR=$TMP/sbe sbatch_job "$TMP/sbatch6.out" "${leave[@]}"
+rc=$?
+if [[ $rc -eq 0 ]] && grep -q "stopped early at step 6" "$TMP/sbatch6.out" \
+   && [[ $(/usr/bin/python3 "$SRC/tests/ckpt_meta.py" "$TMP/sbe/best.safetensors") == 2 ]] \
+   && [[ $(grep -c '^=== step' "$TMP/sbe/samples.txt") == 6 ]]; then
+  ok "train.sbatch with train.early_stop_patience=2: exit 0, stopped early at step 6, best step 2, 6 samples"
+else bad "train.sbatch early stop: rc=$rc $(grep -m2 -e stopped -e error "$TMP/sbatch6.out" 2>/dev/null)"; fi
+RUN_DIR=$TMP/sbe sbatch_job "$TMP/sbatch7.out" "${leave[@]}"
+rc=$?
+if [[ $rc -eq 0 ]] && grep -q "this run stopped early" "$TMP/sbatch7.out"; then
+  ok "resubmitted: $(grep -o 'this run stopped early.*' "$TMP/sbatch7.out" | head -1)"
+else bad "resubmission of the early-stopped job: rc=$rc $(tail -2 "$TMP/sbatch7.out" 2>/dev/null)"; fi
+unset LSTMD_VAL_LOSSES
 
 # 4. the batch script stopped as the time limit stops it: `scancel JOBID` sends SIGTERM to the
 #    batch shell and to the job step's tasks (SIGKILL after KillWait): the ranks checkpoint and

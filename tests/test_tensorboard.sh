@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # test_tensorboard.sh — the event file lstmd writes, read back by TensorBoard's own reader
 # (PyPI's tensorboard, installed into a throwaway venv): every scalar of every log step and
-# evaluation is there with the values metrics.jsonl has. Skipped (77) when PyPI cannot be
-# reached to fetch the reader.
+# evaluation is there with the values metrics.jsonl has, and the text summaries of the samples
+# taken during training (train.sample_every: tags samples/greedy and samples/temperature_0.8,
+# plugin "text") hold the bytes samples.txt has. Skipped (77) when PyPI cannot be reached to
+# fetch the reader.
 set -u
 LSTMD=$(realpath "${1:?usage: test_tensorboard.sh LSTMD_BINARY SOURCE_DIR}")
 SRC=$(realpath "${2:?}")
@@ -18,6 +20,7 @@ head -c 200000 "$SRC/data/fortunes.txt" > "$TMP/small.txt"
 "$LSTMD" prepare text --input "$TMP/small.txt" --out "$TMP/ds" 2>/dev/null || exit 1
 "$LSTMD" train --set data.path="$TMP/ds" --set data.seq_len=16 --set data.batch_size=4 \
   --set model.hidden=32 --set train.steps=20 --set train.log_every=5 --set train.eval_every=10 \
+  --set train.sample_every=10 --set train.sample_length=30 --set train.sample_prime="The " \
   --set train.run_dir="$TMP/run" 2>/dev/null || exit 1
 "$TMP/venv/bin/python" - "$TMP/run" <<'PY'
 import glob, json, sys
@@ -43,6 +46,27 @@ val = acc.Scalars("val/loss")
 assert [e.step for e in val] == [r["step"] for r in evals], (val, evals)
 for e, r in zip(val, evals):
     assert abs(e.value - r["val_loss"]) <= 1e-6 * abs(r["val_loss"]), (e, r)
+# the samples: samples.txt blocks "=== step S: greedy ... ===\n<text>\n" against the text tensors
+import re
+from tensorboard.util import tensor_util
+raw = open(run + "/samples.txt", "rb").read()
+blocks = re.split(rb"^=== step (\d+): (greedy|temperature)[^\n]*===\n", raw, flags=re.M)[1:]
+want = {}
+for step, kind, text in zip(blocks[0::3], blocks[1::3], blocks[2::3]):
+    tag = "samples/greedy" if kind == b"greedy" else "samples/temperature_0.8"
+    want.setdefault(tag, []).append((int(step), text[:-1]))
+texts = set(acc.Tags()["tensors"])
+assert {"samples/greedy", "samples/temperature_0.8"} <= texts, texts
+n_text = 0
+for tag, expected in sorted(want.items()):
+    assert acc.SummaryMetadata(tag).plugin_data.plugin_name == "text", acc.SummaryMetadata(tag)
+    events = acc.Tensors(tag)
+    got = [(e.step, tensor_util.make_ndarray(e.tensor_proto).item()) for e in events]
+    assert got == expected, (tag, got, expected)
+    assert all(t.startswith(b"The ") and len(t) == 4 + 30 for _, t in got), got
+    n_text += len(got)
 print(f"test_tensorboard: passed ({len(loss)} train/loss and {len(val)} val/loss points, "
-      f"{len(tags)} tags, read by tensorboard's EventAccumulator)")
+      f"{len(tags)} tags, {n_text} text samples equal to samples.txt "
+      f"(e.g. step {want['samples/greedy'][0][0]} greedy {want['samples/greedy'][0][1]!r}), "
+      f"read by tensorboard's EventAccumulator)")
 PY

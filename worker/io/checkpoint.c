@@ -4,6 +4,7 @@
 
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,6 +143,15 @@ int lstmd_checkpoint_save(const char *path, const struct lstmd_model *m,
     meta_addf(&l, "train.step", "%ld", progress->step);
     meta_addf(&l, "train.epoch", "%" PRIu64, progress->cursor.epoch);
     meta_addf(&l, "train.position", "%" PRIu64, progress->cursor.position);
+    /* a zeroed watch (a progress built without lstmd_val_watch_init) is a fresh one */
+    static const struct lstmd_val_watch kFresh = {.best_loss = INFINITY, .lr_scale = 1.0};
+    const struct lstmd_val_watch *w = progress->watch.lr_scale > 0.0 ? &progress->watch : &kFresh;
+    meta_addf(&l, "train.best_val_loss", "%.17g", w->best_loss);
+    meta_addf(&l, "train.best_step", "%ld", w->best_step);
+    meta_addf(&l, "train.evals_since_best", "%ld", w->since_best);
+    meta_addf(&l, "train.plateau_bad_evals", "%ld", w->plateau_bad);
+    meta_addf(&l, "train.lr_scale", "%.17g", w->lr_scale);
+    meta_addf(&l, "train.samples_bytes", "%ld", progress->samples_bytes);
     if (progress->loss_scale > 0.0) { /* fp16 on a GPU: the dynamic loss scale resumes too */
       meta_addf(&l, "train.loss_scale", "%.9g", progress->loss_scale);
       meta_addf(&l, "train.loss_scale_good_steps", "%ld", progress->loss_scale_good_steps);
@@ -417,6 +427,36 @@ int lstmd_checkpoint_sparsity_json(const char *path, char **json) {
   return rc;
 }
 
+/* An optional double (absent: *out unchanged); allow_inf also admits +inf. */
+static int meta_double_opt(const struct lstmd_st_file *f, const char *path, const char *key,
+                           double lo, double hi, int allow_inf, double *out) {
+  const char *v = lstmd_st_meta_get(f, key);
+  if (!v) return LSTMD_OK;
+  char *end;
+  const double x = strtod(v, &end);
+  if (!*v || *end || !((x >= lo && x <= hi) || (allow_inf && isinf(x) && x > 0))) {
+    lstmd_errorf("%s: metadata '%s' is malformed or out of range", path, key);
+    return LSTMD_EFORMAT;
+  }
+  *out = x;
+  return LSTMD_OK;
+}
+
+/* The validation watch and the samples' length; checkpoints written before they existed have
+ * none of them: a fresh watch (no best yet, lr scale 1). */
+static int read_watch(const struct lstmd_st_file *f, const char *path, struct lstmd_val_watch *w,
+                      long *samples_bytes) {
+  *w = (struct lstmd_val_watch){.best_loss = INFINITY, .lr_scale = 1.0};
+  *samples_bytes = 0;
+  if (!lstmd_st_meta_get(f, "train.best_val_loss")) return LSTMD_OK;
+  LSTMD_TRY(meta_double_opt(f, path, "train.best_val_loss", -1e300, 1e300, 1, &w->best_loss));
+  LSTMD_TRY(meta_long(f, path, "train.best_step", 0, 1L << 60, &w->best_step));
+  LSTMD_TRY(meta_long(f, path, "train.evals_since_best", 0, 1L << 60, &w->since_best));
+  LSTMD_TRY(meta_long(f, path, "train.plateau_bad_evals", 0, 1L << 60, &w->plateau_bad));
+  LSTMD_TRY(meta_double_opt(f, path, "train.lr_scale", 1e-300, 1.0, 0, &w->lr_scale));
+  return meta_long(f, path, "train.samples_bytes", 0, 1L << 60, samples_bytes);
+}
+
 int lstmd_checkpoint_load_train(const char *path, struct lstmd_model *m, struct lstmd_optim *o,
                                 struct lstmd_train_progress *p, char **config_json) {
   struct lstmd_st_file *f;
@@ -471,6 +511,9 @@ int lstmd_checkpoint_load_train(const char *path, struct lstmd_model *m, struct 
     if (!rc) rc = meta_long(f, path, "train.loss_scale_good_steps", 0, 1L << 60, &scale_good);
   }
   if (!rc && p->prune) rc = read_masks(f, path, m, p->prune);
+  struct lstmd_val_watch watch;
+  long samples_bytes = 0;
+  if (!rc) rc = read_watch(f, path, &watch, &samples_bytes);
   if (!rc && config_json) {
     const char *cfg = lstmd_st_meta_get(f, "config");
     *config_json = strdup(cfg ? cfg : "{}");
@@ -482,6 +525,8 @@ int lstmd_checkpoint_load_train(const char *path, struct lstmd_model *m, struct 
     p->cursor.position = position;
     p->loss_scale = loss_scale;
     p->loss_scale_good_steps = scale_good;
+    p->watch = watch;
+    p->samples_bytes = samples_bytes;
   }
   lstmd_st_close(f);
   return rc;

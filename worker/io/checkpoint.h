@@ -35,6 +35,17 @@ struct lstmd_data_meta {
                                    * absent in older files: level, none) */
 };
 
+/* What the validation losses decided so far (the rules: worker/train/val_watch.h). Every rank
+ * holds the same values; saved as metadata train.best_val_loss, train.best_step,
+ * train.evals_since_best, train.plateau_bad_evals, train.lr_scale. */
+struct lstmd_val_watch {
+  double best_loss;  /* lowest val_loss that was a new best; +inf: none yet */
+  long best_step;    /* the step of best_loss (0: none) */
+  long since_best;   /* evaluations since the last new best (early stopping) */
+  long plateau_bad;  /* evaluations since the last new best or lr cut (plateau schedule) */
+  double lr_scale;   /* the learning rate's multiplier from plateau cuts (1: none) */
+};
+
 /* Training progress beside the model and optimizer. */
 struct lstmd_train_progress {
   long step;
@@ -46,6 +57,9 @@ struct lstmd_train_progress {
   struct lstmd_prune *prune;  /* pruning masks, saved as I8 tensors 'prune.mask.<tensor>' and
                                * listed in metadata 'prune.masks' (PyTorch's strict load of the
                                * model's own names is unaffected), or NULL */
+  struct lstmd_val_watch watch; /* all zero (lr_scale 0) is saved as a fresh watch */
+  long samples_bytes;         /* rank 0: length of <run_dir>/samples.txt at this checkpoint (a
+                               * resume cuts the file back to it); metadata train.samples_bytes */
 };
 
 /* Writes <path> atomically. optim and progress may be NULL (model-only export).

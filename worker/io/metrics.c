@@ -163,6 +163,39 @@ void lstmd_metrics_prune(struct lstmd_metrics *mt, long step, double target, int
   }
 }
 
+void lstmd_metrics_new_best(struct lstmd_metrics *mt, long step, double best_loss) {
+  fprintf(mt->jsonl, "{\"step\":%ld,\"event\":\"new_best\",\"best_val_loss\":%.6f}\n", step,
+          best_loss);
+  fflush(mt->jsonl);
+  lstmd_metrics_note(mt, "eval step %ld: new best val_loss %.4f; best.safetensors written", step,
+                     best_loss);
+}
+
+void lstmd_metrics_lr_cut(struct lstmd_metrics *mt, long step, double lr_scale, double peak_lr,
+                          double next_lr, long plateau_patience) {
+  fprintf(mt->jsonl, "{\"step\":%ld,\"event\":\"lr_cut\",\"lr_scale\":%.9g,\"peak_lr\":%.9g,"
+          "\"next_lr\":%.9g}\n", step, lr_scale, peak_lr, next_lr);
+  fflush(mt->jsonl);
+  lstmd_metrics_note(mt, "eval step %ld: plateau (%ld evaluation%s without a new best val_loss): "
+                     "learning rate scaled to %.6g of optim.lr (peak %.6g, next update %.6g)",
+                     step, plateau_patience, plateau_patience == 1 ? "" : "s", lr_scale, peak_lr,
+                     next_lr);
+  static const char *const tags[] = {"train/lr_scale"};
+  const float values[] = {(float)lr_scale};
+  lstmd_tb_scalars(&mt->tb, step, 1, tags, values);
+}
+
+void lstmd_metrics_early_stop(struct lstmd_metrics *mt, long step, double best_loss,
+                              long best_step, long evals_since_best) {
+  fprintf(mt->jsonl, "{\"step\":%ld,\"event\":\"early_stop\",\"best_val_loss\":%.6f,"
+          "\"best_step\":%ld,\"evals_since_best\":%ld}\n", step, best_loss, best_step,
+          evals_since_best);
+  fflush(mt->jsonl);
+  lstmd_metrics_note(mt, "eval step %ld: early stop: no new best val_loss in %ld evaluation%s "
+                     "(best %.4f at step %ld, best.safetensors)", step, evals_since_best,
+                     evals_since_best == 1 ? "" : "s", best_loss, best_step);
+}
+
 void lstmd_metrics_note(struct lstmd_metrics *mt, const char *fmt, ...) {
   if (mt && mt->line_open) fputc('\n', stderr);
   if (mt) mt->line_open = 0;

@@ -54,6 +54,14 @@ void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, in
  * line, and TensorBoard scalars prune/target and sparsity/<name>. */
 void lstmd_metrics_prune(struct lstmd_metrics *mt, long step, double target, int n,
                          const char *const *names, const double *sparsity);
+/* The validation watch's decisions (worker/train/val_watch.h), each a record of its own with a
+ * note line: a new best val_loss (best.safetensors written), a plateau cut of the learning rate
+ * (the peak lr now, and the lr of the next update), an early stop. */
+void lstmd_metrics_new_best(struct lstmd_metrics *mt, long step, double best_loss);
+void lstmd_metrics_lr_cut(struct lstmd_metrics *mt, long step, double lr_scale, double peak_lr,
+                          double next_lr, long plateau_patience);
+void lstmd_metrics_early_stop(struct lstmd_metrics *mt, long step, double best_loss,
+                              long best_step, long evals_since_best);
 /* A message line on stderr that does not tear the live progress line. */
 void lstmd_metrics_note(struct lstmd_metrics *mt, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "tb_events.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
@@ -120,6 +121,53 @@ void lstmd_tb_scalars(struct lstmd_tb *tb, long step, int n, const char *const *
   size_t len = lstmd_tb_encode_record(rec, sizeof rec, wall_now(), step, NULL, n, tags, values);
   if (len) fwrite(rec, 1, len, tb->f);
   fflush(tb->f);
+}
+
+/* Summary.Value {tag = 1, tensor = 8: TensorProto {dtype = 1: DT_STRING (7), tensor_shape = 2:
+ * {} (a scalar), string_val = 8: the text}, metadata = 9: SummaryMetadata {plugin_data = 1:
+ * {plugin_name = 1: "text"}}} (tensorboard/compat/proto: summary.proto, tensor.proto,
+ * types.proto), in an Event {wall_time, step, summary = 5}, framed as a TFRecord. */
+void lstmd_tb_text(struct lstmd_tb *tb, long step, const char *tag, const char *text, size_t n) {
+  if (!tb->f) return;
+  const size_t cap = n + strlen(tag) + 256;
+  uint8_t *mem = malloc(5 * cap);
+  if (!mem) return;
+  uint8_t *tensor = mem, *value = mem + cap, *summary = mem + 2 * cap, *event = mem + 3 * cap,
+          *rec = mem + 4 * cap;
+  struct pb t = {tensor, 0, cap, 1};
+  put_tag(&t, 1, 0);
+  put_varint(&t, 7); /* DT_STRING */
+  put_bytes_field(&t, 2, "", 0);
+  put_bytes_field(&t, 8, text, n);
+  uint8_t meta[32], plugin[16];
+  struct pb pl = {plugin, 0, sizeof plugin, 1}, md = {meta, 0, sizeof meta, 1};
+  put_bytes_field(&pl, 1, "text", 4);
+  put_bytes_field(&md, 1, plugin, pl.n);
+  struct pb v = {value, 0, cap, t.ok && pl.ok && md.ok};
+  put_bytes_field(&v, 1, tag, strlen(tag));
+  put_bytes_field(&v, 8, tensor, t.n);
+  put_bytes_field(&v, 9, meta, md.n);
+  struct pb s = {summary, 0, cap, v.ok};
+  put_bytes_field(&s, 1, value, v.n);
+  struct pb e = {event, 0, cap, s.ok};
+  const double wall = wall_now();
+  uint64_t bits;
+  memcpy(&bits, &wall, sizeof bits);
+  put_tag(&e, 1, 1);
+  put_le(&e, bits, 8);
+  put_tag(&e, 2, 0);
+  put_varint(&e, (uint64_t)step);
+  put_bytes_field(&e, 5, summary, s.n);
+  struct pb r = {rec, 0, cap, e.ok};
+  uint8_t len[8];
+  for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)e.n >> (8 * i));
+  put(&r, len, 8);
+  put_le(&r, masked_crc(len, 8), 4);
+  put(&r, event, e.n);
+  put_le(&r, masked_crc(event, e.n), 4);
+  if (r.ok) fwrite(rec, 1, r.n, tb->f);
+  fflush(tb->f);
+  free(mem);
 }
 
 void lstmd_tb_close(struct lstmd_tb *tb) {

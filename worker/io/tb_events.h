@@ -20,6 +20,10 @@ int lstmd_tb_open(struct lstmd_tb *tb, const char *run_dir);
 /* One event at `step` holding n scalars tags[i] = values[i]; flushed. */
 void lstmd_tb_scalars(struct lstmd_tb *tb, long step, int n, const char *const *tags,
                       const float *values);
+/* One event at `step` holding a text summary: a Summary.Value with `tag`, metadata plugin_data
+ * {plugin_name "text"} and a scalar DT_STRING tensor of the n bytes (TensorBoard's text
+ * plugin; REFERENCE.md §4); flushed. Nothing is written if the buffers cannot be allocated. */
+void lstmd_tb_text(struct lstmd_tb *tb, long step, const char *tag, const char *text, size_t n);
 void lstmd_tb_close(struct lstmd_tb *tb);
 
 /* Encodes one TFRecord of an Event {wall_time, step, file_version or scalars} into buf

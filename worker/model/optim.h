@@ -7,7 +7,13 @@
 #include <stddef.h>
 
 enum lstmd_optim_algo { LSTMD_OPTIM_ADAMW = 0, LSTMD_OPTIM_SGD = 1 };
-enum lstmd_schedule { LSTMD_SCHEDULE_COSINE = 0, LSTMD_SCHEDULE_CONSTANT = 1 };
+/* PLATEAU: constant after warmup; the trainer multiplies cfg.lr by optim.plateau_factor when the
+ * validation loss stops improving (worker/train/val_watch.h). */
+enum lstmd_schedule {
+  LSTMD_SCHEDULE_COSINE = 0,
+  LSTMD_SCHEDULE_CONSTANT = 1,
+  LSTMD_SCHEDULE_PLATEAU = 2
+};
 
 struct lstmd_optim_config {
   int algo;           /* enum lstmd_optim_algo */

@@ -1,4 +1,4 @@
-/* fault.c — LSTMD_FAULT parsing (see fault.h). */
+/* fault.c — LSTMD_FAULT and LSTMD_VAL_LOSSES parsing (see fault.h). */
 #include "fault.h"
 
 #include <pthread.h>
@@ -28,9 +28,10 @@ static void parse(void) {
   }
   g_fault.kind = !strcmp(kind, "nan_grad")     ? LSTMD_FAULT_NAN_GRAD
                  : !strcmp(kind, "nan_update") ? LSTMD_FAULT_NAN_UPDATE
+                 : !strcmp(kind, "stop")       ? LSTMD_FAULT_STOP
                                                : LSTMD_FAULT_NONE;
   if (g_fault.kind == LSTMD_FAULT_NONE) {
-    lstmd_errorf("LSTMD_FAULT='%s' ignored: the kinds are nan_grad and nan_update", v);
+    lstmd_errorf("LSTMD_FAULT='%s' ignored: the kinds are nan_grad, nan_update and stop", v);
     return;
   }
   g_fault.step = step;
@@ -40,4 +41,39 @@ static void parse(void) {
 int lstmd_fault_due(enum lstmd_fault kind, long step, int rank) {
   pthread_once(&g_once, parse);
   return g_fault.kind == kind && g_fault.step == step && (g_fault.rank < 0 || g_fault.rank == rank);
+}
+
+enum { kMaxScriptedLosses = 4096 };
+static struct {
+  double loss[kMaxScriptedLosses];
+  long n;
+} g_val;
+static pthread_once_t g_val_once = PTHREAD_ONCE_INIT;
+
+static void parse_val(void) {
+  const char *v = getenv("LSTMD_VAL_LOSSES");
+  if (!v || !*v) return;
+  long n = 0;
+  for (const char *p = v;;) {
+    char *end;
+    const double x = strtod(p, &end);
+    if (end == p || n == kMaxScriptedLosses || (*end && *end != ',')) {
+      lstmd_errorf("LSTMD_VAL_LOSSES='%s' ignored: expected up to %d comma-separated numbers", v,
+                   kMaxScriptedLosses);
+      return;
+    }
+    g_val.loss[n++] = x;
+    if (!*end) break;
+    p = end + 1;
+  }
+  g_val.n = n;
+  lstmd_errorf("LSTMD_VAL_LOSSES: the first %ld validation losses are scripted (a test hook)", n);
+}
+
+int lstmd_fault_val_loss(long step, long eval_every, double *loss) {
+  pthread_once(&g_val_once, parse_val);
+  const long k = eval_every > 0 ? (step + eval_every - 1) / eval_every : 1; /* 1-based */
+  if (k < 1 || k > g_val.n) return 0;
+  *loss = g_val.loss[k - 1];
+  return 1;
 }

@@ -5,14 +5,33 @@
  *               scale is NaN there), as a diverged backward on one rank would make them
  *   nan_update  a NaN in the host parameters after the update, as an overflowing update would
  *               leave them (CPU engine: the GPU engine's parameters live on the device)
- * With the variable unset nothing happens and the cost is one integer compare per step. */
+ *   stop        a stop request on this rank during step STEP, as SIGTERM would make: every rank
+ *               finishes the step, writes a checkpoint and returns 0 (a deterministic interruption
+ *               for resume tests)
+ * With the variable unset nothing happens and the cost is one integer compare per step.
+ *
+ * LSTMD_VAL_LOSSES="L1,L2,..." scripts the validation losses rank 0 reports (and every rank then
+ * decides on: early stopping, best checkpoint, plateau): the evaluation at step s reports entry
+ * number ceil(s / train.eval_every) (1-based; with eval_every 0, the only evaluation reports
+ * L1), so the same step gets the same loss in a resumed run. Evaluations past the list's end
+ * report their real loss. The evaluation itself still runs. For tests of those decisions. */
 #ifndef LSTMD_FAULT_H
 #define LSTMD_FAULT_H
 
-enum lstmd_fault { LSTMD_FAULT_NONE = 0, LSTMD_FAULT_NAN_GRAD, LSTMD_FAULT_NAN_UPDATE };
+enum lstmd_fault {
+  LSTMD_FAULT_NONE = 0,
+  LSTMD_FAULT_NAN_GRAD,
+  LSTMD_FAULT_NAN_UPDATE,
+  LSTMD_FAULT_STOP
+};
 
 /* Nonzero when `kind` is configured for `step` on `rank`. A malformed variable is reported once
  * and ignored. */
 int lstmd_fault_due(enum lstmd_fault kind, long step, int rank);
+
+/* LSTMD_VAL_LOSSES: when it scripts the evaluation at `step` (eval_every as configured), puts
+ * the scripted loss in *loss and returns 1; else returns 0. A malformed variable is reported
+ * once and ignored. */
+int lstmd_fault_val_loss(long step, long eval_every, double *loss);
 
 #endif

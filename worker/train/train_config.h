@@ -48,6 +48,17 @@ struct lstmd_train_config {
   int pipe_schedule;     /* train.schedule: enum lstmd_pipe_kind (wavefront, gpipe, 1f1b) */
   int micro_batches;     /* M: column micro-batches per window (stages > 1) */
   int time_chunks;       /* K: time chunks per window (stages > 1); 0: automatic */
+  /* Training you can leave alone (worker/train/val_watch.h): decided from the validation
+   * losses, the same on every rank, their state in checkpoints. */
+  long early_stop_patience;   /* evaluations without a new best val_loss before stopping; 0: off */
+  double early_stop_min_delta; /* a new best is below the best so far by more than this */
+  long keep_checkpoints;      /* step-<N> files kept, newest first; -1: all (latest's and best's
+                               * are never deleted) */
+  double plateau_factor;      /* optim.schedule = plateau: the lr is multiplied by this ... */
+  long plateau_patience;      /* ... after this many evaluations without a new best */
+  long sample_every;          /* steps between text samples (rank 0, samples.txt); 0: off */
+  int sample_length;          /* bytes sampled after the prime */
+  char sample_prime[256];     /* "": a newline (lstmd sample's default) */
   /* [prune] */
   struct lstmd_prune_config prune; /* target_sparsity 0: off */
   /* [distill] */

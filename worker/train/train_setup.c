@@ -16,6 +16,7 @@
 #include "kernels/status.h"
 #include "worker/engine/device_select.h"
 #include "trainer_run.h"
+#include "val_watch.h"
 #include "worker/model/infer.h"
 
 static char *dataset_identity(const struct run *r) {
@@ -99,6 +100,31 @@ static int load_teacher(struct run *r) {
   return LSTMD_ECONFIG;
 }
 
+/* train.sample_every needs a text model (refused for series: exit 2 naming the key), and the
+ * prime's bytes must be in the vocabulary, so that a sample never fails mid-run. Every rank
+ * has the same dataset header, so every rank returns the same; rank 0 says why. */
+static int check_sampling(const struct run *r) {
+  const struct lstmd_train_config *cfg = r->cfg;
+  const struct lstmd_dataset_info *info = &r->train.info;
+  if (!cfg->sample_every) return LSTMD_OK;
+  if (info->kind != LSTMD_DATASET_TEXT) {
+    if (r->rank == 0)
+      lstmd_errorf("train.sample_every: samples need a text model; %s is a series dataset (set "
+                   "train.sample_every = 0; lstmd predict forecasts series)", cfg->data_path);
+    return LSTMD_ECONFIG;
+  }
+  int in_vocab[256] = {0};
+  for (int k = 0; k < info->vocab_size; k++) in_vocab[info->vocab[k]] = 1;
+  for (const unsigned char *p = (const unsigned char *)cfg->sample_prime; *p; p++)
+    if (!in_vocab[*p]) {
+      if (r->rank == 0)
+        lstmd_errorf("train.sample_prime: byte %ld (0x%02x) is not in the vocabulary of %s",
+                     (long)(p - (const unsigned char *)cfg->sample_prime), *p, cfg->data_path);
+      return LSTMD_ECONFIG;
+    }
+  return LSTMD_OK;
+}
+
 static int build(struct run *r) {
   const struct lstmd_train_config *cfg = r->cfg;
   /* Before anything a rank can fail at alone: the choice is collective (device_select.h). */
@@ -139,6 +165,7 @@ static int build(struct run *r) {
     shape.horizon = info->horizon;
   }
   r->data_meta = (struct lstmd_data_meta){*info, cfg->seq_len, r->global_batch, r->train.tf};
+  LSTMD_TRY(check_sampling(r));
   LSTMD_TRY(lstmd_model_create(&shape, &r->model));
   if (cfg->distill_teacher[0]) LSTMD_TRY(load_teacher(r));
   if (cfg->prune.target_sparsity > 0.0f) {
@@ -183,6 +210,7 @@ static int build(struct run *r) {
                  r->rank, cfg->batch_size, cfg->seq_len, cfg->hidden, cfg->layers);
   if (rc) return rc;
   r->progress.state_batch = r->global_batch;
+  lstmd_val_watch_init(&r->progress.watch);
   if (cfg->order == LSTMD_ORDER_STREAM) {
     size_t n = (size_t)cfg->layers * r->global_batch * cfg->hidden;
     r->progress.state_h = calloc(n, sizeof(float));
@@ -259,6 +287,7 @@ static int share_state(struct run *r) {
   r->progress.step = counters[1];
   r->progress.cursor.epoch = (uint64_t)counters[2];
   r->progress.cursor.position = (uint64_t)counters[3];
+  LSTMD_TRY(lstmd_comm_bcast(c, &r->progress.watch, sizeof r->progress.watch, 0));
   for (int i = 0; r->prune && i < r->prune->n; i++)
     LSTMD_TRY(lstmd_comm_bcast(c, r->prune->mask[i],
                                r->model->tensors[r->prune->tensor[i]].count, 0));
@@ -310,6 +339,9 @@ int lstmd_run_setup(struct run *r, const char *resume_path) {
     if (local && r->rank == 0)
       lstmd_errorf("%s: its data cursor does not fit this run (a damaged checkpoint?)", resume_path);
   }
+  /* The plateau schedule's cuts so far (1 without any, or with another schedule: lr unchanged) */
+  if (!rc && r->resumed && r->cfg->optim.schedule == LSTMD_SCHEDULE_PLATEAU)
+    r->optim->cfg.lr = (float)((double)r->cfg->optim.lr * r->progress.watch.lr_scale);
   if (!rc && !local) local = lstmd_prefetch_start(r->prefetch); /* after the cursor is set */
   if (!rc) rc = lstmd_comm_agree(r->comm, local, NULL);
   if (!rc) /* collective; a failure of one rank (e.g. device memory) is then voted on */
@@ -322,6 +354,7 @@ int lstmd_run_setup(struct run *r, const char *resume_path) {
 
 void lstmd_run_free(struct run *r) {
   lstmd_metrics_close(&r->metrics);
+  if (r->samples) fclose(r->samples);
   lstmd_engine_destroy(r->engine);
   lstmd_prefetch_destroy(r->prefetch);
   lstmd_batcher_destroy(r->batcher);

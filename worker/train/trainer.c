@@ -6,19 +6,24 @@
 #define _GNU_SOURCE
 #include "trainer.h"
 
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "comm/comm.h"
 #include "kernels/cpu/dense_cpu.h"
 #include "kernels/status.h"
 #include "fault.h"
 #include "trainer_run.h"
+#include "val_watch.h"
 #include "worker/io/durable.h"
 #include "worker/io/trace.h"
+#include "worker/model/infer.h"
 
 static volatile sig_atomic_t g_stop_requested;
 
@@ -40,57 +45,177 @@ static int check_finite(const struct run *r) {
   return LSTMD_ENONFINITE;
 }
 
+/* What save_checkpoint writes: step-<N> (and latest, a link to it, then the old step files
+ * train.keep_checkpoints does not keep are deleted); best.safetensors as a checkpoint of its own;
+ * or best.safetensors as another name of the step-<N> just written (no second write). */
+enum save_kind { SAVE_STEP = 0, SAVE_BEST = 1, SAVE_BEST_LINK = 2 };
+
 /* Collective: the engine gathers the carried state and brings rank 0's host copy up to date;
- * rank 0 checks and writes the checkpoint. */
-static int save_checkpoint_now(struct run *r) {
+ * rank 0 checks and writes the checkpoint (SAVE_BEST_LINK: rank 0 links, nothing else). */
+static int save_checkpoint_now(struct run *r, enum save_kind kind) {
+  const struct lstmd_train_config *cfg = r->cfg;
+  char path[4096], latest[4096], best_path[4096];
+  snprintf(path, sizeof path, "%s/step-%ld.safetensors", cfg->run_dir, r->progress.step);
+  snprintf(best_path, sizeof best_path, "%s/best.safetensors", cfg->run_dir);
+  if (kind == SAVE_BEST_LINK) return r->rank == 0 ? lstmd_durable_link(path, best_path) : LSTMD_OK;
+  const int best = kind == SAVE_BEST;
   const struct lstmd_engine_ops *ops = r->engine->ops;
   if (r->progress.state_h)
     LSTMD_TRY(ops->gather_state(r->engine, r->progress.state_h, r->progress.state_c));
   LSTMD_TRY(ops->sync_host(r->engine, r->optim, &r->progress));
   if (r->rank != 0) return LSTMD_OK;
   LSTMD_TRY(check_finite(r));
-  const struct lstmd_train_config *cfg = r->cfg;
-  char path[4096], latest[4096];
-  snprintf(path, sizeof path, "%s/step-%ld.safetensors", cfg->run_dir, r->progress.step);
   snprintf(latest, sizeof latest, "%s/latest.safetensors", cfg->run_dir);
   r->progress.cursor = lstmd_prefetch_cursor(r->prefetch);
-  LSTMD_TRY(lstmd_checkpoint_save(path, r->model, r->optim, &r->data_meta, &r->progress,
-                                  r->config_json));
-  return lstmd_durable_link(path, latest);
+  if (r->samples) r->progress.samples_bytes = ftell(r->samples);
+  LSTMD_TRY(lstmd_checkpoint_save(best ? best_path : path, r->model, r->optim, &r->data_meta,
+                                  &r->progress, r->config_json));
+  if (best) return LSTMD_OK;
+  LSTMD_TRY(lstmd_durable_link(path, latest));
+  /* after latest names the new file: a crash between the two leaves one more file, never less */
+  lstmd_keep_checkpoints(cfg->run_dir, cfg->keep_checkpoints, r->progress.step);
+  return LSTMD_OK;
 }
 
 /* A checkpoint that rank 0 failed to check or write is voted on, so that every rank stops here
  * together (the vote costs one small all-reduce per checkpoint). */
-static int save_checkpoint(struct run *r) {
+static int save_checkpoint(struct run *r, enum save_kind kind) {
   const double t0 = lstmd_now_s();
-  int rc = save_checkpoint_now(r);
-  lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "checkpoint", t0, lstmd_now_s(), NULL);
+  const int best = kind != SAVE_STEP;
+  int rc = save_checkpoint_now(r, kind);
+  lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, best ? "best checkpoint" : "checkpoint", t0,
+                    lstmd_now_s(), NULL);
   if (rc == LSTMD_ECOMM) return rc; /* the ranks may be out of step: not agreed */
   int agreed = lstmd_comm_agree(r->comm, rc, NULL);
   if (!agreed || agreed == LSTMD_ECOMM) return agreed;
   r->failure_agreed = 1;
-  if (!rc) lstmd_errorf("rank %d: stopping: rank 0 did not write the checkpoint of step %ld (%s)",
-                        r->rank, r->progress.step, lstmd_strerror(agreed));
+  if (!rc) lstmd_errorf("rank %d: stopping: rank 0 did not write the %scheckpoint of step %ld (%s)",
+                        r->rank, best ? "best " : "", r->progress.step, lstmd_strerror(agreed));
   return agreed;
 }
 
-/* Collective (the engine's evaluate); rank 0 records the validation loss. */
-static void evaluate_now(struct run *r) {
-  if (!r->has_val) return;
+/* Collective, after a new best at this step (and after the step's sample, so that the file
+ * holds what a step checkpoint would): best.safetensors, linked to step-<N> when that was just
+ * written. Rank 0 records it. */
+static int save_best(struct run *r, int step_file_written) {
+  LSTMD_TRY(save_checkpoint(r, step_file_written ? SAVE_BEST_LINK : SAVE_BEST));
+  if (r->rank == 0) lstmd_metrics_new_best(&r->metrics, r->progress.step, r->progress.watch.best_loss);
+  return LSTMD_OK;
+}
+
+static struct lstmd_watch_rules watch_rules(const struct lstmd_train_config *cfg) {
+  return (struct lstmd_watch_rules){
+      .patience = cfg->early_stop_patience, .min_delta = cfg->early_stop_min_delta,
+      .plateau = cfg->optim.schedule == LSTMD_SCHEDULE_PLATEAU,
+      .plateau_patience = cfg->plateau_patience, .plateau_factor = cfg->plateau_factor};
+}
+
+/* Collective (the engine's evaluate, then one broadcast from rank 0). Rank 0 records the
+ * validation loss and updates the validation watch with it (val_watch.h); the broadcast gives
+ * every rank rank 0's verdict and watch, so every rank takes the same decisions with no further
+ * vote, even if their states had drifted: a plateau cut sets the optimizer's learning rate on
+ * every rank here; *events gets LSTMD_WATCH_NEW_BEST (the caller writes best.safetensors) and
+ * LSTMD_WATCH_STOP (every rank must stop at this step). A failed evaluation on rank 0 (it says why)
+ * decides nothing, as before the watch existed. */
+static int evaluate_now(struct run *r, int *events) {
+  *events = 0;
+  if (!r->has_val) return LSTMD_OK;
+  const struct lstmd_train_config *cfg = r->cfg;
+  const struct lstmd_watch_rules rules = watch_rules(cfg);
+  const long step = r->progress.step;
   double loss = 0.0;
   uint64_t tokens = 0;
   const double t0 = lstmd_now_s();
   int rc = r->engine->ops->evaluate(r->engine, &r->val, &loss, &tokens);
+  struct {
+    double ok, loss;
+    int64_t events;
+    struct lstmd_val_watch watch;
+  } verdict = {0};
+  if (r->rank == 0 && rc == 0) {
+    lstmd_fault_val_loss(step, cfg->eval_every, &loss);
+    verdict.ok = 1.0;
+    verdict.loss = loss;
+    verdict.watch = r->progress.watch;
+    verdict.events = lstmd_val_watch_update(&verdict.watch, &rules, step, loss);
+  }
   /* Every rank waits here, without a bound, until rank 0 has evaluated: the next step's waits
    * (with train.comm_timeout_s) then never include an evaluation however long it takes. */
-  if (r->world > 1 && lstmd_comm_barrier(r->comm)) rc = rc ? rc : LSTMD_ECOMM;
+  if (r->world > 1 && lstmd_comm_bcast(r->comm, &verdict, sizeof verdict, 0)) return LSTMD_ECOMM;
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "evaluation", t0, lstmd_now_s(), NULL);
-  if (rc != 0 || r->rank != 0) return;
+  if (verdict.ok == 0.0) return LSTMD_OK;
+  loss = verdict.loss;
+  r->progress.watch = verdict.watch;
+  *events = (int)verdict.events;
+  const struct lstmd_val_watch *w = &r->progress.watch;
   const int text = r->model->shape.kind == LSTMD_MODEL_TEXT;
-  lstmd_metrics_eval(&r->metrics, r->progress.step, loss, text,
-                     r->has_baselines ? &r->baselines : NULL);
-  if (r->hooks->on_eval)
-    r->hooks->on_eval(r->hooks->ctx, r->progress.step, loss, text ? loss / M_LN2 : NAN);
+  if (r->rank == 0) {
+    lstmd_metrics_eval(&r->metrics, step, loss, text, r->has_baselines ? &r->baselines : NULL);
+    if (r->hooks->on_eval) r->hooks->on_eval(r->hooks->ctx, step, loss, text ? loss / M_LN2 : NAN);
+  }
+  if (*events & LSTMD_WATCH_LR_CUT) {
+    r->optim->cfg.lr = (float)((double)cfg->optim.lr * w->lr_scale);
+    if (r->rank == 0)
+      lstmd_metrics_lr_cut(&r->metrics, step, w->lr_scale, r->optim->cfg.lr,
+                           lstmd_optim_lr(&r->optim->cfg, r->optim->step), rules.plateau_patience);
+  }
+  if ((*events & LSTMD_WATCH_STOP) && r->rank == 0)
+    lstmd_metrics_early_stop(&r->metrics, step, w->best_loss, w->best_step, w->since_best);
+  return LSTMD_OK;
+}
+
+/* Rank 0: one sample with lstmd sample's own code (infer.h) into samples.txt and TensorBoard. */
+static void write_sample(struct run *r, float temperature, uint64_t seed, const char *tag) {
+  const struct lstmd_train_config *cfg = r->cfg;
+  const long step = r->progress.step;
+  char *text = NULL;
+  size_t n = 0;
+  FILE *mem = open_memstream(&text, &n);
+  const struct lstmd_infer_model im = {.fp32 = r->model};
+  int rc = mem ? lstmd_sample(&im, &r->data_meta, "train.sample_prime", cfg->sample_prime,
+                              cfg->sample_length, temperature, seed, mem)
+               : LSTMD_ENOMEM;
+  if (mem) fclose(mem); /* text and n are final only now */
+  if (rc) {
+    lstmd_metrics_note(&r->metrics, "step %ld: no %s sample: %s", step, tag, lstmd_strerror(rc));
+  } else {
+    if (temperature > 0.0f)
+      fprintf(r->samples, "=== step %ld: temperature %.2g, seed %llu ===\n", step, temperature,
+              (unsigned long long)seed);
+    else
+      fprintf(r->samples, "=== step %ld: greedy (temperature 0) ===\n", step);
+    fwrite(text, 1, n, r->samples);
+    fputc('\n', r->samples);
+    char full_tag[64];
+    snprintf(full_tag, sizeof full_tag, "samples/%s", tag);
+    lstmd_tb_text(&r->metrics.tb, step, full_tag, text, n);
+  }
+  free(text);
+}
+
+/* Collective (the engine brings rank 0's host model up to date; voted); rank 0 then samples
+ * train.sample_length bytes after train.sample_prime greedily and at temperature 0.8, seeded by
+ * train.seed and the step (so a resumed run draws the same; the seed is in samples.txt). A
+ * sample that cannot be written is reported, and training goes on. */
+static int sample_now(struct run *r) {
+  int rc = r->engine->ops->sync_host(r->engine, NULL, &r->progress); /* p: its step in messages */
+  if (rc == LSTMD_ECOMM) return rc;
+  rc = lstmd_comm_agree(r->comm, rc, NULL);
+  if (rc) {
+    if (rc != LSTMD_ECOMM) r->failure_agreed = 1;
+    return rc;
+  }
+  if (r->rank != 0) return LSTMD_OK;
+  const double t0 = lstmd_now_s();
+  /* 63 bits, so that `lstmd sample --seed` takes it and reproduces the sample */
+  const uint64_t seed =
+      (r->cfg->seed ^ ((uint64_t)r->progress.step * 0x9e3779b97f4a7c15ull)) & 0x7fffffffffffffffull;
+  write_sample(r, 0.0f, seed, "greedy");
+  write_sample(r, 0.8f, seed, "temperature_0.8");
+  if (fflush(r->samples) != 0)
+    lstmd_metrics_note(&r->metrics, "%s/samples.txt: cannot write", r->cfg->run_dir);
+  lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "sample", t0, lstmd_now_s(), NULL);
+  return LSTMD_OK;
 }
 
 struct step_times {
@@ -109,7 +234,9 @@ static int logged_step(const struct lstmd_train_config *cfg, long step) {
 }
 
 static int stop_wanted(const struct run *r) {
-  return g_stop_requested || (r->hooks->stop_requested && r->hooks->stop_requested(r->hooks->ctx));
+  return g_stop_requested ||
+         (r->hooks->stop_requested && r->hooks->stop_requested(r->hooks->ctx)) ||
+         lstmd_fault_due(LSTMD_FAULT_STOP, r->progress.step + 1, r->rank);
 }
 
 /* The trainer's window source for the engine (engine.h): the prefetcher's next batch, timed as
@@ -277,7 +404,13 @@ static int train_loop(struct run *r) {
   double t0 = lstmd_now_s(), interval_t0 = t0, interval_loss = 0.0;
   struct step_times tm = {0};
   long interval_steps = 0;
-  int stop = 0;
+  const struct lstmd_watch_rules rules = watch_rules(cfg);
+  /* resumed from the checkpoint of an early stop: finished (with a larger patience it goes on) */
+  int early = lstmd_val_watch_stopped(&r->progress.watch, &rules), stop = early;
+  if (early && r->rank == 0)
+    lstmd_metrics_note(&r->metrics, "step %ld: this run stopped early (no new best val_loss in "
+                       "%ld evaluations; train.early_stop_patience %ld); nothing to train",
+                       r->progress.step, r->progress.watch.since_best, rules.patience);
   while (r->progress.step < cfg->steps && !stop) {
     double loss = 0.0, grad_norm = 0.0;
     LSTMD_TRY(train_step(r, &loss, &grad_norm, &stop, &tm));
@@ -300,9 +433,15 @@ static int train_loop(struct run *r) {
       tm = (struct step_times){.loss_pending = tm.loss_pending};
     }
     const double pause_t0 = lstmd_now_s(); /* evaluation and checkpoints are not training time */
-    if (cfg->eval_every && step % cfg->eval_every == 0) evaluate_now(r);
-    if (cfg->checkpoint_every && step % cfg->checkpoint_every == 0 && step != cfg->steps && !stop)
-      LSTMD_TRY(save_checkpoint(r));
+    int events = 0;
+    if (cfg->eval_every && step % cfg->eval_every == 0) LSTMD_TRY(evaluate_now(r, &events));
+    if (events & LSTMD_WATCH_STOP) stop = early = 1; /* the same on every rank (evaluate_now) */
+    /* also when stopping, so that a run resumed from this step has the same samples */
+    if (cfg->sample_every && step % cfg->sample_every == 0) LSTMD_TRY(sample_now(r));
+    const int due = cfg->checkpoint_every && step % cfg->checkpoint_every == 0 &&
+                    step != cfg->steps && !stop;
+    if (due) LSTMD_TRY(save_checkpoint(r, SAVE_STEP));
+    if (events & LSTMD_WATCH_NEW_BEST) LSTMD_TRY(save_best(r, due));
     const double paused = lstmd_now_s() - pause_t0;
     interval_t0 += paused;
     t0 += paused;
@@ -316,11 +455,22 @@ static int train_loop(struct run *r) {
                            lstmd_model_flops_per_token(&r->model->shape) / elapsed / 1e9);
   /* On a stop request the checkpoint comes first and alone: the launcher's grace period before
    * SIGKILL may be short (mpirun: odls_base_sigkill_timeout, 1 s by default; Slurm: KillWait). */
-  if (!stop && !(cfg->eval_every && r->progress.step % cfg->eval_every == 0)) evaluate_now(r);
-  LSTMD_TRY(save_checkpoint(r));
+  int events = 0;
+  if (!stop && !(cfg->eval_every && r->progress.step % cfg->eval_every == 0))
+    LSTMD_TRY(evaluate_now(r, &events));
+  LSTMD_TRY(save_checkpoint(r, SAVE_STEP));
+  if (events & LSTMD_WATCH_NEW_BEST) LSTMD_TRY(save_best(r, 1));
   if (r->rank != 0) return LSTMD_OK;
-  if (r->hooks->on_end) r->hooks->on_end(r->hooks->ctx, r->progress.step, r->progress.step < cfg->steps);
-  if (stop && r->progress.step < cfg->steps)
+  const int how = early                          ? LSTMD_END_EARLY_STOP
+                  : r->progress.step < cfg->steps ? LSTMD_END_REQUESTED
+                                                  : LSTMD_END_DONE;
+  if (r->hooks->on_end) r->hooks->on_end(r->hooks->ctx, r->progress.step, how);
+  if (how == LSTMD_END_EARLY_STOP)
+    lstmd_metrics_note(&r->metrics, "stopped early at step %ld: %s/step-%ld.safetensors; best "
+                       "val_loss %.4f at step %ld: %s/best.safetensors", r->progress.step,
+                       cfg->run_dir, r->progress.step, r->progress.watch.best_loss,
+                       r->progress.watch.best_step, cfg->run_dir);
+  else if (how == LSTMD_END_REQUESTED)
     lstmd_metrics_note(&r->metrics, "stopped at step %ld on request; checkpoint %s/latest.safetensors"
                        " (resume with: lstmd train --config ... --resume)", r->progress.step, cfg->run_dir);
   else
@@ -345,6 +495,26 @@ static void describe_run(struct run *r, const char *resume_path) {
     lstmd_metrics_note(&r->metrics, "resumed from %s at step %ld", resume_path, r->progress.step);
 }
 
+/* Rank 0: <run_dir>/samples.txt for appending; a resumed run first cuts it back to its length at
+ * the checkpoint (train.samples_bytes), dropping what the interrupted run sampled after it. */
+static int open_samples(struct run *r) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/samples.txt", r->cfg->run_dir);
+  struct stat st;
+  if (r->resumed && stat(path, &st) == 0 && st.st_size > r->progress.samples_bytes &&
+      truncate(path, r->progress.samples_bytes) != 0) {
+    lstmd_errorf("%s: cannot cut back to %ld bytes for the resume: %s", path,
+                 r->progress.samples_bytes, strerror(errno));
+    return LSTMD_EWRITE;
+  }
+  r->samples = fopen(path, "a");
+  if (!r->samples || fseek(r->samples, 0, SEEK_END) != 0) {
+    lstmd_errorf("%s: cannot open for appending: %s", path, strerror(errno));
+    return LSTMD_EWRITE;
+  }
+  return LSTMD_OK;
+}
+
 /* Rank 0's run directory and metrics must be usable before anyone trains (voted). */
 static int open_outputs(struct run *r, const char *resume_path) {
   int local = LSTMD_OK;
@@ -352,6 +522,7 @@ static int open_outputs(struct run *r, const char *resume_path) {
     local = lstmd_mkdir_p(r->cfg->run_dir);
     if (!local)
       local = lstmd_metrics_open(&r->metrics, r->cfg->run_dir, r->resumed ? r->progress.step : 0);
+    if (!local && r->cfg->sample_every) local = open_samples(r);
     if (!local) describe_run(r, resume_path);
   }
   return lstmd_comm_agree(r->comm, local, NULL);

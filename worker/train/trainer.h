@@ -8,6 +8,10 @@
 
 struct lstmd_comm;
 
+/* How a run ended: at train.steps; stopped on request before it (resumable); stopped early by
+ * train.early_stop_patience (finished: a resume stops at once). */
+enum lstmd_train_end { LSTMD_END_DONE = 0, LSTMD_END_REQUESTED = 1, LSTMD_END_EARLY_STOP = 2 };
+
 /* What a caller (the `lstmd serve` job runner) may observe and steer, on rank 0 only; every
  * member may be NULL. Called on the training thread, so they must be quick. */
 struct lstmd_train_hooks {
@@ -16,8 +20,8 @@ struct lstmd_train_hooks {
   void (*on_eval)(void *ctx, long step, double val_loss, double val_bpc); /* bpc: NAN for series */
   /* Polled once per step: nonzero stops every rank after this step, with a checkpoint. */
   int (*stop_requested)(void *ctx);
-  /* After the last checkpoint: the step reached and whether the run stopped before its end. */
-  void (*on_end)(void *ctx, long step, int stopped_early);
+  /* After the last checkpoint: the step reached and how the run ended (enum lstmd_train_end). */
+  void (*on_end)(void *ctx, long step, int how);
 };
 
 /* Trains as configured, on every rank of comm (NULL: one rank). config_json is the effective

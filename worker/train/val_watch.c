@@ -1,0 +1,108 @@
+/* val_watch.c — the validation watch's decisions and train.keep_checkpoints (see val_watch.h). */
+#define _GNU_SOURCE
+#include "val_watch.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kernels/status.h"
+
+void lstmd_val_watch_init(struct lstmd_val_watch *w) {
+  *w = (struct lstmd_val_watch){.best_loss = INFINITY, .lr_scale = 1.0};
+}
+
+int lstmd_val_watch_update(struct lstmd_val_watch *w, const struct lstmd_watch_rules *r,
+                           long step, double loss) {
+  /* best_loss − min_delta is +inf before the first evaluation, so any finite loss is a best. */
+  if (loss < w->best_loss - r->min_delta) {
+    w->best_loss = loss;
+    w->best_step = step;
+    w->since_best = 0;
+    w->plateau_bad = 0;
+    return LSTMD_WATCH_NEW_BEST;
+  }
+  int events = 0;
+  w->since_best++;
+  if (r->plateau && ++w->plateau_bad >= r->plateau_patience) {
+    w->lr_scale *= r->plateau_factor;
+    w->plateau_bad = 0;
+    events |= LSTMD_WATCH_LR_CUT;
+  }
+  if (lstmd_val_watch_stopped(w, r)) events |= LSTMD_WATCH_STOP;
+  return events;
+}
+
+int lstmd_val_watch_stopped(const struct lstmd_val_watch *w, const struct lstmd_watch_rules *r) {
+  return r->patience > 0 && w->since_best >= r->patience;
+}
+
+/* "step-<N>.safetensors" exactly (N decimal, no sign); -1 otherwise. */
+static long step_of(const char *name) {
+  long step = -1;
+  int end = 0;
+  if (strncmp(name, "step-", 5) || name[5] < '0' || name[5] > '9') return -1;
+  if (sscanf(name, "step-%ld.safetensors%n", &step, &end) != 1 || name[end] != '\0') return -1;
+  return step;
+}
+
+static int by_step_desc(const void *a, const void *b) {
+  const long x = *(const long *)a, y = *(const long *)b;
+  return (x < y) - (x > y);
+}
+
+static int same_file(const struct stat *a, const struct stat *b) {
+  return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+int lstmd_keep_checkpoints(const char *run_dir, long keep, long latest_step) {
+  if (keep < 0) return 0;
+  DIR *d = opendir(run_dir);
+  if (!d) {
+    lstmd_errorf("train.keep_checkpoints: cannot list %s (%s); no checkpoint deleted", run_dir,
+                 strerror(errno));
+    return 0;
+  }
+  long *steps = NULL;
+  size_t n = 0, cap = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    const long s = step_of(e->d_name);
+    if (s < 0) continue;
+    if (n == cap) {
+      long *grown = realloc(steps, (cap = cap ? 2 * cap : 64) * sizeof *steps);
+      if (!grown) break; /* out of memory: delete among those listed so far */
+      steps = grown;
+    }
+    steps[n++] = s;
+  }
+  closedir(d);
+  qsort(steps, n, sizeof *steps, by_step_desc);
+  char path[4096];
+  struct stat latest, best, st;
+  snprintf(path, sizeof path, "%s/latest.safetensors", run_dir);
+  const int has_latest = stat(path, &latest) == 0;
+  snprintf(path, sizeof path, "%s/best.safetensors", run_dir);
+  const int has_best = stat(path, &best) == 0;
+  long kept = 0;
+  int deleted = 0;
+  for (size_t i = 0; i < n; i++) {
+    snprintf(path, sizeof path, "%s/step-%ld.safetensors", run_dir, steps[i]);
+    if (stat(path, &st) != 0) continue;
+    const int protect = steps[i] == latest_step || (has_latest && same_file(&st, &latest)) ||
+                        (has_best && same_file(&st, &best));
+    if (protect || kept < keep) {
+      kept++;
+      continue;
+    }
+    if (unlink(path) != 0) lstmd_errorf("train.keep_checkpoints: cannot delete %s: %s", path,
+                                        strerror(errno));
+    else deleted++;
+  }
+  free(steps);
+  return deleted;
+}

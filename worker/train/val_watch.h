@@ -1,0 +1,44 @@
+/* val_watch.h — training you can leave alone: what each validation loss decides (a new best,
+ * a cut of the learning rate on a plateau, an early stop), and the deletion of old step-N
+ * checkpoints (train.keep_checkpoints). The decisions are pure functions of the losses and the
+ * state (struct lstmd_val_watch, worker/io/checkpoint.h), which every rank updates alike from
+ * the loss rank 0 broadcasts and which checkpoints carry, so that a resumed run decides exactly
+ * as an uninterrupted one. */
+#ifndef LSTMD_VAL_WATCH_H
+#define LSTMD_VAL_WATCH_H
+
+#include "worker/io/checkpoint.h"
+
+struct lstmd_watch_rules {
+  long patience;         /* train.early_stop_patience; 0: never stop early */
+  double min_delta;      /* train.early_stop_min_delta */
+  int plateau;           /* optim.schedule = plateau */
+  long plateau_patience; /* optim.plateau_patience */
+  double plateau_factor; /* optim.plateau_factor */
+};
+
+enum { LSTMD_WATCH_NEW_BEST = 1, LSTMD_WATCH_LR_CUT = 2, LSTMD_WATCH_STOP = 4 };
+
+/* No evaluation yet: best +inf, counters 0, lr scale 1. */
+void lstmd_val_watch_init(struct lstmd_val_watch *w);
+
+/* The evaluation at `step` gave `loss`. A new best is loss < best − min_delta (a NaN never is);
+ * it resets both counters. Otherwise since_best and plateau_bad grow by one; with the plateau
+ * schedule, plateau_bad reaching plateau_patience multiplies lr_scale by plateau_factor and
+ * restarts plateau_bad (LSTMD_WATCH_LR_CUT); since_best reaching patience (> 0) stops
+ * (LSTMD_WATCH_STOP). Returns the LSTMD_WATCH_* bits that happened. */
+int lstmd_val_watch_update(struct lstmd_val_watch *w, const struct lstmd_watch_rules *r,
+                           long step, double loss);
+
+/* Nonzero when the state already says stop (a run resumed from its early stop's checkpoint). */
+int lstmd_val_watch_stopped(const struct lstmd_val_watch *w, const struct lstmd_watch_rules *r);
+
+/* train.keep_checkpoints: keeps the `keep` newest <run_dir>/step-<N>.safetensors files (highest
+ * N) and deletes the others, but never the file that latest.safetensors or best.safetensors is
+ * (the same inode) nor step-<latest_step> (by name too, where links are copies); a protected
+ * file counts among the kept, so 0 and 1 both keep latest's file alone. keep < 0: nothing is
+ * deleted. Only names of exactly that form are touched. A file that cannot be deleted is
+ * reported and left. Returns the number deleted. */
+int lstmd_keep_checkpoints(const char *run_dir, long keep, long latest_step);
+
+#endif
