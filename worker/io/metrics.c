@@ -45,6 +45,11 @@ int lstmd_metrics_open(struct lstmd_metrics *mt, const char *run_dir, long resum
     lstmd_errorf("%s: cannot open for appending", path);
     return LSTMD_EWRITE;
   }
+  /* the job's own log (lstmctl logs): progress and notes as a non-terminal stderr shows them;
+   * a resumed run appends (its lines say it resumed). Unbuffered past each line. */
+  snprintf(path, sizeof path, "%s/train.log", run_dir);
+  mt->log = fopen(path, "a");
+  if (mt->log) setvbuf(mt->log, NULL, _IOLBF, 0);
   return lstmd_tb_open(&mt->tb, run_dir);
 }
 
@@ -53,6 +58,8 @@ void lstmd_metrics_close(struct lstmd_metrics *mt) {
   mt->line_open = 0;
   if (mt->jsonl) fclose(mt->jsonl);
   mt->jsonl = NULL;
+  if (mt->log) fclose(mt->log);
+  mt->log = NULL;
   lstmd_tb_close(&mt->tb);
 }
 
@@ -71,6 +78,9 @@ void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report
           mt->tty ? "\033[K" : "\n");
   mt->line_open = mt->tty;
   fflush(stderr);
+  if (mt->log)
+    fprintf(mt->log, "step %ld/%ld | loss %.4f | lr %.3g | %.0f tok/s | ETA %s\n", r->step,
+            r->total_steps, r->loss, r->lr, r->tokens_per_s, eta);
   fprintf(mt->jsonl,
           "{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,"
           "\"tokens\":%lld,\"elapsed_s\":%.3f,\"world\":%d,\"global_batch\":%d,"
@@ -201,6 +211,14 @@ void lstmd_metrics_note(struct lstmd_metrics *mt, const char *fmt, ...) {
   if (mt) mt->line_open = 0;
   va_list ap;
   va_start(ap, fmt);
+  if (mt && mt->log) {
+    va_list copy;
+    va_copy(copy, ap);
+    fputs("lstmd: ", mt->log);
+    vfprintf(mt->log, fmt, copy);
+    fputc('\n', mt->log);
+    va_end(copy);
+  }
   lstmd_verrorf(fmt, ap);
   va_end(ap);
 }

@@ -13,6 +13,7 @@ struct lstmd_metrics {
   struct lstmd_tb tb; /* events.out.tfevents.* beside metrics.jsonl */
   int tty;
   int line_open; /* a progress line without newline is on screen */
+  FILE *log;     /* train.log beside metrics.jsonl: the progress lines and notes, as printed */
 };
 
 struct lstmd_step_report {
