@@ -390,6 +390,7 @@ static int cmd_watch(struct lstmd_ctl *c, const char *arg) {
 
 /* ---- top and logs ---- */
 
+/* A GetJob or ListJobs round trip; the response belongs to c (valid until the next one). */
 static Lstmd__Response *ask(struct lstmd_ctl *c, int kind, uint64_t id, int *rc) {
   Lstmd__Request req = LSTMD__REQUEST__INIT;
   Lstmd__GetJob get = LSTMD__GET_JOB__INIT;
@@ -459,7 +460,6 @@ static int cmd_top(struct lstmd_ctl *c, int argc, char **argv) {
     if (!resp) return rc;
     if (!once) printf("\033[H\033[2J");
     print_top(resp->jobs);
-    lstmd__response__free_unpacked(resp, NULL);
     if (once) return kExitOk;
     sleep(1);
   }
@@ -481,7 +481,6 @@ static int cmd_logs(struct lstmd_ctl *c, int argc, char **argv) {
   char path[1300];
   snprintf(path, sizeof path, "%s/train.log", resp->job->run_dir);
   int state = resp->job->state;
-  lstmd__response__free_unpacked(resp, NULL);
   FILE *f = NULL;
   char buf[4096];
   for (int polls = 0;; polls++) {
@@ -497,8 +496,7 @@ static int cmd_logs(struct lstmd_ctl *c, int argc, char **argv) {
       resp = ask(c, LSTMD__REQUEST__KIND_GET, id, &rc);
       if (!resp) break;
       state = resp->job->state;
-      lstmd__response__free_unpacked(resp, NULL);
-    }
+      }
   }
   if (!f) {
     if (!follow) fprintf(stderr, "lstmctl: %s: %s (has job %llu started?)\n", path, strerror(errno),
