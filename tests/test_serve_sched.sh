@@ -14,7 +14,10 @@
 #  5. a time limit ends its job FAILED "time limit" with its checkpoint at the job's last step;
 #  6. SIGKILL of a rank while two jobs run: the daemon ends, every job's last checkpoint loads,
 #     a restarted daemon resumes both (attempts 2) and both SUCCEED;
-#  7. 4 ranks (--oversubscribe): a 2-rank and two 1-rank jobs run together on 0-1, 2 and 3.
+#  7. 4 ranks (--oversubscribe): a 2-rank and two 1-rank jobs run together on 0-1, 2 and 3;
+#  8. the straggler report (worker/train/trainer.c): `mpirun -np 2 lstmd train` with rank 1 slowed
+#     (LSTMD_FAULT=slow@1:1): min/median/max compute per logged step in metrics.jsonl and
+#     TensorBoard, one warning naming rank 1 and its host after 3 logged steps; none unslowed.
 set -u
 LSTMD=$(realpath "${1:?usage: test_serve_sched.sh LSTMD LSTMCTL SOURCE_DIR}")
 CTL=$(realpath "${2:?}")
@@ -196,6 +199,22 @@ if msg=$(same "$(field "$q1" run_dir)/step-1500.safetensors" "$TMP/alone-a/step-
   ok "on 4 ranks too, a 1-rank job == the job alone, bitwise"
 else bad "4-rank world's 1-rank job differs: $msg"; fi
 ctl shutdown >/dev/null; stop_daemon || bad "final shutdown"
+
+# 8. the straggler report
+for slow in 1 0; do
+  fault=; ((slow)) && fault=slow@1:1
+  LSTMD_FAULT=$fault mpirun -np 2 "$LSTMD" train --config "$TMP/job.ini" \
+    --set data.path="$TMP/ds" --set train.run_dir="$TMP/strag$slow" --set train.steps=60 \
+    --set train.log_every=10 > "$TMP/strag$slow.txt" 2>&1 || bad "straggler run $slow"
+done
+n=$(grep -c "straggler: rank 1 ($(hostname)) computed .* ms per step, .*x the median of 2 ranks .* for 3 logged steps in a row (step 30)" "$TMP/strag1.txt")
+recs=$($PY -c "
+import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if 'loss' in l and 'compute_max_s' in l]
+print(len(r), all(x['compute_min_s'] <= x['compute_median_s'] <= x['compute_max_s'] and x['slowest_rank'] == 1 for x in r))" "$TMP/strag1/metrics.jsonl")
+if [[ $n == 1 && $recs == "6 True" ]] && grep -qa "straggler/compute_max_s" "$TMP"/strag1/events.out.tfevents.* && grep -q "straggler: rank 1" "$TMP/strag1/train.log" \
+   && ! grep -q straggler "$TMP/strag0.txt"; then
+  ok "straggler report: $(grep straggler "$TMP/strag1.txt")"
+else bad "straggler report: $n warning(s), records '$recs'; $(grep straggler "$TMP"/strag*.txt)"; fi
 
 if ((fails)); then echo "--- serve.log (tail)"; tail -40 "$TMP/serve.log"; echo "$fails check(s) failed"; exit 1; fi
 echo "all checks passed"

@@ -88,11 +88,22 @@ void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report
           r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->tokens, r->elapsed_s,
           r->world, r->global_batch, r->data_wait_s, r->compute_s, r->comm_wait_s);
   if (r->loss_scale > 0.0) fprintf(mt->jsonl, ",\"loss_scale\":%.9g", r->loss_scale);
+  if (r->rank_times)
+    fprintf(mt->jsonl, ",\"compute_min_s\":%.6f,\"compute_median_s\":%.6f,\"compute_max_s\":%.6f,"
+            "\"slowest_rank\":%d", r->compute_min_s, r->compute_median_s, r->compute_max_s,
+            r->slowest_rank);
   if (r->stages > 1)
     fprintf(mt->jsonl, ",\"stages\":%d,\"bubble\":%.6f,\"p2p_wait_s\":%.6f", r->stages,
             r->bubble, r->p2p_wait_s);
   fputs("}\n", mt->jsonl);
   fflush(mt->jsonl);
+  if (r->rank_times) {
+    static const char *const rank_tags[] = {"straggler/compute_min_s", "straggler/compute_median_s",
+                                            "straggler/compute_max_s", "straggler/slowest_rank"};
+    const float rank_values[] = {(float)r->compute_min_s, (float)r->compute_median_s,
+                                 (float)r->compute_max_s, (float)r->slowest_rank};
+    lstmd_tb_scalars(&mt->tb, r->step, 4, rank_tags, rank_values);
+  }
   if (r->loss_scale > 0.0) {
     static const char *const scale_tag[] = {"train/loss_scale"};
     const float scale_value[] = {(float)r->loss_scale};
