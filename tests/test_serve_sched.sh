@@ -6,8 +6,9 @@
 #  2. priorities and FIFO: behind a running 2-rank job, 2-rank jobs of priority 0, 5, 5, 1 start
 #     in exactly the order 5, 5, 1, 0 (by id within a priority);
 #  3. EASY backfill: behind a 2-rank job waiting for a 1-rank job with a time limit, a 1-rank job
-#     without a limit waits ("no time limit, so not backfilled") and one whose limit ends before
-#     the reserved start runs ahead: start order exactly 1, 4, 2, 3;
+#     without a limit waits ("no time limit, so not backfilled"), so does one whose limit ends
+#     after the reserved start, and one whose limit ends before it runs ahead: start order
+#     exactly 1, 5, 2, 3, 4 (ids);
 #  4. preemption: a priority-5 job on a full world preempts the preemptible job, not the one
 #     submitted with --no-preempt (though it started later); the preempted job resumes from its
 #     checkpoint and ends bitwise equal to an uninterrupted run;
@@ -130,15 +131,18 @@ j1=$(sub --set train.steps=6000 --set resources.time_limit_s=20 --name limited)
 wait_for 30 running "$j1"
 j2=$(sub --set resources.ranks=2 --set train.steps=100 --name head)
 j3=$(sub --set train.steps=100 --name unlimited)
+j5=$(sub --set train.steps=100 --set resources.time_limit_s=200 --name long-limit)
 j4=$(sub --set train.steps=100 --set resources.time_limit_s=5 --name short)
 wait_for 30 state_is "$j4" SUCCEEDED || bad "job $j4 was not backfilled: $(ctl status "$j4")"
-w3=$(field "$j3" waiting); s1=$(field "$j1" state)
-[[ $s1 == RUNNING && $w3 == "behind job $j2 (priority 0); no time limit, so not backfilled" ]] \
-  && ok "backfill: job $j4 (limit 5 s) ran while $j1 ran; job $j3 waits: $w3" || bad "backfill: j1 $s1, j3 waits '$w3'"
+w3=$(field "$j3" waiting); w5=$(field "$j5" waiting); s1=$(field "$j1" state)
+[[ $s1 == RUNNING && $w3 == "behind job $j2 (priority 0); no time limit, so not backfilled" &&
+   $w5 == "behind job $j2 (priority 0); would end after its reserved start" ]] \
+  && ok "backfill: job $j4 (limit 5 s) ran while $j1 ran; job $j3 waits: $w3; job $j5 (limit 200 s): $w5" \
+  || bad "backfill: j1 $s1, j3 waits '$w3', j5 waits '$w5'"
 ctl status "$j2" | grep -q "queue position 1: needs 2 ranks, 1 free; reserved start in" \
   && ok "status of the head: $(ctl status "$j2" | grep 'queue position')" || bad "head status: $(ctl status "$j2")"
-wait_for 60 all_done "$j1" "$j2" "$j3" "$j4" || bad "backfill jobs: $(ctl list)"
-got=$(order "$j1" "$j2" "$j3" "$j4"); want="$j1 $j4 $j2 $j3"
+wait_for 60 all_done "$j1" "$j2" "$j3" "$j4" "$j5" || bad "backfill jobs: $(ctl list)"
+got=$(order "$j1" "$j2" "$j3" "$j4" "$j5"); want="$j1 $j4 $j2 $j3 $j5"
 [[ $got == "$want" ]] && ok "backfill start order exactly: $got" || bad "start order '$got', want '$want'"
 
 # 4. preemption, --no-preempt, bitwise resume
