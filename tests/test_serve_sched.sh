@@ -157,6 +157,11 @@ pre=$(field "$v" preemptions); kpre=$(field "$np" preemptions)
 grep -q "lstmd: job $v: QUEUED: preempted by job $hi at step" "$TMP/serve.log" && [[ $pre == 1 && $kpre == 0 ]] \
   && ok "job $hi (priority 5) preempted job $v, not the --no-preempt job $np: $(grep "job $v: QUEUED" "$TMP/serve.log" | tail -1)" \
   || bad "preemption: victim preemptions '$pre', keeper '$kpre'"
+kv=$(grep -o "lstmd: job $v: QUEUED: preempted by job $hi at step [0-9]*" "$TMP/serve.log" | tail -1 | grep -o '[0-9]*$')
+vdir=$(field "$v" run_dir)
+grep -q "^lstmd: resumed from $vdir/latest.safetensors at step $kv\$" "$vdir/train.log" \
+  && ok "the preempted job resumed from its checkpoint at step $kv (its train.log says so)" \
+  || bad "preempted job: no resume at step '$kv' in train.log: $(grep resumed "$vdir/train.log")"
 alone "$TMP/alone-v" --set train.steps=5000
 if msg=$(same "$(field "$v" run_dir)/step-5000.safetensors" "$TMP/alone-v/step-5000.safetensors"); then
   ok "the preempted job resumed and ended bitwise equal to an uninterrupted run ($msg)"
@@ -186,6 +191,9 @@ k2=$($PY "$SRC/tests/ckpt_meta.py" "$d2/latest.safetensors" 2>/dev/null)
 start_np 2
 wait_for 60 all_done "$c1" "$c2" && [[ $(field "$c1" attempts) == 2 && $(field "$c2" attempts) == 2 ]] \
   && ok "the restarted daemon resumed both jobs (attempt 2) and both SUCCEEDED" || bad "restart: $(ctl list)"
+grep -q "^lstmd: resumed from $d1/latest.safetensors at step $k1\$" "$d1/train.log" &&
+  grep -q "^lstmd: resumed from $d2/latest.safetensors at step $k2\$" "$d2/train.log" \
+  && ok "both resumed from the checkpoints the crash left (steps $k1, $k2)" || bad "crash resume lines: $(grep -h resumed "$d1/train.log" "$d2/train.log")"
 alone "$TMP/alone-c2" --set train.steps=4000 --set train.seed=3
 if msg=$(same "$d2/step-4000.safetensors" "$TMP/alone-c2/step-4000.safetensors"); then
   ok "a job resumed after the crash == the job alone, bitwise ($msg)"
