@@ -164,7 +164,8 @@ int lstmd_jobs_open(struct lstmd_jobs *t, const char *state_dir) {
     } else {
       job->state = LSTMD__JOB_STATE__QUEUED;
       set_str(&job->reason, "interrupted: the daemon stopped while it ran; resumes from its last checkpoint");
-      if (job->started_ms > 0) job->run_ms += now_ms() - job->started_ms; /* up to now, at most */
+      /* run_ms keeps only the finished attempts: when the daemon died is not known (the time
+       * since started_ms would count its downtime against resources.time_limit_s) */
     }
     LSTMD_TRY(lstmd_journal_append(&t->journal, job));
   }
@@ -334,7 +335,8 @@ uint64_t lstmd_jobs_snapshot(struct lstmd_jobs *t, struct lstmd_jobs_entry **out
     const Lstmd__Job *j = t->v[i];
     if (j->state != LSTMD__JOB_STATE__QUEUED && j->state != LSTMD__JOB_STATE__RUNNING) continue;
     (*out)[(*n)++] = (struct lstmd_jobs_entry){
-        .id = j->id, .running = j->state == LSTMD__JOB_STATE__RUNNING, .ranks = (int)j->ranks,
+        .id = j->id, .running = j->state == LSTMD__JOB_STATE__RUNNING,
+        .ranks = j->ranks ? (int)j->ranks : (int)t->world, /* 0: a record from before resources */
         .priority = j->priority, .preemptible = !j->no_preempt,
         .cancel_requested = j->cancel_requested, .time_limit_s = j->time_limit_s,
         .run_s = (double)j->run_ms / 1000.0};

@@ -319,6 +319,19 @@ static void *sched_main(void *arg) {
     const uint64_t seen = lstmd_jobs_snapshot(s->jobs, &e, &n, &draining);
     if (!e) fatal(s, "a snapshot of the job table", LSTMD_ENOMEM);
     due_stops(s, e, n, draining);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) { /* a job restored from the journal of a larger world fails */
+      if (!e[i].running && (e[i].ranks < 1 || e[i].ranks > s->world)) {
+        char why[200];
+        snprintf(why, sizeof why, "resources.ranks: it needs %d ranks; this daemon has %d",
+                 e[i].ranks, s->world);
+        fprintf(stderr, "lstmd: job %llu: FAILED: %s\n", (unsigned long long)e[i].id, why);
+        lstmd_jobs_finish(s->jobs, e[i].id, LSTMD__JOB_STATE__FAILED, -1, why, 0, 0);
+      } else {
+        e[kept++] = e[i];
+      }
+    }
+    n = kept;
     if (!draining) plan(s, e, n);
     free(e);
     if (draining && s->n_slots == 0) break;
