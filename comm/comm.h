@@ -62,6 +62,11 @@ int lstmd_comm_bcast(struct lstmd_comm *c, void *buf, size_t bytes, int root);
 int lstmd_comm_bcast_idle(struct lstmd_comm *c, void *buf, int bytes, int root);
 /* Gathers `bytes` from every rank into out (rank-major, size·bytes) on root. */
 int lstmd_comm_gather(struct lstmd_comm *c, const void *in, size_t bytes, void *out, int root);
+/* The same with a bound (every rank enters it within a step of the others): unfinished
+ * timeout_s after it began, it says so naming `what` and ends the job, as
+ * lstmd_comm_allreduce_sum_f64_within does. */
+int lstmd_comm_gather_within(struct lstmd_comm *c, const void *in, size_t bytes, void *out,
+                             int root, double timeout_s, const char *what);
 int lstmd_comm_barrier(struct lstmd_comm *c);
 /* Gathers variable-size byte blocks to root: rank i sends `bytes` (its own count), root receives
  * counts[i] bytes at out + displs[i] (counts/displs used on root only, may be NULL elsewhere).

@@ -383,6 +383,17 @@ int lstmd_comm_gather(struct lstmd_comm *c, const void *in, size_t bytes, void *
   return wait_request(&r);
 }
 
+int lstmd_comm_gather_within(struct lstmd_comm *c, const void *in, size_t bytes, void *out,
+                             int root, double timeout_s, const char *what) {
+  if (bytes > INT_MAX) {
+    lstmd_errorf("gather of %zu bytes per rank is too large", bytes);
+    return LSTMD_EINVAL;
+  }
+  MPI_Request r;
+  LSTMD_CHECK_MPI(MPI_Igather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, root, c->world, &r));
+  return wait_requests_within(c, 1, &r, 2000000L, timeout_s, what);
+}
+
 int lstmd_comm_barrier(struct lstmd_comm *c) {
   MPI_Request r;
   LSTMD_CHECK_MPI(MPI_Ibarrier(c->world, &r));

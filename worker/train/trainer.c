@@ -409,8 +409,9 @@ static void report(struct run *r, long steps, double loss, double grad_norm, dou
  * gathers each rank's compute time per step over the interval and host, puts min / median / max
  * into the step report, and warns naming the rank and host when the slowest rank took at least
  * 1.3 times the median for 3 logged steps in a row (once per streak, and again when another rank
- * becomes the slowest). The gather waits without a bound, like the step's evaluation meeting:
- * every rank reaches a logged step within one step of the others. */
+ * becomes the slowest). The gather is bounded by train.comm_timeout_s like the step's all-reduce:
+ * every rank comes to it straight from that all-reduce, so a stopped rank cannot hold the others
+ * here without a bound. */
 static int straggler_report(struct run *r, long steps, const struct step_times *tm,
                             struct lstmd_step_report *rep) {
   struct rank_time {
@@ -420,7 +421,8 @@ static int straggler_report(struct run *r, long steps, const struct step_times *
   snprintf(me.host, sizeof me.host, "%s", lstmd_comm_host(r->comm));
   struct rank_time *all = r->rank == 0 ? calloc((size_t)r->world, sizeof *all) : NULL;
   if (r->rank == 0 && !all) return LSTMD_ENOMEM; /* not agreed: the caller ends the job */
-  int rc = lstmd_comm_gather(r->comm, &me, sizeof me, all, 0);
+  int rc = lstmd_comm_gather_within(r->comm, &me, sizeof me, all, 0, r->cfg->comm_timeout_s,
+                                    "the gather of the ranks' compute times (straggler report)");
   if (rc || r->rank != 0) {
     free(all);
     return rc;
