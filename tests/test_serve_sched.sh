@@ -2,7 +2,8 @@
 # test_serve_sched.sh — `lstmd serve`'s scheduler end to end (daemon/sched.h, serve_sched.c):
 #  1. 2 ranks: two 1-rank jobs at once (their RUNNING intervals overlap, on ranks 0 and 1), each
 #     ending bitwise equal to the same job run alone (`lstmd train`, one process);
-#     resources.ranks=3 refused (exit 2); logs, top --once and --json;
+#     a job failing in set-up beside a running one: FAILED alone; resources.ranks=3 refused
+#     (exit 2); logs and top --once;
 #  2. priorities and FIFO: behind a running 2-rank job, 2-rank jobs of priority 0, 5, 5, 1 start
 #     in exactly the order 5, 5, 1, 0 (by id within a priority);
 #  3. EASY backfill: behind a 2-rank job waiting for a 1-rank job with a time limit, a 1-rank job
@@ -98,6 +99,14 @@ for j in "$a:$TMP/alone-a" "$b:$TMP/alone-b"; do
     ok "job $id run beside another == the job alone, bitwise ($msg)"
   else bad "job $id differs from the job alone: $msg"; fi
 done
+# a job that fails in set-up (its teacher is not a checkpoint) beside one that runs on
+g=$(sub --set train.steps=3000 --set train.seed=9 --name goes-on)
+wait_for 30 running "$g"
+f=$(sub --set distill.teacher=small.txt --name fails)
+wait_for 30 state_is "$f" FAILED; wait_for 60 state_is "$g" SUCCEEDED
+[[ $(field "$f" state) == FAILED && $(field "$g" state) == SUCCEEDED && $(field "$f" ranks_text) == 1 ]] && overlap "$g" "$f" \
+  && ok "a job failing on rank 1 ($(field "$f" reason | cut -c1-90)) left job $g on rank 0 running to SUCCEEDED" \
+  || bad "failure beside a running job: $f $(field "$f" state), $g $(field "$g" state)"
 ctl submit --config "$TMP/job.ini" --set resources.ranks=3 >/dev/null 2>"$TMP/err"; rc=$?
 [[ $rc == 2 ]] && grep -q "resources.ranks: 3 is more than this daemon's 2 ranks" "$TMP/err" \
   && ok "resources.ranks=3 on 2 ranks refused (exit 2): $(cat "$TMP/err")" || bad "ranks=3: rc=$rc $(cat "$TMP/err")"
