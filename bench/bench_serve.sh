@@ -11,14 +11,20 @@
 #  2. bench_serve (bench/bench_serve.c): CLIENTS clients (64) on their own connections send
 #     GetJob/ListJobs in a closed loop for DURATION s (10), against the daemon and against a
 #     trivial raw-frame peer in the same run (target: p99 < 2 ms); then the same with 1 client;
+#  3. submit -> RUNNING latency on idle ranks: LATENCY_JOBS (30) one-rank jobs submitted one at a
+#     time, each after the last ended; the daemon's own submitted_ms and started_ms of each
+#     (target: p99 < 100 ms);
+#  4. throughput: two 1-rank jobs at once against one 2-rank job of the same settings (the same
+#     global batch per step as the pair together), aggregate tokens/s from each job's train.log
+#     ("trained steps ... tokens/s"); the pair should reach >= 90% of the 2-rank job;
 # and shuts the daemon down with `lstmctl shutdown` (its exit status must be 0).
 #
 # Environment: BENCH_OUT (also write the output there), IDLE_S (20), DURATION (10), CLIENTS
-# (64), BENCH_SERVE (default: bench_serve beside LSTMD_BINARY), LSTMCTL (likewise).
+# (64), LATENCY_JOBS (30), TPUT_STEPS (400), BENCH_SERVE (default: bench_serve beside LSTMD_BINARY), LSTMCTL (likewise).
 set -euo pipefail
 
 if [[ $# -ne 1 || $1 == -h || $1 == --help ]]; then
-  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
   [[ $# -eq 1 ]] && exit 0 || exit 2
 fi
 LSTMD=$(realpath "$1")
@@ -33,6 +39,8 @@ ROOT=$(dirname "$HERE")
 IDLE_S=${IDLE_S:-20}
 DURATION=${DURATION:-10}
 CLIENTS=${CLIENTS:-64}
+LATENCY_JOBS=${LATENCY_JOBS:-30}
+TPUT_STEPS=${TPUT_STEPS:-400}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/lstmd-bench-serve.XXXXXX")
 export OMPI_MCA_plm=${OMPI_MCA_plm:-isolated} OMPI_MCA_rmaps_base_oversubscribe=1
 [[ $(id -u) -eq 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -126,6 +134,38 @@ ticks() {
   "$BENCH_SERVE" --socket "$SOCK" --clients 1 --duration 3 --warmup 0.5 --rows lstmd,peer \
     || echo "bench_serve: some requests failed (see above)"
   echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+  # --- 3. submit -> RUNNING latency on idle ranks ---
+  tiny=(--set data.path=data --set train.steps=1 --set model.hidden=32 --set data.batch_size=4
+        --set data.seq_len=32 --set train.threads=1 --set resources.ranks=1)
+  lat=()
+  for i in $(seq "$LATENCY_JOBS"); do
+    id=$(ctl submit "${tiny[@]}" --name "latency-$i" | tail -1)
+    ctl watch "$id" >/dev/null || { echo "bench_serve.sh: latency job $id failed"; ctl status "$id"; exit 1; }
+    lat+=("$(ctl --json status "$id" | python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["started_ms"] - j["submitted_ms"])')")
+  done
+  printf '%s\n' "${lat[@]}" | sort -n | awk -v n="$LATENCY_JOBS" '{ v[NR] = $1 } END {
+    p50 = v[int(0.5 * (NR - 1)) + 1]; p99 = v[int(0.99 * (NR - 1)) + 1];
+    printf "submit -> RUNNING on idle ranks, %d jobs (daemon clock, ms): p50 %d, p99 %d, max %d; target p99 < 100 ms: %s\n",
+      n, p50, p99, v[NR], p99 < 100 ? "met" : "NOT MET" }'
+
+  # --- 4. two 1-rank jobs at once against one 2-rank job ---
+  big=(--set data.path=data --set train.steps="$TPUT_STEPS" --set model.hidden=128 --set model.embed=32
+       --set data.batch_size=16 --set data.seq_len=64 --set train.threads=1 --set train.log_every=100
+       --set train.eval_every=0 --set train.checkpoint_every=0)
+  rate() { grep -o 'trained steps [0-9.]* in [0-9.]* s of training ([0-9]* tokens/s' "$(ctl --json status "$1" |
+           python3 -c 'import json,sys; print(json.load(sys.stdin)["run_dir"])')/train.log" | tail -1 | grep -o '([0-9]*' | tr -d '(' ; }
+  two=$(ctl submit "${big[@]}" --set resources.ranks=2 --name tput-2rank | tail -1)
+  ctl watch "$two" >/dev/null
+  a=$(ctl submit "${big[@]}" --set resources.ranks=1 --name tput-a | tail -1)
+  b=$(ctl submit "${big[@]}" --set resources.ranks=1 --set train.seed=2 --name tput-b | tail -1)
+  ctl watch "$a" >/dev/null; ctl watch "$b" >/dev/null
+  r2=$(rate "$two"); ra=$(rate "$a"); rb=$(rate "$b")
+  awk -v r2="$r2" -v ra="$ra" -v rb="$rb" -v s="$TPUT_STEPS" 'BEGIN {
+    printf "throughput, %d steps (H 128, batch 16 x 64 per rank, 1 thread per rank):\n", s
+    printf "    one 2-rank job:        %8.0f tokens/s\n", r2
+    printf "    two 1-rank jobs:       %8.0f + %.0f = %.0f tokens/s (%.0f%% of the 2-rank job; target >= 90%%: %s)\n",
+      ra, rb, ra + rb, 100 * (ra + rb) / r2, (ra + rb >= 0.9 * r2) ? "met" : "NOT MET" }'
 
   # --- shut down ---
   ctl shutdown >/dev/null

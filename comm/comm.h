@@ -62,6 +62,11 @@ int lstmd_comm_bcast(struct lstmd_comm *c, void *buf, size_t bytes, int root);
 int lstmd_comm_bcast_idle(struct lstmd_comm *c, void *buf, int bytes, int root);
 /* Gathers `bytes` from every rank into out (rank-major, size·bytes) on root. */
 int lstmd_comm_gather(struct lstmd_comm *c, const void *in, size_t bytes, void *out, int root);
+/* The same with a bound (every rank enters it within a step of the others): unfinished
+ * timeout_s after it began, it says so naming `what` and ends the job, as
+ * lstmd_comm_allreduce_sum_f64_within does. */
+int lstmd_comm_gather_within(struct lstmd_comm *c, const void *in, size_t bytes, void *out,
+                             int root, double timeout_s, const char *what);
 int lstmd_comm_barrier(struct lstmd_comm *c);
 /* Gathers variable-size byte blocks to root: rank i sends `bytes` (its own count), root receives
  * counts[i] bytes at out + displs[i] (counts/displs used on root only, may be NULL elsewhere).
@@ -84,6 +89,28 @@ int lstmd_comm_gatherv(struct lstmd_comm *c, const void *in, size_t bytes, void 
 int lstmd_comm_split(struct lstmd_comm *c, int color, int key, struct lstmd_comm **out);
 /* Frees a communicator made by lstmd_comm_split. NULL is fine; never finalizes MPI. */
 void lstmd_comm_free(struct lstmd_comm *sub);
+/* A duplicate of c's communicator (collective over c), a struct like lstmd_comm_split's: for
+ * traffic that must never match anything else on c (the daemon's control messages). Free with
+ * lstmd_comm_free. Returns 0, LSTMD_ENOMEM or LSTMD_ECOMM. */
+int lstmd_comm_dup(struct lstmd_comm *c, struct lstmd_comm **out);
+/* A communicator of the ranks of c listed in ranks[0..n) (ascending or not; the new rank i is
+ * ranks[i]), made with MPI_Comm_create_group: collective over those ranks only, so ranks of c
+ * outside the list (training other jobs) are not involved. Concurrent calls by disjoint (or
+ * overlapping, in turn) groups on c are told apart by tag (0 ≤ tag < 32768). Every member must
+ * pass the same list and tag. The result is like lstmd_comm_split's (own reducer duplicate,
+ * MPI_ERRORS_RETURN); free with lstmd_comm_free. Returns 0, LSTMD_ENOMEM or LSTMD_ECOMM. */
+int lstmd_comm_create_group(struct lstmd_comm *c, const int *ranks, int n, int tag,
+                            struct lstmd_comm **out);
+/* Point-to-point messages of any size up to 2^31−1 bytes (control messages, not data): a send
+ * that waits (sleeping) until the buffer may be reused. Returns 0 or LSTMD_ECOMM. */
+int lstmd_comm_send_msg(struct lstmd_comm *c, int dest, int tag, const void *buf, size_t bytes);
+/* Receives the next message from source (-1: any) with tag (-1: any) on c, waiting at most
+ * wait_s seconds (0: only a look; < 0: forever), polling with sleeps that grow to max_sleep_ms.
+ * On a message: *buf (malloc'd, caller frees; NULL for an empty one), *bytes, and *src / *tag_out
+ * (each may be NULL) are set and 0 returned. Nothing within the wait: *bytes = 0, *buf = NULL
+ * and 1 returned. LSTMD_ENOMEM or LSTMD_ECOMM on failure. Thread-safe (matched probe). */
+int lstmd_comm_recv_msg(struct lstmd_comm *c, int source, int tag, double wait_s,
+                        double max_sleep_ms, void **buf, size_t *bytes, int *src, int *tag_out);
 /* Gradient buckets go through the reducer thread (reducer.h), which overlaps them with
  * backward. */
 

@@ -174,6 +174,112 @@ int lstmd_comm_split(struct lstmd_comm *c, int color, int key, struct lstmd_comm
   return LSTMD_OK;
 }
 
+/* A sub-communicator struct around w (already made, MPI_ERRORS_RETURN to be set here) with its
+ * own duplicate for a reducer; collectives over w first, the allocation after (rationale 4). */
+static int wrap_sub(struct lstmd_comm *c, MPI_Comm w, struct lstmd_comm **out) {
+  MPI_Comm g = MPI_COMM_NULL;
+  int rc = LSTMD_OK;
+  if (LSTMD_MPI_FAILED(MPI_Comm_set_errhandler(w, MPI_ERRORS_RETURN)) ||
+      LSTMD_MPI_FAILED(MPI_Comm_dup(w, &g)) ||
+      LSTMD_MPI_FAILED(MPI_Comm_set_errhandler(g, MPI_ERRORS_RETURN)))
+    rc = LSTMD_ECOMM;
+  struct lstmd_comm *s = rc ? NULL : calloc(1, sizeof *s);
+  if (!rc && !s) rc = LSTMD_ENOMEM;
+  if (!rc && (LSTMD_MPI_FAILED(MPI_Comm_rank(w, &s->rank)) ||
+              LSTMD_MPI_FAILED(MPI_Comm_size(w, &s->size))))
+    rc = LSTMD_ECOMM;
+  if (rc) {
+    if (rc == LSTMD_ENOMEM) lstmd_errorf("out of memory for a communicator");
+    free(s);
+    if (g != MPI_COMM_NULL) MPI_Comm_free(&g);
+    MPI_Comm_free(&w);
+    return rc;
+  }
+  s->world = w;
+  s->grads = g;
+  s->world_rank = c->world_rank;
+  s->local = MPI_COMM_NULL;
+  s->local_rank = c->local_rank;
+  s->local_size = c->local_size;
+  s->is_sub = 1;
+  memcpy(s->host, c->host, sizeof s->host);
+  *out = s;
+  return LSTMD_OK;
+}
+
+int lstmd_comm_dup(struct lstmd_comm *c, struct lstmd_comm **out) {
+  *out = NULL;
+  MPI_Comm w = MPI_COMM_NULL;
+  LSTMD_CHECK_MPI(MPI_Comm_dup(c->world, &w));
+  return wrap_sub(c, w, out);
+}
+
+int lstmd_comm_create_group(struct lstmd_comm *c, const int *ranks, int n, int tag,
+                            struct lstmd_comm **out) {
+  *out = NULL;
+  MPI_Group all = MPI_GROUP_NULL, members = MPI_GROUP_NULL;
+  MPI_Comm w = MPI_COMM_NULL;
+  LSTMD_CHECK_MPI(MPI_Comm_group(c->world, &all));
+  int rc = LSTMD_OK;
+  if (LSTMD_MPI_FAILED(MPI_Group_incl(all, n, ranks, &members)) ||
+      LSTMD_MPI_FAILED(MPI_Comm_create_group(c->world, members, tag, &w)))
+    rc = LSTMD_ECOMM;
+  if (members != MPI_GROUP_NULL) MPI_Group_free(&members);
+  MPI_Group_free(&all);
+  if (rc) return rc;
+  if (w == MPI_COMM_NULL) {
+    lstmd_errorf("rank %d: MPI_Comm_create_group: this rank is not in the group", c->world_rank);
+    return LSTMD_EINVAL;
+  }
+  return wrap_sub(c, w, out);
+}
+
+int lstmd_comm_send_msg(struct lstmd_comm *c, int dest, int tag, const void *buf, size_t bytes) {
+  if (bytes > INT_MAX) {
+    lstmd_errorf("a control message of %zu bytes is too large", bytes);
+    return LSTMD_EINVAL;
+  }
+  MPI_Request r;
+  LSTMD_CHECK_MPI(MPI_Isend(buf, (int)bytes, MPI_BYTE, dest, tag, c->world, &r));
+  return wait_request(&r);
+}
+
+int lstmd_comm_recv_msg(struct lstmd_comm *c, int source, int tag, double wait_s,
+                        double max_sleep_ms, void **buf, size_t *bytes, int *src, int *tag_out) {
+  *buf = NULL;
+  *bytes = 0;
+  const double began = lstmd_now_s();
+  long sleep_ns = 20000, max_ns = (long)(max_sleep_ms * 1e6);
+  if (max_ns < sleep_ns) max_ns = sleep_ns;
+  for (;;) {
+    int found = 0;
+    MPI_Message m;
+    MPI_Status st;
+    LSTMD_CHECK_MPI(MPI_Improbe(source < 0 ? MPI_ANY_SOURCE : source, tag < 0 ? MPI_ANY_TAG : tag,
+                                c->world, &found, &m, &st));
+    if (found) {
+      int count = 0;
+      MPI_Get_count(&st, MPI_BYTE, &count);
+      void *p = count > 0 ? malloc((size_t)count) : NULL;
+      if (count > 0 && !p) return LSTMD_ENOMEM; /* the matched message is lost: the caller ends */
+      char dummy;
+      LSTMD_CHECK_MPI(MPI_Mrecv(p ? p : &dummy, count, MPI_BYTE, &m, MPI_STATUS_IGNORE));
+      *buf = p;
+      *bytes = (size_t)count;
+      if (src) *src = st.MPI_SOURCE;
+      if (tag_out) *tag_out = st.MPI_TAG;
+      return LSTMD_OK;
+    }
+    const double waited = lstmd_now_s() - began;
+    if (wait_s >= 0 && waited >= wait_s) return 1;
+    long ns = sleep_ns;
+    if (wait_s >= 0 && (wait_s - waited) * 1e9 < ns) ns = (long)((wait_s - waited) * 1e9) + 1;
+    struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
+    nanosleep(&ts, NULL);
+    if (sleep_ns < max_ns) sleep_ns = sleep_ns * 2 < max_ns ? sleep_ns * 2 : max_ns;
+  }
+}
+
 void lstmd_comm_free(struct lstmd_comm *sub) {
   if (!sub) return;
   if (!sub->is_sub) {
@@ -275,6 +381,17 @@ int lstmd_comm_gather(struct lstmd_comm *c, const void *in, size_t bytes, void *
   MPI_Request r;
   LSTMD_CHECK_MPI(MPI_Igather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, root, c->world, &r));
   return wait_request(&r);
+}
+
+int lstmd_comm_gather_within(struct lstmd_comm *c, const void *in, size_t bytes, void *out,
+                             int root, double timeout_s, const char *what) {
+  if (bytes > INT_MAX) {
+    lstmd_errorf("gather of %zu bytes per rank is too large", bytes);
+    return LSTMD_EINVAL;
+  }
+  MPI_Request r;
+  LSTMD_CHECK_MPI(MPI_Igather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, root, c->world, &r));
+  return wait_requests_within(c, 1, &r, 2000000L, timeout_s, what);
 }
 
 int lstmd_comm_barrier(struct lstmd_comm *c) {

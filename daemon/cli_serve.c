@@ -1,17 +1,20 @@
-/* cli_serve.c — `lstmd serve`: a long-lived MPI world that runs submitted jobs one after another.
+/* cli_serve.c — `lstmd serve`: a long-lived MPI world that runs submitted jobs, several at once
+ * on disjoint sets of its ranks.
  *
- * Rank 0 owns the job table (jobs.h) and the control server (server.h, its own thread); its
- * main thread is the job runner. For each job it broadcasts a command — the job's effective
- * config as JSON and the checkpoint to resume from — and then every rank trains it together,
- * exactly as `lstmd train` would (lstmd_train_run). Between jobs the other ranks wait for the
- * next command in a broadcast that sleeps between polls (lstmd_comm_bcast_idle), so an idle
- * daemon costs next to no CPU.
+ * Every rank's main thread is an agent: it waits (sleeping polls) for a command from rank 0's
+ * scheduler (daemon/serve_sched.c, a thread of its own on rank 0), and for a start command it
+ * builds the job's communicator over the job's ranks only (MPI_Comm_create_group: the ranks of
+ * other jobs are not involved), trains exactly as `lstmd train` would (lstmd_train_run) on it,
+ * frees it and waits again. Rank 0's main thread is an agent too, so a 2-rank world runs two
+ * 1-rank jobs; its control server (server.h) and scheduler are threads beside it.
  *
- * After a job every rank takes part in one vote: whether any rank failed (the lowest failing
- * rank then broadcasts its message, which becomes the job's reason) and whether any rank was
- * signalled to stop. A failure the trainer could not make every rank see (*all_know unset)
- * leaves ranks in different places, and only then is the world aborted; the journal lets a
- * restarted daemon resume the job. */
+ * The job's leader (its rank 0) reports progress, evaluations and the end to the scheduler and
+ * polls, once per step (the trainer's stop hook), for a stop request addressed to the job. After
+ * a job every member takes part in one vote over the job's communicator: whether any rank failed
+ * (the lowest failing rank then broadcasts its message, which becomes the job's reason) and
+ * whether any rank was signalled to stop. A failure the trainer could not make every rank see
+ * (*all_know unset) leaves ranks in different places, and only then is the world aborted; the
+ * journal lets a restarted daemon resume every job. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -40,14 +43,8 @@
 #include "frame.h"
 #include "jobs.h"
 #include "serve_job.h"
+#include "serve_sched.h"
 #include "server.h"
-
-enum { kCmdJob = 1, kCmdExit = 2 };
-
-struct command {
-  int32_t kind, exit_code;
-  uint64_t job_id, payload_len; /* payload: config JSON, NUL, resume path (may be empty), NUL */
-};
 
 static volatile sig_atomic_t g_signalled; /* ranks other than 0 (rank 0 uses the server's) */
 
@@ -63,30 +60,59 @@ struct serve_opts {
   long max_frame, idle_timeout;
 };
 
-/* ---- rank 0: the runner's view of the running job ---- */
+/* ---- a job's leader: reports to rank 0's scheduler, stop requests from it ---- */
 
-struct running {
-  struct lstmd_jobs *jobs;
-  uint64_t id;
+struct leader {
+  const struct lstmd_serve_comms *c;
+  uint64_t job_id;
+  int stop, ended, how;
   long end_step;
-  int ended, early_stop; /* early_stop: train.early_stop_patience ended it (finished) */
 };
 
-static void hook_step(void *ctx, const struct lstmd_step_report *r) {
-  struct running *j = ctx;
-  lstmd_jobs_progress(j->jobs, j->id, r->step, r->total_steps, r->loss, r->lr, r->grad_norm,
-                      r->tokens_per_s, r->elapsed_s, r->eta_s);
+static void report(struct leader *l, struct lstmd_serve_report *r) {
+  r->job_id = l->job_id;
+  int rc = lstmd_comm_send_msg(l->c->up, 0, kServeReport, r, sizeof *r);
+  if (rc) {
+    lstmd_errorf("rank %d: cannot report to rank 0 (%s); ending the daemon",
+                 lstmd_comm_rank(l->c->world), lstmd_strerror(rc));
+    lstmd_comm_abort(l->c->world, 1);
+  }
+}
+
+static void hook_step(void *ctx, const struct lstmd_step_report *s) {
+  struct lstmd_serve_report r = {.kind = kReportStep, .step = s->step,
+                                 .total_steps = s->total_steps, .loss = s->loss, .lr = s->lr,
+                                 .grad_norm = s->grad_norm, .tokens_per_s = s->tokens_per_s,
+                                 .elapsed_s = s->elapsed_s, .eta_s = s->eta_s};
+  report(ctx, &r);
 }
 static void hook_eval(void *ctx, long step, double loss, double bpc) {
-  struct running *j = ctx;
-  lstmd_jobs_eval(j->jobs, j->id, step, loss, bpc);
+  struct lstmd_serve_report r = {.kind = kReportEval, .step = step, .val_loss = loss, .val_bpc = bpc};
+  report(ctx, &r);
 }
-static int hook_stop(void *ctx) { return lstmd_jobs_stop_requested(((struct running *)ctx)->jobs); }
+/* Polled once per step: a stop addressed to this job (an older job's late stop is dropped). */
+static int hook_stop(void *ctx) {
+  struct leader *l = ctx;
+  for (;;) {
+    void *buf;
+    size_t bytes;
+    int rc = lstmd_comm_recv_msg(l->c->down, 0, kServeStop, 0, 0, &buf, &bytes, NULL, NULL);
+    if (rc == 1) break;
+    if (rc) lstmd_comm_abort(l->c->world, 1);
+    struct lstmd_serve_stop m;
+    if (bytes == sizeof m) {
+      memcpy(&m, buf, sizeof m);
+      if (m.job_id == l->job_id) l->stop = 1;
+    }
+    free(buf);
+  }
+  return l->stop;
+}
 static void hook_end(void *ctx, long step, int how) {
-  struct running *j = ctx;
-  j->end_step = step;
-  j->ended = 1;
-  j->early_stop = how == LSTMD_END_EARLY_STOP;
+  struct leader *l = ctx;
+  l->end_step = step;
+  l->ended = 1;
+  l->how = how;
 }
 
 /* ---- every rank: one job ---- */
@@ -135,124 +161,98 @@ static void run_job(struct lstmd_comm *comm, const char *payload, const struct l
   if (!out->rc) out->rc = LSTMD_EIO;
 }
 
-/* ---- rank 0 ---- */
-
-static int send_command(struct lstmd_comm *comm, struct command *cmd, const char *payload) {
-  if (lstmd_comm_size(comm) == 1) return LSTMD_OK;
-  LSTMD_TRY(lstmd_comm_bcast_idle(comm, cmd, sizeof *cmd, 0));
-  if (cmd->payload_len) LSTMD_TRY(lstmd_comm_bcast(comm, (void *)payload, cmd->payload_len, 0));
-  return LSTMD_OK;
-}
-
-/* The job's config (paths checked again: the file system may have changed since it was
- * submitted) and where to resume from, as the command payload. */
-static char *job_payload(const Lstmd__Job *job, const char *data_root, size_t *len, long *steps,
-                         char *err, size_t errlen) {
-  struct lstmd_train_config cfg;
-  int has_run_dir;
-  /* world 0: a job restored from the journal onto another number of ranks fails in set-up,
-   * naming model.stages, like a bad dataset */
-  if (lstmd_serve_job_config(job->settings, job->n_settings, data_root, 0, &cfg, &has_run_dir,
-                             err, errlen))
-    return NULL;
-  snprintf(cfg.run_dir, sizeof cfg.run_dir, "%s", job->run_dir);
-  *steps = cfg.steps;
-  char resume[1200] = "";
-  if (job->attempts > 1) { /* started before: continue from its last checkpoint, if any */
-    snprintf(resume, sizeof resume, "%s/latest.safetensors", job->run_dir);
-    if (access(resume, F_OK) != 0) resume[0] = '\0';
+/* One start command: the job's communicator, the run, the report, the communicator freed. */
+static void agent_job(const struct lstmd_serve_comms *c, const uint8_t *msg, size_t bytes) {
+  struct lstmd_serve_cmd cmd;
+  memcpy(&cmd, msg, sizeof cmd);
+  const size_t head = sizeof cmd + (size_t)cmd.n_members * sizeof(int32_t);
+  if (cmd.n_members < 1 || head + cmd.payload_len != bytes || cmd.payload_len < 2) {
+    lstmd_errorf("rank %d: a malformed start command; ending the daemon", lstmd_comm_rank(c->world));
+    lstmd_comm_abort(c->world, 1);
   }
-  char *json = lstmd_config_to_json(&cfg), *payload = NULL;
-  if (json && asprintf(&payload, "%s%c%s", json, '\0', resume) >= 0)
-    *len = strlen(json) + 1 + strlen(resume) + 1;
-  else
-    snprintf(err, errlen, "out of memory");
-  free(json);
-  return payload;
-}
-
-static void record_outcome(struct lstmd_jobs *jobs, const Lstmd__Job *job, const struct running *run,
-                           const struct outcome *o) {
-  char reason[1400];
-  const long step = run->ended ? run->end_step : -1;
-  int state;
-  if (o->rc) {
-    state = LSTMD__JOB_STATE__FAILED;
-    if (o->failed_rank > 0 && strncmp(o->reason, "rank ", 5))
-      snprintf(reason, sizeof reason, "rank %d: %s", o->failed_rank, o->reason);
-    else snprintf(reason, sizeof reason, "%s", o->reason);
-  } else if (run->ended && run->end_step >= job->total_steps) {
-    state = LSTMD__JOB_STATE__SUCCEEDED;
-    snprintf(reason, sizeof reason, "done: %s/step-%ld.safetensors", job->run_dir, run->end_step);
-  } else if (run->ended && run->early_stop) { /* finished: a requeue would stop at once */
-    state = LSTMD__JOB_STATE__SUCCEEDED;
-    snprintf(reason, sizeof reason, "stopped early at step %ld (train.early_stop_patience): "
-             "%s/step-%ld.safetensors, best: %s/best.safetensors", run->end_step, job->run_dir,
-             run->end_step, job->run_dir);
-  } else if (lstmd_jobs_cancel_requested(jobs, job->id)) {
-    state = LSTMD__JOB_STATE__CANCELLED;
-    snprintf(reason, sizeof reason, "cancelled at step %ld; checkpoint %s/latest.safetensors", step,
-             job->run_dir);
-  } else {
-    state = LSTMD__JOB_STATE__QUEUED;
-    snprintf(reason, sizeof reason, "interrupted by a shutdown at step %ld; resumes from %s/latest"
-             ".safetensors", step, job->run_dir);
+  int *members = malloc((size_t)cmd.n_members * sizeof *members);
+  if (!members) lstmd_comm_abort(c->world, 1);
+  for (int i = 0; i < cmd.n_members; i++) {
+    int32_t r;
+    memcpy(&r, msg + sizeof cmd + (size_t)i * sizeof r, sizeof r);
+    members[i] = r;
   }
-  fprintf(stderr, "lstmd: job %llu: %s: %s\n", (unsigned long long)job->id,
-          lstmd_job_state_name(state), reason);
-  lstmd_jobs_finish(jobs, job->id, state, step, reason);
-}
-
-/* The runner: next job → command → train → outcome, until a drain leaves nothing to run. */
-static int runner(struct lstmd_comm *comm, struct lstmd_jobs *jobs, const char *data_root) {
-  const int world = lstmd_comm_size(comm);
-  Lstmd__Job *job;
-  while ((job = lstmd_jobs_next(jobs))) {
-    char err[1600];
-    size_t len = 0;
-    long steps = 0;
-    char *payload = job_payload(job, data_root, &len, &steps, err, sizeof err);
-    if (!payload) {
-      fprintf(stderr, "lstmd: job %llu: FAILED: %s\n", (unsigned long long)job->id, err);
-      lstmd_jobs_finish(jobs, job->id, LSTMD__JOB_STATE__FAILED, -1, err);
-      lstmd__job__free_unpacked(job, NULL);
-      continue;
-    }
-    fprintf(stderr, "lstmd: job %llu%s%s: starting on %d rank%s (attempt %u), run dir %s\n",
-            (unsigned long long)job->id, job->name[0] ? " " : "", job->name, world,
-            world == 1 ? "" : "s", job->attempts, job->run_dir);
-    struct command cmd = {.kind = kCmdJob, .job_id = job->id, .payload_len = len};
-    LSTMD_TRY(send_command(comm, &cmd, payload));
-    struct running run = {.jobs = jobs, .id = job->id};
-    struct lstmd_train_hooks hooks = {.ctx = &run, .on_step = hook_step, .on_eval = hook_eval,
-                                      .stop_requested = hook_stop, .on_end = hook_end};
-    struct outcome o;
-    run_job(comm, payload, &hooks, &o);
-    free(payload);
-    job->total_steps = steps;
-    record_outcome(jobs, job, &run, &o);
-    if (o.signalled) lstmd_jobs_drain(jobs);
-    lstmd__job__free_unpacked(job, NULL);
+  const char *payload = (const char *)msg + head;
+  struct lstmd_comm *job = NULL;
+  int rc = lstmd_comm_create_group(c->groups, members, cmd.n_members, cmd.group_tag, &job);
+  if (rc) { /* the other members are in the same call: nothing to vote with */
+    lstmd_errorf("rank %d: job %llu: its communicator could not be made (%s); ending the daemon",
+                 lstmd_comm_rank(c->world), (unsigned long long)cmd.job_id, lstmd_strerror(rc));
+    lstmd_comm_abort(c->world, 1);
   }
-  struct command bye = {.kind = kCmdExit};
-  return send_command(comm, &bye, NULL);
+  const int leader = lstmd_comm_rank(job) == 0;
+  struct leader l = {.c = c, .job_id = cmd.job_id};
+  struct lstmd_train_hooks hooks = {.ctx = &l, .on_step = hook_step, .on_eval = hook_eval,
+                                    .stop_requested = hook_stop, .on_end = hook_end};
+  struct outcome o;
+  run_job(job, payload, leader ? &hooks : NULL, &o);
+  if (leader) {
+    struct lstmd_serve_report r = {.kind = kReportDone, .rc = o.rc, .signalled = o.signalled,
+                                   .failed_rank = o.failed_rank >= 0 ? members[o.failed_rank] : -1,
+                                   .ended = l.ended, .how = l.how, .step = l.end_step};
+    snprintf(r.reason, sizeof r.reason, "%s", o.reason);
+    report(&l, &r);
+  }
+  lstmd_comm_free(job);
+  free(members);
 }
 
-/* ---- other ranks ---- */
-
-static int follower(struct lstmd_comm *comm) {
+/* Every rank's main thread: start commands until the exit command. Returns its exit code. */
+static int agent(const struct lstmd_serve_comms *c) {
   for (;;) {
-    struct command cmd;
-    LSTMD_TRY(lstmd_comm_bcast_idle(comm, &cmd, sizeof cmd, 0));
-    if (cmd.kind != kCmdJob) return cmd.exit_code;
-    if (cmd.payload_len > (64u << 20)) return LSTMD_EINVAL;
-    char *payload = malloc(cmd.payload_len);
-    if (!payload) lstmd_comm_abort(comm, 1);
-    LSTMD_TRY(lstmd_comm_bcast(comm, payload, cmd.payload_len, 0));
-    struct outcome o;
-    run_job(comm, payload, NULL, &o);
-    free(payload);
+    void *buf;
+    size_t bytes;
+    /* idle: at most 20 looks a second (comm_mpi.c's idle broadcast did the same) */
+    int rc = lstmd_comm_recv_msg(c->down, 0, kServeCmd, -1, 50, &buf, &bytes, NULL, NULL);
+    if (rc) return rc;
+    struct lstmd_serve_cmd cmd;
+    if (bytes < sizeof cmd) {
+      free(buf);
+      return LSTMD_EINVAL;
+    }
+    memcpy(&cmd, buf, sizeof cmd);
+    if (cmd.kind != kServeStart) {
+      free(buf);
+      return cmd.exit_code;
+    }
+    agent_job(c, buf, bytes);
+    free(buf);
   }
+}
+
+/* Rank 0 when it cannot serve: every agent (its own is not running) is told to exit. */
+static void send_exit_all(const struct lstmd_serve_comms *c, int exit_code) {
+  struct lstmd_serve_cmd bye = {.kind = kServeExit, .exit_code = exit_code};
+  for (int r = 1; r < lstmd_comm_size(c->world); r++)
+    if (lstmd_comm_send_msg(c->down, r, kServeCmd, &bye, sizeof bye)) lstmd_comm_abort(c->world, 1);
+}
+
+/* Rank 0: the node number of every rank (ranks with the same processor name share one).
+ * Collective over the world. */
+static int gather_nodes(struct lstmd_comm *comm, int *node) {
+  const int rank = lstmd_comm_rank(comm), world = lstmd_comm_size(comm);
+  char me[256] = "";
+  snprintf(me, sizeof me, "%s", lstmd_comm_host(comm));
+  char *all = rank == 0 ? calloc((size_t)world, sizeof me) : NULL;
+  if (rank == 0 && !all) lstmd_comm_abort(comm, 1); /* the others are in the gather */
+  int rc = lstmd_comm_gather(comm, me, sizeof me, all, 0);
+  if (rank == 0 && !rc) {
+    for (int r = 0; r < world; r++) {
+      node[r] = r;
+      for (int q = 0; q < r; q++)
+        if (!strcmp(all + (size_t)q * sizeof me, all + (size_t)r * sizeof me)) {
+          node[r] = node[q];
+          break;
+        }
+    }
+  }
+  free(all);
+  return rc;
 }
 
 /* ---- set-up ---- */
@@ -302,6 +302,7 @@ static int start_rank0(const struct serve_opts *o, int world, const cpu_set_t *c
     LSTMD_TRY(lstmd_opt_long("serve", "listen", port_text, 1, 65535, &port));
   }
   LSTMD_TRY(lstmd_jobs_open(jobs, o->state_dir));
+  jobs->world = (uint32_t)world;
   /* Connections are file descriptors: raise the soft limit to the hard one and keep a margin
    * for the job's own files below it. */
   struct rlimit nofile;
@@ -356,7 +357,7 @@ static void usage(void) {
   printf("usage: mpirun -np N lstmd serve --socket PATH --state-dir DIR [--data-root DIR]\n"
          "                  [--listen [HOST:]PORT --token-file F] [--socket-group NAME]\n"
          "                  [--max-frame BYTES] [--idle-timeout SECONDS]\n"
-         "Runs submitted jobs (lstmctl submit) on all ranks, one after another.\n"
+         "Runs submitted jobs (lstmctl submit), several at once on parts of the world (resources.ranks).\n"
          "  --socket PATH        UNIX control socket (mode 0600; 0660 with --socket-group)\n"
          "  --state-dir DIR      job journal, default run directories (DIR/runs/job-<id>)\n"
          "  --data-root DIR      data.path and train.run_dir of jobs must lie inside it (default: .)\n"
@@ -410,28 +411,53 @@ int lstmd_cmd_serve(int argc, char **argv) {
     lstmd_comm_finalize(comm);
     return lstmd_exit_code(rc);
   }
+  const int world = lstmd_comm_size(comm);
+  int *node = calloc((size_t)world, sizeof *node);
+  if (!node) lstmd_comm_abort(comm, 1); /* the others are in the next collective */
+  /* The daemon's communicators (serve_sched.h), made by every rank in this order. */
+  struct lstmd_serve_comms c = {.world = comm};
+  if ((rc = gather_nodes(comm, node)) || (rc = lstmd_comm_dup(comm, &c.down)) ||
+      (rc = lstmd_comm_dup(comm, &c.up)) || (rc = lstmd_comm_dup(comm, &c.groups))) {
+    lstmd_errorf("rank %d: serve: set-up of the daemon's communicators failed", rank);
+    lstmd_comm_abort(comm, 1);
+  }
   if (rank != 0) {
     lstmd_on_stop_signals(on_signal);
-    rc = follower(comm); /* an exit code from rank 0, or a negative status */
+    rc = agent(&c); /* an exit code from rank 0, or a negative status */
+    lstmd_comm_free(c.groups);
+    lstmd_comm_free(c.up);
+    lstmd_comm_free(c.down);
+    free(node);
     lstmd_comm_finalize(comm);
     return rc < 0 ? lstmd_exit_code(rc) : rc;
   }
   lstmd_blas_warn_weak_kernels();
   struct lstmd_jobs jobs;
   struct lstmd_server *srv = NULL;
+  struct lstmd_sched *sched = NULL;
   int lock_fd = -1;
   char data_root[PATH_MAX];
   memset(&jobs, 0, sizeof jobs);
-  rc = start_rank0(&o, lstmd_comm_size(comm), &job_cpus, &jobs, &srv, &lock_fd, data_root);
+  rc = start_rank0(&o, world, &job_cpus, &jobs, &srv, &lock_fd, data_root);
+  if (!rc) rc = lstmd_sched_start(&c, &jobs, data_root, node, world, &sched);
   if (rc) { /* the other ranks are waiting for a command: tell them to go */
-    struct command bye = {.kind = kCmdExit, .exit_code = lstmd_exit_code(rc)};
-    send_command(comm, &bye, NULL);
+    if (srv) {
+      lstmd_server_stop(srv);
+      lstmd_server_join(srv);
+    }
+    send_exit_all(&c, lstmd_exit_code(rc));
   } else {
-    rc = runner(comm, &jobs, data_root);
+    rc = agent(&c); /* rank 0 trains too; returns on the scheduler's exit command */
+    if (rc > 0) rc = LSTMD_OK;
+    lstmd_sched_join(sched);
     lstmd_server_stop(srv);
     lstmd_server_join(srv);
     fprintf(stderr, "lstmd: serve: stopped%s\n", rc ? " after an error" : "");
   }
+  lstmd_comm_free(c.groups);
+  lstmd_comm_free(c.up);
+  lstmd_comm_free(c.down);
+  free(node);
   if (jobs.state_dir[0]) lstmd_jobs_close(&jobs); /* set once lstmd_jobs_open has begun */
   if (lock_fd >= 0) close(lock_fd);
   lstmd_comm_finalize(comm);

@@ -144,6 +144,16 @@ static const struct cfg_key kKeys[] = {
      "distillation: softmax temperature T of the soft targets (text)"},
     {"distill", "alpha", CFG_FLOAT, F(distill_alpha), 0, "0.5", 0, 1, NULL,
      "distillation: weight of the teacher term; 1 - alpha weighs the data's loss"},
+    /* Read by lstmd serve's scheduler only (daemon/sched.h); lstmd train ignores them. */
+    {"resources", "ranks", CFG_INT, F(res_ranks), 0, "0", 0, 65536, NULL,
+     "lstmd serve: ranks the job runs on (0: the daemon's whole world)"},
+    {"resources", "priority", CFG_INT, F(res_priority), 0, "0", -1000000, 1000000, NULL,
+     "lstmd serve: higher runs first, and may preempt lower (FIFO within a priority)"},
+    {"resources", "time_limit_s", CFG_DOUBLE, F(res_time_limit_s), 0, "0", 0, 1e9, NULL,
+     "lstmd serve: running time after which the job is checkpointed and FAILED (0: none); lets "
+     "it be backfilled"},
+    {"resources", "preemptible", CFG_INT, F(res_preemptible), 0, "1", 0, 1, NULL,
+     "lstmd serve: 0 = never checkpointed and requeued for a higher-priority job"},
 };
 #undef F
 #undef S

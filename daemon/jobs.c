@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 
 #include "kernels/status.h"
 #include "frame.h"
@@ -101,6 +102,7 @@ static uint8_t *pack_list(const void *table, size_t *len) {
   Lstmd__JobList list = LSTMD__JOB_LIST__INIT;
   list.n_jobs = t->n;
   list.jobs = t->v;
+  list.world = t->world;
   Lstmd__Response resp = LSTMD__RESPONSE__INIT;
   resp.kind_case = LSTMD__RESPONSE__KIND_JOBS;
   resp.jobs = &list;
@@ -153,7 +155,7 @@ int lstmd_jobs_open(struct lstmd_jobs *t, const char *state_dir) {
   for (size_t i = 0; i < t->n; i++) {
     Lstmd__Job *job = t->v[i];
     if (job->state != LSTMD__JOB_STATE__RUNNING) continue;
-    if (job->attempts >= kMaxAttempts) {
+    if (job->attempts - job->preemptions >= kMaxAttempts) { /* preemptions are not failures */
       job->state = LSTMD__JOB_STATE__FAILED;
       job->finished_ms = now_ms();
       char why[200];
@@ -162,6 +164,8 @@ int lstmd_jobs_open(struct lstmd_jobs *t, const char *state_dir) {
     } else {
       job->state = LSTMD__JOB_STATE__QUEUED;
       set_str(&job->reason, "interrupted: the daemon stopped while it ran; resumes from its last checkpoint");
+      /* run_ms keeps only the finished attempts: when the daemon died is not known (the time
+       * since started_ms would count its downtime against resources.time_limit_s) */
     }
     LSTMD_TRY(lstmd_journal_append(&t->journal, job));
   }
@@ -193,7 +197,7 @@ void lstmd_jobs_set_post(struct lstmd_jobs *t, lstmd_jobs_post_fn fn, void *ctx)
 }
 
 uint8_t *lstmd_jobs_submit(struct lstmd_jobs *t, const Lstmd__JobSpec *spec, const char *run_dir,
-                           long total_steps, size_t *len) {
+                           long total_steps, const struct lstmd_job_resources *res, size_t *len) {
   pthread_mutex_lock(&t->mu);
   if (t->draining) {
     pthread_mutex_unlock(&t->mu);
@@ -214,6 +218,10 @@ uint8_t *lstmd_jobs_submit(struct lstmd_jobs *t, const Lstmd__JobSpec *spec, con
   draft.total_steps = total_steps;
   draft.val_loss = draft.val_bpc = NAN;
   draft.submitted_ms = now_ms();
+  draft.ranks = res ? (uint32_t)res->ranks : 1;
+  draft.priority = res ? res->priority : 0;
+  draft.time_limit_s = res ? res->time_limit_s : 0;
+  draft.no_preempt = res ? !res->preemptible : 0;
   Lstmd__Job *job = copy_job(&draft);
   Lstmd__Job **grown = job ? realloc(t->v, (t->n + 1) * sizeof *grown) : NULL;
   if (grown) t->v = grown;
@@ -234,6 +242,7 @@ uint8_t *lstmd_jobs_submit(struct lstmd_jobs *t, const Lstmd__JobSpec *spec, con
     job = NULL;
     t->next_id++;
     t->version++;
+    t->requests++;
     reply = job_frame(t->v[t->n - 1], len);
     pthread_cond_broadcast(&t->wake);
   }
@@ -280,7 +289,8 @@ uint8_t *lstmd_jobs_cancel(struct lstmd_jobs *t, uint64_t id, size_t *len) {
       changed(t, job);
     } else if (job->state == LSTMD__JOB_STATE__RUNNING && !job->cancel_requested) {
       job->cancel_requested = 1;
-      atomic_store(&t->stop_running, 1);
+      t->requests++; /* the scheduler sends the stop */
+      pthread_cond_broadcast(&t->wake);
       post(t, job, NULL);
     }
     reply = job_frame(job, len);
@@ -307,42 +317,94 @@ uint8_t *lstmd_jobs_watch(struct lstmd_jobs *t, uint64_t id, int *final, size_t 
 uint64_t lstmd_jobs_drain(struct lstmd_jobs *t) {
   pthread_mutex_lock(&t->mu);
   t->draining = 1;
-  const uint64_t running = t->running_id;
-  atomic_store(&t->stop_running, 1);
+  t->requests++;
+  uint64_t running = 0;
+  for (size_t i = 0; i < t->n && !running; i++)
+    if (t->v[i]->state == LSTMD__JOB_STATE__RUNNING) running = t->v[i]->id;
   pthread_cond_broadcast(&t->wake);
   pthread_mutex_unlock(&t->mu);
   return running;
 }
 
-Lstmd__Job *lstmd_jobs_next(struct lstmd_jobs *t) {
+uint64_t lstmd_jobs_snapshot(struct lstmd_jobs *t, struct lstmd_jobs_entry **out, size_t *n,
+                             int *draining) {
   pthread_mutex_lock(&t->mu);
-  Lstmd__Job *job = NULL;
-  for (;;) {
-    if (t->draining) break;
-    for (size_t i = 0; i < t->n && !job; i++)
-      if (t->v[i]->state == LSTMD__JOB_STATE__QUEUED) job = t->v[i];
-    if (job) break;
-    pthread_cond_wait(&t->wake, &t->mu);
+  *out = calloc(t->n ? t->n : 1, sizeof **out);
+  *n = 0;
+  for (size_t i = 0; *out && i < t->n; i++) {
+    const Lstmd__Job *j = t->v[i];
+    if (j->state != LSTMD__JOB_STATE__QUEUED && j->state != LSTMD__JOB_STATE__RUNNING) continue;
+    (*out)[(*n)++] = (struct lstmd_jobs_entry){
+        .id = j->id, .running = j->state == LSTMD__JOB_STATE__RUNNING,
+        .ranks = j->ranks ? (int)j->ranks : (int)t->world, /* 0: a record from before resources */
+        .priority = j->priority, .preemptible = !j->no_preempt,
+        .cancel_requested = j->cancel_requested, .time_limit_s = j->time_limit_s,
+        .run_s = (double)j->run_ms / 1000.0};
   }
-  Lstmd__Job *copy = NULL;
-  if (job) {
-    touch(t, (size_t)index_of(t, job->id));
+  *draining = t->draining;
+  const uint64_t seen = t->requests;
+  pthread_mutex_unlock(&t->mu);
+  return seen;
+}
+
+void lstmd_jobs_wait(struct lstmd_jobs *t, uint64_t seen, long timeout_ms) {
+  pthread_mutex_lock(&t->mu);
+  if (timeout_ms < 0) {
+    while (t->requests == seen) pthread_cond_wait(&t->wake, &t->mu);
+  } else if (t->requests == seen) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (timeout_ms % 1000) * 1000000L;
+    ts.tv_sec += timeout_ms / 1000 + ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&t->wake, &t->mu, &ts);
+  }
+  pthread_mutex_unlock(&t->mu);
+}
+
+Lstmd__Job *lstmd_jobs_start(struct lstmd_jobs *t, uint64_t id, const int *ranks, int n) {
+  pthread_mutex_lock(&t->mu);
+  Lstmd__Job *job = lookup(t, id), *copy = NULL;
+  uint32_t *assigned = job ? malloc((size_t)(n > 0 ? n : 1) * sizeof *assigned) : NULL;
+  if (job && assigned && job->state == LSTMD__JOB_STATE__QUEUED) {
+    touch(t, index_of(t, id));
+    for (int i = 0; i < n; i++) assigned[i] = (uint32_t)ranks[i];
+    free(job->assigned_ranks); /* jobs are unpacked with the default allocator (malloc) */
+    job->assigned_ranks = assigned;
+    job->n_assigned_ranks = (size_t)n;
+    assigned = NULL;
     job->state = LSTMD__JOB_STATE__RUNNING;
     job->attempts++;
     job->started_ms = now_ms();
     job->cancel_requested = 0;
+    job->queue_position = 0;
+    set_str(&job->waiting, "");
     if (job->attempts > 1) {
-      char note[160];
-      snprintf(note, sizeof note, "resumed after an interruption (attempt %u)", job->attempts);
+      char note[200];
+      if (!strncmp(job->reason, "preempted", 9))
+        snprintf(note, sizeof note, "resumed after a preemption (attempt %u)", job->attempts);
+      else
+        snprintf(note, sizeof note, "resumed after an interruption (attempt %u)", job->attempts);
       set_str(&job->reason, note);
     }
-    t->running_id = job->id;
-    atomic_store(&t->stop_running, 0);
     changed(t, job); /* a journal failure is reported; the job still runs */
     copy = copy_job(job);
   }
+  free(assigned);
   pthread_mutex_unlock(&t->mu);
   return copy;
+}
+
+void lstmd_jobs_set_waiting(struct lstmd_jobs *t, uint64_t id, uint32_t position, const char *why) {
+  pthread_mutex_lock(&t->mu);
+  const size_t i = index_of(t, id);
+  if (i < t->n && t->v[i]->state == LSTMD__JOB_STATE__QUEUED &&
+      (t->v[i]->queue_position != position || strcmp(t->v[i]->waiting, why))) {
+    touch(t, i);
+    t->v[i]->queue_position = position;
+    set_str(&t->v[i]->waiting, why);
+  }
+  pthread_mutex_unlock(&t->mu);
 }
 
 void lstmd_jobs_progress(struct lstmd_jobs *t, uint64_t id, long step, long total, double loss,
@@ -355,6 +417,7 @@ void lstmd_jobs_progress(struct lstmd_jobs *t, uint64_t id, long step, long tota
     job->total_steps = total;
     job->loss = loss;
     job->tokens_per_s = tokens_per_s;
+    job->eta_s = eta_s;
     Lstmd__Metrics m = LSTMD__METRICS__INIT;
     m.step = step;
     m.total_steps = total;
@@ -387,7 +450,8 @@ void lstmd_jobs_eval(struct lstmd_jobs *t, uint64_t id, long step, double val_lo
   pthread_mutex_unlock(&t->mu);
 }
 
-void lstmd_jobs_finish(struct lstmd_jobs *t, uint64_t id, int state, long step, const char *reason) {
+void lstmd_jobs_finish(struct lstmd_jobs *t, uint64_t id, int state, long step, const char *reason,
+                       int64_t ran_ms, uint64_t preempted_by) {
   pthread_mutex_lock(&t->mu);
   Lstmd__Job *job = find(t, id);
   if (job) {
@@ -395,14 +459,15 @@ void lstmd_jobs_finish(struct lstmd_jobs *t, uint64_t id, int state, long step, 
     if (step >= 0) job->step = step;
     set_str(&job->reason, reason ? reason : "");
     if (is_final(state)) job->finished_ms = now_ms();
+    job->run_ms += ran_ms > 0 ? ran_ms : 0;
+    if (preempted_by && state == LSTMD__JOB_STATE__QUEUED) {
+      job->preemptions++;
+      job->preempted_by = (uint32_t)preempted_by;
+    }
     changed(t, job);
   }
-  if (t->running_id == id) t->running_id = 0;
-  atomic_store(&t->stop_running, t->draining);
   pthread_mutex_unlock(&t->mu);
 }
-
-int lstmd_jobs_stop_requested(struct lstmd_jobs *t) { return atomic_load(&t->stop_running); }
 
 int lstmd_jobs_cancel_requested(struct lstmd_jobs *t, uint64_t id) {
   pthread_mutex_lock(&t->mu);

@@ -11,8 +11,11 @@
  * that poll status (a dashboard, 64 scripts) then cost the daemon a memcpy, not a protobuf
  * pack, per request — for finished jobs even while another job reports progress.
  *
+ * Several jobs may run at once (on disjoint ranks, daemon/sched.h); the scheduler thread on rank
+ * 0 (daemon/serve_sched.c) starts and ends them here.
+ *
  * States: QUEUED → RUNNING → SUCCEEDED | FAILED | CANCELLED; a running job interrupted by a
- * shutdown or a daemon crash goes back to QUEUED and resumes from its last checkpoint; one that
+ * shutdown, a preemption or a daemon crash goes back to QUEUED and resumes from its last checkpoint; one that
  * was interrupted kMaxAttempts times is failed instead of being retried forever. */
 #ifndef LSTMD_JOBS_H
 #define LSTMD_JOBS_H
@@ -39,16 +42,16 @@ struct lstmd_reply_cache {
 
 struct lstmd_jobs {
   pthread_mutex_t mu;
-  pthread_cond_t wake; /* the runner waits on it for a queued job or a drain */
+  pthread_cond_t wake; /* the scheduler waits on it for a change (submit, cancel, drain) */
   Lstmd__Job **v;      /* ordered by id */
   size_t n;
   uint64_t version;    /* bumped by every change to v or a job in it */
+  uint64_t requests;   /* bumped by submissions, cancels and drains: what the scheduler acts on */
   struct lstmd_reply_cache *job_replies; /* GetJob, parallel to v */
   struct lstmd_reply_cache list_reply;   /* ListJobs */
   uint64_t next_id;
-  uint64_t running_id; /* 0: none */
+  uint32_t world;      /* the daemon's ranks (ListJobs carries it, for lstmctl top) */
   int draining;
-  atomic_int stop_running; /* cancel of the running job, or drain: polled by the trainer */
   struct lstmd_journal journal;
   char state_dir[1024];
   lstmd_jobs_post_fn post;
@@ -61,11 +64,16 @@ int lstmd_jobs_open(struct lstmd_jobs *t, const char *state_dir);
 void lstmd_jobs_close(struct lstmd_jobs *t);
 void lstmd_jobs_set_post(struct lstmd_jobs *t, lstmd_jobs_post_fn post, void *ctx);
 
-/* Queues a job with the given (already validated) spec. run_dir: where it trains, or NULL for
+/* Queues a job with the given (already validated) spec and resources (NULL: one rank, priority
+ * 0, no limit, preemptible). run_dir: where it trains, or NULL for
  * <state_dir>/runs/job-<id>. Returns a Response{job} frame, or a Response{error} frame when the
  * journal cannot be written or the daemon is draining. */
+struct lstmd_job_resources {
+  int ranks, priority, preemptible; /* ranks resolved: 1..world */
+  double time_limit_s;              /* 0: none */
+};
 uint8_t *lstmd_jobs_submit(struct lstmd_jobs *t, const Lstmd__JobSpec *spec, const char *run_dir,
-                           long total_steps, size_t *len);
+                           long total_steps, const struct lstmd_job_resources *res, size_t *len);
 /* Response{job} / Response{jobs} / Response{error: NOT_FOUND} frames. */
 uint8_t *lstmd_jobs_get(struct lstmd_jobs *t, uint64_t id, size_t *len);
 uint8_t *lstmd_jobs_list(struct lstmd_jobs *t, size_t *len);
@@ -75,19 +83,39 @@ uint8_t *lstmd_jobs_cancel(struct lstmd_jobs *t, uint64_t id, size_t *len);
 /* The first frame of a watch: Event{state} of the job, or Event{result} when it has already
  * ended (*final = 1; 0 otherwise), or Response{error: NOT_FOUND} (*final = -1). */
 uint8_t *lstmd_jobs_watch(struct lstmd_jobs *t, uint64_t id, int *final, size_t *len);
-/* Stops taking jobs and asks the running one to stop. Returns its id (0: none). */
+/* Stops taking jobs; the scheduler asks the running ones to stop. Returns the id of one running
+ * job (the oldest; 0: none). */
 uint64_t lstmd_jobs_drain(struct lstmd_jobs *t);
 
-/* Runner side. Waits for the oldest queued job, marks it RUNNING and returns a copy (free with
- * lstmd__job__free_unpacked); NULL once draining. */
-Lstmd__Job *lstmd_jobs_next(struct lstmd_jobs *t);
+/* Scheduler side (daemon/serve_sched.c, rank 0). */
+
+/* The scheduling view of one job (sched.h's input, without the outputs). */
+struct lstmd_jobs_entry {
+  uint64_t id;
+  int running, ranks, priority, preemptible, cancel_requested;
+  double time_limit_s, run_s; /* run_s: the finished attempts' running time */
+};
+/* Copies the QUEUED and RUNNING jobs into *out (malloc'd, caller frees; *n of them) and returns
+ * the request counter (lstmd_jobs_wait). draining is set when the daemon drains. */
+uint64_t lstmd_jobs_snapshot(struct lstmd_jobs *t, struct lstmd_jobs_entry **out, size_t *n,
+                             int *draining);
+/* Waits until the request counter differs from seen, or timeout_ms passes (< 0: forever). */
+void lstmd_jobs_wait(struct lstmd_jobs *t, uint64_t seen, long timeout_ms);
+/* Marks a queued job RUNNING on these world ranks (journaled with them) and returns a copy (free
+ * with lstmd__job__free_unpacked), or NULL if it is no longer queued. */
+Lstmd__Job *lstmd_jobs_start(struct lstmd_jobs *t, uint64_t id, const int *ranks, int n);
+/* A queued job's place in line and why it waits (shown by status/list; not journaled; the
+ * cached replies change only when these do). */
+void lstmd_jobs_set_waiting(struct lstmd_jobs *t, uint64_t id, uint32_t position, const char *why);
 void lstmd_jobs_progress(struct lstmd_jobs *t, uint64_t id, long step, long total, double loss,
                          double lr, double grad_norm, double tokens_per_s, double elapsed_s,
                          double eta_s);
 void lstmd_jobs_eval(struct lstmd_jobs *t, uint64_t id, long step, double val_loss, double val_bpc);
-/* Ends the running job: SUCCEEDED, FAILED or CANCELLED, or QUEUED again (interrupted). */
-void lstmd_jobs_finish(struct lstmd_jobs *t, uint64_t id, int state, long step, const char *reason);
-int lstmd_jobs_stop_requested(struct lstmd_jobs *t);
+/* Ends the job's run: SUCCEEDED, FAILED or CANCELLED, or QUEUED again (interrupted; preempted_by
+ * nonzero: preempted for that job, counted apart from interruptions). ran_ms: this attempt's
+ * running time, added to run_ms. */
+void lstmd_jobs_finish(struct lstmd_jobs *t, uint64_t id, int state, long step, const char *reason,
+                       int64_t ran_ms, uint64_t preempted_by);
 int lstmd_jobs_cancel_requested(struct lstmd_jobs *t, uint64_t id);
 
 #endif

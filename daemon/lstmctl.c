@@ -1,17 +1,19 @@
 /* lstmctl.c — the command-line client of `lstmd serve`: submit, status, list, cancel, watch,
- * shutdown. Human-readable output by default, one JSON document per answer with --json.
+ * shutdown, top (running jobs and the world's ranks) and logs (a job's train.log). Human-readable output by default, one JSON document per answer with --json.
  *
  * Exit status: 0 success (watch: the job SUCCEEDED); 1 the watched job FAILED or was CANCELLED,
  * or the daemon failed internally; 2 bad usage or a request the daemon refused (invalid job
  * settings, a malformed request, shutting down); 3 the daemon cannot be reached or the
  * connection broke; 4 no such job; 5 wrong or missing token. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "ctl_client.h"
@@ -26,10 +28,14 @@ static int g_json;
 static void usage(FILE *out) {
   fprintf(out,
           "usage: lstmctl [--socket PATH | --tcp HOST:PORT --token-file F] [--json] COMMAND\n"
-          "  submit --config JOB.ini [--set section.key=value ...] [--name NAME]\n"
-          "                       queue a job; prints its id on the last line\n"
-          "  status ID            one job\n"
+          "  submit --config JOB.ini [--set section.key=value ...] [--name NAME] [--no-preempt]\n"
+          "                       queue a job; prints its id on the last line (resources.ranks,\n"
+          "                       .priority, .time_limit_s pick its ranks, order and limit)\n"
+          "  status ID            one job: ranks, priority, place in line and why it waits\n"
           "  list                 all jobs, oldest first\n"
+          "  top [--once]         running jobs and the world's busy/free ranks (refreshing on a\n"
+          "                       terminal; one snapshot with --once or --json)\n"
+          "  logs ID [--follow]   the job's progress and messages (its run dir's train.log)\n"
           "  cancel ID            cancel (a running job stops within a step, with a checkpoint)\n"
           "  watch ID             follow a job until it ends; exit 0 only if it SUCCEEDED\n"
           "  shutdown             drain the daemon: checkpoint the running job and stop\n"
@@ -40,6 +46,19 @@ static void usage(FILE *out) {
 }
 
 /* ---- printing ---- */
+
+/* "4-7", "0,2-3": a job's ranks (empty when it has none yet). */
+static void ranks_text(const Lstmd__Job *j, char *out, size_t len) {
+  size_t at = 0;
+  out[0] = '\0';
+  for (size_t i = 0; i < j->n_assigned_ranks && at < len; i++) {
+    size_t k = i;
+    while (k + 1 < j->n_assigned_ranks && j->assigned_ranks[k + 1] == j->assigned_ranks[k] + 1) k++;
+    at += (size_t)snprintf(out + at, len - at, "%s%u", i ? "," : "", j->assigned_ranks[i]);
+    if (k > i && at < len) at += (size_t)snprintf(out + at, len - at, "-%u", j->assigned_ranks[k]);
+    i = k;
+  }
+}
 
 static json_t *job_json(const Lstmd__Job *j) {
   json_t *settings = json_object();
@@ -57,6 +76,21 @@ static json_t *job_json(const Lstmd__Job *j) {
   json_object_set_new(o, "val_loss", isfinite(j->val_loss) ? json_real(j->val_loss) : json_null());
   json_object_set_new(o, "val_bpc", isfinite(j->val_bpc) ? json_real(j->val_bpc) : json_null());
   json_object_set_new(o, "tokens_per_s", json_real(j->tokens_per_s));
+  char where[256];
+  ranks_text(j, where, sizeof where);
+  json_t *assigned = json_array();
+  for (size_t i = 0; i < j->n_assigned_ranks; i++) json_array_append_new(assigned, json_integer(j->assigned_ranks[i]));
+  json_object_set_new(o, "ranks", json_integer(j->ranks));
+  json_object_set_new(o, "assigned_ranks", assigned);
+  json_object_set_new(o, "ranks_text", json_string(where));
+  json_object_set_new(o, "priority", json_integer(j->priority));
+  json_object_set_new(o, "time_limit_s", json_real(j->time_limit_s));
+  json_object_set_new(o, "preemptible", json_boolean(!j->no_preempt));
+  json_object_set_new(o, "preemptions", json_integer(j->preemptions));
+  json_object_set_new(o, "queue_position", json_integer(j->queue_position));
+  json_object_set_new(o, "waiting", json_string(j->waiting));
+  json_object_set_new(o, "run_ms", json_integer(j->run_ms));
+  json_object_set_new(o, "eta_s", json_real(isfinite(j->eta_s) ? j->eta_s : 0.0));
   json_object_set_new(o, "settings", settings);
   return o;
 }
@@ -70,11 +104,17 @@ static void print_json(json_t *o) {
 }
 
 static void print_job_line(const Lstmd__Job *j) {
-  printf("%-5llu %-10s %7lld/%-7lld", (unsigned long long)j->id, lstmd_job_state_name(j->state),
-         (long long)j->step, (long long)j->total_steps);
+  char where[256], pos[16] = "-";
+  ranks_text(j, where, sizeof where);
+  if (j->state == LSTMD__JOB_STATE__QUEUED && j->queue_position)
+    snprintf(pos, sizeof pos, "%u", j->queue_position);
+  printf("%-5llu %-10s %-9s %5u %4d %4s %7lld/%-7lld", (unsigned long long)j->id,
+         lstmd_job_state_name(j->state), j->state == LSTMD__JOB_STATE__RUNNING ? where : "-",
+         j->ranks, j->priority, pos, (long long)j->step, (long long)j->total_steps);
   if (j->step) printf(" loss %.4f", j->loss);
   if (isfinite(j->val_loss)) printf(" val %.4f", j->val_loss);
   if (j->name[0]) printf("  %s", j->name);
+  if (j->state == LSTMD__JOB_STATE__QUEUED && j->waiting[0]) printf("  [waits: %s]", j->waiting);
   if (j->reason[0]) printf("  (%s)", j->reason);
   putchar('\n');
 }
@@ -87,6 +127,16 @@ static void print_job(const Lstmd__Job *j) {
   printf("job %llu%s%s: %s\n", (unsigned long long)j->id, j->name[0] ? " " : "", j->name,
          lstmd_job_state_name(j->state));
   if (j->reason[0]) printf("  %s\n", j->reason);
+  char where[256];
+  ranks_text(j, where, sizeof where);
+  printf("  %u rank%s%s%s, priority %d%s", j->ranks, j->ranks == 1 ? "" : "s",
+         where[0] ? (j->state == LSTMD__JOB_STATE__RUNNING ? " on " : ", last on ") : "", where,
+         j->priority, j->no_preempt ? ", not preemptible" : "");
+  if (j->time_limit_s > 0) printf(", time limit %g s", j->time_limit_s);
+  if (j->preemptions) printf(", preempted %u time%s", j->preemptions, j->preemptions == 1 ? "" : "s");
+  putchar('\n');
+  if (j->state == LSTMD__JOB_STATE__QUEUED && j->queue_position)
+    printf("  queue position %u: %s\n", j->queue_position, j->waiting);
   printf("  step %lld of %lld", (long long)j->step, (long long)j->total_steps);
   if (j->step) printf(", loss %.4f, %.0f tokens/s", j->loss, j->tokens_per_s);
   if (isfinite(j->val_loss)) printf(", val loss %.4f", j->val_loss);
@@ -167,12 +217,14 @@ static int parse_id(const char *text, uint64_t *id) {
 
 static int cmd_submit(struct lstmd_ctl *c, int argc, char **argv) {
   const char *config = NULL, *name = "";
+  int no_preempt = 0;
   struct settings_list sets = {0};
   int rc = kExitOk;
   for (int i = 0; i < argc && !rc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--config") && v) config = argv[++i];
     else if (!strcmp(a, "--name") && v) name = argv[++i];
+    else if (!strcmp(a, "--no-preempt")) no_preempt = 1;
     else if (!strcmp(a, "--set") && v) {
       const char *eq = strchr(v, '=');
       if (!eq || eq == v) {
@@ -193,6 +245,7 @@ static int cmd_submit(struct lstmd_ctl *c, int argc, char **argv) {
   if (!rc && config && lstmd_config_read_ini(config, on_ini_pair, &all) != 0) rc = kExitUsage;
   for (size_t i = 0; i < sets.n && !rc; i++) /* --set after the file, as with lstmd train */
     if (add_setting(&all, sets.v[i]->key, sets.v[i]->value)) rc = kExitJob;
+  if (!rc && no_preempt && add_setting(&all, "resources.preemptible", "0")) rc = kExitJob;
   if (!rc && !config && !sets.n) {
     fprintf(stderr, "lstmctl: submit needs --config JOB.ini and/or --set options\n");
     rc = kExitUsage;
@@ -259,7 +312,8 @@ static int cmd_simple(struct lstmd_ctl *c, const char *cmd, const char *arg) {
       for (size_t i = 0; i < resp->jobs->n_jobs; i++) json_array_append_new(a, job_json(resp->jobs->jobs[i]));
       print_json(a);
     } else {
-      printf("%-5s %-10s %15s\n", "ID", "STATE", "STEP");
+      printf("%-5s %-10s %-9s %5s %4s %4s %15s\n", "ID", "STATE", "RANKS", "NEED", "PRI", "POS",
+             "STEP");
       for (size_t i = 0; i < resp->jobs->n_jobs; i++) print_job_line(resp->jobs->jobs[i]);
     }
   } else if (resp->kind_case == LSTMD__RESPONSE__KIND_SHUTDOWN) {
@@ -334,6 +388,125 @@ static int cmd_watch(struct lstmd_ctl *c, const char *arg) {
   return rc;
 }
 
+/* ---- top and logs ---- */
+
+/* A GetJob or ListJobs round trip; the response belongs to c (valid until the next one). */
+static Lstmd__Response *ask(struct lstmd_ctl *c, int kind, uint64_t id, int *rc) {
+  Lstmd__Request req = LSTMD__REQUEST__INIT;
+  Lstmd__GetJob get = LSTMD__GET_JOB__INIT;
+  Lstmd__ListJobs list = LSTMD__LIST_JOBS__INIT;
+  if (kind == LSTMD__REQUEST__KIND_GET) {
+    get.id = id;
+    req.get = &get;
+  } else {
+    req.list = &list;
+  }
+  req.kind_case = kind;
+  return roundtrip(c, &req, rc);
+}
+
+static void eta_text(double s, char *out, size_t n) {
+  if (!isfinite(s) || s <= 0) snprintf(out, n, "-");
+  else if (s >= 3600) snprintf(out, n, "%ldh%02ldm", (long)s / 3600, (long)s / 60 % 60);
+  else snprintf(out, n, "%ldm%02lds", (long)s / 60, (long)s % 60);
+}
+
+/* One snapshot of the running jobs and the world's ranks. */
+static void print_top(const Lstmd__JobList *l) {
+  int busy = 0, queued = 0;
+  for (size_t i = 0; i < l->n_jobs; i++) {
+    if (l->jobs[i]->state == LSTMD__JOB_STATE__RUNNING) busy += (int)l->jobs[i]->n_assigned_ranks;
+    queued += l->jobs[i]->state == LSTMD__JOB_STATE__QUEUED;
+  }
+  if (g_json) {
+    json_t *running = json_array();
+    for (size_t i = 0; i < l->n_jobs; i++)
+      if (l->jobs[i]->state == LSTMD__JOB_STATE__RUNNING) json_array_append_new(running, job_json(l->jobs[i]));
+    print_json(json_pack("{s:i, s:i, s:i, s:i, s:o}", "world", (int)l->world, "busy", busy, "free",
+                         (int)l->world - busy, "queued", queued, "running", running));
+    return;
+  }
+  printf("world %u ranks: %d busy, %d free; %d job%s queued\n", l->world, busy,
+         (int)l->world - busy, queued, queued == 1 ? "" : "s");
+  printf("%-5s %-12s %-9s %4s %17s %8s %10s %8s\n", "ID", "NAME", "RANKS", "PRI", "STEP", "LOSS",
+         "TOK/S", "ETA");
+  for (size_t i = 0; i < l->n_jobs; i++) {
+    const Lstmd__Job *j = l->jobs[i];
+    if (j->state != LSTMD__JOB_STATE__RUNNING) continue;
+    char where[256], eta[32], step[48];
+    ranks_text(j, where, sizeof where);
+    eta_text(j->eta_s, eta, sizeof eta);
+    snprintf(step, sizeof step, "%lld/%lld", (long long)j->step, (long long)j->total_steps);
+    printf("%-5llu %-12.12s %-9s %4d %17s ", (unsigned long long)j->id, j->name, where,
+           j->priority, step);
+    if (j->step) printf("%8.4f %10.0f %8s\n", j->loss, j->tokens_per_s, eta);
+    else printf("%8s %10s %8s\n", "-", "-", "-");
+  }
+  fflush(stdout);
+}
+
+static int cmd_top(struct lstmd_ctl *c, int argc, char **argv) {
+  int once = g_json || !isatty(STDOUT_FILENO);
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--once")) once = 1;
+    else {
+      fprintf(stderr, "lstmctl: top: unexpected '%s'\n", argv[i]);
+      return kExitUsage;
+    }
+  }
+  for (;;) {
+    int rc;
+    Lstmd__Response *resp = ask(c, LSTMD__REQUEST__KIND_LIST, 0, &rc);
+    if (!resp) return rc;
+    if (!once) printf("\033[H\033[2J");
+    print_top(resp->jobs);
+    if (once) return kExitOk;
+    sleep(1);
+  }
+}
+
+/* Prints the job's train.log; with --follow keeps printing what is appended until the job ends. */
+static int cmd_logs(struct lstmd_ctl *c, int argc, char **argv) {
+  uint64_t id;
+  int follow = 0;
+  const char *arg = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--follow") || !strcmp(argv[i], "-f")) follow = 1;
+    else arg = argv[i];
+  }
+  if (parse_id(arg, &id)) return kExitUsage;
+  int rc;
+  Lstmd__Response *resp = ask(c, LSTMD__REQUEST__KIND_GET, id, &rc);
+  if (!resp) return rc;
+  char path[1300];
+  snprintf(path, sizeof path, "%s/train.log", resp->job->run_dir);
+  int state = resp->job->state;
+  FILE *f = NULL;
+  char buf[4096];
+  for (int polls = 0;; polls++) {
+    if (!f) f = fopen(path, "r");
+    size_t n;
+    while (f && (n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, stdout);
+    fflush(stdout);
+    if (f) clearerr(f);
+    const int ended = state != LSTMD__JOB_STATE__QUEUED && state != LSTMD__JOB_STATE__RUNNING;
+    if (!follow || ended) break;
+    usleep(200000);
+    if (polls % 5 == 4) { /* once a second: has it ended? (then one last read) */
+      resp = ask(c, LSTMD__REQUEST__KIND_GET, id, &rc);
+      if (!resp) break;
+      state = resp->job->state;
+      }
+  }
+  if (!f) {
+    if (!follow) fprintf(stderr, "lstmctl: %s: %s (has job %llu started?)\n", path, strerror(errno),
+                         (unsigned long long)id);
+    return follow ? kExitOk : kExitJob;
+  }
+  fclose(f);
+  return kExitOk;
+}
+
 int main(int argc, char **argv) {
   const char *socket_path = getenv("LSTMD_SOCKET"), *tcp = NULL, *token_file = getenv("LSTMD_TOKEN_FILE");
   int i = 1;
@@ -357,7 +530,8 @@ int main(int argc, char **argv) {
     return kExitUsage;
   }
   const char *cmd = argv[i++];
-  static const char *const kCommands[] = {"submit", "status", "list", "cancel", "watch", "shutdown"};
+  static const char *const kCommands[] = {"submit", "status", "list", "cancel", "watch", "shutdown",
+                                          "top", "logs"};
   int known = 0;
   for (size_t k = 0; k < sizeof kCommands / sizeof *kCommands; k++) known |= !strcmp(cmd, kCommands[k]);
   if (!known) {
@@ -390,6 +564,8 @@ int main(int argc, char **argv) {
   const char *arg = i < argc ? argv[i] : NULL;
   if (!strcmp(cmd, "submit")) rc = cmd_submit(&c, argc - i, argv + i);
   else if (!strcmp(cmd, "watch")) rc = cmd_watch(&c, arg);
+  else if (!strcmp(cmd, "top")) rc = cmd_top(&c, argc - i, argv + i);
+  else if (!strcmp(cmd, "logs")) rc = cmd_logs(&c, argc - i, argv + i);
   else rc = cmd_simple(&c, cmd, arg);
   lstmd_ctl_close(&c);
   return rc;

@@ -19,9 +19,15 @@ int lstmd_serve_job_config(Lstmd__Setting *const *settings, size_t n, const char
     if (!strcmp(settings[i]->key, "train.run_dir")) *has_run_dir = 1;
   }
   if (lstmd_config_check(cfg, err, errlen)) return LSTMD_ECONFIG;
-  if (world > 0 && world % cfg->stages) {
-    snprintf(err, errlen, "model.stages: %d does not divide this daemon's %d ranks (every job "
-             "runs on all of them: replicas x stages)", cfg->stages, world);
+  if (world > 0 && cfg->res_ranks > world) {
+    snprintf(err, errlen, "resources.ranks: %d is more than this daemon's %d ranks",
+             cfg->res_ranks, world);
+    return LSTMD_ECONFIG;
+  }
+  const int ranks = cfg->res_ranks ? cfg->res_ranks : world;
+  if (world > 0 && ranks % cfg->stages) {
+    snprintf(err, errlen, "model.stages: %d does not divide the job's %d ranks (resources.ranks; "
+             "a job runs as replicas x stages)", cfg->stages, ranks);
     return LSTMD_ECONFIG;
   }
   char resolved[sizeof cfg->data_path], why[1400];

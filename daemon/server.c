@@ -281,8 +281,13 @@ static void handle_request(struct conn *c, const uint8_t *payload, size_t n) {
       if (lstmd_serve_job_config(spec->settings, spec->n_settings, s->cfg.data_root, s->cfg.world,
                                  &cfg, &has_run_dir, err, sizeof err))
         reply = lstmd_frame_pack_error(LSTMD__ERROR_CODE__INVALID_JOB, err, &len);
-      else
-        reply = lstmd_jobs_submit(s->jobs, spec, has_run_dir ? cfg.run_dir : NULL, cfg.steps, &len);
+      else {
+        const struct lstmd_job_resources res = {
+            .ranks = cfg.res_ranks ? cfg.res_ranks : s->cfg.world, .priority = cfg.res_priority,
+            .preemptible = cfg.res_preemptible, .time_limit_s = cfg.res_time_limit_s};
+        reply = lstmd_jobs_submit(s->jobs, spec, has_run_dir ? cfg.run_dir : NULL, cfg.steps, &res,
+                                  &len);
+      }
       break;
     }
     case LSTMD__REQUEST__KIND_GET: reply = lstmd_jobs_get(s->jobs, r->get->id, &len); break;

@@ -175,7 +175,7 @@ static void check_status_replies(struct lstmd_jobs *t) {
   lstmd__response__free_unpacked(g, NULL);
   lstmd__response__free_unpacked(l, NULL);
   free(lstmd_jobs_get(t, 3, &len));
-  lstmd_jobs_finish(t, 3, LSTMD__JOB_STATE__FAILED, 0, "test failure");
+  lstmd_jobs_finish(t, 3, LSTMD__JOB_STATE__FAILED, 0, "test failure", 0, 0);
   g = get_reply(t, 3);
   l = list_reply(t);
   check_true("status: a finished job shows at once", g && g->job->state == LSTMD__JOB_STATE__FAILED &&
@@ -187,6 +187,14 @@ static void check_status_replies(struct lstmd_jobs *t) {
   check_true("status: an unknown id is NOT_FOUND", g && g->kind_case == LSTMD__RESPONSE__KIND_ERROR &&
                                                        g->error->code == LSTMD__ERROR_CODE__NOT_FOUND);
   lstmd__response__free_unpacked(g, NULL);
+}
+
+/* The scheduler's start of the first queued job, on ranks 2 and 3. */
+static Lstmd__Job *next_job(struct lstmd_jobs *t) {
+  static const int ranks[2] = {2, 3};
+  for (size_t i = 0; i < t->n; i++)
+    if (t->v[i]->state == LSTMD__JOB_STATE__QUEUED) return lstmd_jobs_start(t, t->v[i]->id, ranks, 2);
+  return NULL;
 }
 
 static void test_journal_and_jobs(void) {
@@ -201,14 +209,14 @@ static void test_journal_and_jobs(void) {
   Lstmd__Response *l = list_reply(&t);
   check_true("status: an empty list", l && l->kind_case == LSTMD__RESPONSE__KIND_JOBS && l->jobs->n_jobs == 0);
   lstmd__response__free_unpacked(l, NULL);
-  for (int i = 0; i < 3; i++) free(lstmd_jobs_submit(&t, &spec, NULL, 100, &len));
+  for (int i = 0; i < 3; i++) free(lstmd_jobs_submit(&t, &spec, NULL, 100, NULL, &len));
   l = list_reply(&t);
   check_true("status: submitted jobs are listed", l && l->jobs->n_jobs == 3 && l->jobs->jobs[2]->id == 3);
   lstmd__response__free_unpacked(l, NULL);
   free(lstmd_jobs_get(&t, 1, &len)); /* fill the reply caches before the changes below */
   free(lstmd_jobs_get(&t, 2, &len));
   free(lstmd_jobs_list(&t, &len));
-  Lstmd__Job *j1 = lstmd_jobs_next(&t); /* job 1 RUNNING */
+  Lstmd__Job *j1 = next_job(&t); /* job 1 RUNNING on ranks 2-3 */
   free(lstmd_jobs_cancel(&t, 2, &len));  /* queued: CANCELLED at once */
   Lstmd__Response *g1 = get_reply(&t, 1), *g2 = get_reply(&t, 2);
   l = list_reply(&t);
@@ -224,7 +232,16 @@ static void test_journal_and_jobs(void) {
              j1 && j1->id == 1 && t.v[0]->state == LSTMD__JOB_STATE__RUNNING &&
                  t.v[1]->state == LSTMD__JOB_STATE__CANCELLED && t.v[2]->state == LSTMD__JOB_STATE__QUEUED);
   free(lstmd_jobs_cancel(&t, 1, &len)); /* running: asks the trainer to stop */
-  check_true("jobs: cancel of the running job sets the stop flag", lstmd_jobs_stop_requested(&t) && lstmd_jobs_cancel_requested(&t, 1));
+  uint64_t seen = t.requests;
+  struct lstmd_jobs_entry *e = NULL;
+  size_t ne = 0;
+  int draining = 1;
+  lstmd_jobs_snapshot(&t, &e, &ne, &draining);
+  check_true("jobs: cancel of the running job is a request the scheduler sees",
+             lstmd_jobs_cancel_requested(&t, 1) && seen > 0 && e && ne == 2 && e[0].id == 1 &&
+                 e[0].running && e[0].cancel_requested && e[1].id == 3 && !e[1].running &&
+                 !draining);
+  free(e);
   check_status_replies(&t);
   lstmd__job__free_unpacked(j1, NULL);
   lstmd_jobs_close(&t); /* "crash" with job 1 RUNNING */
@@ -240,6 +257,9 @@ static void test_journal_and_jobs(void) {
              t.v[0]->state == LSTMD__JOB_STATE__QUEUED && t.v[0]->attempts == 1 &&
                  strstr(t.v[0]->reason, "resumes") != NULL && t.v[1]->state == LSTMD__JOB_STATE__CANCELLED);
   check_true("journal: ids continue after the last", t.next_id == 4);
+  check_true("journal: the rank assignment of a job is recorded",
+             t.v[0]->n_assigned_ranks == 2 && t.v[0]->assigned_ranks[0] == 2 &&
+                 t.v[0]->assigned_ranks[1] == 3);
   lstmd_jobs_close(&t);
   struct stat st;
 
@@ -247,7 +267,7 @@ static void test_journal_and_jobs(void) {
    * where a reader that skipped the CRC would still decode it): its CRC fails and it is dropped,
    * so job 4 does not exist; a reader that trusted it would list 4 jobs. */
   int reopened = lstmd_jobs_open(&t, dir) == 0 && t.n == 3;
-  free(lstmd_jobs_submit(&t, &spec, NULL, 100, &len));
+  free(lstmd_jobs_submit(&t, &spec, NULL, 100, NULL, &len));
   reopened &= t.n == 4 && t.v[3]->id == 4 && t.v[3]->state == LSTMD__JOB_STATE__QUEUED;
   lstmd_jobs_close(&t);
   check_true("journal: job 4 submitted, appended", reopened);
@@ -282,7 +302,7 @@ static void test_journal_and_jobs(void) {
   int attempts_ok = 1;
   for (int i = 0; i < 2; i++) {
     lstmd_jobs_open(&t, dir);
-    Lstmd__Job *j = lstmd_jobs_next(&t);
+    Lstmd__Job *j = next_job(&t);
     attempts_ok &= j && j->id == 1;
     if (j) lstmd__job__free_unpacked(j, NULL);
     lstmd_jobs_close(&t);

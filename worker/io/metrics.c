@@ -45,6 +45,11 @@ int lstmd_metrics_open(struct lstmd_metrics *mt, const char *run_dir, long resum
     lstmd_errorf("%s: cannot open for appending", path);
     return LSTMD_EWRITE;
   }
+  /* the job's own log (lstmctl logs): progress and notes as a non-terminal stderr shows them;
+   * a resumed run appends (its lines say it resumed). Unbuffered past each line. */
+  snprintf(path, sizeof path, "%s/train.log", run_dir);
+  mt->log = fopen(path, "a");
+  if (mt->log) setvbuf(mt->log, NULL, _IOLBF, 0);
   return lstmd_tb_open(&mt->tb, run_dir);
 }
 
@@ -53,6 +58,8 @@ void lstmd_metrics_close(struct lstmd_metrics *mt) {
   mt->line_open = 0;
   if (mt->jsonl) fclose(mt->jsonl);
   mt->jsonl = NULL;
+  if (mt->log) fclose(mt->log);
+  mt->log = NULL;
   lstmd_tb_close(&mt->tb);
 }
 
@@ -71,6 +78,9 @@ void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report
           mt->tty ? "\033[K" : "\n");
   mt->line_open = mt->tty;
   fflush(stderr);
+  if (mt->log)
+    fprintf(mt->log, "step %ld/%ld | loss %.4f | lr %.3g | %.0f tok/s | ETA %s\n", r->step,
+            r->total_steps, r->loss, r->lr, r->tokens_per_s, eta);
   fprintf(mt->jsonl,
           "{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,"
           "\"tokens\":%lld,\"elapsed_s\":%.3f,\"world\":%d,\"global_batch\":%d,"
@@ -78,11 +88,22 @@ void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report
           r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->tokens, r->elapsed_s,
           r->world, r->global_batch, r->data_wait_s, r->compute_s, r->comm_wait_s);
   if (r->loss_scale > 0.0) fprintf(mt->jsonl, ",\"loss_scale\":%.9g", r->loss_scale);
+  if (r->rank_times)
+    fprintf(mt->jsonl, ",\"compute_min_s\":%.6f,\"compute_median_s\":%.6f,\"compute_max_s\":%.6f,"
+            "\"slowest_rank\":%d", r->compute_min_s, r->compute_median_s, r->compute_max_s,
+            r->slowest_rank);
   if (r->stages > 1)
     fprintf(mt->jsonl, ",\"stages\":%d,\"bubble\":%.6f,\"p2p_wait_s\":%.6f", r->stages,
             r->bubble, r->p2p_wait_s);
   fputs("}\n", mt->jsonl);
   fflush(mt->jsonl);
+  if (r->rank_times) {
+    static const char *const rank_tags[] = {"straggler/compute_min_s", "straggler/compute_median_s",
+                                            "straggler/compute_max_s", "straggler/slowest_rank"};
+    const float rank_values[] = {(float)r->compute_min_s, (float)r->compute_median_s,
+                                 (float)r->compute_max_s, (float)r->slowest_rank};
+    lstmd_tb_scalars(&mt->tb, r->step, 4, rank_tags, rank_values);
+  }
   if (r->loss_scale > 0.0) {
     static const char *const scale_tag[] = {"train/loss_scale"};
     const float scale_value[] = {(float)r->loss_scale};
@@ -201,6 +222,14 @@ void lstmd_metrics_note(struct lstmd_metrics *mt, const char *fmt, ...) {
   if (mt) mt->line_open = 0;
   va_list ap;
   va_start(ap, fmt);
+  if (mt && mt->log) {
+    va_list copy;
+    va_copy(copy, ap);
+    fputs("lstmd: ", mt->log);
+    vfprintf(mt->log, fmt, copy);
+    fputc('\n', mt->log);
+    va_end(copy);
+  }
   lstmd_verrorf(fmt, ap);
   va_end(ap);
 }

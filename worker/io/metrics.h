@@ -13,6 +13,7 @@ struct lstmd_metrics {
   struct lstmd_tb tb; /* events.out.tfevents.* beside metrics.jsonl */
   int tty;
   int line_open; /* a progress line without newline is on screen */
+  FILE *log;     /* train.log beside metrics.jsonl: the progress lines and notes, as printed */
 };
 
 struct lstmd_step_report {
@@ -30,6 +31,9 @@ struct lstmd_step_report {
   int stages;             /* pipeline stages (1: data parallel only) */
   double bubble;          /* stages > 1: 1 − Σ busy / Σ step wall time over ranks and steps */
   double p2p_wait_s;      /* stages > 1: per rank and step, waiting for the neighbour stages */
+  int rank_times;         /* 1: the straggler report below is set (several ranks) */
+  double compute_min_s, compute_median_s, compute_max_s; /* per step, over the ranks */
+  int slowest_rank;       /* the rank of compute_max_s */
 };
 
 /* Opens <run_dir>/metrics.jsonl for appending and a new TensorBoard event file there. A run

@@ -29,9 +29,10 @@ static void parse(void) {
   g_fault.kind = !strcmp(kind, "nan_grad")     ? LSTMD_FAULT_NAN_GRAD
                  : !strcmp(kind, "nan_update") ? LSTMD_FAULT_NAN_UPDATE
                  : !strcmp(kind, "stop")       ? LSTMD_FAULT_STOP
+                 : !strcmp(kind, "slow")       ? LSTMD_FAULT_SLOW
                                                : LSTMD_FAULT_NONE;
   if (g_fault.kind == LSTMD_FAULT_NONE) {
-    lstmd_errorf("LSTMD_FAULT='%s' ignored: the kinds are nan_grad, nan_update and stop", v);
+    lstmd_errorf("LSTMD_FAULT='%s' ignored: the kinds are nan_grad, nan_update, stop and slow", v);
     return;
   }
   g_fault.step = step;
@@ -40,7 +41,8 @@ static void parse(void) {
 
 int lstmd_fault_due(enum lstmd_fault kind, long step, int rank) {
   pthread_once(&g_once, parse);
-  return g_fault.kind == kind && g_fault.step == step && (g_fault.rank < 0 || g_fault.rank == rank);
+  const int at = kind == LSTMD_FAULT_SLOW ? step >= g_fault.step : step == g_fault.step;
+  return g_fault.kind == kind && at && (g_fault.rank < 0 || g_fault.rank == rank);
 }
 
 enum { kMaxScriptedLosses = 4096 };

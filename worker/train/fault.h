@@ -8,6 +8,8 @@
  *   stop        a stop request on this rank during step STEP, as SIGTERM would make: every rank
  *               finishes the step, writes a checkpoint and returns 0 (a deterministic interruption
  *               for resume tests)
+ *   slow        from step STEP on, this rank's compute takes 3 ms longer per step (a sleep counted
+ *               as compute): a straggler, for the straggler report (metrics.h)
  * With the variable unset nothing happens and the cost is one integer compare per step.
  *
  * LSTMD_VAL_LOSSES="L1,L2,..." scripts the validation losses rank 0 reports (and every rank then
@@ -22,10 +24,11 @@ enum lstmd_fault {
   LSTMD_FAULT_NONE = 0,
   LSTMD_FAULT_NAN_GRAD,
   LSTMD_FAULT_NAN_UPDATE,
-  LSTMD_FAULT_STOP
+  LSTMD_FAULT_STOP,
+  LSTMD_FAULT_SLOW
 };
 
-/* Nonzero when `kind` is configured for `step` on `rank`. A malformed variable is reported once
+/* Nonzero when `kind` is configured for `step` on `rank` (slow: for every step from STEP on). A malformed variable is reported once
  * and ignored. */
 int lstmd_fault_due(enum lstmd_fault kind, long step, int rank);
 

@@ -67,6 +67,11 @@ struct lstmd_train_config {
   float distill_alpha;        /* weight of the teacher's term (1 − alpha: the data's) */
   /* Not in the config table: from the command line (`lstmd train --trace FILE`). */
   const char *trace_path; /* Chrome trace of the steps, or NULL */
+  /* [resources]: read by `lstmd serve`'s scheduler only (daemon/sched.h); lstmd train ignores them */
+  int res_ranks;         /* ranks the job runs on; 0 = the daemon's whole world */
+  int res_priority;      /* higher first */
+  double res_time_limit_s; /* 0: none; else checkpointed and FAILED past it, and used for backfill */
+  int res_preemptible;   /* 0: never checkpointed and requeued for a higher priority */
 };
 
 /* The layers of each of `stages` stages for a model of `layers`: model.stage_layers ("3,1": one

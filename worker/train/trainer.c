@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm/comm.h"
@@ -317,6 +318,10 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   struct lstmd_step_result out;
   const double t0 = lstmd_now_s();
   LSTMD_TRY(r->engine->ops->step(r->engine, &in, &out));
+  if (lstmd_fault_due(LSTMD_FAULT_SLOW, next, r->rank)) {
+    const struct timespec slow = {0, 3000000L};
+    nanosleep(&slow, NULL);
+  }
   tm->data_s += feed.wait_s;
   tm->compute_s += lstmd_now_s() - t0 - feed.wait_s - out.comm_wait_s;
   tm->comm_s += out.comm_wait_s;
@@ -376,7 +381,8 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
 }
 
 static void report(struct run *r, long steps, double loss, double grad_norm, double seconds,
-                   double total_seconds, const struct step_times *tm) {
+                   double total_seconds, const struct step_times *tm,
+                   const struct lstmd_step_report *ranks) {
   const struct lstmd_train_config *cfg = r->cfg;
   const double tokens_per_step = (double)cfg->seq_len * r->global_batch * cfg->grad_accum;
   const long step = r->progress.step;
@@ -392,9 +398,70 @@ static void report(struct run *r, long steps, double loss, double grad_norm, dou
       .comm_wait_s = tm->comm_timed ? tm->comm_s / tm->comm_timed : 0.0,
       .loss_scale = r->engine->ops->loss_scale(r->engine), .stages = cfg->stages,
       .bubble = tm->wall_s > 0 ? 1.0 - tm->busy_s / tm->wall_s : 0.0,
-      .p2p_wait_s = tm->p2p_s / r->world / steps};
+      .p2p_wait_s = tm->p2p_s / r->world / steps, .rank_times = ranks->rank_times,
+      .compute_min_s = ranks->compute_min_s, .compute_median_s = ranks->compute_median_s,
+      .compute_max_s = ranks->compute_max_s, .slowest_rank = ranks->slowest_rank};
   lstmd_metrics_step(&r->metrics, &rep);
   if (r->hooks->on_step) r->hooks->on_step(r->hooks->ctx, &rep);
+}
+
+/* The straggler report (every logged step, several ranks; collective over the job): rank 0
+ * gathers each rank's compute time per step over the interval and host, puts min / median / max
+ * into the step report, and warns naming the rank and host when the slowest rank took at least
+ * 1.3 times the median for 3 logged steps in a row (once per streak, and again when another rank
+ * becomes the slowest). The gather is bounded by train.comm_timeout_s like the step's all-reduce:
+ * every rank comes to it straight from that all-reduce, so a stopped rank cannot hold the others
+ * here without a bound. */
+static int straggler_report(struct run *r, long steps, const struct step_times *tm,
+                            struct lstmd_step_report *rep) {
+  struct rank_time {
+    double compute_s;
+    char host[56];
+  } me = {.compute_s = steps > 0 ? tm->compute_s / steps : 0.0};
+  snprintf(me.host, sizeof me.host, "%s", lstmd_comm_host(r->comm));
+  struct rank_time *all = r->rank == 0 ? calloc((size_t)r->world, sizeof *all) : NULL;
+  if (r->rank == 0 && !all) return LSTMD_ENOMEM; /* not agreed: the caller ends the job */
+  int rc = lstmd_comm_gather_within(r->comm, &me, sizeof me, all, 0, r->cfg->comm_timeout_s,
+                                    "the gather of the ranks' compute times (straggler report)");
+  if (rc || r->rank != 0) {
+    free(all);
+    return rc;
+  }
+  double *v = malloc((size_t)r->world * sizeof *v);
+  if (!v) {
+    free(all);
+    return LSTMD_ENOMEM;
+  }
+  int slowest = 0;
+  for (int i = 0; i < r->world; i++) {
+    v[i] = all[i].compute_s;
+    if (v[i] > v[slowest]) slowest = i;
+  }
+  for (int i = 1; i < r->world; i++) /* insertion sort: a handful of ranks */
+    for (int k = i; k > 0 && v[k - 1] > v[k]; k--) {
+      const double t = v[k];
+      v[k] = v[k - 1];
+      v[k - 1] = t;
+    }
+  const int w = r->world;
+  rep->rank_times = 1;
+  rep->compute_min_s = v[0];
+  rep->compute_max_s = v[w - 1];
+  rep->compute_median_s = w % 2 ? v[w / 2] : 0.5 * (v[w / 2 - 1] + v[w / 2]);
+  rep->slowest_rank = slowest;
+  const int slow = rep->compute_median_s > 0 && rep->compute_max_s >= 1.3 * rep->compute_median_s;
+  if (slow && slowest == r->straggler_rank) r->straggler_streak++;
+  else r->straggler_streak = slow;
+  r->straggler_rank = slow ? slowest : -1;
+  if (r->straggler_streak == 3)
+    lstmd_metrics_note(&r->metrics, "straggler: rank %d (%s) computed %.3f ms per step, %.2fx the "
+                       "median of %d ranks (%.3f ms), for 3 logged steps in a row (step %ld)",
+                       slowest, all[slowest].host, 1e3 * rep->compute_max_s,
+                       rep->compute_max_s / rep->compute_median_s, w,
+                       1e3 * rep->compute_median_s, r->progress.step);
+  free(v);
+  free(all);
+  return LSTMD_OK;
 }
 
 static int train_loop(struct run *r) {
@@ -424,9 +491,11 @@ static int train_loop(struct run *r) {
                                                       "the all-reduce of the step times"));
         tm.busy_s = sums[0], tm.wall_s = sums[1], tm.p2p_s = sums[2];
       }
+      struct lstmd_step_report ranks = {0};
+      if (r->world > 1) LSTMD_TRY(straggler_report(r, interval_steps, &tm, &ranks));
       double t = lstmd_now_s();
       if (r->rank == 0)
-        report(r, interval_steps, interval_loss, grad_norm, t - interval_t0, t - t0, &tm);
+        report(r, interval_steps, interval_loss, grad_norm, t - interval_t0, t - t0, &tm, &ranks);
       interval_t0 = t;
       interval_loss = 0.0;
       interval_steps = 0;

@@ -21,6 +21,7 @@ struct run {
   const char *config_json;
   struct lstmd_comm *comm; /* NULL: one rank */
   int rank, world;
+  int straggler_rank, straggler_streak; /* rank 0: the straggler report's streak (trainer.c) */
   int replicas, replica;   /* D = world / model.stages and this rank's d (rank = d·S + stage) */
   int global_batch;        /* replicas · batch_size */
   struct lstmd_dataset train, val;
