@@ -27,6 +27,7 @@ struct lstmd_train_config {
   /* [model] */
   int embed, hidden, layers;
   float dropout;
+  int layer_norm;          /* model.layer_norm: 1 = layer-normalised LSTM (0 false, 1 true) */
   int stages;              /* S: pipeline stages (1: data parallel only) */
   char stage_layers[64];   /* layers per stage, "3,1"; "": an even split */
   /* [optim] */

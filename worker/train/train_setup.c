@@ -94,13 +94,18 @@ static int load_teacher(struct run *r) {
 static int build(struct run *r) {
   const struct lstmd_train_config *cfg = r->cfg;
   /* Pruning and distillation run on the CPU engine only: the GPU engine keeps the weights on the
-   * device, and untested GPU code is not shipped for them. */
-  const char *cpu_only = cfg->prune.target_sparsity > 0.0f ? "prune.target_sparsity"
-                         : cfg->distill_teacher[0]       ? "distill.teacher"
-                                                         : NULL;
+   * device, and untested GPU code is not shipped for them. The layer-normalised LSTM has no cuDNN
+   * mode, and its GPU path (cuBLAS GEMMs and a fused gate kernel) is not built yet. */
+  const char *cpu_only = cfg->layer_norm                   ? "model.layer_norm"
+                         : cfg->prune.target_sparsity > 0.0f ? "prune.target_sparsity"
+                         : cfg->distill_teacher[0]           ? "distill.teacher"
+                                                             : NULL;
+  const char *cpu_why = cfg->layer_norm
+                            ? "the layer-normalised LSTM runs on the CPU backend only so far (cuDNN "
+                              "has no such mode; its GPU path is not built)"
+                            : "pruning and distillation run on the CPU backend only so far";
   if (cpu_only && cfg->device == LSTMD_DEVICE_CUDA) { /* the same verdict on every rank */
-    lstmd_errorf("%s: pruning and distillation run on the CPU backend only so far "
-                 "(train.device=cuda)", cpu_only);
+    lstmd_errorf("%s: %s (train.device=cuda)", cpu_only, cpu_why);
     return LSTMD_ECONFIG;
   }
   /* Before anything a rank can fail at alone: the choice is collective (device_select.h). */
@@ -115,13 +120,13 @@ static int build(struct run *r) {
     lstmd_errorf("train.precision applies to the GPU backend; the CPU backend trains in fp32");
   if (cpu_only && backend == LSTMD_DEVICE_CUDA) {
     if (r->rank == 0)
-      lstmd_errorf("device auto: %s is set, and pruning and distillation run on the CPU backend "
-                   "only so far; using it", cpu_only);
+      lstmd_errorf("device auto: %s is set, and %s; using it", cpu_only, cpu_why);
     backend = LSTMD_DEVICE_CPU;
   }
   LSTMD_TRY(lstmd_dataset_open_dir(cfg->data_path, &r->train, &r->val, r->rank == 0));
   const struct lstmd_dataset_info *info = &r->train.info;
-  struct lstmd_model_shape shape = {.hidden = cfg->hidden, .layers = cfg->layers};
+  struct lstmd_model_shape shape = {.hidden = cfg->hidden, .layers = cfg->layers,
+                                    .layer_norm = cfg->layer_norm};
   if (info->kind == LSTMD_DATASET_TEXT) {
     shape.kind = LSTMD_MODEL_TEXT;
     shape.vocab = info->vocab_size;
