@@ -8,7 +8,8 @@
 #  3. `sbatch --wait deploy/slurm/train.sbatch` with 2 tasks × 1 CPU: the job's exit code is 0,
 #     its output names a 2-rank world, the checkpoint exists and `lstmd eval` reads it; a second
 #     submission with more steps resumes from that checkpoint (what a requeued job does); a job
-#     with [prune] and [distill] keys as extra arguments trains (eval reports its sparsity);
+#     with [prune] and [distill] keys as extra arguments trains (eval reports its sparsity), and
+#     one with model.layer_norm=true writes a layer-normalised checkpoint that eval reads;
 #  4. `scancel JOBID` of a running train.sbatch job (SIGTERM to the batch shell and the tasks, as
 #     at the time limit): checkpoint, lstmd exit 0 with the script waiting for it, and a
 #     resubmission resumes from that checkpoint.
@@ -98,6 +99,15 @@ if [[ $rc -eq 0 ]] && grep -q '"sparsity":{"lstm.weight_ih_l0":0.5' <<<"$ev" \
    && grep -q "^  distill.teacher = $TMP/one/step-6.safetensors$" "$TMP/sbatch5.out"; then
   ok "train.sbatch with [prune] and [distill]: exit 0, eval: $ev"
 else bad "train.sbatch with [prune] and [distill]: rc=$rc $ev $(tail -3 "$TMP/sbatch5.out" 2>/dev/null)"; fi
+
+# model.layer_norm likewise: the job's checkpoint is layer-normalised and eval reads it.
+RUN_DIR=$TMP/sbln sbatch_job "$TMP/sbatch6.out" --set model.layer_norm=true
+rc=$?
+ev=$("$LSTMD" eval --checkpoint "$TMP/sbln/latest.safetensors" --data "$TMP/ds" 2>&1)
+if [[ $rc -eq 0 ]] && grep -q '"bpc"' <<<"$ev" && grep -q "^  model.layer_norm = true$" "$TMP/sbatch6.out" \
+   && grep -q '"model.layer_norm":"1"' "$TMP/sbln/latest.safetensors"; then
+  ok "train.sbatch with model.layer_norm=true: exit 0, layer-normalised checkpoint, eval: $ev"
+else bad "train.sbatch with model.layer_norm: rc=$rc $ev $(tail -3 "$TMP/sbatch6.out" 2>/dev/null)"; fi
 
 # 4. the batch script stopped as the time limit stops it: `scancel JOBID` sends SIGTERM to the
 #    batch shell and to the job step's tasks (SIGKILL after KillWait): the ranks checkpoint and
