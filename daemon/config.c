@@ -34,6 +34,7 @@ static const char *const kAlgos[] = {"adamw", "sgd", NULL};
 static const char *const kSchedules[] = {"cosine", "constant", "plateau", NULL};
 static const char *const kDevices[] = {"cpu", "cuda", "auto", NULL}; /* enum lstmd_device */
 static const char *const kPrecisions[] = {"fp32", "fp16", "bf16", "tf32", NULL};
+static const char *const kBools[] = {"false", "true", NULL};
 static const char *const kPipeSchedules[] = {"wavefront", "gpipe", "1f1b", NULL}; /* lstmd_pipe_kind */
 
 #define F(field) offsetof(struct lstmd_train_config, field)
@@ -57,6 +58,8 @@ static const struct cfg_key kKeys[] = {
      "series: predict the next values (level) or their change from the current one (delta)"},
     {"model", "dropout", CFG_FLOAT, F(dropout), 0, "0", 0, 0.95, NULL,
      "dropout on the output of every LSTM layer but the last"},
+    {"model", "layer_norm", CFG_ENUM, F(layer_norm), 0, "false", 0, 0, kBools,
+     "layer-normalised LSTM (TFA's LayerNormLSTMCell): gate pre-activations and cell state; CPU"},
     {"model", "stages", CFG_INT, F(stages), 0, "1", 1, 16, NULL,
      "pipeline stages: the layers split over this many ranks (the world is replicas x stages)"},
     {"model", "stage_layers", CFG_STRING, F(stage_layers), S(stage_layers), "", 0, 0, NULL,

@@ -193,6 +193,34 @@ setup "$LSTMD" eval --checkpoint "$CKPT" --data "$TMP/good-text"
 setup "$LSTMD" sample --checkpoint "$CKPT" --prime "The " --length 10
 setup "$LSTMD" predict --checkpoint "$SCKPT" --input "$DATA/seattle-temps.csv" --out "$TMP/pred-ok.csv"
 
+# ---------------------------------------------------------------- model.layer_norm checkpoints
+# A layer-normalised model trains, evaluates, samples and predicts; what has no layer-normalised
+# path yet (int8, ONNX) refuses it naming the key, and a checkpoint whose layer_norm metadata or
+# LN tensors are wrong is refused naming them.
+setup "$LSTMD" train --set data.path="$TMP/good-text" --set train.run_dir="$TMP/run-ln" \
+  --set model.layer_norm=true "${TINY[@]}"
+setup "$LSTMD" train --set data.path="$TMP/good-series" --set train.run_dir="$TMP/run-sln" \
+  --set model.layer_norm=true "${TINY[@]}"
+LNCKPT=$TMP/run-ln/step-2.safetensors
+setup "$LSTMD" eval --checkpoint "$LNCKPT" --data "$TMP/good-text"
+setup "$LSTMD" sample --checkpoint "$LNCKPT" --prime "The " --length 10
+setup "$LSTMD" predict --checkpoint "$TMP/run-sln/step-2.safetensors" --input "$DATA/seattle-temps.csv" \
+  --out "$TMP/pred-ln.csv"
+mkdir "$TMP/q-ln" "$TMP/x-ln"
+check "quantize: a layer_norm checkpoint" --file "$LNCKPT" --has "model.layer_norm" \
+  --clean-dir "$TMP/q-ln" -- "$LSTMD" quantize --checkpoint "$LNCKPT" --out "$TMP/q-ln/m.int8"
+check "export onnx: a layer_norm checkpoint" --file "$LNCKPT" --has "model.layer_norm" \
+  --clean-dir "$TMP/x-ln" -- "$LSTMD" export onnx --checkpoint "$LNCKPT" --out "$TMP/x-ln/m.onnx"
+st_edit "$LNCKPT" "$TMP/ln-meta.safetensors" '"model.layer_norm":"1"' '"model.layer_norm":"7"'
+check "eval: layer_norm metadata 7" --file "$TMP/ln-meta.safetensors" --has "model.layer_norm" -- \
+  "$LSTMD" eval --checkpoint "$TMP/ln-meta.safetensors" --data "$TMP/good-text"
+st_edit "$LNCKPT" "$TMP/ln-tensor.safetensors" '"lstm.ln_c_bias_l1"' '"lstm.xx_c_bias_l1"'
+check "eval: layer_norm checkpoint without lstm.ln_c_bias_l1" --file "$TMP/ln-tensor.safetensors" \
+  --has "lstm.ln_c_bias_l1" -- \
+  "$LSTMD" eval --checkpoint "$TMP/ln-tensor.safetensors" --data "$TMP/good-text"
+check "train: model.layer_norm=1 (false|true)" --has "model.layer_norm" -- \
+  "$LSTMD" train --set data.path="$TMP/good-text" --set model.layer_norm=1 "${TINY[@]}"
+
 # ---------------------------------------------------------------- prepare text
 check "prepare text: missing input" --file "$TMP/no-such.txt" --clean-dir "$TMP/o-missing" -- \
   "$LSTMD" prepare text --input "$TMP/no-such.txt" --out "$TMP/o-missing"

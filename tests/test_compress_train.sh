@@ -12,10 +12,10 @@
 #     series: alpha 0 and 1); a resume with a teacher byte for byte; a teacher of another
 #     vocabulary, another horizon or another kind refused (exit 2, naming distill.teacher and
 #     what differs);
-#   refusals (exit 2 naming the key): model.stages 2, a bias in
+#   refusals (exit 2 naming the key): model.stages 2, a bias or a layer-norm gain in
 #     prune.tensors, prune.end_step not after begin_step;
 #   the daemon: a job with [prune] and [distill] submitted with lstmctl succeeds with its pruning
-#     records; a teacher outside --data-root and a bad prune.tensors are refused at submission.
+#     records, and so does one with model.layer_norm=true (masks on no LN gain); a teacher outside --data-root and a bad prune.tensors are refused at submission.
 set -u
 LSTMD=$(realpath "${1:?usage: test_compress_train.sh LSTMD_BINARY SOURCE_DIR LSTMCTL_BINARY}")
 SRC=$(realpath "${2:?}")
@@ -160,6 +160,8 @@ refused distill.teacher "series model" --set distill.teacher="$ST"
 refused prune.target_sparsity model.stages "${prune[@]}" --set model.stages=2
 refused prune.tensors bias "${prune[@]}" --set prune.tensors=head.weight,lstm.bias_ih_l0
 refused prune.end_step begin_step "${prune[@]}" --set prune.end_step=2
+refused prune.tensors "a layer-norm gain" "${prune[@]}" --set model.layer_norm=true \
+  --set prune.tensors=lstm.weight_hh_l0,lstm.ln_c_weight_l0
 
 # ---- through the daemon ----
 S=$TMP/serve
@@ -176,6 +178,28 @@ if ctl watch "$id" > "$S/watch.log" 2>&1 \
   ok "lstmctl submit with [prune] and [distill]: job $id SUCCEEDED, 3 pruning records"
 else
   bad "lstmctl job: $(cat "$S/submit.err" "$S/watch.log" | tail -2)"
+fi
+# model.layer_norm through the daemon, with pruning and a (plain) teacher: the job succeeds, its
+# checkpoint is layer-normalised, and only the weight matrices carry pruning masks (no LN gain)
+id=$(ctl submit "${job[@]}" "${prune[@]}" --set distill.teacher="$T" --set model.layer_norm=true \
+     2>"$S/submit-ln.err" | tail -1)
+if ctl watch "$id" > "$S/watch-ln.log" 2>&1 \
+   && msg=$("$PY" - "$S/state/runs/job-$id/latest.safetensors" 2>&1 <<'PYEOF'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+(n,) = struct.unpack("<Q", raw[:8])
+hdr = json.loads(raw[8:8 + n])
+meta = hdr["__metadata__"]
+assert meta.get("model.layer_norm") == "1", meta.get("model.layer_norm")
+assert json.loads(meta["config"])["model.layer_norm"] == "true"
+masks = meta["prune.masks"].split(",")
+assert "lstm.ln_c_weight_l0" in hdr and not any("ln_" in m for m in masks), masks
+print("layer_norm checkpoint, masks on", ",".join(masks))
+PYEOF
+); then
+  ok "lstmctl submit with model.layer_norm=true, [prune], [distill]: job $id SUCCEEDED, $msg"
+else
+  bad "lstmctl layer_norm job: ${msg:-} $(cat "$S/submit-ln.err" "$S/watch-ln.log" | tail -2)"
 fi
 msg=$(ctl submit "${job[@]}" --set distill.teacher=/etc/hostname 2>&1)
 [[ $? == 2 ]] && grep -q 'distill.teacher:.*outside the data root' <<<"$msg" \

@@ -150,5 +150,14 @@ int main(void) {
   const int deep_all[] = {LSTMD_MAX_LAYERS}, deep_two[] = {LSTMD_MAX_LAYERS - 1, 1};
   compare("text L=16 S=1 K=2 dropout", &deepest, 0.1f, 1, deep_all, 2, 1);
   compare("text L=16 S=2 (15,1) K=4 dropout", &deepest, 0.1f, 2, deep_two, 4, 1);
+  /* model.layer_norm: the same kernels' LN variant, chunk by chunk (its saved rows per window,
+   * its gradients per chunk), and the most layers (the arenas' per-layer arrays). */
+  struct lstmd_model_shape ln_text = text, ln_series = series, ln_wide = wide, ln_deep = deepest;
+  ln_text.layer_norm = ln_series.layer_norm = ln_wide.layer_norm = ln_deep.layer_norm = 1;
+  compare("LN text S=1 K=8", &ln_text, 0.0f, 1, all, 8, 1);
+  compare("LN text S=2 (2,1) K=4 dropout, 2 slices", &ln_text, 0.3f, 2, two, 4, 2);
+  compare("LN series S=3 K=2", &ln_series, 0.0f, 3, three, 2, 1);
+  compare("LN text H32 S=2 K=4 dropout", &ln_wide, 0.2f, 2, halves, 4, 2);
+  compare("LN text L=16 S=2 (15,1) K=4 dropout", &ln_deep, 0.1f, 2, deep_two, 4, 1);
   return check_summary("test_model_stage");
 }

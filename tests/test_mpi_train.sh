@@ -3,7 +3,7 @@
 #  1. equivalence: N=1 with batch 8, N=2 with batch 4, N=4 with batch 2 (oversubscribed) make the
 #     same updates within 1e-5 of the update's norm, in both data orders, with dropout and small
 #     gradient buckets; gradient accumulation: batch B × grad_accum k = batch k·B × 1, on 1 and
-#     2 ranks (shuffle order);
+#     2 ranks (shuffle order); the layer-normalised LSTM (model.layer_norm): N=2 = N=1 (stream);
 #  2. a rank killed with SIGKILL: mpirun and every rank exit within 15 s, non-zero; lstmd's own
 #     message names the lost rank (KNOWN BUG, reported as XFAIL: see there); the last checkpoint
 #     is whole; --resume reaches bitwise the weights of a run that was never interrupted;
@@ -55,6 +55,22 @@ for order in shuffle stream; do
     else bad "N=$n ($order): $msg"; fi
   done
 done
+
+# 1a. the layer-normalised LSTM (model.layer_norm): its gains and shifts are summed over ranks
+# like every other gradient; stream order (carried normalised c), dropout, 2 threads on N=1
+ln=("${common[@]}" --set model.layer_norm=true --set data.order=stream --set optim.algo=sgd
+    --set optim.lr=0.5 --set model.dropout=0.2 --set train.steps=6 --set train.bucket_mb=0.01
+    --set optim.clip_norm=0)
+"$LSTMD" train "${ln[@]}" --set optim.lr=0 --set train.steps=1 --set data.batch_size=8 \
+  --set train.run_dir="$TMP/ln-init" 2>/dev/null || bad "layer_norm initialisation run"
+"$LSTMD" train "${ln[@]}" --set data.batch_size=8 --set train.threads=2 \
+  --set train.run_dir="$TMP/ln-1" 2>/dev/null || bad "layer_norm N=1 run"
+timeout 120 mpirun -np 2 "$LSTMD" train "${ln[@]}" --set data.batch_size=4 \
+  --set train.run_dir="$TMP/ln-2" >/dev/null 2>"$TMP/ln.log" || bad "layer_norm N=2 run: $(tail -3 "$TMP/ln.log")"
+if msg=$(compare "$TMP/ln-1/step-6.safetensors" "$TMP/ln-2/step-6.safetensors" --rtol 1e-5 \
+         --initial "$TMP/ln-init/step-1.safetensors"); then
+  ok "layer_norm: N=2 × batch 4 = N=1 × batch 8 (stream, dropout): $msg"
+else bad "layer_norm N=2: $msg"; fi
 
 # 1b. several threads per rank feeding the reducer at once, with gradient accumulation
 acc=("${common[@]}" --set data.order=stream --set optim.algo=sgd --set optim.lr=0.5 --set model.dropout=0.2

@@ -5,7 +5,7 @@
 # initialisation (compare_checkpoints.py --initial) within 1e-5.
 #  1. S = 2 in both data orders: gpipe M=4, 1f1b M=4, wavefront K=4 and K=16, 1f1b M=2 K=4,
 #     stage_layers=3,1; S = 4: wavefront K=8 and 1f1b M=4; D×S = 2×2 with the global batch;
-#     grad_accum as units; a series model; clip_norm 0.01 (clipping by the global norm every
+#     grad_accum as units; a series model; layer_norm (wavefront K=4, 1f1b M=2); clip_norm 0.01 (clipping by the global norm every
 #     step: the grad_norm in metrics.jsonl equal too).
 #  2. Checkpoints: the same tensor names, shapes and dtypes as one rank's; PyTorch loads the
 #     gathered file strictly and its outputs match; a resume on the same layout is bitwise; a
@@ -107,6 +107,18 @@ run series-init 1 series "${se[@]}" --set optim.lr=0 --set train.steps=1
 run series-ref 1 series "${se[@]}"
 run series-wave 2 series "${se[@]}" --set model.stages=2 --set train.time_chunks=4
 equal series-wave series-ref run-series-init/step-1.safetensors 1e-5
+
+# the layer-normalised LSTM (model.layer_norm): the stages run its kernels chunk by chunk.
+# Tolerance 1e-4: the LN gains sit near 1 (norm ~11 for 128 of them) and move by ~0.1 in these
+# 6 steps, so float32's rounding of the weights alone is ~1e-6 of the weight, ~1e-5 of the update
+# (one rank with its batch split over 2 threads differs from 1 thread by 8.6e-6 too).
+ln=(--set data.order=stream --set data.batch_size=8 --set model.layer_norm=true)
+run ln-init 1 text "${ln[@]}" --set optim.lr=0 --set train.steps=1
+run ln-ref 1 text "${ln[@]}"
+run ln-wave 2 text "${ln[@]}" --set model.stages=2 --set train.time_chunks=4
+run ln-1f1b 2 text "${ln[@]}" --set model.stages=2 --set train.schedule=1f1b --set train.micro_batches=2
+equal ln-wave ln-ref run-ln-init/step-1.safetensors 1e-4
+equal ln-1f1b ln-ref run-ln-init/step-1.safetensors 1e-4
 
 # clipping by the global norm, firing every step
 cl=(--set data.order=shuffle --set data.batch_size=8 --set optim.clip_norm=0.01)

@@ -2,7 +2,8 @@
 # test_resume_guards.sh — `lstmd train --resume CKPT` refuses a checkpoint that does not belong to
 # the run: trained on another dataset (prepare run on other data: another pair id), with another
 # data.seq_len, another global batch (data.batch_size, or the same batch_size on 2 ranks under
-# mpirun), or another model shape (model.hidden, model.layers, model.embed). Each refusal exits 2
+# mpirun), or another model shape (model.hidden, model.layers, model.embed, model.layer_norm
+# either way: a plain checkpoint into a layer-normalised run and back). Each refusal exits 2
 # with an "lstmd:" message line (not the effective-config dump, which echoes every key) that names
 # the field that differs and no other guarded field, and writes no checkpoint. The same checkpoint
 # resumes with the config it was written with.
@@ -30,7 +31,8 @@ CK=$TMP/base/step-2.safetensors
 
 # The guarded fields, as the messages name them (the key, or the thing for the dataset and the
 # global batch, which are not one key each).
-names=("dataset" "data.seq_len" "global batch" "model.hidden" "model.layers" "model.embed")
+names=("dataset" "data.seq_len" "global batch" "model.hidden" "model.layers" "model.embed"
+       "model.layer_norm")
 
 # refused NAME LAUNCH... -- ARGS...: runs `LAUNCH lstmd train base ARGS --resume CK` in a fresh run
 # dir and checks the refusal and its message.
@@ -66,10 +68,23 @@ refused "global batch" mpirun -np 2 -- # 2 ranks × data.batch_size 4 = 8 window
 refused "model.hidden" -- --set model.hidden=32
 refused "model.layers" -- --set model.layers=2
 refused "model.embed" -- --set model.embed=16
+refused "model.layer_norm" -- --set model.layer_norm=true
 
 "$LSTMD" train "${base[@]}" --set train.run_dir="$TMP/same" --resume "$CK" >/dev/null 2>"$TMP/same.log" \
   && grep -q "resumed from .* at step 2" "$TMP/same.log" && [[ -f $TMP/same/step-4.safetensors ]] \
   && ok "the same config resumes from it (step 2 → 4)" || bad "resume with the same config: $(tail -2 "$TMP/same.log")"
+
+# A layer-normalised checkpoint: refused by the plain config, resumed by its own.
+"$LSTMD" train "${base[@]}" --set model.layer_norm=true --set train.steps=2 \
+  --set train.run_dir="$TMP/base_ln" >/dev/null 2>"$TMP/base_ln.log" \
+  || bad "layer_norm base run: $(tail -2 "$TMP/base_ln.log")"
+CK=$TMP/base_ln/step-2.safetensors
+refused "model.layer_norm" --
+"$LSTMD" train "${base[@]}" --set model.layer_norm=true --set train.run_dir="$TMP/same_ln" \
+  --resume "$CK" >/dev/null 2>"$TMP/same_ln.log" \
+  && grep -q "resumed from .* at step 2" "$TMP/same_ln.log" && [[ -f $TMP/same_ln/step-4.safetensors ]] \
+  && ok "a layer_norm checkpoint resumes with model.layer_norm=true (step 2 → 4)" \
+  || bad "layer_norm resume: $(tail -2 "$TMP/same_ln.log")"
 
 [[ $fails -eq 0 ]] && echo "test_resume_guards: passed" || echo "test_resume_guards: $fails FAILED"
 exit $((fails > 0))

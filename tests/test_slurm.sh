@@ -11,7 +11,8 @@
 #     submission with more steps resumes from that checkpoint (what a requeued job does); a job
 #     with [prune] and [distill] keys as extra arguments trains (eval reports its sparsity); one
 #     with train.early_stop_patience (scripted val losses) stops early with its best and samples,
-#     and its resubmission trains nothing and exits 0;
+#     and its resubmission trains nothing and exits 0; one with model.layer_norm=true writes a
+#     layer-normalised checkpoint that eval reads;
 #  4. `scancel JOBID` of a running train.sbatch job (SIGTERM to the batch shell and the tasks, as
 #     at the time limit): checkpoint, lstmd exit 0 with the script waiting for it, and a
 #     resubmission resumes from that checkpoint.
@@ -140,6 +141,14 @@ if [[ $rc -eq 0 ]] && grep -q "this run stopped early" "$TMP/sbatch7.out"; then
   ok "resubmitted: $(grep -o 'this run stopped early.*' "$TMP/sbatch7.out" | head -1)"
 else bad "resubmission of the early-stopped job: rc=$rc $(tail -2 "$TMP/sbatch7.out" 2>/dev/null)"; fi
 unset LSTMD_VAL_LOSSES
+# model.layer_norm likewise: the job's checkpoint is layer-normalised and eval reads it.
+RUN_DIR=$TMP/sbln sbatch_job "$TMP/sbatch8.out" --set model.layer_norm=true
+rc=$?
+ev=$("$LSTMD" eval --checkpoint "$TMP/sbln/latest.safetensors" --data "$TMP/ds" 2>&1)
+if [[ $rc -eq 0 ]] && grep -q '"bpc"' <<<"$ev" && grep -q "^  model.layer_norm = true$" "$TMP/sbatch8.out" \
+   && grep -q '"model.layer_norm":"1"' "$TMP/sbln/latest.safetensors"; then
+  ok "train.sbatch with model.layer_norm=true: exit 0, layer-normalised checkpoint, eval: $ev"
+else bad "train.sbatch with model.layer_norm: rc=$rc $ev $(tail -3 "$TMP/sbatch8.out" 2>/dev/null)"; fi
 
 # 4. the batch script stopped as the time limit stops it: `scancel JOBID` sends SIGTERM to the
 #    batch shell and to the job step's tasks (SIGKILL after KillWait): the ranks checkpoint and

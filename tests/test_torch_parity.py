@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """test_torch_parity.py — lstmd's forward pass against PyTorch, as an independent reference.
 
-For a text model (bundled corpus) and series models (bundled Seattle temperatures, horizon 2, and
+For a text model (bundled corpus), a layer-normalised one (model.layer_norm, against the 20-line
+LayerNormLSTM below, which loads lstmd's lstm.ln_* tensors under their names) and series models (bundled Seattle temperatures, horizon 2, and
 a synthetic multi-column CSV), this:
   1. prepares the data and trains a tiny model for a few steps with `lstmd train`;
   2. parses the safetensors checkpoint itself (struct + json + numpy, no safetensors package);
@@ -94,17 +95,50 @@ def sub_state(tensors, prefix, dtype):
 
 # ---- the reference model ----
 
+class LayerNormLSTM(torch.nn.Module):
+    """model.layer_norm (TFA's LayerNormLSTMCell) under lstmd's tensor names, which PyTorch has no
+    module for: z = LN_ih(x W_ih^T) + LN_hh(h W_hh^T) + b_ih + b_hh; gates i, f, g, o;
+    c = LN_c(f c + i g), the normalised c carried; h = o tanh(c). LN: biased variance, eps 1e-3."""
+    NAMES = ("weight_ih", "weight_hh", "bias_ih", "bias_hh", "ln_ih_weight", "ln_ih_bias",
+             "ln_hh_weight", "ln_hh_bias", "ln_c_weight", "ln_c_bias")
+
+    def __init__(self, inp, hidden, layers):
+        super().__init__()
+        self.H, self.L = hidden, layers
+        for k in range(layers):
+            G = 4 * hidden
+            shapes = ((G, inp if k == 0 else hidden), (G, hidden), (G,), (G,), (G,), (G,), (G,),
+                      (G,), (hidden,), (hidden,))
+            for n, shape in zip(self.NAMES, shapes):
+                self.register_parameter("%s_l%d" % (n, k), torch.nn.Parameter(torch.zeros(shape)))
+
+    def forward(self, x):
+        for k in range(self.L):
+            p = lambda n: getattr(self, "%s_l%d" % (n, k))
+            ln = lambda v, w: torch.nn.functional.layer_norm(
+                v, v.shape[-1:], p("ln_%s_weight" % w), p("ln_%s_bias" % w), eps=1e-3)
+            h = x.new_zeros(x.shape[1], self.H)
+            c, out, xp = h, [], ln(x @ p("weight_ih").T, "ih")
+            for t in range(x.shape[0]):
+                z = xp[t] + ln(h @ p("weight_hh").T, "hh") + p("bias_ih") + p("bias_hh")
+                i, f, g, o = z.chunk(4, -1)
+                c = ln(torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g), "c")
+                h = torch.sigmoid(o) * torch.tanh(c)
+                out.append(h)
+            x = torch.stack(out)
+        return x, None
+
+
 class Reference(torch.nn.Module):
-    def __init__(self, kind, vocab, embed, width, hidden, layers, horizon):
+    def __init__(self, kind, vocab, embed, width, hidden, layers, horizon, layer_norm=False):
         super().__init__()
         self.kind = kind
+        inp = embed if kind == "text" else width
         if kind == "text":
             self.embed = torch.nn.Embedding(vocab, embed)
-            self.lstm = torch.nn.LSTM(embed, hidden, num_layers=layers)
-            self.head = torch.nn.Linear(hidden, vocab)
-        else:
-            self.lstm = torch.nn.LSTM(width, hidden, num_layers=layers)
-            self.head = torch.nn.Linear(hidden, horizon)
+        self.lstm = (LayerNormLSTM(inp, hidden, layers) if layer_norm
+                     else torch.nn.LSTM(inp, hidden, num_layers=layers))
+        self.head = torch.nn.Linear(hidden, vocab if kind == "text" else horizon)
 
     def load_checkpoint(self, tensors, dtype):
         model_keys = {k for k in tensors if k.split(".")[0] in ("embed", "lstm", "head")}
@@ -157,8 +191,12 @@ def check_checkpoint(args, tmp, ckpt, shapes):
         ckpt, kind, dims, ", ".join("%s%s" % (k, list(v.shape)) for k, v in sorted(tensors.items())
                                     if not k.startswith(("optim.", "state.", "prune.")))), flush=True)
     models = {}
+    layer_norm = meta.get("model.layer_norm") == "1"
+    if layer_norm != any(k.startswith("lstm.ln_") for k in tensors):
+        fail("%s: metadata model.layer_norm %r but LN tensors %s" % (
+            ckpt, meta.get("model.layer_norm"), "present" if not layer_norm else "absent"))
     for dt, tdt in ((np.float64, torch.float64), (np.float32, torch.float32)):
-        m = Reference(kind, **dims).to(tdt)
+        m = Reference(kind, layer_norm=layer_norm, **dims).to(tdt)
         m.load_checkpoint(tensors, dt)
         m.eval()
         models[dt] = m
@@ -198,7 +236,7 @@ def check_checkpoint(args, tmp, ckpt, shapes):
         with torch.no_grad():
             ref64 = models[np.float64](inp64).numpy()
             ref32 = models[np.float32](inp32).numpy().astype(np.float64)
-        compare("%s T=%d B=%d" % (kind, T, B), got, ref64, ref32)
+        compare("%s%s T=%d B=%d" % (kind, " LN" if layer_norm else "", T, B), got, ref64, ref32)
 
 
 def write_ini(path, data_dir, run_dir, extra):
@@ -270,12 +308,19 @@ def main():
                 fail("%s: %.3f of it is zero, want 0.5" % (k, np.mean(tensors[k] == 0)))
         check_checkpoint(args, tmp, ckpt, [(16, 4, 10)])
 
+        # model.layer_norm: the 20-line reference cell above, loaded strictly from the file.
+        ckpt = train(args, tmp, "text-ln", text_dir,
+                     {"model": {"embed": 24, "hidden": 20, "layers": 2, "layer_norm": "true"}})
+        check_checkpoint(args, tmp, ckpt, [(16, 4, 11), (23, 3, 12)])
+
         # Series: the bundled Seattle temperatures, horizon 2.
         series_dir = os.path.join(tmp, "series")
         run([args.lstmd, "prepare", "series", "--input", os.path.join(data, "seattle-temps.csv"),
              "--target", "temp", "--horizon", "2", "--out", series_dir])
         ckpt = train(args, tmp, "series", series_dir)
         check_checkpoint(args, tmp, ckpt, [(16, 4, 6), (41, 3, 7)])
+        ckpt = train(args, tmp, "series-ln", series_dir, {"model": {"layer_norm": "true"}})
+        check_checkpoint(args, tmp, ckpt, [(16, 4, 13)])
 
         # Series with extra feature columns (W=3) and horizon 3.
         csv = os.path.join(tmp, "multi.csv")

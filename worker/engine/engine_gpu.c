@@ -130,13 +130,13 @@ void lstmd_gpu_model_layout(const struct lstmd_model *m, struct lstmd_cuda_model
   l->hidden = s->hidden;
   l->layers = s->layers;
   l->n_params = m->n_params;
-  const int first = l->text;
   if (l->text) l->off_embed = m->tensors[0].offset;
-  for (int k = 0; k < s->layers; k++) {
-    l->off_w_ih[k] = m->tensors[first + 4 * k].offset;
-    l->off_w_hh[k] = m->tensors[first + 4 * k + 1].offset;
-    l->off_b_ih[k] = m->tensors[first + 4 * k + 2].offset;
-    l->off_b_hh[k] = m->tensors[first + 4 * k + 3].offset;
+  for (int k = 0; k < s->layers; k++) { /* layer_norm models never get here (train_setup.c) */
+    const int first = lstmd_layer_first_tensor(s, k);
+    l->off_w_ih[k] = m->tensors[first].offset;
+    l->off_w_hh[k] = m->tensors[first + 1].offset;
+    l->off_b_ih[k] = m->tensors[first + 2].offset;
+    l->off_b_hh[k] = m->tensors[first + 3].offset;
   }
   l->off_head_w = m->tensors[m->n_tensors - 2].offset;
   l->off_head_b = m->tensors[m->n_tensors - 1].offset;

@@ -12,7 +12,7 @@
 #include "kernels/status.h"
 
 int lstmd_pipe_first_tensor_of_layer(const struct lstmd_model *m, int l) {
-  return (m->shape.kind == LSTMD_MODEL_TEXT) + 4 * l;
+  return lstmd_layer_first_tensor(&m->shape, l);
 }
 
 /* Every stage's [lo, hi) of the flat buffer: contiguous, since the order is embedding, layer 0,

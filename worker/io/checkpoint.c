@@ -81,6 +81,9 @@ static void add_common_meta(struct meta_list *l, const char *tag, const struct l
   meta_addf(l, "model.hidden", "%d", s->hidden);
   meta_addf(l, "model.layers", "%d", s->layers);
   meta_addf(l, "model.horizon", "%d", s->horizon);
+  /* Only when on, so that a plain model's files are what they were before the key existed; a
+   * file without it is a plain model. */
+  if (s->layer_norm) meta_addf(l, "model.layer_norm", "%d", s->layer_norm);
   add_data_meta(l, data);
 }
 
@@ -309,6 +312,11 @@ static int read_shape(const struct lstmd_st_file *f, const char *path, const cha
   s->hidden = (int)v[3];
   s->layers = (int)v[4];
   s->horizon = (int)v[5];
+  if (lstmd_st_meta_get(f, "model.layer_norm")) { /* absent: a plain model */
+    long ln = 0;
+    LSTMD_TRY(meta_long(f, path, "model.layer_norm", 0, 1, &ln));
+    s->layer_norm = (int)ln;
+  }
   return LSTMD_OK;
 }
 
@@ -466,13 +474,15 @@ int lstmd_checkpoint_load_train(const char *path, struct lstmd_model *m, struct 
   if (!rc && memcmp(&s, &m->shape, sizeof s) != 0) {
     /* Name the first field that differs (model.vocab, .width and .horizon come from the
      * dataset, the others from the config). */
-    const int mine[7] = {s.kind, s.vocab, s.embed, s.width, s.hidden, s.layers, s.horizon};
-    const int want[7] = {m->shape.kind, m->shape.vocab, m->shape.embed, m->shape.width,
-                         m->shape.hidden, m->shape.layers, m->shape.horizon};
-    static const char *const keys[7] = {"model.kind", "model.vocab", "model.embed", "model.width",
-                                        "model.hidden", "model.layers", "model.horizon"};
+    const int mine[8] = {s.kind,  s.vocab,   s.embed,     s.width,
+                         s.hidden, s.layers, s.horizon, s.layer_norm};
+    const int want[8] = {m->shape.kind,   m->shape.vocab,  m->shape.embed,   m->shape.width,
+                         m->shape.hidden, m->shape.layers, m->shape.horizon, m->shape.layer_norm};
+    static const char *const keys[8] = {"model.kind",   "model.vocab",  "model.embed",
+                                        "model.width",  "model.hidden", "model.layers",
+                                        "model.horizon", "model.layer_norm"};
     int k = 0;
-    while (k < 6 && mine[k] == want[k]) k++;
+    while (k < 7 && mine[k] == want[k]) k++;
     lstmd_errorf("%s: the checkpoint's model has %s = %d, this run's %d; resume needs the same "
                  "model shape", path, keys[k], mine[k], want[k]);
     rc = LSTMD_ECONFIG;

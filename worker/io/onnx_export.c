@@ -597,6 +597,11 @@ static void build_graph(struct builder *b, const struct lstmd_model *m,
 
 int lstmd_onnx_export(const struct lstmd_model *m, const struct lstmd_data_meta *d,
                       const char *ckpt_name, int opset, int int8, const char *out_path) {
+  if (m->shape.layer_norm) { /* ONNX's LSTM operator has no layer normalisation */
+    lstmd_errorf("export onnx: %s: model.layer_norm is on; ONNX's LSTM operator has no layer "
+                 "normalisation, and the unrolled graph it needs is not built yet", ckpt_name);
+    return LSTMD_ECONFIG;
+  }
   if (opset < LSTMD_ONNX_OPSET_MIN || opset > LSTMD_ONNX_OPSET_MAX) {
     lstmd_errorf("export onnx: opset %d is not supported (%d..%d)", opset, LSTMD_ONNX_OPSET_MIN,
                  LSTMD_ONNX_OPSET_MAX);

@@ -21,6 +21,11 @@ static int is_weight(const struct lstmd_tensor *t) {
 
 int lstmd_qcheckpoint_save(const char *path, const struct lstmd_model *m,
                            const struct lstmd_data_meta *data, const char *source) {
+  if (m->shape.layer_norm) { /* the int8 forward (qmodel.c) has no layer normalisation */
+    lstmd_errorf("quantize: %s: model.layer_norm is on, and the int8 model has no layer-normalised "
+                 "LSTM yet; use the fp32 checkpoint with eval, sample and predict", source);
+    return LSTMD_ECONFIG;
+  }
   struct lstmd_st_tensor f32[LSTMD_MAX_TENSORS * 2], i8[LSTMD_MAX_TENSORS];
   char scale_names[LSTMD_MAX_TENSORS][48];
   void *owned[LSTMD_MAX_TENSORS * 2] = {0};

@@ -11,6 +11,7 @@
 #include "kernels/cpu/dense_cpu.h"
 #include "kernels/cpu/kd_cpu.h"
 #include "kernels/cpu/lstm_cpu.h"
+#include "kernels/cpu/lstm_ln_cpu.h"
 #include "kernels/cpu/recur_gemm.h"
 #include "kernels/status.h"
 #include "worker/data/dataset.h" /* LSTMD_MAX_COLUMNS: series inputs come from a dataset */
@@ -20,6 +21,7 @@ struct layer_acts {
   float *gates;   /* [T,B,4H] */
   float *mask;    /* [T,B,H] dropout mask of this layer's output (NULL if none) */
   float *dropped; /* [T,B,H] masked output fed to the next layer (NULL if none) */
+  struct lstmd_lstm_ln_acts ln; /* layer normalisation's saved rows (all NULL without it) */
 };
 
 struct lstmd_workspace {
@@ -32,6 +34,7 @@ struct lstmd_workspace {
   float *out;     /* [T,B,O] logits or predictions, then their gradient */
   float *dh, *dx; /* [T,B,max(H,In0)] gradient w.r.t. a layer's output / input */
   float *dgates;  /* [T,B,4H] */
+  struct lstmd_lstm_ln_dacts dln; /* layer normalisation: backward_input → weight (NULL without) */
   float *work;    /* [2,B,H] */
   float *wpack;   /* [4H·H] packed W_hh for the per-step GEMMs, or NULL (recur_gemm.h) */
   float *grads;   /* where gradients accumulate: m->grads or a thread's own buffer */
@@ -69,6 +72,7 @@ const char *lstmd_model_shape_error(const struct lstmd_model_shape *s) {
   if (s->kind == LSTMD_MODEL_SERIES &&
       (s->width < 1 || s->width > LSTMD_MAX_COLUMNS || s->horizon < 1 || s->horizon > 65536))
     return "series width or horizon out of range";
+  if (s->layer_norm != 0 && s->layer_norm != 1) return "layer_norm is neither 0 nor 1";
   return NULL;
 }
 
@@ -88,6 +92,13 @@ void lstmd_model_layout(const struct lstmd_model_shape *s, struct lstmd_model *m
     add_tensor(m, name, 1, 4 * H, 0);
     snprintf(name, sizeof name, "lstm.bias_hh_l%d", k);
     add_tensor(m, name, 1, 4 * H, 0);
+    if (!s->layer_norm) continue;
+    static const char *const ln[6] = {"ih_weight", "ih_bias", "hh_weight", "hh_bias", "c_weight",
+                                      "c_bias"};
+    for (int i = 0; i < 6; i++) {
+      snprintf(name, sizeof name, "lstm.ln_%s_l%d", ln[i], k);
+      add_tensor(m, name, 1, i < 4 ? 4 * H : H, 0);
+    }
   }
   add_tensor(m, "head.weight", 2, output_width(s), H);
   add_tensor(m, "head.bias", 1, output_width(s), 0);
@@ -136,6 +147,11 @@ void lstmd_model_init_params(struct lstmd_model *m, struct lstmd_rng *rng) {
     const struct lstmd_tensor *t = &m->tensors[i];
     float *p = m->params + t->offset;
     int normal = strcmp(t->name, "embed.weight") == 0;
+    if (strncmp(t->name, "lstm.ln_", 8) == 0) { /* gain 1, shift 0 */
+      const float v = strstr(t->name, "_weight_") ? 1.0f : 0.0f;
+      for (size_t k = 0; k < t->count; k++) p[k] = v;
+      continue;
+    }
     for (size_t k = 0; k < t->count; k++)
       p[k] = normal ? lstmd_rng_normal(rng) : (2.0f * lstmd_rng_uniform(rng) - 1.0f) * bound;
   }
@@ -168,9 +184,9 @@ int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float drop
   const size_t N = (size_t)T * B, H = (size_t)s->hidden, L = (size_t)s->layers;
   const size_t In0 = (size_t)input_width(s), O = (size_t)output_width(s);
   const size_t wide = H > In0 ? H : In0;
-  const int masked = dropout > 0.0f && L > 1;
-  /* Sizes of the arena's arrays, in floats: 5, 5 per layer, 6. */
-  size_t sizes[11 + 5 * LSTMD_MAX_LAYERS], n = 0;
+  const int masked = dropout > 0.0f && L > 1, ln = s->layer_norm;
+  /* Sizes of the arena's arrays, in floats: 5, 11 per layer, 9. */
+  size_t sizes[14 + 11 * LSTMD_MAX_LAYERS], n = 0;
 #define SLICE(count) (sizes[n++] = (count))
   SLICE(N);                                              /* ids (int32) */
   SLICE(N);                                              /* targets (int32) */
@@ -183,11 +199,20 @@ int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float drop
     SLICE(N * 4 * H);                                    /* gates */
     SLICE(masked && l + 1 < L ? N * H : 0);              /* mask */
     SLICE(masked && l + 1 < L ? N * H : 0);              /* dropped */
+    SLICE(ln ? N * 4 * H : 0);                           /* ln.xhat */
+    SLICE(ln ? N * 4 * H : 0);                           /* ln.rhat */
+    SLICE(ln ? N * H : 0);                               /* ln.chat */
+    SLICE(ln ? N : 0);                                   /* ln.rstd_x */
+    SLICE(ln ? N : 0);                                   /* ln.rstd_r */
+    SLICE(ln ? N : 0);                                   /* ln.rstd_c */
   }
   SLICE(N * O);                                          /* out */
   SLICE(N * wide);                                       /* dh */
   SLICE(N * wide);                                       /* dx */
   SLICE(N * 4 * H);                                      /* dgates */
+  SLICE(ln ? N * 4 * H : 0);                             /* dln.dxp */
+  SLICE(ln ? N * 4 * H : 0);                             /* dln.drp */
+  SLICE(ln ? N * H : 0);                                 /* dln.dcn */
   SLICE(2 * (size_t)B * H);                              /* work */
   SLICE(lstmd_cpu_recur_fast((int)H) ? lstmd_cpu_pack_floats(4 * (int)H, (int)H) : 0); /* wpack */
 #undef SLICE
@@ -219,11 +244,21 @@ int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float drop
     ws->layer[l].gates = TAKE();
     ws->layer[l].mask = TAKE();
     ws->layer[l].dropped = TAKE();
+    struct lstmd_lstm_ln_acts *a = &ws->layer[l].ln;
+    a->xhat = TAKE();
+    a->rhat = TAKE();
+    a->chat = TAKE();
+    a->rstd_x = TAKE();
+    a->rstd_r = TAKE();
+    a->rstd_c = TAKE();
   }
   ws->out = TAKE();
   ws->dh = TAKE();
   ws->dx = TAKE();
   ws->dgates = TAKE();
+  ws->dln.dxp = TAKE();
+  ws->dln.drp = TAKE();
+  ws->dln.dcn = TAKE();
   ws->work = TAKE();
   ws->wpack = TAKE();
 #undef TAKE
@@ -292,20 +327,29 @@ void lstmd_workspace_set_state(struct lstmd_workspace *ws, const float *h, const
 struct layer_params {
   const float *w_ih, *w_hh, *b_ih, *b_hh;
   float *dw_ih, *dw_hh, *db_ih, *db_hh;
+  struct lstmd_lstm_ln ln;        /* layer normalisation's gains and shifts (unset without) */
+  struct lstmd_lstm_ln_grads dln; /* and their gradients */
 };
 
 /* Offset of layer l's first tensor (lstm.weight_ih_l{l}) in the flat buffer. */
 static size_t layer_params_offset(const struct lstmd_model *m, int l) {
-  return m->tensors[(m->shape.kind == LSTMD_MODEL_TEXT) + 4 * l].offset;
+  return m->tensors[lstmd_layer_first_tensor(&m->shape, l)].offset;
 }
 
 static struct layer_params layer_params(const struct lstmd_model *m, float *grads, int l) {
-  int first = (m->shape.kind == LSTMD_MODEL_TEXT) + 4 * l;
-  const struct lstmd_tensor *t = &m->tensors[first];
-  return (struct layer_params){
-      m->params + t[0].offset, m->params + t[1].offset, m->params + t[2].offset,
-      m->params + t[3].offset, grads + t[0].offset,    grads + t[1].offset,
-      grads + t[2].offset,     grads + t[3].offset};
+  const struct lstmd_tensor *t = &m->tensors[lstmd_layer_first_tensor(&m->shape, l)];
+  const float *p = m->params;
+  struct layer_params r = {p + t[0].offset,     p + t[1].offset,     p + t[2].offset,
+                           p + t[3].offset,     grads + t[0].offset, grads + t[1].offset,
+                           grads + t[2].offset, grads + t[3].offset};
+  if (m->shape.layer_norm) {
+    r.ln = (struct lstmd_lstm_ln){p + t[4].offset, p + t[5].offset, p + t[6].offset,
+                                  p + t[7].offset, p + t[8].offset, p + t[9].offset};
+    r.dln = (struct lstmd_lstm_ln_grads){grads + t[4].offset, grads + t[5].offset,
+                                         grads + t[6].offset, grads + t[7].offset,
+                                         grads + t[8].offset, grads + t[9].offset};
+  }
+  return r;
 }
 
 /* Input of layer l: the embedded ids / input rows, or the previous layer's (masked) output. */
@@ -367,9 +411,17 @@ void lstmd_model_backward(struct lstmd_model *m, struct lstmd_workspace *ws) {
     struct lstmd_lstm_dims d = {T, B, l == 0 ? In0 : H, H};
     int need_dx = l > 0 || s->kind == LSTMD_MODEL_TEXT;
     if (ws->wpack) lstmd_cpu_pack_cols(4 * H, H, p.w_hh, ws->wpack);
-    lstmd_cpu_lstm_backward(&d, p.w_ih, p.w_hh, layer_input(ws, l), a->h, a->c, a->gates, dh,
-                            ws->dgates, ws->work, p.dw_ih, p.dw_hh, p.db_ih, p.db_hh,
-                            need_dx ? dx : NULL, ws->wpack);
+    if (s->layer_norm) {
+      lstmd_cpu_lstm_ln_backward_input(&d, p.w_ih, p.w_hh, &p.ln, a->c, a->gates, &a->ln, dh,
+                                       ws->dgates, &ws->dln, ws->work, 0, 0, need_dx ? dx : NULL,
+                                       ws->wpack);
+      lstmd_cpu_lstm_ln_backward_weight(&d, layer_input(ws, l), a->h, &a->ln, ws->dgates,
+                                        &ws->dln, p.dw_ih, p.dw_hh, p.db_ih, p.db_hh, &p.dln);
+    } else {
+      lstmd_cpu_lstm_backward(&d, p.w_ih, p.w_hh, layer_input(ws, l), a->h, a->c, a->gates, dh,
+                              ws->dgates, ws->work, p.dw_ih, p.dw_hh, p.db_ih, p.db_hh,
+                              need_dx ? dx : NULL, ws->wpack);
+    }
     grads_ready(ws, layer_params_offset(m, l)); /* layer l and everything above it */
     if (l > 0) {
       if (ws->layer[l - 1].mask) lstmd_cpu_mul_inplace((size_t)N * H, dx, ws->layer[l - 1].mask);
@@ -403,8 +455,12 @@ double lstmd_model_forward(struct lstmd_model *m, struct lstmd_workspace *ws, fl
     struct layer_acts *a = &ws->layer[l];
     struct lstmd_lstm_dims d = {T, B, l == 0 ? In0 : H, H};
     if (ws->wpack) lstmd_cpu_pack_rows(4 * H, H, p.w_hh, ws->wpack);
-    lstmd_cpu_lstm_forward(&d, p.w_ih, p.w_hh, p.b_ih, p.b_hh, layer_input(ws, l), a->h, a->c,
-                           a->gates, ws->wpack);
+    if (s->layer_norm)
+      lstmd_cpu_lstm_ln_forward(&d, p.w_ih, p.w_hh, p.b_ih, p.b_hh, &p.ln, layer_input(ws, l), a->h,
+                                a->c, a->gates, &a->ln, ws->wpack);
+    else
+      lstmd_cpu_lstm_forward(&d, p.w_ih, p.w_hh, p.b_ih, p.b_hh, layer_input(ws, l), a->h, a->c,
+                             a->gates, ws->wpack);
     if (a->mask) {
       const size_t n = (size_t)N * H;
       if (dropout) {

@@ -5,7 +5,11 @@
  * Series: rows [W] → L × LSTM(H) → head [K,H] → MSE against the next K target values.
  * Flat parameter order (and gradient order, the same): embed.weight (text only), then for each
  * layer k: lstm.weight_ih_l{k}, lstm.weight_hh_l{k}, lstm.bias_ih_l{k}, lstm.bias_hh_l{k}, then
- * head.weight, head.bias. Names, shapes and gate order (i,f,g,o) are PyTorch's. */
+ * head.weight, head.bias. Names, shapes and gate order (i,f,g,o) are PyTorch's. With
+ * layer_norm (model.layer_norm; kernels/cpu/lstm_ln_cpu.h) each layer's four tensors are followed
+ * by lstm.ln_ih_weight_l{k}, lstm.ln_ih_bias_l{k}, lstm.ln_hh_weight_l{k}, lstm.ln_hh_bias_l{k}
+ * [4H] and lstm.ln_c_weight_l{k}, lstm.ln_c_bias_l{k} [H]: the gains and shifts of the three
+ * normalisations. */
 #ifndef LSTMD_MODEL_H
 #define LSTMD_MODEL_H
 
@@ -15,7 +19,7 @@
 #include "rng.h"
 
 #define LSTMD_MAX_LAYERS 16
-#define LSTMD_MAX_TENSORS (4 * LSTMD_MAX_LAYERS + 3)
+#define LSTMD_MAX_TENSORS (10 * LSTMD_MAX_LAYERS + 3)
 
 enum lstmd_model_kind { LSTMD_MODEL_TEXT = 1, LSTMD_MODEL_SERIES = 2 };
 
@@ -27,7 +31,17 @@ struct lstmd_model_shape {
   int hidden; /* H */
   int layers; /* L */
   int horizon;/* series: K */
+  int layer_norm; /* 1: layer-normalised LSTM (model.layer_norm), 0: plain */
 };
+
+/* Tensors per LSTM layer: 4 (w_ih, w_hh, b_ih, b_hh), 10 with layer normalisation. */
+static inline int lstmd_layer_tensor_count(const struct lstmd_model_shape *s) {
+  return s->layer_norm ? 10 : 4;
+}
+/* Index in the tensor table of layer l's first tensor (lstm.weight_ih_l{l}). */
+static inline int lstmd_layer_first_tensor(const struct lstmd_model_shape *s, int l) {
+  return (s->kind == LSTMD_MODEL_TEXT) + lstmd_layer_tensor_count(s) * l;
+}
 
 struct lstmd_tensor {
   char name[32];
@@ -83,7 +97,8 @@ void lstmd_model_layout(const struct lstmd_model_shape *shape, struct lstmd_mode
  * (zeroed) and gradients. Free with lstmd_model_destroy (NULL and half-built are fine). */
 int lstmd_model_create(const struct lstmd_model_shape *shape, struct lstmd_model **out);
 void lstmd_model_destroy(struct lstmd_model *m);
-/* PyTorch's default initialisation: LSTM and head U(-1/√H, 1/√H), embedding N(0,1). */
+/* PyTorch's default initialisation: LSTM and head U(-1/√H, 1/√H), embedding N(0,1); layer
+ * normalisation gains 1 and shifts 0 (TFA's), drawing no random numbers. */
 void lstmd_model_init_params(struct lstmd_model *m, struct lstmd_rng *rng);
 const struct lstmd_tensor *lstmd_model_tensor(const struct lstmd_model *m, const char *name);
 /* Multiply-adds of one training step per token (forward + backward), for GFLOP/s reports. */

@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/dense_cpu.h"
 #include "kernels/cpu/lstm_cpu.h"
+#include "kernels/cpu/lstm_ln_cpu.h"
 #include "kernels/status.h"
 
 struct stage_layer {
@@ -18,6 +19,8 @@ struct stage_layer {
   float *dropped; /* [T,B,H] masked output fed onward, or NULL */
   float *work;    /* [2,B,H] (dh, dc) carried backwards from the chunk after */
   float *dgates;  /* [Tc,B,4H] the chunk's gate gradients, from B to W */
+  struct lstmd_lstm_ln_acts ln;   /* layer normalisation: the window's saved rows ([T,...]) */
+  struct lstmd_lstm_ln_dacts dln; /* and the chunk's gradients from B to W ([Tc,...]) */
 };
 
 struct lstmd_stage_ws {
@@ -50,7 +53,8 @@ int lstmd_stage_ws_create(const struct lstmd_model *m, const struct lstmd_stage 
   const int text = s->kind == LSTMD_MODEL_TEXT;
   const size_t in0 = st->first ? (size_t)input_width(s) : H;
   const size_t O = (size_t)(text ? s->vocab : s->horizon), wide = H > in0 ? H : in0;
-  size_t sizes[12 + 7 * LSTMD_MAX_LAYERS], n = 0; /* 12, and 7 per layer */
+  const int ln = s->layer_norm;
+  size_t sizes[12 + 16 * LSTMD_MAX_LAYERS], n = 0; /* 12, and 16 per layer */
 #define SLICE(count) (sizes[n++] = (count))
   SLICE(st->first && text ? N : 0);                  /* ids (int32) */
   SLICE(st->last && text ? N : 0);                   /* targets (int32) */
@@ -73,6 +77,15 @@ int lstmd_stage_ws_create(const struct lstmd_model *m, const struct lstmd_stage 
     SLICE(masked ? N * H : 0);                       /* dropped */
     SLICE(2 * (size_t)B * H);                        /* work */
     SLICE(Nc * 4 * H);                               /* dgates */
+    SLICE(ln ? N * 4 * H : 0);                       /* ln.xhat */
+    SLICE(ln ? N * 4 * H : 0);                       /* ln.rhat */
+    SLICE(ln ? N * H : 0);                           /* ln.chat */
+    SLICE(ln ? N : 0);                               /* ln.rstd_x */
+    SLICE(ln ? N : 0);                               /* ln.rstd_r */
+    SLICE(ln ? N : 0);                               /* ln.rstd_c */
+    SLICE(ln ? Nc * 4 * H : 0);                      /* dln.dxp */
+    SLICE(ln ? Nc * 4 * H : 0);                      /* dln.drp */
+    SLICE(ln ? Nc * H : 0);                          /* dln.dcn */
   }
 #undef SLICE
   float *slice[sizeof sizes / sizeof sizes[0]];
@@ -116,6 +129,15 @@ int lstmd_stage_ws_create(const struct lstmd_model *m, const struct lstmd_stage 
     y->dropped = TAKE();
     y->work = TAKE();
     y->dgates = TAKE();
+    y->ln.xhat = TAKE();
+    y->ln.rhat = TAKE();
+    y->ln.chat = TAKE();
+    y->ln.rstd_x = TAKE();
+    y->ln.rstd_r = TAKE();
+    y->ln.rstd_c = TAKE();
+    y->dln.dxp = TAKE();
+    y->dln.drp = TAKE();
+    y->dln.dcn = TAKE();
   }
 #undef TAKE
   *out = ws;
@@ -172,7 +194,14 @@ void lstmd_stage_ws_zero_state(struct lstmd_stage_ws *ws) {
 
 /* The tensors of model layer `layer` (global index) in a flat buffer (params or grads). */
 static const struct lstmd_tensor *layer_tensors(const struct lstmd_model *m, int layer) {
-  return &m->tensors[(m->shape.kind == LSTMD_MODEL_TEXT) + 4 * layer];
+  return &m->tensors[lstmd_layer_first_tensor(&m->shape, layer)];
+}
+
+/* Layer normalisation's gains and shifts of a layer (w from layer_tensors; with layer_norm). */
+static struct lstmd_lstm_ln ln_params(const struct lstmd_model *m, const struct lstmd_tensor *w) {
+  const float *p = m->params;
+  return (struct lstmd_lstm_ln){p + w[4].offset, p + w[5].offset, p + w[6].offset,
+                                p + w[7].offset, p + w[8].offset, p + w[9].offset};
 }
 
 /* Input of the stage's layer l over the whole window ([T,B,In] at row 0). */
@@ -202,10 +231,19 @@ double lstmd_stage_forward(const struct lstmd_model *m, struct lstmd_stage_ws *w
     const struct lstmd_tensor *w = layer_tensors(m, ws->st.layer0 + l);
     const int In = layer_input_width(ws, l);
     const struct lstmd_lstm_dims d = {Tc, B, In, H};
-    lstmd_cpu_lstm_forward(&d, m->params + w[0].offset, m->params + w[1].offset,
-                           m->params + w[2].offset, m->params + w[3].offset,
-                           layer_input(ws, l) + (size_t)t0 * B * In, y->h + t0 * BH,
-                           y->c + t0 * BH, y->gates + t0 * BH * 4, pk->rows[l]);
+    if (m->shape.layer_norm) {
+      const struct lstmd_lstm_ln ln = ln_params(m, w);
+      const struct lstmd_lstm_ln_acts a = lstmd_cpu_lstm_ln_acts_at(&y->ln, t0, B, H);
+      lstmd_cpu_lstm_ln_forward(&d, m->params + w[0].offset, m->params + w[1].offset,
+                                m->params + w[2].offset, m->params + w[3].offset, &ln,
+                                layer_input(ws, l) + (size_t)t0 * B * In, y->h + t0 * BH,
+                                y->c + t0 * BH, y->gates + t0 * BH * 4, &a, pk->rows[l]);
+    } else {
+      lstmd_cpu_lstm_forward(&d, m->params + w[0].offset, m->params + w[1].offset,
+                             m->params + w[2].offset, m->params + w[3].offset,
+                             layer_input(ws, l) + (size_t)t0 * B * In, y->h + t0 * BH,
+                             y->c + t0 * BH, y->gates + t0 * BH * 4, pk->rows[l]);
+    }
     if (!y->mask) continue;
     const size_t n = rows * H;
     if (dropout) {
@@ -252,9 +290,17 @@ void lstmd_stage_backward_input(const struct lstmd_model *m, struct lstmd_stage_
     /* the gradient of this layer's input: the layer below's, this stage's output to the stage
      * below, the embedding's (W), or nobody's (series rows) */
     float *to = l > 0 ? dx : !ws->st.first ? ws->dinput + (size_t)t0 * B * In : ws->x0 ? dx : NULL;
-    lstmd_cpu_lstm_backward_input(&d, m->params + w[0].offset, m->params + w[1].offset,
-                                  y->c + t0 * BH, y->gates + t0 * BH * 4, dh, y->dgates, y->work,
-                                  t1 < ws->T, t0 > 0, to, pk->cols[l]);
+    if (m->shape.layer_norm) {
+      const struct lstmd_lstm_ln ln = ln_params(m, w);
+      const struct lstmd_lstm_ln_acts a = lstmd_cpu_lstm_ln_acts_at(&y->ln, t0, B, H);
+      lstmd_cpu_lstm_ln_backward_input(&d, m->params + w[0].offset, m->params + w[1].offset, &ln,
+                                       y->c + t0 * BH, y->gates + t0 * BH * 4, &a, dh, y->dgates,
+                                       &y->dln, y->work, t1 < ws->T, t0 > 0, to, pk->cols[l]);
+    } else {
+      lstmd_cpu_lstm_backward_input(&d, m->params + w[0].offset, m->params + w[1].offset,
+                                    y->c + t0 * BH, y->gates + t0 * BH * 4, dh, y->dgates,
+                                    y->work, t1 < ws->T, t0 > 0, to, pk->cols[l]);
+    }
     if (l > 0) {
       if (ws->layer[l - 1].mask) lstmd_cpu_mul_inplace(n, dx, ws->layer[l - 1].mask + t0 * BH);
       float *swap = dh;
@@ -276,9 +322,21 @@ void lstmd_stage_backward_weight(const struct lstmd_model *m, struct lstmd_stage
     const struct lstmd_tensor *w = layer_tensors(m, ws->st.layer0 + l);
     const int In = layer_input_width(ws, l);
     const struct lstmd_lstm_dims d = {Tc, B, In, H};
-    lstmd_cpu_lstm_backward_weight(&d, layer_input(ws, l) + (size_t)t0 * B * In, y->h + t0 * BH,
-                                   y->dgates, grads + w[0].offset, grads + w[1].offset,
-                                   grads + w[2].offset, grads + w[3].offset);
+    if (m->shape.layer_norm) {
+      const struct lstmd_lstm_ln_acts a = lstmd_cpu_lstm_ln_acts_at(&y->ln, t0, B, H);
+      const struct lstmd_lstm_ln_grads g = {grads + w[4].offset, grads + w[5].offset,
+                                            grads + w[6].offset, grads + w[7].offset,
+                                            grads + w[8].offset, grads + w[9].offset};
+      lstmd_cpu_lstm_ln_backward_weight(&d, layer_input(ws, l) + (size_t)t0 * B * In,
+                                        y->h + t0 * BH, &a, y->dgates, &y->dln,
+                                        grads + w[0].offset, grads + w[1].offset,
+                                        grads + w[2].offset, grads + w[3].offset, &g);
+    } else {
+      lstmd_cpu_lstm_backward_weight(&d, layer_input(ws, l) + (size_t)t0 * B * In,
+                                     y->h + t0 * BH, y->dgates, grads + w[0].offset,
+                                     grads + w[1].offset, grads + w[2].offset,
+                                     grads + w[3].offset);
+    }
   }
   if (ws->st.last) {
     const struct lstmd_tensor *hw = &m->tensors[m->n_tensors - 2], *hb = &m->tensors[m->n_tensors - 1];

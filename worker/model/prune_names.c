@@ -53,7 +53,7 @@ static int check_one(void *arg, const char *name) {
   if (!lstmd_prune_tensor_allowed(name, c->layers)) {
     snprintf(c->err, c->n, "prune.tensors: '%s' is not a weight matrix of this model (allowed: "
              "lstm.weight_ih_l<k>, lstm.weight_hh_l<k> for k < model.layers = %d, head.weight; "
-             "never a bias or the embedding)", name, c->layers);
+             "never a bias, a layer-norm gain or shift, or the embedding)", name, c->layers);
     return -1;
   }
   for (int i = 0; i < c->count; i++)

@@ -23,6 +23,10 @@ static int input_width(const struct lstmd_model_shape *s) {
 
 int lstmd_qmodel_create(const struct lstmd_model_shape *s, struct lstmd_qmodel **out) {
   *out = NULL;
+  if (s->layer_norm) { /* a hostile or future int8 file: this forward has no layer normalisation */
+    lstmd_errorf("int8 model: model.layer_norm is on; the int8 forward has no layer-normalised LSTM");
+    return LSTMD_EFORMAT;
+  }
   struct lstmd_qmodel *qm = calloc(1, sizeof *qm);
   if (!qm) return LSTMD_ENOMEM;
   qm->shape = *s;

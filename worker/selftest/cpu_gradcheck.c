@@ -2,7 +2,8 @@
  * parameter tensor), on the kernels of the ISA chosen (LSTMD_CPU_ISA forces one), against central finite differences of an independent float64 forward, for a text model and
  * a series model, with dropout between layers and a non-zero carried initial state; and the same
  * for the model run as pipeline stages (model_stage.h) with one time step per chunk, so that the
- * (dh, dc) carried between chunks and into each chunk's initial state is checked too.
+ * (dh, dc) carried between chunks and into each chunk's initial state is checked too. Then the
+ * layer-normalised model (model.layer_norm) likewise: text, series, and H32 with dropout.
  * Pass: per tensor ‖g − g_fd‖ / ‖g_fd‖ < 1e-4, and the losses agree. */
 #include <math.h>
 #include <stdlib.h>
@@ -23,6 +24,14 @@ struct ref_ctx {
 };
 
 static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* Layer normalisation of v [n] in place: (v − mean)/sqrt(var + 1e-3)·gain + shift. */
+static void ref_layer_norm(double *v, int n, const double *gain, const double *shift) {
+  double mu = 0, var = 0;
+  for (int j = 0; j < n; j++) mu += v[j] / n;
+  for (int j = 0; j < n; j++) var += (v[j] - mu) * (v[j] - mu) / n;
+  for (int j = 0; j < n; j++) v[j] = (v[j] - mu) / sqrt(var + 1e-3) * gain[j] + shift[j];
+}
 
 static const double *P(const struct ref_ctx *r, const double *p, const char *name) {
   return p + lstmd_model_tensor(r->m, name)->offset;
@@ -52,20 +61,34 @@ static double ref_loss(const struct ref_ctx *r, const double *p) {
     const double *bih = P(r, p, name);
     snprintf(name, sizeof name, "lstm.bias_hh_l%d", l);
     const double *bhh = P(r, p, name);
+    const double *ln[6] = {NULL}; /* gains and shifts of the ih, hh and c normalisations */
+    static const char *const ln_names[6] = {"ih_weight", "ih_bias", "hh_weight", "hh_bias",
+                                            "c_weight", "c_bias"};
+    for (int i = 0; s->layer_norm && i < 6; i++) {
+      snprintf(name, sizeof name, "lstm.ln_%s_l%d", ln_names[i], l);
+      ln[i] = P(r, p, name);
+    }
     memcpy(h, r->h0 + (size_t)l * B * H, sizeof(double) * B * H);
     memcpy(c, r->c0 + (size_t)l * B * H, sizeof(double) * B * H);
     for (int t = 0; t < T; t++)
       for (int b = 0; b < B; b++) {
-        double a[4 * 64];
+        double a[4 * 64], ax[4 * 64], ar[4 * 64], cn[64];
         for (int j = 0; j < 4 * H; j++) {
-          a[j] = bih[j] + bhh[j];
-          for (int k = 0; k < width; k++) a[j] += wih[j * width + k] * in[(t * B + b) * width + k];
-          for (int k = 0; k < H; k++) a[j] += whh[j * H + k] * h[b * H + k];
+          ax[j] = ar[j] = 0;
+          for (int k = 0; k < width; k++) ax[j] += wih[j * width + k] * in[(t * B + b) * width + k];
+          for (int k = 0; k < H; k++) ar[j] += whh[j * H + k] * h[b * H + k];
         }
+        if (s->layer_norm) {
+          ref_layer_norm(ax, 4 * H, ln[0], ln[1]);
+          ref_layer_norm(ar, 4 * H, ln[2], ln[3]);
+        }
+        for (int j = 0; j < 4 * H; j++) a[j] = ax[j] + ar[j] + bih[j] + bhh[j];
+        for (int j = 0; j < H; j++)
+          cn[j] = sigm(a[H + j]) * c[b * H + j] + sigm(a[j]) * tanh(a[2 * H + j]);
+        if (s->layer_norm) ref_layer_norm(cn, H, ln[4], ln[5]);
         for (int j = 0; j < H; j++) {
-          double cv = sigm(a[H + j]) * c[b * H + j] + sigm(a[j]) * tanh(a[2 * H + j]);
-          c[b * H + j] = cv;
-          h[b * H + j] = sigm(a[3 * H + j]) * tanh(cv);
+          c[b * H + j] = cn[j];
+          h[b * H + j] = sigm(a[3 * H + j]) * tanh(cn[j]);
           out[(t * B + b) * H + j] = h[b * H + j];
         }
       }
@@ -109,6 +132,10 @@ static void gradcheck(const char *label, struct lstmd_model_shape shape, int T, 
   struct lstmd_rng rng;
   lstmd_rng_seed(&rng, 7, 1);
   lstmd_model_init_params(m, &rng);
+  unsigned long long ln_seed = 5; /* gains and shifts away from their 1 and 0, as trained ones */
+  for (int t = 0; t < m->n_tensors; t++)
+    for (size_t k = 0; !strncmp(m->tensors[t].name, "lstm.ln_", 8) && k < m->tensors[t].count; k++)
+      m->params[m->tensors[t].offset + k] += (float)selftest_uniform(&ln_seed, 0.3);
   struct lstmd_workspace *ws;
   lstmd_workspace_create(m, T, B, dropout, &ws);
   struct lstmd_batch *b = lstmd_workspace_batch(ws);
@@ -209,4 +236,10 @@ void lstmd_selftest_cpu(struct lstmd_selftest *st, const char *only) {
   struct lstmd_model_shape series = {.kind = LSTMD_MODEL_SERIES, .width = 3, .hidden = 5,
                                      .layers = 2, .horizon = 2};
   gradcheck("series", series, 5, 2, 0.0f);
+  /* model.layer_norm (kernels/cpu/lstm_ln_cpu.h): every gain and shift too */
+  text.layers = 2;
+  text.layer_norm = wide.layer_norm = series.layer_norm = 1;
+  gradcheck("text LN", text, 4, 3, 0.0f);
+  gradcheck("series LN", series, 5, 2, 0.0f);
+  gradcheck("text LN H32 (packed recurrence)+dropout", wide, 2, 9, 0.2f);
 }

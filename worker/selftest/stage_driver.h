@@ -43,7 +43,7 @@ static inline double stage_run(const struct lstmd_model *m, const struct lstmd_b
     const struct lstmd_stage st = {layer, r->stage_layers[s], s == 0, s == S - 1};
     for (int i = 0; i < st.layers; i++) {
       const int l = layer + i;
-      const float *w_hh = m->params + m->tensors[(m->shape.kind == LSTMD_MODEL_TEXT) + 4 * l + 1].offset;
+      const float *w_hh = m->params + m->tensors[lstmd_layer_first_tensor(&m->shape, l) + 1].offset;
       if (lstmd_cpu_recur_fast(H)) { /* the packed recurrence, as the engine runs it */
         const size_t bytes = (lstmd_cpu_pack_floats(4 * H, H) * sizeof(float) + 63) / 64 * 64;
         packs[2 * l] = aligned_alloc(64, bytes);

@@ -137,6 +137,18 @@ static int build(struct run *r) {
   }
   if (backend == LSTMD_DEVICE_CPU && cfg->precision != LSTMD_PRECISION_FP32 && r->rank == 0)
     lstmd_errorf("train.precision applies to the GPU backend; the CPU backend trains in fp32");
+  /* The layer-normalised LSTM has no cuDNN mode, and its GPU path is not wired in yet. */
+  if (cfg->layer_norm && backend == LSTMD_DEVICE_CUDA) {
+    if (cfg->device == LSTMD_DEVICE_CUDA) { /* the same verdict on every rank */
+      lstmd_errorf("model.layer_norm: the layer-normalised LSTM runs on the CPU backend only so "
+                   "far (cuDNN has no such mode; its GPU path is not built) (train.device=cuda)");
+      return LSTMD_ECONFIG;
+    }
+    if (r->rank == 0)
+      lstmd_errorf("device auto: model.layer_norm is set, and the layer-normalised LSTM runs on "
+                   "the CPU backend only so far; using it");
+    backend = LSTMD_DEVICE_CPU;
+  }
   /* data.window_norm=mean scales each window: the GPU engine's validation loss would be in the
    * scaled units, not the forecast's (lstmd_evaluate undoes the scale on the CPU). */
   if (cfg->window_norm == LSTMD_WNORM_MEAN && backend == LSTMD_DEVICE_CUDA) {
@@ -154,7 +166,8 @@ static int build(struct run *r) {
   if (r->train.info.kind == LSTMD_DATASET_SERIES) /* text ignores both keys */
     r->train.tf = r->val.tf = (struct lstmd_series_tf){cfg->series_target, cfg->window_norm};
   const struct lstmd_dataset_info *info = &r->train.info;
-  struct lstmd_model_shape shape = {.hidden = cfg->hidden, .layers = cfg->layers};
+  struct lstmd_model_shape shape = {.hidden = cfg->hidden, .layers = cfg->layers,
+                                    .layer_norm = cfg->layer_norm};
   if (info->kind == LSTMD_DATASET_TEXT) {
     shape.kind = LSTMD_MODEL_TEXT;
     shape.vocab = info->vocab_size;
