@@ -4,7 +4,8 @@
 # and two under mpirun), cuda exits 2 naming the reason, and --version says what is compiled in.
 # With a GPU: auto and cuda train on it in fp32, tf32, bf16 and fp16 (metrics.jsonl carries the
 # loss scale), and a GPU checkpoint resumes on the CPU and a CPU one on the GPU. Either way,
-# model.layer_norm with cuda exits 2 naming the key (no GPU path yet) and with auto trains on the CPU.
+# model.layer_norm with cuda in bf16 or with dropout exits 2 naming the key (its GPU path is fp32
+# without dropout) and with auto trains on the CPU.
 set -u
 LSTMD=$(realpath "${1:?usage: test_train_device.sh LSTMD_BINARY SOURCE_DIR [MPIEXEC]}")
 SRC=$(realpath "${2:?}")
@@ -74,15 +75,17 @@ else # a GPU: train on it in every precision, and move checkpoints between the b
     && grep -q "resumed from" "$TMP/resume_gpu.log" && ok "a CPU checkpoint resumes on the GPU" \
     || { bad "CPU checkpoint did not resume on the GPU"; cat "$TMP/resume_gpu.log"; }
 fi
-# model.layer_norm has no GPU path yet (with or without a GPU): cuda is refused before any device
-# is touched, exit 2 naming the key; auto trains it on the CPU.
-(cd "$TMP" && "$LSTMD" train "${common[@]}" --set model.layer_norm=true --set train.device=cuda \
-   --set train.run_dir=ln_cuda 2> ln_cuda.log >/dev/null)
-rc=$?
-[ $rc -eq 2 ] && grep -q "^lstmd: model.layer_norm: .*GPU path is not built.*(train.device=cuda)$" "$TMP/ln_cuda.log" \
-  && [ ! -e "$TMP/ln_cuda/latest.safetensors" ] \
-  && ok "layer_norm with train.device=cuda: exit 2, nothing written: $(grep '^lstmd: model.layer_norm' "$TMP/ln_cuda.log")" \
-  || { bad "layer_norm with train.device=cuda: exit $rc (want 2 naming model.layer_norm)"; cat "$TMP/ln_cuda.log"; }
+# model.layer_norm's GPU path is fp32/tf32 without dropout (with or without a GPU): bf16 or dropout
+# with cuda is refused before any device is touched, exit 2 naming the key; auto trains on the CPU.
+for extra in "train.precision=bf16" "model.dropout=0.1"; do
+  (cd "$TMP" && "$LSTMD" train "${common[@]}" --set model.layer_norm=true --set train.device=cuda \
+     --set "$extra" --set train.run_dir=ln_cuda 2> ln_cuda.log >/dev/null)
+  rc=$?
+  [ $rc -eq 2 ] && grep -q "^lstmd: model.layer_norm: the layer-normalised LSTM on the GPU .*(train.device=cuda)$" "$TMP/ln_cuda.log" \
+    && [ ! -e "$TMP/ln_cuda/latest.safetensors" ] \
+    && ok "layer_norm and $extra with train.device=cuda: exit 2, nothing written: $(grep '^lstmd: model.layer_norm' "$TMP/ln_cuda.log")" \
+    || { bad "layer_norm and $extra with train.device=cuda: exit $rc (want 2 naming model.layer_norm)"; cat "$TMP/ln_cuda.log"; }
+done
 (cd "$TMP" && "$LSTMD" train "${common[@]}" --set model.layer_norm=true --set train.run_dir=ln_auto \
    2> ln_auto.log >/dev/null)
 rc=$?

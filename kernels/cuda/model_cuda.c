@@ -22,7 +22,10 @@
  *    before it and could be overwritten by it. The stream is synchronised before create returns.
  * 3. Regions carved from one allocation (h and c in each state buffer, in the fp32 staging)
  *    start at 256-byte offsets: with 16-bit data and L·B·H odd, c right after h would be only
- *    2-byte aligned. */
+ *    2-byte aligned.
+ * 4. Layer normalisation (layout.layer_norm): cuDNN has no such mode, so the LSTM is
+ *    lstm_ln_cuda.h's stack, which reads the flat fp32 parameters directly and adds its weight
+ *    gradients straight into the flat gradients (no weight space to load or flush); fp32 only. */
 #define _GNU_SOURCE
 #include "model_cuda.h"
 
@@ -45,6 +48,7 @@ struct lstmd_cuda_model {
   cublasHandle_t blas;
   cudnnHandle_t dnn;
   struct lstmd_cudnn_lstm *lstm;
+  struct lstmd_cuda_ln_lstm *ln; /* layer_norm: instead of lstm (see 4.) */
   struct lstmd_cuda_lstm_choice choice; /* the set-up in use */
   double trial_ms;
   struct lstmd_cuda_segment *segs; /* device [16·L]: flat master → cuDNN weight space */
@@ -327,6 +331,19 @@ static int choose_lstm(struct lstmd_cuda_model *m) {
   return lstmd_cudnn_lstm_zero_dweights(m->lstm);
 }
 
+/* The layer-normalised stack (see 4.). */
+static int create_ln(struct lstmd_cuda_model *m) {
+  const struct lstmd_cuda_model_layout *l = &m->cfg.layout;
+  if (m->cfg.dtype != LSTMD_DT_F32 || m->cfg.dropout > 0.0f) {
+    lstmd_errorf("GPU model: the layer-normalised LSTM runs in fp32/tf32 without dropout only");
+    return LSTMD_EINVAL;
+  }
+  const struct lstmd_cuda_ln_config c = {.input = input_width(l), .hidden = l->hidden,
+                                         .layers = l->layers, .steps = m->cfg.steps,
+                                         .batch = m->cfg.batch, .layer = l->ln};
+  return lstmd_cuda_ln_create(&c, m->blas, &m->ln);
+}
+
 int lstmd_cuda_model_create(const struct lstmd_cuda_model_config *cfg, void *stream,
                             struct lstmd_cuda_model **out) {
   *out = NULL;
@@ -355,9 +372,10 @@ int lstmd_cuda_model_create(const struct lstmd_cuda_model_config *cfg, void *str
                                                           : CUBLAS_DEFAULT_MATH)))
     rc = LSTMD_ECUDA;
   if (!rc) rc = alloc_activations(m);
-  if (!rc) rc = choose_lstm(m);
+  if (!rc && lay->layer_norm) rc = create_ln(m);
+  else if (!rc) rc = choose_lstm(m);
   struct lstmd_cuda_segment *segs = NULL; /* [2][16·L]: flat → weight space, and back */
-  if (!rc) {
+  if (!rc && !lay->layer_norm) {
     segs = malloc(sizeof *segs * 2 * 16 * lay->layers);
     rc = segs ? lstmd_cudnn_lstm_weight_map(m->lstm, lay->off_w_ih, lay->off_w_hh, lay->off_b_ih,
                                             lay->off_b_hh, segs)
@@ -393,6 +411,7 @@ void lstmd_cuda_model_destroy(struct lstmd_cuda_model *m) {
   if (!m) return;
   if (m->stream) cudaStreamSynchronize(m->stream);
   lstmd_cudnn_lstm_destroy(m->lstm);
+  lstmd_cuda_ln_destroy(m->ln);
   for (int i = 0; i < m->n_allocs; i++) cudaFree(m->allocs[i]);
   if (m->blas) cublasDestroy(m->blas);
   if (m->dnn) cudnnDestroy(m->dnn);
@@ -407,15 +426,18 @@ double lstmd_cuda_model_choice(const struct lstmd_cuda_model *m, struct lstmd_cu
 }
 
 size_t lstmd_cuda_model_device_bytes(const struct lstmd_cuda_model *m) {
-  return m->device_bytes + (m->lstm ? lstmd_cudnn_lstm_device_bytes(m->lstm) : 0);
+  return m->device_bytes + (m->lstm ? lstmd_cudnn_lstm_device_bytes(m->lstm) : 0) +
+         (m->ln ? lstmd_cuda_ln_device_bytes(m->ln) : 0);
 }
 
 int lstmd_cuda_model_load_weights(struct lstmd_cuda_model *m, const float *params) {
+  if (m->ln) return LSTMD_OK; /* it reads the flat parameters (see 4.) */
   return lstmd_cuda_copy_segments(m->n_segs, m->segs, m->max_seg, params, LSTMD_DT_F32,
                                   lstmd_cudnn_lstm_weights(m->lstm), m->cfg.dtype, 0, m->stream);
 }
 
 int lstmd_cuda_model_zero_lstm_grads(struct lstmd_cuda_model *m) {
+  if (m->ln) return LSTMD_OK; /* it adds into the flat gradients (see 4.) */
   return lstmd_cudnn_lstm_zero_dweights(m->lstm);
 }
 
@@ -438,7 +460,11 @@ int lstmd_cuda_model_forward(struct lstmd_cuda_model *m, const float *params, fl
   const char *cx = hx ? hx + m->c_off : NULL;
   char *hy = carry_state ? (char *)m->state[1 - m->cur] : NULL;
   char *cy = hy ? hy + m->c_off : NULL;
-  LSTMD_TRY(lstmd_cudnn_lstm_forward(m->lstm, training, x_rnn, m->y_rnn, hx, cx, hy, cy));
+  if (m->ln)
+    LSTMD_TRY(lstmd_cuda_ln_forward(m->ln, params, x_rnn, m->y_rnn, (const float *)hx,
+                                    (const float *)cx, (float *)hy, (float *)cy));
+  else
+    LSTMD_TRY(lstmd_cudnn_lstm_forward(m->lstm, training, x_rnn, m->y_rnn, hx, cx, hy, cy));
   m->bw_x = x_rnn;
   m->bw_hx = hx;
   m->bw_cx = cx;
@@ -496,8 +522,13 @@ int lstmd_cuda_model_backward(struct lstmd_cuda_model *m, const float *params, f
     LSTMD_TRY(lstmd_cuda_cast((size_t)N * H, m->dyf, LSTMD_DT_F32, m->dy16, m->cfg.dtype, m->stream));
     dy = m->dy16;
   }
-  LSTMD_TRY(lstmd_cudnn_lstm_backward(m->lstm, m->bw_x, m->y_rnn, dy, m->dx_rnn, m->bw_hx, m->bw_cx));
-  if (flush) {
+  if (m->ln) { /* its weight gradients go straight into grads (see 4.) */
+    LSTMD_TRY(lstmd_cuda_ln_backward(m->ln, params, grads, m->bw_x, dy, m->dx_rnn));
+    if (ready) LSTMD_TRY(ready(ctx, l->off_w_ih[0]));
+  } else {
+    LSTMD_TRY(lstmd_cudnn_lstm_backward(m->lstm, m->bw_x, m->y_rnn, dy, m->dx_rnn, m->bw_hx, m->bw_cx));
+  }
+  if (flush && !m->ln) {
     LSTMD_TRY(lstmd_cuda_copy_segments(m->n_segs, m->segs_back, m->max_seg,
                                        lstmd_cudnn_lstm_dweights(m->lstm), m->cfg.dtype, grads,
                                        LSTMD_DT_F32, flush == LSTMD_FLUSH_ADD, m->stream));
@@ -531,7 +562,7 @@ int lstmd_cuda_model_eval(struct lstmd_cuda_model *m, const float *params, float
 }
 
 void lstmd_cuda_model_null_seq_lengths(struct lstmd_cuda_model *m, int on) {
-  lstmd_cudnn_lstm_use_null_seq_lengths(m->lstm, on);
+  if (m->lstm) lstmd_cudnn_lstm_use_null_seq_lengths(m->lstm, on);
 }
 
 int lstmd_cuda_model_reset_state(struct lstmd_cuda_model *m) {

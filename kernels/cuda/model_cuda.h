@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "convert_cuda.h"
+#include "lstm_ln_cuda.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,6 +34,9 @@ struct lstmd_cuda_model_layout {
   size_t off_w_ih[LSTMD_CUDA_MAX_LAYERS], off_w_hh[LSTMD_CUDA_MAX_LAYERS];
   size_t off_b_ih[LSTMD_CUDA_MAX_LAYERS], off_b_hh[LSTMD_CUDA_MAX_LAYERS];
   size_t off_head_w, off_head_b;
+  int layer_norm;      /* 1: the layer-normalised LSTM (lstm_ln_cuda.h) instead of cuDNN's: fp32
+                        * only, no dropout; ln[] gives every layer's tensors */
+  struct lstmd_cuda_ln_layer ln[LSTMD_CUDA_MAX_LAYERS];
 };
 
 /* One cuDNN LSTM set-up: what lstmd_cuda_model_create chooses and what it can be told to use. */

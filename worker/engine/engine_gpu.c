@@ -131,12 +131,17 @@ void lstmd_gpu_model_layout(const struct lstmd_model *m, struct lstmd_cuda_model
   l->layers = s->layers;
   l->n_params = m->n_params;
   if (l->text) l->off_embed = m->tensors[0].offset;
-  for (int k = 0; k < s->layers; k++) { /* layer_norm models never get here (train_setup.c) */
-    const int first = lstmd_layer_first_tensor(s, k);
-    l->off_w_ih[k] = m->tensors[first].offset;
-    l->off_w_hh[k] = m->tensors[first + 1].offset;
-    l->off_b_ih[k] = m->tensors[first + 2].offset;
-    l->off_b_hh[k] = m->tensors[first + 3].offset;
+  l->layer_norm = s->layer_norm;
+  for (int k = 0; k < s->layers; k++) {
+    const struct lstmd_tensor *t = &m->tensors[lstmd_layer_first_tensor(s, k)];
+    l->off_w_ih[k] = t[0].offset;
+    l->off_w_hh[k] = t[1].offset;
+    l->off_b_ih[k] = t[2].offset;
+    l->off_b_hh[k] = t[3].offset;
+    if (s->layer_norm) /* lstm.ln_{ih,hh}_{weight,bias}_l{k}, lstm.ln_c_{weight,bias}_l{k} */
+      l->ln[k] = (struct lstmd_cuda_ln_layer){t[0].offset, t[1].offset, t[2].offset, t[3].offset,
+                                              t[4].offset, t[5].offset, t[6].offset, t[7].offset,
+                                              t[8].offset, t[9].offset};
   }
   l->off_head_w = m->tensors[m->n_tensors - 2].offset;
   l->off_head_b = m->tensors[m->n_tensors - 1].offset;
@@ -700,11 +705,16 @@ static void gpu_describe(const struct lstmd_engine *e, char *buf, size_t n) {
   const struct gpu_engine *g = (const struct gpu_engine *)e;
   struct lstmd_cuda_lstm_choice choice;
   const double ms = lstmd_cuda_model_choice(g->cm, &choice);
-  char timing[48] = "";
+  char timing[48] = "", lstm[96];
   if (ms > 0.0) snprintf(timing, sizeof timing, ", %.2f ms per forward+backward", ms);
-  snprintf(buf, n, "GPU %d (%s), %s, cuDNN LSTM algorithm %s%s%s, %.2f GiB on the device; "
+  if (g->mc.layout.layer_norm)
+    snprintf(lstm, sizeof lstm, "layer-normalised LSTM (cuBLAS and fused kernels)");
+  else
+    snprintf(lstm, sizeof lstm, "cuDNN LSTM algorithm %s%s%s", lstmd_rnn_algo_name(choice.algo),
+             choice.packed ? " (packed layout)" : "", timing);
+  snprintf(buf, n, "GPU %d (%s), %s, %s, %.2f GiB on the device; "
            "gradients summed by %s", g->base.cfg.gpu_device, g->device_desc, precision_name(g->base.cfg.precision),
-           lstmd_rnn_algo_name(choice.algo), choice.packed ? " (packed layout)" : "", timing,
+           lstm,
            (double)(lstmd_cuda_model_device_bytes(g->cm) + 4 * g->base.model->n_params * sizeof(float)) /
                (1024.0 * 1024.0 * 1024.0),
            g->nccl ? lstmd_nccl_describe(g->nccl) : "nothing (one rank)");

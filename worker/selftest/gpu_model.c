@@ -7,7 +7,7 @@
  * before any GPU step, then against the CPU-only run), and the
  * validation loss computed on the GPU (inference mode) against the CPU's, pruning through the
  * engine's prune op against the host path, and distillation (a teacher on the device) against
- * the CPU engine's.
+ * the CPU engine's; gradients and carried state of layer-normalised models (lstm_ln_cuda.h).
  * Run by `lstmd selftest --gpu` (gpu_selftest.c) on device 0. */
 #define _GNU_SOURCE
 #include <cuda_runtime.h>
@@ -37,10 +37,14 @@ static unsigned long long g_seed = 77;
 
 /* ---- fixtures ---- */
 
+/* 1: the models below are layer-normalised (model.layer_norm), their gains and shifts drawn
+ * around 1 and 0 so that a gain mistaken for 1 shows. */
+static int g_layer_norm;
+
 static struct lstmd_model *make_model(int text, int hidden, int layers, uint64_t seed) {
   struct lstmd_model_shape s = {.kind = text ? LSTMD_MODEL_TEXT : LSTMD_MODEL_SERIES,
                                 .vocab = 11, .embed = 6, .width = 3, .horizon = 2,
-                                .hidden = hidden, .layers = layers};
+                                .hidden = hidden, .layers = layers, .layer_norm = g_layer_norm};
   if (!text) s.vocab = s.embed = 0;
   else s.width = s.horizon = 0;
   struct lstmd_model *m = NULL;
@@ -48,7 +52,18 @@ static struct lstmd_model *make_model(int text, int hidden, int layers, uint64_t
   struct lstmd_rng rng;
   lstmd_rng_seed(&rng, seed, 1);
   lstmd_model_init_params(m, &rng);
+  for (int t = 0; g_layer_norm && t < m->n_tensors; t++) {
+    const struct lstmd_tensor *x = &m->tensors[t];
+    if (strncmp(x->name, "lstm.ln_", 8)) continue;
+    const int gain = strstr(x->name, "_weight_") != NULL;
+    for (size_t i = 0; i < x->count; i++)
+      m->params[x->offset + i] = (float)(gain + selftest_uniform(&g_seed, gain ? 0.3 : 0.2));
+  }
   return m;
+}
+
+static const char *kind_name(int text) {
+  return text ? (g_layer_norm ? "text LN" : "text") : (g_layer_norm ? "series LN" : "series");
 }
 
 static struct lstmd_model *clone_model(const struct lstmd_model *m) {
@@ -190,7 +205,7 @@ static void test_gradients(int text, int dtype, int algo) {
   struct gpu_fixture f;
   char what[160];
   int rc = gpu_fixture_open(&f, m, dtype, algo);
-  snprintf(what, sizeof what, "%s %s algo %s: GPU model built", text ? "text" : "series",
+  snprintf(what, sizeof what, "%s %s algo %s: GPU model built", kind_name(text),
            dtype_name(dtype), algo < 0 ? "auto" : lstmd_rnn_algo_name(algo));
   if (rc == LSTMD_EUNSUPPORTED && algo > 0) {
     lstmd_check_skip(what, "cuDNN does not support it here");
@@ -242,7 +257,8 @@ static void test_carried_state(int dtype, int hidden, int layers) {
   const double tol = dtype == LSTMD_DT_F32 ? 1e-4 : 2e-2;
   char what[160];
   struct gpu_fixture f;
-  snprintf(what, sizeof what, "carried state %s, L·B·H = %d·%d·%d: GPU model built", dtype_name(dtype),
+  snprintf(what, sizeof what, "carried state %s%s, L·B·H = %d·%d·%d: GPU model built",
+           g_layer_norm ? "LN " : "", dtype_name(dtype),
            layers, B, hidden);
   if (gpu_fixture_open(&f, m, dtype, LSTMD_RNN_STANDARD)) {
     lstmd_check_true(what, 0);
@@ -885,6 +901,11 @@ void lstmd_selftest_gpu_model(void) {
   test_gradients(1, LSTMD_DT_BF16, -1);
   test_gradients(0, LSTMD_DT_BF16, -1);
   test_gradients(1, LSTMD_DT_F16, -1);
+  g_layer_norm = 1; /* the layer-normalised LSTM (lstm_ln_cuda.h): fp32 only */
+  test_gradients(1, LSTMD_DT_F32, -1);
+  test_gradients(0, LSTMD_DT_F32, -1);
+  test_carried_state(LSTMD_DT_F32, 16, 2);
+  g_layer_norm = 0;
   test_carried_state(LSTMD_DT_F32, 16, 2);
   test_carried_state(LSTMD_DT_BF16, 15, 3); /* L·B·H = 225: odd */
   test_carried_state(LSTMD_DT_F16, 15, 1);  /* 75 */

@@ -127,6 +127,18 @@ static int check_sampling(const struct run *r) {
 
 static int build(struct run *r) {
   const struct lstmd_train_config *cfg = r->cfg;
+  const char *ln_gpu_why = !cfg->layer_norm ? NULL
+                           : cfg->precision == LSTMD_PRECISION_FP16 ||
+                                   cfg->precision == LSTMD_PRECISION_BF16
+                               ? "runs in fp32 or tf32 only (train.precision)"
+                           : cfg->dropout > 0.0f ? "has no dropout between layers yet (model.dropout)"
+                           : cfg->stages > 1     ? "has no pipeline stages yet (model.stages)"
+                                                 : NULL;
+  if (ln_gpu_why && cfg->device == LSTMD_DEVICE_CUDA) { /* the same verdict on every rank */
+    lstmd_errorf("model.layer_norm: the layer-normalised LSTM on the GPU %s (train.device=cuda)",
+                 ln_gpu_why);
+    return LSTMD_ECONFIG;
+  }
   /* Before anything a rank can fail at alone: the choice is collective (device_select.h). */
   int backend, gpu;
   LSTMD_TRY(lstmd_device_choose(cfg->device, r->comm, &backend, &gpu));
@@ -137,16 +149,11 @@ static int build(struct run *r) {
   }
   if (backend == LSTMD_DEVICE_CPU && cfg->precision != LSTMD_PRECISION_FP32 && r->rank == 0)
     lstmd_errorf("train.precision applies to the GPU backend; the CPU backend trains in fp32");
-  /* The layer-normalised LSTM has no cuDNN mode, and its GPU path is not wired in yet. */
-  if (cfg->layer_norm && backend == LSTMD_DEVICE_CUDA) {
-    if (cfg->device == LSTMD_DEVICE_CUDA) { /* the same verdict on every rank */
-      lstmd_errorf("model.layer_norm: the layer-normalised LSTM runs on the CPU backend only so "
-                   "far (cuDNN has no such mode; its GPU path is not built) (train.device=cuda)");
-      return LSTMD_ECONFIG;
-    }
+  /* The layer-normalised LSTM's GPU path (kernels/cuda/lstm_ln_cuda.h) is fp32/tf32 only, with
+   * no dropout and no pipeline stages yet. */
+  if (ln_gpu_why && backend == LSTMD_DEVICE_CUDA) {
     if (r->rank == 0)
-      lstmd_errorf("device auto: model.layer_norm is set, and the layer-normalised LSTM runs on "
-                   "the CPU backend only so far; using it");
+      lstmd_errorf("device auto: model.layer_norm on the GPU %s; using the CPU backend", ln_gpu_why);
     backend = LSTMD_DEVICE_CPU;
   }
   /* data.window_norm=mean scales each window: the GPU engine's validation loss would be in the
