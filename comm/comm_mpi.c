@@ -140,40 +140,6 @@ void lstmd_comm_abort(struct lstmd_comm *c, int exit_code) {
   _exit(exit_code); /* MPI_Abort should not return */
 }
 
-int lstmd_comm_split(struct lstmd_comm *c, int color, int key, struct lstmd_comm **out) {
-  *out = NULL;
-  MPI_Comm w = MPI_COMM_NULL, g = MPI_COMM_NULL;
-  LSTMD_CHECK_MPI(MPI_Comm_split(c->world, color < 0 ? MPI_UNDEFINED : color, key, &w));
-  if (w == MPI_COMM_NULL) return LSTMD_OK; /* color < 0: this rank joins none */
-  int rc = LSTMD_OK;
-  if (LSTMD_MPI_FAILED(MPI_Comm_set_errhandler(w, MPI_ERRORS_RETURN)) ||
-      LSTMD_MPI_FAILED(MPI_Comm_dup(w, &g)) ||
-      LSTMD_MPI_FAILED(MPI_Comm_set_errhandler(g, MPI_ERRORS_RETURN)))
-    rc = LSTMD_ECOMM;
-  struct lstmd_comm *s = rc ? NULL : calloc(1, sizeof *s); /* after the collectives (4) */
-  if (!rc && !s) rc = LSTMD_ENOMEM;
-  if (!rc && (LSTMD_MPI_FAILED(MPI_Comm_rank(w, &s->rank)) ||
-              LSTMD_MPI_FAILED(MPI_Comm_size(w, &s->size))))
-    rc = LSTMD_ECOMM;
-  if (rc) {
-    if (rc == LSTMD_ENOMEM) lstmd_errorf("out of memory for a sub-communicator");
-    free(s);
-    if (g != MPI_COMM_NULL) MPI_Comm_free(&g);
-    MPI_Comm_free(&w);
-    return rc;
-  }
-  s->world = w;
-  s->grads = g;
-  s->world_rank = c->world_rank;
-  s->local = MPI_COMM_NULL;
-  s->local_rank = c->local_rank;
-  s->local_size = c->local_size;
-  s->is_sub = 1;
-  memcpy(s->host, c->host, sizeof s->host);
-  *out = s;
-  return LSTMD_OK;
-}
-
 /* A sub-communicator struct around w (already made, MPI_ERRORS_RETURN to be set here) with its
  * own duplicate for a reducer; collectives over w first, the allocation after (rationale 4). */
 static int wrap_sub(struct lstmd_comm *c, MPI_Comm w, struct lstmd_comm **out) {
@@ -205,6 +171,14 @@ static int wrap_sub(struct lstmd_comm *c, MPI_Comm w, struct lstmd_comm **out) {
   memcpy(s->host, c->host, sizeof s->host);
   *out = s;
   return LSTMD_OK;
+}
+
+int lstmd_comm_split(struct lstmd_comm *c, int color, int key, struct lstmd_comm **out) {
+  *out = NULL;
+  MPI_Comm w = MPI_COMM_NULL;
+  LSTMD_CHECK_MPI(MPI_Comm_split(c->world, color < 0 ? MPI_UNDEFINED : color, key, &w));
+  if (w == MPI_COMM_NULL) return LSTMD_OK; /* color < 0: this rank joins none */
+  return wrap_sub(c, w, out);
 }
 
 int lstmd_comm_dup(struct lstmd_comm *c, struct lstmd_comm **out) {

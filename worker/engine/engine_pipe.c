@@ -93,31 +93,6 @@ static struct pipe_engine *pipe_of(struct lstmd_engine *e) { return (struct pipe
 
 /* ---- set-up ---- */
 
-static int alloc_windows(struct pipe_engine *p) {
-  const struct lstmd_model_shape *sh = &p->base.model->shape;
-  const size_t N = (size_t)p->g.T * p->g.B;
-  p->win = calloc((size_t)p->g.A, sizeof *p->win);
-  p->reset = calloc((size_t)p->g.A, sizeof *p->reset);
-  if (!p->win || !p->reset) return LSTMD_ENOMEM;
-  for (int a = 0; a < p->g.A; a++) {
-    struct lstmd_batch *w = &p->win[a];
-    w->steps = p->g.T;
-    w->batch = p->g.B;
-    if (sh->kind == LSTMD_MODEL_TEXT) {
-      w->ids = calloc(N, sizeof *w->ids);
-      w->targets = calloc(N, sizeof *w->targets);
-      if (!w->ids || !w->targets) return LSTMD_ENOMEM;
-    } else {
-      w->width = sh->width;
-      w->horizon = sh->horizon;
-      w->x = calloc(N * (size_t)sh->width, sizeof *w->x);
-      w->y = calloc(N * (size_t)sh->horizon, sizeof *w->y);
-      if (!w->x || !w->y) return LSTMD_ENOMEM;
-    }
-  }
-  return LSTMD_OK;
-}
-
 static int alloc_slots(struct pipe_engine *p) {
   const size_t msg = (size_t)p->g.T * p->g.b * p->g.H;
   p->slots = calloc((size_t)p->g.P, sizeof *p->slots);
@@ -173,7 +148,7 @@ int lstmd_engine_pipe_create(const struct lstmd_engine *base, struct lstmd_engin
   if (!rc && (!(p->recv_act = calloc((size_t)p->g.U * p->g.K, sizeof *p->recv_act)) ||
               !(p->recv_grad = calloc((size_t)p->g.U * p->g.K, sizeof *p->recv_grad))))
     rc = LSTMD_ENOMEM;
-  if (!rc) rc = alloc_windows(p);
+  if (!rc) rc = lstmd_pipe_windows_alloc(&p->g, &m->shape, &p->win, &p->reset);
   if (!rc) rc = alloc_slots(p);
   if (!rc) rc = lstmd_pool_create(p->n_slices, &p->pool);
   if (!rc && lstmd_cpu_recur_fast(p->g.H)) { /* W_hh packed once per step (model_stage.h) */
@@ -213,14 +188,7 @@ static void pipe_destroy(struct lstmd_engine *e) {
     free(sl->sends);
   }
   free(p->slots);
-  for (int a = 0; p->win && a < p->g.A; a++) {
-    free(p->win[a].ids);
-    free(p->win[a].targets);
-    free(p->win[a].x);
-    free(p->win[a].y);
-  }
-  free(p->win);
-  free(p->reset);
+  lstmd_pipe_windows_free(&p->g, p->win, p->reset);
   for (int c = 1; c < p->n_slices; c++) free(p->grads[c]);
   for (int i = 0; i < 2 * LSTMD_MAX_LAYERS; i++) free(p->packed[i]);
   free(p->state_h);

@@ -139,24 +139,13 @@ static int device(void *pp, size_t bytes, const char *what) {
 static int alloc_host(struct gpipe_engine *p) {
   const struct lstmd_model_shape *sh = &p->base.model->shape;
   const struct lstmd_pipe_grid *g = &p->g;
-  const size_t N = (size_t)g->T * g->B, n = (size_t)g->T * g->b, msg = n * g->H * p->es;
-  p->win = calloc((size_t)g->A, sizeof *p->win);
-  p->reset = calloc((size_t)g->A, sizeof *p->reset);
+  const size_t n = (size_t)g->T * g->b, msg = n * g->H * p->es;
+  LSTMD_TRY(lstmd_pipe_windows_alloc(g, sh, &p->win, &p->reset));
   p->slots = calloc((size_t)g->P, sizeof *p->slots);
   p->recv_act = calloc((size_t)g->U * g->K, sizeof *p->recv_act);
   p->recv_grad = calloc((size_t)g->U * g->K, sizeof *p->recv_grad);
-  if (!p->win || !p->reset || !p->slots || !p->recv_act || !p->recv_grad) return LSTMD_ENOMEM;
+  if (!p->slots || !p->recv_act || !p->recv_grad) return LSTMD_ENOMEM;
   const int text = sh->kind == LSTMD_MODEL_TEXT;
-  for (int a = 0; a < g->A; a++) {
-    struct lstmd_batch *w = &p->win[a];
-    *w = (struct lstmd_batch){.steps = g->T, .batch = g->B, .width = text ? 0 : sh->width,
-                              .horizon = text ? 0 : sh->horizon};
-    if (text && (!(w->ids = calloc(N, sizeof *w->ids)) || !(w->targets = calloc(N, sizeof *w->targets))))
-      return LSTMD_ENOMEM;
-    if (!text && (!(w->x = calloc(N * sh->width, sizeof *w->x)) ||
-                  !(w->y = calloc(N * sh->horizon, sizeof *w->y))))
-      return LSTMD_ENOMEM;
-  }
   for (int i = 0; i < g->P; i++) {
     struct gslot *sl = &p->slots[i];
     struct lstmd_batch *u = &sl->unit;
@@ -257,14 +246,7 @@ static void gp_destroy(struct lstmd_engine *e) {
     if (sl->inputs_copied) cudaEventDestroy(sl->inputs_copied);
   }
   free(p->slots);
-  for (int a = 0; p->win && a < p->g.A; a++) {
-    free(p->win[a].ids);
-    free(p->win[a].targets);
-    free(p->win[a].x);
-    free(p->win[a].y);
-  }
-  free(p->win);
-  free(p->reset);
+  lstmd_pipe_windows_free(&p->g, p->win, p->reset);
   free(p->recv_act);
   free(p->recv_grad);
   if (p->device_ready) { /* cudaFree(NULL) alone would make a context on device 0 */

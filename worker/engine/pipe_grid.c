@@ -71,6 +71,42 @@ void lstmd_pipe_grid_free(struct lstmd_pipe_grid *g) {
   g->ops = NULL;
 }
 
+int lstmd_pipe_windows_alloc(const struct lstmd_pipe_grid *g, const struct lstmd_model_shape *sh,
+                             struct lstmd_batch **win, int **reset) {
+  const size_t N = (size_t)g->T * g->B;
+  *win = calloc((size_t)g->A, sizeof **win);
+  *reset = calloc((size_t)g->A, sizeof **reset);
+  if (!*win || !*reset) return LSTMD_ENOMEM;
+  for (int a = 0; a < g->A; a++) {
+    struct lstmd_batch *w = &(*win)[a];
+    w->steps = g->T;
+    w->batch = g->B;
+    if (sh->kind == LSTMD_MODEL_TEXT) {
+      w->ids = calloc(N, sizeof *w->ids);
+      w->targets = calloc(N, sizeof *w->targets);
+      if (!w->ids || !w->targets) return LSTMD_ENOMEM;
+    } else {
+      w->width = sh->width;
+      w->horizon = sh->horizon;
+      w->x = calloc(N * (size_t)sh->width, sizeof *w->x);
+      w->y = calloc(N * (size_t)sh->horizon, sizeof *w->y);
+      if (!w->x || !w->y) return LSTMD_ENOMEM;
+    }
+  }
+  return LSTMD_OK;
+}
+
+void lstmd_pipe_windows_free(const struct lstmd_pipe_grid *g, struct lstmd_batch *win, int *reset) {
+  for (int a = 0; win && a < g->A; a++) {
+    free(win[a].ids);
+    free(win[a].targets);
+    free(win[a].x);
+    free(win[a].y);
+  }
+  free(win);
+  free(reset);
+}
+
 void lstmd_pipe_describe_item(char *buf, size_t n, const struct lstmd_pipe_grid *g, int dir,
                               int u, int k, const char *from_to, int peer_stage) {
   snprintf(buf, n, "%s of unit %d chunk %d %s stage %d (rank %d)",

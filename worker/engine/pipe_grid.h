@@ -38,6 +38,12 @@ struct lstmd_pipe_grid {
 int lstmd_pipe_grid_init(struct lstmd_pipe_grid *g, const struct lstmd_engine *base);
 void lstmd_pipe_grid_free(struct lstmd_pipe_grid *g);
 
+/* The step's A host windows of B columns ([T,B] ids/targets, or [T,B,W] x and [T,B,K] y), and
+ * their reset flags: 0 or LSTMD_ENOMEM (free what was made with lstmd_pipe_windows_free). */
+int lstmd_pipe_windows_alloc(const struct lstmd_pipe_grid *g, const struct lstmd_model_shape *sh,
+                             struct lstmd_batch **win, int **reset);
+void lstmd_pipe_windows_free(const struct lstmd_pipe_grid *g, struct lstmd_batch *win, int *reset);
+
 /* Index of layer l's first tensor (lstm.weight_ih_l{l}); l = L gives the head's. */
 int lstmd_pipe_first_tensor_of_layer(const struct lstmd_model *m, int l);
 

@@ -106,18 +106,8 @@ static double targets_of(const struct lstmd_model *m, int steps, int batch) {
   return (double)steps * batch * (m->shape.kind == LSTMD_MODEL_TEXT ? 1 : m->shape.horizon);
 }
 
-/* ‖a − b‖ / ‖b‖ over n values. */
-static double rel_err(const float *a, const float *b, size_t n) {
-  double d = 0.0, r = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-    r += (double)b[i] * b[i];
-  }
-  return r > 0.0 ? sqrt(d / r) : sqrt(d);
-}
-
 static void check_rel(const char *what, const float *got, const float *ref, size_t n, double tol) {
-  double e = rel_err(got, ref, n);
+  double e = selftest_rel_err(got, ref, n);
   char line[256];
   snprintf(line, sizeof line, "%.160s (rel %.2e < %.0e)", what, e, tol);
   lstmd_check_true(line, e < tol);

@@ -55,16 +55,6 @@ static void fill_batch(struct lstmd_batch *b, const struct lstmd_model *m) {
   for (size_t i = 0; b->y && i < N * s->horizon; i++) b->y[i] = (float)selftest_uniform(&g_seed, 1.0);
 }
 
-/* ‖a − b‖ / ‖b‖. */
-static double rel_err(const float *a, const float *b, size_t n) {
-  double d = 0.0, r = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-    r += (double)b[i] * b[i];
-  }
-  return r > 0.0 ? sqrt(d / r) : sqrt(d);
-}
-
 struct case_spec {
   int text, stages, chunks, dtype, units;
   int split[kMaxStages];
@@ -289,7 +279,7 @@ static void run_case(const struct case_spec *c) {
   double worst = 0.0;
   const char *worst_name = "";
   for (int t = 0; t < m->n_tensors; t++) {
-    const double e = rel_err(grads + m->tensors[t].offset, m->grads + m->tensors[t].offset,
+    const double e = selftest_rel_err(grads + m->tensors[t].offset, m->grads + m->tensors[t].offset,
                              m->tensors[t].count);
     if (!(e <= worst)) {
       worst = e;
@@ -299,7 +289,7 @@ static void run_case(const struct case_spec *c) {
   snprintf(what, sizeof what, "%s: every gradient tensor (worst %s rel %.1e < %.0e)", name,
            worst_name, worst, tol);
   lstmd_check_true(what, worst < tol);
-  const double eh = rel_err(hs, h1, S), ec = rel_err(cs, c1, S);
+  const double eh = selftest_rel_err(hs, h1, S), ec = selftest_rel_err(cs, c1, S);
   snprintf(what, sizeof what, "%s: final state (h rel %.1e, c rel %.1e < %.0e)", name, eh, ec, tol);
   lstmd_check_true(what, eh < tol && ec < tol);
   free(grads);

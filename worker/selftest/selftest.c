@@ -88,3 +88,12 @@ float *selftest_rand_floats(unsigned long long *state, size_t n, double scale, d
   }
   return x;
 }
+
+double selftest_rel_err(const float *a, const float *b, size_t n) {
+  double d = 0.0, r = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    r += (double)b[i] * b[i];
+  }
+  return r > 0.0 ? sqrt(d / r) : sqrt(d);
+}

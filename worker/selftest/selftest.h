@@ -50,5 +50,7 @@ static inline double selftest_uniform(unsigned long long *state, double scale) {
 }
 /* n floats uniform in [-scale, scale] (malloc'd); copy (may be NULL) gets them as doubles. */
 float *selftest_rand_floats(unsigned long long *state, size_t n, double scale, double *copy);
+/* ‖a − b‖ / ‖b‖ over n values (‖a − b‖ when b is all zeros), in double. */
+double selftest_rel_err(const float *a, const float *b, size_t n);
 
 #endif
