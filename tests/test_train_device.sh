@@ -86,11 +86,21 @@ for extra in "train.precision=bf16" "model.dropout=0.1"; do
     && ok "layer_norm and $extra with train.device=cuda: exit 2, nothing written: $(grep '^lstmd: model.layer_norm' "$TMP/ln_cuda.log")" \
     || { bad "layer_norm and $extra with train.device=cuda: exit $rc (want 2 naming model.layer_norm)"; cat "$TMP/ln_cuda.log"; }
 done
-(cd "$TMP" && "$LSTMD" train "${common[@]}" --set model.layer_norm=true --set train.run_dir=ln_auto \
-   2> ln_auto.log >/dev/null)
+# auto with dropout (which the GPU path lacks) trains on the CPU: with a GPU it says why
+(cd "$TMP" && "$LSTMD" train "${common[@]}" --set model.layer_norm=true --set model.dropout=0.1 \
+   --set train.run_dir=ln_auto 2> ln_auto.log >/dev/null)
 rc=$?
 [ $rc -eq 0 ] && grep -q "compute: CPU" "$TMP/ln_auto.log" && [ -s "$TMP/ln_auto/latest.safetensors" ] \
-  && ok "layer_norm with train.device=auto: trains on the CPU" \
-  || { bad "layer_norm with auto: exit $rc"; cat "$TMP/ln_auto.log"; }
+  && { [ "$n_auto" -gt 0 ] || grep -q "device auto: model.layer_norm on the GPU .*; using the CPU backend" "$TMP/ln_auto.log"; } \
+  && ok "layer_norm and dropout with train.device=auto: trains on the CPU" \
+  || { bad "layer_norm and dropout with auto: exit $rc"; cat "$TMP/ln_auto.log"; }
+if [ "$n_auto" -eq 0 ]; then # a GPU: fp32 without dropout trains there (kernels/cuda/lstm_ln_cuda.cu)
+  (cd "$TMP" && "$LSTMD" train "${common[@]}" --set model.layer_norm=true --set train.device=cuda \
+     --set train.run_dir=ln_gpu 2> ln_gpu.log >/dev/null)
+  rc=$?
+  [ $rc -eq 0 ] && grep -q "compute: .*layer-normalised" "$TMP/ln_gpu.log" \
+    && ok "layer_norm with train.device=cuda (fp32): $(grep 'compute:' "$TMP/ln_gpu.log")" \
+    || { bad "layer_norm with train.device=cuda: exit $rc"; cat "$TMP/ln_gpu.log"; }
+fi
 echo "test_train_device: $fails failure(s)"
 [ $fails -eq 0 ]

@@ -334,7 +334,7 @@ static int choose_lstm(struct lstmd_cuda_model *m) {
 /* The layer-normalised stack (see 4.). */
 static int create_ln(struct lstmd_cuda_model *m) {
   const struct lstmd_cuda_model_layout *l = &m->cfg.layout;
-  if (m->cfg.dtype != LSTMD_DT_F32 || m->cfg.dropout > 0.0f) {
+  if (m->cfg.dtype != LSTMD_DT_F32 || (m->cfg.dropout > 0.0f && l->layers > 1)) {
     lstmd_errorf("GPU model: the layer-normalised LSTM runs in fp32/tf32 without dropout only");
     return LSTMD_EINVAL;
   }
@@ -381,7 +381,7 @@ int lstmd_cuda_model_create(const struct lstmd_cuda_model_config *cfg, void *str
                                             lay->off_b_hh, segs)
               : LSTMD_ENOMEM;
   }
-  if (!rc) {
+  if (!rc && !lay->layer_norm) { /* the layer-normalised stack has no weight space (see 4.) */
     m->n_segs = 16 * lay->layers;
     struct lstmd_cuda_segment *back = segs + m->n_segs;
     for (int i = 0; i < m->n_segs; i++) { /* the same pieces, weight space → flat */

@@ -275,6 +275,10 @@ static int make_stage(struct gpipe_engine *p) {
       .dtype = p->dtype, .allow_tf32 = cfg->precision == LSTMD_PRECISION_TF32,
       .dropout = cfg->dropout, .seed = cfg->seed * 1000003ULL + (unsigned)p->base.rank};
   lstmd_gpu_model_layout(p->base.model, &sc.layout);
+  if (sc.layout.layer_norm) { /* train_setup.c refuses it; the stages run cuDNN's plain LSTM */
+    lstmd_errorf("GPU pipeline: the layer-normalised LSTM has no pipeline stages on the GPU");
+    return LSTMD_EUNSUPPORTED;
+  }
   LSTMD_TRY(lstmd_cuda_stage_create(&sc, p->stream, &p->cs));
   if (p->fp16) lstmd_cuda_stage_scale_gradients_by(p->cs, &p->d_state->scaler.scale);
   return LSTMD_OK;

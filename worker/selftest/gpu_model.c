@@ -895,6 +895,7 @@ void lstmd_selftest_gpu_model(void) {
   test_gradients(1, LSTMD_DT_F32, -1);
   test_gradients(0, LSTMD_DT_F32, -1);
   test_carried_state(LSTMD_DT_F32, 16, 2);
+  test_carried_state(LSTMD_DT_F32, 80, 3); /* rows longer than a block, 3 layers' gradients */
   g_layer_norm = 0;
   test_carried_state(LSTMD_DT_F32, 16, 2);
   test_carried_state(LSTMD_DT_BF16, 15, 3); /* L·B·H = 225: odd */

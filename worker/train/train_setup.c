@@ -131,7 +131,8 @@ static int build(struct run *r) {
                            : cfg->precision == LSTMD_PRECISION_FP16 ||
                                    cfg->precision == LSTMD_PRECISION_BF16
                                ? "runs in fp32 or tf32 only (train.precision)"
-                           : cfg->dropout > 0.0f ? "has no dropout between layers yet (model.dropout)"
+                           : cfg->dropout > 0.0f && cfg->layers > 1
+                               ? "has no dropout between layers yet (model.dropout)"
                            : cfg->stages > 1     ? "has no pipeline stages yet (model.stages)"
                                                  : NULL;
   if (ln_gpu_why && cfg->device == LSTMD_DEVICE_CUDA) { /* the same verdict on every rank */
