@@ -170,6 +170,14 @@ static int build(struct run *r) {
     backend = LSTMD_DEVICE_CPU;
   }
   LSTMD_TRY(lstmd_dataset_open_dir(cfg->data_path, &r->train, &r->val, r->rank == 0));
+  if (r->train.info.kind == LSTMD_DATASET_CLASSIFY) {
+    /* `lstmd prepare classify` datasets exist before the trainer's classification model does:
+     * refuse them cleanly rather than read records as tokens. Every rank reads the same header. */
+    if (r->rank == 0)
+      lstmd_errorf("data.path: %s is a classify dataset; lstmd train does not train sequence "
+                   "classifiers yet (README.md, Sequence classification)", cfg->data_path);
+    return LSTMD_ECONFIG;
+  }
   if (r->train.info.kind == LSTMD_DATASET_SERIES) /* text ignores both keys */
     r->train.tf = r->val.tf = (struct lstmd_series_tf){cfg->series_target, cfg->window_norm};
   const struct lstmd_dataset_info *info = &r->train.info;
