@@ -7,7 +7,8 @@
 #  2. the same file twice gives the same bytes (the shuffle has a fixed seed);
 #  3. bad lines exit 2 naming FILE:LINE and leave no output folder; a record whose label id is
 #     out of range (payload CRC recomputed) is refused by the reader's verify;
-#  4. `lstmd train` on a classify dataset exits 2 naming data.path (no classifier in train yet).
+#  4. `lstmd train` on a classify dataset exits 2 naming data.path (no classifier in train yet);
+#     model.bidirectional and model.pool on a text LM or a forecasting series exit 2 naming them.
 set -u
 LSTMD=$(realpath "${1:?usage: test_classify_data.sh LSTMD}")
 export CUDA_VISIBLE_DEVICES= OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -117,6 +118,24 @@ printf '[data]\npath = bad\n[train]\nrun_dir = run\nsteps = 1\n' > bad.ini
 printf '[data]\npath = d\n[train]\nrun_dir = run\nsteps = 1\n' > ok.ini
 "$LSTMD" train --config ok.ini --device cpu > /dev/null 2> err; rc=$?
 [[ $rc == 2 ]] && grep -q "data.path: d is a classify dataset" err || fail "train: $rc $(tail -2 err)"
+
+# model.bidirectional / model.pool: refused for a text LM and for forecasting (exit 2 naming them).
+python3 -c "print('the quick brown fox jumps over the lazy dog. ' * 200, end='')" > lm.txt
+"$LSTMD" prepare text --input lm.txt --out td 2>/dev/null
+python3 -c "
+import math
+print('y,x')
+for i in range(400): print(f'{math.sin(i/5):.4f},{math.cos(i/7):.4f}')" > s.csv
+"$LSTMD" prepare series --input s.csv --target y --out sd 2>/dev/null
+for data in td sd; do
+  printf '[data]\npath = %s\nseq_len = 16\nbatch_size = 4\n[train]\nrun_dir = run_%s\nsteps = 1\n' $data $data > $data.ini
+  for kv in model.bidirectional=true model.pool=max; do
+    "$LSTMD" train --config $data.ini --device cpu --set $kv > /dev/null 2> err; rc=$?
+    [[ $rc == 2 ]] && grep -q "lstmd: ${kv%%=*}: .* $data is a" err || fail "$data $kv: $rc $(tail -1 err)"
+  done
+done
+"$LSTMD" train --config td.ini --device cpu --set model.pool=avg > /dev/null 2> err; rc=$?
+[[ $rc == 2 ]] && grep -q "model.pool: 'avg' is not one of last mean max" err || fail "pool=avg: $rc $(tail -1 err)"
 
 [[ $FAIL == 0 ]] && echo "test_classify_data: all passed"
 exit $FAIL

@@ -178,6 +178,20 @@ static int build(struct run *r) {
                    "classifiers yet (README.md, Sequence classification)", cfg->data_path);
     return LSTMD_ECONFIG;
   }
+  if (cfg->bidirectional || cfg->pool) {
+    /* A reverse direction reads every step of the window: the next token, or the values a
+     * forecast predicts, would be among its inputs. Pooling exists only for classifiers. */
+    if (r->rank == 0)
+      lstmd_errorf("%s: %s; %s is a %s dataset (sequence classification only)",
+                   cfg->bidirectional ? "model.bidirectional" : "model.pool",
+                   cfg->bidirectional ? "a bidirectional LSTM would read the future of the "
+                                        "targets it predicts"
+                                      : "pooling belongs to sequence classifiers",
+                   cfg->data_path,
+                   r->train.info.kind == LSTMD_DATASET_TEXT ? "text (language model)"
+                                                            : "series (forecasting)");
+    return LSTMD_ECONFIG;
+  }
   if (r->train.info.kind == LSTMD_DATASET_SERIES) /* text ignores both keys */
     r->train.tf = r->val.tf = (struct lstmd_series_tf){cfg->series_target, cfg->window_norm};
   const struct lstmd_dataset_info *info = &r->train.info;
