@@ -3,8 +3,9 @@
  *  1. gradcheck: loss and every parameter gradient of the float32 padded-batch path against the
  *     reference's loss and its central differences, for pool = last, mean, max, forward-only and
  *     bidirectional, 2 layers (so layer 1 reads 2H with the reverse direction);
- *  2. masks: a padded batch (random ids past each length) gives the logits and gradients of the
- *     same sequences run one by one at their own lengths (B = 1, T = len);
+ *  2. masks: a padded batch (random ids past each length, a workspace 2 steps longer than the
+ *     longest sequence) gives the logits and gradients of the same sequences run one by one at
+ *     their own lengths (B = 1, T = len);
  *  3. layout: PyTorch's names and shapes (`_reverse`, layer 1 input 2H) and bad batches refused. */
 #include <math.h>
 #include <stdint.h>
@@ -125,7 +126,7 @@ static struct lstmd_model *make_model(int bidirectional, int pool, uint64_t seed
 }
 
 static void fill_batch(struct lstmd_clf_batch *bt, struct lstmd_rng *rng) {
-  for (int t = 0; t < T; t++)
+  for (int t = 0; t < bt->steps; t++)
     for (int b = 0; b < B; b++) bt->ids[t * B + b] = (int32_t)lstmd_rng_below(rng, V); /* padding too */
   for (int b = 0; b < B; b++) {
     bt->lengths[b] = kLen[b];
@@ -183,8 +184,8 @@ static void test_gradcheck(int bidirectional, int pool) {
 /* A padded batch = the same sequences one by one, each at its own length (T = len, B = 1). */
 static void test_masks(int bidirectional, int pool) {
   struct lstmd_model *m = make_model(bidirectional, pool, 31 + pool);
-  struct lstmd_clf_workspace *ws;
-  if (!m || lstmd_clf_workspace_create(m, T, B, &ws)) {
+  struct lstmd_clf_workspace *ws; /* 2 steps longer than the longest sequence: never run */
+  if (!m || lstmd_clf_workspace_create(m, T + 2, B, &ws)) {
     g_failures++;
     return;
   }
@@ -206,7 +207,7 @@ static void test_masks(int bidirectional, int pool) {
       break;
     }
     struct lstmd_clf_batch *o = lstmd_clf_workspace_batch(one);
-    column_ids(bt->ids, b, kLen[b], o->ids);
+    column_ids(bt->ids, b, kLen[b], o->ids); /* [T+2,B] and [T,B] share rows t < T */
     o->lengths[0] = kLen[b];
     o->labels[0] = bt->labels[b];
     lstmd_clf_workspace_set_grads(one, g1);

@@ -21,6 +21,7 @@ struct dir_acts {
 
 struct lstmd_clf_workspace {
   int T, B, D; /* D: directions */
+  int Tc;      /* steps of the current batch: its longest sequence (the arrays' first Tc rows) */
   struct lstmd_clf_batch batch;
   int32_t *rids;          /* [T,B] ids reversed per column (reverse direction's layer-0 input) */
   float *x0;              /* [T,B,E] embedded ids */
@@ -198,9 +199,8 @@ static int check_batch(const struct lstmd_model *m, const struct lstmd_clf_works
 /* Pools y [T,B,DH] over each column's valid steps into ws->pooled [B,DH]. */
 static void pool_forward(const struct lstmd_model_shape *s, struct lstmd_clf_workspace *ws,
                          const float *y) {
-  const int T = ws->T, B = ws->B, H = s->hidden, DH = ws->D * H;
+  const int B = ws->B, H = s->hidden, DH = ws->D * H;
   const int32_t *len = ws->batch.lengths;
-  (void)T;
   for (int b = 0; b < B; b++) {
     float *p = ws->pooled + (size_t)b * DH;
     int32_t *am = ws->argmax + (size_t)b * DH;
@@ -235,7 +235,7 @@ static void pool_forward(const struct lstmd_model_shape *s, struct lstmd_clf_wor
 
 /* dy [T,B,DH] = the pooling's adjoint applied to dpooled (zero at every step pooling skipped). */
 static void pool_backward(const struct lstmd_model_shape *s, struct lstmd_clf_workspace *ws) {
-  const int T = ws->T, B = ws->B, DH = ws->D * s->hidden;
+  const int T = ws->Tc, B = ws->B, DH = ws->D * s->hidden;
   const int32_t *len = ws->batch.lengths;
   memset(ws->dy, 0, (size_t)T * B * DH * sizeof(float));
   for (int b = 0; b < B; b++) {
@@ -256,10 +256,12 @@ static void pool_backward(const struct lstmd_model_shape *s, struct lstmd_clf_wo
 double lstmd_clf_forward(const struct lstmd_model *m, struct lstmd_clf_workspace *ws,
                          float grad_scale) {
   const struct lstmd_model_shape *s = &m->shape;
-  const int T = ws->T, B = ws->B, D = ws->D, H = s->hidden, E = s->embed, C = s->classes;
+  if (check_batch(m, ws)) return NAN;
+  ws->Tc = 1; /* the batch is padded to its longest sequence: steps past it are not run */
+  for (int b = 0; b < ws->B; b++) ws->Tc = ws->batch.lengths[b] > ws->Tc ? ws->batch.lengths[b] : ws->Tc;
+  const int T = ws->Tc, B = ws->B, D = ws->D, H = s->hidden, E = s->embed, C = s->classes;
   const int DH = D * H, N = T * B;
   const int32_t *len = ws->batch.lengths;
-  if (check_batch(m, ws)) return NAN;
   const float *table = m->params + m->tensors[0].offset;
   lstmd_cpu_embedding_forward(N, E, table, ws->batch.ids, ws->x0);
   if (D == 2) { /* the reverse direction's layer-0 input: the ids reversed, then embedded */
@@ -318,7 +320,7 @@ double lstmd_clf_forward(const struct lstmd_model *m, struct lstmd_clf_workspace
 
 void lstmd_clf_backward(const struct lstmd_model *m, struct lstmd_clf_workspace *ws) {
   const struct lstmd_model_shape *s = &m->shape;
-  const int T = ws->T, B = ws->B, D = ws->D, H = s->hidden, E = s->embed, C = s->classes;
+  const int T = ws->Tc, B = ws->B, D = ws->D, H = s->hidden, E = s->embed, C = s->classes;
   const int DH = D * H, N = T * B;
   const int32_t *len = ws->batch.lengths;
   const struct lstmd_tensor *hw = &m->tensors[m->n_tensors - 2], *hb = &m->tensors[m->n_tensors - 1];

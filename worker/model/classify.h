@@ -1,6 +1,7 @@
 /* classify.h — sequence classification on the CPU backend: the forward and backward of a
  * LSTMD_MODEL_CLASSIFY model (model.h) over a padded batch of whole sequences.
- *   ids [T,B] (padded to T; what is past a sequence's length is never read into its result)
+ *   ids [T,B] (padded to T; what is past a sequence's length is never read into its result,
+ *   and steps past the batch's longest sequence are not run)
  *   → embed.weight → L LSTM layers, each with a reverse direction when bidirectional
  *   → pool (last | mean | max) over each sequence's valid steps → head → softmax cross-entropy.
  * The reverse direction of sequence b reads its steps len_b−1 … 0, so padding never enters it:
@@ -44,5 +45,28 @@ double lstmd_clf_forward(const struct lstmd_model *m, struct lstmd_clf_workspace
                          float grad_scale);
 /* Backward after a forward with grad_scale != 0: accumulates (+=) the parameter gradients. */
 void lstmd_clf_backward(const struct lstmd_model *m, struct lstmd_clf_workspace *ws);
+
+/* ---- whole splits (classify_eval.c) ---- */
+
+struct lstmd_dataset;
+
+/* What `lstmd eval` reports for a classifier, over every sequence of a split. */
+struct lstmd_clf_eval {
+  double loss;        /* mean cross-entropy per sequence, nats */
+  uint64_t sequences; /* scored */
+  uint64_t correct;   /* whose most probable class is the label */
+  int classes;
+  uint64_t confusion[LSTMD_MAX_CLASSES][LSTMD_MAX_CLASSES]; /* [label][predicted] counts */
+};
+
+/* Scores every sequence of ds (a classify split of m's vocabulary and classes) in batches of B.
+ * Returns 0 or a status after printing why (a corrupt record, out of memory). */
+int lstmd_clf_evaluate(const struct lstmd_model *m, const struct lstmd_dataset *ds, int B,
+                       struct lstmd_clf_eval *res);
+
+/* Class probabilities of one sequence of n token ids (< vocab): probs [C]. Uses a workspace of
+ * (T = n, B = 1) the caller made with lstmd_clf_workspace_create, or one of larger T. */
+int lstmd_clf_predict(const struct lstmd_model *m, struct lstmd_clf_workspace *ws,
+                      const int32_t *ids, int n, double *probs);
 
 #endif

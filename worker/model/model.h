@@ -73,7 +73,8 @@ struct lstmd_model {
   float *grads;  /* [n_params] */
 };
 
-/* One batch, sequence-major ([t][b]...). Text uses ids/targets, series x/y. */
+/* One batch, sequence-major ([t][b]...). Text uses ids/targets, series x/y, classify ids
+ * (padded) with lengths and labels. */
 struct lstmd_batch {
   int steps, batch;
   int width, horizon; /* series: W and K (0 for text) */
@@ -81,6 +82,8 @@ struct lstmd_batch {
   int32_t *targets; /* [T,B] next token ids */
   float *x;         /* [T,B,W] normalised input rows */
   float *y;         /* [T,B,K] normalised next target values */
+  int32_t *lengths; /* classify: [B] valid steps of each column's sequence (ids past it: 0) */
+  int32_t *labels;  /* classify: [B] class id of each column's sequence */
 };
 
 struct lstmd_workspace; /* activations for one (T, B); opaque */
