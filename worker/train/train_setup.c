@@ -137,8 +137,6 @@ static int check_classify(const struct run *r, int *backend) {
                               "classified from a zero state (use shuffle)";
   else if (cfg->stages > 1)
     key = "model.stages", why = "pipeline stages do not run classifiers yet";
-  else if (*backend == LSTMD_DEVICE_CUDA && cfg->device == LSTMD_DEVICE_CUDA)
-    key = "train.device", why = "the GPU engine does not run classifiers yet (cpu or auto)";
   else if (cfg->dropout > 0.0f)
     key = "model.dropout", why = "classifiers have no dropout yet";
   else if (cfg->layer_norm)
@@ -175,6 +173,23 @@ static int build(struct run *r) {
     lstmd_errorf("model.layer_norm: the layer-normalised LSTM on the GPU %s (train.device=cuda)",
                  ln_gpu_why);
     return LSTMD_ECONFIG;
+  }
+  /* A classifier on train.device=cuda is refused before the device is looked for, so that the
+   * refusal names the key on any node; the header's kind is voted, as a rank may fail to read it
+   * alone (that rank's real open below then says why). */
+  if (cfg->device == LSTMD_DEVICE_CUDA) {
+    char path[4096];
+    struct lstmd_dataset peek;
+    snprintf(path, sizeof path, "%s/train.bin", cfg->data_path);
+    int local = lstmd_dataset_open(path, &peek) == LSTMD_OK &&
+                        peek.info.kind == LSTMD_DATASET_CLASSIFY
+                    ? LSTMD_ECONFIG
+                    : LSTMD_OK;
+    if (peek.fd >= 0) lstmd_dataset_close(&peek);
+    if (local && r->rank == 0)
+      lstmd_errorf("train.device: %s is a classify dataset: the GPU engine does not run "
+                   "classifiers yet (cpu or auto)", cfg->data_path);
+    LSTMD_TRY(lstmd_comm_agree(r->comm, local, NULL));
   }
   /* Before anything a rank can fail at alone: the choice is collective (device_select.h). */
   int backend, gpu;
