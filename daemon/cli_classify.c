@@ -32,6 +32,10 @@ int lstmd_classify_eval_print(const struct lstmd_model *m, const struct lstmd_da
                  "bytes and labels", val->path);
     return LSTMD_EFORMAT;
   }
+  if (b->count == 0) {
+    lstmd_errorf("%s: no sequences to score (prepared with --val-fraction 0?)", val->path);
+    return LSTMD_EFORMAT;
+  }
   struct lstmd_clf_eval *res = malloc(sizeof *res);
   if (!res) return LSTMD_ENOMEM;
   int rc = lstmd_clf_evaluate(m, val, batch, res);

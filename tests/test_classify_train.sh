@@ -64,6 +64,11 @@ print('accuracy %.4f, loss %.4f = the run\'s last val_loss, confusion %s' % (e['
 PY
 ); then ok "bidirectional mean: $msg"; else bad "eval/metrics/checkpoint: $msg"; fi
 
+"$LSTMD" prepare classify --input syn.tsv --out syn0 --val-fraction 0 2>/dev/null
+"$LSTMD" eval --checkpoint run/latest.safetensors --data syn0 > /dev/null 2> err; rc=$?
+[[ $rc == 2 ]] && grep -q "syn0/val.bin: no sequences to score" err && ok "eval of an empty split: exit 2" \
+  || bad "empty split: rc $rc $(cat err)"
+
 # 2. classify
 printf 'aeiou\n1234\nABCD\n' > q.txt
 if "$LSTMD" classify --checkpoint run/latest.safetensors --input q.txt > q.out 2>err &&
