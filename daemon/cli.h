@@ -15,6 +15,17 @@ int lstmd_cmd_serve(int argc, char **argv);
 int lstmd_cmd_doctor(int argc, char **argv);   /* cli_doctor.c */
 int lstmd_cmd_selftest(int argc, char **argv); /* cli_selftest.c */
 int lstmd_cmd_export(int argc, char **argv);   /* cli_export.c */
+int lstmd_cmd_classify(int argc, char **argv); /* cli_classify.c */
+
+struct lstmd_model;
+struct lstmd_data_meta;
+struct lstmd_dataset;
+/* 2 after a message when m is a sequence classifier, which `cmd` cannot use; 0 otherwise. */
+int lstmd_refuse_classifier(const char *cmd, const char *ckpt, const struct lstmd_model *m);
+/* `lstmd eval` of a classifier: scores val, prints the JSON line (loss, accuracy, sequences,
+ * labels, confusion [label][predicted]). Returns a status. */
+int lstmd_classify_eval_print(const struct lstmd_model *m, const struct lstmd_data_meta *meta,
+                              const struct lstmd_dataset *val, int batch);
 
 /* One --name VALUE / --name=VALUE option a subcommand accepts. */
 struct lstmd_opt {

@@ -50,6 +50,10 @@ int lstmd_cmd_export(int argc, char **argv) {
   struct lstmd_model *m;
   struct lstmd_data_meta meta;
   if ((rc = lstmd_checkpoint_load_model(ckpt, &m, &meta))) return lstmd_exit_code(rc);
+  if ((rc = lstmd_refuse_classifier("export onnx", ckpt, m))) {
+    lstmd_model_destroy(m);
+    return rc;
+  }
   rc = lstmd_onnx_export(m, &meta, ckpt, (int)opset, int8, out);
   lstmd_model_destroy(m);
   if (!rc)

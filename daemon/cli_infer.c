@@ -27,7 +27,8 @@ int lstmd_cmd_eval(int argc, char **argv) {
   if (rc || help) {
     fprintf(help ? stdout : stderr, "usage: lstmd eval --checkpoint CKPT --data DIR [--batch N]\n"
             "Scores the validation split; prints one JSON line: loss, bpc (text), tokens; for\n"
-            "series also mse_persistence, season and mse_seasonal, skill, target, window_norm.\n");
+            "series also mse_persistence, season and mse_seasonal, skill, target, window_norm;\n"
+            "for a classifier loss, accuracy, sequences, labels and confusion [label][predicted].\n");
     return rc;
   }
   if ((rc = require("eval", "checkpoint", ckpt)) || (rc = require("eval", "data", data))) return rc;
@@ -39,6 +40,15 @@ int lstmd_cmd_eval(int argc, char **argv) {
   if ((rc = lstmd_infer_model_load(ckpt, &m, &meta))) return lstmd_exit_code(rc);
   struct lstmd_dataset train, val;
   rc = lstmd_dataset_open_dir(data, &train, &val, 1);
+  if (m.fp32 && m.fp32->shape.kind == LSTMD_MODEL_CLASSIFY) { /* cli_classify.c */
+    if (!rc) {
+      rc = lstmd_classify_eval_print(m.fp32, &meta, &val, batch ? (int)batch : meta.batch);
+      lstmd_dataset_close(&train);
+      lstmd_dataset_close(&val);
+    }
+    lstmd_infer_model_destroy(&m);
+    return lstmd_exit_code(rc);
+  }
   struct lstmd_eval_result res = {0};
   if (!rc) {
     rc = lstmd_check_compatible(&meta, &val);
@@ -95,6 +105,10 @@ int lstmd_cmd_sample(int argc, char **argv) {
   struct lstmd_infer_model m;
   struct lstmd_data_meta meta;
   if ((rc = lstmd_infer_model_load(ckpt, &m, &meta))) return lstmd_exit_code(rc);
+  if ((rc = lstmd_refuse_classifier("sample", ckpt, m.fp32))) {
+    lstmd_infer_model_destroy(&m);
+    return rc;
+  }
   rc = lstmd_sample(&m, &meta, ckpt, prime, length, (float)temperature, (uint64_t)seed, stdout);
   lstmd_infer_model_destroy(&m);
   return lstmd_exit_code(rc);
@@ -124,6 +138,10 @@ int lstmd_cmd_predict(int argc, char **argv) {
   struct lstmd_infer_model m;
   struct lstmd_data_meta meta;
   if ((rc = lstmd_infer_model_load(ckpt, &m, &meta))) return lstmd_exit_code(rc);
+  if ((rc = lstmd_refuse_classifier("predict", ckpt, m.fp32))) {
+    lstmd_infer_model_destroy(&m);
+    return rc;
+  }
   rc = lstmd_predict(&m, &meta, ckpt, input, out, (int)batch, baselines);
   lstmd_infer_model_destroy(&m);
   return lstmd_exit_code(rc);

@@ -1,4 +1,4 @@
-/* cli_prepare.c — `lstmd prepare text|series`. */
+/* cli_prepare.c — `lstmd prepare text|series|classify`. */
 #include <stdio.h>
 #include <string.h>
 
@@ -54,6 +54,23 @@ int lstmd_cmd_prepare(int argc, char **argv) {
       return rc;
     return lstmd_exit_code(lstmd_prepare_series(input, out, target, features, (int)k, f, (int)p));
   }
-  lstmd_errorf("prepare: expected 'text' or 'series', got '%s'", kind);
+  if (!strcmp(kind, "classify")) {
+    struct lstmd_opt opts[] = {{"input", &input}, {"out", &out}, {"val-fraction", &vf},
+                               {"help", NULL, &help}};
+    int rc = lstmd_parse_opts("prepare classify", argc, argv, 3, opts, 4);
+    if (rc || help) {
+      fprintf(help ? stdout : stderr,
+              "usage: lstmd prepare classify --input FILE.tsv --out DIR [--val-fraction F]\n"
+              "FILE.tsv: label<TAB>text per line (text is byte-level; labels any strings)\n");
+      return rc;
+    }
+    double f;
+    if ((rc = need("prepare classify", "input", input)) ||
+        (rc = need("prepare classify", "out", out)) ||
+        (rc = lstmd_opt_double("prepare classify", "val-fraction", vf, 0.0, 0.5, &f)))
+      return rc;
+    return lstmd_exit_code(lstmd_prepare_classify(input, out, f));
+  }
+  lstmd_errorf("prepare: expected 'text', 'series' or 'classify', got '%s'", kind);
   return 2;
 }

@@ -81,6 +81,10 @@ int lstmd_cmd_quantize(int argc, char **argv) {
   struct lstmd_model *m;
   struct lstmd_data_meta meta;
   if ((rc = lstmd_checkpoint_load_model(ckpt, &m, &meta))) return lstmd_exit_code(rc);
+  if ((rc = lstmd_refuse_classifier("quantize", ckpt, m))) {
+    lstmd_model_destroy(m);
+    return rc;
+  }
   rc = lstmd_qcheckpoint_save(out, m, &meta, ckpt);
   if (!rc) {
     printf("{\"out\":\"%s\",\"bytes\":%lld,\"fp32_bytes\":%lld,\"int8_kernel\":\"%s\"", out,

@@ -35,6 +35,7 @@ static const char *const kSchedules[] = {"cosine", "constant", "plateau", NULL};
 static const char *const kDevices[] = {"cpu", "cuda", "auto", NULL}; /* enum lstmd_device */
 static const char *const kPrecisions[] = {"fp32", "fp16", "bf16", "tf32", NULL};
 static const char *const kBools[] = {"false", "true", NULL};
+static const char *const kPools[] = {"last", "mean", "max", NULL}; /* enum lstmd_pool_kind */
 static const char *const kPipeSchedules[] = {"wavefront", "gpipe", "1f1b", NULL}; /* lstmd_pipe_kind */
 
 #define F(field) offsetof(struct lstmd_train_config, field)
@@ -60,6 +61,10 @@ static const struct cfg_key kKeys[] = {
      "dropout on the output of every LSTM layer but the last"},
     {"model", "layer_norm", CFG_ENUM, F(layer_norm), 0, "false", 0, 0, kBools,
      "layer-normalised LSTM (TFA's LayerNormLSTMCell): gate pre-activations and cell state; CPU"},
+    {"model", "bidirectional", CFG_ENUM, F(bidirectional), 0, "false", 0, 0, kBools,
+     "classification: a reverse direction per layer (refused for text LMs and forecasting)"},
+    {"model", "pool", CFG_ENUM, F(pool), 0, "last", 0, 0, kPools,
+     "classification: the top layer's outputs over the valid steps -> one vector"},
     {"model", "stages", CFG_INT, F(stages), 0, "1", 1, 16, NULL,
      "pipeline stages: the layers split over this many ranks (the world is replicas x stages)"},
     {"model", "stage_layers", CFG_STRING, F(stage_layers), S(stage_layers), "", 0, 0, NULL,

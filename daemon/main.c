@@ -81,6 +81,7 @@ static void usage(FILE *out) {
           "  lstmd eval    --checkpoint CKPT --data DIR [--batch N]\n"
           "  lstmd sample  --checkpoint CKPT [--prime TEXT] [--length N] [--temperature T] [--seed S]\n"
           "  lstmd predict --checkpoint CKPT --input FILE.csv --out FILE.csv [--batch N]\n"
+          "  lstmd classify --checkpoint CKPT --input FILE   (a classifier: label<TAB>p per line)\n"
           "  lstmd quantize --checkpoint CKPT --out INT8 [--calibrate DIR]   (int8 model for the three above)\n"
           "  lstmd export onnx --checkpoint CKPT --out MODEL.onnx [--opset N] [--int8]   (ONNX graph)\n"
           "  lstmd serve   --socket PATH --state-dir DIR [--data-root DIR] [--listen [HOST:]PORT\n"
@@ -109,7 +110,8 @@ int main(int argc, char **argv) {
                   {"eval", lstmd_cmd_eval},       {"sample", lstmd_cmd_sample},
                   {"predict", lstmd_cmd_predict}, {"serve", lstmd_cmd_serve},
                   {"quantize", lstmd_cmd_quantize}, {"doctor", lstmd_cmd_doctor},
-                  {"selftest", lstmd_cmd_selftest},   {"export", lstmd_cmd_export}};
+                  {"selftest", lstmd_cmd_selftest},   {"export", lstmd_cmd_export},
+                  {"classify", lstmd_cmd_classify}};
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc, argv);
   lstmd_errorf("unknown command '%s'", argv[1]);

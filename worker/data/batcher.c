@@ -24,6 +24,7 @@ static int horizon_of(const struct lstmd_dataset *ds) {
 }
 
 uint64_t lstmd_window_count(const struct lstmd_dataset *ds, int T) {
+  if (ds->info.kind == LSTMD_DATASET_CLASSIFY) return ds->info.count; /* a window = a sequence */
   uint64_t K = (uint64_t)horizon_of(ds);
   return ds->info.count < K ? 0 : (ds->info.count - K) / (uint64_t)T;
 }
@@ -31,6 +32,7 @@ uint64_t lstmd_window_count(const struct lstmd_dataset *ds, int T) {
 size_t lstmd_window_scratch_bytes(const struct lstmd_dataset *ds, int T) {
   /* series: raw rows with the history the window statistics read, then the normalised copy */
   if (ds->info.kind == LSTMD_DATASET_TEXT) return ((size_t)T + 1) * ds->elem_bytes;
+  if (ds->info.kind == LSTMD_DATASET_CLASSIFY) return ds->elem_bytes;
   return 2 * ((size_t)T + (size_t)lstmd_series_history(&ds->tf, T) + (size_t)horizon_of(ds)) *
          ds->elem_bytes;
 }
@@ -38,6 +40,25 @@ size_t lstmd_window_scratch_bytes(const struct lstmd_dataset *ds, int T) {
 int lstmd_read_window(const struct lstmd_dataset *ds, uint64_t first, int T, int B, int col,
                       struct lstmd_batch *out, void *scratch) {
   const int K = horizon_of(ds);
+  if (ds->info.kind == LSTMD_DATASET_CLASSIFY) { /* `first`: the record; T >= its width */
+    LSTMD_TRY(lstmd_dataset_read(ds, first, 1, scratch));
+    const uint8_t *rec = scratch;
+    if (T < ds->info.width || lstmd_classify_record_check(&ds->info, rec) != LSTMD_OK) {
+      lstmd_errorf("%s: record %llu is corrupt, or longer than %d steps", ds->path,
+                   (unsigned long long)first, T);
+      return LSTMD_EFORMAT;
+    }
+    uint32_t label = 0, len = 0;
+    for (int i = 3; i >= 0; i--) {
+      label = label << 8 | rec[i];
+      len = len << 8 | rec[4 + i];
+    }
+    const uint8_t *ids = rec + LSTMD_CLASSIFY_RECORD_HEADER;
+    for (int t = 0; t < T; t++) out->ids[(size_t)t * B + col] = (uint32_t)t < len ? ids[t] : 0;
+    out->lengths[col] = (int32_t)len;
+    out->labels[col] = (int32_t)label;
+    return LSTMD_OK;
+  }
   if (ds->info.kind == LSTMD_DATASET_TEXT) {
     LSTMD_TRY(lstmd_dataset_read(ds, first, (uint64_t)T + K, scratch));
     const uint8_t *tok = scratch;
@@ -73,7 +94,12 @@ int lstmd_batch_alloc(const struct lstmd_dataset *ds, int T, int B, struct lstmd
   memset(b, 0, sizeof *b);
   b->steps = T;
   b->batch = B;
-  if (ds->info.kind == LSTMD_DATASET_TEXT) {
+  if (ds->info.kind == LSTMD_DATASET_CLASSIFY) {
+    b->ids = malloc(N * sizeof *b->ids);
+    b->lengths = calloc((size_t)B, sizeof *b->lengths);
+    b->labels = calloc((size_t)B, sizeof *b->labels);
+    if (b->ids && b->lengths && b->labels) return LSTMD_OK;
+  } else if (ds->info.kind == LSTMD_DATASET_TEXT) {
     b->ids = malloc(N * sizeof *b->ids);
     b->targets = malloc(N * sizeof *b->targets);
     if (b->ids && b->targets) return LSTMD_OK;
@@ -93,6 +119,8 @@ void lstmd_batch_free(struct lstmd_batch *b) {
   free(b->targets);
   free(b->x);
   free(b->y);
+  free(b->lengths);
+  free(b->labels);
   memset(b, 0, sizeof *b);
 }
 
@@ -102,10 +130,16 @@ void lstmd_batch_zero(struct lstmd_batch *b) {
   if (b->targets) memset(b->targets, 0, tb * sizeof *b->targets);
   if (b->x) memset(b->x, 0, tb * b->width * sizeof *b->x);
   if (b->y) memset(b->y, 0, tb * b->horizon * sizeof *b->y);
+  if (b->lengths) memset(b->lengths, 0, (size_t)b->batch * sizeof *b->lengths); /* empty columns */
+  if (b->labels) memset(b->labels, 0, (size_t)b->batch * sizeof *b->labels);
 }
 
 void lstmd_batch_slice(const struct lstmd_batch *src, int col0, struct lstmd_batch *dst) {
   const int n = dst->batch, W = src->width, K = src->horizon;
+  if (src->lengths && dst->lengths)
+    memcpy(dst->lengths, src->lengths + col0, (size_t)n * sizeof *src->lengths);
+  if (src->labels && dst->labels)
+    memcpy(dst->labels, src->labels + col0, (size_t)n * sizeof *src->labels);
   for (int t = 0; t < src->steps; t++) {
     const size_t from = (size_t)t * src->batch + col0, to = (size_t)t * n;
     if (src->ids && dst->ids) memcpy(dst->ids + to, src->ids + from, n * sizeof *src->ids);
@@ -187,7 +221,8 @@ int lstmd_batcher_next(struct lstmd_batcher *b, struct lstmd_batch *out, int *re
       uint64_t w = b->perm[b->cur.position++];
       uint64_t col = g - (uint64_t)b->rank * b->B;
       if (g >= (uint64_t)b->rank * b->B && col < (uint64_t)b->B)
-        LSTMD_TRY(lstmd_read_window(b->ds, w * T, b->T, b->B, (int)col, out, b->scratch));
+        LSTMD_TRY(lstmd_read_window(b->ds, b->ds->info.kind == LSTMD_DATASET_CLASSIFY ? w : w * T,
+                                    b->T, b->B, (int)col, out, b->scratch));
     }
     return LSTMD_OK;
   }

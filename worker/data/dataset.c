@@ -15,7 +15,7 @@
 #include "worker/io/durable.h"
 
 static const char kMagic[8] = {'L', 'S', 'T', 'M', 'D', 'D', 'A', 'T'};
-enum { kVersion = 1, kFixedHeaderBytes = 64, kDtypeU8 = 1, kDtypeF32 = 2 };
+enum { kVersion = 1, kFixedHeaderBytes = 64, kDtypeU8 = 1, kDtypeF32 = 2, kDtypeRecord = 3 };
 #define MAX_HEADER_BYTES (64 + 256 + LSTMD_MAX_COLUMNS * (LSTMD_MAX_NAME_BYTES + 8) + 64)
 
 uint32_t lstmd_crc32c(uint32_t crc, const void *buf, size_t n) {
@@ -48,23 +48,32 @@ static uint64_t get_u64(const uint8_t *p) {
 }
 
 static size_t elem_bytes_of(const struct lstmd_dataset_info *info) {
+  if (info->kind == LSTMD_DATASET_CLASSIFY) return LSTMD_CLASSIFY_RECORD_HEADER + (size_t)info->width;
   return info->kind == LSTMD_DATASET_TEXT ? 1 : 4 * (size_t)info->width;
+}
+
+/* The name table: n × (u8 length + bytes); series column names or classify labels. */
+static size_t encode_names(const struct lstmd_dataset_info *info, int n, uint8_t *buf) {
+  size_t k = 0;
+  for (int c = 0; c < n; c++) {
+    size_t len = strlen(info->names[c]);
+    buf[k++] = (uint8_t)len;
+    memcpy(buf + k, info->names[c], len);
+    k += len;
+  }
+  return k;
 }
 
 /* Serialises the header into buf (MAX_HEADER_BYTES); returns its padded length. */
 static size_t encode_header(const struct lstmd_dataset_info *info, uint8_t *buf) {
   memset(buf, 0, MAX_HEADER_BYTES);
   size_t n = kFixedHeaderBytes;
-  if (info->kind == LSTMD_DATASET_TEXT) {
+  if (info->kind != LSTMD_DATASET_SERIES) {
     memcpy(buf + n, info->vocab, (size_t)info->vocab_size);
     n += (size_t)info->vocab_size;
+    if (info->kind == LSTMD_DATASET_CLASSIFY) n += encode_names(info, info->horizon, buf + n);
   } else {
-    for (int c = 0; c < info->width; c++) {
-      size_t len = strlen(info->names[c]);
-      buf[n++] = (uint8_t)len;
-      memcpy(buf + n, info->names[c], len);
-      n += len;
-    }
+    n += encode_names(info, info->width, buf + n);
     memcpy(buf + n, info->mean, 4 * (size_t)info->width);
     n += 4 * (size_t)info->width;
     memcpy(buf + n, info->std, 4 * (size_t)info->width);
@@ -74,7 +83,9 @@ static size_t encode_header(const struct lstmd_dataset_info *info, uint8_t *buf)
   memcpy(buf, kMagic, 8);
   put_u32(buf + 8, kVersion);
   put_u32(buf + 12, (uint32_t)info->kind);
-  put_u32(buf + 16, info->kind == LSTMD_DATASET_TEXT ? kDtypeU8 : kDtypeF32);
+  put_u32(buf + 16, info->kind == LSTMD_DATASET_TEXT     ? kDtypeU8
+                    : info->kind == LSTMD_DATASET_SERIES ? kDtypeF32
+                                                         : kDtypeRecord);
   put_u32(buf + 20, (uint32_t)header_bytes);
   put_u64(buf + 24, info->count);
   put_u32(buf + 32, (uint32_t)info->width);
@@ -127,17 +138,11 @@ void lstmd_dataset_writer_abort(struct lstmd_dataset_writer *w) { lstmd_durable_
     return LSTMD_EFORMAT;               \
   } while (0)
 
-/* Decodes and checks the variable part of the header (vocabulary or column table). */
-static int decode_tables(struct lstmd_dataset_info *info, const uint8_t *buf, size_t header_bytes) {
-  size_t n = kFixedHeaderBytes;
-  if (info->kind == LSTMD_DATASET_TEXT) {
-    if (n + (size_t)info->vocab_size > header_bytes) return -1;
-    memcpy(info->vocab, buf + n, (size_t)info->vocab_size);
-    for (int k = 1; k < info->vocab_size; k++)
-      if (info->vocab[k] <= info->vocab[k - 1]) return -1;
-    return 0;
-  }
-  for (int c = 0; c < info->width; c++) {
+/* Decodes n names (u8 length + bytes, each non-empty) at *pos; -1 if the table is corrupt. */
+static int decode_names(struct lstmd_dataset_info *info, int count, const uint8_t *buf, size_t *pos,
+                        size_t header_bytes) {
+  size_t n = *pos;
+  for (int c = 0; c < count; c++) {
     if (n >= header_bytes) return -1;
     size_t len = buf[n++];
     if (len == 0 || len >= LSTMD_MAX_NAME_BYTES || n + len > header_bytes) return -1;
@@ -145,6 +150,26 @@ static int decode_tables(struct lstmd_dataset_info *info, const uint8_t *buf, si
     info->names[c][len] = '\0';
     n += len;
   }
+  *pos = n;
+  return 0;
+}
+
+/* Decodes and checks the variable part of the header (vocabulary, labels or column table). */
+static int decode_tables(struct lstmd_dataset_info *info, const uint8_t *buf, size_t header_bytes) {
+  size_t n = kFixedHeaderBytes;
+  if (info->kind != LSTMD_DATASET_SERIES) {
+    if (n + (size_t)info->vocab_size > header_bytes) return -1;
+    memcpy(info->vocab, buf + n, (size_t)info->vocab_size);
+    for (int k = 1; k < info->vocab_size; k++)
+      if (info->vocab[k] <= info->vocab[k - 1]) return -1;
+    if (info->kind == LSTMD_DATASET_TEXT) return 0;
+    n += (size_t)info->vocab_size;
+    if (decode_names(info, info->horizon, buf, &n, header_bytes) != 0) return -1;
+    for (int k = 1; k < info->horizon; k++) /* labels strictly ascending: ids are their order */
+      if (strcmp(info->names[k - 1], info->names[k]) >= 0) return -1;
+    return 0;
+  }
+  if (decode_names(info, info->width, buf, &n, header_bytes) != 0) return -1;
   if (n + 8 * (size_t)info->width > header_bytes) return -1;
   memcpy(info->mean, buf + n, 4 * (size_t)info->width);
   memcpy(info->std, buf + n + 4 * (size_t)info->width, 4 * (size_t)info->width);
@@ -182,15 +207,18 @@ int lstmd_dataset_open(const char *path, struct lstmd_dataset *ds) {
                 vocab >= 1 && vocab <= 256;
   int series_ok = info->kind == LSTMD_DATASET_SERIES && dtype == kDtypeF32 && width >= 1 &&
                   width <= LSTMD_MAX_COLUMNS && horizon >= 1 && horizon <= 4096;
-  if (!text_ok && !series_ok) BAD("%s: inconsistent dataset header fields", path);
-  if (season > (text_ok ? 0u : (uint32_t)LSTMD_MAX_SEASON))
+  int classify_ok = info->kind == LSTMD_DATASET_CLASSIFY && dtype == kDtypeRecord && width >= 1 &&
+                    width <= LSTMD_MAX_SEQ_BYTES && vocab >= 1 && vocab <= 256 && horizon >= 2 &&
+                    horizon <= LSTMD_MAX_COLUMNS;
+  if (!text_ok && !series_ok && !classify_ok) BAD("%s: inconsistent dataset header fields", path);
+  if (season > (series_ok ? (uint32_t)LSTMD_MAX_SEASON : 0u))
     BAD("%s: bad season %u in the dataset header", path, season);
   info->season = (int)season;
   if (header_bytes < kFixedHeaderBytes || header_bytes > MAX_HEADER_BYTES || header_bytes % 64)
     BAD("%s: bad header length %u", path, header_bytes);
   info->width = (int)width;
-  info->vocab_size = text_ok ? (int)vocab : 0;
-  info->horizon = series_ok ? (int)horizon : 0;
+  info->vocab_size = text_ok || classify_ok ? (int)vocab : 0;
+  info->horizon = series_ok || classify_ok ? (int)horizon : 0;
   if ((uint64_t)st.st_size < header_bytes ||
       lstmd_read_at(ds->fd, buf, header_bytes, 0) != LSTMD_OK)
     BAD("%s: truncated dataset header", path);
@@ -206,6 +234,15 @@ int lstmd_dataset_open(const char *path, struct lstmd_dataset *ds) {
   return LSTMD_OK;
 }
 
+int lstmd_classify_record_check(const struct lstmd_dataset_info *info, const uint8_t *rec) {
+  uint32_t label = get_u32(rec), len = get_u32(rec + 4);
+  if (label >= (uint32_t)info->horizon || len < 1 || len > (uint32_t)info->width) return LSTMD_EFORMAT;
+  const uint8_t *ids = rec + LSTMD_CLASSIFY_RECORD_HEADER;
+  for (uint32_t i = 0; i < (uint32_t)info->width; i++)
+    if (i < len ? ids[i] >= info->vocab_size : ids[i] != 0) return LSTMD_EFORMAT;
+  return LSTMD_OK;
+}
+
 int lstmd_dataset_verify(struct lstmd_dataset *ds) {
   enum { kChunk = 1 << 20 };
   uint8_t *buf = malloc(kChunk);
@@ -214,14 +251,18 @@ int lstmd_dataset_verify(struct lstmd_dataset *ds) {
   uint32_t crc = 0;
   int rc = LSTMD_OK;
   uint8_t max_id = ds->info.kind == LSTMD_DATASET_TEXT ? (uint8_t)(ds->info.vocab_size - 1) : 0;
+  size_t chunk = kChunk / ds->elem_bytes * ds->elem_bytes; /* whole records */
   while (left > 0 && rc == LSTMD_OK) {
-    size_t n = left > kChunk ? kChunk : (size_t)left;
+    size_t n = left > chunk ? chunk : (size_t)left;
     rc = lstmd_read_at(ds->fd, buf, n, off);
     if (rc) break;
     crc = lstmd_crc32c(crc, buf, n);
     if (ds->info.kind == LSTMD_DATASET_TEXT)
       for (size_t i = 0; i < n; i++)
         if (buf[i] > max_id) rc = LSTMD_EFORMAT;
+    if (ds->info.kind == LSTMD_DATASET_CLASSIFY) /* chunks hold whole records */
+      for (size_t r = 0; r + ds->elem_bytes <= n && rc == LSTMD_OK; r += ds->elem_bytes)
+        rc = lstmd_classify_record_check(&ds->info, buf + r);
     left -= n;
     off += n;
   }

@@ -8,6 +8,12 @@
  * file; on failure nothing new is left in out_dir. */
 int lstmd_prepare_text(const char *input, const char *out_dir, double val_fraction);
 
+/* Sequence classification: `label<TAB>text` per line (text: raw bytes after the first TAB, a
+ * trailing '\r' dropped; labels: 1..63 bytes, at least 2 and at most 64 distinct, ids in
+ * ascending byte order). Lines are shuffled with a fixed seed; the last floor(val_fraction × n)
+ * are the validation split. A bad line prints file:line and returns LSTMD_EFORMAT. */
+int lstmd_prepare_classify(const char *input, const char *out_dir, double val_fraction);
+
 /* Numeric CSV with a header line. Inputs are the target column followed by the `features`
  * (comma-separated names, may be NULL); other columns are ignored. The model predicts the next
  * `horizon` target values. The last floor(val_fraction × rows) rows are the validation split;

@@ -16,7 +16,9 @@
  *    reads the teacher's output (kd_cpu.h).
  * 4. Columns are global: rank r's slice starting at local column j holds global columns r·B + j
  *    and on, which is what dropout masks and the carried state are keyed on, so N ranks with
- *    batch b compute what one rank with batch N·b computes. */
+ *    batch b compute what one rank with batch N·b computes.
+ * 5. A sequence classifier (worker/model/classify.h) runs the same slices on its own workspace;
+ *    its gradients are summed and sent after backward (no overlap yet), and it has no state. */
 #define _GNU_SOURCE
 #include "engine.h"
 
@@ -32,6 +34,7 @@
 #include "pool.h"
 #include "worker/io/nvtx.h"
 #include "worker/io/trace.h"
+#include "worker/model/classify.h"
 #include "worker/model/infer.h"
 #include "worker/model/optim.h"
 
@@ -41,6 +44,7 @@ struct slice {
   struct cpu_engine *eng;
   struct lstmd_workspace *ws;
   struct lstmd_workspace *teacher_ws; /* distillation (see 3.), or NULL */
+  struct lstmd_clf_workspace *cws; /* a classifier's workspace (then ws is NULL), see 5. */
   float *grads; /* slice 0: model->grads */
   int col0, cols;
   double loss;
@@ -106,6 +110,21 @@ static void step_slice(void *arg, int i) {
   struct slice *s = &c->slices[i];
   if (c->first) memset(s->grads, 0, e->model->n_params * sizeof(float));
   s->loss = 0.0;
+  if (s->cws) {
+    struct lstmd_clf_batch *cb = lstmd_clf_workspace_batch(s->cws);
+    struct lstmd_batch dst = {.steps = cb->steps, .batch = cb->batch, .ids = cb->ids,
+                              .lengths = cb->lengths, .labels = cb->labels};
+    lstmd_batch_slice(c->batch, s->col0, &dst);
+    const double t0 = e->trace ? lstmd_now_s() : 0.0;
+    s->loss = lstmd_clf_forward(e->model, s->cws, c->grad_scale);
+    const double t1 = e->trace ? lstmd_now_s() : 0.0;
+    lstmd_clf_backward(e->model, s->cws);
+    if (e->trace) {
+      lstmd_trace_event(e->trace, 1 + i, "forward", t0, t1, NULL);
+      lstmd_trace_event(e->trace, 1 + i, "backward", t1, lstmd_now_s(), NULL);
+    }
+    return;
+  }
   lstmd_batch_slice(c->batch, s->col0, lstmd_workspace_batch(s->ws));
   if (s->teacher_ws) {
     lstmd_batch_slice(c->batch, s->col0, lstmd_workspace_batch(s->teacher_ws));
@@ -135,7 +154,8 @@ static void on_bucket_done(void *ctx, size_t n, double queued_s, double begin_s,
 
 static void cpu_reset(struct lstmd_engine *e) {
   struct cpu_engine *c = cpu_of(e);
-  for (int i = 0; i < c->n_slices; i++) lstmd_workspace_reset_state(c->slices[i].ws);
+  for (int i = 0; i < c->n_slices; i++)
+    if (c->slices[i].ws) lstmd_workspace_reset_state(c->slices[i].ws);
 }
 
 static int cpu_window(struct lstmd_engine *e, const struct lstmd_batch *batch, float grad_scale,
@@ -200,7 +220,18 @@ static int cpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *val,
   struct cpu_engine *c = cpu_of(e);
   if (e->rank != 0) return LSTMD_OK;
   lstmd_cpu_set_blas_threads(c->eval_threads);
-  int rc = lstmd_evaluate(e->model, val, e->cfg.seq_len, e->cfg.batch, mean_loss, tokens);
+  int rc;
+  if (e->model->shape.kind == LSTMD_MODEL_CLASSIFY) { /* mean loss per sequence */
+    struct lstmd_clf_eval *res = malloc(sizeof *res);
+    rc = res ? lstmd_clf_evaluate(e->model, val, e->cfg.batch, res) : LSTMD_ENOMEM;
+    if (!rc) {
+      *mean_loss = res->loss;
+      *tokens = res->sequences;
+    }
+    free(res);
+  } else {
+    rc = lstmd_evaluate(e->model, val, e->cfg.seq_len, e->cfg.batch, mean_loss, tokens);
+  }
   lstmd_cpu_set_blas_threads(c->blas_threads);
   return rc;
 }
@@ -211,7 +242,8 @@ static int cpu_gather_state(struct lstmd_engine *e, float *h, float *c_out) {
   float *mine = malloc(2 * local * sizeof(float));
   /* voted: a rank without its buffer must not leave the others in the gather */
   int rc = lstmd_comm_agree(e->comm, mine ? LSTMD_OK : LSTMD_ENOMEM, NULL);
-  for (int i = 0; !rc && i < c->n_slices; i++)
+  if (mine) memset(mine, 0, 2 * local * sizeof(float)); /* a classifier has none */
+  for (int i = 0; !rc && i < c->n_slices && c->slices[i].ws; i++)
     lstmd_workspace_get_state(c->slices[i].ws, mine, mine + local, e->cfg.batch, c->slices[i].col0);
   if (!rc) rc = lstmd_engine_gather_dp_state(e, mine, h, c_out);
   free(mine);
@@ -221,7 +253,7 @@ static int cpu_gather_state(struct lstmd_engine *e, float *h, float *c_out) {
 static int cpu_set_state(struct lstmd_engine *e, const float *h, const float *c_in) {
   struct cpu_engine *c = cpu_of(e);
   const int global = e->cfg.batch * e->world;
-  for (int i = 0; i < c->n_slices; i++)
+  for (int i = 0; i < c->n_slices && c->slices[i].ws; i++)
     lstmd_workspace_set_state(c->slices[i].ws, h, c_in, global,
                               e->rank * e->cfg.batch + c->slices[i].col0);
   return LSTMD_OK;
@@ -248,6 +280,7 @@ static void cpu_destroy(struct lstmd_engine *e) {
   for (int i = 0; i < c->n_slices; i++) {
     lstmd_workspace_destroy(c->slices[i].ws);
     lstmd_workspace_destroy(c->slices[i].teacher_ws);
+    lstmd_clf_workspace_destroy(c->slices[i].cws);
     if (i > 0) free(c->slices[i].grads);
   }
   pthread_mutex_destroy(&c->mu);
@@ -297,13 +330,19 @@ int lstmd_engine_cpu_create(const struct lstmd_engine *base, struct lstmd_engine
     s->col0 = col;
     s->cols = cfg->batch / n + (i < cfg->batch % n);
     col += s->cols;
-    rc = lstmd_workspace_create(m, cfg->seq_len, s->cols, cfg->dropout, &s->ws);
+    const int clf = m->shape.kind == LSTMD_MODEL_CLASSIFY;
+    rc = clf ? lstmd_clf_workspace_create(m, cfg->seq_len, s->cols, &s->cws)
+             : lstmd_workspace_create(m, cfg->seq_len, s->cols, cfg->dropout, &s->ws);
     if (rc) break;
     c->n_slices = i + 1;
     s->grads = i == 0 ? m->grads : aligned_alloc(64, grad_bytes);
     if (!s->grads) {
       rc = LSTMD_ENOMEM;
       break;
+    }
+    if (clf) {
+      lstmd_clf_workspace_set_grads(s->cws, s->grads);
+      continue;
     }
     lstmd_workspace_set_grads(s->ws, s->grads);
     if (cfg->teacher) {

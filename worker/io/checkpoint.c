@@ -51,11 +51,16 @@ static char *float_list(const float *v, int n) {
 
 static void add_data_meta(struct meta_list *l, const struct lstmd_data_meta *d) {
   const struct lstmd_dataset_info *info = &d->info;
-  if (info->kind == LSTMD_DATASET_TEXT) {
+  if (info->kind != LSTMD_DATASET_SERIES) {
     json_t *a = json_array();
     for (int k = 0; k < info->vocab_size; k++) json_array_append_new(a, json_integer(info->vocab[k]));
     meta_add(l, "vocab", json_text(a));
-  } else {
+  }
+  if (info->kind == LSTMD_DATASET_CLASSIFY) { /* label of each class id, in id order */
+    json_t *a = json_array();
+    for (int k = 0; k < info->horizon; k++) json_array_append_new(a, json_string(info->names[k]));
+    meta_add(l, "classify.labels", json_text(a));
+  } else if (info->kind == LSTMD_DATASET_SERIES) {
     json_t *a = json_array();
     for (int c = 0; c < info->width; c++) json_array_append_new(a, json_string(info->names[c]));
     meta_add(l, "series.columns", json_text(a));
@@ -74,7 +79,9 @@ static void add_data_meta(struct meta_list *l, const struct lstmd_data_meta *d) 
 static void add_common_meta(struct meta_list *l, const char *tag, const struct lstmd_model_shape *s,
                             const struct lstmd_data_meta *data) {
   meta_addf(l, "format", "%s", tag);
-  meta_addf(l, "model.kind", "%s", s->kind == LSTMD_MODEL_TEXT ? "text" : "series");
+  meta_addf(l, "model.kind", "%s", s->kind == LSTMD_MODEL_TEXT     ? "text"
+                                   : s->kind == LSTMD_MODEL_SERIES ? "series"
+                                                                   : "classify");
   meta_addf(l, "model.vocab", "%d", s->vocab);
   meta_addf(l, "model.embed", "%d", s->embed);
   meta_addf(l, "model.width", "%d", s->width);
@@ -84,6 +91,12 @@ static void add_common_meta(struct meta_list *l, const char *tag, const struct l
   /* Only when on, so that a plain model's files are what they were before the key existed; a
    * file without it is a plain model. */
   if (s->layer_norm) meta_addf(l, "model.layer_norm", "%d", s->layer_norm);
+  if (s->kind == LSTMD_MODEL_CLASSIFY) {
+    meta_addf(l, "model.classes", "%d", s->classes);
+    meta_addf(l, "model.bidirectional", "%d", s->bidirectional);
+    meta_addf(l, "model.pool", "%s", s->pool == LSTMD_POOL_LAST ? "last"
+                                     : s->pool == LSTMD_POOL_MEAN ? "mean" : "max");
+  }
   add_data_meta(l, data);
 }
 
@@ -221,9 +234,9 @@ static int read_data_meta(const struct lstmd_st_file *f, const char *path,
   LSTMD_TRY(meta_long(f, path, "data.batch", 1, 1 << 24, &x));
   d->batch = (int)x;
   LSTMD_TRY(meta_u64(f, path, "data.pair_id", 16, &info->pair_id));
-  if (s->kind == LSTMD_MODEL_TEXT) {
-    info->kind = LSTMD_DATASET_TEXT;
-    info->width = 1;
+  if (s->kind != LSTMD_MODEL_SERIES) {
+    info->kind = s->kind == LSTMD_MODEL_TEXT ? LSTMD_DATASET_TEXT : LSTMD_DATASET_CLASSIFY;
+    info->width = s->kind == LSTMD_MODEL_TEXT ? 1 : d->seq_len;
     info->vocab_size = s->vocab;
     json_t *a = meta_list(f, path, "vocab", (size_t)s->vocab);
     if (!a) return LSTMD_EFORMAT;
@@ -236,6 +249,19 @@ static int read_data_meta(const struct lstmd_st_file *f, const char *path,
     }
     json_decref(a);
     if (!ok) lstmd_errorf("%s: metadata 'vocab' is not an ascending list of bytes", path);
+    if (!ok || s->kind == LSTMD_MODEL_TEXT) return ok ? LSTMD_OK : LSTMD_EFORMAT;
+    info->horizon = s->classes; /* classify: the labels, ascending as prepare stores them */
+    json_t *labels = meta_list(f, path, "classify.labels", (size_t)s->classes);
+    if (!labels) return LSTMD_EFORMAT;
+    for (int k = 0; ok && k < s->classes; k++) {
+      json_t *nm = json_array_get(labels, (size_t)k);
+      ok = json_is_string(nm) && strlen(json_string_value(nm)) > 0 &&
+           strlen(json_string_value(nm)) < LSTMD_MAX_NAME_BYTES;
+      if (ok) snprintf(info->names[k], LSTMD_MAX_NAME_BYTES, "%s", json_string_value(nm));
+      ok = ok && (k == 0 || strcmp(info->names[k - 1], info->names[k]) < 0);
+    }
+    json_decref(labels);
+    if (!ok) lstmd_errorf("%s: metadata 'classify.labels' is not an ascending list of labels", path);
     return ok ? LSTMD_OK : LSTMD_EFORMAT;
   }
   info->kind = LSTMD_DATASET_SERIES;
@@ -300,8 +326,9 @@ static int read_shape(const struct lstmd_st_file *f, const char *path, const cha
   }
   const char *kind = lstmd_st_meta_get(f, "model.kind");
   memset(s, 0, sizeof *s);
-  s->kind = kind && !strcmp(kind, "text") ? LSTMD_MODEL_TEXT
-            : kind && !strcmp(kind, "series") ? LSTMD_MODEL_SERIES : 0;
+  s->kind = kind && !strcmp(kind, "text")       ? LSTMD_MODEL_TEXT
+            : kind && !strcmp(kind, "series")   ? LSTMD_MODEL_SERIES
+            : kind && !strcmp(kind, "classify") ? LSTMD_MODEL_CLASSIFY : 0;
   long v[6];
   static const char *keys[6] = {"model.vocab", "model.embed", "model.width", "model.hidden",
                                 "model.layers", "model.horizon"};
@@ -312,6 +339,21 @@ static int read_shape(const struct lstmd_st_file *f, const char *path, const cha
   s->hidden = (int)v[3];
   s->layers = (int)v[4];
   s->horizon = (int)v[5];
+  if (s->kind == LSTMD_MODEL_CLASSIFY) {
+    long c = 0, bi = 0;
+    LSTMD_TRY(meta_long(f, path, "model.classes", 2, LSTMD_MAX_CLASSES, &c));
+    LSTMD_TRY(meta_long(f, path, "model.bidirectional", 0, 1, &bi));
+    const char *pool = lstmd_st_meta_get(f, "model.pool");
+    s->classes = (int)c;
+    s->bidirectional = (int)bi;
+    s->pool = pool && !strcmp(pool, "last") ? LSTMD_POOL_LAST
+              : pool && !strcmp(pool, "mean") ? LSTMD_POOL_MEAN
+              : pool && !strcmp(pool, "max")  ? LSTMD_POOL_MAX : -1;
+    if (s->pool < 0) {
+      lstmd_errorf("%s: metadata 'model.pool' is missing or not last, mean or max", path);
+      return LSTMD_EFORMAT;
+    }
+  }
   if (lstmd_st_meta_get(f, "model.layer_norm")) { /* absent: a plain model */
     long ln = 0;
     LSTMD_TRY(meta_long(f, path, "model.layer_norm", 0, 1, &ln));
@@ -474,15 +516,18 @@ int lstmd_checkpoint_load_train(const char *path, struct lstmd_model *m, struct 
   if (!rc && memcmp(&s, &m->shape, sizeof s) != 0) {
     /* Name the first field that differs (model.vocab, .width and .horizon come from the
      * dataset, the others from the config). */
-    const int mine[8] = {s.kind,  s.vocab,   s.embed,     s.width,
-                         s.hidden, s.layers, s.horizon, s.layer_norm};
-    const int want[8] = {m->shape.kind,   m->shape.vocab,  m->shape.embed,   m->shape.width,
-                         m->shape.hidden, m->shape.layers, m->shape.horizon, m->shape.layer_norm};
-    static const char *const keys[8] = {"model.kind",   "model.vocab",  "model.embed",
-                                        "model.width",  "model.hidden", "model.layers",
-                                        "model.horizon", "model.layer_norm"};
+    const int mine[11] = {s.kind,  s.vocab,   s.embed,     s.width,     s.hidden,  s.layers,
+                          s.horizon, s.layer_norm, s.classes, s.bidirectional, s.pool};
+    const int want[11] = {m->shape.kind,    m->shape.vocab,      m->shape.embed,
+                          m->shape.width,   m->shape.hidden,     m->shape.layers,
+                          m->shape.horizon, m->shape.layer_norm, m->shape.classes,
+                          m->shape.bidirectional, m->shape.pool};
+    static const char *const keys[11] = {"model.kind",    "model.vocab",      "model.embed",
+                                         "model.width",   "model.hidden",     "model.layers",
+                                         "model.horizon", "model.layer_norm", "model.classes",
+                                         "model.bidirectional", "model.pool"};
     int k = 0;
-    while (k < 7 && mine[k] == want[k]) k++;
+    while (k < 10 && mine[k] == want[k]) k++;
     lstmd_errorf("%s: the checkpoint's model has %s = %d, this run's %d; resume needs the same "
                  "model shape", path, keys[k], mine[k], want[k]);
     rc = LSTMD_ECONFIG;

@@ -48,9 +48,9 @@ struct lstmd_series_baselines {
   double mse_persistence, mse_seasonal;
   int season; /* 0: no seasonal baseline */
 };
-/* kind_is_text selects whether bits per character are reported. A series run with baselines
- * (b != NULL) also records val_mse_persistence, val_mse_seasonal (with a season) and
- * val_skill = 1 − val_loss / val_mse_persistence (TensorBoard val/skill, val/mse_*). */
+/* kind_is_text selects whether bits per character are reported (1; 2: a classifier's loss per
+ * sequence, 0: a series). A series run with baselines (b != NULL) also records
+ * val_mse_persistence, val_mse_seasonal (with a season) and val_skill = 1 − val_loss / val_mse_persistence (TensorBoard val/skill, val/mse_*). */
 void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, int kind_is_text,
                         const struct lstmd_series_baselines *b);
 /* A pruning step: the schedule's sparsity and the fraction of zeros reached in each of the n

@@ -212,7 +212,7 @@ int lstmd_infer_evaluate_full(const struct lstmd_infer_model *im, const struct l
 int lstmd_check_compatible(const struct lstmd_data_meta *d, const struct lstmd_dataset *ds) {
   const struct lstmd_dataset_info *a = &d->info, *b = &ds->info;
   const char *why = NULL;
-  if (a->kind != b->kind) why = "it is a different kind of dataset (text vs series)";
+  if (a->kind != b->kind) why = "it is a different kind of dataset (text, series or classify)";
   else if (a->kind == LSTMD_DATASET_TEXT &&
            (a->vocab_size != b->vocab_size || memcmp(a->vocab, b->vocab, (size_t)a->vocab_size)))
     why = "its vocabulary differs from the model's";

@@ -46,10 +46,15 @@ struct lstmd_workspace {
 };
 
 static int output_width(const struct lstmd_model_shape *s) {
+  if (s->kind == LSTMD_MODEL_CLASSIFY) return s->classes;
   return s->kind == LSTMD_MODEL_TEXT ? s->vocab : s->horizon;
 }
 static int input_width(const struct lstmd_model_shape *s) {
-  return s->kind == LSTMD_MODEL_TEXT ? s->embed : s->width;
+  return s->kind == LSTMD_MODEL_SERIES ? s->width : s->embed;
+}
+/* Width of a layer's output: H, or 2H for a bidirectional classifier. */
+static int layer_out_width(const struct lstmd_model_shape *s) {
+  return s->kind == LSTMD_MODEL_CLASSIFY && s->bidirectional ? 2 * s->hidden : s->hidden;
 }
 
 static void add_tensor(struct lstmd_model *m, const char *name, int rank, int64_t d0, int64_t d1) {
@@ -64,7 +69,9 @@ static void add_tensor(struct lstmd_model *m, const char *name, int rank, int64_
 }
 
 const char *lstmd_model_shape_error(const struct lstmd_model_shape *s) {
-  if (s->kind != LSTMD_MODEL_TEXT && s->kind != LSTMD_MODEL_SERIES) return "unknown model kind";
+  if (s->kind != LSTMD_MODEL_TEXT && s->kind != LSTMD_MODEL_SERIES &&
+      s->kind != LSTMD_MODEL_CLASSIFY)
+    return "unknown model kind";
   if (s->hidden < 1 || s->hidden > 65536) return "hidden size out of range";
   if (s->layers < 1 || s->layers > LSTMD_MAX_LAYERS) return "layer count out of range";
   if (s->kind == LSTMD_MODEL_TEXT && (s->vocab < 1 || s->vocab > 256 || s->embed < 1 || s->embed > 65536))
@@ -73,6 +80,16 @@ const char *lstmd_model_shape_error(const struct lstmd_model_shape *s) {
       (s->width < 1 || s->width > LSTMD_MAX_COLUMNS || s->horizon < 1 || s->horizon > 65536))
     return "series width or horizon out of range";
   if (s->layer_norm != 0 && s->layer_norm != 1) return "layer_norm is neither 0 nor 1";
+  if (s->kind == LSTMD_MODEL_CLASSIFY) {
+    if (s->vocab < 1 || s->vocab > 256 || s->embed < 1 || s->embed > 65536)
+      return "vocabulary or embedding size out of range";
+    if (s->classes < 2 || s->classes > LSTMD_MAX_CLASSES) return "class count out of range";
+    if (s->bidirectional != 0 && s->bidirectional != 1) return "bidirectional is neither 0 nor 1";
+    if (s->pool < LSTMD_POOL_LAST || s->pool > LSTMD_POOL_MAX) return "unknown pooling";
+    if (s->layer_norm) return "layer_norm is not available for classification models";
+  } else if (s->classes || s->bidirectional || s->pool) {
+    return "classes, bidirectional and pool belong to classification models";
+  }
   return NULL;
 }
 
@@ -81,7 +98,22 @@ void lstmd_model_layout(const struct lstmd_model_shape *s, struct lstmd_model *m
   m->shape = *s;
   const int H = s->hidden;
   char name[32];
-  if (s->kind == LSTMD_MODEL_TEXT) add_tensor(m, "embed.weight", 2, s->vocab, s->embed);
+  if (s->kind != LSTMD_MODEL_SERIES) add_tensor(m, "embed.weight", 2, s->vocab, s->embed);
+  if (s->kind == LSTMD_MODEL_CLASSIFY) {
+    const int D = s->bidirectional ? 2 : 1;
+    for (int k = 0; k < s->layers; k++)
+      for (int d = 0; d < D; d++) {
+        static const char *const what[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
+        const int in = k == 0 ? s->embed : D * H;
+        for (int i = 0; i < 4; i++) {
+          snprintf(name, sizeof name, "lstm.%s_l%d%s", what[i], k, d ? "_reverse" : "");
+          add_tensor(m, name, i < 2 ? 2 : 1, 4 * H, i == 0 ? in : i == 1 ? H : 0);
+        }
+      }
+    add_tensor(m, "head.weight", 2, s->classes, D * H);
+    add_tensor(m, "head.bias", 1, s->classes, 0);
+    return;
+  }
   for (int k = 0; k < s->layers; k++) {
     int in = k == 0 ? input_width(s) : H;
     snprintf(name, sizeof name, "lstm.weight_ih_l%d", k);
@@ -158,9 +190,10 @@ void lstmd_model_init_params(struct lstmd_model *m, struct lstmd_rng *rng) {
 }
 
 double lstmd_model_flops_per_token(const struct lstmd_model_shape *s) {
-  double fwd = 2.0 * output_width(s) * s->hidden;
+  const int D = layer_out_width(s) / s->hidden;
+  double fwd = s->kind == LSTMD_MODEL_CLASSIFY ? 0.0 : 2.0 * output_width(s) * s->hidden;
   for (int k = 0; k < s->layers; k++)
-    fwd += 2.0 * 4 * s->hidden * ((k == 0 ? input_width(s) : s->hidden) + s->hidden);
+    fwd += D * 2.0 * 4 * s->hidden * ((k == 0 ? input_width(s) : D * s->hidden) + s->hidden);
   return 3.0 * fwd; /* backward costs two forwards: input and weight gradients */
 }
 
@@ -181,6 +214,10 @@ int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float drop
                            struct lstmd_workspace **out) {
   *out = NULL;
   const struct lstmd_model_shape *s = &m->shape;
+  if (s->kind == LSTMD_MODEL_CLASSIFY) { /* runs on classify.h's workspace */
+    lstmd_errorf("model: a classification model has no language-model workspace");
+    return LSTMD_EINVAL;
+  }
   const size_t N = (size_t)T * B, H = (size_t)s->hidden, L = (size_t)s->layers;
   const size_t In0 = (size_t)input_width(s), O = (size_t)output_width(s);
   const size_t wide = H > In0 ? H : In0;

@@ -9,7 +9,12 @@
  * layer_norm (model.layer_norm; kernels/cpu/lstm_ln_cpu.h) each layer's four tensors are followed
  * by lstm.ln_ih_weight_l{k}, lstm.ln_ih_bias_l{k}, lstm.ln_hh_weight_l{k}, lstm.ln_hh_bias_l{k}
  * [4H] and lstm.ln_c_weight_l{k}, lstm.ln_c_bias_l{k} [H]: the gains and shifts of the three
- * normalisations. */
+ * normalisations.
+ * Classify (worker/model/classify.h): ids → embed.weight [V,E] → L × LSTM(H), each layer with a
+ * reverse direction when bidirectional → pool over the valid steps → head [C,D·H] → softmax
+ * cross-entropy over the classes. Flat order: embed.weight, then for each layer k the four
+ * tensors of the forward direction and (bidirectional) the four `..._l{k}_reverse` ones —
+ * nn.LSTM(bidirectional=True)'s order — then head.weight, head.bias. */
 #ifndef LSTMD_MODEL_H
 #define LSTMD_MODEL_H
 
@@ -21,7 +26,11 @@
 #define LSTMD_MAX_LAYERS 16
 #define LSTMD_MAX_TENSORS (10 * LSTMD_MAX_LAYERS + 3)
 
-enum lstmd_model_kind { LSTMD_MODEL_TEXT = 1, LSTMD_MODEL_SERIES = 2 };
+enum lstmd_model_kind { LSTMD_MODEL_TEXT = 1, LSTMD_MODEL_SERIES = 2, LSTMD_MODEL_CLASSIFY = 3 };
+/* Classification: how the top layer's outputs over a sequence's valid steps become one vector
+ * (model.pool). worker/model/classify.h runs these models. */
+enum lstmd_pool_kind { LSTMD_POOL_LAST = 0, LSTMD_POOL_MEAN = 1, LSTMD_POOL_MAX = 2 };
+#define LSTMD_MAX_CLASSES 64
 
 struct lstmd_model_shape {
   int kind;   /* enum lstmd_model_kind */
@@ -32,6 +41,10 @@ struct lstmd_model_shape {
   int layers; /* L */
   int horizon;/* series: K */
   int layer_norm; /* 1: layer-normalised LSTM (model.layer_norm), 0: plain */
+  int classes;       /* classify: C, the number of labels */
+  int bidirectional; /* classify: 1 adds a reverse direction to every layer (PyTorch's
+                      * `_reverse` tensors; layer k > 0 then reads 2H), 0: forward only */
+  int pool;          /* classify: enum lstmd_pool_kind */
 };
 
 /* Tensors per LSTM layer: 4 (w_ih, w_hh, b_ih, b_hh), 10 with layer normalisation. */
@@ -60,7 +73,8 @@ struct lstmd_model {
   float *grads;  /* [n_params] */
 };
 
-/* One batch, sequence-major ([t][b]...). Text uses ids/targets, series x/y. */
+/* One batch, sequence-major ([t][b]...). Text uses ids/targets, series x/y, classify ids
+ * (padded) with lengths and labels. */
 struct lstmd_batch {
   int steps, batch;
   int width, horizon; /* series: W and K (0 for text) */
@@ -68,6 +82,8 @@ struct lstmd_batch {
   int32_t *targets; /* [T,B] next token ids */
   float *x;         /* [T,B,W] normalised input rows */
   float *y;         /* [T,B,K] normalised next target values */
+  int32_t *lengths; /* classify: [B] valid steps of each column's sequence (ids past it: 0) */
+  int32_t *labels;  /* classify: [B] class id of each column's sequence */
 };
 
 struct lstmd_workspace; /* activations for one (T, B); opaque */

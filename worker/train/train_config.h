@@ -30,6 +30,8 @@ struct lstmd_train_config {
   int series_target; /* series: enum lstmd_series_target (model.target) */
   float dropout;
   int layer_norm;          /* model.layer_norm: 1 = layer-normalised LSTM (0 false, 1 true) */
+  int bidirectional;       /* model.bidirectional: classification only (0 false, 1 true) */
+  int pool;                /* model.pool: enum lstmd_pool_kind (worker/model/model.h) */
   int stages;              /* S: pipeline stages (1: data parallel only) */
   char stage_layers[64];   /* layers per stage, "3,1"; "": an even split */
   /* [optim] */

@@ -125,6 +125,41 @@ static int check_sampling(const struct run *r) {
   return LSTMD_OK;
 }
 
+/* Sequence classification (a classify dataset) trains whole sequences from a zero state on the
+ * CPU engine: the settings it has no meaning or no path for yet are refused, naming the key.
+ * train.device=auto falls back to the CPU. Every rank reads the same header and config, so
+ * every rank returns the same; rank 0 says why. */
+static int check_classify(const struct run *r, int *backend) {
+  const struct lstmd_train_config *cfg = r->cfg;
+  const char *key = NULL, *why = NULL;
+  if (cfg->order == LSTMD_ORDER_STREAM)
+    key = "data.order", why = "stream order carries state between windows; a sequence is "
+                              "classified from a zero state (use shuffle)";
+  else if (cfg->stages > 1)
+    key = "model.stages", why = "pipeline stages do not run classifiers yet";
+  else if (cfg->dropout > 0.0f)
+    key = "model.dropout", why = "classifiers have no dropout yet";
+  else if (cfg->layer_norm)
+    key = "model.layer_norm", why = "the layer-normalised LSTM is not available to classifiers";
+  else if (cfg->distill_teacher[0])
+    key = "distill.teacher", why = "distillation of classifiers is not available";
+  else if (cfg->prune.target_sparsity > 0.0f)
+    key = "prune.target_sparsity", why = "pruning of classifiers is not available";
+  else if (cfg->sample_every)
+    key = "train.sample_every", why = "a classifier does not generate text";
+  if (key) {
+    if (r->rank == 0)
+      lstmd_errorf("%s: %s is a classify dataset: %s", key, cfg->data_path, why);
+    return LSTMD_ECONFIG;
+  }
+  if (*backend == LSTMD_DEVICE_CUDA) {
+    if (r->rank == 0)
+      lstmd_errorf("device auto: the GPU engine does not run classifiers yet; using the CPU backend");
+    *backend = LSTMD_DEVICE_CPU;
+  }
+  return LSTMD_OK;
+}
+
 static int build(struct run *r) {
   const struct lstmd_train_config *cfg = r->cfg;
   const char *ln_gpu_why = !cfg->layer_norm ? NULL
@@ -139,6 +174,23 @@ static int build(struct run *r) {
     lstmd_errorf("model.layer_norm: the layer-normalised LSTM on the GPU %s (train.device=cuda)",
                  ln_gpu_why);
     return LSTMD_ECONFIG;
+  }
+  /* A classifier on train.device=cuda is refused before the device is looked for, so that the
+   * refusal names the key on any node; the header's kind is voted, as a rank may fail to read it
+   * alone (that rank's real open below then says why). */
+  if (cfg->device == LSTMD_DEVICE_CUDA) {
+    char path[4096];
+    struct lstmd_dataset peek;
+    snprintf(path, sizeof path, "%s/train.bin", cfg->data_path);
+    int local = lstmd_dataset_open(path, &peek) == LSTMD_OK &&
+                        peek.info.kind == LSTMD_DATASET_CLASSIFY
+                    ? LSTMD_ECONFIG
+                    : LSTMD_OK;
+    if (peek.fd >= 0) lstmd_dataset_close(&peek);
+    if (local && r->rank == 0)
+      lstmd_errorf("train.device: %s is a classify dataset: the GPU engine does not run "
+                   "classifiers yet (cpu or auto)", cfg->data_path);
+    LSTMD_TRY(lstmd_comm_agree(r->comm, local, NULL));
   }
   /* Before anything a rank can fail at alone: the choice is collective (device_select.h). */
   int backend, gpu;
@@ -171,12 +223,37 @@ static int build(struct run *r) {
     backend = LSTMD_DEVICE_CPU;
   }
   LSTMD_TRY(lstmd_dataset_open_dir(cfg->data_path, &r->train, &r->val, r->rank == 0));
+  const int classify = r->train.info.kind == LSTMD_DATASET_CLASSIFY;
+  if (classify) LSTMD_TRY(check_classify(r, &backend));
+  if (!classify && (cfg->bidirectional || cfg->pool)) {
+    /* A reverse direction reads every step of the window: the next token, or the values a
+     * forecast predicts, would be among its inputs. Pooling exists only for classifiers. */
+    if (r->rank == 0)
+      lstmd_errorf("%s: %s; %s is a %s dataset (sequence classification only)",
+                   cfg->bidirectional ? "model.bidirectional" : "model.pool",
+                   cfg->bidirectional ? "a bidirectional LSTM would read the future of the "
+                                        "targets it predicts"
+                                      : "pooling belongs to sequence classifiers",
+                   cfg->data_path,
+                   r->train.info.kind == LSTMD_DATASET_TEXT ? "text (language model)"
+                                                            : "series (forecasting)");
+    return LSTMD_ECONFIG;
+  }
   if (r->train.info.kind == LSTMD_DATASET_SERIES) /* text ignores both keys */
     r->train.tf = r->val.tf = (struct lstmd_series_tf){cfg->series_target, cfg->window_norm};
   const struct lstmd_dataset_info *info = &r->train.info;
   struct lstmd_model_shape shape = {.hidden = cfg->hidden, .layers = cfg->layers,
                                     .layer_norm = cfg->layer_norm};
-  if (info->kind == LSTMD_DATASET_TEXT) {
+  /* A classifier's window is one sequence, padded to the split's longest (data.seq_len unused) */
+  const int T = classify ? info->width : cfg->seq_len;
+  if (classify) {
+    shape.kind = LSTMD_MODEL_CLASSIFY;
+    shape.vocab = info->vocab_size;
+    shape.embed = cfg->embed;
+    shape.classes = info->horizon;
+    shape.bidirectional = cfg->bidirectional;
+    shape.pool = cfg->pool;
+  } else if (info->kind == LSTMD_DATASET_TEXT) {
     shape.kind = LSTMD_MODEL_TEXT;
     shape.vocab = info->vocab_size;
     shape.embed = cfg->embed;
@@ -185,7 +262,7 @@ static int build(struct run *r) {
     shape.width = info->width;
     shape.horizon = info->horizon;
   }
-  r->data_meta = (struct lstmd_data_meta){*info, cfg->seq_len, r->global_batch, r->train.tf};
+  r->data_meta = (struct lstmd_data_meta){*info, T, r->global_batch, r->train.tf};
   LSTMD_TRY(check_sampling(r));
   LSTMD_TRY(lstmd_model_create(&shape, &r->model));
   if (cfg->distill_teacher[0]) LSTMD_TRY(load_teacher(r));
@@ -200,11 +277,11 @@ static int build(struct run *r) {
   oc.total_steps = cfg->steps;
   LSTMD_TRY(lstmd_optim_create(&oc, r->model->n_params, &r->optim));
   /* every stage of replica d reads the windows of data-parallel rank d of D */
-  LSTMD_TRY(lstmd_batcher_create(&r->train, cfg->order, cfg->seq_len, cfg->batch_size, r->replica,
+  LSTMD_TRY(lstmd_batcher_create(&r->train, cfg->order, T, cfg->batch_size, r->replica,
                                  r->replicas, cfg->seed, &r->batcher));
   /* The one hop from the config table to the engine (engine.h). */
   struct lstmd_engine_config ec = {
-      .seq_len = cfg->seq_len, .batch = cfg->batch_size,
+      .seq_len = T, .batch = cfg->batch_size,
       .carry_state = cfg->order == LSTMD_ORDER_STREAM, .dropout = cfg->dropout,
       .seed = cfg->seed, .bucket_mb = cfg->bucket_mb, .comm_timeout_s = cfg->comm_timeout_s,
       .threads = cfg->threads, .precision = cfg->precision, .gpu_device = gpu,
@@ -222,7 +299,7 @@ static int build(struct run *r) {
   const enum lstmd_engine_kind kind = backend == LSTMD_DEVICE_CUDA ? LSTMD_ENGINE_GPU
                                       : cfg->stages > 1             ? LSTMD_ENGINE_PIPE
                                                                     : LSTMD_ENGINE_CPU;
-  LSTMD_TRY(lstmd_prefetch_create(r->batcher, &r->train, cfg->seq_len, cfg->batch_size,
+  LSTMD_TRY(lstmd_prefetch_create(r->batcher, &r->train, T, cfg->batch_size,
                                   &r->prefetch));
   const int rc = lstmd_engine_create(kind, r->model, &ec, r->comm, &r->engine);
   if (rc == LSTMD_ENOMEM) /* the other failures say why where they happen */
@@ -238,7 +315,7 @@ static int build(struct run *r) {
     r->progress.state_c = calloc(n, sizeof(float));
     if (!r->progress.state_h || !r->progress.state_c) return LSTMD_ENOMEM;
   }
-  r->has_val = lstmd_window_count(&r->val, cfg->seq_len) > 0;
+  r->has_val = lstmd_window_count(&r->val, T) > 0;
   if (r->has_val && r->rank == 0 && info->kind == LSTMD_DATASET_SERIES) {
     /* The naive forecasts' scores do not change during the run: once, here. */
     float *z = NULL;
@@ -264,9 +341,9 @@ static int load_checkpoint(struct run *r, const char *path) {
                  "the data cursor would not mean the same windows", path, r->cfg->data_path);
     return LSTMD_ECONFIG;
   }
-  if (meta.seq_len != r->cfg->seq_len) {
+  if (meta.seq_len != r->data_meta.seq_len) {
     lstmd_errorf("%s: was trained with data.seq_len %d, this run has %d; resume needs the same",
-                 path, meta.seq_len, r->cfg->seq_len);
+                 path, meta.seq_len, r->data_meta.seq_len);
     return LSTMD_ECONFIG;
   }
   if (meta.batch != r->global_batch) {

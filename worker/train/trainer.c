@@ -151,7 +151,8 @@ static int evaluate_now(struct run *r, int *events) {
   const struct lstmd_val_watch *w = &r->progress.watch;
   const int text = r->model->shape.kind == LSTMD_MODEL_TEXT;
   if (r->rank == 0) {
-    lstmd_metrics_eval(&r->metrics, step, loss, text, r->has_baselines ? &r->baselines : NULL);
+    const int kind = r->model->shape.kind == LSTMD_MODEL_CLASSIFY ? 2 : text; /* metrics.h */
+    lstmd_metrics_eval(&r->metrics, step, loss, kind, r->has_baselines ? &r->baselines : NULL);
     if (r->hooks->on_eval) r->hooks->on_eval(r->hooks->ctx, step, loss, text ? loss / M_LN2 : NAN);
   }
   if (*events & LSTMD_WATCH_LR_CUT) {
@@ -307,7 +308,10 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   const int report = logged_step(cfg, next);
   const struct lstmd_model *m = r->model;
   const int per_input = m->shape.kind == LSTMD_MODEL_TEXT ? 1 : m->shape.horizon;
-  const double targets = (double)cfg->seq_len * r->global_batch * per_input * cfg->grad_accum;
+  /* a classifier's loss is per sequence: one target per window */
+  const double targets = m->shape.kind == LSTMD_MODEL_CLASSIFY
+                             ? (double)r->global_batch * cfg->grad_accum
+                             : (double)cfg->seq_len * r->global_batch * per_input * cfg->grad_accum;
   struct window_feed feed = {.r = r};
   const int poisoned = lstmd_fault_due(LSTMD_FAULT_NAN_GRAD, r->progress.step + 1, r->rank);
   const struct lstmd_step_input in = {.next_window = next_window, .ctx = &feed,
@@ -384,7 +388,7 @@ static void report(struct run *r, long steps, double loss, double grad_norm, dou
                    double total_seconds, const struct step_times *tm,
                    const struct lstmd_step_report *ranks) {
   const struct lstmd_train_config *cfg = r->cfg;
-  const double tokens_per_step = (double)cfg->seq_len * r->global_batch * cfg->grad_accum;
+  const double tokens_per_step = (double)r->data_meta.seq_len * r->global_batch * cfg->grad_accum;
   const long step = r->progress.step;
   const double rate = steps * tokens_per_step / seconds;
   struct lstmd_step_report rep = {
@@ -466,7 +470,7 @@ static int straggler_report(struct run *r, long steps, const struct step_times *
 
 static int train_loop(struct run *r) {
   const struct lstmd_train_config *cfg = r->cfg;
-  const double tokens_per_step = (double)cfg->seq_len * r->global_batch * cfg->grad_accum;
+  const double tokens_per_step = (double)r->data_meta.seq_len * r->global_batch * cfg->grad_accum;
   const long first_step = r->progress.step;
   double t0 = lstmd_now_s(), interval_t0 = t0, interval_loss = 0.0;
   struct step_times tm = {0};
@@ -556,9 +560,13 @@ static void describe_run(struct run *r, const char *resume_path) {
   lstmd_metrics_note(&r->metrics, "compute: %s; %d rank%s, global batch %d windows", engine,
                      r->world, r->world == 1 ? "" : "s", r->global_batch);
   lstmd_metrics_note(&r->metrics, "data: %s, %llu training %s%s, model %zu parameters",
-                     info->kind == LSTMD_DATASET_TEXT ? "text" : "series",
+                     info->kind == LSTMD_DATASET_TEXT     ? "text"
+                     : info->kind == LSTMD_DATASET_SERIES ? "series"
+                                                          : "classify",
                      (unsigned long long)info->count,
-                     info->kind == LSTMD_DATASET_TEXT ? "tokens" : "rows",
+                     info->kind == LSTMD_DATASET_TEXT     ? "tokens"
+                     : info->kind == LSTMD_DATASET_SERIES ? "rows"
+                                                          : "sequences",
                      r->has_val ? "" : " (validation split too short to evaluate)", params);
   if (r->resumed)
     lstmd_metrics_note(&r->metrics, "resumed from %s at step %ld", resume_path, r->progress.step);

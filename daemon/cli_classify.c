@@ -1,0 +1,176 @@
+/* cli_classify.c — a sequence classifier's two commands: `lstmd classify` (label and probability
+ * of each input line) and the classify branch of `lstmd eval` (loss, accuracy and the confusion
+ * matrix as JSON); and the refusal every other consumer of a model gives a classifier. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/blas_cpu.h"
+#include "kernels/status.h"
+#include "worker/data/dataset.h"
+#include "worker/io/checkpoint.h"
+#include "worker/model/classify.h"
+#include "worker/model/infer.h"
+#include "cli.h"
+
+int lstmd_refuse_classifier(const char *cmd, const char *ckpt, const struct lstmd_model *m) {
+  if (!m || m->shape.kind != LSTMD_MODEL_CLASSIFY) return 0;
+  lstmd_errorf("%s: %s is a sequence classifier (model.kind classify); `lstmd eval` and `lstmd "
+               "classify` take it, %s does not", cmd, ckpt, cmd);
+  return 2;
+}
+
+int lstmd_classify_eval_print(const struct lstmd_model *m, const struct lstmd_data_meta *meta,
+                              const struct lstmd_dataset *val, int batch) {
+  const struct lstmd_dataset_info *a = &meta->info, *b = &val->info;
+  if (b->kind != LSTMD_DATASET_CLASSIFY || a->vocab_size != b->vocab_size ||
+      memcmp(a->vocab, b->vocab, (size_t)a->vocab_size) || a->horizon != b->horizon ||
+      memcmp(a->names, b->names, sizeof a->names)) {
+    lstmd_errorf("%s: cannot be scored with this classifier: not a classify split of the same "
+                 "bytes and labels", val->path);
+    return LSTMD_EFORMAT;
+  }
+  if (b->count == 0) {
+    lstmd_errorf("%s: no sequences to score (prepared with --val-fraction 0?)", val->path);
+    return LSTMD_EFORMAT;
+  }
+  struct lstmd_clf_eval *res = malloc(sizeof *res);
+  if (!res) return LSTMD_ENOMEM;
+  int rc = lstmd_clf_evaluate(m, val, batch, res);
+  if (!rc) {
+    const int C = res->classes;
+    printf("{\"loss\":%.6f,\"accuracy\":%.6f,\"sequences\":%llu,\"labels\":[", res->loss,
+           res->sequences ? (double)res->correct / (double)res->sequences : 0.0,
+           (unsigned long long)res->sequences);
+    for (int k = 0; k < C; k++) { /* labels are 1..63 bytes without TAB/newline; escape JSON */
+      printf("%s\"", k ? "," : "");
+      for (const unsigned char *p = (const unsigned char *)a->names[k]; *p; p++)
+        if (*p == '"' || *p == '\\') printf("\\%c", *p);
+        else if (*p < 0x20) printf("\\u%04x", *p);
+        else putchar(*p);
+      putchar('"');
+    }
+    printf("],\"confusion\":[");
+    for (int k = 0; k < C; k++) {
+      printf("%s[", k ? "," : "");
+      for (int j = 0; j < C; j++) printf("%s%llu", j ? "," : "", (unsigned long long)res->confusion[k][j]);
+      printf("]");
+    }
+    printf("]}\n");
+  }
+  free(res);
+  return rc;
+}
+
+struct line {
+  int32_t *ids;
+  int n;
+};
+
+/* Reads every line of path (a trailing '\r' dropped) as token ids of the model's vocabulary.
+ * An empty line, a byte the training data never had or a line longer than LSTMD_MAX_SEQ_BYTES
+ * is refused naming FILE:LINE; nothing is printed before the whole file is read. */
+static int read_lines(const char *path, const struct lstmd_data_meta *meta, struct line **out,
+                      size_t *n_out, int *longest) {
+  int id_of[256];
+  for (int b = 0; b < 256; b++) id_of[b] = -1;
+  for (int k = 0; k < meta->info.vocab_size; k++) id_of[meta->info.vocab[k]] = k;
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    lstmd_errorf("%s: cannot open input: %s", path, strerror(errno));
+    return LSTMD_EIO;
+  }
+  char *buf = NULL;
+  size_t cap = 0, n = 0, lines_cap = 0;
+  ssize_t len;
+  long lineno = 0;
+  struct line *lines = NULL;
+  int rc = LSTMD_OK;
+  *longest = 1;
+  while (!rc && (len = getline(&buf, &cap, f)) > 0) {
+    lineno++;
+    if (buf[len - 1] == '\n') len--;
+    if (len > 0 && buf[len - 1] == '\r') len--;
+    if (len == 0 || len > LSTMD_MAX_SEQ_BYTES) {
+      lstmd_errorf("%s:%ld: %s", path, lineno, len ? "longer than 4096 bytes" : "empty line");
+      rc = LSTMD_EFORMAT;
+      break;
+    }
+    if (n == lines_cap) {
+      lines_cap = lines_cap ? 2 * lines_cap : 256;
+      struct line *l = realloc(lines, lines_cap * sizeof *l);
+      if (!l) {
+        rc = LSTMD_ENOMEM;
+        break;
+      }
+      lines = l;
+    }
+    int32_t *ids = malloc((size_t)len * sizeof *ids);
+    if (!ids) {
+      rc = LSTMD_ENOMEM;
+      break;
+    }
+    lines[n++] = (struct line){ids, (int)len};
+    for (ssize_t i = 0; i < len && !rc; i++) {
+      ids[i] = id_of[(unsigned char)buf[i]];
+      if (ids[i] < 0) {
+        lstmd_errorf("%s:%ld: byte 0x%02x at column %zd never occurs in the training data", path,
+                     lineno, (unsigned char)buf[i], i + 1);
+        rc = LSTMD_EFORMAT;
+      }
+    }
+    if (len > *longest) *longest = (int)len;
+  }
+  free(buf);
+  fclose(f);
+  *out = lines;
+  *n_out = n;
+  return rc;
+}
+
+int lstmd_cmd_classify(int argc, char **argv) {
+  const char *ckpt = NULL, *input = NULL;
+  int help = 0;
+  struct lstmd_opt opts[] = {{"checkpoint", &ckpt}, {"input", &input}, {"help", NULL, &help}};
+  int rc = lstmd_parse_opts("classify", argc, argv, 2, opts, 3);
+  if (rc || help) {
+    fprintf(help ? stdout : stderr,
+            "usage: lstmd classify --checkpoint CKPT --input FILE\n"
+            "Prints label<TAB>probability of the most probable class for every line of FILE.\n");
+    return rc;
+  }
+  if (!ckpt || !input) {
+    lstmd_errorf("classify: --%s is required", ckpt ? "input" : "checkpoint");
+    return 2;
+  }
+  lstmd_cpu_set_blas_threads(1);
+  struct lstmd_model *m = NULL;
+  struct lstmd_data_meta meta;
+  if ((rc = lstmd_checkpoint_load_model(ckpt, &m, &meta))) return lstmd_exit_code(rc);
+  if (m->shape.kind != LSTMD_MODEL_CLASSIFY) {
+    lstmd_errorf("classify: %s is not a sequence classifier (train one on `lstmd prepare "
+                 "classify` data)", ckpt);
+    lstmd_model_destroy(m);
+    return 2;
+  }
+  struct line *lines = NULL;
+  size_t n = 0;
+  int longest = 1;
+  struct lstmd_clf_workspace *ws = NULL;
+  rc = read_lines(input, &meta, &lines, &n, &longest);
+  if (!rc) rc = lstmd_clf_workspace_create(m, longest, 1, &ws);
+  double probs[LSTMD_MAX_CLASSES];
+  for (size_t i = 0; !rc && i < n; i++) {
+    rc = lstmd_clf_predict(m, ws, lines[i].ids, lines[i].n, probs);
+    int best = 0;
+    for (int k = 1; k < m->shape.classes; k++) best = probs[k] > probs[best] ? k : best;
+    if (!rc) printf("%s\t%.4f\n", meta.info.names[best], probs[best]);
+  }
+  for (size_t i = 0; i < n; i++) free(lines[i].ids);
+  free(lines);
+  lstmd_clf_workspace_destroy(ws);
+  lstmd_model_destroy(m);
+  return lstmd_exit_code(rc);
+}

@@ -1,0 +1,228 @@
+/* prepare_classify.c — `lstmd prepare classify`: a TSV of `label<TAB>text` lines → train.bin and
+ * val.bin of classify records (dataset.h): byte-level text, labels mapped to ids in ascending byte
+ * order. The lines are shuffled with a fixed seed before the split, so a file sorted by label
+ * still gives a validation split with every class. Bad lines: a message naming file and line. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/status.h"
+#include "dataset.h"
+#include "prepare.h"
+
+struct seq {
+  char *text;  /* bytes of the sequence (not NUL-terminated data; len says) */
+  size_t len;
+  int label;   /* index into the label table while reading; final id after sorting */
+};
+
+struct tsv_state {
+  const char *input;
+  struct seq *seqs;
+  size_t n, cap;
+  char labels[LSTMD_MAX_COLUMNS][LSTMD_MAX_NAME_BYTES];
+  int n_labels;
+  size_t max_len;
+};
+
+static int line_error(const struct tsv_state *st, long line, const char *what) {
+  lstmd_errorf("%s:%ld: %s", st->input, line, what);
+  return LSTMD_EFORMAT;
+}
+
+/* One line (without its '\n'; a trailing '\r' removed by the caller). */
+static int add_line(struct tsv_state *st, long lineno, char *line, size_t n) {
+  char *tab = memchr(line, '\t', n);
+  if (n == 0) return line_error(st, lineno, "empty line (expected label<TAB>text)");
+  if (!tab) return line_error(st, lineno, "no TAB (expected label<TAB>text)");
+  size_t label_len = (size_t)(tab - line), text_len = n - label_len - 1;
+  if (label_len == 0) return line_error(st, lineno, "empty label");
+  if (label_len >= LSTMD_MAX_NAME_BYTES) return line_error(st, lineno, "label longer than 63 bytes");
+  if (memchr(line, '\0', label_len)) return line_error(st, lineno, "NUL byte in the label");
+  if (text_len == 0) return line_error(st, lineno, "empty text");
+  if (text_len > LSTMD_MAX_SEQ_BYTES) {
+    char msg[96];
+    snprintf(msg, sizeof msg, "text of %zu bytes, at most %d", text_len, LSTMD_MAX_SEQ_BYTES);
+    return line_error(st, lineno, msg);
+  }
+  int id = -1;
+  for (int k = 0; k < st->n_labels && id < 0; k++)
+    if (strlen(st->labels[k]) == label_len && !memcmp(st->labels[k], line, label_len)) id = k;
+  if (id < 0) {
+    if (st->n_labels == LSTMD_MAX_COLUMNS) {
+      char msg[96];
+      snprintf(msg, sizeof msg, "more than %d distinct labels", LSTMD_MAX_COLUMNS);
+      return line_error(st, lineno, msg);
+    }
+    id = st->n_labels++;
+    memcpy(st->labels[id], line, label_len);
+    st->labels[id][label_len] = '\0';
+  }
+  if (st->n == st->cap) {
+    size_t cap = st->cap ? 2 * st->cap : 1024;
+    struct seq *s = realloc(st->seqs, cap * sizeof *s);
+    if (!s) return LSTMD_ENOMEM;
+    st->seqs = s;
+    st->cap = cap;
+  }
+  char *text = malloc(text_len);
+  if (!text) return LSTMD_ENOMEM;
+  memcpy(text, tab + 1, text_len);
+  st->seqs[st->n++] = (struct seq){.text = text, .len = text_len, .label = id};
+  if (text_len > st->max_len) st->max_len = text_len;
+  return LSTMD_OK;
+}
+
+static int read_tsv(struct tsv_state *st) {
+  FILE *f = fopen(st->input, "r");
+  if (!f) {
+    lstmd_errorf("%s: cannot open input: %s", st->input, strerror(errno));
+    return LSTMD_EIO;
+  }
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t n;
+  long lineno = 0;
+  int rc = LSTMD_OK;
+  while (!rc && (n = getline(&line, &cap, f)) > 0) {
+    lineno++;
+    if (line[n - 1] == '\n') n--;
+    if (n > 0 && line[n - 1] == '\r') n--;
+    rc = add_line(st, lineno, line, (size_t)n);
+  }
+  int read_error = ferror(f);
+  free(line);
+  fclose(f);
+  if (!rc && read_error) {
+    lstmd_errorf("%s: read failed", st->input);
+    rc = LSTMD_EIO;
+  }
+  if (!rc && st->n == 0) {
+    lstmd_errorf("%s: input is empty", st->input);
+    rc = LSTMD_EFORMAT;
+  }
+  if (!rc && st->n_labels < 2) {
+    lstmd_errorf("%s: one label only ('%s'); classification needs at least 2", st->input,
+                 st->labels[0]);
+    rc = LSTMD_EFORMAT;
+  }
+  return rc;
+}
+
+static uint64_t splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static int cmp_label(const void *a, const void *b) { return strcmp(a, b); }
+
+/* Writes sequences [first, first+n) of st as records into w (one record buffer, reused). */
+static int append_records(struct lstmd_dataset_writer *w, const struct tsv_state *st,
+                          const uint8_t *byte_id, size_t first, size_t n, uint8_t *rec) {
+  size_t width = (size_t)w->info.width;
+  for (size_t s = first; s < first + n; s++) {
+    const struct seq *q = &st->seqs[s];
+    memset(rec, 0, LSTMD_CLASSIFY_RECORD_HEADER + width);
+    for (int i = 0; i < 4; i++) {
+      rec[i] = (uint8_t)((uint32_t)q->label >> (8 * i));
+      rec[4 + i] = (uint8_t)((uint32_t)q->len >> (8 * i));
+    }
+    for (size_t i = 0; i < q->len; i++)
+      rec[LSTMD_CLASSIFY_RECORD_HEADER + i] = byte_id[(uint8_t)q->text[i]];
+    LSTMD_TRY(lstmd_dataset_writer_append(w, rec, 1));
+  }
+  return LSTMD_OK;
+}
+
+static int write_classify(const char *out_dir, struct lstmd_dataset_info *info,
+                          const struct tsv_state *st, const uint8_t *byte_id, size_t train_n,
+                          size_t val_n) {
+  struct lstmd_dataset_writer train = {0}, val = {0};
+  char path[4096];
+  uint8_t *rec = malloc(LSTMD_CLASSIFY_RECORD_HEADER + (size_t)info->width);
+  if (!rec) return LSTMD_ENOMEM;
+  int rc = lstmd_mkdir_p(out_dir);
+  snprintf(path, sizeof path, "%s/train.bin", out_dir);
+  if (!rc) rc = lstmd_dataset_writer_open(&train, path, info);
+  snprintf(path, sizeof path, "%s/val.bin", out_dir);
+  if (rc) {
+    free(rec);
+    return rc;
+  }
+  rc = lstmd_dataset_writer_open(&val, path, info);
+  if (rc) {
+    lstmd_dataset_writer_abort(&train);
+    free(rec);
+    return rc;
+  }
+  rc = append_records(&train, st, byte_id, 0, train_n, rec);
+  if (!rc) rc = append_records(&val, st, byte_id, train_n, val_n, rec);
+  uint64_t pair_id = (uint64_t)train.info.payload_crc32c << 32 | val.info.payload_crc32c;
+  if (!rc) rc = lstmd_dataset_writer_finish(&train, pair_id);
+  if (!rc) rc = lstmd_dataset_writer_finish(&val, pair_id);
+  if (!rc) rc = lstmd_dataset_writer_commit(&val);
+  if (!rc) rc = lstmd_dataset_writer_commit(&train);
+  lstmd_dataset_writer_abort(&train);
+  lstmd_dataset_writer_abort(&val);
+  free(rec);
+  return rc;
+}
+
+int lstmd_prepare_classify(const char *input, const char *out_dir, double val_fraction) {
+  struct tsv_state st = {.input = input};
+  struct lstmd_dataset_info *info = calloc(1, sizeof *info);
+  int rc = info ? read_tsv(&st) : LSTMD_ENOMEM;
+  size_t val_n = (size_t)(val_fraction * (double)st.n), train_n = st.n - val_n;
+  if (!rc && (train_n == 0 || (val_fraction > 0 && val_n == 0))) {
+    lstmd_errorf("%s: %zu sequences give %zu for training and %zu for validation; need at least "
+                 "one in each", input, st.n, train_n, val_n);
+    rc = LSTMD_EFORMAT;
+  }
+  uint8_t byte_id[256] = {0};
+  if (!rc) {
+    /* Label ids: the labels in ascending byte order. */
+    int new_id[LSTMD_MAX_COLUMNS] = {0};
+    char sorted[LSTMD_MAX_COLUMNS][LSTMD_MAX_NAME_BYTES];
+    memcpy(sorted, st.labels, sizeof sorted);
+    qsort(sorted, (size_t)st.n_labels, LSTMD_MAX_NAME_BYTES, cmp_label);
+    for (int k = 0; k < st.n_labels; k++)
+      for (int j = 0; j < st.n_labels; j++)
+        if (!strcmp(st.labels[k], sorted[j])) new_id[k] = j;
+    int seen[256] = {0};
+    for (size_t s = 0; s < st.n; s++) {
+      st.seqs[s].label = new_id[st.seqs[s].label];
+      for (size_t i = 0; i < st.seqs[s].len; i++) seen[(uint8_t)st.seqs[s].text[i]] = 1;
+    }
+    info->kind = LSTMD_DATASET_CLASSIFY;
+    info->width = (int)st.max_len;
+    info->horizon = st.n_labels;
+    for (int k = 0; k < st.n_labels; k++) memcpy(info->names[k], sorted[k], LSTMD_MAX_NAME_BYTES);
+    for (int b = 0; b < 256; b++)
+      if (seen[b]) {
+        byte_id[b] = (uint8_t)info->vocab_size;
+        info->vocab[info->vocab_size++] = (uint8_t)b;
+      }
+    /* Fisher-Yates with a fixed seed: the same file always gives the same split. */
+    uint64_t seed = 0x6c73746d64636c66ull; /* "lstmdclf" */
+    for (size_t s = st.n - 1; s > 0; s--) {
+      size_t j = (size_t)(splitmix64(&seed) % (s + 1));
+      struct seq t = st.seqs[s];
+      st.seqs[s] = st.seqs[j];
+      st.seqs[j] = t;
+    }
+    rc = write_classify(out_dir, info, &st, byte_id, train_n, val_n);
+  }
+  if (!rc)
+    fprintf(stderr, "lstmd: prepared classify %s: %zu sequences, %d classes, %d distinct bytes, "
+            "longest %zu bytes, train %zu, val %zu -> %s\n", input, st.n, st.n_labels,
+            info->vocab_size, st.max_len, train_n, val_n, out_dir);
+  for (size_t s = 0; s < st.n; s++) free(st.seqs[s].text);
+  free(st.seqs);
+  free(info);
+  return rc;
+}
