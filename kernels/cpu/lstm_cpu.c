@@ -114,6 +114,10 @@ BODY void add_column_sums_body(int rows, int cols, const float *m, float *sum_a,
 ISA_VARIANTS(add_column_sums, (int rows, int cols, const float *m, float *sum_a, float *sum_b),
              (rows, cols, m, sum_a, sum_b))
 
+void lstmd_cpu_add_bias_grads(int rows, int cols, const float *dgates, float *db_ih, float *db_hh) {
+  add_column_sums(rows, cols, dgates, db_ih, db_hh);
+}
+
 void lstmd_cpu_lstm_backward_input(const struct lstmd_lstm_dims *d, const float *w_ih,
                                    const float *w_hh, const float *c, const float *gates,
                                    const float *dh_out, float *dgates, float *work, int carry_in,

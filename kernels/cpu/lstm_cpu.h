@@ -65,4 +65,8 @@ void lstmd_cpu_lstm_backward(const struct lstmd_lstm_dims *d, const float *w_ih,
                              float *dw_hh, float *db_ih, float *db_hh, float *dx,
                              const float *wpack);
 
+/* db_ih and db_hh += the column sums of dgates [rows, cols] (both LSTM biases get the gate
+ * pre-activation gradients; shared with the layer-normalised layer, lstm_ln_cpu.c). */
+void lstmd_cpu_add_bias_grads(int rows, int cols, const float *dgates, float *db_ih, float *db_hh);
+
 #endif

@@ -226,19 +226,6 @@ void lstmd_cpu_lstm_ln_backward_input(const struct lstmd_lstm_dims *d, const flo
                 In, 0.0f, dx, In);
 }
 
-BODY void add_column_sums2_body(int rows, int cols, const float *m, float *sum_a, float *sum_b) {
-  for (int r = 0; r < rows; r++) {
-    const float *row = m + (size_t)r * cols;
-#pragma omp simd
-    for (int j = 0; j < cols; j++) {
-      sum_a[j] += row[j];
-      sum_b[j] += row[j];
-    }
-  }
-}
-ISA_VARIANTS(add_column_sums2, (int rows, int cols, const float *m, float *sum_a, float *sum_b),
-             (rows, cols, m, sum_a, sum_b))
-
 void lstmd_cpu_lstm_ln_backward_weight(const struct lstmd_lstm_dims *d, const float *x,
                                        const float *h, const struct lstmd_lstm_ln_acts *a,
                                        const float *dgates, const struct lstmd_lstm_ln_dacts *da,
@@ -249,7 +236,7 @@ void lstmd_cpu_lstm_ln_backward_weight(const struct lstmd_lstm_dims *d, const fl
               dw_hh, H);
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, G, In, N, 1.0f, da->dxp, G, x, In, 1.0f,
               dw_ih, In);
-  add_column_sums2(N, G, dgates, db_ih, db_hh);
+  lstmd_cpu_add_bias_grads(N, G, dgates, db_ih, db_hh);
   ln_param_grads(N, G, dgates, a->xhat, lng->g_ih, lng->s_ih);
   ln_param_grads(N, G, dgates, a->rhat, lng->g_hh, lng->s_hh);
   ln_param_grads(N, H, da->dcn, a->chat, lng->g_c, lng->s_c);
