@@ -9,8 +9,9 @@
 #          decisions, NCCL with 1 rank and the host-staged fallback with 2 ranks on the one
 #          GPU), then `lstmd train` on the GPU in
 #          each precision (fp32, tf32, bf16, fp16) and with 2 ranks on one GPU, each against
-#          the same run on the CPU (first-step loss within 1e-3 relative), and 2 pipeline
-#          stages on the one GPU (fp32 wavefront, fp16 1F1B) against the CPU pipeline.
+#          the same run on the CPU (first-step loss within 1e-3 relative), 2 pipeline stages
+#          on the one GPU (fp32 wavefront, fp16 1F1B) against the CPU pipeline, and the
+#          layer-normalised LSTM (kernels/cuda/lstm_ln_cuda.cu) against the CPU's.
 #   bench  (about 8 minutes): bench/bench_gpu.sh (lstmd vs PyTorch nn.LSTM + AMP, MFU).
 #
 # Logs go to $OUT (the device tool's folder, else ./gpu-run-out): gpu-run-<stage>.log with a
@@ -113,6 +114,7 @@ if [[ $STAGE != bench ]]; then
     --set model.stages=2 --set train.time_chunks=4
   check "train fp16, 2 stages (1f1b M=2 K=2)" 300 train_vs_cpu fp16 2 --set model.stages=2 \
     --set train.schedule=1f1b --set train.micro_batches=2 --set train.time_chunks=2
+  check "train fp32, layer-normalised LSTM" 300 train_vs_cpu fp32 1 --set model.layer_norm=true
 fi
 if [[ $STAGE != checks ]]; then
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr -c 'A-Za-z0-9\n' '-' | tr -s '-')
