@@ -1,6 +1,20 @@
-# serve_helpers.sh — sourced by the daemon tests (test_serve.sh, test_serve_ops.sh): running
-# `mpirun -np 2 lstmd serve` on $SOCK with its state in $TMP/state and lstmctl against it, and
-# the ok/bad failure count `fails`. Set LSTMD, CTL, TMP and SOCK first (and SERVE_PID=).
+# serve_helpers.sh — sourced by the daemon tests (test_serve.sh, test_serve_ops.sh,
+# test_serve_sched.sh, test_forecast.sh): the MPI environment, a fresh $TMP with the daemon's
+# socket $SOCK and state in $TMP/state, a cleanup on exit (the daemon's ranks killed, $TMP
+# removed; a test with more to undo defines serve_cleanup_extra), running `mpirun -np 2 lstmd
+# serve` and lstmctl against it, and the ok/bad failure count `fails`. Set LSTMD and CTL first.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm=isolated
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+TMP=$(mktemp -d)
+SOCK=$TMP/s.sock
+SERVE_PID=
+serve_cleanup() {
+  [[ -n $SERVE_PID ]] && kill -9 "$SERVE_PID" 2>/dev/null
+  pkill -9 -f "$TMP/state" 2>/dev/null
+  declare -F serve_cleanup_extra >/dev/null && serve_cleanup_extra
+  rm -rf "$TMP"
+}
+trap serve_cleanup EXIT
 fails=0
 ok() { echo "ok    $*"; }
 bad() { echo "FAIL  $*"; fails=$((fails + 1)); }

@@ -19,17 +19,6 @@ set -u
 LSTMD=$(realpath "${1:?usage: test_serve.sh LSTMD LSTMCTL SOURCE_DIR}")
 CTL=$(realpath "${2:?}")
 SRC=$(realpath "${3:?}")
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm=isolated
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-TMP=$(mktemp -d)
-SOCK=$TMP/s.sock
-SERVE_PID=
-cleanup() {
-  [[ -n $SERVE_PID ]] && kill -9 "$SERVE_PID" 2>/dev/null
-  pkill -9 -f "$TMP/state" 2>/dev/null
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
 source "$SRC/tests/serve_helpers.sh"
 state_is() { [[ $(field "$1" state) == "$2" ]]; }
 meta_step() { # the step a checkpoint holds

@@ -20,21 +20,12 @@ set -u
 LSTMD=$(realpath "${1:?usage: test_serve_ops.sh LSTMD LSTMCTL SOURCE_DIR}")
 CTL=$(realpath "${2:?}")
 SRC=$(realpath "${3:?}")
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm=isolated
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-TMP=$(mktemp -d)
-SOCK=$TMP/s.sock
-SERVE_PID=
+source "$SRC/tests/serve_helpers.sh"
 GROUP= MEMBER=
-cleanup() {
-  [[ -n $SERVE_PID ]] && kill -9 "$SERVE_PID" 2>/dev/null
-  pkill -9 -f "$TMP/state" 2>/dev/null
+serve_cleanup_extra() {
   [[ -n $MEMBER ]] && userdel "$MEMBER" 2>/dev/null
   [[ -n $GROUP ]] && groupdel "$GROUP" 2>/dev/null
-  rm -rf "$TMP"
 }
-trap cleanup EXIT
-source "$SRC/tests/serve_helpers.sh"
 running_step() { [[ $(field "$1" state) == RUNNING && $(field "$1" step) -gt 0 ]]; }
 # message LOG: the "lstmd:" lines of a refused start (not the ones mpirun adds)
 message() { grep '^lstmd:' "$1" | head -2 | tr '\n' ' '; }
