@@ -41,6 +41,7 @@
 #include "kernels/clock.h"
 #include "comm.h"
 #include "comm_internal.h"
+#include "nccl_internal.h"
 
 struct peer {
   char host[MPI_MAX_PROCESSOR_NAME];
@@ -83,19 +84,54 @@ static int find_shared_gpu(const struct peer *all, int n, char *why, size_t len)
   return 0;
 }
 
+int lstmd_nccl_probe_gpus(struct lstmd_comm *c, int *shared, char *why, size_t len) {
+  struct peer me, *all = calloc((size_t)c->size, sizeof *all);
+  memset(&me, 0, sizeof me);
+  snprintf(me.host, sizeof me.host, "%s", c->host);
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetPCIBusId(me.bus, sizeof me.bus, dev) != cudaSuccess) {
+    cudaGetLastError();
+    me.bus[0] = '\0';
+  }
+  if (!all || LSTMD_MPI_FAILED(MPI_Allgather(&me, sizeof me, MPI_BYTE, all, sizeof me, MPI_BYTE,
+                                             c->world))) {
+    free(all);
+    return all ? LSTMD_ECOMM : LSTMD_ENOMEM;
+  }
+  *shared = find_shared_gpu(all, c->size, why, len);
+  free(all);
+  return LSTMD_OK;
+}
+
 #if LSTMD_WITH_NCCL
 
 /* Polls until the communicator's pending operation is done (see 2.); bounded by the timeout. */
-static ncclResult_t settle(struct lstmd_nccl *n) {
+ncclResult_t lstmd_nccl_settle(ncclComm_t comm, double timeout_s) {
   const double t0 = lstmd_now_s();
   ncclResult_t st = ncclInProgress;
   for (;;) {
-    ncclResult_t q = ncclCommGetAsyncError(n->comm, &st);
+    ncclResult_t q = ncclCommGetAsyncError(comm, &st);
     if (q != ncclSuccess) return q; /* the query's own failure, not a timeout */
     if (st != ncclInProgress) return st;
-    if (lstmd_now_s() - t0 > n->timeout_s) return ncclInProgress;
+    if (lstmd_now_s() - t0 > timeout_s) return ncclInProgress;
     sleep_us(100);
   }
+}
+
+static ncclResult_t settle(struct lstmd_nccl *n) { return lstmd_nccl_settle(n->comm, n->timeout_s); }
+
+void lstmd_nccl_close(ncclComm_t comm, int in_flight) {
+  if (in_flight) { /* a blocking destroy could wait for a dead peer */
+    ncclCommAbort(comm);
+    return;
+  }
+  /* non-blocking communicator: finalize, wait for it (bounded), then free. Finalize waits for
+   * every peer to be quiescent; one that died outside a collective would hold it for the whole
+   * comm timeout, so 10 s at most. A healthy finalize takes milliseconds. */
+  ncclResult_t r = ncclCommFinalize(comm);
+  if (r == ncclSuccess || r == ncclInProgress) r = lstmd_nccl_settle(comm, 10.0);
+  if (r == ncclSuccess) ncclCommDestroy(comm);
+  else ncclCommAbort(comm);
 }
 
 static void *watchdog_main(void *arg) {
@@ -173,25 +209,14 @@ int lstmd_nccl_create(struct lstmd_comm *c, size_t max_count, double timeout_s,
   n->timeout_s = timeout_s;
   n->max_count = max_count;
   pthread_mutex_init(&n->mu, NULL);
-  struct peer me, *all = calloc((size_t)c->size, sizeof *all);
-  memset(&me, 0, sizeof me);
-  snprintf(me.host, sizeof me.host, "%s", c->host);
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetPCIBusId(me.bus, sizeof me.bus, dev) != cudaSuccess) {
-    cudaGetLastError();
-    me.bus[0] = '\0';
-  }
-  n->device = dev;
-  if (!all || LSTMD_MPI_FAILED(MPI_Allgather(&me, sizeof me, MPI_BYTE, all, sizeof me, MPI_BYTE,
-                                             c->world))) {
-    free(all);
-    lstmd_nccl_destroy(n);
-    return all ? LSTMD_ECOMM : LSTMD_ENOMEM;
-  }
   char why[160] = "";
-  const int shared = find_shared_gpu(all, c->size, why, sizeof why);
-  free(all);
-  int rc = LSTMD_OK;
+  int shared = 0;
+  int rc = lstmd_nccl_probe_gpus(c, &shared, why, sizeof why);
+  if (rc) {
+    lstmd_nccl_destroy(n);
+    return rc;
+  }
+  cudaGetDevice(&n->device);
 #if LSTMD_WITH_NCCL
   n->mode = shared ? LSTMD_NCCL_HOST_STAGED : LSTMD_NCCL_DEVICE;
   if (shared && c->rank == 0)
@@ -237,19 +262,9 @@ void lstmd_nccl_destroy(struct lstmd_nccl *n) {
   if (n->watchdog_running) pthread_join(n->watchdog, NULL);
 #if LSTMD_WITH_NCCL
   if (n->comm) {
-    int in_flight = n->watched && cudaEventQuery(n->watched) == cudaErrorNotReady;
+    const int in_flight = n->watched && cudaEventQuery(n->watched) == cudaErrorNotReady;
     cudaGetLastError();
-    if (in_flight) { /* a blocking destroy could wait for a dead peer */
-      ncclCommAbort(n->comm);
-    } else { /* non-blocking communicator: finalize, wait for it (bounded), then free */
-      /* Finalize waits for every peer to be quiescent; one that died outside a collective would
-       * hold it for the whole comm timeout. A healthy finalize takes milliseconds. */
-      if (n->timeout_s > 10.0) n->timeout_s = 10.0;
-      ncclResult_t r = ncclCommFinalize(n->comm);
-      if (r == ncclSuccess || r == ncclInProgress) r = settle(n);
-      if (r == ncclSuccess) ncclCommDestroy(n->comm);
-      else ncclCommAbort(n->comm);
-    }
+    lstmd_nccl_close(n->comm, in_flight);
   }
 #endif
   if (n->staging) cudaFreeHost(n->staging);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "kernels/check.h"
+#include "worker/model/rng.h"
 
 /* After a kernel launch: LSTMD_OK, or LSTMD_ECUDA naming the kernel (check.h). */
 #define check_launch(kernel) \
@@ -232,4 +233,28 @@ extern "C" int lstmd_cuda_sumsq(size_t n, const float *x, double *out, void *str
   unsigned b = blocks_for(n, 256);
   sumsq<<<b > 1024 ? 1024 : b, 256, 0, (cudaStream_t)stream>>>(n, x, out);
   return check_launch("squared norm");
+}
+
+/* One thread per mask element; the row hash is recomputed per element (cheaper than a pass). */
+__global__ void dropout_mask_rows(uint64_t base, uint32_t threshold, float keep, int t0, size_t n,
+                                  int B, int col0, int H, float *mask) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    const size_t r = i / H;
+    const int j = (int)(i % H), t = t0 + (int)(r / B), b = (int)(r % B);
+    mask[i] = lstmd_dropout_dropped(lstmd_dropout_row(base, t, col0 + b), j, threshold) ? 0.0f : keep;
+  }
+}
+
+extern "C" int lstmd_cuda_dropout_mask_rows(uint64_t seed, uint64_t step, int col0, float p,
+                                            int layer, int t0, int t1, int B, int H, float *mask,
+                                            void *stream) {
+  if (t1 <= t0) return LSTMD_OK;
+  const float keep = 1.0f / (1.0f - p); /* as the CPU computes it, in float */
+  const uint32_t threshold = (uint32_t)(p * 16777216.0f);
+  const size_t n = (size_t)(t1 - t0) * B * H;
+  dropout_mask_rows<<<blocks_for(n, 256), 256, 0, (cudaStream_t)stream>>>(
+      lstmd_dropout_base(seed, step, layer), threshold, keep, t0, n, B, col0, H,
+      mask + (size_t)t0 * B * H);
+  return check_launch("dropout_mask_rows");
 }

@@ -49,6 +49,10 @@ int lstmd_cuda_sgd(size_t n, float *p, const float *g, float *buf, float momentu
 /* One thread: lstmd_optim_decide(state, rule) on the device (state: device memory). */
 int lstmd_cuda_optim_decide(struct lstmd_optim_state *state, const struct lstmd_optim_rule *rule,
                             void *stream);
+/* Rows [t0, t1) of the dropout mask [T,B,H] of layer `layer`, written at mask + t0·B·H: bit for
+ * bit what the CPU's lstmd_dropout_mask_rows makes for the key (seed, step, col0) (model.h). */
+int lstmd_cuda_dropout_mask_rows(uint64_t seed, uint64_t step, int col0, float p, int layer,
+                                 int t0, int t1, int B, int H, float *mask, void *stream);
 /* *sumsq (device double, zeroed by the caller) += Σ x². */
 int lstmd_cuda_sumsq(size_t n, const float *x, double *sumsq, void *stream);
 

@@ -3,17 +3,24 @@
  * engines run the same items in the same order; the compute of an item is one cuDNN call per
  * time chunk (kernels/cuda/stage_cuda.h) on the rank's GPU.
  *
- * 1. Transfers go through pinned host memory over MPI (comm/p2p.h): every receive of a unit is
- *    posted into the slot's pinned buffers as soon as the slot is free (at step start for
- *    fill-drain), the progress thread completes them while the GPU computes, and every wait has
- *    the deadline train.comm_timeout_s, so a stalled stage ends the job naming the peer and the
- *    item. A chunk's output is copied to the host and sent as soon as its item is done; B sends
- *    the input gradient before W computes the weight gradients. This is the path for ranks that
- *    share a GPU, and for now the only one: NCCL send/recv between stages is not built yet.
+ * 1. Transfers between stages take one of two paths, chosen at start for the whole replica:
+ *    a. NCCL send/recv on the four lanes of pipe_groups.h (comm/p2p_nccl.h), straight between
+ *       the stages' device buffers. The host enqueues everything and never waits inside a step:
+ *       a receive goes on its lane's stream behind an event of W(u − P, 0) (its slot is free),
+ *       the op that needs it waits for its event; a send goes on its lane behind the op's event;
+ *       a unit's first op waits for the last sends of the slot's previous unit. At the step's
+ *       end the compute stream joins the lanes. The lanes' watchdog times every transfer against
+ *       train.comm_timeout_s and names the item.
+ *    b. When stages share a GPU (NCCL cannot run that), pinned host memory over MPI (comm/p2p.h):
+ *       every receive of a unit is posted into the slot's pinned buffers as soon as the slot is
+ *       free (at step start for fill-drain), the progress thread completes them while the GPU
+ *       computes, and every wait has the deadline train.comm_timeout_s. A chunk's output is
+ *       copied to the host and sent as soon as its item is done; B sends the input gradient
+ *       before W computes the weight gradients.
  * 2. Dropout at a stage boundary is the CPU's mask (lstmd_dropout_mask_rows of the layer below,
- *    keyed on the window, the window's t and the global column), made on the host per chunk and
- *    applied by the receiving stage to its input in F and to its input gradient in B; between
- *    the layers of one stage it is cuDNN's own.
+ *    keyed on the window, the window's t and the global column), made on the device bit for bit
+ *    (lstmd_cuda_dropout_mask_rows) per chunk and applied by the receiving stage to its input in
+ *    F and to its input gradient in B; between the layers of one stage it is cuDNN's own.
  * 3. The update: per-tensor sums of squares on the device, read by the host, summed over the
  *    replica's stages in tensor order (lstmd_pipe_global_norm), then the step's decision
  *    (kernels/optim_rules.h: clip, fp16 overflow and the next loss scale, learning rate) is
@@ -32,10 +39,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm/comm.h"
 #include "comm/comm_nccl.h"
 #include "comm/p2p.h"
+#include "comm/p2p_nccl.h"
 #include "engine.h"
 #include "engine_gpu.h"
 #include "kernels/check.h"
@@ -44,7 +53,9 @@
 #include "kernels/cuda/device_cuda.h"
 #include "kernels/cuda/stage_cuda.h"
 #include "loss_scale.h"
+#include "pipe_gpu.h"
 #include "pipe_grid.h"
+#include "pipe_groups.h"
 #include "worker/io/checkpoint.h"
 #include "worker/io/nvtx.h"
 #include "worker/io/trace.h"
@@ -53,53 +64,6 @@
 #include "worker/train/train_config.h"
 
 enum { kTidItems = 1 };
-
-struct gslot {
-  struct lstmd_batch unit; /* pinned: the unit's columns of its window (first: inputs, last: targets) */
-  void *act_in, *grad_in;  /* pinned [T,b,·] receives (data type) */
-  void *act_out, *grad_out; /* pinned [T,b,·] sends */
-  float *mask_host;        /* pinned [T,b,H]: boundary dropout of the unit (not first) */
-  float *mask;             /* device [T,b,H] */
-  lstmd_p2p_req *sends;    /* [2K] */
-  int n_sends;
-  cudaEvent_t inputs_copied; /* the unit's pinned inputs may be refilled once it has completed */
-};
-
-struct gpipe_engine {
-  struct lstmd_engine base;
-  struct lstmd_pipe_grid g;
-  int dtype, fp16;
-  size_t es;
-  cudaStream_t stream;
-  cudaEvent_t copied;  /* after a device → host copy the host waits for */
-  cudaEvent_t reduced; /* after the step's gradient sum, for the NCCL watchdog (see 4.) */
-  struct pending_send { /* a chunk being copied to the host, sent once the copy is done */
-    int active, dir, u, k;
-    struct gslot *slot;
-    void *host;
-  } pending;
-  int abandoned; /* a step failed with transfers in flight: their buffers stay (comm/p2p.h) */
-  int device_ready;
-  struct lstmd_cuda_stage *cs;
-  struct lstmd_comm *pp, *dp;
-  struct lstmd_p2p *p2p;
-  struct lstmd_nccl *nccl; /* D > 1 */
-  float *params, *grads, *m, *v; /* device [n_params]; this stage's range is used */
-  double *d_loss, *h_loss;       /* device / pinned */
-  double *d_sums, *h_sums;       /* [n_tensors] per-tensor Σ g² */
-  struct lstmd_optim_state *d_state, *h_state; /* device / pinned: the step's decision (see 3.) */
-  struct lstmd_optim_state seen;               /* host: the decision state */
-  void *carry;     /* device [M][h, c][layers·b·H] data type (see 5.) */
-  float *carry_f;  /* device fp32 staging of the same, and its host copy */
-  float *carry_h;
-  struct gslot *slots;
-  lstmd_p2p_req *recv_act, *recv_grad; /* [U·K] */
-  struct lstmd_batch *win;             /* [A] host copies of the step's windows */
-  int *reset;
-  const struct lstmd_step_input *in;
-  char device_desc[160];
-};
-
 static struct gpipe_engine *gp_of(struct lstmd_engine *e) { return (struct gpipe_engine *)e; }
 
 static size_t carry_floats(const struct gpipe_engine *p) {
@@ -107,20 +71,6 @@ static size_t carry_floats(const struct gpipe_engine *p) {
 }
 static void *carry_at(const struct gpipe_engine *p, int m, int c) {
   return (char *)p->carry + ((size_t)2 * m + c) * carry_floats(p) * p->es;
-}
-
-static int pinned(void *pp, size_t bytes) {
-  void **p = pp;
-  *p = NULL;
-  if (bytes == 0) return LSTMD_OK;
-  if (cudaMallocHost(p, bytes) != cudaSuccess) {
-    cudaGetLastError();
-    *p = NULL;
-    lstmd_errorf("CUDA: cannot allocate %.1f MiB of pinned host memory", (double)bytes / 1048576.0);
-    return LSTMD_ENOMEM;
-  }
-  memset(*p, 0, bytes);
-  return LSTMD_OK;
 }
 
 static int device(void *pp, size_t bytes, const char *what) {
@@ -139,34 +89,31 @@ static int device(void *pp, size_t bytes, const char *what) {
 static int alloc_host(struct gpipe_engine *p) {
   const struct lstmd_model_shape *sh = &p->base.model->shape;
   const struct lstmd_pipe_grid *g = &p->g;
-  const size_t n = (size_t)g->T * g->b, msg = n * g->H * p->es;
+  const size_t n = (size_t)g->T * g->b;
   LSTMD_TRY(lstmd_pipe_windows_alloc(g, sh, &p->win, &p->reset));
   p->slots = calloc((size_t)g->P, sizeof *p->slots);
+  p->units = calloc((size_t)g->U, sizeof *p->units);
   p->recv_act = calloc((size_t)g->U * g->K, sizeof *p->recv_act);
   p->recv_grad = calloc((size_t)g->U * g->K, sizeof *p->recv_grad);
-  if (!p->slots || !p->recv_act || !p->recv_grad) return LSTMD_ENOMEM;
+  p->w0_op = calloc((size_t)g->U, sizeof *p->w0_op);
+  if (!p->slots || !p->units || !p->recv_act || !p->recv_grad || !p->w0_op) return LSTMD_ENOMEM;
+  for (int i = 0; i < g->n_ops; i++)
+    if (g->ops[i].kind == LSTMD_PIPE_W && g->ops[i].chunk == 0) p->w0_op[g->ops[i].unit] = i;
   const int text = sh->kind == LSTMD_MODEL_TEXT;
-  for (int i = 0; i < g->P; i++) {
-    struct gslot *sl = &p->slots[i];
-    struct lstmd_batch *u = &sl->unit;
+  for (int i = 0; i < g->U; i++) { /* one per unit, so no host buffer is refilled in a step */
+    struct lstmd_batch *u = &p->units[i];
     *u = (struct lstmd_batch){.steps = g->T, .batch = g->b, .width = p->win[0].width,
                               .horizon = p->win[0].horizon};
-    if (g->st.first) LSTMD_TRY(text ? pinned(&u->ids, n * sizeof *u->ids) : pinned(&u->x, n * sh->width * sizeof(float)));
-    if (g->st.last) LSTMD_TRY(text ? pinned(&u->targets, n * sizeof *u->targets) : pinned(&u->y, n * sh->horizon * sizeof(float)));
-    if (!g->st.first) {
-      LSTMD_TRY(pinned(&sl->act_in, msg));
-      LSTMD_TRY(pinned(&sl->grad_out, msg));
-      if (p->base.cfg.dropout > 0) {
-        LSTMD_TRY(pinned(&sl->mask_host, n * g->H * sizeof(float)));
-        LSTMD_TRY(device(&sl->mask, n * g->H * sizeof(float), "boundary dropout masks"));
-      }
-    }
-    if (!g->st.last) {
-      LSTMD_TRY(pinned(&sl->act_out, msg));
-      LSTMD_TRY(pinned(&sl->grad_in, msg));
-    }
+    if (g->st.first) LSTMD_TRY(text ? gpipe_pinned(&u->ids, n * sizeof *u->ids) : gpipe_pinned(&u->x, n * sh->width * sizeof(float)));
+    if (g->st.last) LSTMD_TRY(text ? gpipe_pinned(&u->targets, n * sizeof *u->targets) : gpipe_pinned(&u->y, n * sh->horizon * sizeof(float)));
+  }
+  for (int i = 0; i < g->P; i++) {
+    struct gslot *sl = &p->slots[i];
+    if (!g->st.first && p->base.cfg.dropout > 0)
+      LSTMD_TRY(device(&sl->mask, n * g->H * sizeof(float), "boundary dropout masks"));
     if (!(sl->sends = malloc(2 * (size_t)g->K * sizeof *sl->sends))) return LSTMD_ENOMEM;
-    LSTMD_CHECK_CUDA(cudaEventCreateWithFlags(&sl->inputs_copied, cudaEventDisableTiming));
+    for (int j = 0; j < 2; j++)
+      LSTMD_CHECK_CUDA(cudaEventCreateWithFlags(&sl->sent[j], cudaEventDisableTiming));
   }
   return LSTMD_OK;
 }
@@ -181,9 +128,9 @@ static int alloc_device(struct gpipe_engine *p) {
   LSTMD_TRY(device(&p->d_loss, sizeof(double), "the loss sum"));
   LSTMD_TRY(device(&p->d_sums, T, "gradient sums"));
   LSTMD_TRY(device(&p->d_state, sizeof *p->d_state, "the optimizer's decision"));
-  LSTMD_TRY(pinned(&p->h_loss, sizeof(double)));
-  LSTMD_TRY(pinned(&p->h_sums, T));
-  LSTMD_TRY(pinned(&p->h_state, sizeof *p->h_state));
+  LSTMD_TRY(gpipe_pinned(&p->h_loss, sizeof(double)));
+  LSTMD_TRY(gpipe_pinned(&p->h_sums, T));
+  LSTMD_TRY(gpipe_pinned(&p->h_state, sizeof *p->h_state));
   const size_t carry = 2 * (size_t)p->g.M * carry_floats(p);
   LSTMD_TRY(device(&p->carry, carry * p->es, "the carried state"));
   LSTMD_TRY(device(&p->carry_f, carry * sizeof(float), "the carried state (fp32)"));
@@ -226,9 +173,11 @@ int lstmd_engine_pipe_gpu_create(const struct lstmd_engine *base, struct lstmd_e
 
 static void gp_destroy(struct lstmd_engine *e) {
   struct gpipe_engine *p = gp_of(e);
-  const int comm_failed = p->nccl && lstmd_nccl_failed(p->nccl);
+  const int comm_failed = (p->nccl && lstmd_nccl_failed(p->nccl)) ||
+                          (p->lanes && lstmd_p2p_nccl_failed(p->lanes));
   if (p->stream && !comm_failed) cudaStreamSynchronize(p->stream); /* a failed one may never end */
   lstmd_p2p_destroy(p->p2p);
+  lstmd_p2p_nccl_destroy(p->lanes);
   lstmd_nccl_destroy(p->nccl);
   lstmd_comm_free(p->pp);
   lstmd_comm_free(p->dp);
@@ -236,16 +185,29 @@ static void gp_destroy(struct lstmd_engine *e) {
   for (int i = 0; p->slots && i < p->g.P; i++) {
     struct gslot *sl = &p->slots[i];
     /* after a failed step MPI may still use the message buffers until the job ends */
-    void *host[] = {sl->unit.ids, sl->unit.targets, sl->unit.x, sl->unit.y, sl->mask_host,
-                    p->abandoned ? NULL : sl->act_in, p->abandoned ? NULL : sl->grad_in,
+    void *host[] = {p->abandoned ? NULL : sl->act_in, p->abandoned ? NULL : sl->grad_in,
                     p->abandoned ? NULL : sl->act_out, p->abandoned ? NULL : sl->grad_out};
     for (size_t j = 0; j < sizeof host / sizeof host[0]; j++)
       if (host[j]) cudaFreeHost(host[j]);
     cudaFree(sl->mask);
     free(sl->sends);
-    if (sl->inputs_copied) cudaEventDestroy(sl->inputs_copied);
+    for (int j = 0; j < 2; j++)
+      if (sl->sent[j]) cudaEventDestroy(sl->sent[j]);
   }
   free(p->slots);
+  for (int i = 0; p->units && i < p->g.U; i++) {
+    void *host[] = {p->units[i].ids, p->units[i].targets, p->units[i].x, p->units[i].y};
+    for (size_t j = 0; j < sizeof host / sizeof host[0]; j++)
+      if (host[j]) cudaFreeHost(host[j]);
+  }
+  free(p->units);
+  for (int i = 0; p->op_done && i < p->g.n_ops; i++) {
+    if (p->op_done[i]) cudaEventDestroy(p->op_done[i]);
+    if (p->recv_done[i]) cudaEventDestroy(p->recv_done[i]);
+  }
+  free(p->op_done);
+  free(p->recv_done);
+  free(p->w0_op);
   lstmd_pipe_windows_free(&p->g, p->win, p->reset);
   free(p->recv_act);
   free(p->recv_grad);
@@ -284,8 +246,6 @@ static int make_stage(struct gpipe_engine *p) {
   return LSTMD_OK;
 }
 
-/* Collective over the world: the fp16 loss scale from rank 0, the grid's communicators, p2p,
- * the replicas' gradient sum, then the stage (voted), then the parameters and moments. */
 static int gp_start(struct lstmd_engine *e, const struct lstmd_optim *o,
                     const struct lstmd_train_progress *pr) {
   struct gpipe_engine *p = gp_of(e);
@@ -295,7 +255,7 @@ static int gp_start(struct lstmd_engine *e, const struct lstmd_optim *o,
   if (!p->pp) {
     LSTMD_TRY(lstmd_comm_split(e->comm, p->g.d, p->g.s, &p->pp));
     LSTMD_TRY(lstmd_comm_split(e->comm, p->g.s, p->g.d, &p->dp));
-    LSTMD_TRY(lstmd_p2p_create(p->pp, e->cfg.comm_timeout_s, &p->p2p));
+    LSTMD_TRY(gpipe_start_transfers(p));
     if (p->g.D > 1)
       LSTMD_TRY(lstmd_nccl_create(p->dp, p->g.hi[p->g.s] - p->g.lo[p->g.s], e->cfg.comm_timeout_s,
                                   &p->nccl));
@@ -320,94 +280,30 @@ static int gp_start(struct lstmd_engine *e, const struct lstmd_optim *o,
 
 /* ---- one step ---- */
 
-static size_t msg_bytes(const struct gpipe_engine *p) { return (size_t)p->g.Tc * p->g.b * p->g.H * p->es; }
-
-/* Posts unit u's receives into its slot's pinned buffers (see 1.). */
-static int post_receives(struct gpipe_engine *p, int u) {
-  struct gslot *sl = &p->slots[u % p->g.P];
-  const size_t chunk = msg_bytes(p);
-  char what[128];
-  for (int k = 0; k < p->g.K; k++) {
-    const int tag = lstmd_pipe_tag(u, k, p->g.K);
-    if (!p->g.st.first) {
-      lstmd_pipe_describe_item(what, sizeof what, &p->g, LSTMD_P2P_UP, u, k, "from", p->g.s - 1);
-      LSTMD_TRY(lstmd_p2p_irecv(p->p2p, LSTMD_P2P_UP, p->g.s - 1, tag, (char *)sl->act_in + k * chunk,
-                                chunk, what, &p->recv_act[u * p->g.K + k]));
-    }
-    if (!p->g.st.last) {
-      lstmd_pipe_describe_item(what, sizeof what, &p->g, LSTMD_P2P_DOWN, u, k, "from", p->g.s + 1);
-      LSTMD_TRY(lstmd_p2p_irecv(p->p2p, LSTMD_P2P_DOWN, p->g.s + 1, tag, (char *)sl->grad_in + k * chunk,
-                                chunk, what, &p->recv_grad[u * p->g.K + k]));
-    }
-  }
-  return LSTMD_OK;
-}
-
-/* Chunk k of a device buffer to the slot's pinned message buffer; sent by flush_send once the
- * copy is done, after the next item's compute has been enqueued (so the GPU does not idle while
- * the host waits for the copy), and before any wait that could depend on it (see 1.). */
-static int start_send(struct gpipe_engine *p, struct gslot *sl, int dir, int u, int k,
-                      const void *dev, void *host) {
-  const size_t chunk = msg_bytes(p);
-  char *h = (char *)host + k * chunk;
-  LSTMD_CHECK_CUDA(cudaMemcpyAsync(h, dev, chunk, cudaMemcpyDeviceToHost, p->stream));
-  LSTMD_CHECK_CUDA(cudaEventRecord(p->copied, p->stream));
-  p->pending = (struct pending_send){1, dir, u, k, sl, h};
-  return LSTMD_OK;
-}
-
-static int flush_send(struct gpipe_engine *p) {
-  struct pending_send *ps = &p->pending;
-  if (!ps->active) return LSTMD_OK;
-  ps->active = 0;
-  LSTMD_CHECK_CUDA(cudaEventSynchronize(p->copied));
-  const int peer = ps->dir == LSTMD_P2P_UP ? p->g.s + 1 : p->g.s - 1;
-  char what[128];
-  lstmd_pipe_describe_item(what, sizeof what, &p->g, ps->dir, ps->u, ps->k, "to", peer);
-  struct gslot *sl = ps->slot;
-  return lstmd_p2p_isend(p->p2p, ps->dir, peer, lstmd_pipe_tag(ps->u, ps->k, p->g.K), ps->host,
-                         msg_bytes(p), what, &sl->sends[sl->n_sends++]);
-}
-
-/* Waits for a received chunk and copies it to the device. */
-static int receive_chunk(struct gpipe_engine *p, lstmd_p2p_req r, int u, int k, const void *host,
-                         void *dev, double *p2p_wait_s) {
-  LSTMD_TRY(flush_send(p)); /* the peer may be waiting for it before it can send this */
-  const double t0 = lstmd_now_s();
-  LSTMD_TRY(lstmd_p2p_wait(p->p2p, r, NULL));
-  const double t1 = lstmd_now_s();
-  *p2p_wait_s += t1 - t0;
-  if (p->base.trace) {
-    char args[64];
-    snprintf(args, sizeof args, "{\"unit\":%d,\"chunk\":%d}", u, k);
-    lstmd_trace_event(p->base.trace, LSTMD_TRACE_TID_MAIN, "recv wait", t0, t1, args);
-  }
-  const size_t chunk = msg_bytes(p);
-  LSTMD_CHECK_CUDA(cudaMemcpyAsync(dev, (const char *)host + k * chunk, chunk,
-                                   cudaMemcpyHostToDevice, p->stream));
-  return LSTMD_OK;
-}
-
 /* The unit's columns of its window to the device, and its initial state (first F). */
-static int begin_unit(struct gpipe_engine *p, struct gslot *sl, int u, int slot) {
+static int begin_unit(struct gpipe_engine *p, int u, int slot) {
+  struct gslot *sl = &p->slots[slot];
   const int a = u / p->g.M, m = u % p->g.M;
-  LSTMD_TRY(flush_send(p));
-  for (int i = 0; i < sl->n_sends; i++) LSTMD_TRY(lstmd_p2p_wait(p->p2p, sl->sends[i], NULL));
-  sl->n_sends = 0;
-  LSTMD_CHECK_CUDA(cudaEventSynchronize(sl->inputs_copied)); /* the previous unit's copy */
-  lstmd_batch_slice(&p->win[a], m * p->g.b, &sl->unit);
+  if (p->lanes) { /* the previous unit's sends read the slot's buffers (1a) */
+    for (int j = 0; j < 2; j++) LSTMD_CHECK_CUDA(cudaStreamWaitEvent(p->stream, sl->sent[j], 0));
+  } else {
+    LSTMD_TRY(gpipe_flush_send(p));
+    for (int i = 0; i < sl->n_sends; i++) LSTMD_TRY(lstmd_p2p_wait(p->p2p, sl->sends[i], NULL));
+    sl->n_sends = 0;
+  }
+  struct lstmd_batch *unit = &p->units[u];
+  lstmd_batch_slice(&p->win[a], m * p->g.b, unit);
   struct lstmd_cuda_inputs *in = lstmd_cuda_stage_inputs(p->cs, slot);
   const size_t n = (size_t)p->g.T * p->g.b;
   struct { const void *src; void *dst; size_t bytes; } copies[] = {
-      {sl->unit.ids, in->ids, n * sizeof(int32_t)},
-      {sl->unit.targets, in->targets, n * sizeof(int32_t)},
-      {sl->unit.x, in->x, n * (size_t)sl->unit.width * sizeof(float)},
-      {sl->unit.y, in->y, n * (size_t)sl->unit.horizon * sizeof(float)}};
+      {unit->ids, in->ids, n * sizeof(int32_t)},
+      {unit->targets, in->targets, n * sizeof(int32_t)},
+      {unit->x, in->x, n * (size_t)unit->width * sizeof(float)},
+      {unit->y, in->y, n * (size_t)unit->horizon * sizeof(float)}};
   for (size_t i = 0; i < sizeof copies / sizeof copies[0]; i++)
     if (copies[i].src && copies[i].dst)
       LSTMD_CHECK_CUDA(cudaMemcpyAsync(copies[i].dst, copies[i].src, copies[i].bytes,
                                        cudaMemcpyHostToDevice, p->stream));
-  LSTMD_CHECK_CUDA(cudaEventRecord(sl->inputs_copied, p->stream));
   const int carry = p->base.cfg.carry_state && !p->reset[a];
   return lstmd_cuda_stage_begin_unit(p->cs, slot, carry ? carry_at(p, m, 0) : NULL,
                                      carry ? carry_at(p, m, 1) : NULL);
@@ -418,23 +314,19 @@ static int chunk_mask(struct gpipe_engine *p, struct gslot *sl, int u, int k, in
                       const float **mask) {
   *mask = NULL;
   if (p->g.st.first || !sl->mask) return LSTMD_OK;
-  const size_t rows = (size_t)p->g.Tc * p->g.b * p->g.H, off = (size_t)k * rows;
-  *mask = sl->mask + off;
+  *mask = sl->mask + (size_t)k * p->g.Tc * p->g.b * p->g.H;
   if (!make) return LSTMD_OK; /* B reuses F's */
   const int a = u / p->g.M, m = u % p->g.M;
-  const struct lstmd_dropout_key key = {p->base.cfg.seed, p->in->first_window + (uint64_t)a,
-                                        p->g.d * p->g.B + m * p->g.b};
-  lstmd_dropout_mask_rows(&key, p->base.cfg.dropout, p->g.st.layer0 - 1, k * p->g.Tc,
-                          (k + 1) * p->g.Tc, p->g.b, p->g.H, sl->mask_host);
-  LSTMD_CHECK_CUDA(cudaMemcpyAsync(sl->mask + off, sl->mask_host + off, rows * sizeof(float),
-                                   cudaMemcpyHostToDevice, p->stream));
-  return LSTMD_OK;
+  return lstmd_cuda_dropout_mask_rows(p->base.cfg.seed, p->in->first_window + (uint64_t)a,
+                                      p->g.d * p->g.B + m * p->g.b, p->base.cfg.dropout,
+                                      p->g.st.layer0 - 1, k * p->g.Tc, (k + 1) * p->g.Tc, p->g.b,
+                                      p->g.H, sl->mask, p->stream);
 }
 
 static const char *const kItemNames[] = {"F", "B", "W"};
 
-static int run_op(struct gpipe_engine *p, const struct lstmd_pipe_op *op,
-                  struct lstmd_step_result *out) {
+static int run_op(struct gpipe_engine *p, int i, struct lstmd_step_result *out) {
+  const struct lstmd_pipe_op *op = &p->g.ops[i];
   const int u = op->unit, k = op->chunk, slot = u % p->g.P, m = u % p->g.M;
   struct gslot *sl = &p->slots[slot];
   struct lstmd_cuda_stage *cs = p->cs;
@@ -443,36 +335,60 @@ static int run_op(struct gpipe_engine *p, const struct lstmd_pipe_op *op,
   double waited = 0.0;
   switch (op->kind) {
     case LSTMD_PIPE_F:
-      if (k == 0) LSTMD_TRY(begin_unit(p, sl, u, slot));
-      if (!p->g.st.first)
-        LSTMD_TRY(receive_chunk(p, p->recv_act[u * p->g.K + k], u, k, sl->act_in,
-                                lstmd_cuda_stage_chunk(cs, LSTMD_STAGE_INPUT, slot, k), &waited));
+      if (k == 0) LSTMD_TRY(begin_unit(p, u, slot));
+      if (!p->g.st.first) {
+        void *in = lstmd_cuda_stage_chunk(cs, LSTMD_STAGE_INPUT, slot, k);
+        LSTMD_TRY(p->lanes ? gpipe_lane_receive(p, i, LSTMD_LANE_RECV_ACT, in)
+                           : gpipe_receive_chunk(p, p->recv_act[u * p->g.K + k], u, k, sl->act_in, in,
+                                           &waited));
+      }
       LSTMD_TRY(chunk_mask(p, sl, u, k, 1, &mask));
       LSTMD_TRY(lstmd_cuda_stage_forward(cs, slot, k, p->params, p->in->grad_scale, mask, p->d_loss));
       if (k == p->g.K - 1 && p->base.cfg.carry_state)
         LSTMD_TRY(lstmd_cuda_stage_end_unit(cs, slot, carry_at(p, m, 0), carry_at(p, m, 1)));
-      LSTMD_TRY(flush_send(p)); /* the previous item's, now that this one is enqueued */
-      if (!p->g.st.last)
-        LSTMD_TRY(start_send(p, sl, LSTMD_P2P_UP, u, k,
-                             lstmd_cuda_stage_chunk(cs, LSTMD_STAGE_OUTPUT, slot, k), sl->act_out));
+      if (!p->g.st.last) {
+        void *o = lstmd_cuda_stage_chunk(cs, LSTMD_STAGE_OUTPUT, slot, k);
+        if (p->lanes) {
+          LSTMD_TRY(gpipe_lane_send(p, i, LSTMD_LANE_SEND_ACT, o, sl));
+        } else {
+          LSTMD_TRY(gpipe_flush_send(p)); /* the previous item's, now that this one is enqueued */
+          LSTMD_TRY(gpipe_start_send(p, sl, LSTMD_P2P_UP, u, k, o, sl->act_out));
+        }
+      } else if (!p->lanes) {
+        LSTMD_TRY(gpipe_flush_send(p));
+      }
       break;
     case LSTMD_PIPE_B:
-      if (!p->g.st.last)
-        LSTMD_TRY(receive_chunk(p, p->recv_grad[u * p->g.K + k], u, k, sl->grad_in,
-                                lstmd_cuda_stage_chunk(cs, LSTMD_STAGE_DOUTPUT, slot, k), &waited));
+      if (!p->g.st.last) {
+        void *dout = lstmd_cuda_stage_chunk(cs, LSTMD_STAGE_DOUTPUT, slot, k);
+        LSTMD_TRY(p->lanes ? gpipe_lane_receive(p, i, LSTMD_LANE_RECV_GRAD, dout)
+                           : gpipe_receive_chunk(p, p->recv_grad[u * p->g.K + k], u, k, sl->grad_in,
+                                           dout, &waited));
+      }
       LSTMD_TRY(chunk_mask(p, sl, u, k, 0, &mask));
       LSTMD_TRY(lstmd_cuda_stage_backward_data(cs, slot, k, p->params, mask));
-      LSTMD_TRY(flush_send(p));
-      if (!p->g.st.first) /* copied before W is enqueued, sent right after it (see 1.) */
-        LSTMD_TRY(start_send(p, sl, LSTMD_P2P_DOWN, u, k,
-                             lstmd_cuda_stage_chunk(cs, LSTMD_STAGE_DINPUT, slot, k), sl->grad_out));
+      if (!p->g.st.first) { /* copied before W is enqueued, sent right after it (see 1.) */
+        void *din = lstmd_cuda_stage_chunk(cs, LSTMD_STAGE_DINPUT, slot, k);
+        if (p->lanes) {
+          LSTMD_TRY(gpipe_lane_send(p, i, LSTMD_LANE_SEND_GRAD, din, sl));
+        } else {
+          LSTMD_TRY(gpipe_flush_send(p));
+          LSTMD_TRY(gpipe_start_send(p, sl, LSTMD_P2P_DOWN, u, k, din, sl->grad_out));
+        }
+      } else if (!p->lanes) {
+        LSTMD_TRY(gpipe_flush_send(p));
+      }
       break;
     case LSTMD_PIPE_W:
       LSTMD_TRY(lstmd_cuda_stage_backward_weights(cs, slot, k, p->grads));
-      LSTMD_TRY(flush_send(p));
+      if (p->lanes) {
+        if (k == 0) LSTMD_CHECK_CUDA(cudaEventRecord(p->op_done[i], p->stream)); /* slot free */
+        break;
+      }
+      LSTMD_TRY(gpipe_flush_send(p));
       if (k == 0 && u + p->g.P < p->g.U) { /* the slot's pinned buffers are free once done */
         LSTMD_CHECK_CUDA(cudaStreamSynchronize(p->stream));
-        LSTMD_TRY(post_receives(p, u + p->g.P));
+        LSTMD_TRY(gpipe_post_receives(p, u + p->g.P));
       }
       break;
   }
@@ -495,7 +411,8 @@ static int run_step(struct gpipe_engine *p, const struct lstmd_step_input *in,
     lstmd_errorf("GPU pipeline engine: %d windows in a step, set up for %d", in->windows, p->g.A);
     return LSTMD_EINVAL;
   }
-  if (p->nccl && lstmd_nccl_failed(p->nccl)) return LSTMD_ECOMM;
+  if ((p->nccl && lstmd_nccl_failed(p->nccl)) || (p->lanes && lstmd_p2p_nccl_failed(p->lanes)))
+    return LSTMD_ECOMM;
   for (int a = 0; a < p->g.A; a++) {
     const struct lstmd_batch *w = in->next_window(in->ctx, &p->reset[a]);
     lstmd_batch_slice(w, 0, &p->win[a]);
@@ -505,18 +422,22 @@ static int run_step(struct gpipe_engine *p, const struct lstmd_step_input *in,
   LSTMD_CHECK_CUDA(cudaMemsetAsync(p->d_loss, 0, sizeof(double), p->stream));
   LSTMD_TRY(lstmd_cuda_stage_begin_grads(p->cs));
   p->in = in;
-  for (int u = 0; u < p->g.U && u < p->g.P; u++) LSTMD_TRY(post_receives(p, u));
+  for (int u = 0; !p->lanes && u < p->g.U && u < p->g.P; u++) LSTMD_TRY(gpipe_post_receives(p, u));
   lstmd_nvtx_push("pipeline items (GPU)");
   int rc = LSTMD_OK;
-  for (int i = 0; !rc && i < p->g.n_ops; i++) rc = run_op(p, &p->g.ops[i], out);
-  if (!rc) rc = flush_send(p);
+  for (int i = 0; !rc && i < p->g.n_ops; i++) rc = run_op(p, i, out);
+  if (!rc && !p->lanes) rc = gpipe_flush_send(p);
   lstmd_nvtx_pop();
   p->in = NULL;
   if (rc) return rc; /* not agreed: the trainer aborts the job */
-  const double t_sends = lstmd_now_s();
-  LSTMD_TRY(lstmd_p2p_wait_all(p->p2p, NULL));
-  out->p2p_wait_s += lstmd_now_s() - t_sends;
-  for (int i = 0; i < p->g.P; i++) p->slots[i].n_sends = 0;
+  if (p->lanes) {
+    LSTMD_TRY(lstmd_p2p_nccl_join(p->lanes, p->stream)); /* waited for below, with the sum */
+  } else {
+    const double t_sends = lstmd_now_s();
+    LSTMD_TRY(lstmd_p2p_wait_all(p->p2p, NULL));
+    out->p2p_wait_s += lstmd_now_s() - t_sends;
+    for (int i = 0; i < p->g.P; i++) p->slots[i].n_sends = 0;
+  }
   LSTMD_TRY(lstmd_cuda_stage_finish_grads(p->cs, p->grads));
   LSTMD_CHECK_CUDA(cudaMemcpyAsync(p->h_loss, p->d_loss, sizeof(double), cudaMemcpyDeviceToHost, p->stream));
   const double t_reduce = lstmd_now_s();
@@ -527,7 +448,7 @@ static int run_step(struct gpipe_engine *p, const struct lstmd_step_input *in,
   }
   LSTMD_CHECK_CUDA(cudaEventRecord(p->reduced, p->stream));
   if (p->nccl) lstmd_nccl_watch(p->nccl, p->reduced);
-  LSTMD_TRY(lstmd_nccl_wait_event(p->nccl, p->reduced)); /* a stalled replica ends it (see 4.) */
+  LSTMD_TRY(gpipe_wait_gpu(p, p->reduced)); /* a stalled replica or stage ends it (see 1a., 4.) */
   if (p->nccl) out->comm_wait_s = lstmd_now_s() - t_reduce;
   out->loss_sum = *p->h_loss;
   return LSTMD_OK;
@@ -677,12 +598,14 @@ static double gp_loss_scale(const struct lstmd_engine *e) {
 static void gp_describe(const struct lstmd_engine *e, char *buf, size_t n) {
   const struct gpipe_engine *p = (const struct gpipe_engine *)e;
   snprintf(buf, n, "GPU pipeline of %d stages x %d replica%s on GPU %d (%s; rank 0: layers %d-%d), "
-           "%s schedule, %d unit%s of %d column%s x %d time chunk%s per step, %s; stage transfers "
-           "through host memory over MPI; gradients summed by %s", p->g.S, p->g.D,
+           "%s schedule, %d unit%s of %d column%s x %d time chunk%s per step, %s; %s; gradients "
+           "summed by %s", p->g.S, p->g.D,
            p->g.D == 1 ? "" : "s", e->cfg.gpu_device, p->device_desc, p->g.st.layer0,
            p->g.st.layer0 + p->g.st.layers - 1, lstmd_pipe_kind_name(p->g.kind), p->g.U,
            p->g.U == 1 ? "" : "s", p->g.b, p->g.b == 1 ? "" : "s", p->g.K, p->g.K == 1 ? "" : "s",
-           p->cs ? lstmd_cuda_stage_describe(p->cs) : "cuDNN", p->nccl ? lstmd_nccl_describe(p->nccl)
+           p->cs ? lstmd_cuda_stage_describe(p->cs) : "cuDNN",
+           p->transport[0] ? p->transport : "stage transfers not started",
+           p->nccl ? lstmd_nccl_describe(p->nccl)
                                                                        : "nothing (one replica)");
 }
 

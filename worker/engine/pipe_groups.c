@@ -34,6 +34,7 @@ struct stage {
   int *lane[LSTMD_LANES];  /* lane → entries in issue order */
   int lane_len[LSTMD_LANES], lane_pos[LSTMD_LANES];
   int *recv_of;         /* op → entry of its receive, −1 */
+  int *sends_left;      /* [units]: sends of unit u not yet completed */
 };
 
 static int lay_out(struct stage *st, const struct lstmd_pipe_op *ops, int n, int slots, int lanes) {
@@ -45,7 +46,8 @@ static int lay_out(struct stage *st, const struct lstmd_pipe_op *ops, int n, int
   st->w0 = malloc(((size_t)st->units + 1) * sizeof(int));
   st->e = malloc(2 * ((size_t)n + 1) * sizeof *st->e);
   st->recv_of = malloc(((size_t)n + 1) * sizeof(int));
-  int ok = st->w0 && st->e && st->recv_of;
+  st->sends_left = calloc((size_t)st->units + 1, sizeof(int));
+  int ok = st->w0 && st->e && st->recv_of && st->sends_left;
   for (int k = 0; k < LSTMD_LANES; k++) {
     st->where[k] = malloc(((size_t)n + 1) * sizeof(int));
     st->lane[k] = malloc(2 * ((size_t)n + 1) * sizeof(int));
@@ -65,6 +67,7 @@ static int lay_out(struct stage *st, const struct lstmd_pipe_op *ops, int n, int
       st->where[kind][st->count[kind]++] = ne;
       st->lane[lane][st->lane_len[lane]++] = ne;
       if (recv) st->recv_of[i] = ne;
+      else st->sends_left[ops[i].unit]++;
       ne++;
     }
   }
@@ -84,13 +87,29 @@ static int ready(const struct stage *st, int id) {
   return u < st->slots || st->next_op > st->w0[u - st->slots];
 }
 
+/* Whether the next op of the stage may run: its receive has completed, and a unit's first op
+ * also waits for every send of the unit that held its slot before (they read its buffers). */
+static int op_may_run(const struct stage *st) {
+  const struct lstmd_pipe_op *op = &st->ops[st->next_op];
+  const int r = st->recv_of[st->next_op];
+  if (r >= 0 && !st->e[r].done) return 0;
+  return !(op->kind == LSTMD_PIPE_F && op->chunk == 0 && op->unit >= st->slots &&
+           st->sends_left[op->unit - st->slots] > 0);
+}
+
+static void complete(struct stage *st, int id) {
+  struct entry *e = &st->e[id];
+  e->done = 1;
+  st->lane_pos[e->lane]++;
+  if (e->kind == LSTMD_LANE_SEND_ACT || e->kind == LSTMD_LANE_SEND_GRAD)
+    st->sends_left[st->ops[e->op].unit]--;
+}
+
 /* Runs what can run on stage s; returns 1 when anything did. */
 static int advance(struct stage *all, int stages, int s, struct lstmd_pipe_lanes_result *out) {
   struct stage *st = &all[s];
   int moved = 0;
-  while (st->next_op < st->n &&
-         (st->recv_of[st->next_op] < 0 || st->e[st->recv_of[st->next_op]].done))
-    st->next_op++, moved = 1;
+  while (st->next_op < st->n && op_may_run(st)) st->next_op++, moved = 1;
   for (int l = 0; l < LSTMD_LANES; l++) {
     if (st->lane_pos[l] >= st->lane_len[l]) continue;
     const int id = st->lane[l][st->lane_pos[l]];
@@ -110,9 +129,8 @@ static int advance(struct stage *all, int stages, int s, struct lstmd_pipe_lanes
       out->mismatch_stage = send ? q : s;
       out->mismatch_peer = send ? s : q;
     }
-    me->done = peer->e[pid].done = 1;
-    st->lane_pos[l]++;
-    peer->lane_pos[peer->e[pid].lane]++;
+    complete(st, id);
+    complete(peer, pid);
     moved = 1;
   }
   return moved;
@@ -144,6 +162,7 @@ int lstmd_pipe_check_lanes(int stages, const struct lstmd_pipe_op *const lists[]
     free(all[s].w0);
     free(all[s].e);
     free(all[s].recv_of);
+    free(all[s].sends_left);
     for (int k = 0; k < LSTMD_LANES; k++) free(all[s].where[k]), free(all[s].lane[k]);
   }
   free(all);

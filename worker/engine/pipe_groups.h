@@ -15,7 +15,9 @@
  * and its own communicator (one per link and direction, so a communicator carries one FIFO of
  * messages). A lane runs its transfers in the op list's order; a receive starts once its unit's
  * slot is free (W(u − P, 0) of the unit that held it has run) and the op that needs it waits for
- * it; a send starts once its op has run. Receives thus run ahead as MPI's pre-posted ones do.
+ * it; a send starts once its op has run, and a unit's first op waits until every send of the
+ * unit that held its slot before has completed (they read the slot's buffers). Receives thus run
+ * ahead as MPI's pre-posted ones do.
  *
  * Pure functions on the op lists of pipe_schedule.h: every rank derives the same plan. */
 #ifndef LSTMD_PIPE_GROUPS_H
@@ -45,7 +47,8 @@ struct lstmd_pipe_lanes_result {
 /* Runs every stage's list with its transfers on lanes, each transfer a rendezvous: a transfer
  * completes once it is at the head of its lane on both ends and both ends are ready (a send: its
  * op has run; a receive: its unit's slot is free, slots[s] units per stage, unit u in slot
- * u mod slots[s]); an op runs once the op before it has and its receive has completed. lanes = 4
+ * u mod slots[s]); an op runs once the op before it has and its receive has completed, and the
+ * first op of unit u ≥ slots[s] once every send of unit u − slots[s] has. lanes = 4
  * is the plan above; lanes = 1 puts every transfer of a stage in one lane in issue order (the
  * receive before its op, the send after), as one stream or one communicator would. Returns 0
  * when every op and transfer ran with matching items, else LSTMD_EINVAL with *out saying why;

@@ -400,15 +400,12 @@ void lstmd_dropout_mask_rows(const struct lstmd_dropout_key *key, float p, int l
                              int t1, int B, int H, float *mask) {
   const float keep_scale = 1.0f / (1.0f - p);
   const uint32_t threshold = (uint32_t)(p * 16777216.0f); /* p in 24-bit units */
-  const uint64_t base = lstmd_hash64(key->seed ^ lstmd_hash64(key->step * 64 + (uint64_t)layer));
+  const uint64_t base = lstmd_dropout_base(key->seed, key->step, layer);
   for (int t = t0; t < t1; t++)
     for (int b = 0; b < B; b++) {
-      const uint64_t row = lstmd_hash64(base ^ ((uint64_t)t << 40 | (uint64_t)(key->col0 + b)));
+      const uint64_t row = lstmd_dropout_row(base, t, key->col0 + b);
       float *m = mask + ((size_t)t * B + b) * H;
-      for (int j = 0; j < H; j++) {
-        uint32_t u = (uint32_t)(lstmd_hash64(row + (uint64_t)j * 0x9e3779b97f4a7c15ULL) >> 40);
-        m[j] = u < threshold ? 0.0f : keep_scale;
-      }
+      for (int j = 0; j < H; j++) m[j] = lstmd_dropout_dropped(row, j, threshold) ? 0.0f : keep_scale;
     }
 }
 

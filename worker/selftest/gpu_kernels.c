@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kernels/cuda/dense_cuda.h"
+#include "worker/model/model.h"
 #include "worker/selftest/selftest.h"
 
 static unsigned long long g_seed = 4242;
@@ -173,7 +174,33 @@ static void test_optimizers(void) {
   free(rp); free(rg); free(rm); free(rv); free(p); free(g); free(m); free(v);
 }
 
+/* The pipeline's boundary dropout masks are made on the GPU: bit for bit the CPU's, rows [t0, t1)
+ * at their offsets, the rest untouched. */
+static void test_dropout_mask(void) {
+  enum { T = 7, B = 5, H = 67, t0 = 2, t1 = 6 };
+  const struct lstmd_dropout_key key = {.seed = 99, .step = 12345, .col0 = 40};
+  const float p = 0.3f;
+  const size_t n = (size_t)T * B * H;
+  float *cpu = malloc(n * sizeof(float)), *gpu = malloc(n * sizeof(float)), *d = NULL;
+  for (size_t i = 0; i < n; i++) cpu[i] = -1.0f;
+  lstmd_dropout_mask_rows(&key, p, 3, t0, t1, B, H, cpu);
+  d = dev_copy(cpu, n);
+  cudaMemset(d + (size_t)t0 * B * H, 0, (size_t)(t1 - t0) * B * H * sizeof(float));
+  lstmd_check_true("dropout mask launch",
+                   lstmd_cuda_dropout_mask_rows(key.seed, key.step, key.col0, p, 3, t0, t1, B, H, d,
+                                                NULL) == 0);
+  to_host(gpu, d, n);
+  size_t dropped = 0;
+  for (size_t i = 0; i < n; i++) dropped += cpu[i] == 0.0f;
+  lstmd_check_true("cuda dropout mask == the CPU's, bit for bit", !memcmp(cpu, gpu, n * sizeof(float)) &&
+                                                                      dropped > 0);
+  cudaFree(d);
+  free(cpu);
+  free(gpu);
+}
+
 void lstmd_selftest_gpu_kernels(void) {
+  test_dropout_mask();
   test_embedding();
   test_softmax();
   test_optimizers();
