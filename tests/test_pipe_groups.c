@@ -49,8 +49,9 @@ static void lanes_of_ops(void) {
                  lstmd_pipe_lane_of(&g_lists[2][0], 0) == -1);
 }
 
-/* Every kind, S, U, K, with the schedule's slots: the lists run to the end with matching items. */
-static void grid(void) {
+/* Every kind, S, U, K, with the schedule's slots, on `lanes` lanes: how many fail to run to the
+ * end with matching items. */
+static int grid_failures(int lanes, int *runs_out) {
   int runs = 0, bad = 0, slots[MAX_S];
   for (int kind = 0; kind < 3; kind++)
     for (int S = 1; S <= MAX_S; S++)
@@ -60,14 +61,24 @@ static void grid(void) {
           runs++;
           slots_of(g_kinds[kind], S, U, K, slots);
           if (build(g_kinds[kind], S, U, K) ||
-              lstmd_pipe_check_lanes(S, g_lists, g_counts, slots, LSTMD_LANES, &r) != 0) {
-            if (bad++ < 5)
+              lstmd_pipe_check_lanes(S, g_lists, g_counts, slots, lanes, &r) != 0) {
+            if (bad++ < 5 && lanes == LSTMD_LANES)
               fprintf(stderr, "  %s S=%d U=%d K=%d: %s\n", lstmd_pipe_kind_name(g_kinds[kind]), S,
                       U, K, r.mismatch ? "items mismatch" : "deadlock");
           }
         }
+  *runs_out = runs;
+  return bad;
+}
+
+static void grid(void) {
+  int runs = 0, bad = grid_failures(LSTMD_LANES, &runs);
   printf("  %d schedules run on four lanes of rendezvous transfers, %d failed\n", runs, bad);
   check_true("every schedule runs to the end on NCCL lanes", bad == 0);
+  /* one communicator per direction: a middle stage's send up and receive from below share one */
+  bad = grid_failures(2, &runs);
+  printf("  on one lane per direction: %d of %d deadlock\n", bad, runs);
+  check_true("one lane per direction deadlocks some schedules", bad > 0);
 }
 
 /* One lane per stage (one stream, or one communicator): under 1F1B with K = 2 stage 0 sends unit

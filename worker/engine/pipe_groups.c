@@ -62,7 +62,7 @@ static int lay_out(struct stage *st, const struct lstmd_pipe_op *ops, int n, int
     for (int recv = 1; recv >= 0; recv--) { /* the receive before the op, the send after */
       const int kind = lstmd_pipe_lane_of(&ops[i], recv);
       if (kind < 0) continue;
-      const int lane = lanes == 1 ? 0 : kind;
+      const int lane = lanes == 1 ? 0 : lanes == 2 ? (kind >= LSTMD_LANE_RECV_GRAD) : kind;
       st->e[ne] = (struct entry){.kind = kind, .op = i, .index = st->count[kind], .lane = lane};
       st->where[kind][st->count[kind]++] = ne;
       st->lane[lane][st->lane_len[lane]++] = ne;
@@ -140,7 +140,7 @@ int lstmd_pipe_check_lanes(int stages, const struct lstmd_pipe_op *const lists[]
                            const int counts[], const int slots[], int lanes,
                            struct lstmd_pipe_lanes_result *out) {
   memset(out, 0, sizeof *out);
-  if (stages < 1 || stages > LSTMD_PIPE_MAX_STAGES || (lanes != 1 && lanes != LSTMD_LANES))
+  if (stages < 1 || stages > LSTMD_PIPE_MAX_STAGES || (lanes != 1 && lanes != 2 && lanes != LSTMD_LANES))
     return LSTMD_EINVAL;
   struct stage *all = calloc((size_t)stages, sizeof *all);
   int rc = all ? LSTMD_OK : LSTMD_ENOMEM;

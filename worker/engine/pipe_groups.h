@@ -49,8 +49,10 @@ struct lstmd_pipe_lanes_result {
  * op has run; a receive: its unit's slot is free, slots[s] units per stage, unit u in slot
  * u mod slots[s]); an op runs once the op before it has and its receive has completed, and the
  * first op of unit u ≥ slots[s] once every send of unit u − slots[s] has. lanes = 4
- * is the plan above; lanes = 1 puts every transfer of a stage in one lane in issue order (the
- * receive before its op, the send after), as one stream or one communicator would. Returns 0
+ * is the plan above; lanes = 2 gives each direction one lane (activations: the receive from below
+ * and the send up; gradients likewise), as one communicator per direction would; lanes = 1 puts
+ * every transfer of a stage in one lane in issue order (the receive before its op, the send
+ * after), as one stream or one communicator would. Returns 0
  * when every op and transfer ran with matching items, else LSTMD_EINVAL with *out saying why;
  * LSTMD_ENOMEM. */
 int lstmd_pipe_check_lanes(int stages, const struct lstmd_pipe_op *const lists[],
