@@ -9,26 +9,7 @@
 #include "worker/engine/pipe_groups.h"
 #include "check.h"
 
-#define MAX_S 8
-#define MAX_UK 8
-#define MAX_OPS (3 * MAX_UK * MAX_UK)
-
-static struct lstmd_pipe_op g_ops[MAX_S][MAX_OPS];
-static const struct lstmd_pipe_op *g_lists[MAX_S];
-static int g_counts[MAX_S];
-
-static const enum lstmd_pipe_kind g_kinds[] = {LSTMD_PIPE_GPIPE, LSTMD_PIPE_1F1B,
-                                               LSTMD_PIPE_WAVEFRONT};
-
-static int build(enum lstmd_pipe_kind kind, int S, int U, int K) {
-  int bad = 0;
-  for (int s = 0; s < S; s++) {
-    g_counts[s] = lstmd_pipe_schedule(kind, S, s, U, K, g_ops[s], MAX_OPS);
-    g_lists[s] = g_ops[s];
-    bad |= g_counts[s] < 0;
-  }
-  return bad;
-}
+#include "pipe_lists.h"
 
 static void slots_of(enum lstmd_pipe_kind kind, int S, int U, int K, int *slots) {
   for (int s = 0; s < S; s++) slots[s] = lstmd_pipe_peak_units(kind, S, s, U, K);
@@ -55,8 +36,8 @@ static int grid_failures(int lanes, int *runs_out) {
   int runs = 0, bad = 0, slots[MAX_S];
   for (int kind = 0; kind < 3; kind++)
     for (int S = 1; S <= MAX_S; S++)
-      for (int U = 1; U <= MAX_UK; U++)
-        for (int K = 1; K <= MAX_UK; K++) {
+      for (int U = 1; U <= 8; U++)
+        for (int K = 1; K <= 8; K++) {
           struct lstmd_pipe_lanes_result r = {0};
           runs++;
           slots_of(g_kinds[kind], S, U, K, slots);
