@@ -12,7 +12,9 @@
 #          the same run on the CPU (first-step loss within 1e-3 relative), 2 pipeline stages
 #          on the one GPU (fp32 wavefront, fp16 1F1B) against the CPU pipeline, and the
 #          layer-normalised LSTM (kernels/cuda/lstm_ln_cuda.cu) against the CPU's.
-#   bench  (about 8 minutes): bench/bench_gpu.sh (lstmd vs PyTorch nn.LSTM + AMP, MFU).
+#   bench  (about 9 minutes): bench/bench_gpu.sh (lstmd vs PyTorch nn.LSTM + AMP, MFU), then
+#          `lstmd pipe-predict`: pipeline step times for 2, 4 and 8 GPUs predicted from this
+#          GPU's per-chunk cuDNN times, appended to the same results file.
 #
 # Logs go to $OUT (the device tool's folder, else ./gpu-run-out): gpu-run-<stage>.log with a
 # PASS/FAIL/SKIP summary at its end, and for bench the results file named after the GPU and the
@@ -120,6 +122,9 @@ if [[ $STAGE != checks ]]; then
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr -c 'A-Za-z0-9\n' '-' | tr -s '-')
   results="$OUT/gpu-${gpu,,}-$(date -u +%F).txt"
   check "bench_gpu.sh" 540 env BENCH_OUT="$results" bash "$REL/share/lstmd/bench/bench_gpu.sh" "$LSTMD"
+  # Pipelines of 2, 4 and 8 GPUs predicted from this one GPU's per-chunk cuDNN times (issue 13).
+  check "lstmd pipe-predict (S = 2, 4, 8)" 240 \
+    bash -c '"$1" pipe-predict --stages 2,4,8 | tee -a "$2"' _ "$LSTMD" "$results"
 fi
 echo
 echo "== summary ($STAGE): $failed failed"

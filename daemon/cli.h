@@ -16,6 +16,7 @@ int lstmd_cmd_doctor(int argc, char **argv);   /* cli_doctor.c */
 int lstmd_cmd_selftest(int argc, char **argv); /* cli_selftest.c */
 int lstmd_cmd_export(int argc, char **argv);   /* cli_export.c */
 int lstmd_cmd_classify(int argc, char **argv); /* cli_classify.c */
+int lstmd_cmd_pipe_predict(int argc, char **argv); /* cli_pipe_predict.c */
 
 struct lstmd_model;
 struct lstmd_data_meta;

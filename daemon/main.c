@@ -88,6 +88,8 @@ static void usage(FILE *out) {
           "                --token-file F]   (jobs from lstmctl; under mpirun/srun for many ranks)\n"
           "  lstmd doctor  [--json] [--device auto|cpu|cuda]   (what this node trains with, and why)\n"
           "  lstmd selftest [--gpu] [--bench] [--out DIR] [--only GROUP]   (checks, PASS/FAIL/SKIP)\n"
+          "  lstmd pipe-predict [--stages 2,4,8] [--layers L --hidden H ...]   (GPU pipeline step times,\n"
+          "                     predicted from one GPU's per-chunk cuDNN times)\n"
           "  lstmd --version   (lstmd, MPI, OpenBLAS and GPU backend versions)\n\n"
           "`lstmd train --help` lists the config keys. Data goes to stdout, messages to stderr.\n");
 }
@@ -111,6 +113,7 @@ int main(int argc, char **argv) {
                   {"predict", lstmd_cmd_predict}, {"serve", lstmd_cmd_serve},
                   {"quantize", lstmd_cmd_quantize}, {"doctor", lstmd_cmd_doctor},
                   {"selftest", lstmd_cmd_selftest},   {"export", lstmd_cmd_export},
+                  {"pipe-predict", lstmd_cmd_pipe_predict},
                   {"classify", lstmd_cmd_classify}};
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc, argv);

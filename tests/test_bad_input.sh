@@ -472,6 +472,13 @@ check "sample: prime byte 0xff outside the vocabulary" --file "$CKPT" --has "0xf
   "$LSTMD" sample --checkpoint "$CKPT" --prime $'\xff' --length 5
 check "sample: series checkpoint" --file "$SCKPT" -- \
   "$LSTMD" sample --checkpoint "$SCKPT" --length 5
+# pipe-predict's options are checked before any GPU is looked for
+check "pipe-predict: more stages than layers" --has "--stages 9" -- \
+  "$LSTMD" pipe-predict --layers 8 --stages 2,9
+check "pipe-predict: seq-len not a multiple of chunks" --has "--chunks 16" -- \
+  "$LSTMD" pipe-predict --seq-len 100 --chunks 16
+check "pipe-predict: unknown precision" --has "--precision fp8" -- \
+  "$LSTMD" pipe-predict --precision fp8
 check "eval: text checkpoint on series data" --file "$TMP/good-series" -- \
   "$LSTMD" eval --checkpoint "$CKPT" --data "$TMP/good-series"
 

@@ -25,11 +25,13 @@
 #include <stddef.h>
 
 struct lstmd_engine;
+struct lstmd_model_shape;
 struct lstmd_selftest;
+struct lstmd_stage_times_config;
 
 /* Bumped whenever the table changes; the loader refuses a module of another ABI or version. */
-#define LSTMD_GPU_ABI 1
-#define LSTMD_GPU_MODULE_SYMBOL "lstmd_gpu_module_v1"
+#define LSTMD_GPU_ABI 2
+#define LSTMD_GPU_MODULE_SYMBOL "lstmd_gpu_module_v2"
 
 struct lstmd_gpu_backend {
   int abi;             /* LSTMD_GPU_ABI */
@@ -46,6 +48,9 @@ struct lstmd_gpu_backend {
   int (*engine_create)(const struct lstmd_engine *base, struct lstmd_engine **out);
   /* worker/selftest/selftest.h: runs the GPU checks named by `only` (NULL: all) */
   void (*selftest)(struct lstmd_selftest *st, const char *only);
+  /* worker/engine/gpu_stage_times.h: per-item costs of pipeline stages on one GPU */
+  int (*stage_times)(const struct lstmd_model_shape *shape,
+                     const struct lstmd_stage_times_config *cfg, double *ms);
 };
 
 /* The module's table, loading it (and the CUDA libraries) on the first call; NULL when the

@@ -4,9 +4,10 @@
 #include "kernels/cuda/device_cuda.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/gpu_backend.h"
+#include "worker/engine/gpu_stage_times.h"
 #include "worker/selftest/selftest.h"
 
-__attribute__((visibility("default"))) const struct lstmd_gpu_backend lstmd_gpu_module_v1 = {
+__attribute__((visibility("default"))) const struct lstmd_gpu_backend lstmd_gpu_module_v2 = {
     .abi = LSTMD_GPU_ABI,
     .size = sizeof(struct lstmd_gpu_backend),
     .version = LSTMD_VERSION_STRING,
@@ -17,4 +18,5 @@ __attribute__((visibility("default"))) const struct lstmd_gpu_backend lstmd_gpu_
     .describe_nccl = lstmd_nccl_describe_library,
     .engine_create = lstmd_engine_gpu_create,
     .selftest = lstmd_selftest_gpu,
+    .stage_times = lstmd_gpu_stage_times,
 };
