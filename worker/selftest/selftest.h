@@ -38,7 +38,7 @@ int lstmd_check_true(const char *what, int ok);
 void lstmd_check_skip(const char *what, const char *why);
 
 /* The GPU groups (in the GPU module; gpu_backend.h's `selftest` entry): kernels, convert, cudnn,
- * model, nccl; `only` names one (NULL: all). Without a usable device each is a SKIP. */
+ * model, classify, pipe, nccl; `only` names one (NULL: all). Without a usable device each is a SKIP. */
 void lstmd_selftest_gpu(struct lstmd_selftest *st, const char *only);
 /* The CPU groups (worker/selftest/cpu_checks.c): cpu. */
 void lstmd_selftest_cpu(struct lstmd_selftest *st, const char *only);
