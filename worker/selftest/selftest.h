@@ -52,5 +52,7 @@ static inline double selftest_uniform(unsigned long long *state, double scale) {
 float *selftest_rand_floats(unsigned long long *state, size_t n, double scale, double *copy);
 /* ‖a − b‖ / ‖b‖ over n values (‖a − b‖ when b is all zeros), in double. */
 double selftest_rel_err(const float *a, const float *b, size_t n);
+/* Removes the scratch folder `dir` (made with mkdtemp) and all below it; says so when it cannot. */
+void selftest_remove_tree(const char *dir);
 
 #endif
