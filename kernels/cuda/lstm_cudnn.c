@@ -286,8 +286,8 @@ static int piece_offset(const struct lstmd_cudnn_lstm *l, cudnnTensorDescriptor_
   for (int i = 0; i < nb && i < 3; i++) count *= dim[i];
   if (!addr || nb < 1 || nb > 3 || count != (long long)rows * cols || bytes < 0 ||
       bytes % (ptrdiff_t)es || (size_t)bytes + (size_t)rows * cols * es > l->w_bytes) {
-    lstmd_errorf("cuDNN weight layout: pseudo-layer %d linear layer %d %s is %dx%dx%d (%d dims) at byte "
-                 "%td, expected 1x%dx%d inside %zu bytes", layer, id, what, dim[0], dim[1], dim[2],
+    lstmd_errorf("cuDNN weight layout: pseudo-layer %d linear layer %d %s is %dx%dx%d (%d dims) at "
+                 "byte %td, expected 1x%dx%d inside %zu bytes", layer, id, what, dim[0], dim[1], dim[2],
                  nb, bytes, rows, cols, l->w_bytes);
     return LSTMD_EFORMAT;
   }
@@ -364,9 +364,9 @@ int lstmd_cudnn_lstm_set_lengths(struct lstmd_cudnn_lstm *l, const int32_t *host
       lstmd_errorf("cuDNN LSTM: column %d has length %d, outside 1..%d", b, host_len[b], c->steps);
       return LSTMD_EINVAL;
     }
-    l->seq_host[b] = host_len[b];
     if (host_len[b] > longest) longest = host_len[b];
   }
+  for (int b = 0; b < c->batch; b++) l->seq_host[b] = host_len[b];
   l->seq_ext = dev_len;
   int fit = 0;
   LSTMD_TRY(set_data_descriptors(l, longest, 0));

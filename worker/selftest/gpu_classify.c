@@ -45,7 +45,10 @@ static struct lstmd_model *make_classifier(int bidirectional, int pool, uint64_t
   return m;
 }
 
-static int draw(int n) { return (int)((unsigned)(selftest_uniform(&g_seed, 1.0) * 1e6 + 1e6) % (unsigned)n); }
+/* A deterministic draw in 0..n−1. */
+static int draw(int n) {
+  return (int)((unsigned)(selftest_uniform(&g_seed, 1.0) * 1e6 + 1e6) % (unsigned)n);
+}
 
 /* ids [T,B] (0 past each length, as the batcher pads), lengths `len`, labels < C. */
 static void fill(struct lstmd_clf_batch *b, const int *len, int vocab) {
@@ -63,7 +66,9 @@ static void check_rel(const char *what, const float *got, const float *ref, size
   lstmd_check_true(line, e < tol);
 }
 
-static const char *dtype_name(int dt) { return dt == LSTMD_DT_F16 ? "fp16" : dt == LSTMD_DT_BF16 ? "bf16" : "fp32"; }
+static const char *dtype_name(int dt) {
+  return dt == LSTMD_DT_F16 ? "fp16" : dt == LSTMD_DT_BF16 ? "bf16" : "fp32";
+}
 
 /* The GPU model's forward (and backward when gs != 0) of batch b: loss, and the host copies of
  * the logits [B,C] (gs == 0) or the gradients [n_params]. */
@@ -274,7 +279,8 @@ static void test_engine_evaluate(void) {
   for (int i = 0; f && i < 200; i++) { /* 3 labels, words of 1..9 bytes */
     const int c = draw(3), n = 1 + draw(9);
     fprintf(f, "%s\t", c == 0 ? "vowel" : c == 1 ? "digit" : "upper");
-    for (int k = 0; k < n; k++) fputc((c == 0 ? "aeiouxy" : c == 1 ? "0123456xy" : "ABCDEFxy")[draw(7)], f);
+    const char *letters = c == 0 ? "aeiouxy" : c == 1 ? "01234xy" : "ABCDExy";
+    for (int k = 0; k < n; k++) fputc(letters[draw(7)], f);
     fputc('\n', f);
   }
   if (f) fclose(f);
