@@ -4,9 +4,9 @@
  * 77 (everything was skipped: what ctest reads as skipped).
  *
  * Groups: cpu (worker/selftest/cpu_gradcheck.c); with --gpu the GPU module's kernels, convert,
- * cudnn, model, classify (sequence classifiers), pipe and nccl (worker/selftest/gpu_*.c), and "nccl 2 ranks": this binary again under
- * `mpirun -np 2` with both ranks on one GPU, which takes the host-staged fallback, and with two
- * or more GPUs once more with a GPU each (NCCL). The ctest
+ * cudnn, model, classify (sequence classifiers), pipe and nccl (worker/selftest/gpu_*.c), and
+ * "nccl 2 ranks": this binary again under `mpirun -np 2` with both ranks on one GPU, which takes
+ * the host-staged fallback, and with two or more GPUs once more with a GPU each (NCCL). The ctest
  * `gpu` tests run `lstmd selftest --gpu --only GROUP`, so there is one implementation. Without a
  * usable GPU (no device, or the GPU backend not loaded) every GPU group is one SKIP with why.
  * --out DIR keeps the whole output in DIR/selftest-<gpu or cpu>-<date>.txt; --bench adds
