@@ -269,7 +269,8 @@ static void test_engine_training(void) {
   lstmd_model_destroy(gpu);
 }
 
-/* The GPU engine's validation loss on a prepared classify split = lstmd_clf_evaluate's. */
+/* The GPU engine's validation loss on a prepared classify split = lstmd_clf_evaluate's (the
+ * engine runs that evaluator on rank 0 with the device's parameters). */
 static void test_engine_evaluate(void) {
   char dir[] = "/tmp/lstmd-test-gpu-clf-XXXXXX", in[300], out[300];
   if (!mkdtemp(dir)) return;
@@ -310,7 +311,9 @@ static void test_engine_evaluate(void) {
   char what[200];
   snprintf(what, sizeof what, "engines: GPU validation loss %.6f = lstmd_clf_evaluate's %.6f "
            "(%llu sequences)", loss, ref ? ref->loss : 0.0, (unsigned long long)n);
-  lstmd_check_true(what, !rc && ref && n == ref->sequences && loss == ref->loss);
+  /* the same evaluator on the same parameters: equal up to BLAS threading, if at all */
+  lstmd_check_true(what, !rc && ref && n == ref->sequences &&
+                             fabs(loss - ref->loss) <= 1e-9 * fabs(ref->loss));
   lstmd_engine_destroy(dg);
   free(ref);
   lstmd_model_destroy(m);
