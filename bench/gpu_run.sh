@@ -10,8 +10,11 @@
 #          GPU), then `lstmd train` on the GPU in
 #          each precision (fp32, tf32, bf16, fp16) and with 2 ranks on one GPU, each against
 #          the same run on the CPU (first-step loss within 1e-3 relative), 2 pipeline stages
-#          on the one GPU (fp32 wavefront, fp16 1F1B) against the CPU pipeline, and the
-#          layer-normalised LSTM (kernels/cuda/lstm_ln_cuda.cu) against the CPU's.
+#          on the one GPU (fp32 wavefront, fp16 1F1B) against the CPU pipeline, the
+#          layer-normalised LSTM (kernels/cuda/lstm_ln_cuda.cu) against the CPU's, and a tiny
+#          language-id-like sequence classifier (bidirectional, max-pooled, padded words of
+#          mixed lengths: cuDNN's variable-length bidirectional mode) against the CPU's, fp32 on
+#          one rank and bf16 on two.
 #   bench  (about 9 minutes): bench/bench_gpu.sh (lstmd vs PyTorch nn.LSTM + AMP, MFU), then
 #          `lstmd pipe-predict`: pipeline step times for 2, 4 and 8 GPUs predicted from this
 #          GPU's per-chunk cuDNN times, appended to the same results file.
@@ -100,6 +103,22 @@ sys.exit(0 if abs(g0 - c0) / c0 <= tol and gpu[-1]["loss"] < g0 else 1)
 EOF
 }
 
+# langid_tsv FILE: a language-id-like classify input made here (no word lists on this machine):
+# four made-up languages, each a syllable inventory, words of 1-4 syllables, 600 per language.
+langid_tsv() {
+  python3 - "$1" <<'EOF'
+import random, sys
+random.seed(19)
+langs = {'aru': 'ka ri to na me su ya', 'bel': 'sch en berg lich ung ei', 'cor': 'ou eau ai que oi ll',
+         'dal': 'os as ia ión ez ñe'}
+with open(sys.argv[1], 'w') as f:
+    for i in range(600):
+        for name, sy in sorted(langs.items()):
+            s = sy.split()
+            f.write('%s\t%s\n' % (name, ''.join(random.choice(s) for _ in range(random.randint(1, 4)))))
+EOF
+}
+
 echo "== lstmd GPU run ($STAGE), $(date -u '+%F %T UTC'), $(hostname)"
 cat "$PACK/PACKED"
 nvidia-smi -L
@@ -117,6 +136,12 @@ if [[ $STAGE != bench ]]; then
   check "train fp16, 2 stages (1f1b M=2 K=2)" 300 train_vs_cpu fp16 2 --set model.stages=2 \
     --set train.schedule=1f1b --set train.micro_batches=2 --set train.time_chunks=2
   check "train fp32, layer-normalised LSTM" 300 train_vs_cpu fp32 1 --set model.layer_norm=true
+  langid_tsv "$TMP/langid.tsv" && "$LSTMD" prepare classify --input "$TMP/langid.tsv" \
+    --out "$TMP/langid" --val-fraction 0.1 >/dev/null 2>&1
+  clf=(--set data.path="$TMP/langid" --set model.bidirectional=true --set model.pool=max
+       --set model.hidden=64 --set data.batch_size=32 --set optim.lr=0.005)
+  check "train fp32, classifier (bi, max; language id)" 300 train_vs_cpu fp32 1 "${clf[@]}"
+  check "train bf16, classifier, 2 ranks on one GPU" 300 train_vs_cpu bf16 2 "${clf[@]}"
 fi
 if [[ $STAGE != checks ]]; then
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr -c 'A-Za-z0-9\n' '-' | tr -s '-')

@@ -4,9 +4,9 @@
  * 77 (everything was skipped: what ctest reads as skipped).
  *
  * Groups: cpu (worker/selftest/cpu_gradcheck.c); with --gpu the GPU module's kernels, convert,
- * cudnn, model and nccl (worker/selftest/gpu_*.c), and "nccl 2 ranks": this binary again under
- * `mpirun -np 2` with both ranks on one GPU, which takes the host-staged fallback, and with two
- * or more GPUs once more with a GPU each (NCCL). The ctest
+ * cudnn, model, classify (sequence classifiers), pipe and nccl (worker/selftest/gpu_*.c), and
+ * "nccl 2 ranks": this binary again under `mpirun -np 2` with both ranks on one GPU, which takes
+ * the host-staged fallback, and with two or more GPUs once more with a GPU each (NCCL). The ctest
  * `gpu` tests run `lstmd selftest --gpu --only GROUP`, so there is one implementation. Without a
  * usable GPU (no device, or the GPU backend not loaded) every GPU group is one SKIP with why.
  * --out DIR keeps the whole output in DIR/selftest-<gpu or cpu>-<date>.txt; --bench adds
@@ -31,7 +31,8 @@
 #include "worker/selftest/selftest.h"
 #include "cli.h"
 
-static const char *const kGpuGroups[] = {"kernels", "convert", "cudnn", "model", "pipe", "nccl"};
+static const char *const kGpuGroups[] = {"kernels", "convert", "cudnn", "model", "classify", "pipe",
+                                         "nccl"};
 
 static int is_gpu_group(const char *g) {
   for (size_t i = 0; i < sizeof kGpuGroups / sizeof *kGpuGroups; i++)
@@ -164,7 +165,8 @@ int lstmd_cmd_selftest(int argc, char **argv) {
   int rc = lstmd_parse_opts("selftest", argc, argv, 2, opts, 4);
   if (rc) return rc;
   if (only && strcmp(only, "cpu") && !is_gpu_group(only)) {
-    lstmd_errorf("selftest: --only %s: one of cpu, kernels, convert, cudnn, model, pipe, nccl", only);
+    lstmd_errorf("selftest: --only %s: one of cpu, kernels, convert, cudnn, model, classify, pipe, "
+                 "nccl", only);
     return 2;
   }
   if ((only && is_gpu_group(only)) || want_bench) want_gpu = 1;

@@ -10,8 +10,10 @@
 #  3. mpirun -np 2 × batch 4 = 1 rank × batch 8 (SGD, clip off; compare_checkpoints.py, updates
 #     within 1e-5) for last and max pooling, bidirectional;
 #     train.threads 1 and 3 = 2 (one rank, batch 8, mean pooling);
-#  4. refusals, exit 2 naming the key: data.order=stream, model.stages=2, train.device=cuda,
-#     model.dropout; sample, predict, quantize and export onnx refuse a classifier;
+#  4. refusals, exit 2 naming the key: data.order=stream, model.stages=2, model.dropout; sample,
+#     predict, quantize and export onnx refuse a classifier; train.device=cuda is no refusal of
+#     classifiers any more (the GPU engine runs them): with no visible GPU it exits 2 with the
+#     message any model gets;
 #  5. --resume of a classifier continues from its checkpoint;
 #  6. a classifier job through `lstmd serve` + lstmctl (2 ranks) SUCCEEDED with the weights of the
 #     same `mpirun -np 2 lstmd train` run.
@@ -116,17 +118,22 @@ for th in 1 3; do
 done
 
 # 4. refusals
-for kv in data.order=stream model.stages=2 train.device=cuda model.dropout=0.1; do
+for kv in data.order=stream model.stages=2 model.dropout=0.1; do
   launch=()
   [[ $kv == model.stages=2 ]] && launch=(timeout 120 mpirun -np 2)
-  # train.device last: --device cpu in common would override it
   "${launch[@]}" "$LSTMD" train "${common[@]}" --set train.steps=1 --set train.run_dir=r \
-    $([[ $kv == train.device=cuda ]] && echo --device cuda || echo --set "$kv") >/dev/null 2>err; rc=$?
+    --set "$kv" >/dev/null 2>err; rc=$?
   key=${kv%%=*}
   if [[ $rc == 2 ]] && grep -q "lstmd: $key: syn is a classify dataset" err; then
     ok "$kv refused: $(grep -m1 "lstmd: $key" err)"
   else bad "$kv: rc $rc $(tail -2 err)"; fi
 done
+# --device last: --device cpu in common would override it (CUDA_VISIBLE_DEVICES is empty here)
+"$LSTMD" train "${common[@]}" --set train.steps=1 --set train.run_dir=rc --device cuda \
+  >/dev/null 2>err; rc=$?
+if [[ $rc == 2 ]] && grep -q "train.device=cuda, but" err && ! grep -q "classify dataset" err; then
+  ok "train.device=cuda with no GPU: exit 2, the message of any model: $(grep -m1 'cuda, but' err)"
+else bad "classifier on train.device=cuda without a GPU: rc $rc $(tail -2 err)"; fi
 for c in "sample --checkpoint run/latest.safetensors" \
          "predict --checkpoint run/latest.safetensors --input syn.tsv --out o.csv" \
          "quantize --checkpoint run/latest.safetensors --out q.int8" \

@@ -3,7 +3,8 @@
  * machine, the fp16 loss-scale state machine, the config keys, the loss scale's checkpoint
  * round trip, and (in builds with the GPU backend) the cuDNN set-up decisions lstmd makes itself:
  * math type per data type, the candidates tried (timed or forced, LSTMD_CUDNN_ALGO, a forced
- * full choice) and the rejection of invalid configurations. cuDNN itself is not asked: without
+ * full choice; a sequence classifier's standard-unpacked-only rule) and the rejection of invalid
+ * configurations (a bidirectional flag other than 0/1 too). cuDNN itself is not asked: without
  * a device its descriptor setters accept every combination, so whether cuDNN takes a set-up is
  * only tested on a device (tests/test_gpu_model.c). */
 #define _GNU_SOURCE
@@ -257,8 +258,8 @@ static void test_cudnn_math(void) {
 /* Rejected before any cuDNN call, so also here: LSTMD_EINVAL and no object. */
 static void test_cudnn_config_rejected(void) {
   static const char *const what[] = {"hidden 0", "dropout 1", "algo 4", "packed 2",
-                                     "default_math 2", "dtype 3"};
-  for (int k = 0; k < 6; k++) {
+                                     "default_math 2", "dtype 3", "bidirectional 2"};
+  for (int k = 0; k < 7; k++) {
     struct lstmd_cudnn_lstm_config c = {.input = 8, .hidden = 8, .layers = 2, .steps = 4,
                                         .batch = 2, .dtype = LSTMD_DT_F16};
     if (k == 0) c.hidden = 0;
@@ -267,6 +268,7 @@ static void test_cudnn_config_rejected(void) {
     if (k == 3) c.packed = 2;
     if (k == 4) c.default_math = 2;
     if (k == 5) c.dtype = 3;
+    if (k == 6) c.bidirectional = 2;
     struct lstmd_cudnn_lstm *l = (struct lstmd_cudnn_lstm *)&c; /* must be set to NULL */
     char line[96];
     snprintf(line, sizeof line, "cuDNN LSTM config with %s: LSTMD_EINVAL", what[k]);
@@ -332,6 +334,41 @@ static void test_cudnn_candidates(void) {
   check_true("a forced choice with algo -1: LSTMD_EINVAL",
              lstmd_cuda_model_candidates(&cfg, c, &timed) == LSTMD_EINVAL);
 }
+
+/* A sequence classifier (model_cuda.h): cuDNN's standard algorithm, unpacked, only. */
+static void test_classifier_candidates(void) {
+  struct lstmd_cuda_lstm_choice c[LSTMD_CUDA_MAX_CANDIDATES];
+  struct lstmd_cuda_model_config cfg = {.steps = 4, .batch = 2, .dtype = LSTMD_DT_F32, .algo = -1};
+  cfg.layout.classify = cfg.layout.bidirectional = 1;
+  int timed = -1;
+  unsetenv("LSTMD_CUDNN_ALGO");
+  int n = lstmd_cuda_model_candidates(&cfg, c, &timed);
+  check_true("classifier fp32, algo -1: one candidate, standard unpacked, untimed",
+             n == 1 && timed == 0 && same_choice(&c[0], LSTMD_RNN_STANDARD, 0, 0));
+  cfg.dtype = LSTMD_DT_F16;
+  n = lstmd_cuda_model_candidates(&cfg, c, &timed);
+  check_true("classifier fp16: standard unpacked, then its default-math retry",
+             n == 2 && timed == 0 && same_choice(&c[0], 0, 0, 0) && same_choice(&c[1], 0, 0, 1));
+  cfg.algo = LSTMD_RNN_PERSIST_STATIC;
+  check_true("classifier with algo persist_static: LSTMD_EINVAL",
+             lstmd_cuda_model_candidates(&cfg, c, &timed) == LSTMD_EINVAL);
+  cfg.algo = -1;
+  setenv("LSTMD_CUDNN_ALGO", "persist_dynamic", 1);
+  check_true("classifier with LSTMD_CUDNN_ALGO=persist_dynamic: LSTMD_ECONFIG",
+             lstmd_cuda_model_candidates(&cfg, c, &timed) == LSTMD_ECONFIG);
+  setenv("LSTMD_CUDNN_ALGO", "standard", 1);
+  n = lstmd_cuda_model_candidates(&cfg, c, &timed);
+  check_true("classifier with LSTMD_CUDNN_ALGO=standard: its candidates", n == 2 && timed == 0);
+  unsetenv("LSTMD_CUDNN_ALGO");
+  cfg.force_choice = 1;
+  cfg.choice = (struct lstmd_cuda_lstm_choice){LSTMD_RNN_STANDARD, 1, 0};
+  check_true("classifier with a forced packed choice: LSTMD_EINVAL",
+             lstmd_cuda_model_candidates(&cfg, c, &timed) == LSTMD_EINVAL);
+  cfg.choice = (struct lstmd_cuda_lstm_choice){LSTMD_RNN_STANDARD, 0, 1};
+  n = lstmd_cuda_model_candidates(&cfg, c, &timed);
+  check_true("classifier with rank 0's choice (standard, unpacked, fp16 default math): it",
+             n == 1 && same_choice(&c[0], 0, 0, 1));
+}
 #endif
 
 int main(void) {
@@ -346,6 +383,7 @@ int main(void) {
   test_cudnn_math();
   test_cudnn_config_rejected();
   test_cudnn_candidates();
+  test_classifier_candidates();
 #endif
   return check_summary("test_gpu_logic");
 }

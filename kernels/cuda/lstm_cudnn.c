@@ -21,7 +21,16 @@
  * 5. Dropout is applied between layers only: with dropout 0 or L == 1 no states are allocated
  *    and the descriptor is set with NULL states and probability 0 (PyTorch's set_no_dropout;
  *    cuDNN's documentation: NULL states are not initialised, only the probability is set), so
- *    no MBs of states and no initialising kernel. */
+ *    no MBs of states and no initialising kernel.
+ * 6. Variable lengths (lstmd_cudnn_lstm_set_lengths, the sequence classifier): the x and y data
+ *    descriptors are set again for each batch with its lengths (host array, copied into the
+ *    descriptor by cuDNN; we keep our own copy alive anyway, as for 3.) and the caller's device
+ *    copy is passed as devSeqLengths from then on. maxSeqLength is the batch's longest column,
+ *    so steps past it are not run; the work and reserve sizes were queried for T at set-up, so
+ *    the shorter descriptor is used only when cuDNN's sizes for it fit those (queried per batch,
+ *    a host call), else the batch keeps maxSeqLength T. The descriptors are host objects read
+ *    when a call is enqueued, so changing them never affects work already on the stream; the
+ *    same descriptors serve the batch's forward and both backward calls. */
 #include "lstm_cudnn.h"
 
 #include <cuda_runtime.h>
@@ -42,8 +51,9 @@ struct lstmd_cudnn_lstm {
   cudnnTensorDescriptor_t h_desc, c_desc;
   void *dropout_states;
   size_t dropout_bytes;
-  int *seq_host;    /* [B], all T */
-  int32_t *seq_dev; /* [B] device copy */
+  int *seq_host;    /* [B], all T; with set_lengths the batch's lengths (see 6.) */
+  int32_t *seq_dev; /* [B] device copy of the all-T lengths */
+  const int32_t *seq_ext; /* the caller's device lengths after set_lengths, else NULL */
   int null_seq;
   int quiet;        /* failures of the RNN calls are reported quietly (algorithm trials) */
   cudaStream_t stream; /* the handle's */
@@ -108,31 +118,43 @@ static int cuda_alloc(void **p, size_t bytes, const char *what) {
 }
 
 /* The RNN, data and state descriptors of cfg (dropout descriptor already made). */
+static int directions(const struct lstmd_cudnn_lstm_config *c) { return c->bidirectional ? 2 : 1; }
+
+/* The x and y data descriptors for maxSeqLength `steps` and the lengths in seq_host. */
+static int set_data_descriptors(struct lstmd_cudnn_lstm *l, int steps, int quiet) {
+  const struct lstmd_cudnn_lstm_config *c = &l->cfg;
+  const cudnnDataType_t dt = cudnn_type(c->dtype);
+  const cudnnRNNDataLayout_t layout = c->packed ? CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED
+                                                : CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED;
+  double pad = 0.0; /* zero bits: 0 in every data type */
+  CHECK_CUDNN(cudnnSetRNNDataDescriptor(l->x_desc, dt, layout, steps, c->batch, c->input,
+                                        l->seq_host, &pad), quiet);
+  CHECK_CUDNN(cudnnSetRNNDataDescriptor(l->y_desc, dt, layout, steps, c->batch,
+                                        c->hidden * directions(c), l->seq_host, &pad), quiet);
+  return LSTMD_OK;
+}
+
 static int make_descriptors(struct lstmd_cudnn_lstm *l, int quiet) {
   const struct lstmd_cudnn_lstm_config *c = &l->cfg;
   const cudnnDataType_t dt = cudnn_type(c->dtype);
   CHECK_CUDNN(cudnnCreateRNNDescriptor(&l->rnn), 0);
   CHECK_CUDNN(cudnnSetRNNDescriptor_v8(l->rnn, (cudnnRNNAlgo_t)c->algo, CUDNN_LSTM,
-                                       CUDNN_RNN_DOUBLE_BIAS, CUDNN_UNIDIRECTIONAL,
+                                       CUDNN_RNN_DOUBLE_BIAS,
+                                       c->bidirectional ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL,
                                        CUDNN_LINEAR_INPUT, dt, CUDNN_DATA_FLOAT,
                                        (cudnnMathType_t)lstmd_cudnn_lstm_math_type(c),
                                        c->input, c->hidden, c->hidden, c->layers, l->dropout,
                                        c->packed ? CUDNN_RNN_PADDED_IO_DISABLED
                                                  : CUDNN_RNN_PADDED_IO_ENABLED),
               quiet);
-  const cudnnRNNDataLayout_t layout = c->packed ? CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED
-                                                : CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED;
   l->seq_host = malloc(sizeof(int) * (size_t)c->batch);
   if (!l->seq_host) return LSTMD_ENOMEM;
   for (int b = 0; b < c->batch; b++) l->seq_host[b] = c->steps;
-  double pad = 0.0; /* zero bits: 0 in every data type */
   CHECK_CUDNN(cudnnCreateRNNDataDescriptor(&l->x_desc), 0);
   CHECK_CUDNN(cudnnCreateRNNDataDescriptor(&l->y_desc), 0);
-  CHECK_CUDNN(cudnnSetRNNDataDescriptor(l->x_desc, dt, layout, c->steps, c->batch, c->input,
-                                        l->seq_host, &pad), quiet);
-  CHECK_CUDNN(cudnnSetRNNDataDescriptor(l->y_desc, dt, layout, c->steps, c->batch, c->hidden,
-                                        l->seq_host, &pad), quiet);
-  int dims[3] = {c->layers, c->batch, c->hidden}, strides[3] = {c->batch * c->hidden, c->hidden, 1};
+  LSTMD_TRY(set_data_descriptors(l, c->steps, quiet));
+  int dims[3] = {c->layers * directions(c), c->batch, c->hidden};
+  int strides[3] = {c->batch * c->hidden, c->hidden, 1};
   CHECK_CUDNN(cudnnCreateTensorDescriptor(&l->h_desc), 0);
   CHECK_CUDNN(cudnnCreateTensorDescriptor(&l->c_desc), 0);
   CHECK_CUDNN(cudnnSetTensorNdDescriptor(l->h_desc, dt, 3, dims, strides), quiet);
@@ -144,10 +166,12 @@ static int check_config(const struct lstmd_cudnn_lstm_config *c) {
   if (c->input < 1 || c->hidden < 1 || c->layers < 1 || c->steps < 1 || c->batch < 1 ||
       c->dtype < LSTMD_DT_F32 || c->dtype > LSTMD_DT_BF16 || c->algo < 0 ||
       c->algo >= LSTMD_RNN_ALGO_COUNT || !(c->dropout >= 0.0f && c->dropout < 1.0f) ||
-      (c->packed != 0 && c->packed != 1) || (c->default_math != 0 && c->default_math != 1)) {
+      (c->packed != 0 && c->packed != 1) || (c->default_math != 0 && c->default_math != 1) ||
+      (c->bidirectional != 0 && c->bidirectional != 1)) {
     lstmd_errorf("cuDNN LSTM: invalid configuration (I %d, H %d, L %d, T %d, B %d, type %d, algo %d, "
-                 "packed %d, default_math %d, dropout %g)", c->input, c->hidden, c->layers, c->steps,
-                 c->batch, c->dtype, c->algo, c->packed, c->default_math, (double)c->dropout);
+                 "packed %d, default_math %d, bidirectional %d, dropout %g)", c->input, c->hidden,
+                 c->layers, c->steps, c->batch, c->dtype, c->algo, c->packed, c->default_math,
+                 c->bidirectional, (double)c->dropout);
     return LSTMD_EINVAL;
   }
   return LSTMD_OK;
@@ -262,8 +286,8 @@ static int piece_offset(const struct lstmd_cudnn_lstm *l, cudnnTensorDescriptor_
   for (int i = 0; i < nb && i < 3; i++) count *= dim[i];
   if (!addr || nb < 1 || nb > 3 || count != (long long)rows * cols || bytes < 0 ||
       bytes % (ptrdiff_t)es || (size_t)bytes + (size_t)rows * cols * es > l->w_bytes) {
-    lstmd_errorf("cuDNN weight layout: layer %d linear layer %d %s is %dx%dx%d (%d dims) at byte "
-                 "%td, expected 1x%dx%d inside %zu bytes", layer, id, what, dim[0], dim[1], dim[2],
+    lstmd_errorf("cuDNN weight layout: pseudo-layer %d linear layer %d %s is %dx%dx%d (%d dims) at "
+                 "byte %td, expected 1x%dx%d inside %zu bytes", layer, id, what, dim[0], dim[1], dim[2],
                  nb, bytes, rows, cols, l->w_bytes);
     return LSTMD_EFORMAT;
   }
@@ -274,29 +298,30 @@ static int piece_offset(const struct lstmd_cudnn_lstm *l, cudnnTensorDescriptor_
 int lstmd_cudnn_lstm_weight_map(struct lstmd_cudnn_lstm *l, const size_t *off_w_ih,
                                 const size_t *off_w_hh, const size_t *off_b_ih,
                                 const size_t *off_b_hh, struct lstmd_cuda_segment *segs) {
-  const int H = l->cfg.hidden;
+  const int H = l->cfg.hidden, D = directions(&l->cfg);
   cudnnTensorDescriptor_t md = NULL, bd = NULL;
   int rc = LSTMD_OK, n = 0;
   if (CUDNN_REFUSED(cudnnCreateTensorDescriptor(&md), 0) ||
       CUDNN_REFUSED(cudnnCreateTensorDescriptor(&bd), 0))
     rc = LSTMD_ECUDA;
-  for (int k = 0; !rc && k < l->cfg.layers; k++) {
-    const int in = k == 0 ? l->cfg.input : H;
+  /* pseudo-layer p: layer p / D, direction p % D (1: reverse); see the header */
+  for (int p = 0; !rc && p < l->cfg.layers * D; p++) {
+    const int in = p / D == 0 ? l->cfg.input : H * D;
     /* linLayerID 0-3: W (input) gates i,f,g,o; 4-7: R (recurrent) gates i,f,g,o. */
     for (int id = 0; !rc && id < 8; id++) {
       void *m_addr = NULL, *b_addr = NULL;
-      if (CUDNN_REFUSED(cudnnGetRNNWeightParams(l->handle, l->rnn, k, l->w_bytes, l->w, id, md,
+      if (CUDNN_REFUSED(cudnnGetRNNWeightParams(l->handle, l->rnn, p, l->w_bytes, l->w, id, md,
                                                &m_addr, bd, &b_addr), 0)) {
         rc = LSTMD_ECUDA;
         break;
       }
       const int gate = id % 4, recurrent = id >= 4, cols = recurrent ? H : in;
       size_t m_off = 0, b_off = 0;
-      rc = piece_offset(l, md, m_addr, H, cols, &m_off, "matrix", k, id);
-      if (!rc) rc = piece_offset(l, bd, b_addr, H, 1, &b_off, "bias", k, id);
+      rc = piece_offset(l, md, m_addr, H, cols, &m_off, "matrix", p, id);
+      if (!rc) rc = piece_offset(l, bd, b_addr, H, 1, &b_off, "bias", p, id);
       if (rc) break;
-      const size_t w_src = (recurrent ? off_w_hh[k] : off_w_ih[k]) + (size_t)gate * H * cols;
-      const size_t b_src = (recurrent ? off_b_hh[k] : off_b_ih[k]) + (size_t)gate * H;
+      const size_t w_src = (recurrent ? off_w_hh[p] : off_w_ih[p]) + (size_t)gate * H * cols;
+      const size_t b_src = (recurrent ? off_b_hh[p] : off_b_ih[p]) + (size_t)gate * H;
       segs[n++] = (struct lstmd_cuda_segment){w_src, m_off, (size_t)H * cols};
       segs[n++] = (struct lstmd_cuda_segment){b_src, b_off, (size_t)H};
     }
@@ -308,11 +333,61 @@ int lstmd_cudnn_lstm_weight_map(struct lstmd_cudnn_lstm *l, const size_t *off_w_
 
 size_t lstmd_cudnn_lstm_reserve_bytes(const struct lstmd_cudnn_lstm *l) { return l->reserve_bytes; }
 
+/* devSeqLengths of the RNN calls (see 3. and 6.). */
+static const int32_t *seq_lengths(const struct lstmd_cudnn_lstm *l) {
+  return l->null_seq ? NULL : l->seq_ext ? l->seq_ext : l->seq_dev;
+}
+
+/* Whether cuDNN's work and reserve sizes for the descriptors as they are now fit what set_up
+ * allocated (see 6.). */
+static int sizes_fit(struct lstmd_cudnn_lstm *l, int *fit) {
+  size_t work_train = 0, reserve = 0, work_infer = 0, reserve_infer = 0;
+  *fit = 0;
+  CHECK_CUDNN(cudnnGetRNNTempSpaceSizes(l->handle, l->rnn, CUDNN_FWD_MODE_TRAINING, l->x_desc,
+                                        &work_train, &reserve), 0);
+  CHECK_CUDNN(cudnnGetRNNTempSpaceSizes(l->handle, l->rnn, CUDNN_FWD_MODE_INFERENCE, l->x_desc,
+                                        &work_infer, &reserve_infer), 0);
+  *fit = work_train <= l->work_bytes && work_infer <= l->work_bytes && reserve <= l->reserve_bytes;
+  return LSTMD_OK;
+}
+
+int lstmd_cudnn_lstm_set_lengths(struct lstmd_cudnn_lstm *l, const int32_t *host_len,
+                                 const int32_t *dev_len) {
+  const struct lstmd_cudnn_lstm_config *c = &l->cfg;
+  if (c->packed || !dev_len) {
+    lstmd_errorf("cuDNN LSTM: per-column lengths need the unpacked layout and a device copy");
+    return LSTMD_EINVAL;
+  }
+  int longest = 1;
+  for (int b = 0; b < c->batch; b++) {
+    if (host_len[b] < 1 || host_len[b] > c->steps) {
+      lstmd_errorf("cuDNN LSTM: column %d has length %d, outside 1..%d", b, host_len[b], c->steps);
+      return LSTMD_EINVAL;
+    }
+    if (host_len[b] > longest) longest = host_len[b];
+  }
+  for (int b = 0; b < c->batch; b++) l->seq_host[b] = host_len[b];
+  l->seq_ext = dev_len;
+  int fit = 0;
+  LSTMD_TRY(set_data_descriptors(l, longest, 0));
+  if (longest < c->steps) LSTMD_TRY(sizes_fit(l, &fit));
+  if (!fit && longest < c->steps) LSTMD_TRY(set_data_descriptors(l, c->steps, 0));
+  if (!fit) { /* maxSeqLength T: what set_up sized for (all lengths T then), checked again */
+    LSTMD_TRY(sizes_fit(l, &fit));
+    if (!fit) {
+      lstmd_errorf("cuDNN LSTM: the work or reserve space for these lengths exceeds what T = %d "
+                   "needed", c->steps);
+      return LSTMD_EINVAL;
+    }
+  }
+  return LSTMD_OK;
+}
+
 static int run_forward(struct lstmd_cudnn_lstm *l, int training, const void *x, void *y,
                        const void *hx, const void *cx, void *hy, void *cy, void *reserve) {
   CHECK_CUDNN(cudnnRNNForward(l->handle, l->rnn,
                               training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE,
-                              l->null_seq ? NULL : l->seq_dev, l->x_desc, x, l->y_desc, y,
+                              seq_lengths(l), l->x_desc, x, l->y_desc, y,
                               l->h_desc, hx, hy, l->c_desc, cx, cy, l->w_bytes, l->w,
                               l->work_bytes, l->work, training ? l->reserve_bytes : 0,
                               training ? reserve : NULL),
@@ -334,7 +409,7 @@ int lstmd_cudnn_lstm_forward_train(struct lstmd_cudnn_lstm *l, const void *x, vo
 int lstmd_cudnn_lstm_backward_data(struct lstmd_cudnn_lstm *l, const void *y, const void *dy,
                                    void *dx, const void *hx, const void *cx, const void *dhy,
                                    const void *dcy, void *dhx, void *dcx, void *reserve) {
-  CHECK_CUDNN(cudnnRNNBackwardData_v8(l->handle, l->rnn, l->null_seq ? NULL : l->seq_dev,
+  CHECK_CUDNN(cudnnRNNBackwardData_v8(l->handle, l->rnn, seq_lengths(l),
                                       l->y_desc, y, dy, l->x_desc, dx, l->h_desc, hx, dhy, dhx,
                                       l->c_desc, cx, dcy, dcx, l->w_bytes, l->w, l->work_bytes,
                                       l->work, l->reserve_bytes, reserve),
@@ -345,7 +420,7 @@ int lstmd_cudnn_lstm_backward_data(struct lstmd_cudnn_lstm *l, const void *y, co
 int lstmd_cudnn_lstm_backward_weights(struct lstmd_cudnn_lstm *l, const void *x, const void *hx,
                                       const void *y, void *reserve) {
   CHECK_CUDNN(cudnnRNNBackwardWeights_v8(l->handle, l->rnn, CUDNN_WGRAD_MODE_ADD,
-                                         l->null_seq ? NULL : l->seq_dev, l->x_desc, x, l->h_desc,
+                                         seq_lengths(l), l->x_desc, x, l->h_desc,
                                          hx, l->y_desc, y, l->w_bytes, l->dw, l->work_bytes,
                                          l->work, l->reserve_bytes, reserve),
               l->quiet);

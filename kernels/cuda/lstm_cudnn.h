@@ -5,17 +5,24 @@
  * applied between layers in training mode only.
  *
  * Activations are sequence-major x[t][b][i] (CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED, every
- * window full length); h/c states are [L][B][H]. All buffers are of the configured data type
- * (fp32, fp16 or bf16); math precision is fp32, the math type as lstmd_cudnn_lstm_math_type says.
+ * window full length unless lstmd_cudnn_lstm_set_lengths gives each column its own); h/c states
+ * are [L·D][B][H] (D = 2 directions when bidirectional, else 1). All buffers are of the
+ * configured data type (fp32, fp16 or bf16); math precision is fp32, the math type as
+ * lstmd_cudnn_lstm_math_type says.
+ *
+ * Bidirectional (the sequence classifier, worker/model/classify.h): CUDNN_BIDIRECTIONAL, y is
+ * [T,B,2H] with the forward direction's output in the first H and the reverse direction's (which
+ * reads each column's steps len−1 … 0) in the second, as PyTorch's; layer k > 0 reads 2H.
  *
  * cuDNN's weight space is opaque; lstmd_cudnn_lstm_weight_map lists where each PyTorch-layout
- * piece (weight_ih_l{k}, weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k}, gate blocks i,f,g,o) lives
- * in it, from cudnnGetRNNWeightParams, so parameters and checkpoints keep one layout on every
- * backend. */
+ * piece (weight_ih_l{k}, weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k}, their `_reverse` twins when
+ * bidirectional, gate blocks i,f,g,o) lives in it, from cudnnGetRNNWeightParams, so parameters
+ * and checkpoints keep one layout on every backend. */
 #ifndef LSTMD_LSTM_CUDNN_H
 #define LSTMD_LSTM_CUDNN_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "convert_cuda.h"
 
@@ -52,6 +59,8 @@ struct lstmd_cudnn_lstm_config {
   int quiet;                 /* 1: cuDNN refusals at set-up and in forward/backward return
                               * LSTMD_EUNSUPPORTED without a message (trying candidates; see
                               * lstmd_cudnn_lstm_set_quiet); 0: printed, LSTMD_ECUDA */
+  int bidirectional;         /* 1: CUDNN_BIDIRECTIONAL (y and every layer k > 0's input are
+                              * 2H wide, states [2L,B,H]); 0: unidirectional */
 };
 
 /* The cudnnMathType_t used for c (needs no device): fp16: CUDNN_TENSOR_OP_MATH, or
@@ -90,22 +99,25 @@ size_t lstmd_cudnn_lstm_weight_count(const struct lstmd_cudnn_lstm *l);
  * the last are 0 when dropout is 0 or L == 1). */
 size_t lstmd_cudnn_lstm_device_bytes(const struct lstmd_cudnn_lstm *l);
 
-/* Where the PyTorch-layout tensors of layer k live. off_* are element offsets of
- * lstm.weight_ih_l{k} [4H,in], weight_hh_l{k} [4H,H], bias_ih_l{k} [4H], bias_hh_l{k} [4H] in
- * the caller's flat buffer. Writes 16·L segments {flat offset → weight-space element offset,
- * count} into segs (room for 16·L) after checking every piece's shape that cuDNN reports.
- * Returns 0 or LSTMD_ECUDA / LSTMD_EFORMAT (unexpected layout) with a message. */
+/* Where the PyTorch-layout tensors of each pseudo-layer p live (p = k for layer k; bidirectional:
+ * p = 2k for layer k's forward direction and 2k + 1 for its reverse, the `_reverse` tensors —
+ * cuDNN's pseudo-layer numbering, which PyTorch's get_parameters relies on too). off_*[p] are
+ * element offsets of lstm.weight_ih_l{k}[_reverse] [4H,in], weight_hh [4H,H], bias_ih [4H],
+ * bias_hh [4H] in the caller's flat buffer (in: I for k = 0, else H·D). Writes 16·L·D segments
+ * {flat offset → weight-space element offset, count} into segs (room for 16·L·D) after checking
+ * every piece's shape that cuDNN reports. Returns 0 or LSTMD_ECUDA / LSTMD_EFORMAT (unexpected
+ * layout) with a message. */
 int lstmd_cudnn_lstm_weight_map(struct lstmd_cudnn_lstm *l, const size_t *off_w_ih,
                                 const size_t *off_w_hh, const size_t *off_b_ih,
                                 const size_t *off_b_hh, struct lstmd_cuda_segment *segs);
 
-/* Forward over the window. x [T,B,I], y [T,B,H] (written). hx/cx [L,B,H] initial state, NULL
- * for zeros; hy/cy [L,B,H] final state, may be NULL. training: keeps what backward needs in the
+/* Forward over the window. x [T,B,I], y [T,B,H·D] (written). hx/cx [L·D,B,H] initial state,
+ * NULL for zeros; hy/cy [L·D,B,H] final state, may be NULL. training: keeps what backward needs in the
  * reserve space and applies dropout. */
 int lstmd_cudnn_lstm_forward(struct lstmd_cudnn_lstm *l, int training, const void *x, void *y,
                              const void *hx, const void *cx, void *hy, void *cy);
 /* Backward after a training forward with the same x, y, hx, cx: dx [T,B,I] is written from
- * dy [T,B,H] (no gradient flows into the initial state: truncated BPTT), then the weight
+ * dy [T,B,H·D] (no gradient flows into the initial state: truncated BPTT), then the weight
  * gradients are ADDED into the dweight space. */
 int lstmd_cudnn_lstm_backward(struct lstmd_cudnn_lstm *l, const void *x, const void *y,
                               const void *dy, void *dx, const void *hx, const void *cx);
@@ -125,6 +137,17 @@ int lstmd_cudnn_lstm_backward_data(struct lstmd_cudnn_lstm *l, const void *y, co
                                    const void *dcy, void *dhx, void *dcx, void *reserve);
 int lstmd_cudnn_lstm_backward_weights(struct lstmd_cudnn_lstm *l, const void *x, const void *hx,
                                       const void *y, void *reserve);
+/* Variable-length columns (the unpacked layout only): from the next RNN call on, column b has
+ * host_len[b] valid steps (1..T; its input and output rows past them are padding, which cuDNN
+ * neither reads nor writes but fills with 0 in y), and the reverse direction of a bidirectional
+ * LSTM starts at the column's last valid step. dev_len: the same values on the device (int32
+ * [B]), owned by the caller and read asynchronously by every later forward/backward until the
+ * next call: keep it unchanged until they have run. The descriptors are made for the batch's
+ * longest column (steps past it are not run) when cuDNN's work and reserve sizes for that fit
+ * what was allocated for T, else for T. Host-only (no device work, no wait). Returns 0, or
+ * LSTMD_EINVAL (a length outside 1..T, the packed layout) / LSTMD_ECUDA with a message. */
+int lstmd_cudnn_lstm_set_lengths(struct lstmd_cudnn_lstm *l, const int32_t *host_len,
+                                 const int32_t *dev_len);
 /* Zeroes the weight-gradient space (cudaMemsetAsync on the handle's stream). */
 int lstmd_cudnn_lstm_zero_dweights(struct lstmd_cudnn_lstm *l);
 /* Passes NULL instead of the device copy of the sequence lengths to the RNN calls from now on

@@ -25,7 +25,17 @@
  *    2-byte aligned.
  * 4. Layer normalisation (layout.layer_norm): cuDNN has no such mode, so the LSTM is
  *    lstm_ln_cuda.h's stack, which reads the flat fp32 parameters directly and adds its weight
- *    gradients straight into the flat gradients (no weight space to load or flush); fp32 only. */
+ *    gradients straight into the flat gradients (no weight space to load or flush); fp32 only.
+ * 5. The sequence classifier (layout.classify; classify.c is the reference it must equal): the
+ *    head reads pooled [B,D·H] instead of the LSTM output, so the formulas above hold with
+ *    N → B, H → D·H, O → C and Y → pooled. The LSTM runs on padded columns with their own
+ *    lengths (lstm_cudnn.h's set_lengths, from the host lengths of set_lengths, and on the
+ *    device a copy clamped to ≥ 1 that a kernel makes from the inputs on the stream, so no host
+ *    copy is waited for). cuDNN's bidirectional mode reverses each column within its own length,
+ *    which is what classify.c's gather/scatter does. An empty column (length 0) runs one step of
+ *    padding in cuDNN (whether cuDNN takes a 0 is not documented in the headers); it is pooled
+ *    to 0, has no loss and a zero logits gradient, so it adds nothing to any gradient, and the
+ *    embedding gradient reads the valid steps only. The initial state is zero (no carry). */
 #define _GNU_SOURCE
 #include "model_cuda.h"
 
@@ -37,6 +47,7 @@
 #include <string.h>
 
 #include "kernels/check.h"
+#include "classify_cuda.h"
 #include "dense_cuda.h"
 #include "lstm_cudnn.h"
 
@@ -65,7 +76,12 @@ struct lstmd_cuda_model {
   void *dy16;      /* 16-bit copy of dyf (NULL in fp32) */
   void *dx_rnn;    /* [N,I] data type */
   float *dxf;      /* text, 16-bit: fp32 copy of dx for the embedding gradient */
-  float *row_loss; /* text: [N] */
+  float *row_loss; /* text: [N]; classify: [B] */
+  float *pooled;   /* classify: [B,D·H] */
+  float *dpooled;  /* classify: [B,D·H] */
+  int32_t *argmax; /* classify: [B,D·H] the step each pooled value came from */
+  int32_t *seq_dev;/* classify: [B] cuDNN's device lengths, max(length, 1) (see 5.) */
+  int lengths_set; /* classify: set_lengths was called since the last forward */
   float *ones;     /* [N] */
   void *state[2];  /* data type: h [L,B,H] at 0, c [L,B,H] at byte c_off; state[cur] is the
                     * next initial state */
@@ -104,16 +120,35 @@ static int dev_alloc(struct lstmd_cuda_model *m, void **p, size_t bytes, const c
 
 static size_t align256(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
 
-static int input_width(const struct lstmd_cuda_model_layout *l) { return l->text ? l->embed : l->width; }
-static int output_width(const struct lstmd_cuda_model_layout *l) { return l->text ? l->vocab : l->horizon; }
+static int input_width(const struct lstmd_cuda_model_layout *l) {
+  return l->text || l->classify ? l->embed : l->width;
+}
+static int output_width(const struct lstmd_cuda_model_layout *l) {
+  return l->text ? l->vocab : l->classify ? l->classes : l->horizon;
+}
+/* Directions D of the LSTM: its output rows are D·H wide. */
+static int dirs(const struct lstmd_cuda_model_layout *l) { return l->classify && l->bidirectional ? 2 : 1; }
 
 static int alloc_activations(struct lstmd_cuda_model *m) {
   const struct lstmd_cuda_model_layout *l = &m->cfg.layout;
-  const size_t N = (size_t)m->cfg.steps * m->cfg.batch, H = (size_t)l->hidden;
+  const size_t N = (size_t)m->cfg.steps * m->cfg.batch, H = (size_t)l->hidden * dirs(l);
   const size_t I = (size_t)input_width(l), O = (size_t)output_width(l);
-  const size_t es = lstmd_dtype_bytes(m->cfg.dtype), S = (size_t)l->layers * m->cfg.batch * H;
+  const size_t es = lstmd_dtype_bytes(m->cfg.dtype), B = (size_t)m->cfg.batch;
+  const size_t S = (size_t)l->layers * B * l->hidden; /* the carried state (never a classifier's) */
+  const size_t rows = l->classify ? B : N; /* of the head's output */
   const int half = m->cfg.dtype != LSTMD_DT_F32;
-  if (l->text) {
+  if (l->classify) {
+    LSTMD_TRY(dev_alloc(m, (void **)&m->in.ids, N * sizeof(int32_t), "token ids"));
+    LSTMD_TRY(dev_alloc(m, (void **)&m->in.lengths, B * sizeof(int32_t), "sequence lengths"));
+    LSTMD_TRY(dev_alloc(m, (void **)&m->in.labels, B * sizeof(int32_t), "labels"));
+    LSTMD_TRY(dev_alloc(m, (void **)&m->seq_dev, B * sizeof(int32_t), "cuDNN sequence lengths"));
+    LSTMD_TRY(dev_alloc(m, (void **)&m->xf, N * I * sizeof(float), "embedded inputs"));
+    LSTMD_TRY(dev_alloc(m, (void **)&m->row_loss, B * sizeof(float), "column losses"));
+    LSTMD_TRY(dev_alloc(m, (void **)&m->pooled, B * H * sizeof(float), "pooled outputs"));
+    LSTMD_TRY(dev_alloc(m, (void **)&m->dpooled, B * H * sizeof(float), "pooled gradient"));
+    LSTMD_TRY(dev_alloc(m, (void **)&m->argmax, B * H * sizeof(int32_t), "pooling steps"));
+    if (half) LSTMD_TRY(dev_alloc(m, (void **)&m->dxf, N * I * sizeof(float), "input gradient"));
+  } else if (l->text) {
     LSTMD_TRY(dev_alloc(m, (void **)&m->in.ids, N * sizeof(int32_t), "token ids"));
     LSTMD_TRY(dev_alloc(m, (void **)&m->in.targets, N * sizeof(int32_t), "targets"));
     LSTMD_TRY(dev_alloc(m, (void **)&m->xf, N * I * sizeof(float), "embedded inputs"));
@@ -127,11 +162,11 @@ static int alloc_activations(struct lstmd_cuda_model *m) {
   LSTMD_TRY(dev_alloc(m, &m->y_rnn, N * H * es, "LSTM output"));
   if (half) LSTMD_TRY(dev_alloc(m, (void **)&m->yf, N * H * sizeof(float), "LSTM output (fp32)"));
   else m->yf = m->y_rnn;
-  LSTMD_TRY(dev_alloc(m, (void **)&m->out, N * O * sizeof(float), "head output"));
+  LSTMD_TRY(dev_alloc(m, (void **)&m->out, rows * O * sizeof(float), "head output"));
   LSTMD_TRY(dev_alloc(m, (void **)&m->dyf, N * H * sizeof(float), "output gradient"));
   if (half) LSTMD_TRY(dev_alloc(m, &m->dy16, N * H * es, "16-bit output gradient"));
   LSTMD_TRY(dev_alloc(m, &m->dx_rnn, N * I * es, "LSTM input gradient"));
-  if (!half && l->text) m->dxf = m->dx_rnn;
+  if (!half && (l->text || l->classify)) m->dxf = m->dx_rnn;
   m->c_off = align256(S * es);
   m->cf_off = align256(S * sizeof(float)) / sizeof(float);
   LSTMD_TRY(dev_alloc(m, &m->state[0], m->c_off + S * es, "recurrent state"));
@@ -139,10 +174,10 @@ static int alloc_activations(struct lstmd_cuda_model *m) {
   LSTMD_TRY(dev_alloc(m, (void **)&m->state_f, (m->cf_off + S) * sizeof(float), "state staging"));
   LSTMD_TRY(dev_alloc(m, (void **)&m->ones, N * sizeof(float), "ones"));
   LSTMD_TRY(dev_alloc(m, (void **)&m->eval_loss, sizeof(double), "evaluation loss"));
-  LSTMD_TRY(dev_alloc(m, (void **)&m->segs, sizeof(struct lstmd_cuda_segment) * 16 * l->layers,
+  const size_t n_segs = 16 * (size_t)l->layers * dirs(l);
+  LSTMD_TRY(dev_alloc(m, (void **)&m->segs, sizeof(struct lstmd_cuda_segment) * n_segs, "weight map"));
+  LSTMD_TRY(dev_alloc(m, (void **)&m->segs_back, sizeof(struct lstmd_cuda_segment) * n_segs,
                       "weight map"));
-  LSTMD_TRY(dev_alloc(m, (void **)&m->segs_back,
-                      sizeof(struct lstmd_cuda_segment) * 16 * l->layers, "weight map"));
   float *ones = malloc(N * sizeof(float));
   if (!ones) return LSTMD_ENOMEM;
   for (size_t i = 0; i < N; i++) ones[i] = 1.0f;
@@ -160,7 +195,7 @@ static int alloc_activations(struct lstmd_cuda_model *m) {
 
 static void *lstm_input(struct lstmd_cuda_model *m) {
   if (m->x16) return m->x16;
-  return m->cfg.layout.text ? (void *)m->xf : (void *)m->in.x;
+  return m->cfg.layout.text || m->cfg.layout.classify ? (void *)m->xf : (void *)m->in.x;
 }
 
 /* One forward + backward of the LSTM alone, for trying the candidates. */
@@ -180,13 +215,16 @@ int lstmd_cuda_model_candidates(const struct lstmd_cuda_model_config *cfg,
                                 struct lstmd_cuda_lstm_choice *out, int *timed) {
   *timed = 0;
   const int maths = cfg->dtype == LSTMD_DT_F16 ? 2 : 1; /* only fp16 has a fallback math */
+  const int clf = cfg->layout.classify; /* standard, unpacked only (see model_cuda.h) */
   if (cfg->force_choice) {
     const struct lstmd_cuda_lstm_choice *c = &cfg->choice;
     if (c->algo < 0 || c->algo >= LSTMD_RNN_ALGO_COUNT || (c->packed != 0 && c->packed != 1) ||
-        c->default_math < 0 || c->default_math >= maths) {
+        c->default_math < 0 || c->default_math >= maths ||
+        (clf && (c->algo != LSTMD_RNN_STANDARD || c->packed))) {
       lstmd_errorf("GPU model: invalid forced cuDNN choice (algo %d, packed %d, default_math %d%s)",
                    c->algo, c->packed, c->default_math,
-                   maths == 1 ? "; default_math is for fp16 only" : "");
+                   clf ? "; a classifier runs the standard algorithm unpacked only"
+                   : maths == 1 ? "; default_math is for fp16 only" : "");
       return LSTMD_EINVAL;
     }
     out[0] = *c;
@@ -205,6 +243,17 @@ int lstmd_cuda_model_candidates(const struct lstmd_cuda_model_config *cfg,
     lstmd_errorf("GPU model: invalid cuDNN algorithm %d", forced);
     return LSTMD_EINVAL;
   }
+  if (clf) {
+    if (forced > LSTMD_RNN_STANDARD) {
+      lstmd_errorf("%s%s: a sequence classifier runs cuDNN's standard algorithm only (columns of "
+                   "different lengths)", env && *env ? "LSTMD_CUDNN_ALGO=" : "cuDNN algorithm ",
+                   lstmd_rnn_algo_name(forced));
+      return env && *env ? LSTMD_ECONFIG : LSTMD_EINVAL;
+    }
+    for (int math = 0; math < maths; math++)
+      out[math] = (struct lstmd_cuda_lstm_choice){LSTMD_RNN_STANDARD, 0, math};
+    return maths;
+  }
   int n = 0;
   for (int a = 0; a < LSTMD_RNN_ALGO_COUNT; a++)
     for (int packed = 0; packed < 2 && (forced < 0 || a == forced); packed++)
@@ -221,7 +270,8 @@ static struct lstmd_cudnn_lstm_config lstm_config(const struct lstmd_cuda_model 
       .input = input_width(lay), .hidden = lay->hidden, .layers = lay->layers,
       .steps = m->cfg.steps, .batch = m->cfg.batch, .dtype = m->cfg.dtype,
       .allow_tf32 = m->cfg.allow_tf32, .dropout = m->cfg.dropout, .seed = m->cfg.seed,
-      .algo = c->algo, .packed = c->packed, .default_math = c->default_math, .quiet = quiet};
+      .algo = c->algo, .packed = c->packed, .default_math = c->default_math, .quiet = quiet,
+      .bidirectional = dirs(lay) == 2};
 }
 
 /* "persist_static, packed layout, tensor_op math" */
@@ -348,8 +398,11 @@ int lstmd_cuda_model_create(const struct lstmd_cuda_model_config *cfg, void *str
                             struct lstmd_cuda_model **out) {
   *out = NULL;
   const struct lstmd_cuda_model_layout *lay = &cfg->layout;
-  if (lay->layers < 1 || lay->layers > LSTMD_CUDA_MAX_LAYERS || cfg->steps < 1 || cfg->batch < 1) {
-    lstmd_errorf("GPU model: invalid shape (L %d, T %d, B %d)", lay->layers, cfg->steps, cfg->batch);
+  if (lay->layers < 1 || lay->layers > LSTMD_CUDA_MAX_LAYERS || cfg->steps < 1 || cfg->batch < 1 ||
+      (lay->classify && (lay->text || lay->layer_norm || lay->classes < 2 ||
+                         lay->pool < 0 || lay->pool > 2 || (lay->bidirectional & ~1)))) {
+    lstmd_errorf("GPU model: invalid shape (L %d, T %d, B %d%s)", lay->layers, cfg->steps,
+                 cfg->batch, lay->classify ? ", or a classifier's classes/pool/direction" : "");
     return LSTMD_EINVAL;
   }
   struct lstmd_cuda_model *m = calloc(1, sizeof *m);
@@ -376,13 +429,13 @@ int lstmd_cuda_model_create(const struct lstmd_cuda_model_config *cfg, void *str
   else if (!rc) rc = choose_lstm(m);
   struct lstmd_cuda_segment *segs = NULL; /* [2][16·L]: flat → weight space, and back */
   if (!rc && !lay->layer_norm) {
-    segs = malloc(sizeof *segs * 2 * 16 * lay->layers);
+    segs = malloc(sizeof *segs * 2 * 16 * lay->layers * dirs(lay));
     rc = segs ? lstmd_cudnn_lstm_weight_map(m->lstm, lay->off_w_ih, lay->off_w_hh, lay->off_b_ih,
                                             lay->off_b_hh, segs)
               : LSTMD_ENOMEM;
   }
   if (!rc && !lay->layer_norm) { /* the layer-normalised stack has no weight space (see 4.) */
-    m->n_segs = 16 * lay->layers;
+    m->n_segs = 16 * lay->layers * dirs(lay);
     struct lstmd_cuda_segment *back = segs + m->n_segs;
     for (int i = 0; i < m->n_segs; i++) { /* the same pieces, weight space → flat */
       if (segs[i].count > m->max_seg) m->max_seg = segs[i].count;
@@ -441,9 +494,108 @@ int lstmd_cuda_model_zero_lstm_grads(struct lstmd_cuda_model *m) {
   return lstmd_cudnn_lstm_zero_dweights(m->lstm);
 }
 
+int lstmd_cuda_model_set_lengths(struct lstmd_cuda_model *m, const int32_t *host_lengths) {
+  const int B = m->cfg.batch, T = m->cfg.steps;
+  if (!m->cfg.layout.classify || !m->lstm) {
+    lstmd_errorf("GPU model: sequence lengths are for a classifier");
+    return LSTMD_EINVAL;
+  }
+  int32_t *clamped = malloc((size_t)B * sizeof *clamped);
+  if (!clamped) return LSTMD_ENOMEM;
+  int rc = LSTMD_OK;
+  for (int b = 0; b < B && !rc; b++) {
+    if (host_lengths[b] < 0 || host_lengths[b] > T) {
+      lstmd_errorf("GPU model: column %d has length %d, the batch holds 0..%d steps", b,
+                   host_lengths[b], T);
+      rc = LSTMD_EINVAL;
+    }
+    clamped[b] = host_lengths[b] > 1 ? host_lengths[b] : 1; /* as the device copy (see 5.) */
+  }
+  if (!rc) rc = lstmd_cudnn_lstm_set_lengths(m->lstm, clamped, m->seq_dev);
+  free(clamped);
+  m->lengths_set = rc == LSTMD_OK;
+  return rc;
+}
+
+/* The classifier's forward (see 5.): one batch of whole sequences from a zero state. */
+static int classify_forward(struct lstmd_cuda_model *m, const float *params, float grad_scale,
+                            int training, double *loss_acc) {
+  const struct lstmd_cuda_model_layout *l = &m->cfg.layout;
+  const int T = m->cfg.steps, B = m->cfg.batch, N = T * B, H = l->hidden, D = dirs(l);
+  const int DH = D * H, E = l->embed, C = l->classes;
+  const float one = 1.0f, zero = 0.0f;
+  if (!m->lengths_set) {
+    lstmd_errorf("GPU model: a classifier's forward without its batch's lengths (set_lengths)");
+    return LSTMD_EINVAL;
+  }
+  m->lengths_set = 0; /* every batch brings its own */
+  LSTMD_TRY(lstmd_cuda_embedding_forward(N, E, params + l->off_embed, m->in.ids, m->xf, m->stream));
+  if (m->x16)
+    LSTMD_TRY(lstmd_cuda_cast((size_t)N * E, m->xf, LSTMD_DT_F32, m->x16, m->cfg.dtype, m->stream));
+  LSTMD_TRY(lstmd_cuda_clf_seq_lengths(B, m->in.lengths, m->seq_dev, m->stream));
+  const void *x_rnn = lstm_input(m);
+  LSTMD_TRY(lstmd_cudnn_lstm_forward(m->lstm, training, x_rnn, m->y_rnn, NULL, NULL, NULL, NULL));
+  m->bw_x = x_rnn;
+  m->bw_hx = m->bw_cx = NULL;
+  m->state_zero = 1;
+  if (m->yf != m->y_rnn)
+    LSTMD_TRY(lstmd_cuda_cast((size_t)N * DH, m->y_rnn, m->cfg.dtype, m->yf, LSTMD_DT_F32, m->stream));
+  LSTMD_TRY(lstmd_cuda_clf_pool_forward(T, B, H, D, l->pool, m->yf, m->in.lengths, m->pooled,
+                                        m->argmax, m->stream));
+  LSTMD_CHECK_CUBLAS(cublasSgemm(m->blas, CUBLAS_OP_T, CUBLAS_OP_N, C, B, DH, &one,
+                                 params + l->off_head_w, DH, m->pooled, DH, &zero, m->out, C));
+  LSTMD_CHECK_CUBLAS(cublasSger(m->blas, C, B, &one, params + l->off_head_b, 1, m->ones, 1, m->out, C));
+  LSTMD_TRY(lstmd_cuda_clf_softmax_xent(B, C, m->out, m->in.labels, m->in.lengths, grad_scale,
+                                        training ? m->loss_scale : NULL, m->row_loss, m->stream));
+  return lstmd_cuda_sum((size_t)B, m->row_loss, loss_acc, m->stream);
+}
+
+/* The classifier's backward (see 5.), in the order of the regions' readiness. */
+static int classify_backward(struct lstmd_cuda_model *m, const float *params, float *grads,
+                             int flush, lstmd_cuda_ready_fn ready, void *ctx) {
+  const struct lstmd_cuda_model_layout *l = &m->cfg.layout;
+  const int T = m->cfg.steps, B = m->cfg.batch, N = T * B, H = l->hidden, D = dirs(l);
+  const int DH = D * H, E = l->embed, C = l->classes;
+  const float one = 1.0f, zero = 0.0f;
+  LSTMD_CHECK_CUBLAS(cublasSgemm(m->blas, CUBLAS_OP_N, CUBLAS_OP_T, DH, C, B, &one, m->pooled, DH,
+                                 m->out, C, &one, grads + l->off_head_w, DH));
+  LSTMD_CHECK_CUBLAS(cublasSgemv(m->blas, CUBLAS_OP_N, C, B, &one, m->out, C, m->ones, 1, &one,
+                                 grads + l->off_head_b, 1));
+  LSTMD_CHECK_CUBLAS(cublasSgemm(m->blas, CUBLAS_OP_N, CUBLAS_OP_N, DH, B, C, &one,
+                                 params + l->off_head_w, DH, m->out, C, &zero, m->dpooled, DH));
+  if (ready) LSTMD_TRY(ready(ctx, l->off_head_w));
+  LSTMD_TRY(lstmd_cuda_clf_pool_backward(T, B, H, D, l->pool, m->dpooled, m->in.lengths, m->argmax,
+                                         m->dyf, m->stream));
+  void *dy = m->dyf;
+  if (m->dy16) {
+    LSTMD_TRY(lstmd_cuda_cast((size_t)N * DH, m->dyf, LSTMD_DT_F32, m->dy16, m->cfg.dtype, m->stream));
+    dy = m->dy16;
+  }
+  LSTMD_TRY(lstmd_cudnn_lstm_backward(m->lstm, m->bw_x, m->y_rnn, dy, m->dx_rnn, NULL, NULL));
+  if (flush) {
+    LSTMD_TRY(lstmd_cuda_copy_segments(m->n_segs, m->segs_back, m->max_seg,
+                                       lstmd_cudnn_lstm_dweights(m->lstm), m->cfg.dtype, grads,
+                                       LSTMD_DT_F32, flush == LSTMD_FLUSH_ADD, m->stream));
+    if (ready) LSTMD_TRY(ready(ctx, l->off_w_ih[0]));
+  }
+  if (m->dxf != m->dx_rnn)
+    LSTMD_TRY(lstmd_cuda_cast((size_t)N * E, m->dx_rnn, m->cfg.dtype, m->dxf, LSTMD_DT_F32, m->stream));
+  LSTMD_TRY(lstmd_cuda_clf_embedding_backward(T, B, E, m->dxf, m->in.ids, m->in.lengths,
+                                              grads + l->off_embed, m->stream));
+  if (ready) LSTMD_TRY(ready(ctx, 0));
+  return LSTMD_OK;
+}
+
 int lstmd_cuda_model_forward(struct lstmd_cuda_model *m, const float *params, float grad_scale,
                              int training, int carry_state, double *loss_acc) {
   const struct lstmd_cuda_model_layout *l = &m->cfg.layout;
+  if (l->classify) {
+    if (carry_state) {
+      lstmd_errorf("GPU model: a classifier carries no state between batches");
+      return LSTMD_EINVAL;
+    }
+    return classify_forward(m, params, grad_scale, training, loss_acc);
+  }
   const int N = m->cfg.steps * m->cfg.batch, H = l->hidden, O = output_width(l);
   const int I = input_width(l);
   const float one = 1.0f, zero = 0.0f;
@@ -510,6 +662,7 @@ int lstmd_cuda_model_backward(struct lstmd_cuda_model *m, const float *params, f
   const int N = m->cfg.steps * m->cfg.batch, H = l->hidden, O = output_width(l);
   const float one = 1.0f, zero = 0.0f;
   if (!flush) ready = NULL;
+  if (l->classify) return classify_backward(m, params, grads, flush, ready, ctx);
   LSTMD_CHECK_CUBLAS(cublasSgemm(m->blas, CUBLAS_OP_N, CUBLAS_OP_T, H, O, N, &one, m->yf, H, m->out, O,
                          &one, grads + l->off_head_w, H));
   LSTMD_CHECK_CUBLAS(cublasSgemv(m->blas, CUBLAS_OP_N, O, N, &one, m->out, O, m->ones, 1, &one,
@@ -550,12 +703,13 @@ int lstmd_cuda_model_eval(struct lstmd_cuda_model *m, const float *params, float
   const int saved_cur = m->cur, saved_zero = m->state_zero;
   m->state_zero = 1;
   /* Series: grad_scale 0.5 makes the MSE kernel leave 2·0.5·(pred − target) in out. */
-  int rc = lstmd_cuda_model_forward(m, params, l->text ? 0.0f : 0.5f, 0, 0, m->eval_loss);
+  const int series = !l->text && !l->classify;
+  int rc = lstmd_cuda_model_forward(m, params, series ? 0.5f : 0.0f, 0, 0, m->eval_loss);
   m->cur = saved_cur;
   m->state_zero = saved_zero;
   if (rc) return rc;
-  const float *src = l->text ? m->row_loss : m->out;
-  const size_t n = l->text ? N : N * (size_t)l->horizon;
+  const float *src = series ? m->out : m->row_loss;
+  const size_t n = l->classify ? (size_t)m->cfg.batch : l->text ? N : N * (size_t)l->horizon;
   LSTMD_CHECK_CUDA(cudaMemcpyAsync(host_rows, src, n * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
   LSTMD_CHECK_CUDA(cudaStreamSynchronize(m->stream));
   return LSTMD_OK;

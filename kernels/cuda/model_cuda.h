@@ -1,6 +1,9 @@
 /* model_cuda.h — the whole LSTM model on one CUDA device for one fixed (T, B): embedding
  * (text) → L-layer cuDNN LSTM → linear head (cuBLAS) → softmax cross-entropy (text) or MSE
- * (series), forward and backward. The caller owns the flat fp32 master parameters and gradients
+ * (series), forward and backward; or a sequence classifier (layout.classify, the GPU twin of
+ * worker/model/classify.c): ids with per-column lengths → embedding → L-layer cuDNN LSTM,
+ * bidirectional when asked, on padded variable-length columns → pooling over the valid steps
+ * (classify_cuda.h) → head → softmax cross-entropy per non-empty column. The caller owns the flat fp32 master parameters and gradients
  * on the device, in the same layout as the CPU model (worker/model/model.h); this object owns the
  * activations, the cuDNN weight space (a cast copy of the LSTM tensors, refreshed with
  * _load_weights after every update) and the carried recurrent state.
@@ -25,14 +28,20 @@ enum { LSTMD_CUDA_MAX_LAYERS = 16 };
 
 /* Where each tensor lives in the flat parameter buffer (element offsets), and the shape. */
 struct lstmd_cuda_model_layout {
-  int text;            /* 1: ids → embedding, softmax; 0: series rows → MSE */
-  int vocab, embed;    /* text */
+  int text;            /* 1: ids → embedding, softmax; 0: series rows → MSE, or a classifier */
+  int vocab, embed;    /* text, classify */
   int width, horizon;  /* series */
   int hidden, layers;
+  int classify;        /* 1: a sequence classifier (then text is 0): see the top of this file */
+  int classes;         /* classify: C */
+  int bidirectional;   /* classify: 1 adds the reverse direction (D = 2; lstm_cudnn.h) */
+  int pool;            /* classify: enum lstmd_pool_kind (worker/model/model.h) */
   size_t n_params;
   size_t off_embed;
-  size_t off_w_ih[LSTMD_CUDA_MAX_LAYERS], off_w_hh[LSTMD_CUDA_MAX_LAYERS];
-  size_t off_b_ih[LSTMD_CUDA_MAX_LAYERS], off_b_hh[LSTMD_CUDA_MAX_LAYERS];
+  /* the LSTM's tensors by cuDNN pseudo-layer: layer k at k, or bidirectional at 2k (forward)
+   * and 2k + 1 (its `_reverse` tensors) — lstmd_cudnn_lstm_weight_map's indexing */
+  size_t off_w_ih[2 * LSTMD_CUDA_MAX_LAYERS], off_w_hh[2 * LSTMD_CUDA_MAX_LAYERS];
+  size_t off_b_ih[2 * LSTMD_CUDA_MAX_LAYERS], off_b_hh[2 * LSTMD_CUDA_MAX_LAYERS];
   size_t off_head_w, off_head_b;
   int layer_norm;      /* 1: the layer-normalised LSTM (lstm_ln_cuda.h) instead of cuDNN's: fp32
                         * only, no dropout; ln[] gives every layer's tensors */
@@ -70,6 +79,11 @@ struct lstmd_cuda_model_config {
  * The engine does the broadcast; this module only takes and reports the choice. */
 
 enum { LSTMD_CUDA_MAX_CANDIDATES = 2 * 2 * 4 }; /* algorithms × layouts × fp16 math types */
+/* A classifier's candidates are cuDNN's standard algorithm in the unpacked layout only (with
+ * fp16's default-math retry), untimed: the packed layout needs columns sorted by length, and the
+ * persistent algorithms are not for variable lengths (REFERENCE.md §1.8: SMALL_H refuses them),
+ * while a trial run on full-length columns could not tell. LSTMD_CUDNN_ALGO other than
+ * `standard` and a forced choice other than standard/unpacked are then refused. */
 
 /* The cuDNN set-ups lstmd_cuda_model_create tries for cfg, in order, into out (room for
  * LSTMD_CUDA_MAX_CANDIDATES): algorithms in enum order, each unpacked then packed, and for fp16
@@ -84,8 +98,10 @@ int lstmd_cuda_model_candidates(const struct lstmd_cuda_model_config *cfg,
 
 /* The batch buffers on the device that the caller fills before a step (sequence-major). */
 struct lstmd_cuda_inputs {
-  int32_t *ids, *targets; /* text: [T,B] */
+  int32_t *ids, *targets; /* text: [T,B]; classify: ids [T,B] (padding: any id < V) */
   float *x, *y;           /* series: [T,B,W] inputs, [T,B,K] targets */
+  int32_t *lengths;       /* classify: [B] valid steps of each column, 0..T (0: empty, no loss) */
+  int32_t *labels;        /* classify: [B] class ids < C */
 };
 
 /* Called while a step is being enqueued, right after the work that makes the gradients
@@ -114,13 +130,19 @@ struct lstmd_cuda_inputs *lstmd_cuda_model_inputs(struct lstmd_cuda_model *m);
 double lstmd_cuda_model_choice(const struct lstmd_cuda_model *m, struct lstmd_cuda_lstm_choice *out);
 size_t lstmd_cuda_model_device_bytes(const struct lstmd_cuda_model *m);
 
+/* Classify: the lengths of the batch (host [B], each 0..T) before EVERY forward, the same values
+ * the caller puts in inputs->lengths on the device before that forward runs. Sets cuDNN's data
+ * descriptors for them (host work only; lstm_cudnn.h's set_lengths). Returns 0, or LSTMD_EINVAL
+ * (not a classifier, a length out of range) / LSTMD_ECUDA after printing why. */
+int lstmd_cuda_model_set_lengths(struct lstmd_cuda_model *m, const int32_t *host_lengths);
+
 /* Refreshes the cuDNN weight space from the fp32 master parameters (device, [n_params]). */
 int lstmd_cuda_model_load_weights(struct lstmd_cuda_model *m, const float *params);
 
 enum lstmd_flush { LSTMD_FLUSH_NONE = 0, LSTMD_FLUSH_SET = 1, LSTMD_FLUSH_ADD = 2 };
 
 /* Forward of one micro-batch on the inputs. Adds the summed loss (nats / squared error, over
- * all targets) to *loss_acc (a device double). With grad_scale != 0 the head output is replaced
+ * all targets; classify: nats over the non-empty columns) to *loss_acc (a device double). With grad_scale != 0 the head output is replaced
  * by grad_scale·∂loss/∂output, ready for _backward. carry_state: the final state becomes the
  * next window's initial state (else the next window starts from zero). training == 0:
  * inference mode (no dropout, no reserve), for evaluation and checks. */
@@ -135,7 +157,8 @@ int lstmd_cuda_model_backward(struct lstmd_cuda_model *m, const float *params, f
 int lstmd_cuda_model_zero_lstm_grads(struct lstmd_cuda_model *m);
 /* Evaluation: an inference-mode forward from a zero state that leaves the carried state as it
  * was, then copies to the host (synchronously) the loss of every target: text: per-row
- * cross-entropy [T,B]; series: the error pred − target [T,B,K] (square it to score). */
+ * cross-entropy [T,B]; series: the error pred − target [T,B,K] (square it to score);
+ * classify: per-column cross-entropy [B] (0 for empty columns; set_lengths first). */
 int lstmd_cuda_model_eval(struct lstmd_cuda_model *m, const float *params, float *host_rows);
 
 /* Training forwards multiply grad_scale by *device_scale (a device float read when the kernel
@@ -143,7 +166,7 @@ int lstmd_cuda_model_eval(struct lstmd_cuda_model *m, const float *params, float
 void lstmd_cuda_model_scale_gradients_by(struct lstmd_cuda_model *m, const float *device_scale);
 
 /* The head's output [N,O] on the device (logits / predictions after a forward with grad_scale
- * 0; their gradient after a training forward). */
+ * 0; their gradient after a training forward); classify: [B,C], rows of empty columns 0. */
 const float *lstmd_cuda_model_output(const struct lstmd_cuda_model *m);
 /* Distillation: training forwards score kd_cpu.h's loss against teacher_out (the device output
  * [N,O] of the teacher's forward on the same inputs, read when the loss kernel runs) at

@@ -5,7 +5,8 @@
  *
  *   engine_cpu.c  the CPU backend: the batch split into slices on threads, gradients summed
  *                 over slices and then over ranks by the reducer thread while backward runs
- *   engine_gpu.c  one GPU per rank: cuDNN LSTM, cuBLAS head, NCCL (built with the GPU backend)
+ *   engine_gpu.c  one GPU per rank: cuDNN LSTM, cuBLAS head, NCCL (built with the GPU backend);
+ *                 also sequence classifiers (cuDNN's bidirectional, variable-length mode)
  *   engine_pipe.c pipeline stages on CPU ranks: a stage's layers, units × time chunks in the
  *                 order of pipe_schedule.c, activations and gradients between stages over p2p
  *   engine_pipe_gpu.c  the same on one GPU per rank: one cuDNN call per chunk (in the module)

@@ -18,7 +18,8 @@
  *    and on, which is what dropout masks and the carried state are keyed on, so N ranks with
  *    batch b compute what one rank with batch N·b computes.
  * 5. A sequence classifier (worker/model/classify.h) runs the same slices on its own workspace;
- *    its gradients are summed and sent after backward (no overlap yet), and it has no state. */
+ *    its gradients are summed and sent after backward (no overlap yet), and it has no state.
+ *    (The GPU engine runs classifiers too: engine_gpu.c, 8.) */
 #define _GNU_SOURCE
 #include "engine.h"
 

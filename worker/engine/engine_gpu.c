@@ -46,7 +46,14 @@
  *    (the CPU's soft targets), with its parameters uploaded once. Each
  *    window it runs forward in inference mode from a zero state on a device copy of the
  *    student's inputs, and the student's training loss reads its output (model_cuda.h's
- *    set_distill: kd_cpu.h's loss); evaluation scores the plain loss. */
+ *    set_distill: kd_cpu.h's loss); evaluation scores the plain loss.
+ * 8. Sequence classifiers (worker/model/classify.h; model_cuda.h's classify layout): a window
+ *    is B whole sequences padded to T, with their lengths and labels, from a zero state. The
+ *    lengths go to the device with the ids and labels, and from the host batch into cuDNN's
+ *    descriptors (lstmd_cuda_model_set_lengths) before each forward. Evaluation copies the
+ *    device parameters into rank 0's host model and runs lstmd_clf_evaluate there, so `lstmd
+ *    train`'s val_loss is the CPU evaluator's number exactly (what `lstmd eval` prints for the
+ *    checkpoint); a classifier's validation split is small next to its training. */
 #define _GNU_SOURCE
 #include "engine_gpu.h"
 
@@ -69,6 +76,7 @@
 #include "worker/io/checkpoint.h"
 #include "worker/io/nvtx.h"
 #include "worker/io/trace.h"
+#include "worker/model/classify.h"
 #include "worker/model/optim.h"
 #include "worker/model/prune.h"
 #include "worker/train/train_config.h"
@@ -132,6 +140,24 @@ void lstmd_gpu_model_layout(const struct lstmd_model *m, struct lstmd_cuda_model
   l->n_params = m->n_params;
   if (l->text) l->off_embed = m->tensors[0].offset;
   l->layer_norm = s->layer_norm;
+  l->off_head_w = m->tensors[m->n_tensors - 2].offset;
+  l->off_head_b = m->tensors[m->n_tensors - 1].offset;
+  if (s->kind == LSTMD_MODEL_CLASSIFY) { /* model.h: embed.weight, then 4 per (layer, direction) */
+    const int D = s->bidirectional ? 2 : 1;
+    l->classify = 1;
+    l->classes = s->classes;
+    l->bidirectional = s->bidirectional;
+    l->pool = s->pool;
+    l->off_embed = m->tensors[0].offset;
+    for (int p = 0; p < s->layers * D; p++) { /* cuDNN's pseudo-layer p = k·D + d */
+      const struct lstmd_tensor *t = &m->tensors[1 + 4 * p];
+      l->off_w_ih[p] = t[0].offset;
+      l->off_w_hh[p] = t[1].offset;
+      l->off_b_ih[p] = t[2].offset;
+      l->off_b_hh[p] = t[3].offset;
+    }
+    return;
+  }
   for (int k = 0; k < s->layers; k++) {
     const struct lstmd_tensor *t = &m->tensors[lstmd_layer_first_tensor(s, k)];
     l->off_w_ih[k] = t[0].offset;
@@ -143,8 +169,6 @@ void lstmd_gpu_model_layout(const struct lstmd_model *m, struct lstmd_cuda_model
                                               t[4].offset, t[5].offset, t[6].offset, t[7].offset,
                                               t[8].offset, t[9].offset};
   }
-  l->off_head_w = m->tensors[m->n_tensors - 2].offset;
-  l->off_head_b = m->tensors[m->n_tensors - 1].offset;
 }
 
 static int dev_alloc(void **p, size_t bytes, const char *what) {
@@ -181,9 +205,10 @@ static int alloc_buffers(struct gpu_engine *g) {
   LSTMD_CHECK_CUDA(cudaMallocHost((void **)&g->h_loss, sizeof(double)));
   LSTMD_CHECK_CUDA(cudaMallocHost((void **)&g->h_state, sizeof *g->h_state));
   const struct lstmd_model_shape *s = &g->base.model->shape;
-  const size_t N = (size_t)g->base.cfg.seq_len * g->base.cfg.batch;
-  g->staging_bytes = s->kind == LSTMD_MODEL_TEXT ? 2 * N * sizeof(int32_t)
-                                                 : N * (size_t)(s->width + s->horizon) * sizeof(float);
+  const size_t N = (size_t)g->base.cfg.seq_len * g->base.cfg.batch, B = (size_t)g->base.cfg.batch;
+  g->staging_bytes = s->kind == LSTMD_MODEL_TEXT       ? 2 * N * sizeof(int32_t)
+                     : s->kind == LSTMD_MODEL_CLASSIFY ? (N + 2 * B) * sizeof(int32_t)
+                                                       : N * (size_t)(s->width + s->horizon) * sizeof(float);
   for (int i = 0; i < 2; i++) LSTMD_CHECK_CUDA(cudaMallocHost(&g->staging[i], g->staging_bytes));
   return LSTMD_OK;
 }
@@ -387,6 +412,20 @@ static int copy_batch(struct gpu_engine *g, const struct lstmd_batch *b) {
   char *st = g->staging[k];
   void *dst[2];
   size_t bytes[2];
+  if (g->base.model->shape.kind == LSTMD_MODEL_CLASSIFY) { /* see 8. */
+    LSTMD_TRY(lstmd_cuda_model_set_lengths(g->cm, b->lengths)); /* host work: the descriptors */
+    const size_t ids = N * sizeof(int32_t), col = (size_t)g->base.cfg.batch * sizeof(int32_t);
+    memcpy(st, b->ids, ids);
+    memcpy(st + ids, b->lengths, col);
+    memcpy(st + ids + col, b->labels, col);
+    LSTMD_CHECK_CUDA(cudaStreamWaitEvent(g->copy, g->inputs_free, 0));
+    LSTMD_CHECK_CUDA(cudaMemcpyAsync(in->ids, st, ids, cudaMemcpyHostToDevice, g->copy));
+    LSTMD_CHECK_CUDA(cudaMemcpyAsync(in->lengths, st + ids, col, cudaMemcpyHostToDevice, g->copy));
+    LSTMD_CHECK_CUDA(cudaMemcpyAsync(in->labels, st + ids + col, col, cudaMemcpyHostToDevice, g->copy));
+    LSTMD_CHECK_CUDA(cudaEventRecord(g->copy_done[k], g->copy));
+    LSTMD_CHECK_CUDA(cudaStreamWaitEvent(g->compute, g->copy_done[k], 0));
+    return LSTMD_OK;
+  }
   if (g->base.model->shape.kind == LSTMD_MODEL_TEXT) {
     bytes[0] = bytes[1] = N * sizeof(int32_t);
     memcpy(st, b->ids, bytes[0]);
@@ -574,10 +613,29 @@ static int gpu_optim_step(struct lstmd_engine *e, struct lstmd_optim *o, int rep
 
 /* Rank 0 scores the windows in chunks of B, the last chunk padded with repeats of its first
  * window, which are not scored. Inference mode; the carried training state is left alone. */
+/* A classifier's validation loss: the CPU evaluator on rank 0's host model, brought up to the
+ * device's parameters first (see 8.). */
+static int clf_evaluate(struct gpu_engine *g, const struct lstmd_dataset *ds, double *mean_loss,
+                        uint64_t *sequences) {
+  struct lstmd_model *m = g->base.model;
+  LSTMD_CHECK_CUDA(cudaMemcpyAsync(m->params, g->params, m->n_params * sizeof(float),
+                                   cudaMemcpyDeviceToHost, g->compute));
+  LSTMD_CHECK_CUDA(cudaStreamSynchronize(g->compute));
+  struct lstmd_clf_eval *res = malloc(sizeof *res);
+  int rc = res ? lstmd_clf_evaluate(m, ds, g->base.cfg.batch, res) : LSTMD_ENOMEM;
+  if (!rc) {
+    *mean_loss = res->loss;
+    *sequences = res->sequences;
+  }
+  free(res);
+  return rc;
+}
+
 static int gpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *ds, double *mean_loss,
                         uint64_t *tokens) {
   struct gpu_engine *g = gpu_of(e);
   if (e->rank != 0) return LSTMD_OK;
+  if (e->model->shape.kind == LSTMD_MODEL_CLASSIFY) return clf_evaluate(g, ds, mean_loss, tokens);
   const int T = g->base.cfg.seq_len, B = g->base.cfg.batch;
   const uint64_t n = lstmd_window_count(ds, T);
   if (n == 0) {
@@ -709,6 +767,9 @@ static void gpu_describe(const struct lstmd_engine *e, char *buf, size_t n) {
   if (ms > 0.0) snprintf(timing, sizeof timing, ", %.2f ms per forward+backward", ms);
   if (g->mc.layout.layer_norm)
     snprintf(lstm, sizeof lstm, "layer-normalised LSTM (cuBLAS and fused kernels)");
+  else if (g->mc.layout.classify)
+    snprintf(lstm, sizeof lstm, "cuDNN %sLSTM algorithm %s on padded variable-length sequences",
+             g->mc.layout.bidirectional ? "bidirectional " : "", lstmd_rnn_algo_name(choice.algo));
   else
     snprintf(lstm, sizeof lstm, "cuDNN LSTM algorithm %s%s%s", lstmd_rnn_algo_name(choice.algo),
              choice.packed ? " (packed layout)" : "", timing);

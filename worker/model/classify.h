@@ -7,7 +7,10 @@
  * The reverse direction of sequence b reads its steps len_b−1 … 0, so padding never enters it:
  * its input rows are gathered reversed per column, run forward, and scattered back. "last" takes
  * the forward direction's output at step len_b−1 and the reverse direction's at step 0 (each
- * direction's final state, as PyTorch's h_n of a packed sequence). */
+ * direction's final state, as PyTorch's h_n of a packed sequence). This is the reference of the
+ * GPU classifier (kernels/cuda/model_cuda.h's classify layout: cuDNN's bidirectional mode on
+ * padded columns with their lengths), which `lstmd selftest --gpu --only classify` checks
+ * against it. */
 #ifndef LSTMD_CLASSIFY_H
 #define LSTMD_CLASSIFY_H
 

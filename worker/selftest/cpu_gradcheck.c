@@ -3,7 +3,10 @@
  * a series model, with dropout between layers and a non-zero carried initial state; and the same
  * for the model run as pipeline stages (model_stage.h) with one time step per chunk, so that the
  * (dh, dc) carried between chunks and into each chunk's initial state is checked too. Then the
- * layer-normalised model (model.layer_norm) likewise: text, series, and H32 with dropout.
+ * layer-normalised model (model.layer_norm) likewise: text, series, and H32 with dropout. Last,
+ * the sequence classifier (worker/model/classify.h), bidirectional, 2 layers, pooling last /
+ * mean / max, on a padded batch of mixed lengths with an empty column, against a float64
+ * forward that walks each column's valid steps in place (the reverse direction from len−1 down).
  * Pass: per tensor ‖g − g_fd‖ / ‖g_fd‖ < 1e-4, and the losses agree. */
 #include <math.h>
 #include <stdlib.h>
@@ -11,6 +14,7 @@
 
 #include "kernels/cpu/isa.h"
 #include "kernels/status.h"
+#include "worker/model/classify.h"
 #include "worker/model/model.h"
 #include "worker/selftest/selftest.h"
 #include "worker/selftest/stage_driver.h"
@@ -219,6 +223,145 @@ static void gradcheck(const char *label, struct lstmd_model_shape shape, int T, 
   lstmd_model_destroy(m);
 }
 
+/* ---- the sequence classifier ---- */
+
+/* One LSTM step in float64 for one column: x [in] → h, c [H] in place; the tensors of one
+ * (layer, direction) start at t (w_ih, w_hh, b_ih, b_hh). */
+static void clf_ref_cell(const double *p, const struct lstmd_tensor *t, int in, int H,
+                         const double *x, double *h, double *c) {
+  double a[4 * 64];
+  for (int r = 0; r < 4 * H; r++) {
+    a[r] = p[t[2].offset + r] + p[t[3].offset + r];
+    for (int k = 0; k < in; k++) a[r] += p[t[0].offset + (size_t)r * in + k] * x[k];
+    for (int k = 0; k < H; k++) a[r] += p[t[1].offset + (size_t)r * H + k] * h[k];
+  }
+  for (int j = 0; j < H; j++) {
+    c[j] = sigm(a[H + j]) * c[j] + sigm(a[j]) * tanh(a[2 * H + j]);
+    h[j] = sigm(a[3 * H + j]) * tanh(c[j]);
+  }
+}
+
+/* Float64 summed cross-entropy of a classifier over a padded batch [T,B]: every direction of
+ * every layer walks each column's own steps (forward 0 … len−1, reverse len−1 … 0) from a zero
+ * state, writing its half of the layer's output at the step it read; padding is never touched. */
+static double clf_ref_loss(const struct lstmd_model *m, const double *p,
+                           const struct lstmd_clf_batch *bt) {
+  const struct lstmd_model_shape *s = &m->shape;
+  const int T = bt->steps, B = bt->batch, H = s->hidden, E = s->embed;
+  const int D = s->bidirectional ? 2 : 1, DH = D * H, W = E > DH ? E : DH;
+  double *cur = calloc((size_t)T * B * W, sizeof(double)), *next = calloc((size_t)T * B * W, sizeof(double));
+  for (int t = 0; t < T; t++)
+    for (int b = 0; b < B; b++)
+      for (int e = 0; t < bt->lengths[b] && e < E; e++)
+        cur[((size_t)t * B + b) * W + e] = p[m->tensors[0].offset + (size_t)bt->ids[t * B + b] * E + e];
+  for (int l = 0, in = E; l < s->layers; l++, in = DH) {
+    for (int d = 0; d < D; d++)
+      for (int b = 0; b < B; b++) {
+        double h[64] = {0}, c[64] = {0};
+        const int n = bt->lengths[b];
+        for (int k = 0; k < n; k++) {
+          const size_t row = ((size_t)(d ? n - 1 - k : k) * B + b) * W;
+          clf_ref_cell(p, &m->tensors[1 + 4 * (l * D + d)], in, H, cur + row, h, c);
+          memcpy(next + row + (size_t)d * H, h, sizeof(double) * H);
+        }
+      }
+    double *swap = cur;
+    cur = next;
+    next = swap;
+  }
+  const struct lstmd_tensor *hw = &m->tensors[m->n_tensors - 2], *hb = &m->tensors[m->n_tensors - 1];
+  double loss = 0;
+  for (int b = 0; b < B; b++) {
+    const int n = bt->lengths[b];
+    if (n == 0) continue;
+    double v[128], z[LSTMD_MAX_CLASSES], mx = -HUGE_VAL, sum = 0;
+    for (int j = 0; j < DH; j++) {
+      const double *at = cur + (size_t)b * W + j; /* step 0 of column b, unit j */
+      if (s->pool == LSTMD_POOL_LAST) {
+        v[j] = j < H ? at[(size_t)(n - 1) * B * W] : at[0];
+      } else {
+        v[j] = s->pool == LSTMD_POOL_MEAN ? 0 : -HUGE_VAL;
+        for (int t = 0; t < n; t++)
+          v[j] = s->pool == LSTMD_POOL_MEAN ? v[j] + at[(size_t)t * B * W] / n
+                                            : fmax(v[j], at[(size_t)t * B * W]);
+      }
+    }
+    for (int k = 0; k < s->classes; k++) {
+      z[k] = p[hb->offset + k];
+      for (int j = 0; j < DH; j++) z[k] += p[hw->offset + (size_t)k * DH + j] * v[j];
+      mx = fmax(mx, z[k]);
+    }
+    for (int k = 0; k < s->classes; k++) sum += exp(z[k] - mx);
+    loss += mx + log(sum) - z[bt->labels[b]];
+  }
+  free(cur);
+  free(next);
+  return loss;
+}
+
+static void clf_gradcheck(int pool) {
+  static const char *const names[] = {"last", "mean", "max"};
+  static const int32_t lens[] = {5, 2, 0, 3};
+  const struct lstmd_model_shape shape = {.kind = LSTMD_MODEL_CLASSIFY, .vocab = 6, .embed = 4,
+                                          .hidden = 5, .layers = 2, .classes = 3,
+                                          .bidirectional = 1, .pool = pool};
+  const int T = 5, B = 4;
+  struct lstmd_model *m = NULL;
+  struct lstmd_clf_workspace *ws = NULL;
+  if (lstmd_model_create(&shape, &m) || lstmd_clf_workspace_create(m, T, B, &ws)) {
+    lstmd_check_true("classifier and workspace made", 0);
+    lstmd_model_destroy(m);
+    return;
+  }
+  struct lstmd_rng rng;
+  lstmd_rng_seed(&rng, 11 + pool, 1);
+  lstmd_model_init_params(m, &rng);
+  struct lstmd_clf_batch *bt = lstmd_clf_workspace_batch(ws);
+  unsigned long long seed = 31 + pool;
+  for (int t = 0; t < T; t++)
+    for (int b = 0; b < B; b++) /* padding too: it must not matter */
+      bt->ids[t * B + b] = (int32_t)((selftest_uniform(&seed, 1.0) + 1.0) * 0.5 * 5.999);
+  for (int b = 0; b < B; b++) {
+    bt->lengths[b] = lens[b];
+    bt->labels[b] = (b * 2 + pool) % 3;
+  }
+  const float scale = 1.0f / 3; /* three non-empty columns */
+  memset(m->grads, 0, m->n_params * sizeof(float));
+  const double loss = lstmd_clf_forward(m, ws, scale);
+  lstmd_clf_backward(m, ws);
+  double *p = malloc(m->n_params * sizeof(double));
+  for (size_t i = 0; i < m->n_params; i++) p[i] = m->params[i];
+  const double ref = clf_ref_loss(m, p, bt);
+  char what[128];
+  snprintf(what, sizeof what, "classifier bi %s-pooled, lengths 5 2 0 3: loss vs float64", names[pool]);
+  float lossf = (float)loss;
+  lstmd_check_close(what, &lossf, &ref, 1, 1e-6, 1e-5);
+  for (int t = 0; t < m->n_tensors; t++) {
+    const struct lstmd_tensor *x = &m->tensors[t];
+    double *fd = malloc(x->count * sizeof(double)), num = 0, den = 0;
+    for (size_t k = 0; k < x->count; k++) {
+      double *q = &p[x->offset + k], save = *q, eps = 1e-5;
+      *q = save + eps;
+      const double up = clf_ref_loss(m, p, bt);
+      *q = save - eps;
+      const double down = clf_ref_loss(m, p, bt);
+      *q = save;
+      fd[k] = (up - down) / (2 * eps) * scale;
+      const double d = m->grads[x->offset + k] - fd[k];
+      num += d * d;
+      den += fd[k] * fd[k];
+    }
+    const double rel = sqrt(num) / (sqrt(den) + 1e-30);
+    snprintf(what, sizeof what, "classifier bi %s %s rel %.2e", names[pool], x->name, rel);
+    lstmd_check_true(what, rel < 1e-4 && den > 0);
+    if (rel >= 1e-4) lstmd_check_close(x->name, m->grads + x->offset, fd, x->count, 1e-6, 1e-4);
+    free(fd);
+  }
+  free(p);
+  lstmd_clf_workspace_destroy(ws);
+  lstmd_model_destroy(m);
+}
+
 void lstmd_selftest_cpu(struct lstmd_selftest *st, const char *only) {
   if (only && strcmp(only, "cpu")) return;
   lstmd_selftest_group(st, "cpu");
@@ -242,4 +385,5 @@ void lstmd_selftest_cpu(struct lstmd_selftest *st, const char *only) {
   gradcheck("text LN", text, 4, 3, 0.0f);
   gradcheck("series LN", series, 5, 2, 0.0f);
   gradcheck("text LN H32 (packed recurrence)+dropout", wide, 2, 9, 0.2f);
+  for (int pool = LSTMD_POOL_LAST; pool <= LSTMD_POOL_MAX; pool++) clf_gradcheck(pool);
 }

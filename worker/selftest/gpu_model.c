@@ -880,9 +880,7 @@ static void test_evaluate(int text) {
   lstmd_model_destroy(m);
   lstmd_dataset_close(&train);
   lstmd_dataset_close(&val);
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  if (system(cmd) != 0) printf("  (could not remove %s)\n", dir);
+  selftest_remove_tree(dir);
 }
 
 void lstmd_selftest_gpu_model(void) {

@@ -25,7 +25,8 @@ void lstmd_selftest_gpu(struct lstmd_selftest *st, const char *only) {
     void (*run)(void);
   } groups[] = {{"kernels", lstmd_selftest_gpu_kernels}, {"convert", lstmd_selftest_gpu_convert},
                 {"cudnn", lstmd_selftest_gpu_cudnn},     {"model", lstmd_selftest_gpu_model},
-                {"pipe", lstmd_selftest_gpu_pipe},       {"nccl", NULL}};
+                {"classify", lstmd_selftest_gpu_classify}, {"pipe", lstmd_selftest_gpu_pipe},
+                {"nccl", NULL}};
   char why[256], buf[512];
   const int count = lstmd_cuda_probe(why, sizeof why);
   int device_ready = 0;

@@ -1,6 +1,8 @@
 /* selftest.c — the report of `lstmd selftest` (selftest.h): one line per check, counted. */
+#define _GNU_SOURCE /* nftw */
 #include "selftest.h"
 
+#include <ftw.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -96,4 +98,13 @@ double selftest_rel_err(const float *a, const float *b, size_t n) {
     r += (double)b[i] * b[i];
   }
   return r > 0.0 ? sqrt(d / r) : sqrt(d);
+}
+
+static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+void selftest_remove_tree(const char *dir) {
+  if (nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS) != 0) printf("  (could not remove %s)\n", dir);
 }

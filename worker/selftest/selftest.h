@@ -38,7 +38,7 @@ int lstmd_check_true(const char *what, int ok);
 void lstmd_check_skip(const char *what, const char *why);
 
 /* The GPU groups (in the GPU module; gpu_backend.h's `selftest` entry): kernels, convert, cudnn,
- * model, nccl; `only` names one (NULL: all). Without a usable device each is a SKIP. */
+ * model, classify, pipe, nccl; `only` names one (NULL: all). Without a usable device each is a SKIP. */
 void lstmd_selftest_gpu(struct lstmd_selftest *st, const char *only);
 /* The CPU groups (worker/selftest/cpu_checks.c): cpu. */
 void lstmd_selftest_cpu(struct lstmd_selftest *st, const char *only);
@@ -52,5 +52,7 @@ static inline double selftest_uniform(unsigned long long *state, double scale) {
 float *selftest_rand_floats(unsigned long long *state, size_t n, double scale, double *copy);
 /* ‖a − b‖ / ‖b‖ over n values (‖a − b‖ when b is all zeros), in double. */
 double selftest_rel_err(const float *a, const float *b, size_t n);
+/* Removes the scratch folder `dir` (made with mkdtemp) and all below it; says so when it cannot. */
+void selftest_remove_tree(const char *dir);
 
 #endif

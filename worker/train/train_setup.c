@@ -126,10 +126,11 @@ static int check_sampling(const struct run *r) {
 }
 
 /* Sequence classification (a classify dataset) trains whole sequences from a zero state on the
- * CPU engine: the settings it has no meaning or no path for yet are refused, naming the key.
- * train.device=auto falls back to the CPU. Every rank reads the same header and config, so
- * every rank returns the same; rank 0 says why. */
-static int check_classify(const struct run *r, int *backend) {
+ * CPU engine or the GPU engine (model_cuda.h's classify layout; train.device=auto takes the GPU
+ * where there is one, like any model): the settings it has no meaning or no path for yet are
+ * refused, naming the key. Every rank reads the same header and config, so every rank returns
+ * the same; rank 0 says why. */
+static int check_classify(const struct run *r) {
   const struct lstmd_train_config *cfg = r->cfg;
   const char *key = NULL, *why = NULL;
   if (cfg->order == LSTMD_ORDER_STREAM)
@@ -152,11 +153,6 @@ static int check_classify(const struct run *r, int *backend) {
       lstmd_errorf("%s: %s is a classify dataset: %s", key, cfg->data_path, why);
     return LSTMD_ECONFIG;
   }
-  if (*backend == LSTMD_DEVICE_CUDA) {
-    if (r->rank == 0)
-      lstmd_errorf("device auto: the GPU engine does not run classifiers yet; using the CPU backend");
-    *backend = LSTMD_DEVICE_CPU;
-  }
   return LSTMD_OK;
 }
 
@@ -174,23 +170,6 @@ static int build(struct run *r) {
     lstmd_errorf("model.layer_norm: the layer-normalised LSTM on the GPU %s (train.device=cuda)",
                  ln_gpu_why);
     return LSTMD_ECONFIG;
-  }
-  /* A classifier on train.device=cuda is refused before the device is looked for, so that the
-   * refusal names the key on any node; the header's kind is voted, as a rank may fail to read it
-   * alone (that rank's real open below then says why). */
-  if (cfg->device == LSTMD_DEVICE_CUDA) {
-    char path[4096];
-    struct lstmd_dataset peek;
-    snprintf(path, sizeof path, "%s/train.bin", cfg->data_path);
-    int local = lstmd_dataset_open(path, &peek) == LSTMD_OK &&
-                        peek.info.kind == LSTMD_DATASET_CLASSIFY
-                    ? LSTMD_ECONFIG
-                    : LSTMD_OK;
-    if (peek.fd >= 0) lstmd_dataset_close(&peek);
-    if (local && r->rank == 0)
-      lstmd_errorf("train.device: %s is a classify dataset: the GPU engine does not run "
-                   "classifiers yet (cpu or auto)", cfg->data_path);
-    LSTMD_TRY(lstmd_comm_agree(r->comm, local, NULL));
   }
   /* Before anything a rank can fail at alone: the choice is collective (device_select.h). */
   int backend, gpu;
@@ -224,7 +203,7 @@ static int build(struct run *r) {
   }
   LSTMD_TRY(lstmd_dataset_open_dir(cfg->data_path, &r->train, &r->val, r->rank == 0));
   const int classify = r->train.info.kind == LSTMD_DATASET_CLASSIFY;
-  if (classify) LSTMD_TRY(check_classify(r, &backend));
+  if (classify) LSTMD_TRY(check_classify(r));
   if (!classify && (cfg->bidirectional || cfg->pool)) {
     /* A reverse direction reads every step of the window: the next token, or the values a
      * forecast predicts, would be among its inputs. Pooling exists only for classifiers. */
