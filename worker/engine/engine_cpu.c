@@ -22,6 +22,7 @@
 #define _GNU_SOURCE
 #include "engine.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -216,7 +217,7 @@ static int cpu_sync_host(struct lstmd_engine *e, struct lstmd_optim *o,
 
 /* Rank 0 evaluates with all of the rank's threads in BLAS (the slices are idle meanwhile). */
 static int cpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *val, double *mean_loss,
-                        uint64_t *tokens) {
+                        uint64_t *tokens, double *accuracy) {
   struct cpu_engine *c = cpu_of(e);
   if (e->rank != 0) return LSTMD_OK;
   lstmd_cpu_set_blas_threads(c->eval_threads);
@@ -227,6 +228,7 @@ static int cpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *val,
     if (!rc) {
       *mean_loss = res->loss;
       *tokens = res->sequences;
+      *accuracy = res->sequences ? (double)res->correct / (double)res->sequences : NAN;
     }
     free(res);
   } else {

@@ -575,7 +575,8 @@ static int gpu_optim_step(struct lstmd_engine *e, struct lstmd_optim *o, int rep
 /* Rank 0 scores the windows in chunks of B, the last chunk padded with repeats of its first
  * window, which are not scored. Inference mode; the carried training state is left alone. */
 static int gpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *ds, double *mean_loss,
-                        uint64_t *tokens) {
+                        uint64_t *tokens, double *accuracy) {
+  (void)accuracy; /* no classifiers on the GPU yet */
   struct gpu_engine *g = gpu_of(e);
   if (e->rank != 0) return LSTMD_OK;
   const int T = g->base.cfg.seq_len, B = g->base.cfg.batch;
