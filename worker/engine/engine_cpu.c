@@ -113,8 +113,9 @@ static void step_slice(void *arg, int i) {
   s->loss = 0.0;
   if (s->cws) {
     struct lstmd_clf_batch *cb = lstmd_clf_workspace_batch(s->cws);
-    struct lstmd_batch dst = {.steps = cb->steps, .batch = cb->batch, .ids = cb->ids,
-                              .lengths = cb->lengths, .labels = cb->labels};
+    struct lstmd_batch dst = {.steps = cb->steps, .batch = cb->batch, .width = cb->width,
+                              .ids = cb->ids, .x = cb->x, .lengths = cb->lengths,
+                              .labels = cb->labels};
     lstmd_batch_slice(c->batch, s->col0, &dst);
     const double t0 = e->trace ? lstmd_now_s() : 0.0;
     s->loss = lstmd_clf_forward(e->model, s->cws, c->grad_scale);

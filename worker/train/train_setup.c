@@ -247,9 +247,10 @@ static int build(struct run *r) {
   /* A classifier's window is one sequence, padded to the split's longest (data.seq_len unused) */
   const int T = classify ? info->width : cfg->seq_len;
   if (classify) {
-    shape.kind = LSTMD_MODEL_CLASSIFY;
+    shape.kind = LSTMD_MODEL_CLASSIFY; /* text: ids through an embedding; series: 1 value a step */
     shape.vocab = info->vocab_size;
-    shape.embed = cfg->embed;
+    shape.embed = info->numeric ? 0 : cfg->embed;
+    shape.width = info->numeric ? 1 : 0;
     shape.classes = info->horizon;
     shape.bidirectional = cfg->bidirectional;
     shape.pool = cfg->pool;
