@@ -21,6 +21,7 @@ set -u
 LSTMD=$(realpath "${1:?usage: test_classify_series.sh LSTMD SOURCE_DIR}")
 SRC=$(realpath "${2:?}")
 PY=/usr/bin/python3
+export PYTHONPATH=$SRC/tests # dataset_crc.py
 GEN=$SRC/deploy/examples/wave_shapes.py
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm=isolated
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
@@ -52,13 +53,7 @@ cmp -s d/train.bin d4/train.bin && ok "--header no on a file without one: the sa
 if msg=$($PY - w.csv d <<'PY'
 import struct, sys
 import numpy as np
-def crc32c(b, crc=0):
-    crc ^= 0xffffffff
-    for x in b:
-        crc ^= x
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82f63b78 & -(crc & 1))
-    return crc ^ 0xffffffff
+from dataset_crc import crc32c, header_crc_ok
 lines = open(sys.argv[1]).read().split('\n')[1:]
 want = sorted((l.split(',')[0], tuple(np.float32(v) for v in l.split(',')[1:])) for l in lines if l)
 labels = sorted({w[0] for w in want})
@@ -70,8 +65,7 @@ for split in ('train', 'val'):
     count, = struct.unpack_from('<Q', raw, 24)
     width, vs, classes, pcrc, hcrc, season = struct.unpack_from('<6I', raw, 32)
     assert (ver, kind, dtype, width, vs, classes, season) == (2, 3, 4, 48, 0, 3, 0), (ver, kind, dtype, width, vs, classes)
-    h = bytearray(raw[:hb]); h[48:52] = b'\0\0\0\0'
-    assert crc32c(bytes(h)) == hcrc, 'header crc'
+    assert header_crc_ok(raw, hb), 'header crc'
     p = 64; names = []
     for _ in range(classes):
         n = raw[p]; names.append(raw[p + 1:p + 1 + n].decode()); p += 1 + n
@@ -153,24 +147,14 @@ ok "200 mutations: $n0 prepared, $n2 refused naming the file (and line)"
 
 $PY - d <<'PY'
 import struct, sys, shutil
-def crc32c(b, crc=0):
-    crc ^= 0xffffffff
-    for x in b:
-        crc ^= x
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82f63b78 & -(crc & 1))
-    return crc ^ 0xffffffff
-def fix(raw, hb):
-    struct.pack_into('<I', raw, 44, crc32c(bytes(raw[hb:])))
-    raw[48:52] = b'\0\0\0\0'
-    struct.pack_into('<I', raw, 48, crc32c(bytes(raw[:hb])))
+from dataset_crc import fix_crcs
 for name, how in (('nanrec', 'nan'), ('v1', 'version')):
     shutil.copytree(sys.argv[1], name)
     raw = bytearray(open(f'{name}/train.bin', 'rb').read())
     hb, = struct.unpack_from('<I', raw, 20)
     if how == 'nan': struct.pack_into('<f', raw, hb + 8 + 4 * 3, float('nan'))
     else: struct.pack_into('<I', raw, 8, 1)
-    fix(raw, hb)
+    fix_crcs(raw, hb)
     open(f'{name}/train.bin', 'wb').write(raw)
 PY
 for c in "nanrec:nanrec/train.bin: cannot read payload" "v1:v1/train.bin: inconsistent dataset header"; do
