@@ -1,6 +1,7 @@
 /* cli_classify.c — a sequence classifier's two commands: `lstmd classify` (label and probability
- * of each input line) and the classify branch of `lstmd eval` (loss, accuracy and the confusion
- * matrix as JSON); and the refusal every other consumer of a model gives a classifier. */
+ * of each input line, or of each CSV row for a series classifier) and the classify branch of
+ * `lstmd eval` (loss, accuracy and the confusion matrix as JSON); and the refusal every other
+ * consumer of a model gives a classifier. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include "kernels/cpu/blas_cpu.h"
 #include "kernels/status.h"
 #include "worker/data/dataset.h"
+#include "worker/data/prepare.h"
 #include "worker/io/checkpoint.h"
 #include "worker/model/classify.h"
 #include "worker/model/infer.h"
@@ -25,11 +27,11 @@ int lstmd_refuse_classifier(const char *cmd, const char *ckpt, const struct lstm
 int lstmd_classify_eval_print(const struct lstmd_model *m, const struct lstmd_data_meta *meta,
                               const struct lstmd_dataset *val, int batch) {
   const struct lstmd_dataset_info *a = &meta->info, *b = &val->info;
-  if (b->kind != LSTMD_DATASET_CLASSIFY || a->vocab_size != b->vocab_size ||
+  if (b->kind != LSTMD_DATASET_CLASSIFY || a->numeric != b->numeric || a->vocab_size != b->vocab_size ||
       memcmp(a->vocab, b->vocab, (size_t)a->vocab_size) || a->horizon != b->horizon ||
       memcmp(a->names, b->names, sizeof a->names)) {
     lstmd_errorf("%s: cannot be scored with this classifier: not a classify split of the same "
-                 "bytes and labels", val->path);
+                 "%s and labels", val->path, a->numeric ? "kind (numeric series)" : "bytes");
     return LSTMD_EFORMAT;
   }
   if (b->count == 0) {
@@ -38,7 +40,12 @@ int lstmd_classify_eval_print(const struct lstmd_model *m, const struct lstmd_da
   }
   struct lstmd_clf_eval *res = malloc(sizeof *res);
   if (!res) return LSTMD_ENOMEM;
-  int rc = lstmd_clf_evaluate(m, val, batch, res);
+  /* a series classifier's values are normalised as in its training (a split prepared from
+   * another file has its own mean and std in the header) */
+  struct lstmd_dataset scored = *val;
+  scored.info.mean[0] = a->numeric ? a->mean[0] : scored.info.mean[0];
+  scored.info.std[0] = a->numeric ? a->std[0] : scored.info.std[0];
+  int rc = lstmd_clf_evaluate(m, &scored, batch, res);
   if (!rc) {
     const int C = res->classes;
     printf("{\"loss\":%.6f,\"accuracy\":%.6f,\"sequences\":%llu,\"labels\":[", res->loss,
@@ -65,9 +72,36 @@ int lstmd_classify_eval_print(const struct lstmd_model *m, const struct lstmd_da
 }
 
 struct line {
-  int32_t *ids;
+  int32_t *ids; /* text: the line's token ids; series: NULL */
+  float *x;     /* series: the row's normalised values; text: NULL */
   int n;
 };
+
+/* A series classifier's input: CSV rows of exactly the training rows' N values, no label column,
+ * a header line detected as prepare does; each row normalised with the checkpoint's mean/std.
+ * lines[i].x points into *values (the caller frees both). */
+static int read_rows(const char *path, const struct lstmd_data_meta *meta, struct line **out,
+                     size_t *n_out, float **values) {
+  struct lstmd_csv_rows rows;
+  LSTMD_TRY(lstmd_csv_read_rows(path, -1, -1, meta->info.width, &rows));
+  struct line *lines = calloc(rows.rows, sizeof *lines);
+  if (!lines) {
+    lstmd_csv_rows_free(&rows);
+    return LSTMD_ENOMEM;
+  }
+  const size_t N = (size_t)rows.n_values;
+  for (size_t r = 0; r < rows.rows; r++) {
+    lines[r] = (struct line){NULL, rows.values + r * N, (int)N};
+    for (size_t j = 0; j < N; j++)
+      lines[r].x[j] = (lines[r].x[j] - meta->info.mean[0]) / meta->info.std[0];
+  }
+  *values = rows.values;
+  rows.values = NULL;
+  lstmd_csv_rows_free(&rows);
+  *out = lines;
+  *n_out = rows.rows;
+  return LSTMD_OK;
+}
 
 /* Reads every line of path (a trailing '\r' dropped) as token ids of the model's vocabulary.
  * An empty line, a byte the training data never had or a line longer than LSTMD_MAX_SEQ_BYTES
@@ -112,7 +146,7 @@ static int read_lines(const char *path, const struct lstmd_data_meta *meta, stru
       rc = LSTMD_ENOMEM;
       break;
     }
-    lines[n++] = (struct line){ids, (int)len};
+    lines[n++] = (struct line){ids, NULL, (int)len};
     for (ssize_t i = 0; i < len && !rc; i++) {
       ids[i] = id_of[(unsigned char)buf[i]];
       if (ids[i] < 0) {
@@ -138,7 +172,9 @@ int lstmd_cmd_classify(int argc, char **argv) {
   if (rc || help) {
     fprintf(help ? stdout : stderr,
             "usage: lstmd classify --checkpoint CKPT --input FILE\n"
-            "Prints label<TAB>probability of the most probable class for every line of FILE.\n");
+            "Prints label<TAB>probability of the most probable class for every line of FILE\n"
+            "(a series classifier: every row of FILE.csv, N numbers as in its training rows,\n"
+            "no label column; a header line is detected as prepare classify --series does).\n");
     return rc;
   }
   if (!ckpt || !input) {
@@ -157,19 +193,22 @@ int lstmd_cmd_classify(int argc, char **argv) {
   }
   struct line *lines = NULL;
   size_t n = 0;
-  int longest = 1;
+  int longest = meta.info.width;
+  float *values = NULL; /* series: the rows' values, lines[i].x point into them */
   struct lstmd_clf_workspace *ws = NULL;
-  rc = read_lines(input, &meta, &lines, &n, &longest);
+  rc = meta.info.numeric ? read_rows(input, &meta, &lines, &n, &values)
+                         : read_lines(input, &meta, &lines, &n, &longest);
   if (!rc) rc = lstmd_clf_workspace_create(m, longest, 1, &ws);
   double probs[LSTMD_MAX_CLASSES];
   for (size_t i = 0; !rc && i < n; i++) {
-    rc = lstmd_clf_predict(m, ws, lines[i].ids, lines[i].n, probs);
+    rc = lstmd_clf_predict(m, ws, lines[i].ids, lines[i].x, lines[i].n, probs);
     int best = 0;
     for (int k = 1; k < m->shape.classes; k++) best = probs[k] > probs[best] ? k : best;
     if (!rc) printf("%s\t%.4f\n", meta.info.names[best], probs[best]);
   }
   for (size_t i = 0; i < n; i++) free(lines[i].ids);
   free(lines);
+  free(values);
   lstmd_clf_workspace_destroy(ws);
   lstmd_model_destroy(m);
   return lstmd_exit_code(rc);

@@ -55,21 +55,50 @@ int lstmd_cmd_prepare(int argc, char **argv) {
     return lstmd_exit_code(lstmd_prepare_series(input, out, target, features, (int)k, f, (int)p));
   }
   if (!strcmp(kind, "classify")) {
-    struct lstmd_opt opts[] = {{"input", &input}, {"out", &out}, {"val-fraction", &vf},
+    const char *label_column = NULL, *header = NULL; /* defaults: 1 and auto (--series only) */
+    int series = 0;
+    struct lstmd_opt opts[] = {{"input", &input},         {"out", &out},
+                               {"val-fraction", &vf},     {"series", NULL, &series},
+                               {"label-column", &label_column}, {"header", &header},
                                {"help", NULL, &help}};
-    int rc = lstmd_parse_opts("prepare classify", argc, argv, 3, opts, 4);
+    int rc = lstmd_parse_opts("prepare classify", argc, argv, 3, opts, 7);
     if (rc || help) {
       fprintf(help ? stdout : stderr,
               "usage: lstmd prepare classify --input FILE.tsv --out DIR [--val-fraction F]\n"
-              "FILE.tsv: label<TAB>text per line (text is byte-level; labels any strings)\n");
+              "       lstmd prepare classify --series --input FILE.csv --out DIR [--val-fraction F]\n"
+              "                              [--label-column N|last] [--header auto|yes|no]\n"
+              "FILE.tsv: label<TAB>text per line (text is byte-level; labels any strings)\n"
+              "--series: FILE.csv rows of one label and N numbers each (N the same in every row:\n"
+              "  a univariate series of N steps); the label is column N (1-based, default 1) or\n"
+              "  the last; --header auto takes the first line as a header when none of its\n"
+              "  value fields is a number\n");
       return rc;
     }
     double f;
+    long col = 0;
     if ((rc = need("prepare classify", "input", input)) ||
         (rc = need("prepare classify", "out", out)) ||
         (rc = lstmd_opt_double("prepare classify", "val-fraction", vf, 0.0, 0.5, &f)))
       return rc;
-    return lstmd_exit_code(lstmd_prepare_classify(input, out, f));
+    if (!series) {
+      if (label_column || header) {
+        lstmd_errorf("prepare classify: --label-column and --header belong to --series");
+        return 2;
+      }
+      return lstmd_exit_code(lstmd_prepare_classify(input, out, f));
+    }
+    if (!label_column) label_column = "1";
+    if (!header) header = "auto";
+    if (strcmp(label_column, "last") &&
+        (rc = lstmd_opt_long("prepare classify", "label-column", label_column, 1, 1 << 20, &col)))
+      return rc;
+    const int hdr = !strcmp(header, "yes") ? 1 : !strcmp(header, "no") ? 0
+                    : !strcmp(header, "auto") ? -1 : -2;
+    if (hdr == -2) {
+      lstmd_errorf("prepare classify: --header '%s' is not one of auto yes no", header);
+      return 2;
+    }
+    return lstmd_exit_code(lstmd_prepare_classify_series(input, out, f, (int)col, hdr));
   }
   lstmd_errorf("prepare: expected 'text', 'series' or 'classify', got '%s'", kind);
   return 2;

@@ -1,11 +1,13 @@
 /* dump_classify.c — test helper for the classifier's PyTorch parity (test_classify_parity.py):
  * builds a LSTMD_MODEL_CLASSIFY model with seeded parameters, writes them as safetensors under
  * lstmd's tensor names, runs lstmd_clf_forward on a padded batch whose padding holds random ids,
- * and writes the batch and the logits as raw little-endian arrays.
+ * and writes the batch and the logits as raw little-endian arrays. With `series` the model is a
+ * series classifier (one value per step into lstm.weight_ih_l0 [4H,1], no embedding) and the
+ * batch holds random normal values, padding included.
  *
- * usage: dump_classify OUT_DIR BIDIRECTIONAL(0|1) POOL(last|mean|max) SEED
- *   OUT_DIR/model.safetensors, ids.bin (int32 [T,B]), lengths.bin (int32 [B]),
- *   logits.bin (float32 [B,C]); prints "V=.. E=.. H=.. L=.. C=.. T=.. B=..". */
+ * usage: dump_classify OUT_DIR BIDIRECTIONAL(0|1) POOL(last|mean|max) SEED [series]
+ *   OUT_DIR/model.safetensors, ids.bin (int32 [T,B]) or x.bin (float32 [T,B]), lengths.bin
+ *   (int32 [B]), logits.bin (float32 [B,C]); prints "V=.. E=.. H=.. L=.. C=.. T=.. B=..". */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,8 +31,9 @@ static int write_raw(const char *dir, const char *name, const void *data, size_t
 }
 
 int main(int argc, char **argv) {
-  if (argc != 5) {
-    fprintf(stderr, "usage: dump_classify OUT_DIR BIDIRECTIONAL POOL SEED\n");
+  const int series = argc == 6 && !strcmp(argv[5], "series");
+  if (argc != 5 && !series) {
+    fprintf(stderr, "usage: dump_classify OUT_DIR BIDIRECTIONAL POOL SEED [series]\n");
     return 2;
   }
   const char *dir = argv[1];
@@ -38,7 +41,8 @@ int main(int argc, char **argv) {
            : !strcmp(argv[3], "max")  ? LSTMD_POOL_MAX : -1;
   if (pool < 0) return 2;
   lstmd_cpu_set_blas_threads(1);
-  struct lstmd_model_shape s = {.kind = LSTMD_MODEL_CLASSIFY, .vocab = V, .embed = E, .hidden = H,
+  struct lstmd_model_shape s = {.kind = LSTMD_MODEL_CLASSIFY, .vocab = series ? 0 : V,
+                                .embed = series ? 0 : E, .width = series, .hidden = H,
                                 .layers = L, .classes = C, .bidirectional = atoi(argv[2]) != 0,
                                 .pool = pool};
   struct lstmd_model *m;
@@ -58,14 +62,18 @@ int main(int argc, char **argv) {
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
   if (lstmd_st_write(path, st, m->n_tensors, NULL, 0)) return 1;
   struct lstmd_clf_batch *bt = lstmd_clf_workspace_batch(ws);
-  for (int k = 0; k < T * B; k++) bt->ids[k] = (int32_t)lstmd_rng_below(&rng, V);
+  for (int k = 0; k < T * B; k++) {
+    if (bt->ids) bt->ids[k] = (int32_t)lstmd_rng_below(&rng, V);
+    if (bt->x) bt->x[k] = lstmd_rng_normal(&rng);
+  }
   for (int b = 0; b < B; b++) {
     bt->lengths[b] = kLen[b];
     bt->labels[b] = (int32_t)lstmd_rng_below(&rng, C);
   }
   double loss = lstmd_clf_forward(m, ws, 0.0f);
   if (loss != loss) return 1;
-  if (write_raw(dir, "ids.bin", bt->ids, sizeof(int32_t) * T * B) ||
+  if ((series ? write_raw(dir, "x.bin", bt->x, sizeof(float) * T * B)
+              : write_raw(dir, "ids.bin", bt->ids, sizeof(int32_t) * T * B)) ||
       write_raw(dir, "lengths.bin", bt->lengths, sizeof(int32_t) * B) ||
       write_raw(dir, "logits.bin", lstmd_clf_workspace_logits(ws), sizeof(float) * B * C))
     return 1;

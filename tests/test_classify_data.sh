@@ -12,6 +12,7 @@
 set -u
 LSTMD=$(realpath "${1:?usage: test_classify_data.sh LSTMD}")
 export CUDA_VISIBLE_DEVICES= OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export PYTHONPATH=$(cd "$(dirname "$0")" && pwd) # dataset_crc.py
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 cd "$TMP"
@@ -26,13 +27,7 @@ cmp -s d/train.bin d2/train.bin && cmp -s d/val.bin d2/val.bin || fail "two runs
 
 python3 - in.tsv d <<'PY' || FAIL=1
 import struct, sys
-def crc32c(b, crc=0):
-    crc ^= 0xffffffff
-    for x in b:
-        crc ^= x
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82f63b78 & -(crc & 1))
-    return crc ^ 0xffffffff
+from dataset_crc import crc32c
 want = []
 for line in open(sys.argv[1], 'rb').read().split(b'\n'):
     if not line: continue
@@ -96,13 +91,7 @@ for k in range(65): print(f'l{k:02d}\tx')" > many.tsv
 # A label id out of range with a consistent CRC: the reader's verify refuses it.
 cp -r d bad && python3 - bad/train.bin <<'PY'
 import struct, sys
-def crc32c(b, crc=0):
-    crc ^= 0xffffffff
-    for x in b:
-        crc ^= x
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82f63b78 & -(crc & 1))
-    return crc ^ 0xffffffff
+from dataset_crc import crc32c
 raw = bytearray(open(sys.argv[1], 'rb').read())
 hb, = struct.unpack_from('<I', raw, 20)
 struct.pack_into('<I', raw, hb, 9)                # label id 9 of 4 classes

@@ -6,7 +6,9 @@
  *  2. masks: a padded batch (random ids past each length, a workspace 2 steps longer than the
  *     longest sequence) gives the logits and gradients of the same sequences run one by one at
  *     their own lengths (B = 1, T = len);
- *  3. layout: PyTorch's names and shapes (`_reverse`, layer 1 input 2H) and bad batches refused. */
+ *  3. layout: PyTorch's names and shapes (`_reverse`, layer 1 input 2H) and bad batches refused.
+ * 1 and 2 run for text (ids through embed.weight) and for the series classifier's input path
+ * (width 1: one value per step straight into lstm.weight_ih_l0 [4H,1], no embedding). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,6 +24,7 @@
 
 enum { V = 7, E = 3, H = 4, L = 2, C = 3, T = 6, B = 4 };
 static const int32_t kLen[B] = {6, 3, 1, 5};
+static int g_series; /* 1: the model reads values (width 1), batches fill x instead of ids */
 
 /* ---- float64 reference: one sequence, no padding ---- */
 
@@ -47,19 +50,22 @@ static void ref_lstm(const double *p, size_t wih, size_t whh, size_t bih, size_t
   }
 }
 
-/* Loss of one sequence (and its logits), parameters p laid out as m's tensor table. */
-static double ref_loss(const struct lstmd_model *m, const double *p, const int32_t *ids, int n,
-                       int label, double *logits_out) {
-  const int D = m->shape.bidirectional ? 2 : 1, DH = D * H;
+/* Loss of one sequence (and its logits), parameters p laid out as m's tensor table; its ids
+ * (text) or values xs (series). */
+static double ref_loss(const struct lstmd_model *m, const double *p, const int32_t *ids,
+                       const float *xs, int n, int label, double *logits_out) {
+  const int D = m->shape.bidirectional ? 2 : 1, DH = D * H, first = g_series ? 0 : 1;
   double x[T * 2 * H], y[T * 2 * H], fwd[T * H], rev[T * H], xr[T * 2 * H];
-  for (int t = 0; t < n; t++)
-    for (int e = 0; e < E; e++) x[t * E + e] = p[m->tensors[0].offset + (size_t)ids[t] * E + e];
-  int in = E;
+  for (int t = 0; t < n; t++) /* series: rows of width 1 */
+    for (int e = 0; e < (g_series ? 1 : E); e++)
+      x[t * (g_series ? 1 : E) + e] =
+          g_series ? xs[t] : p[m->tensors[0].offset + (size_t)ids[t] * E + e];
+  int in = g_series ? 1 : E;
   for (int l = 0; l < L; l++) {
-    const struct lstmd_tensor *tf = &m->tensors[1 + 4 * (l * D)];
+    const struct lstmd_tensor *tf = &m->tensors[first + 4 * (l * D)];
     ref_lstm(p, tf[0].offset, tf[1].offset, tf[2].offset, tf[3].offset, in, x, n, fwd);
     if (D == 2) {
-      const struct lstmd_tensor *tr = &m->tensors[1 + 4 * (l * D + 1)];
+      const struct lstmd_tensor *tr = &m->tensors[first + 4 * (l * D + 1)];
       for (int t = 0; t < n; t++) memcpy(xr + t * in, x + (n - 1 - t) * in, sizeof(double) * in);
       ref_lstm(p, tr[0].offset, tr[1].offset, tr[2].offset, tr[3].offset, in, xr, n, rev);
     }
@@ -96,24 +102,29 @@ static double ref_loss(const struct lstmd_model *m, const double *p, const int32
   return mx + log(sum) - z[label];
 }
 
-/* ids of column b of a [T,B] batch, its valid steps only. */
-static void column_ids(const int32_t *ids, int b, int n, int32_t *out) {
-  for (int t = 0; t < n; t++) out[t] = ids[t * B + b];
+/* ids (text) or values (series) of column b of a [T,B] batch, its valid steps only. */
+static void column_ids(const struct lstmd_clf_batch *bt, int b, int n, int32_t *ids, float *x) {
+  for (int t = 0; t < n; t++) {
+    if (bt->ids) ids[t] = bt->ids[t * B + b];
+    if (bt->x) x[t] = bt->x[t * B + b];
+  }
 }
 
-static double ref_batch_loss(const struct lstmd_model *m, const double *p, const int32_t *ids,
-                             const int32_t *labels) {
+static double ref_batch_loss(const struct lstmd_model *m, const double *p,
+                             const struct lstmd_clf_batch *bt) {
   double loss = 0;
   int32_t col[T];
+  float xs[T];
   for (int b = 0; b < B; b++) {
-    column_ids(ids, b, kLen[b], col);
-    loss += ref_loss(m, p, col, kLen[b], labels[b], NULL);
+    column_ids(bt, b, kLen[b], col, xs);
+    loss += ref_loss(m, p, col, xs, kLen[b], bt->labels[b], NULL);
   }
   return loss;
 }
 
 static struct lstmd_model *make_model(int bidirectional, int pool, uint64_t seed) {
-  struct lstmd_model_shape s = {.kind = LSTMD_MODEL_CLASSIFY, .vocab = V, .embed = E, .hidden = H,
+  struct lstmd_model_shape s = {.kind = LSTMD_MODEL_CLASSIFY, .vocab = g_series ? 0 : V,
+                                .embed = g_series ? 0 : E, .width = g_series, .hidden = H,
                                 .layers = L, .classes = C, .bidirectional = bidirectional,
                                 .pool = pool};
   struct lstmd_model *m;
@@ -126,8 +137,11 @@ static struct lstmd_model *make_model(int bidirectional, int pool, uint64_t seed
 }
 
 static void fill_batch(struct lstmd_clf_batch *bt, struct lstmd_rng *rng) {
-  for (int t = 0; t < bt->steps; t++)
-    for (int b = 0; b < B; b++) bt->ids[t * B + b] = (int32_t)lstmd_rng_below(rng, V); /* padding too */
+  for (int t = 0; t < bt->steps; t++) /* padding too */
+    for (int b = 0; b < B; b++) {
+      if (bt->ids) bt->ids[t * B + b] = (int32_t)lstmd_rng_below(rng, V);
+      if (bt->x) bt->x[t * B + b] = lstmd_rng_normal(rng);
+    }
   for (int b = 0; b < B; b++) {
     bt->lengths[b] = kLen[b];
     bt->labels[b] = (int32_t)lstmd_rng_below(rng, C);
@@ -153,26 +167,28 @@ static void test_gradcheck(int bidirectional, int pool) {
   lstmd_clf_backward(m, ws);
   double *p = malloc(m->n_params * sizeof *p), *num = calloc(m->n_params, sizeof *num);
   for (size_t i = 0; i < m->n_params; i++) p[i] = m->params[i];
-  const double rloss = ref_batch_loss(m, p, bt->ids, bt->labels);
+  const double rloss = ref_batch_loss(m, p, bt);
   for (int i = 0; i < m->n_tensors; i++) {
     const struct lstmd_tensor *t = &m->tensors[i];
     for (size_t k = t->offset; k < t->offset + t->count; k++) {
       const double keep = p[k], step = 1e-6;
       p[k] = keep + step;
-      const double up = ref_batch_loss(m, p, bt->ids, bt->labels);
+      const double up = ref_batch_loss(m, p, bt);
       p[k] = keep - step;
-      const double down = ref_batch_loss(m, p, bt->ids, bt->labels);
+      const double down = ref_batch_loss(m, p, bt);
       p[k] = keep;
       num[k] = (up - down) / (2 * step);
     }
   }
   char what[64];
   float lf = (float)loss;
-  snprintf(what, sizeof what, "%s %s loss", bidirectional ? "bi" : "uni", kPool[pool]);
+  const char *in = g_series ? "series " : "";
+  snprintf(what, sizeof what, "%s%s %s loss", in, bidirectional ? "bi" : "uni", kPool[pool]);
   check_close(what, &lf, &rloss, 1, 1e-5, 1e-5);
   for (int i = 0; i < m->n_tensors; i++) {
     const struct lstmd_tensor *t = &m->tensors[i];
-    snprintf(what, sizeof what, "%s %s d%s", bidirectional ? "bi" : "uni", kPool[pool], t->name);
+    snprintf(what, sizeof what, "%s%s %s d%s", in, bidirectional ? "bi" : "uni", kPool[pool],
+             t->name);
     check_close(what, m->grads + t->offset, num + t->offset, t->count, 2e-5, 2e-3);
   }
   free(p);
@@ -207,7 +223,7 @@ static void test_masks(int bidirectional, int pool) {
       break;
     }
     struct lstmd_clf_batch *o = lstmd_clf_workspace_batch(one);
-    column_ids(bt->ids, b, kLen[b], o->ids); /* [T+2,B] and [T,B] share rows t < T */
+    column_ids(bt, b, kLen[b], o->ids, o->x); /* one column: [len,1] */
     o->lengths[0] = kLen[b];
     o->labels[0] = bt->labels[b];
     lstmd_clf_workspace_set_grads(one, g1);
@@ -218,9 +234,10 @@ static void test_masks(int bidirectional, int pool) {
     lstmd_clf_workspace_destroy(one);
   }
   char what[64];
-  snprintf(what, sizeof what, "mask %s %s logits", bidirectional ? "bi" : "uni", kPool[pool]);
+  const char *in = g_series ? "series " : "";
+  snprintf(what, sizeof what, "mask %s%s %s logits", in, bidirectional ? "bi" : "uni", kPool[pool]);
   check_close_f(what, logits_b, logits_1, B * C, 1e-6, 1e-5);
-  snprintf(what, sizeof what, "mask %s %s grads", bidirectional ? "bi" : "uni", kPool[pool]);
+  snprintf(what, sizeof what, "mask %s%s %s grads", in, bidirectional ? "bi" : "uni", kPool[pool]);
   check_close_f(what, gb, g1, m->n_params, 1e-6, 1e-5);
   free(gb);
   free(g1);
@@ -272,13 +289,31 @@ static void test_layout_and_refusals(void) {
   expect(lstmd_model_shape_error(&s) != NULL, "bidirectional LM shape refused");
 }
 
+static void test_series_layout(void) {
+  g_series = 1;
+  struct lstmd_model *m = make_model(1, LSTMD_POOL_MAX, 2);
+  g_series = 0;
+  const struct lstmd_tensor *t = m ? lstmd_model_tensor(m, "lstm.weight_ih_l0") : NULL;
+  expect(t && t->shape[0] == 4 * H && t->shape[1] == 1 && m->tensors[0].offset == t->offset &&
+             !lstmd_model_tensor(m, "embed.weight"),
+         "series: weight_ih_l0 [4H,1] first");
+  lstmd_model_destroy(m);
+  struct lstmd_model_shape s = {.kind = LSTMD_MODEL_CLASSIFY, .vocab = V, .embed = E, .width = 1,
+                                .hidden = H, .layers = 1, .classes = C};
+  expect(lstmd_model_shape_error(&s) != NULL, "series with a vocabulary refused");
+}
+
 int main(void) {
   lstmd_cpu_set_blas_threads(1);
-  for (int bi = 0; bi < 2; bi++)
-    for (int pool = 0; pool < 3; pool++) test_gradcheck(bi, pool);
-  for (int bi = 0; bi < 2; bi++)
-    for (int pool = 0; pool < 3; pool++) test_masks(bi, pool);
+  for (g_series = 0; g_series < 2; g_series++) {
+    for (int bi = 0; bi < 2; bi++)
+      for (int pool = 0; pool < 3; pool++) test_gradcheck(bi, pool);
+    for (int bi = 0; bi < 2; bi++)
+      for (int pool = 0; pool < 3; pool++) test_masks(bi, pool);
+  }
+  g_series = 0;
   test_layout_and_refusals();
+  test_series_layout();
   printf(g_failures ? "test_classify_model: %d FAILED\n" : "test_classify_model: all passed\n",
          g_failures);
   return g_failures ? 1 : 0;

@@ -9,6 +9,8 @@ load_state_dict(strict=True) (so the `_reverse` names and the 2H input of layer 
 PyTorch's), and runs the batch through pack_padded_sequence in float64: PyTorch never sees the
 padding. Pooling: last = h_n (forward's final state, reverse's final state), mean and max over
 pad_packed_sequence's valid steps. Pass: max|lstmd − torch| / max|torch| < 1e-5 for every case.
+The same runs for the series classifier (dump_classify ... series): no nn.Embedding, an
+nn.LSTM(input_size=1) reading one value per step, padded values random.
 
 usage: test_classify_parity.py --dump-classify PATH
 """
@@ -41,15 +43,15 @@ def load_safetensors(path):
 
 
 class Classifier(nn.Module):
-    def __init__(self, V, E, H, L, C, bidirectional):
+    def __init__(self, V, E, H, L, C, bidirectional, series=False):
         super().__init__()
-        self.embed = nn.Embedding(V, E)
-        self.lstm = nn.LSTM(E, H, num_layers=L, bidirectional=bidirectional)
+        self.embed = None if series else nn.Embedding(V, E)
+        self.lstm = nn.LSTM(1 if series else E, H, num_layers=L, bidirectional=bidirectional)
         self.head = nn.Linear(H * (2 if bidirectional else 1), C)
         self.bidirectional = bidirectional
 
     def forward(self, ids, lengths, pool):
-        x = self.embed(ids)  # [T,B,E]
+        x = self.embed(ids) if self.embed is not None else ids[:, :, None]  # [T,B,E] or [T,B,1]
         packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
         out, (h_n, _) = self.lstm(packed)
         out, _ = pad_packed_sequence(out, total_length=ids.shape[0])  # [T,B,D·H], 0 past length
@@ -71,28 +73,34 @@ def main():
     torch.manual_seed(0)
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for bidirectional in (0, 1):
-            for pool in ("last", "mean", "max"):
-                line = subprocess.run([args.dump_classify, tmp, str(bidirectional), pool, "42"],
-                                      check=True, capture_output=True, text=True).stdout
-                dims = dict(kv.split("=") for kv in line.split())
-                V, E, H, L, C, T, B = (int(dims[k]) for k in "V E H L C T B".split())
-                params = load_safetensors(os.path.join(tmp, "model.safetensors"))
-                model = Classifier(V, E, H, L, C, bool(bidirectional)).double()
-                model.load_state_dict({k: torch.from_numpy(v).double() for k, v in params.items()},
-                                      strict=True)
-                ids = np.fromfile(os.path.join(tmp, "ids.bin"), dtype="<i4").reshape(T, B)
-                lengths = np.fromfile(os.path.join(tmp, "lengths.bin"), dtype="<i4")
-                got = np.fromfile(os.path.join(tmp, "logits.bin"), dtype="<f4").reshape(B, C)
-                with torch.no_grad():
-                    want = model(torch.from_numpy(ids).long(), torch.from_numpy(lengths).long(),
-                                 pool).numpy()
-                err = np.max(np.abs(got - want)) / np.max(np.abs(want))
-                ok = err < 1e-5
-                failures += not ok
-                print("%-14s pool=%-4s  max|lstmd-torch|/max|torch| = %.3g  %s"
-                      % ("bidirectional" if bidirectional else "forward", pool, err,
-                         "ok" if ok else "FAIL"))
+        for series, bidirectional, pool in ((s, b, p) for s in (0, 1) for b in (0, 1)
+                                            for p in ("last", "mean", "max")):
+            line = subprocess.run([args.dump_classify, tmp, str(bidirectional), pool, "42"]
+                                  + (["series"] if series else []),
+                                  check=True, capture_output=True, text=True).stdout
+            dims = dict(kv.split("=") for kv in line.split())
+            V, E, H, L, C, T, B = (int(dims[k]) for k in "V E H L C T B".split())
+            params = load_safetensors(os.path.join(tmp, "model.safetensors"))
+            model = Classifier(V, E, H, L, C, bool(bidirectional), bool(series)).double()
+            model.load_state_dict({k: torch.from_numpy(v).double() for k, v in params.items()},
+                                  strict=True)
+            if series:
+                inputs = torch.from_numpy(
+                    np.fromfile(os.path.join(tmp, "x.bin"), dtype="<f4").reshape(T, B)).double()
+            else:
+                inputs = torch.from_numpy(
+                    np.fromfile(os.path.join(tmp, "ids.bin"), dtype="<i4").reshape(T, B)).long()
+            lengths = np.fromfile(os.path.join(tmp, "lengths.bin"), dtype="<i4")
+            got = np.fromfile(os.path.join(tmp, "logits.bin"), dtype="<f4").reshape(B, C)
+            with torch.no_grad():
+                want = model(inputs, torch.from_numpy(lengths).long(), pool).numpy()
+            err = np.max(np.abs(got - want)) / np.max(np.abs(want))
+            ok = err < 1e-5
+            failures += not ok
+            print("%-6s %-14s pool=%-4s  max|lstmd-torch|/max|torch| = %.3g  %s"
+                  % ("series" if series else "text", "bidirectional" if bidirectional
+                     else "forward", pool, err,
+                     "ok" if ok else "FAIL"))
     print("test_classify_parity: %s" % ("all passed" if not failures else "%d FAILED" % failures))
     return 1 if failures else 0
 

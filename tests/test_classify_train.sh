@@ -2,7 +2,7 @@
 # test_classify_train.sh — training a sequence classifier end to end (issue 19 §2), on a
 # synthetic 3-class task (which alphabet a word is drawn from, with shared noise letters):
 #  1. a bidirectional, mean-pooled run learns it (val accuracy from `lstmd eval` ≥ 0.9); eval's
-#     loss equals the run's last validation loss in metrics.jsonl; its confusion matrix sums to
+#     loss and accuracy equal the run's last val_loss and val_accuracy in metrics.jsonl; its confusion matrix sums to
 #     the sequences and its diagonal to accuracy × sequences; the checkpoint carries
 #     model.kind=classify, bidirectional, pool and the labels;
 #  2. `lstmd classify` prints label<TAB>p per line; a byte never seen in training exits 2 naming
@@ -62,6 +62,7 @@ assert sum(map(sum, conf)) == e['sequences'] == 120, e
 assert abs(sum(conf[k][k] for k in range(3)) - e['accuracy'] * e['sequences']) < 1e-3, e
 assert e['accuracy'] >= 0.9, e['accuracy']
 assert abs(e['loss'] - last['val_loss']) < 1e-5, (e['loss'], last)
+assert abs(e['accuracy'] - last['val_accuracy']) < 1e-6, (e['accuracy'], last)  # logged per eval
 assert (meta['model.kind'], meta['model.bidirectional'], meta['model.pool'],
         json.loads(meta['classify.labels'])) == ('classify', '1', 'mean', e['labels']), meta
 print('accuracy %.4f, loss %.4f = the run\'s last val_loss, confusion %s' % (e['accuracy'], e['loss'], conf))

@@ -13,6 +13,8 @@
 #     with train.early_stop_patience (scripted val losses) stops early with its best and samples,
 #     and its resubmission trains nothing and exits 0; one with model.layer_norm=true writes a
 #     layer-normalised checkpoint that eval reads;
+#     a series classifier (prepare classify --series) trains through train.sbatch too, its
+#     evaluations logging val_accuracy, and eval reads its checkpoint;
 #  4. `scancel JOBID` of a running train.sbatch job (SIGTERM to the batch shell and the tasks, as
 #     at the time limit): checkpoint, lstmd exit 0 with the script waiting for it, and a
 #     resubmission resumes from that checkpoint.
@@ -121,6 +123,19 @@ if [[ $rc -eq 0 ]] && grep -q '"sparsity":{"lstm.weight_ih_l0":0.5' <<<"$ev" \
    && grep -q "^  distill.teacher = $TMP/one/step-6.safetensors$" "$TMP/sbatch5.out"; then
   ok "train.sbatch with [prune] and [distill]: exit 0, eval: $ev"
 else bad "train.sbatch with [prune] and [distill]: rc=$rc $ev $(tail -3 "$TMP/sbatch5.out" 2>/dev/null)"; fi
+
+# A series classifier through the batch script (prepare classify --series data; the job's
+# evaluations log val_accuracy; lstmd eval reads its checkpoint: accuracy and confusion).
+/usr/bin/python3 "$SRC/deploy/examples/wave_shapes.py" 120 --length 16 --seed 3 > "$TMP/waves.csv"
+"$LSTMD" prepare classify --series --input "$TMP/waves.csv" --out "$TMP/wds" --val-fraction 0.25 2>/dev/null
+RUN_DIR=$TMP/sbclf sbatch_job "$TMP/sbatch8.out" --set data.path="$TMP/wds" --set data.batch_size=4 \
+  --set model.bidirectional=true --set model.pool=max --set train.eval_every=3
+rc=$?
+ev=$("$LSTMD" eval --checkpoint "$TMP/sbclf/latest.safetensors" --data "$TMP/wds" 2>&1)
+if [[ $rc -eq 0 ]] && grep -q '"accuracy":.*"sequences":30,.*"confusion"' <<<"$ev" \
+   && grep -q "2 ranks" "$TMP/sbatch8.out" && grep -q "eval step 6: .*val_accuracy" "$TMP/sbatch8.out"; then
+  ok "train.sbatch with a series classifier: exit 0, $(grep -m1 -o 'eval step 6: .*' "$TMP/sbatch8.out"); eval: $ev"
+else bad "train.sbatch classifier: rc=$rc $ev $(tail -3 "$TMP/sbatch8.out" 2>/dev/null)"; fi
 
 # Early stopping and samples (scripted validation losses: 2 is the best, 4 and 6 are not, so
 # patience 2 stops at 6 of 20) through the batch script; a resubmission, as a requeue makes,

@@ -54,7 +54,16 @@ int lstmd_read_window(const struct lstmd_dataset *ds, uint64_t first, int T, int
       len = len << 8 | rec[4 + i];
     }
     const uint8_t *ids = rec + LSTMD_CLASSIFY_RECORD_HEADER;
-    for (int t = 0; t < T; t++) out->ids[(size_t)t * B + col] = (uint32_t)t < len ? ids[t] : 0;
+    if (ds->info.numeric) { /* values, normalised as prepare measured the training split */
+      const float mean = ds->info.mean[0], std = ds->info.std[0];
+      for (int t = 0; t < T; t++) {
+        float v = 0.0f;
+        if ((uint32_t)t < len) memcpy(&v, ids + 4 * (size_t)t, 4);
+        out->x[(size_t)t * B + col] = (uint32_t)t < len ? (v - mean) / std : 0.0f;
+      }
+    } else {
+      for (int t = 0; t < T; t++) out->ids[(size_t)t * B + col] = (uint32_t)t < len ? ids[t] : 0;
+    }
     out->lengths[col] = (int32_t)len;
     out->labels[col] = (int32_t)label;
     return LSTMD_OK;
@@ -94,11 +103,13 @@ int lstmd_batch_alloc(const struct lstmd_dataset *ds, int T, int B, struct lstmd
   memset(b, 0, sizeof *b);
   b->steps = T;
   b->batch = B;
-  if (ds->info.kind == LSTMD_DATASET_CLASSIFY) {
-    b->ids = malloc(N * sizeof *b->ids);
+  if (ds->info.kind == LSTMD_DATASET_CLASSIFY) { /* ids, or one value per step (numeric) */
+    b->width = ds->info.numeric ? 1 : 0;
+    if (ds->info.numeric) b->x = malloc(N * sizeof *b->x);
+    else b->ids = malloc(N * sizeof *b->ids);
     b->lengths = calloc((size_t)B, sizeof *b->lengths);
     b->labels = calloc((size_t)B, sizeof *b->labels);
-    if (b->ids && b->lengths && b->labels) return LSTMD_OK;
+    if ((b->ids || b->x) && b->lengths && b->labels) return LSTMD_OK;
   } else if (ds->info.kind == LSTMD_DATASET_TEXT) {
     b->ids = malloc(N * sizeof *b->ids);
     b->targets = malloc(N * sizeof *b->targets);

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <isa-l/crc.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,10 @@
 #include "worker/io/durable.h"
 
 static const char kMagic[8] = {'L', 'S', 'T', 'M', 'D', 'D', 'A', 'T'};
-enum { kVersion = 1, kFixedHeaderBytes = 64, kDtypeU8 = 1, kDtypeF32 = 2, kDtypeRecord = 3 };
+/* Version 2 marks the files an lstmd without numeric classify records cannot read (dtype 4);
+ * everything else is still written as version 1, byte for byte what it was. */
+enum { kVersion = 1, kVersionNumeric = 2, kFixedHeaderBytes = 64, kDtypeU8 = 1, kDtypeF32 = 2,
+       kDtypeRecord = 3, kDtypeF32Record = 4 };
 #define MAX_HEADER_BYTES (64 + 256 + LSTMD_MAX_COLUMNS * (LSTMD_MAX_NAME_BYTES + 8) + 64)
 
 uint32_t lstmd_crc32c(uint32_t crc, const void *buf, size_t n) {
@@ -48,7 +52,8 @@ static uint64_t get_u64(const uint8_t *p) {
 }
 
 static size_t elem_bytes_of(const struct lstmd_dataset_info *info) {
-  if (info->kind == LSTMD_DATASET_CLASSIFY) return LSTMD_CLASSIFY_RECORD_HEADER + (size_t)info->width;
+  if (info->kind == LSTMD_DATASET_CLASSIFY)
+    return LSTMD_CLASSIFY_RECORD_HEADER + (info->numeric ? 4 : 1) * (size_t)info->width;
   return info->kind == LSTMD_DATASET_TEXT ? 1 : 4 * (size_t)info->width;
 }
 
@@ -72,6 +77,11 @@ static size_t encode_header(const struct lstmd_dataset_info *info, uint8_t *buf)
     memcpy(buf + n, info->vocab, (size_t)info->vocab_size);
     n += (size_t)info->vocab_size;
     if (info->kind == LSTMD_DATASET_CLASSIFY) n += encode_names(info, info->horizon, buf + n);
+    if (info->numeric) { /* the global normalisation of numeric classify records */
+      memcpy(buf + n, &info->mean[0], 4);
+      memcpy(buf + n + 4, &info->std[0], 4);
+      n += 8;
+    }
   } else {
     n += encode_names(info, info->width, buf + n);
     memcpy(buf + n, info->mean, 4 * (size_t)info->width);
@@ -81,10 +91,11 @@ static size_t encode_header(const struct lstmd_dataset_info *info, uint8_t *buf)
   }
   size_t header_bytes = (n + 63) / 64 * 64;
   memcpy(buf, kMagic, 8);
-  put_u32(buf + 8, kVersion);
+  put_u32(buf + 8, info->numeric ? kVersionNumeric : kVersion);
   put_u32(buf + 12, (uint32_t)info->kind);
   put_u32(buf + 16, info->kind == LSTMD_DATASET_TEXT     ? kDtypeU8
                     : info->kind == LSTMD_DATASET_SERIES ? kDtypeF32
+                    : info->numeric                      ? kDtypeF32Record
                                                          : kDtypeRecord);
   put_u32(buf + 20, (uint32_t)header_bytes);
   put_u64(buf + 24, info->count);
@@ -167,7 +178,11 @@ static int decode_tables(struct lstmd_dataset_info *info, const uint8_t *buf, si
     if (decode_names(info, info->horizon, buf, &n, header_bytes) != 0) return -1;
     for (int k = 1; k < info->horizon; k++) /* labels strictly ascending: ids are their order */
       if (strcmp(info->names[k - 1], info->names[k]) >= 0) return -1;
-    return 0;
+    if (!info->numeric) return 0;
+    if (n + 8 > header_bytes) return -1;
+    memcpy(&info->mean[0], buf + n, 4);
+    memcpy(&info->std[0], buf + n + 4, 4);
+    return isfinite(info->mean[0]) && isfinite(info->std[0]) && info->std[0] > 0.0f ? 0 : -1;
   }
   if (decode_names(info, info->width, buf, &n, header_bytes) != 0) return -1;
   if (n + 8 * (size_t)info->width > header_bytes) return -1;
@@ -193,8 +208,10 @@ int lstmd_dataset_open(const char *path, struct lstmd_dataset *ds) {
       lstmd_read_at(ds->fd, buf, kFixedHeaderBytes, 0) != LSTMD_OK)
     BAD("%s: truncated dataset header (%lld bytes)", path, (long long)st.st_size);
   if (memcmp(buf, kMagic, 8) != 0) BAD("%s: not an lstmd dataset (bad magic)", path);
-  if (get_u32(buf + 8) != kVersion)
-    BAD("%s: dataset version %u, this lstmd reads version %d", path, get_u32(buf + 8), kVersion);
+  const uint32_t version = get_u32(buf + 8);
+  if (version != kVersion && version != kVersionNumeric)
+    BAD("%s: dataset version %u, this lstmd reads versions %d and %d", path, version, kVersion,
+        kVersionNumeric);
   struct lstmd_dataset_info *info = &ds->info;
   info->kind = (int)get_u32(buf + 12);
   uint32_t dtype = get_u32(buf + 16), header_bytes = get_u32(buf + 20);
@@ -207,17 +224,21 @@ int lstmd_dataset_open(const char *path, struct lstmd_dataset *ds) {
                 vocab >= 1 && vocab <= 256;
   int series_ok = info->kind == LSTMD_DATASET_SERIES && dtype == kDtypeF32 && width >= 1 &&
                   width <= LSTMD_MAX_COLUMNS && horizon >= 1 && horizon <= 4096;
-  int classify_ok = info->kind == LSTMD_DATASET_CLASSIFY && dtype == kDtypeRecord && width >= 1 &&
-                    width <= LSTMD_MAX_SEQ_BYTES && vocab >= 1 && vocab <= 256 && horizon >= 2 &&
-                    horizon <= LSTMD_MAX_COLUMNS;
-  if (!text_ok && !series_ok && !classify_ok) BAD("%s: inconsistent dataset header fields", path);
+  /* numeric records (dtype 4) come with version 2 only, and the other kinds with version 1 */
+  info->numeric = dtype == kDtypeF32Record;
+  int classify_ok = info->kind == LSTMD_DATASET_CLASSIFY && width >= 1 &&
+                    width <= LSTMD_MAX_SEQ_BYTES && horizon >= 2 && horizon <= LSTMD_MAX_COLUMNS &&
+                    (info->numeric ? vocab == 0 : dtype == kDtypeRecord && vocab >= 1 && vocab <= 256);
+  if ((!text_ok && !series_ok && !classify_ok) ||
+      version != (info->numeric ? (uint32_t)kVersionNumeric : (uint32_t)kVersion))
+    BAD("%s: inconsistent dataset header fields", path);
   if (season > (series_ok ? (uint32_t)LSTMD_MAX_SEASON : 0u))
     BAD("%s: bad season %u in the dataset header", path, season);
   info->season = (int)season;
   if (header_bytes < kFixedHeaderBytes || header_bytes > MAX_HEADER_BYTES || header_bytes % 64)
     BAD("%s: bad header length %u", path, header_bytes);
   info->width = (int)width;
-  info->vocab_size = text_ok || classify_ok ? (int)vocab : 0;
+  info->vocab_size = text_ok || classify_ok ? (int)vocab : 0; /* numeric classify: 0 */
   info->horizon = series_ok || classify_ok ? (int)horizon : 0;
   if ((uint64_t)st.st_size < header_bytes ||
       lstmd_read_at(ds->fd, buf, header_bytes, 0) != LSTMD_OK)
@@ -238,8 +259,13 @@ int lstmd_classify_record_check(const struct lstmd_dataset_info *info, const uin
   uint32_t label = get_u32(rec), len = get_u32(rec + 4);
   if (label >= (uint32_t)info->horizon || len < 1 || len > (uint32_t)info->width) return LSTMD_EFORMAT;
   const uint8_t *ids = rec + LSTMD_CLASSIFY_RECORD_HEADER;
-  for (uint32_t i = 0; i < (uint32_t)info->width; i++)
+  for (uint32_t i = 0; i < (uint32_t)info->width && !info->numeric; i++)
     if (i < len ? ids[i] >= info->vocab_size : ids[i] != 0) return LSTMD_EFORMAT;
+  for (uint32_t i = 0; i < (uint32_t)info->width && info->numeric; i++) {
+    float v;
+    memcpy(&v, ids + 4 * (size_t)i, 4);
+    if (i < len ? !isfinite(v) : v != 0.0f) return LSTMD_EFORMAT;
+  }
   return LSTMD_OK;
 }
 
@@ -306,7 +332,9 @@ int lstmd_dataset_open_dir(const char *dir, struct lstmd_dataset *train, struct 
   const struct lstmd_dataset_info *a = &train->info, *b = &val->info;
   if (!rc && (a->pair_id != b->pair_id || a->kind != b->kind || a->width != b->width ||
               a->vocab_size != b->vocab_size || memcmp(a->vocab, b->vocab, 256) ||
-              memcmp(a->names, b->names, sizeof a->names) || a->horizon != b->horizon || a->season != b->season)) {
+              memcmp(a->names, b->names, sizeof a->names) || a->horizon != b->horizon ||
+              a->season != b->season || a->numeric != b->numeric ||
+              memcmp(a->mean, b->mean, sizeof a->mean) || memcmp(a->std, b->std, sizeof a->std))) {
     lstmd_errorf("%s: train.bin and val.bin come from different preparations", dir);
     rc = LSTMD_EFORMAT;
   }

@@ -1,11 +1,13 @@
 /* dataset.h — the prepared-dataset file format (one file per split, DIR/train.bin and
  * DIR/val.bin) and ranged reads of it. Byte layout (little-endian), documented in README.md:
- *   0  "LSTMDDAT"      8  u32 version (1)      12 u32 kind (1 text, 2 series, 3 classify)
- *   16 u32 dtype (1 u8 token ids, 2 f32 rows, 3 classify records)
+ *   0  "LSTMDDAT"      8  u32 version (1; 2 for files of dtype 4, which older lstmd cannot read)
+ *   12 u32 kind (1 text, 2 series, 3 classify)
+ *   16 u32 dtype (1 u8 token ids, 2 f32 rows, 3 classify records of byte ids, 4 classify records
+ *      of f32 values: a numeric series per record, `prepare classify --series`)
  *   20 u32 header_bytes (payload offset, 64-aligned)
  *   24 u64 count (tokens, rows or sequences)    32 u32 width (1, columns per row, or classify:
- *      the longest sequence in bytes, which every record is padded to)
- *   36 u32 vocab_size (text, classify)          40 u32 horizon (series) or classes (classify)
+ *      the longest sequence in bytes (dtype 4: in values), which every record is padded to)
+ *   36 u32 vocab_size (text, classify; 0 for dtype 4)  40 u32 horizon (series) or classes (classify)
  *   44 u32 payload_crc32c                       48 u32 header_crc32c (this field read as 0)
  *   52 u32 season (series: period P of the seasonal-naive baseline, 0 = none; 0 in files made
  *      before it existed, where it was a reserved zero)  56 u64 pair_id (same in both splits)
@@ -13,6 +15,9 @@
  *      classify: the same vocabulary, then classes × (u8 length + label bytes), labels in
  *      ascending byte order (label id k is the k-th); each payload record is u32 label id,
  *      u32 length (1..width), then width token ids (u8), zero after `length`
+ *      classify dtype 4: no vocabulary; the labels as above, then f32 mean, f32 std (one of each:
+ *      every value of the training split, so a global normalisation); each payload record is u32
+ *      label id, u32 length (1..width), then width raw f32 values (finite), zero after `length`
  *      series: width × (u8 length + name bytes), then f32 mean[width], f32 std[width]
  *      (training-split statistics; column 0 is the target), zero padding to header_bytes. */
 #ifndef LSTMD_DATASET_H
@@ -25,7 +30,7 @@
 #include "series_tf.h"
 
 enum lstmd_dataset_kind { LSTMD_DATASET_TEXT = 1, LSTMD_DATASET_SERIES = 2, LSTMD_DATASET_CLASSIFY = 3 };
-#define LSTMD_MAX_SEQ_BYTES 4096 /* classify: longest sequence (bytes) prepare accepts */
+#define LSTMD_MAX_SEQ_BYTES 4096 /* classify: longest sequence (bytes or values) prepare accepts */
 #define LSTMD_CLASSIFY_RECORD_HEADER 8 /* classify record: u32 label, u32 length */
 #define LSTMD_MAX_COLUMNS 64
 #define LSTMD_MAX_NAME_BYTES 64 /* including the NUL */
@@ -41,10 +46,14 @@ struct lstmd_dataset_info {
   int horizon;                   /* series: how many next target values are predicted;
                                   * classify: the number of classes */
   int season;                    /* series: seasonal period P in rows (prepare --season), 0 = none */
+  int numeric;                   /* classify: 1 when records hold f32 values (dtype 4; vocab_size
+                                  * 0, mean[0]/std[0] the training split's), 0 for byte ids */
   char names[LSTMD_MAX_COLUMNS][LSTMD_MAX_NAME_BYTES]; /* series column names, or classify:
                                                        * the label of each class id */
-  float mean[LSTMD_MAX_COLUMNS]; /* series: training-split mean of each column */
-  float std[LSTMD_MAX_COLUMNS];  /* series: training-split std (1 where constant) */
+  float mean[LSTMD_MAX_COLUMNS]; /* series: training-split mean of each column; numeric
+                                  * classify: [0] is the mean of every training value */
+  float std[LSTMD_MAX_COLUMNS];  /* series: training-split std (1 where constant); numeric
+                                  * classify: [0] likewise */
   uint32_t payload_crc32c;
   uint64_t pair_id;
 };
@@ -54,7 +63,8 @@ struct lstmd_dataset {
   int fd;
   char *path;
   uint64_t payload_offset;
-  size_t elem_bytes; /* bytes per token (1), per row (4·width) or per record (8 + width) */
+  size_t elem_bytes; /* bytes per token (1), per row (4·width) or per record (8 + width, numeric
+                      * classify 8 + 4·width) */
   struct lstmd_series_tf tf; /* series: how windows are shown to the model (series_tf.h); set by
                               * the opener's caller from the config or checkpoint, 0: plain */
 };
@@ -83,8 +93,8 @@ void lstmd_dataset_writer_abort(struct lstmd_dataset_writer *w);
 int lstmd_dataset_open(const char *path, struct lstmd_dataset *ds);
 /* Reads the whole payload once and checks its CRC (LSTMD_ECRC on mismatch). */
 int lstmd_dataset_verify(struct lstmd_dataset *ds);
-/* Checks one classify record (label id < classes, 1 <= length <= width, ids < vocab_size,
- * zero padding): LSTMD_OK or LSTMD_EFORMAT. */
+/* Checks one classify record (label id < classes, 1 <= length <= width, ids < vocab_size or
+ * finite values, zero padding): LSTMD_OK or LSTMD_EFORMAT. */
 int lstmd_classify_record_check(const struct lstmd_dataset_info *info, const uint8_t *rec);
 /* Reads elements [first, first+n) (tokens or rows) into out with pread. */
 int lstmd_dataset_read(const struct lstmd_dataset *ds, uint64_t first, uint64_t n, void *out);

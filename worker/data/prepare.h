@@ -1,6 +1,13 @@
-/* prepare.h — turning user files into prepared datasets (`lstmd prepare text|series`). */
+/* prepare.h — turning user files into prepared datasets (`lstmd prepare text|series|classify`),
+ * and the pieces the preparations share (CSV reading, the classify label table, shuffle and
+ * writer). */
 #ifndef LSTMD_PREPARE_H
 #define LSTMD_PREPARE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dataset.h"
 
 /* Byte-level text: the vocabulary is the set of byte values present, ascending; the last
  * floor(val_fraction × size) bytes are the validation split. Writes DIR/train.bin and
@@ -14,6 +21,43 @@ int lstmd_prepare_text(const char *input, const char *out_dir, double val_fracti
  * are the validation split. A bad line prints file:line and returns LSTMD_EFORMAT. */
 int lstmd_prepare_classify(const char *input, const char *out_dir, double val_fraction);
 
+/* Sequence classification of numeric series (`prepare classify --series`): a CSV of rows with one
+ * label column (label_column: 1-based, or 0 for the last) and the same number N >= 1 of numeric
+ * values in every other column; each row is a univariate series of N steps. header: 1 the first
+ * line is a header, 0 it is data, -1 detect (a header when none of its value fields is a number;
+ * some but not all: refused). Labels as the text path (1..63 bytes, 2..64 distinct, ids in
+ * ascending byte order); the same fixed-seed shuffle and split. Records keep the raw values; the
+ * mean and std of every value of the training split are stored (a global normalisation, applied
+ * when records are read and by `lstmd classify`). Bad lines print file:line, LSTMD_EFORMAT. */
+int lstmd_prepare_classify_series(const char *input, const char *out_dir, double val_fraction,
+                                  int label_column, int header);
+
+/* ---- shared by the two classify preparations (prepare_classify.c) ---- */
+
+struct lstmd_label_table {
+  char names[LSTMD_MAX_COLUMNS][LSTMD_MAX_NAME_BYTES]; /* in order of first appearance */
+  int n;
+};
+/* The id of label[0, len) in t, added when new; -1 with *why (a static string) when the label is
+ * empty, longer than 63 bytes, holds a NUL byte, or would be the 65th. */
+int lstmd_label_table_id(struct lstmd_label_table *t, const char *label, size_t len,
+                         const char **why);
+/* info->names and info->horizon: t's labels in ascending byte order; new_id[k]: the sorted id of
+ * t's label k. */
+void lstmd_label_table_sort(const struct lstmd_label_table *t, struct lstmd_dataset_info *info,
+                            int *new_id);
+/* The training/validation sizes of n sequences (last floor(val_fraction·n) validate); prints
+ * why and returns LSTMD_EFORMAT when either split would be empty (val_fraction > 0). */
+int lstmd_classify_split(const char *input, size_t n, double val_fraction, size_t *train_n,
+                         size_t *val_n);
+/* order[0, n): a permutation of 0..n−1 from a fixed seed (the same file, the same split). */
+void lstmd_classify_shuffle(size_t n, size_t *order);
+/* Writes DIR/train.bin (records 0..train_n−1) and DIR/val.bin (the next val_n) atomically; fill
+ * writes record i (elem bytes of info, zeroed before) into rec. */
+typedef void (*lstmd_classify_record_fn)(void *ctx, size_t i, uint8_t *rec);
+int lstmd_classify_write(const char *out_dir, const struct lstmd_dataset_info *info,
+                         size_t train_n, size_t val_n, lstmd_classify_record_fn fill, void *ctx);
+
 /* Numeric CSV with a header line. Inputs are the target column followed by the `features`
  * (comma-separated names, may be NULL); other columns are ignored. The model predicts the next
  * `horizon` target values. The last floor(val_fraction × rows) rows are the validation split;
@@ -25,8 +69,41 @@ int lstmd_prepare_series(const char *input, const char *out_dir, const char *tar
 /* Reads the named columns of a CSV file with a header (other columns ignored; every used field
  * must be a finite number). *values is rows × n floats (malloc'd, caller frees). Errors are
  * printed with file and line. */
-#include <stddef.h>
 int lstmd_csv_read_columns(const char *path, const char *const *names, int n, float **values,
                            size_t *rows);
+
+/* ---- CSV reading shared by the preparations and lstmd classify (prepare_series.c) ---- */
+
+struct lstmd_csv_pos {
+  const char *input; /* the file */
+  long line;         /* line being parsed (1-based) */
+  int failed;        /* an error was reported: the callbacks do nothing more */
+};
+/* Reports "lstmd: FILE:LINE: ..." once (the first error only) and marks pos failed. */
+void lstmd_csv_fail(struct lstmd_csv_pos *pos, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Parses pos->input with libcsv (strict), line by line, calling on_field(data, len, ctx) and
+ * on_record(term, ctx). LSTMD_EIO (open/read, printed), LSTMD_EFORMAT when pos failed. */
+int lstmd_csv_parse_file(struct lstmd_csv_pos *pos, void (*on_field)(void *, size_t, void *),
+                         void (*on_record)(int, void *), void *ctx);
+/* Rows of numbers with an optional label column (prepare_classify_series.c): label_column
+ * 1-based, 0 the last, -1 none (labels all 0); header as lstmd_prepare_classify_series; expect
+ * > 0: every row must hold that many values (else the first row's count, at most
+ * LSTMD_MAX_SEQ_BYTES). Bad lines print FILE:LINE (LSTMD_EFORMAT); no rows is an error too.
+ * Free with lstmd_csv_rows_free (also after a failure). */
+struct lstmd_csv_rows {
+  float *values; /* rows × n_values, as written */
+  int *labels;   /* rows: id in table (first-appearance order), 0 without a label column */
+  size_t rows;
+  int n_values;
+  int header_seen;
+  struct lstmd_label_table table;
+};
+int lstmd_csv_read_rows(const char *path, int label_column, int header, int expect,
+                        struct lstmd_csv_rows *out);
+void lstmd_csv_rows_free(struct lstmd_csv_rows *r);
+/* A CSV field (NUL-terminated, as libcsv's CSV_APPEND_NULL gives it) as a finite float (blanks
+ * around it allowed): 0, or -1 if it is not. */
+int lstmd_csv_number(const char *text, size_t len, float *out);
 
 #endif

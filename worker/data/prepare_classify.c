@@ -1,7 +1,8 @@
 /* prepare_classify.c — `lstmd prepare classify`: a TSV of `label<TAB>text` lines → train.bin and
  * val.bin of classify records (dataset.h): byte-level text, labels mapped to ids in ascending byte
  * order. The lines are shuffled with a fixed seed before the split, so a file sorted by label
- * still gives a validation split with every class. Bad lines: a message naming file and line. */
+ * still gives a validation split with every class. Bad lines: a message naming file and line.
+ * The label table, shuffle, split and writer are shared with --series (prepare_classify_series.c). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdint.h>
@@ -23,10 +24,53 @@ struct tsv_state {
   const char *input;
   struct seq *seqs;
   size_t n, cap;
-  char labels[LSTMD_MAX_COLUMNS][LSTMD_MAX_NAME_BYTES];
-  int n_labels;
+  struct lstmd_label_table labels;
   size_t max_len;
+  const size_t *order;   /* writing: record i is seqs[order[i]] */
+  const uint8_t *byte_id; /* writing: token id of each byte value */
 };
+
+_Static_assert(LSTMD_MAX_COLUMNS == 64 && LSTMD_MAX_NAME_BYTES == 64, "messages below say so");
+
+int lstmd_label_table_id(struct lstmd_label_table *t, const char *label, size_t len,
+                         const char **why) {
+  *why = len == 0                              ? "empty label"
+         : len >= LSTMD_MAX_NAME_BYTES         ? "label longer than 63 bytes"
+         : memchr(label, '\0', len) != NULL    ? "NUL byte in the label"
+                                               : NULL;
+  if (*why) return -1;
+  for (int k = 0; k < t->n; k++)
+    if (strlen(t->names[k]) == len && !memcmp(t->names[k], label, len)) return k;
+  if (t->n == LSTMD_MAX_COLUMNS) {
+    *why = "more than 64 distinct labels";
+    return -1;
+  }
+  memcpy(t->names[t->n], label, len);
+  t->names[t->n][len] = '\0';
+  return t->n++;
+}
+
+static int cmp_label(const void *a, const void *b) { return strcmp(a, b); }
+
+void lstmd_label_table_sort(const struct lstmd_label_table *t, struct lstmd_dataset_info *info,
+                            int *new_id) {
+  memcpy(info->names, t->names, sizeof t->names);
+  qsort(info->names, (size_t)t->n, LSTMD_MAX_NAME_BYTES, cmp_label);
+  for (int k = 0; k < t->n; k++)
+    for (int j = 0; j < t->n; j++)
+      if (!strcmp(t->names[k], info->names[j])) new_id[k] = j;
+  info->horizon = t->n;
+}
+
+int lstmd_classify_split(const char *input, size_t n, double val_fraction, size_t *train_n,
+                         size_t *val_n) {
+  *val_n = (size_t)(val_fraction * (double)n);
+  *train_n = n - *val_n;
+  if (*train_n > 0 && !(val_fraction > 0 && *val_n == 0)) return LSTMD_OK;
+  lstmd_errorf("%s: %zu sequences give %zu for training and %zu for validation; need at least "
+               "one in each", input, n, *train_n, *val_n);
+  return LSTMD_EFORMAT;
+}
 
 static int line_error(const struct tsv_state *st, long line, const char *what) {
   lstmd_errorf("%s:%ld: %s", st->input, line, what);
@@ -40,27 +84,15 @@ static int add_line(struct tsv_state *st, long lineno, char *line, size_t n) {
   if (!tab) return line_error(st, lineno, "no TAB (expected label<TAB>text)");
   size_t label_len = (size_t)(tab - line), text_len = n - label_len - 1;
   if (label_len == 0) return line_error(st, lineno, "empty label");
-  if (label_len >= LSTMD_MAX_NAME_BYTES) return line_error(st, lineno, "label longer than 63 bytes");
-  if (memchr(line, '\0', label_len)) return line_error(st, lineno, "NUL byte in the label");
   if (text_len == 0) return line_error(st, lineno, "empty text");
   if (text_len > LSTMD_MAX_SEQ_BYTES) {
     char msg[96];
     snprintf(msg, sizeof msg, "text of %zu bytes, at most %d", text_len, LSTMD_MAX_SEQ_BYTES);
     return line_error(st, lineno, msg);
   }
-  int id = -1;
-  for (int k = 0; k < st->n_labels && id < 0; k++)
-    if (strlen(st->labels[k]) == label_len && !memcmp(st->labels[k], line, label_len)) id = k;
-  if (id < 0) {
-    if (st->n_labels == LSTMD_MAX_COLUMNS) {
-      char msg[96];
-      snprintf(msg, sizeof msg, "more than %d distinct labels", LSTMD_MAX_COLUMNS);
-      return line_error(st, lineno, msg);
-    }
-    id = st->n_labels++;
-    memcpy(st->labels[id], line, label_len);
-    st->labels[id][label_len] = '\0';
-  }
+  const char *why;
+  const int id = lstmd_label_table_id(&st->labels, line, label_len, &why);
+  if (id < 0) return line_error(st, lineno, why);
   if (st->n == st->cap) {
     size_t cap = st->cap ? 2 * st->cap : 1024;
     struct seq *s = realloc(st->seqs, cap * sizeof *s);
@@ -104,9 +136,9 @@ static int read_tsv(struct tsv_state *st) {
     lstmd_errorf("%s: input is empty", st->input);
     rc = LSTMD_EFORMAT;
   }
-  if (!rc && st->n_labels < 2) {
+  if (!rc && st->labels.n < 2) {
     lstmd_errorf("%s: one label only ('%s'); classification needs at least 2", st->input,
-                 st->labels[0]);
+                 st->labels.names[0]);
     rc = LSTMD_EFORMAT;
   }
   return rc;
@@ -119,32 +151,33 @@ static uint64_t splitmix64(uint64_t *s) {
   return z ^ (z >> 31);
 }
 
-static int cmp_label(const void *a, const void *b) { return strcmp(a, b); }
+void lstmd_classify_shuffle(size_t n, size_t *order) {
+  for (size_t i = 0; i < n; i++) order[i] = i;
+  /* Fisher-Yates with a fixed seed: the same file always gives the same split. */
+  uint64_t seed = 0x6c73746d64636c66ull; /* "lstmdclf" */
+  for (size_t s = n - 1; n > 0 && s > 0; s--) {
+    size_t j = (size_t)(splitmix64(&seed) % (s + 1)), t = order[s];
+    order[s] = order[j];
+    order[j] = t;
+  }
+}
 
-/* Writes sequences [first, first+n) of st as records into w (one record buffer, reused). */
-static int append_records(struct lstmd_dataset_writer *w, const struct tsv_state *st,
-                          const uint8_t *byte_id, size_t first, size_t n, uint8_t *rec) {
-  size_t width = (size_t)w->info.width;
-  for (size_t s = first; s < first + n; s++) {
-    const struct seq *q = &st->seqs[s];
-    memset(rec, 0, LSTMD_CLASSIFY_RECORD_HEADER + width);
-    for (int i = 0; i < 4; i++) {
-      rec[i] = (uint8_t)((uint32_t)q->label >> (8 * i));
-      rec[4 + i] = (uint8_t)((uint32_t)q->len >> (8 * i));
-    }
-    for (size_t i = 0; i < q->len; i++)
-      rec[LSTMD_CLASSIFY_RECORD_HEADER + i] = byte_id[(uint8_t)q->text[i]];
+/* Writes records [first, first+n) into w (one record buffer, reused). */
+static int append_records(struct lstmd_dataset_writer *w, size_t first, size_t n, uint8_t *rec,
+                          lstmd_classify_record_fn fill, void *ctx) {
+  for (size_t i = first; i < first + n; i++) {
+    memset(rec, 0, LSTMD_CLASSIFY_RECORD_HEADER + (w->info.numeric ? 4 : 1) * (size_t)w->info.width);
+    fill(ctx, i, rec);
     LSTMD_TRY(lstmd_dataset_writer_append(w, rec, 1));
   }
   return LSTMD_OK;
 }
 
-static int write_classify(const char *out_dir, struct lstmd_dataset_info *info,
-                          const struct tsv_state *st, const uint8_t *byte_id, size_t train_n,
-                          size_t val_n) {
+int lstmd_classify_write(const char *out_dir, const struct lstmd_dataset_info *info,
+                         size_t train_n, size_t val_n, lstmd_classify_record_fn fill, void *ctx) {
   struct lstmd_dataset_writer train = {0}, val = {0};
   char path[4096];
-  uint8_t *rec = malloc(LSTMD_CLASSIFY_RECORD_HEADER + (size_t)info->width);
+  uint8_t *rec = malloc(LSTMD_CLASSIFY_RECORD_HEADER + (info->numeric ? 4 : 1) * (size_t)info->width);
   if (!rec) return LSTMD_ENOMEM;
   int rc = lstmd_mkdir_p(out_dir);
   snprintf(path, sizeof path, "%s/train.bin", out_dir);
@@ -160,8 +193,8 @@ static int write_classify(const char *out_dir, struct lstmd_dataset_info *info,
     free(rec);
     return rc;
   }
-  rc = append_records(&train, st, byte_id, 0, train_n, rec);
-  if (!rc) rc = append_records(&val, st, byte_id, train_n, val_n, rec);
+  rc = append_records(&train, 0, train_n, rec, fill, ctx);
+  if (!rc) rc = append_records(&val, train_n, val_n, rec, fill, ctx);
   uint64_t pair_id = (uint64_t)train.info.payload_crc32c << 32 | val.info.payload_crc32c;
   if (!rc) rc = lstmd_dataset_writer_finish(&train, pair_id);
   if (!rc) rc = lstmd_dataset_writer_finish(&val, pair_id);
@@ -173,26 +206,29 @@ static int write_classify(const char *out_dir, struct lstmd_dataset_info *info,
   return rc;
 }
 
+/* Record i of a text classify dataset: u32 label, u32 length, the token ids (lstmd_classify_write). */
+static void fill_text_record(void *ctx, size_t i, uint8_t *rec) {
+  const struct tsv_state *st = ctx;
+  const struct seq *q = &st->seqs[st->order[i]];
+  for (int k = 0; k < 4; k++) {
+    rec[k] = (uint8_t)((uint32_t)q->label >> (8 * k));
+    rec[4 + k] = (uint8_t)((uint32_t)q->len >> (8 * k));
+  }
+  for (size_t k = 0; k < q->len; k++)
+    rec[LSTMD_CLASSIFY_RECORD_HEADER + k] = st->byte_id[(uint8_t)q->text[k]];
+}
+
 int lstmd_prepare_classify(const char *input, const char *out_dir, double val_fraction) {
   struct tsv_state st = {.input = input};
   struct lstmd_dataset_info *info = calloc(1, sizeof *info);
   int rc = info ? read_tsv(&st) : LSTMD_ENOMEM;
-  size_t val_n = (size_t)(val_fraction * (double)st.n), train_n = st.n - val_n;
-  if (!rc && (train_n == 0 || (val_fraction > 0 && val_n == 0))) {
-    lstmd_errorf("%s: %zu sequences give %zu for training and %zu for validation; need at least "
-                 "one in each", input, st.n, train_n, val_n);
-    rc = LSTMD_EFORMAT;
-  }
+  size_t train_n = 0, val_n = 0, *order = NULL;
+  if (!rc) rc = lstmd_classify_split(input, st.n, val_fraction, &train_n, &val_n);
+  if (!rc && !(order = malloc(st.n * sizeof *order))) rc = LSTMD_ENOMEM;
   uint8_t byte_id[256] = {0};
   if (!rc) {
-    /* Label ids: the labels in ascending byte order. */
-    int new_id[LSTMD_MAX_COLUMNS] = {0};
-    char sorted[LSTMD_MAX_COLUMNS][LSTMD_MAX_NAME_BYTES];
-    memcpy(sorted, st.labels, sizeof sorted);
-    qsort(sorted, (size_t)st.n_labels, LSTMD_MAX_NAME_BYTES, cmp_label);
-    for (int k = 0; k < st.n_labels; k++)
-      for (int j = 0; j < st.n_labels; j++)
-        if (!strcmp(st.labels[k], sorted[j])) new_id[k] = j;
+    int new_id[LSTMD_MAX_COLUMNS] = {0}; /* label ids: the labels in ascending byte order */
+    lstmd_label_table_sort(&st.labels, info, new_id);
     int seen[256] = {0};
     for (size_t s = 0; s < st.n; s++) {
       st.seqs[s].label = new_id[st.seqs[s].label];
@@ -200,29 +236,23 @@ int lstmd_prepare_classify(const char *input, const char *out_dir, double val_fr
     }
     info->kind = LSTMD_DATASET_CLASSIFY;
     info->width = (int)st.max_len;
-    info->horizon = st.n_labels;
-    for (int k = 0; k < st.n_labels; k++) memcpy(info->names[k], sorted[k], LSTMD_MAX_NAME_BYTES);
     for (int b = 0; b < 256; b++)
       if (seen[b]) {
         byte_id[b] = (uint8_t)info->vocab_size;
         info->vocab[info->vocab_size++] = (uint8_t)b;
       }
-    /* Fisher-Yates with a fixed seed: the same file always gives the same split. */
-    uint64_t seed = 0x6c73746d64636c66ull; /* "lstmdclf" */
-    for (size_t s = st.n - 1; s > 0; s--) {
-      size_t j = (size_t)(splitmix64(&seed) % (s + 1));
-      struct seq t = st.seqs[s];
-      st.seqs[s] = st.seqs[j];
-      st.seqs[j] = t;
-    }
-    rc = write_classify(out_dir, info, &st, byte_id, train_n, val_n);
+    lstmd_classify_shuffle(st.n, order);
+    st.order = order;
+    st.byte_id = byte_id;
+    rc = lstmd_classify_write(out_dir, info, train_n, val_n, fill_text_record, &st);
   }
   if (!rc)
     fprintf(stderr, "lstmd: prepared classify %s: %zu sequences, %d classes, %d distinct bytes, "
-            "longest %zu bytes, train %zu, val %zu -> %s\n", input, st.n, st.n_labels,
+            "longest %zu bytes, train %zu, val %zu -> %s\n", input, st.n, st.labels.n,
             info->vocab_size, st.max_len, train_n, val_n, out_dir);
   for (size_t s = 0; s < st.n; s++) free(st.seqs[s].text);
   free(st.seqs);
+  free(order);
   free(info);
   return rc;
 }

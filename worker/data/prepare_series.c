@@ -16,8 +16,7 @@
 #include "prepare.h"
 
 struct csv_state {
-  const char *input;
-  long line;          /* line being parsed (1-based) */
+  struct lstmd_csv_pos pos; /* file, line being parsed, failed */
   int field;          /* index of the next field in the current record */
   int record;         /* records seen, header included */
   int header_fields;  /* fields in the header */
@@ -28,25 +27,34 @@ struct csv_state {
   float row[LSTMD_MAX_COLUMNS];
   float *values;      /* rows × used */
   size_t rows, cap_rows;
-  int failed;
 };
 
-/* Reports the first error only, with file and line. */
-__attribute__((format(printf, 2, 3))) static void fail(struct csv_state *st, const char *fmt, ...) {
-  if (!st->failed) {
+void lstmd_csv_fail(struct lstmd_csv_pos *pos, const char *fmt, ...) {
+  if (!pos->failed) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "lstmd: %s:%ld: ", st->input, st->line);
+    fprintf(stderr, "lstmd: %s:%ld: ", pos->input, pos->line);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
   }
-  st->failed = 1;
+  pos->failed = 1;
+}
+#define fail(st, ...) lstmd_csv_fail(&(st)->pos, __VA_ARGS__)
+
+int lstmd_csv_number(const char *text, size_t len, float *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(text, &end);
+  while (*end == ' ' || *end == '\t' || *end == '\r') end++;
+  if (len == 0 || end == text || *end != '\0' || !isfinite(v) || fabs(v) > 3.0e38) return -1;
+  *out = (float)v;
+  return 0;
 }
 
 static void on_field(void *data, size_t len, void *ctx) {
   struct csv_state *st = ctx;
-  if (st->failed) return;
+  if (st->pos.failed) return;
   int f = st->field++;
   const char *text = data ? data : "";
   if (st->record == 0 && f == 0 && len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3)) {
@@ -66,16 +74,10 @@ static void on_field(void *data, size_t len, void *ctx) {
   }
   for (int u = 0; u < st->used; u++) {
     if (st->col_of_used[u] != f) continue;
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    while (*end == ' ' || *end == '\t' || *end == '\r') end++;
-    if (len == 0 || end == text || *end != '\0' || !isfinite(v) || fabs(v) > 3.0e38)
-      {
+    if (lstmd_csv_number(text, len, &st->row[u]) != 0) {
       fail(st, "column '%s': '%.40s' is not a finite number", st->want[u], text);
       return;
     }
-    st->row[u] = (float)v;
   }
 }
 
@@ -101,7 +103,7 @@ static void resolve_columns(struct csv_state *st) {
 static void on_record(int term, void *ctx) {
   (void)term;
   struct csv_state *st = ctx;
-  if (st->failed) return;
+  if (st->pos.failed) return;
   int fields = st->field;
   st->field = 0;
   if (st->record++ == 0) return resolve_columns(st);
@@ -144,10 +146,11 @@ static int parse_feature_list(struct csv_state *st, char *list) {
   return LSTMD_OK;
 }
 
-static int parse_csv(struct csv_state *st) {
-  FILE *f = fopen(st->input, "r");
+int lstmd_csv_parse_file(struct lstmd_csv_pos *pos, void (*on_field)(void *, size_t, void *),
+                         void (*on_record)(int, void *), void *ctx) {
+  FILE *f = fopen(pos->input, "r");
   if (!f) {
-    lstmd_errorf("%s: cannot open input: %s", st->input, strerror(errno));
+    lstmd_errorf("%s: cannot open input: %s", pos->input, strerror(errno));
     return LSTMD_EIO;
   }
   struct csv_parser p;
@@ -158,27 +161,32 @@ static int parse_csv(struct csv_state *st) {
   char *line = NULL;
   size_t cap = 0;
   ssize_t n;
-  while (!st->failed && (n = getline(&line, &cap, f)) > 0) {
-    st->line++;
-    if (csv_parse(&p, line, (size_t)n, on_field, on_record, st) != (size_t)n)
-      fail(st, "malformed CSV: %s", csv_strerror(csv_error(&p)));
+  while (!pos->failed && (n = getline(&line, &cap, f)) > 0) {
+    pos->line++;
+    if (csv_parse(&p, line, (size_t)n, on_field, on_record, ctx) != (size_t)n)
+      lstmd_csv_fail(pos, "malformed CSV: %s", csv_strerror(csv_error(&p)));
   }
-  st->line++;
-  if (!st->failed && csv_fini(&p, on_field, on_record, st) != 0)
-    fail(st, "malformed CSV at end of file: %s", csv_strerror(csv_error(&p)));
+  /* no line++: what fini completes is the last line's record (a file without a final newline) */
+  if (!pos->failed && csv_fini(&p, on_field, on_record, ctx) != 0)
+    lstmd_csv_fail(pos, "malformed CSV at end of file: %s", csv_strerror(csv_error(&p)));
   csv_free(&p);
   free(line);
   int read_error = ferror(f);
   fclose(f);
   if (read_error) {
-    lstmd_errorf("%s: read failed", st->input);
+    lstmd_errorf("%s: read failed", pos->input);
     return LSTMD_EIO;
   }
-  if (!st->failed && st->record == 0) {
-    lstmd_errorf("%s: input is empty", st->input);
+  return pos->failed ? LSTMD_EFORMAT : LSTMD_OK;
+}
+
+static int parse_csv(struct csv_state *st) {
+  LSTMD_TRY(lstmd_csv_parse_file(&st->pos, on_field, on_record, st));
+  if (st->record == 0) {
+    lstmd_errorf("%s: input is empty", st->pos.input);
     return LSTMD_EFORMAT;
   }
-  return st->failed ? LSTMD_EFORMAT : LSTMD_OK;
+  return LSTMD_OK;
 }
 
 static void column_stats(const float *v, size_t rows, int width, struct lstmd_dataset_info *info) {
@@ -232,7 +240,7 @@ int lstmd_csv_read_columns(const char *path, const char *const *names, int n, fl
     lstmd_errorf("%s: %d columns requested, at most %d", path, n, LSTMD_MAX_COLUMNS);
     return LSTMD_EINVAL;
   }
-  struct csv_state st = {.input = path, .used = n};
+  struct csv_state st = {.pos = {.input = path}, .used = n};
   for (int u = 0; u < n; u++) st.want[u] = names[u];
   int rc = parse_csv(&st);
   free_header(&st);
@@ -247,7 +255,7 @@ int lstmd_csv_read_columns(const char *path, const char *const *names, int n, fl
 
 int lstmd_prepare_series(const char *input, const char *out_dir, const char *target,
                          const char *features, int horizon, double val_fraction, int season) {
-  struct csv_state st = {.input = input, .used = 1, .want = {target}};
+  struct csv_state st = {.pos = {.input = input}, .used = 1, .want = {target}};
   char *list = features ? strdup(features) : NULL;
   int rc = strlen(target) >= LSTMD_MAX_NAME_BYTES ? LSTMD_EINVAL : LSTMD_OK;
   if (rc) lstmd_errorf("target column name is longer than %d bytes", LSTMD_MAX_NAME_BYTES - 1);

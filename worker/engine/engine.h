@@ -116,9 +116,11 @@ struct lstmd_engine_ops {
    * moments and loss scale, for a checkpoint or a check. */
   int (*sync_host)(struct lstmd_engine *e, struct lstmd_optim *o, struct lstmd_train_progress *p);
   /* Collective: the validation loss as lstmd_evaluate (infer.h) defines it, on rank 0 (the
-   * other ranks return 0 at once and leave *mean_loss and *tokens alone). */
+   * other ranks return 0 at once and leave *mean_loss, *tokens and *accuracy alone). A
+   * classifier also sets *accuracy (the fraction of sequences whose most probable class is the
+   * label; *tokens counts sequences); other models leave it alone. */
   int (*evaluate)(struct lstmd_engine *e, const struct lstmd_dataset *val, double *mean_loss,
-                  uint64_t *tokens);
+                  uint64_t *tokens, double *accuracy);
   /* Collective: the carried state of every rank as [L, global batch, H] into h and c on
    * rank 0 (the global batch: data-parallel replicas × B). */
   int (*gather_state)(struct lstmd_engine *e, float *h, float *c);

@@ -23,6 +23,7 @@
 #define _GNU_SOURCE
 #include "engine.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,8 +114,9 @@ static void step_slice(void *arg, int i) {
   s->loss = 0.0;
   if (s->cws) {
     struct lstmd_clf_batch *cb = lstmd_clf_workspace_batch(s->cws);
-    struct lstmd_batch dst = {.steps = cb->steps, .batch = cb->batch, .ids = cb->ids,
-                              .lengths = cb->lengths, .labels = cb->labels};
+    struct lstmd_batch dst = {.steps = cb->steps, .batch = cb->batch, .width = cb->width,
+                              .ids = cb->ids, .x = cb->x, .lengths = cb->lengths,
+                              .labels = cb->labels};
     lstmd_batch_slice(c->batch, s->col0, &dst);
     const double t0 = e->trace ? lstmd_now_s() : 0.0;
     s->loss = lstmd_clf_forward(e->model, s->cws, c->grad_scale);
@@ -217,7 +219,7 @@ static int cpu_sync_host(struct lstmd_engine *e, struct lstmd_optim *o,
 
 /* Rank 0 evaluates with all of the rank's threads in BLAS (the slices are idle meanwhile). */
 static int cpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *val, double *mean_loss,
-                        uint64_t *tokens) {
+                        uint64_t *tokens, double *accuracy) {
   struct cpu_engine *c = cpu_of(e);
   if (e->rank != 0) return LSTMD_OK;
   lstmd_cpu_set_blas_threads(c->eval_threads);
@@ -228,6 +230,7 @@ static int cpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *val,
     if (!rc) {
       *mean_loss = res->loss;
       *tokens = res->sequences;
+      *accuracy = res->sequences ? (double)res->correct / (double)res->sequences : NAN;
     }
     free(res);
   } else {

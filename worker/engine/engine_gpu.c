@@ -616,7 +616,7 @@ static int gpu_optim_step(struct lstmd_engine *e, struct lstmd_optim *o, int rep
 /* A classifier's validation loss: the CPU evaluator on rank 0's host model, brought up to the
  * device's parameters first (see 8.). */
 static int clf_evaluate(struct gpu_engine *g, const struct lstmd_dataset *ds, double *mean_loss,
-                        uint64_t *sequences) {
+                        uint64_t *sequences, double *accuracy) {
   struct lstmd_model *m = g->base.model;
   LSTMD_CHECK_CUDA(cudaMemcpyAsync(m->params, g->params, m->n_params * sizeof(float),
                                    cudaMemcpyDeviceToHost, g->compute));
@@ -626,16 +626,18 @@ static int clf_evaluate(struct gpu_engine *g, const struct lstmd_dataset *ds, do
   if (!rc) {
     *mean_loss = res->loss;
     *sequences = res->sequences;
+    if (accuracy) *accuracy = res->sequences ? (double)res->correct / (double)res->sequences : NAN;
   }
   free(res);
   return rc;
 }
 
 static int gpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *ds, double *mean_loss,
-                        uint64_t *tokens) {
+                        uint64_t *tokens, double *accuracy) {
   struct gpu_engine *g = gpu_of(e);
   if (e->rank != 0) return LSTMD_OK;
-  if (e->model->shape.kind == LSTMD_MODEL_CLASSIFY) return clf_evaluate(g, ds, mean_loss, tokens);
+  if (e->model->shape.kind == LSTMD_MODEL_CLASSIFY)
+    return clf_evaluate(g, ds, mean_loss, tokens, accuracy);
   const int T = g->base.cfg.seq_len, B = g->base.cfg.batch;
   const uint64_t n = lstmd_window_count(ds, T);
   if (n == 0) {

@@ -438,7 +438,8 @@ static int pipe_sync_host(struct lstmd_engine *e, struct lstmd_optim *o,
 }
 
 static int pipe_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *val,
-                         double *mean_loss, uint64_t *tokens) {
+                         double *mean_loss, uint64_t *tokens, double *accuracy) {
+  (void)accuracy; /* no classifiers in pipelines */
   struct pipe_engine *p = pipe_of(e);
   LSTMD_TRY(lstmd_pipe_gather_ranges(&p->g, p->pp, e->model->params));
   if (e->rank != 0) return LSTMD_OK;

@@ -534,7 +534,8 @@ static int gp_sync_host(struct lstmd_engine *e, struct lstmd_optim *o,
 }
 
 static int gp_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *val, double *mean_loss,
-                       uint64_t *tokens) {
+                       uint64_t *tokens, double *accuracy) {
+  (void)accuracy; /* no classifiers in pipelines */
   struct gpipe_engine *p = gp_of(e);
   LSTMD_TRY(gather_device_range(p, p->params, e->model->params));
   if (e->rank != 0) return LSTMD_OK;

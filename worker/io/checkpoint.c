@@ -51,7 +51,7 @@ static char *float_list(const float *v, int n) {
 
 static void add_data_meta(struct meta_list *l, const struct lstmd_data_meta *d) {
   const struct lstmd_dataset_info *info = &d->info;
-  if (info->kind != LSTMD_DATASET_SERIES) {
+  if (info->kind != LSTMD_DATASET_SERIES && !info->numeric) {
     json_t *a = json_array();
     for (int k = 0; k < info->vocab_size; k++) json_array_append_new(a, json_integer(info->vocab[k]));
     meta_add(l, "vocab", json_text(a));
@@ -60,6 +60,10 @@ static void add_data_meta(struct meta_list *l, const struct lstmd_data_meta *d) 
     json_t *a = json_array();
     for (int k = 0; k < info->horizon; k++) json_array_append_new(a, json_string(info->names[k]));
     meta_add(l, "classify.labels", json_text(a));
+    if (info->numeric) { /* a series classifier: the normalisation of its values */
+      meta_add(l, "classify.mean", float_list(info->mean, 1));
+      meta_add(l, "classify.std", float_list(info->std, 1));
+    }
   } else if (info->kind == LSTMD_DATASET_SERIES) {
     json_t *a = json_array();
     for (int c = 0; c < info->width; c++) json_array_append_new(a, json_string(info->names[c]));
@@ -238,7 +242,8 @@ static int read_data_meta(const struct lstmd_st_file *f, const char *path,
     info->kind = s->kind == LSTMD_MODEL_TEXT ? LSTMD_DATASET_TEXT : LSTMD_DATASET_CLASSIFY;
     info->width = s->kind == LSTMD_MODEL_TEXT ? 1 : d->seq_len;
     info->vocab_size = s->vocab;
-    json_t *a = meta_list(f, path, "vocab", (size_t)s->vocab);
+    info->numeric = s->kind == LSTMD_MODEL_CLASSIFY && s->width > 0; /* a series classifier */
+    json_t *a = info->numeric ? json_array() : meta_list(f, path, "vocab", (size_t)s->vocab);
     if (!a) return LSTMD_EFORMAT;
     int ok = 1;
     for (int k = 0; k < s->vocab; k++) {
@@ -262,6 +267,18 @@ static int read_data_meta(const struct lstmd_st_file *f, const char *path,
     }
     json_decref(labels);
     if (!ok) lstmd_errorf("%s: metadata 'classify.labels' is not an ascending list of labels", path);
+    if (!ok || !info->numeric) return ok ? LSTMD_OK : LSTMD_EFORMAT;
+    json_t *mean = meta_list(f, path, "classify.mean", 1), *std = meta_list(f, path, "classify.std", 1);
+    ok = mean && std && json_is_number(json_array_get(mean, 0)) &&
+         json_number_value(json_array_get(std, 0)) > 0;
+    if (ok) {
+      info->mean[0] = (float)json_number_value(json_array_get(mean, 0));
+      info->std[0] = (float)json_number_value(json_array_get(std, 0));
+      ok = isfinite(info->mean[0]) && isfinite(info->std[0]);
+    }
+    if (mean && std && !ok) lstmd_errorf("%s: malformed classify.mean/classify.std metadata", path);
+    json_decref(mean);
+    json_decref(std);
     return ok ? LSTMD_OK : LSTMD_EFORMAT;
   }
   info->kind = LSTMD_DATASET_SERIES;

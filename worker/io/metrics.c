@@ -123,8 +123,8 @@ void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report
   lstmd_tb_scalars(&mt->tb, r->step, 7, tags, values);
 }
 
-void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, int kind_is_text,
-                        const struct lstmd_series_baselines *b) {
+void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, double accuracy,
+                        int kind_is_text, const struct lstmd_series_baselines *b) {
   if (kind_is_text == 1) {
     lstmd_metrics_note(mt, "eval step %ld: val_loss %.4f, val_bpc %.4f", step, val_loss,
                        val_loss / M_LN2);
@@ -133,10 +133,16 @@ void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, in
     static const char *const tags[] = {"val/loss", "val/bpc"};
     const float values[] = {(float)val_loss, (float)(val_loss / M_LN2)};
     lstmd_tb_scalars(&mt->tb, step, 2, tags, values);
+  } else if (kind_is_text == 2) {
+    lstmd_metrics_note(mt, "eval step %ld: val_loss (cross-entropy per sequence) %.6f, "
+                       "val_accuracy %.4f", step, val_loss, accuracy);
+    fprintf(mt->jsonl, "{\"step\":%ld,\"val_loss\":%.6f,\"val_accuracy\":%.6f}\n", step, val_loss,
+            accuracy);
+    static const char *const tags[] = {"val/loss", "val/accuracy"};
+    const float values[] = {(float)val_loss, (float)accuracy};
+    lstmd_tb_scalars(&mt->tb, step, 2, tags, values);
   } else if (!b) {
-    lstmd_metrics_note(mt, "eval step %ld: val_loss (%s) %.6f", step,
-                       kind_is_text == 2 ? "cross-entropy per sequence" : "MSE, normalised",
-                       val_loss);
+    lstmd_metrics_note(mt, "eval step %ld: val_loss (MSE, normalised) %.6f", step, val_loss);
     fprintf(mt->jsonl, "{\"step\":%ld,\"val_loss\":%.6f}\n", step, val_loss);
     static const char *const tags[] = {"val/loss"};
     const float values[] = {(float)val_loss};

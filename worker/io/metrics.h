@@ -49,10 +49,11 @@ struct lstmd_series_baselines {
   int season; /* 0: no seasonal baseline */
 };
 /* kind_is_text selects whether bits per character are reported (1; 2: a classifier's loss per
- * sequence, 0: a series). A series run with baselines (b != NULL) also records
+ * sequence and its accuracy: val_accuracy in the note line and the record, TensorBoard
+ * val/accuracy; 0: a series). A series run with baselines (b != NULL) also records
  * val_mse_persistence, val_mse_seasonal (with a season) and val_skill = 1 − val_loss / val_mse_persistence (TensorBoard val/skill, val/mse_*). */
-void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, int kind_is_text,
-                        const struct lstmd_series_baselines *b);
+void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, double accuracy,
+                        int kind_is_text, const struct lstmd_series_baselines *b);
 /* A pruning step: the schedule's sparsity and the fraction of zeros reached in each of the n
  * pruned tensors, as one record {"step", "prune_target", "sparsity": {name: fraction}}, a note
  * line, and TensorBoard scalars prune/target and sparsity/<name>. */

@@ -1,6 +1,7 @@
 /* classify.c — forward and backward of the sequence classifier (classify.h) on the CPU: the
  * LSTM kernels of kernels/cpu/lstm_cpu.h run each direction over the whole padded batch; masks
  * (the lengths) decide what the reverse direction reads, what is pooled and what gets gradient.
+ * Layer 0 reads embedded ids (text) or the batch's values (series: shape.width > 0) directly.
  * All activations live in one arena allocated at creation. */
 #include "classify.h"
 
@@ -23,8 +24,9 @@ struct lstmd_clf_workspace {
   int T, B, D; /* D: directions */
   int Tc;      /* steps of the current batch: its longest sequence (the arrays' first Tc rows) */
   struct lstmd_clf_batch batch;
+  int In0;                /* layer 0's input width: E (text) or W (series) */
   int32_t *rids;          /* [T,B] ids reversed per column (reverse direction's layer-0 input) */
-  float *x0;              /* [T,B,E] embedded ids */
+  float *x0;              /* [T,B,E] embedded ids (text), or NULL: layer 0 reads batch.x */
   float *y[LSTMD_MAX_LAYERS]; /* [T,B,D·H] each layer's output in sequence time; 0 past length */
   struct dir_acts dir[LSTMD_MAX_LAYERS][2];
   float *pooled;          /* [B,D·H] */
@@ -48,16 +50,18 @@ int lstmd_clf_workspace_create(const struct lstmd_model *m, int T, int B,
     lstmd_errorf("classify: not a classification model, or an empty batch shape");
     return LSTMD_EINVAL;
   }
-  const int D = s->bidirectional ? 2 : 1, L = s->layers;
-  const size_t N = (size_t)T * B, H = (size_t)s->hidden, E = (size_t)s->embed, DH = D * H;
+  const int D = s->bidirectional ? 2 : 1, L = s->layers, series = s->width > 0;
+  const size_t N = (size_t)T * B, H = (size_t)s->hidden, DH = D * H;
+  const size_t E = (size_t)(series ? s->width : s->embed); /* layer 0's input width */
   const size_t wide = E > DH ? E : DH;
   size_t sizes[16 + 5 * LSTMD_MAX_LAYERS * 2], n = 0;
 #define SLICE(count) (sizes[n++] = (count))
-  SLICE(N);         /* ids */
+  SLICE(series ? 0 : N); /* ids */
+  SLICE(series ? N * E : 0); /* x */
   SLICE(B);         /* lengths */
   SLICE(B);         /* labels */
-  SLICE(N);         /* rids */
-  SLICE(N * E);     /* x0 */
+  SLICE(series ? 0 : N); /* rids */
+  SLICE(series ? 0 : N * E); /* x0 */
   for (int l = 0; l < L; l++) {
     SLICE(N * DH);  /* y */
     for (int d = 0; d < D; d++) {
@@ -89,9 +93,11 @@ int lstmd_clf_workspace_create(const struct lstmd_model *m, int T, int B,
   ws->T = T;
   ws->B = B;
   ws->D = D;
+  ws->In0 = (int)E;
   ws->grads = m->grads;
-  ws->batch = (struct lstmd_clf_batch){.steps = T, .batch = B};
+  ws->batch = (struct lstmd_clf_batch){.steps = T, .batch = B, .width = series ? s->width : 0};
   ws->batch.ids = (int32_t *)TAKE();
+  ws->batch.x = TAKE();
   ws->batch.lengths = (int32_t *)TAKE();
   ws->batch.labels = (int32_t *)TAKE();
   ws->rids = (int32_t *)TAKE();
@@ -164,10 +170,10 @@ struct dir_params {
   float *dw_ih, *dw_hh, *db_ih, *db_hh;
 };
 
-/* Tensors of layer l, direction d: after embed.weight, 4 per (layer, direction). */
+/* Tensors of layer l, direction d: after embed.weight (text only), 4 per (layer, direction). */
 static struct dir_params dir_params(const struct lstmd_model *m, float *grads, int l, int d) {
-  const int D = m->shape.bidirectional ? 2 : 1;
-  const struct lstmd_tensor *t = &m->tensors[1 + 4 * (l * D + d)];
+  const int D = m->shape.bidirectional ? 2 : 1, first = m->shape.width > 0 ? 0 : 1;
+  const struct lstmd_tensor *t = &m->tensors[first + 4 * (l * D + d)];
   const float *p = m->params;
   return (struct dir_params){p + t[0].offset,     p + t[1].offset,     p + t[2].offset,
                              p + t[3].offset,     grads + t[0].offset, grads + t[1].offset,
@@ -188,7 +194,7 @@ static int check_batch(const struct lstmd_model *m, const struct lstmd_clf_works
       return LSTMD_EINVAL;
     }
   }
-  for (size_t k = 0; k < (size_t)ws->T * ws->B; k++)
+  for (size_t k = 0; b->ids && k < (size_t)ws->T * ws->B; k++) /* series: no ids */
     if (b->ids[k] < 0 || b->ids[k] >= m->shape.vocab) {
       lstmd_errorf("classify: token id %d outside the vocabulary of %d", b->ids[k], m->shape.vocab);
       return LSTMD_EINVAL;
@@ -259,12 +265,16 @@ double lstmd_clf_forward(const struct lstmd_model *m, struct lstmd_clf_workspace
   if (check_batch(m, ws)) return NAN;
   ws->Tc = 1; /* the batch is padded to its longest sequence: steps past it are not run */
   for (int b = 0; b < ws->B; b++) ws->Tc = ws->batch.lengths[b] > ws->Tc ? ws->batch.lengths[b] : ws->Tc;
-  const int T = ws->Tc, B = ws->B, D = ws->D, H = s->hidden, E = s->embed, C = s->classes;
+  const int T = ws->Tc, B = ws->B, D = ws->D, H = s->hidden, E = ws->In0, C = s->classes;
   const int DH = D * H, N = T * B;
   const int32_t *len = ws->batch.lengths;
   const float *table = m->params + m->tensors[0].offset;
-  lstmd_cpu_embedding_forward(N, E, table, ws->batch.ids, ws->x0);
-  if (D == 2) { /* the reverse direction's layer-0 input: the ids reversed, then embedded */
+  if (!ws->x0) { /* series: layer 0 reads the values; the reverse direction reads them reversed */
+    if (D == 2) reverse_rows(T, B, (size_t)E, len, ws->batch.x, ws->dir[0][1].x);
+  } else {
+    lstmd_cpu_embedding_forward(N, E, table, ws->batch.ids, ws->x0);
+  }
+  if (D == 2 && ws->x0) { /* the reverse direction's layer-0 input: the ids reversed, then embedded */
     for (int t = 0; t < T; t++)
       for (int b = 0; b < B; b++)
         ws->rids[(size_t)t * B + b] = t < len[b] ? ws->batch.ids[(size_t)(len[b] - 1 - t) * B + b] : 0;
@@ -272,7 +282,7 @@ double lstmd_clf_forward(const struct lstmd_model *m, struct lstmd_clf_workspace
   }
   for (int l = 0; l < s->layers; l++) {
     const int in = l == 0 ? E : DH;
-    const float *xf = l == 0 ? ws->x0 : ws->y[l - 1];
+    const float *xf = l > 0 ? ws->y[l - 1] : ws->x0 ? ws->x0 : ws->batch.x;
     if (D == 2 && l > 0) reverse_rows(T, B, (size_t)DH, len, ws->y[l - 1], ws->dir[l][1].x);
     for (int d = 0; d < D; d++) {
       struct dir_params p = dir_params(m, ws->grads, l, d);
@@ -320,7 +330,7 @@ double lstmd_clf_forward(const struct lstmd_model *m, struct lstmd_clf_workspace
 
 void lstmd_clf_backward(const struct lstmd_model *m, struct lstmd_clf_workspace *ws) {
   const struct lstmd_model_shape *s = &m->shape;
-  const int T = ws->Tc, B = ws->B, D = ws->D, H = s->hidden, E = s->embed, C = s->classes;
+  const int T = ws->Tc, B = ws->B, D = ws->D, H = s->hidden, E = ws->In0, C = s->classes;
   const int DH = D * H, N = T * B;
   const int32_t *len = ws->batch.lengths;
   const struct lstmd_tensor *hw = &m->tensors[m->n_tensors - 2], *hb = &m->tensors[m->n_tensors - 1];
@@ -343,14 +353,14 @@ void lstmd_clf_backward(const struct lstmd_model *m, struct lstmd_clf_workspace 
             memset(o, 0, (size_t)H * sizeof(float));
         }
       struct lstmd_lstm_dims dims = {T, B, in, H};
-      const float *x = d ? a->x : l == 0 ? ws->x0 : ws->y[l - 1];
+      const float *x = d ? a->x : l > 0 ? ws->y[l - 1] : ws->x0 ? ws->x0 : ws->batch.x;
       lstmd_cpu_lstm_backward(&dims, p.w_ih, p.w_hh, x, a->h, a->c, a->gates, ws->dh, ws->dgates,
                               ws->work, p.dw_ih, p.dw_hh, p.db_ih, p.db_hh, ws->dx[d], NULL);
     }
     if (l > 0) { /* dy of layer l−1: the forward's input gradient plus the reverse's, unreversed */
       memcpy(ws->dy, ws->dx[0], (size_t)N * DH * sizeof(float));
       if (D == 2) unreverse_add(T, B, (size_t)DH, len, ws->dx[1], ws->dy);
-    } else {
+    } else if (ws->x0) { /* text: into the embedding (series inputs take no gradient) */
       float *dtable = ws->grads + m->tensors[0].offset;
       lstmd_cpu_embedding_backward(N, E, ws->dx[0], ws->batch.ids, dtable);
       if (D == 2) lstmd_cpu_embedding_backward(N, E, ws->dx[1], ws->rids, dtable);

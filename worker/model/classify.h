@@ -1,8 +1,10 @@
 /* classify.h — sequence classification on the CPU backend: the forward and backward of a
  * LSTMD_MODEL_CLASSIFY model (model.h) over a padded batch of whole sequences.
- *   ids [T,B] (padded to T; what is past a sequence's length is never read into its result,
- *   and steps past the batch's longest sequence are not run)
- *   → embed.weight → L LSTM layers, each with a reverse direction when bidirectional
+ *   ids [T,B] → embed.weight (text), or values x [T,B,W] read by layer 0's W_ih directly
+ *   (series: shape.width = W > 0, as the series forecaster reads its rows); padded to T, what is
+ *   past a sequence's length is never read into its result, and steps past the batch's longest
+ *   sequence are not run
+ *   → L LSTM layers, each with a reverse direction when bidirectional
  *   → pool (last | mean | max) over each sequence's valid steps → head → softmax cross-entropy.
  * The reverse direction of sequence b reads its steps len_b−1 … 0, so padding never enters it:
  * its input rows are gathered reversed per column, run forward, and scattered back. "last" takes
@@ -20,7 +22,9 @@
 
 struct lstmd_clf_batch {
   int steps, batch; /* T, B of the workspace */
-  int32_t *ids;     /* [T,B] token ids < V (padding: any id < V) */
+  int width;        /* series: W values per step (x), 0 for text (ids) */
+  int32_t *ids;     /* text: [T,B] token ids < V (padding: any id < V); series: NULL */
+  float *x;         /* series: [T,B,W] normalised values (padding: any value); text: NULL */
   int32_t *lengths; /* [B] valid steps of each column, 0..T; 0: an empty column (no loss) */
   int32_t *labels;  /* [B] class ids < C */
 };
@@ -67,9 +71,10 @@ struct lstmd_clf_eval {
 int lstmd_clf_evaluate(const struct lstmd_model *m, const struct lstmd_dataset *ds, int B,
                        struct lstmd_clf_eval *res);
 
-/* Class probabilities of one sequence of n token ids (< vocab): probs [C]. Uses a workspace of
- * (T = n, B = 1) the caller made with lstmd_clf_workspace_create, or one of larger T. */
+/* Class probabilities of one sequence of n steps: probs [C]. ids: n token ids (< vocab) of a
+ * text classifier, or x: n × W normalised values of a series classifier (the other NULL). Uses a
+ * workspace of (T = n, B = 1) the caller made with lstmd_clf_workspace_create, or one of larger T. */
 int lstmd_clf_predict(const struct lstmd_model *m, struct lstmd_clf_workspace *ws,
-                      const int32_t *ids, int n, double *probs);
+                      const int32_t *ids, const float *x, int n, double *probs);
 
 #endif

@@ -23,7 +23,9 @@ int lstmd_clf_evaluate(const struct lstmd_model *m, const struct lstmd_dataset *
   struct lstmd_clf_batch *cb = rc ? NULL : lstmd_clf_workspace_batch(ws);
   struct lstmd_batch view = {.steps = T, .batch = B};
   if (cb) {
+    view.width = cb->width;
     view.ids = cb->ids;
+    view.x = cb->x;
     view.lengths = cb->lengths;
     view.labels = cb->labels;
   }
@@ -31,7 +33,8 @@ int lstmd_clf_evaluate(const struct lstmd_model *m, const struct lstmd_dataset *
   for (uint64_t first = 0; !rc && first < n; first += (uint64_t)B) {
     const int cols = n - first < (uint64_t)B ? (int)(n - first) : B;
     memset(cb->lengths, 0, sizeof(int32_t) * (size_t)B); /* columns past the split: empty */
-    memset(cb->ids, 0, sizeof(int32_t) * (size_t)T * B);
+    if (cb->ids) memset(cb->ids, 0, sizeof(int32_t) * (size_t)T * B);
+    if (cb->x) memset(cb->x, 0, sizeof(float) * (size_t)T * B * cb->width);
     for (int col = 0; !rc && col < cols; col++)
       rc = lstmd_read_window(ds, first + (uint64_t)col, T, B, col, &view, scratch);
     if (rc) break;
@@ -58,11 +61,18 @@ int lstmd_clf_evaluate(const struct lstmd_model *m, const struct lstmd_dataset *
 }
 
 int lstmd_clf_predict(const struct lstmd_model *m, struct lstmd_clf_workspace *ws,
-                      const int32_t *ids, int n, double *probs) {
+                      const int32_t *ids, const float *x, int n, double *probs) {
   struct lstmd_clf_batch *cb = lstmd_clf_workspace_batch(ws);
-  if (n < 1 || n > cb->steps || cb->batch != 1) return LSTMD_EINVAL;
-  memset(cb->ids, 0, sizeof(int32_t) * (size_t)cb->steps);
-  memcpy(cb->ids, ids, sizeof(int32_t) * (size_t)n);
+  if (n < 1 || n > cb->steps || cb->batch != 1 || !cb->ids != !ids || !cb->x != !x)
+    return LSTMD_EINVAL;
+  if (ids) {
+    memset(cb->ids, 0, sizeof(int32_t) * (size_t)cb->steps);
+    memcpy(cb->ids, ids, sizeof(int32_t) * (size_t)n);
+  } else {
+    const size_t W = (size_t)cb->width;
+    memset(cb->x, 0, sizeof(float) * (size_t)cb->steps * W);
+    memcpy(cb->x, x, sizeof(float) * (size_t)n * W);
+  }
   cb->lengths[0] = n;
   cb->labels[0] = 0;
   if (isnan(lstmd_clf_forward(m, ws, 0.0f))) return LSTMD_EINVAL;

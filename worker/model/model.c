@@ -49,8 +49,11 @@ static int output_width(const struct lstmd_model_shape *s) {
   if (s->kind == LSTMD_MODEL_CLASSIFY) return s->classes;
   return s->kind == LSTMD_MODEL_TEXT ? s->vocab : s->horizon;
 }
+/* Layer 0's input width: the series columns, a series classifier's values per step, or E. */
 static int input_width(const struct lstmd_model_shape *s) {
-  return s->kind == LSTMD_MODEL_SERIES ? s->width : s->embed;
+  return s->kind == LSTMD_MODEL_SERIES || (s->kind == LSTMD_MODEL_CLASSIFY && s->width > 0)
+             ? s->width
+             : s->embed;
 }
 /* Width of a layer's output: H, or 2H for a bidirectional classifier. */
 static int layer_out_width(const struct lstmd_model_shape *s) {
@@ -81,8 +84,11 @@ const char *lstmd_model_shape_error(const struct lstmd_model_shape *s) {
     return "series width or horizon out of range";
   if (s->layer_norm != 0 && s->layer_norm != 1) return "layer_norm is neither 0 nor 1";
   if (s->kind == LSTMD_MODEL_CLASSIFY) {
-    if (s->vocab < 1 || s->vocab > 256 || s->embed < 1 || s->embed > 65536)
+    /* text (ids through embed.weight) or series (width values per step, no embedding) */
+    if (s->width == 0 && (s->vocab < 1 || s->vocab > 256 || s->embed < 1 || s->embed > 65536))
       return "vocabulary or embedding size out of range";
+    if (s->width != 0 && (s->width < 1 || s->width > LSTMD_MAX_COLUMNS || s->vocab || s->embed))
+      return "a series classifier has 1..64 values per step and no vocabulary or embedding";
     if (s->classes < 2 || s->classes > LSTMD_MAX_CLASSES) return "class count out of range";
     if (s->bidirectional != 0 && s->bidirectional != 1) return "bidirectional is neither 0 nor 1";
     if (s->pool < LSTMD_POOL_LAST || s->pool > LSTMD_POOL_MAX) return "unknown pooling";
@@ -98,13 +104,14 @@ void lstmd_model_layout(const struct lstmd_model_shape *s, struct lstmd_model *m
   m->shape = *s;
   const int H = s->hidden;
   char name[32];
-  if (s->kind != LSTMD_MODEL_SERIES) add_tensor(m, "embed.weight", 2, s->vocab, s->embed);
+  if (s->kind != LSTMD_MODEL_SERIES && !(s->kind == LSTMD_MODEL_CLASSIFY && s->width > 0))
+    add_tensor(m, "embed.weight", 2, s->vocab, s->embed);
   if (s->kind == LSTMD_MODEL_CLASSIFY) {
     const int D = s->bidirectional ? 2 : 1;
     for (int k = 0; k < s->layers; k++)
       for (int d = 0; d < D; d++) {
         static const char *const what[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
-        const int in = k == 0 ? s->embed : D * H;
+        const int in = k == 0 ? input_width(s) : D * H;
         for (int i = 0; i < 4; i++) {
           snprintf(name, sizeof name, "lstm.%s_l%d%s", what[i], k, d ? "_reverse" : "");
           add_tensor(m, name, i < 2 ? 2 : 1, 4 * H, i == 0 ? in : i == 1 ? H : 0);

@@ -10,9 +10,11 @@
  * by lstm.ln_ih_weight_l{k}, lstm.ln_ih_bias_l{k}, lstm.ln_hh_weight_l{k}, lstm.ln_hh_bias_l{k}
  * [4H] and lstm.ln_c_weight_l{k}, lstm.ln_c_bias_l{k} [H]: the gains and shifts of the three
  * normalisations.
- * Classify (worker/model/classify.h): ids → embed.weight [V,E] → L × LSTM(H), each layer with a
+ * Classify (worker/model/classify.h): ids → embed.weight [V,E] (text), or values [W] per step
+ * (series classifier: width W > 0, vocab = embed = 0, no embed.weight; lstm.weight_ih_l0 is
+ * [4H,W]) → L × LSTM(H), each layer with a
  * reverse direction when bidirectional → pool over the valid steps → head [C,D·H] → softmax
- * cross-entropy over the classes. Flat order: embed.weight, then for each layer k the four
+ * cross-entropy over the classes. Flat order: embed.weight (text), then for each layer k the four
  * tensors of the forward direction and (bidirectional) the four `..._l{k}_reverse` ones —
  * nn.LSTM(bidirectional=True)'s order — then head.weight, head.bias. */
 #ifndef LSTMD_MODEL_H
@@ -36,7 +38,7 @@ struct lstmd_model_shape {
   int kind;   /* enum lstmd_model_kind */
   int vocab;  /* text: V (token ids < V) */
   int embed;  /* text: E */
-  int width;  /* series: W input columns */
+  int width;  /* series: W input columns; classify: W values per step (series input), 0 (text) */
   int hidden; /* H */
   int layers; /* L */
   int horizon;/* series: K */
@@ -74,7 +76,7 @@ struct lstmd_model {
 };
 
 /* One batch, sequence-major ([t][b]...). Text uses ids/targets, series x/y, classify ids
- * (padded) with lengths and labels. */
+ * (padded; a series classifier: x with width 1) with lengths and labels. */
 struct lstmd_batch {
   int steps, batch;
   int width, horizon; /* series: W and K (0 for text) */

@@ -304,16 +304,18 @@ static void test_engine_evaluate(void) {
   struct lstmd_clf_eval *ref = calloc(1, sizeof *ref);
   if (!rc) rc = ref ? lstmd_clf_evaluate(m, &val, B, ref) : LSTMD_ENOMEM;
   struct lstmd_engine *dg = rc ? NULL : make_engine(m, 0, (int)val.info.width);
-  double loss = 0.0;
+  double loss = 0.0, accuracy = NAN;
   uint64_t n = 0;
   if (!rc) rc = dg ? dg->ops->start(dg, NULL, NULL) : LSTMD_EINVAL;
-  if (!rc) rc = dg->ops->evaluate(dg, &val, &loss, &n);
-  char what[200];
-  snprintf(what, sizeof what, "engines: GPU validation loss %.6f = lstmd_clf_evaluate's %.6f "
-           "(%llu sequences)", loss, ref ? ref->loss : 0.0, (unsigned long long)n);
+  if (!rc) rc = dg->ops->evaluate(dg, &val, &loss, &n, &accuracy);
+  const double want_acc = ref && ref->sequences ? (double)ref->correct / (double)ref->sequences : NAN;
+  char what[240];
+  snprintf(what, sizeof what, "engines: GPU validation loss %.6f = lstmd_clf_evaluate's %.6f, "
+           "accuracy %.4f = %.4f (%llu sequences)", loss, ref ? ref->loss : 0.0, accuracy,
+           want_acc, (unsigned long long)n);
   /* the same evaluator on the same parameters: equal up to BLAS threading, if at all */
   lstmd_check_true(what, !rc && ref && n == ref->sequences &&
-                             fabs(loss - ref->loss) <= 1e-9 * fabs(ref->loss));
+                             fabs(loss - ref->loss) <= 1e-9 * fabs(ref->loss) && accuracy == want_acc);
   lstmd_engine_destroy(dg);
   free(ref);
   lstmd_model_destroy(m);

@@ -871,7 +871,8 @@ static void test_evaluate(int text) {
   if (!rc) rc = lstmd_evaluate(m, &val, T, 3, &cpu, &ct);
   struct lstmd_engine *dp = rc ? NULL : make_engine(m, 0, LSTMD_PRECISION_FP32, 1);
   if (!rc && dp) rc = dp->ops->start(dp, NULL, NULL);
-  if (!rc && dp) rc = dp->ops->evaluate(dp, &val, &gpu, &gt);
+  double unused_accuracy;
+  if (!rc && dp) rc = dp->ops->evaluate(dp, &val, &gpu, &gt, &unused_accuracy);
   char what[160];
   snprintf(what, sizeof what, "%s evaluation on the GPU: %.6f vs CPU %.6f (%llu windows of %d)",
            text ? "text" : "series", gpu, cpu, (unsigned long long)(ct / T), T);

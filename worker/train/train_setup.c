@@ -204,6 +204,19 @@ static int build(struct run *r) {
   LSTMD_TRY(lstmd_dataset_open_dir(cfg->data_path, &r->train, &r->val, r->rank == 0));
   const int classify = r->train.info.kind == LSTMD_DATASET_CLASSIFY;
   if (classify) LSTMD_TRY(check_classify(r));
+  /* The GPU classifier (kernels/cuda/classify_cuda.h) reads token ids through an embedding;
+   * numeric series classifiers run on the CPU backend. */
+  if (classify && r->train.info.numeric && backend == LSTMD_DEVICE_CUDA) {
+    if (cfg->device == LSTMD_DEVICE_CUDA) {
+      if (r->rank == 0)
+        lstmd_errorf("train.device: %s is a series classify dataset: series classifiers run on "
+                     "the CPU backend only so far (cpu or auto)", cfg->data_path);
+      return LSTMD_ECONFIG;
+    }
+    if (r->rank == 0)
+      lstmd_errorf("device auto: series classifiers run on the CPU backend only so far; using it");
+    backend = LSTMD_DEVICE_CPU;
+  }
   if (!classify && (cfg->bidirectional || cfg->pool)) {
     /* A reverse direction reads every step of the window: the next token, or the values a
      * forecast predicts, would be among its inputs. Pooling exists only for classifiers. */
@@ -226,9 +239,10 @@ static int build(struct run *r) {
   /* A classifier's window is one sequence, padded to the split's longest (data.seq_len unused) */
   const int T = classify ? info->width : cfg->seq_len;
   if (classify) {
-    shape.kind = LSTMD_MODEL_CLASSIFY;
+    shape.kind = LSTMD_MODEL_CLASSIFY; /* text: ids through an embedding; series: 1 value a step */
     shape.vocab = info->vocab_size;
-    shape.embed = cfg->embed;
+    shape.embed = info->numeric ? 0 : cfg->embed;
+    shape.width = info->numeric ? 1 : 0;
     shape.classes = info->horizon;
     shape.bidirectional = cfg->bidirectional;
     shape.pool = cfg->pool;

@@ -124,10 +124,10 @@ static int evaluate_now(struct run *r, int *events) {
   const struct lstmd_train_config *cfg = r->cfg;
   const struct lstmd_watch_rules rules = watch_rules(cfg);
   const long step = r->progress.step;
-  double loss = 0.0;
+  double loss = 0.0, accuracy = NAN; /* accuracy: classifiers only, rank 0 */
   uint64_t tokens = 0;
   const double t0 = lstmd_now_s();
-  int rc = r->engine->ops->evaluate(r->engine, &r->val, &loss, &tokens);
+  int rc = r->engine->ops->evaluate(r->engine, &r->val, &loss, &tokens, &accuracy);
   struct {
     double ok, loss;
     int64_t events;
@@ -152,7 +152,8 @@ static int evaluate_now(struct run *r, int *events) {
   const int text = r->model->shape.kind == LSTMD_MODEL_TEXT;
   if (r->rank == 0) {
     const int kind = r->model->shape.kind == LSTMD_MODEL_CLASSIFY ? 2 : text; /* metrics.h */
-    lstmd_metrics_eval(&r->metrics, step, loss, kind, r->has_baselines ? &r->baselines : NULL);
+    lstmd_metrics_eval(&r->metrics, step, loss, accuracy, kind,
+                       r->has_baselines ? &r->baselines : NULL);
     if (r->hooks->on_eval) r->hooks->on_eval(r->hooks->ctx, step, loss, text ? loss / M_LN2 : NAN);
   }
   if (*events & LSTMD_WATCH_LR_CUT) {

@@ -1,0 +1,239 @@
+/* prepare_classify_series.c — `lstmd prepare classify --series`: a CSV of fixed-length numeric
+ * rows with a label column → classify records of f32 values (dataset.h, dtype 4), one univariate
+ * series of N steps per row. Labels, shuffle, split and writer are the text path's
+ * (prepare_classify.c); the training split's global mean/std go in the header. Bad lines: a
+ * message naming file and line, exit 2, nothing written. The row reader is also what
+ * `lstmd classify` reads a series classifier's input with (no label column). */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/status.h"
+#include "dataset.h"
+#include "prepare.h"
+
+struct rows_state {
+  struct lstmd_csv_pos pos;
+  int label_column; /* 1-based; 0: the last; -1: none */
+  int header;       /* 1 yes, 0 no, -1 detect from the first line */
+  int expect;       /* values per row the caller requires (0: the first row's count) */
+  int records;      /* records seen, a header included */
+  /* the fields of the record being parsed: NUL-terminated texts at buf + off[k] */
+  char *buf;
+  size_t len, cap;
+  size_t *off;
+  int nf, cap_f;
+  size_t cap_rows;
+  struct lstmd_csv_rows *out;
+};
+
+static void on_field(void *data, size_t len, void *ctx) {
+  struct rows_state *st = ctx;
+  if (st->pos.failed) return;
+  if (st->len + len + 1 > st->cap || st->nf == st->cap_f) {
+    size_t cap = 2 * (st->len + len + 1) + 256;
+    int cap_f = 2 * st->cap_f + 16;
+    char *b = realloc(st->buf, cap);
+    size_t *o = b ? realloc(st->off, (size_t)cap_f * sizeof *o) : NULL;
+    if (b) st->buf = b;
+    if (o) st->off = o;
+    if (!b || !o) {
+      lstmd_csv_fail(&st->pos, "out of memory");
+      return;
+    }
+    st->cap = cap;
+    st->cap_f = cap_f;
+  }
+  st->off[st->nf++] = st->len;
+  if (len) memcpy(st->buf + st->len, data, len);
+  st->buf[st->len + len] = '\0';
+  st->len += len + 1;
+}
+
+static const char *field(const struct rows_state *st, int k) { return st->buf + st->off[k]; }
+
+/* 1 when the first record is a header (header -1: none of its value fields is a number). */
+static int is_header(struct rows_state *st, int label_at) {
+  if (st->header >= 0) return st->header;
+  if (st->nf - (label_at >= 0) < 1) return 0; /* no value fields: a bad row, said as one */
+  int numbers = 0;
+  float v;
+  for (int k = 0; k < st->nf; k++)
+    if (k != label_at) numbers += lstmd_csv_number(field(st, k), strlen(field(st, k)), &v) == 0;
+  if (numbers > 0 && numbers < st->nf - (label_at >= 0))
+    lstmd_csv_fail(&st->pos, "the first line mixes numbers and names: say --header yes or no");
+  return numbers == 0;
+}
+
+static int add_row(struct rows_state *st, int label_at) {
+  struct lstmd_csv_rows *o = st->out;
+  const int N = o->n_values;
+  if (o->rows == st->cap_rows) {
+    size_t cap = st->cap_rows ? 2 * st->cap_rows : 1024;
+    float *v = realloc(o->values, cap * (size_t)N * sizeof *v);
+    if (v) o->values = v;
+    int *l = v ? realloc(o->labels, cap * sizeof *l) : NULL;
+    if (l) o->labels = l;
+    if (!v || !l) return -1;
+    st->cap_rows = cap;
+  }
+  float *row = o->values + o->rows * (size_t)N;
+  for (int k = 0, j = 0; k < st->nf; k++) {
+    if (k == label_at) continue;
+    const char *text = field(st, k);
+    if (lstmd_csv_number(text, strlen(text), &row[j++]) != 0) {
+      lstmd_csv_fail(&st->pos, "column %d: '%.40s' is not a finite number", k + 1, text);
+      return 0;
+    }
+  }
+  int id = 0;
+  if (label_at >= 0) {
+    const char *why, *label = field(st, label_at);
+    if ((id = lstmd_label_table_id(&o->table, label, strlen(label), &why)) < 0) {
+      lstmd_csv_fail(&st->pos, "column %d: %s", label_at + 1, why);
+      return 0;
+    }
+  }
+  o->labels[o->rows++] = id;
+  return 0;
+}
+
+/* One record of the CSV (its fields in st->buf): a header, or a row of [label +] N values. */
+static void take_record(struct rows_state *st) {
+  const int nf = st->nf, labelled = st->label_column >= 0;
+  st->records++;
+  const int label_at = !labelled ? -1 : st->label_column ? st->label_column - 1 : nf - 1;
+  if (label_at >= nf) {
+    lstmd_csv_fail(&st->pos, "%d field%s, the label is column %d (--label-column)", nf,
+                   nf == 1 ? "" : "s", label_at + 1);
+    return;
+  }
+  if (st->records == 1 && is_header(st, label_at)) {
+    st->out->header_seen = 1;
+    return;
+  }
+  const int n = nf - labelled, want = st->expect ? st->expect : st->out->n_values;
+  if (st->pos.failed) return;
+  if (n < 1)
+    lstmd_csv_fail(&st->pos, "a label and no values (a row needs a label and at least one value)");
+  else if (want == 0 && n > LSTMD_MAX_SEQ_BYTES)
+    lstmd_csv_fail(&st->pos, "%d values, at most %d", n, LSTMD_MAX_SEQ_BYTES);
+  else if (want && n != want)
+    lstmd_csv_fail(&st->pos, "%d value%s, %s %d%s", n, n == 1 ? "" : "s",
+                   st->expect ? "the model was trained on rows of" : "the first row has", want,
+                   st->expect ? labelled ? "" : " (no label column)"
+                              : " (every row must have the same number)");
+  if (st->pos.failed) return;
+  st->out->n_values = n;
+  if (add_row(st, label_at) != 0) lstmd_csv_fail(&st->pos, "out of memory");
+}
+
+static void on_record(int term, void *ctx) {
+  (void)term;
+  struct rows_state *st = ctx;
+  if (!st->pos.failed) take_record(st);
+  st->nf = 0;
+  st->len = 0;
+}
+
+int lstmd_csv_read_rows(const char *path, int label_column, int header, int expect,
+                        struct lstmd_csv_rows *out) {
+  memset(out, 0, sizeof *out);
+  struct rows_state st = {.pos = {.input = path}, .label_column = label_column, .header = header,
+                          .expect = expect, .out = out};
+  int rc = lstmd_csv_parse_file(&st.pos, on_field, on_record, &st);
+  free(st.buf);
+  free(st.off);
+  if (!rc && out->rows == 0) {
+    lstmd_errorf("%s: no data rows", path);
+    rc = LSTMD_EFORMAT;
+  }
+  if (rc) lstmd_csv_rows_free(out);
+  return rc;
+}
+
+void lstmd_csv_rows_free(struct lstmd_csv_rows *r) {
+  free(r->values);
+  free(r->labels);
+  r->values = NULL;
+  r->labels = NULL;
+}
+
+struct writing {
+  const struct lstmd_csv_rows *rows;
+  const size_t *order; /* record i is row order[i] */
+};
+
+/* Record i: u32 label, u32 length N, then the N raw values (lstmd_classify_write). */
+static void fill_series_record(void *ctx, size_t i, uint8_t *rec) {
+  const struct writing *w = ctx;
+  const size_t r = w->order[i];
+  const uint32_t label = (uint32_t)w->rows->labels[r], len = (uint32_t)w->rows->n_values;
+  for (int k = 0; k < 4; k++) {
+    rec[k] = (uint8_t)(label >> (8 * k));
+    rec[4 + k] = (uint8_t)(len >> (8 * k));
+  }
+  memcpy(rec + LSTMD_CLASSIFY_RECORD_HEADER, w->rows->values + r * len, (size_t)len * sizeof(float));
+}
+
+/* The mean and std of every value of the training rows (a global normalisation); std 1 when
+ * the values are constant. */
+static void global_stats(const struct lstmd_csv_rows *r, const size_t *order, size_t train_n,
+                         struct lstmd_dataset_info *info) {
+  const size_t N = (size_t)r->n_values;
+  double sum = 0, sumsq = 0;
+  for (size_t i = 0; i < train_n; i++)
+    for (size_t j = 0; j < N; j++) sum += r->values[order[i] * N + j];
+  const double mean = sum / (double)(train_n * N);
+  for (size_t i = 0; i < train_n; i++)
+    for (size_t j = 0; j < N; j++) {
+      const double d = r->values[order[i] * N + j] - mean;
+      sumsq += d * d;
+    }
+  const double std = sqrt(sumsq / (double)(train_n * N));
+  info->mean[0] = (float)mean;
+  info->std[0] = std > 1e-12 && isfinite((float)std) ? (float)std : 1.0f;
+}
+
+int lstmd_prepare_classify_series(const char *input, const char *out_dir, double val_fraction,
+                                  int label_column, int header) {
+  struct lstmd_csv_rows rows;
+  struct lstmd_dataset_info *info = calloc(1, sizeof *info);
+  int rc = info ? lstmd_csv_read_rows(input, label_column, header, 0, &rows) : LSTMD_ENOMEM;
+  if (rc) {
+    free(info);
+    return rc;
+  }
+  if (rows.table.n < 2) {
+    lstmd_errorf("%s: one label only ('%s'); classification needs at least 2", input,
+                 rows.table.names[0]);
+    rc = LSTMD_EFORMAT;
+  }
+  size_t train_n = 0, val_n = 0, *order = NULL;
+  if (!rc) rc = lstmd_classify_split(input, rows.rows, val_fraction, &train_n, &val_n);
+  if (!rc && !(order = malloc(rows.rows * sizeof *order))) rc = LSTMD_ENOMEM;
+  if (!rc) {
+    int new_id[LSTMD_MAX_COLUMNS] = {0}; /* label ids: the labels in ascending byte order */
+    lstmd_label_table_sort(&rows.table, info, new_id);
+    for (size_t r = 0; r < rows.rows; r++) rows.labels[r] = new_id[rows.labels[r]];
+    lstmd_classify_shuffle(rows.rows, order);
+    info->kind = LSTMD_DATASET_CLASSIFY;
+    info->numeric = 1;
+    info->width = rows.n_values;
+    global_stats(&rows, order, train_n, info);
+    struct writing w = {&rows, order};
+    rc = lstmd_classify_write(out_dir, info, train_n, val_n, fill_series_record, &w);
+  }
+  if (!rc)
+    fprintf(stderr, "lstmd: prepared classify --series %s: %zu rows of %d values%s, %d classes, "
+            "train %zu, val %zu, mean %.6g, std %.6g -> %s\n", input, rows.rows, rows.n_values,
+            rows.header_seen ? " (header line skipped)" : "", rows.table.n, train_n, val_n,
+            info->mean[0], info->std[0], out_dir);
+  lstmd_csv_rows_free(&rows);
+  free(order);
+  free(info);
+  return rc;
+}
