@@ -266,30 +266,11 @@ if msg=$($PY "$SRC/tests/compare_checkpoints.py" one/step-6.safetensors two/step
 else bad "2 ranks vs 1: $msg"; fi
 
 # 6. through the daemon: the job's weights equal the same run's under mpirun
-CTL=$(dirname "$LSTMD")/lstmctl
-SOCK=$TMP/s.sock
 job=(--set data.path="$TMP/d" --set model.hidden=16 --set model.bidirectional=true
      --set model.pool=mean --set data.batch_size=4 --set train.steps=8 --set train.eval_every=0
      --set train.threads=1 --set optim.algo=sgd --set optim.lr=0.1 --set optim.clip_norm=0)
-mpirun -np 2 "$LSTMD" serve --socket "$SOCK" --state-dir "$TMP/state" --data-root "$TMP" >serve.log 2>&1 &
-serve_pid=$!
-for _ in $(seq 150); do [[ -S $SOCK ]] && "$CTL" --socket "$SOCK" list >/dev/null 2>&1 && break; sleep 0.2; done
-id=$(timeout 30 "$CTL" --socket "$SOCK" submit "${job[@]}" 2>submit.err | tail -1)
-state=""
-for _ in $(seq 300); do
-  state=$(timeout 10 "$CTL" --socket "$SOCK" status "$id" 2>/dev/null | head -1)
-  grep -q -e SUCCEEDED -e FAILED <<<"$state" && break
-  sleep 0.2
-done
-timeout 30 "$CTL" --socket "$SOCK" shutdown >/dev/null 2>&1
-wait "$serve_pid"
-timeout 120 mpirun -np 2 "$LSTMD" train "${job[@]}" --set train.run_dir=dref >/dev/null 2>err \
-  || bad "mpirun reference: $(tail -3 err)"
-if grep -q SUCCEEDED <<<"$state" \
-   && msg=$($PY "$SRC/tests/compare_checkpoints.py" "state/runs/job-$id/step-8.safetensors" \
-            dref/step-8.safetensors --rtol 0); then
-  ok "a series classifier job through lstmd serve + lstmctl: $state; weights = mpirun's: $msg"
-else bad "series classifier job through the daemon: '$state' $(cat submit.err) ${msg:-} $(tail -3 serve.log)"; fi
+source "$SRC/tests/daemon_vs_mpirun.sh"
+daemon_vs_mpirun "a series classifier job" 8 "${job[@]}"
 
 [[ $FAIL == 0 ]] && echo "test_classify_series: all passed"
 exit $FAIL

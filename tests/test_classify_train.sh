@@ -151,30 +151,11 @@ done
   && ok "resume 150 -> 170" || bad "resume: $(tail -3 err)"
 
 # 6. through the daemon: the job's weights equal the same run's under mpirun
-CTL=$(dirname "$LSTMD")/lstmctl
-SOCK=$TMP/s.sock
 job=(--set data.path="$TMP/syn" --set model.embed=16 --set model.hidden=32 --set model.bidirectional=true
      --set model.pool=max --set data.batch_size=4 --set train.steps=12 --set train.eval_every=0
      --set train.threads=1 --set optim.algo=sgd --set optim.lr=0.05 --set optim.clip_norm=0)
-mpirun -np 2 "$LSTMD" serve --socket "$SOCK" --state-dir "$TMP/state" --data-root "$TMP" >serve.log 2>&1 &
-serve_pid=$!
-for _ in $(seq 150); do [[ -S $SOCK ]] && "$CTL" --socket "$SOCK" list >/dev/null 2>&1 && break; sleep 0.2; done
-id=$(timeout 30 "$CTL" --socket "$SOCK" submit "${job[@]}" 2>submit.err | tail -1)
-state=""
-for _ in $(seq 300); do
-  state=$(timeout 10 "$CTL" --socket "$SOCK" status "$id" 2>/dev/null | head -1)
-  grep -q -e SUCCEEDED -e FAILED <<<"$state" && break
-  sleep 0.2
-done
-timeout 30 "$CTL" --socket "$SOCK" shutdown >/dev/null 2>&1
-wait "$serve_pid"
-timeout 120 mpirun -np 2 "$LSTMD" train "${job[@]}" --set train.run_dir=dref >/dev/null 2>err \
-  || bad "mpirun reference: $(tail -3 err)"
-if grep -q SUCCEEDED <<<"$state" \
-   && msg=$($PY "$SRC/tests/compare_checkpoints.py" "state/runs/job-$id/step-12.safetensors" \
-            dref/step-12.safetensors --rtol 0); then
-  ok "a classifier job through lstmd serve + lstmctl: $state; weights = mpirun's: $msg"
-else bad "classifier job through the daemon: '$state' $(cat submit.err) ${msg:-} $(tail -3 serve.log)"; fi
+source "$SRC/tests/daemon_vs_mpirun.sh"
+daemon_vs_mpirun "a classifier job" 12 "${job[@]}"
 
 [[ $FAIL == 0 ]] && echo "test_classify_train: all passed"
 exit $FAIL
