@@ -68,10 +68,6 @@ struct lstmd_nccl {
 };
 
 
-static void sleep_us(long us) {
-  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-  nanosleep(&ts, NULL);
-}
 
 /* Looks for two ranks on one GPU in the gathered table; describes the first pair in why. */
 static int find_shared_gpu(const struct peer *all, int n, char *why, size_t len) {
@@ -114,7 +110,7 @@ ncclResult_t lstmd_nccl_settle(ncclComm_t comm, double timeout_s) {
     if (q != ncclSuccess) return q; /* the query's own failure, not a timeout */
     if (st != ncclInProgress) return st;
     if (lstmd_now_s() - t0 > timeout_s) return ncclInProgress;
-    sleep_us(100);
+    lstmd_sleep_us(100);
   }
 }
 
@@ -138,7 +134,7 @@ static void *watchdog_main(void *arg) {
   struct lstmd_nccl *n = arg;
   cudaSetDevice(n->device); /* else the runtime would create a context on device 0 here */
   while (!n->quit && !n->failed) {
-    sleep_us(10000);
+    lstmd_sleep_us(10000);
     pthread_mutex_lock(&n->mu);
     ncclResult_t st = ncclSuccess;
     ncclResult_t r = ncclCommGetAsyncError(n->comm, &st);
@@ -295,7 +291,7 @@ int lstmd_nccl_wait_event(struct lstmd_nccl *n, void *event) {
       return LSTMD_OK;
     }
     if (n && n->failed) return LSTMD_ECOMM; /* the watchdog said why */
-    if (spins > 2000) sleep_us(20);
+    if (spins > 2000) lstmd_sleep_us(20);
   }
 }
 

@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #if LSTMD_WITH_NCCL
 #include <nccl.h>
 #endif
@@ -61,10 +60,6 @@ struct lstmd_p2p_nccl {
   atomic_int failed, quit;
 };
 
-static void sleep_us(long us) {
-  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-  nanosleep(&ts, NULL);
-}
 
 /* Pops the lane's finished transfers; returns a CUDA error other than not-ready, else success. */
 static cudaError_t pop_finished(struct lane *l) {
@@ -91,7 +86,7 @@ static void *watchdog_main(void *arg) {
   struct lstmd_p2p_nccl *p = arg;
   cudaSetDevice(p->device); /* else the runtime would create a context on device 0 here */
   while (!p->quit && !p->failed) {
-    sleep_us(10000);
+    lstmd_sleep_us(10000);
     pthread_mutex_lock(&p->mu);
     char why[256] = "";
     for (int i = 0; i < LSTMD_LANES && !why[0] && !p->failed; i++) {

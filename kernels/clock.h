@@ -22,4 +22,10 @@ static inline struct timespec lstmd_deadline_in(double seconds) {
   return ts;
 }
 
+/* Sleeps about `us` microseconds (polling loops and watchdogs). */
+static inline void lstmd_sleep_us(long us) {
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+  nanosleep(&ts, NULL);
+}
+
 #endif

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "comm/comm.h"
 #include "comm/comm_nccl.h"
@@ -56,9 +55,11 @@ static int gpipe_alloc_lane_events(struct gpipe_engine *p) {
   p->op_done = calloc((size_t)n, sizeof *p->op_done);
   p->recv_done = calloc((size_t)n, sizeof *p->recv_done);
   if (!p->op_done || !p->recv_done) return LSTMD_ENOMEM;
-  for (int i = 0; i < n; i++) {
-    LSTMD_CHECK_CUDA(cudaEventCreateWithFlags(&p->op_done[i], cudaEventDisableTiming));
-    if (p->g.ops[i].recv_from >= 0)
+  for (int i = 0; i < n; i++) { /* recorded after ops that send, and after W(u, 0) (slot free) */
+    const struct lstmd_pipe_op *op = &p->g.ops[i];
+    if (op->send_to >= 0 || (op->kind == LSTMD_PIPE_W && op->chunk == 0))
+      LSTMD_CHECK_CUDA(cudaEventCreateWithFlags(&p->op_done[i], cudaEventDisableTiming));
+    if (op->recv_from >= 0)
       LSTMD_CHECK_CUDA(cudaEventCreateWithFlags(&p->recv_done[i], cudaEventDisableTiming));
   }
   return LSTMD_OK;
@@ -199,10 +200,7 @@ int gpipe_wait_gpu(struct gpipe_engine *p, cudaEvent_t ev) {
     }
     if ((p->nccl && lstmd_nccl_failed(p->nccl)) || (p->lanes && lstmd_p2p_nccl_failed(p->lanes)))
       return LSTMD_ECOMM; /* the watchdog said why */
-    if (spins > 2000) {
-      struct timespec ts = {0, 20000};
-      nanosleep(&ts, NULL);
-    }
+    if (spins > 2000) lstmd_sleep_us(20);
   }
 }
 

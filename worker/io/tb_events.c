@@ -52,19 +52,34 @@ static void put_le(struct pb *b, uint64_t v, int bytes) {
   put(b, tmp, (size_t)bytes);
 }
 
+/* Event.wall_time (1: double) and Event.step (2: int64; left out when 0 unless `always`). */
+static void put_wall_step(struct pb *e, double wall, long step, int always) {
+  uint64_t bits;
+  memcpy(&bits, &wall, sizeof bits);
+  put_tag(e, 1, 1);
+  put_le(e, bits, 8);
+  if (step || always) {
+    put_tag(e, 2, 0);
+    put_varint(e, (uint64_t)step);
+  }
+}
+
+/* The TFRecord framing of one serialized Event: length, its masked CRC, data, its masked CRC. */
+static void put_record(struct pb *r, const uint8_t *event, size_t n) {
+  uint8_t len[8];
+  for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)n >> (8 * i));
+  put(r, len, 8);
+  put_le(r, masked_crc(len, 8), 4);
+  put(r, event, n);
+  put_le(r, masked_crc(event, n), 4);
+}
+
 size_t lstmd_tb_encode_record(uint8_t *buf, size_t cap, double wall_time, long step,
                               const char *file_version, int n, const char *const *tags,
                               const float *values) {
   uint8_t event[4096], summary[3584], value[256];
   struct pb e = {event, 0, sizeof event, 1};
-  uint64_t bits;
-  memcpy(&bits, &wall_time, sizeof bits);
-  put_tag(&e, 1, 1); /* Event.wall_time: double */
-  put_le(&e, bits, 8);
-  if (step) {
-    put_tag(&e, 2, 0); /* Event.step: int64 */
-    put_varint(&e, (uint64_t)step);
-  }
+  put_wall_step(&e, wall_time, step, 0);
   if (file_version) put_bytes_field(&e, 3, file_version, strlen(file_version));
   if (n > 0) {
     struct pb s = {summary, 0, sizeof summary, 1};
@@ -82,12 +97,7 @@ size_t lstmd_tb_encode_record(uint8_t *buf, size_t cap, double wall_time, long s
     put_bytes_field(&e, 5, summary, s.n); /* Event.summary */
   }
   struct pb r = {buf, 0, cap, e.ok};
-  uint8_t len[8];
-  for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)e.n >> (8 * i));
-  put(&r, len, 8);
-  put_le(&r, masked_crc(len, 8), 4);
-  put(&r, event, e.n);
-  put_le(&r, masked_crc(event, e.n), 4);
+  put_record(&r, event, e.n);
   return r.ok ? r.n : 0;
 }
 
@@ -150,21 +160,10 @@ void lstmd_tb_text(struct lstmd_tb *tb, long step, const char *tag, const char *
   struct pb s = {summary, 0, cap, v.ok};
   put_bytes_field(&s, 1, value, v.n);
   struct pb e = {event, 0, cap, s.ok};
-  const double wall = wall_now();
-  uint64_t bits;
-  memcpy(&bits, &wall, sizeof bits);
-  put_tag(&e, 1, 1);
-  put_le(&e, bits, 8);
-  put_tag(&e, 2, 0);
-  put_varint(&e, (uint64_t)step);
+  put_wall_step(&e, wall_now(), step, 1);
   put_bytes_field(&e, 5, summary, s.n);
   struct pb r = {rec, 0, cap, e.ok};
-  uint8_t len[8];
-  for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)e.n >> (8 * i));
-  put(&r, len, 8);
-  put_le(&r, masked_crc(len, 8), 4);
-  put(&r, event, e.n);
-  put_le(&r, masked_crc(event, e.n), 4);
+  put_record(&r, event, e.n);
   if (r.ok) fwrite(rec, 1, r.n, tb->f);
   fflush(tb->f);
   free(mem);
