@@ -98,6 +98,28 @@ for order in shuffle stream; do
   done
 done
 
+# 2b'. the recurrence split by hidden unit across the threads (kernels/cpu/recur_team.h; forced
+#     on with LSTMD_RECUR_TEAM=1, as auto takes it only where W_hh outgrows a core's L2) gives
+#     the bits of the slices alone, dropout and carried state included.
+team=(--set model.hidden=64 --set model.dropout=0.2 --set data.order=stream --set train.threads=2)
+for t in 0 1; do
+  LSTMD_RECUR_TEAM=$t run "$TMP/team-$t" 12 "${team[@]}" || bad "LSTMD_RECUR_TEAM=$t run"
+done
+if ! grep -q "recurrence split by hidden unit" "$TMP/team-1/log.12"; then
+  grep -q "lstmd avx\(512\|2\) kernels" "$TMP/team-1/log.12" && bad "LSTMD_RECUR_TEAM=1: no split in the log" \
+    || echo "skip  recurrence split: no packed kernels on this ISA"
+elif grep -q "recurrence split by hidden unit" "$TMP/team-0/log.12"; then
+  bad "LSTMD_RECUR_TEAM=0 still split the recurrence"
+elif cmp -s "$TMP/team-0/run/step-12.safetensors" "$TMP/team-1/run/step-12.safetensors"; then
+  ok "recurrence split by hidden unit over 2 threads = the slices alone, bitwise"
+else bad "recurrence split by hidden unit: checkpoints differ from the slices alone"; fi
+LSTMD_RECUR_TEAM=yes "$LSTMD" train "${common[@]}" --set train.run_dir="$TMP/team-bad" \
+  --set train.steps=1 >/dev/null 2>"$TMP/team-bad.log"
+rc=$?
+[[ $rc == 2 ]] && grep -q "LSTMD_RECUR_TEAM=yes" "$TMP/team-bad.log" &&
+  ok "LSTMD_RECUR_TEAM=yes exits 2 naming it" ||
+  bad "LSTMD_RECUR_TEAM=yes: exit $rc, $(tail -1 "$TMP/team-bad.log")"
+
 # 2c. one step at lr 0 leaves every weight where the initialisation put it, whatever the
 #     optimizer: AdamW with decoupled weight decay and SGD with momentum and L2 end on the same
 #     model tensors, bitwise (and a step at lr > 0 moves them). The equivalence tests take such a

@@ -46,11 +46,12 @@ ISA_VARIANTS(gate_forward_pass,
               const float *c_prev, float *c_next, float *h_next),
              (B, H, j0, j1, g, b_ih, b_hh, c_prev, c_next, h_next))
 
-/* One step of the backward gate pass: from dh (output gradient + recurrent part) and the carried
- * dc, writes the pre-activation gradients da [B,4H] and updates dc_carry in place. */
-BODY void gate_backward_pass_body(int B, int H, const float *gates, const float *c_prev,
-                                  const float *c_cur, const float *dh_out, const float *dh_rec,
-                                  float *dc_carry, float *da) {
+/* One step of the backward gate pass, for units [j0, j1) of each row: from dh (output gradient +
+ * recurrent part) and the carried dc, writes the pre-activation gradients da [B,4H] and updates
+ * dc_carry in place. */
+BODY void gate_backward_pass_body(int B, int H, int j0, int j1, const float *gates,
+                                  const float *c_prev, const float *c_cur, const float *dh_out,
+                                  const float *dh_rec, float *dc_carry, float *da) {
   for (int b = 0; b < B; b++) {
     const float *gi = gates + (size_t)b * 4 * H, *gf = gi + H, *gg = gi + 2 * H, *go = gi + 3 * H;
     const float *cp = c_prev + (size_t)b * H, *cc = c_cur + (size_t)b * H;
@@ -58,7 +59,7 @@ BODY void gate_backward_pass_body(int B, int H, const float *gates, const float 
     float *dcc = dc_carry + (size_t)b * H;
     float *dai = da + (size_t)b * 4 * H, *daf = dai + H, *dag = dai + 2 * H, *dao = dai + 3 * H;
 #pragma omp simd
-    for (int j = 0; j < H; j++) {
+    for (int j = j0; j < j1; j++) {
       float i = gi[j], f = gf[j], gv = gg[j], o = go[j];
       float dh = dho[j] + dhr[j];
       float tc = lstmd_tanhf(cc[j]);
@@ -72,14 +73,22 @@ BODY void gate_backward_pass_body(int B, int H, const float *gates, const float 
   }
 }
 ISA_VARIANTS(gate_backward_pass,
-             (int B, int H, const float *gates, const float *c_prev, const float *c_cur,
-              const float *dh_out, const float *dh_rec, float *dc_carry, float *da),
-             (B, H, gates, c_prev, c_cur, dh_out, dh_rec, dc_carry, da))
+             (int B, int H, int j0, int j1, const float *gates, const float *c_prev,
+              const float *c_cur, const float *dh_out, const float *dh_rec, float *dc_carry,
+              float *da),
+             (B, H, j0, j1, gates, c_prev, c_cur, dh_out, dh_rec, dc_carry, da))
 
 void lstmd_cpu_lstm_gates_step(int B, int H, int j0, int j1, float *g, const float *b_ih,
                                const float *b_hh, const float *c_prev, float *c_next,
                                float *h_next) {
   gate_forward_pass(B, H, j0, j1, g, b_ih, b_hh, c_prev, c_next, h_next);
+}
+
+void lstmd_cpu_lstm_gates_backward_step(int B, int H, int j0, int j1, const float *gates,
+                                        const float *c_prev, const float *c_cur,
+                                        const float *dh_out, const float *dh_rec, float *dc_carry,
+                                        float *da) {
+  gate_backward_pass(B, H, j0, j1, gates, c_prev, c_cur, dh_out, dh_rec, dc_carry, da);
 }
 
 void lstmd_cpu_lstm_forward(const struct lstmd_lstm_dims *d, const float *w_ih, const float *w_hh,
@@ -128,7 +137,7 @@ void lstmd_cpu_lstm_backward_input(const struct lstmd_lstm_dims *d, const float 
   if (!carry_in) memset(work, 0, 2 * step_h * sizeof(float));
   for (int t = T - 1; t >= 0; t--) {
     float *da = dgates + t * step_g;
-    gate_backward_pass(B, H, gates + t * step_g, c + t * step_h, c + (t + 1) * step_h,
+    gate_backward_pass(B, H, 0, H, gates + t * step_g, c + t * step_h, c + (t + 1) * step_h,
                        dh_out + t * step_h, dh_rec, dc_carry, da);
     if (t == 0 && !grad_to_h0) continue; /* dc_carry then holds dc·f for nobody: harmless */
     if (wpack)

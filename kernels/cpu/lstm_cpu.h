@@ -35,6 +35,15 @@ void lstmd_cpu_lstm_gates_step(int B, int H, int j0, int j1, float *g, const flo
                                const float *b_hh, const float *c_prev, float *c_next,
                                float *h_next);
 
+/* One step's backward gate pass alone (recur_team.c), for units [j0, j1) of each row: reads the
+ * step's activated gates [B,4H], c_prev and c_cur [B,H], dh_out and dh_rec [B,H] (output and
+ * recurrent gradients); writes the pre-activation gradients da [B,4H] of those units and
+ * updates dc_carry [B,H] in place. Units are independent, as in lstmd_cpu_lstm_gates_step. */
+void lstmd_cpu_lstm_gates_backward_step(int B, int H, int j0, int j1, const float *gates,
+                                        const float *c_prev, const float *c_cur,
+                                        const float *dh_out, const float *dh_rec, float *dc_carry,
+                                        float *da);
+
 /* Backward through the gates over T steps, from the last to the first: the part every earlier
  * layer, chunk and stage waits for (the weight gradients can come later).
  *   c, gates   as the forward left them (c [T+1,B,H])

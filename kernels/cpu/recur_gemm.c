@@ -117,10 +117,15 @@ int lstmd_cpu_recur_fast(int H) {
 
 size_t lstmd_cpu_pack_floats(int N, int K) { return (size_t)N * K; }
 
-void lstmd_cpu_pack_rows(int N, int K, const float *W, float *packed) {
+int lstmd_cpu_panel_width(void) {
   const struct family *f = family();
-  const int w = f ? f->width : 32; /* generic: never called (lstmd_cpu_recur_fast is 0) */
-  for (int j = 0; j < N / w; j++) {
+  return f ? f->width : 0;
+}
+
+void lstmd_cpu_pack_rows_panels(int N, int K, const float *W, float *packed, int p0, int p1) {
+  const int w = lstmd_cpu_panel_width();
+  (void)N;
+  for (int j = p0; j < p1; j++) {
     float *panel = packed + (size_t)j * K * w;
     for (int i = 0; i < w; i++) {
       const float *row = W + (size_t)(j * w + i) * K;
@@ -129,28 +134,38 @@ void lstmd_cpu_pack_rows(int N, int K, const float *W, float *packed) {
   }
 }
 
-void lstmd_cpu_pack_cols(int K, int N, const float *W, float *packed) {
-  const struct family *f = family();
-  const int w = f ? f->width : 32; /* generic: never called (lstmd_cpu_recur_fast is 0) */
-  for (int j = 0; j < N / w; j++) {
+void lstmd_cpu_pack_rows(int N, int K, const float *W, float *packed) {
+  lstmd_cpu_pack_rows_panels(N, K, W, packed, 0, N / lstmd_cpu_panel_width());
+}
+
+void lstmd_cpu_pack_cols_panels(int K, int N, const float *W, float *packed, int p0, int p1) {
+  const int w = lstmd_cpu_panel_width();
+  for (int j = p0; j < p1; j++) {
     float *panel = packed + (size_t)j * K * w;
     for (int k = 0; k < K; k++)
       memcpy(panel + (size_t)k * w, W + (size_t)k * N + (size_t)j * w, w * sizeof(float));
   }
 }
 
-/* C[M, N] += A · (panels): for each panel (K×w floats, one after another), the rows of A in
- * blocks of the family's row count, the last block shorter. */
+void lstmd_cpu_pack_cols(int K, int N, const float *W, float *packed) {
+  lstmd_cpu_pack_cols_panels(K, N, W, packed, 0, N / lstmd_cpu_panel_width());
+}
+
+void lstmd_cpu_gemm_panel(int M, int K, const float *A, int lda, const float *panel, float *C,
+                          int ldc) {
+  const struct family *f = family();
+  for (int m = 0; m < M; m += f->rows) {
+    const int rows = M - m < f->rows ? M - m : f->rows;
+    f->kernel[rows](K, A + (size_t)m * lda, (size_t)lda, panel, C + (size_t)m * ldc, (size_t)ldc);
+  }
+}
+
+/* C[M, N] += A · (panels): each panel (K×w floats, one after another) against all rows. */
 static void run_panels(int M, int N, int K, const float *A, int lda, const float *P, float *C,
                        int ldc) {
-  const struct family *f = family();
-  const int w = f->width;
+  const int w = lstmd_cpu_panel_width();
   for (int j = 0; j < N / w; j++)
-    for (int m = 0; m < M; m += f->rows) {
-      const int rows = M - m < f->rows ? M - m : f->rows;
-      f->kernel[rows](K, A + (size_t)m * lda, (size_t)lda, P + (size_t)j * K * w,
-                      C + (size_t)m * ldc + (size_t)j * w, (size_t)ldc);
-    }
+    lstmd_cpu_gemm_panel(M, K, A, lda, P + (size_t)j * K * w, C + (size_t)j * w, ldc);
 }
 
 void lstmd_cpu_gemm_abt_packed(int M, int N, int K, const float *A, int lda, const float *packed,

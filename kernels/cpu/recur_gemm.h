@@ -29,4 +29,15 @@ void lstmd_cpu_pack_cols(int K, int N, const float *W, float *packed);
 void lstmd_cpu_gemm_ab_packed(int M, int N, int K, const float *A, int lda, const float *packed,
                               float *C, int ldc);
 
+/* The pieces, for callers that split the panels between threads (recur_team.c): the panel
+ * width w of lstmd_cpu_isa() (0: generic, no packed kernels); packing panels [p0, p1) only
+ * (panel j holds columns [j·w, j·w + w) of the product); and one panel's product
+ * C [M,w] += A [M,K] · panel. No element's result depends on how the rows, columns or panels
+ * were split: each is one chain of FMAs over k in order. */
+int lstmd_cpu_panel_width(void);
+void lstmd_cpu_pack_rows_panels(int N, int K, const float *W, float *packed, int p0, int p1);
+void lstmd_cpu_pack_cols_panels(int K, int N, const float *W, float *packed, int p0, int p1);
+void lstmd_cpu_gemm_panel(int M, int K, const float *A, int lda, const float *panel, float *C,
+                          int ldc);
+
 #endif

@@ -17,7 +17,11 @@
  * 4. Columns are global: rank r's slice starting at local column j holds global columns r·B + j
  *    and on, which is what dropout masks and the carried state are keyed on, so N ranks with
  *    batch b compute what one rank with batch N·b computes.
- * 5. A sequence classifier (worker/model/classify.h) runs the same slices on its own workspace;
+ * 5. Recurrence: where recur_team.h wants it (plain LSTM layers, H a multiple of the threads
+ *    times the packed panel width, W_hh larger than a core's L2), the slices' threads run each layer's per-step recurrence together,
+ *    split by hidden unit, so each core streams only its share of W_hh; everything else stays
+ *    per slice. The results are bitwise those of the slices alone.
+ * 6. A sequence classifier (worker/model/classify.h) runs the same slices on its own workspace;
  *    its gradients are summed and sent after backward (no overlap yet), and it has no state.
  *    (The GPU engine runs classifiers too: engine_gpu.c, 8.) */
 #define _GNU_SOURCE
@@ -32,6 +36,7 @@
 #include "comm/comm.h"
 #include "comm/reducer.h"
 #include "kernels/cpu/blas_cpu.h"
+#include "kernels/cpu/recur_team.h"
 #include "kernels/status.h"
 #include "pool.h"
 #include "worker/io/nvtx.h"
@@ -46,7 +51,7 @@ struct slice {
   struct cpu_engine *eng;
   struct lstmd_workspace *ws;
   struct lstmd_workspace *teacher_ws; /* distillation (see 3.), or NULL */
-  struct lstmd_clf_workspace *cws; /* a classifier's workspace (then ws is NULL), see 5. */
+  struct lstmd_clf_workspace *cws; /* a classifier's workspace (then ws is NULL), see 6. */
   float *grads; /* slice 0: model->grads */
   int col0, cols;
   double loss;
@@ -57,6 +62,7 @@ struct cpu_engine {
   struct lstmd_engine base;
   struct lstmd_pool *pool;
   struct lstmd_reducer *reducer; /* NULL with one rank */
+  struct lstmd_recur_team *team; /* the slices' shared recurrence (see 5.), or NULL */
   int n_slices, blas_threads, eval_threads;
   struct slice slices[kMaxSlices];
   /* the window in flight */
@@ -272,8 +278,9 @@ static void cpu_describe(const struct lstmd_engine *e, char *buf, size_t n) {
   const struct cpu_engine *c = (const struct cpu_engine *)e;
   char blas[96];
   lstmd_cpu_blas_describe(blas, sizeof blas);
-  snprintf(buf, n, "CPU, each rank splitting its batch across %d thread%s, %s with %d thread%s "
-           "per call", c->n_slices, c->n_slices == 1 ? "" : "s", blas, c->blas_threads,
+  snprintf(buf, n, "CPU, each rank splitting its batch across %d thread%s%s, %s with %d thread%s "
+           "per call", c->n_slices, c->n_slices == 1 ? "" : "s",
+           c->team ? " (the recurrence split by hidden unit)" : "", blas, c->blas_threads,
            c->blas_threads == 1 ? "" : "s");
 }
 
@@ -287,6 +294,7 @@ static void cpu_destroy(struct lstmd_engine *e) {
     lstmd_clf_workspace_destroy(c->slices[i].cws);
     if (i > 0) free(c->slices[i].grads);
   }
+  lstmd_recur_team_destroy(c->team);
   pthread_mutex_destroy(&c->mu);
   free(c);
 }
@@ -356,6 +364,16 @@ int lstmd_engine_cpu_create(const struct lstmd_engine *base, struct lstmd_engine
                                   cfg->kd_temperature, cfg->kd_alpha);
     }
     lstmd_workspace_on_grads_ready(s->ws, on_grads_ready, s);
+  }
+  const struct lstmd_model_shape *sh = &m->shape;
+  const int team = lstmd_recur_team_wanted(c->n_slices, sh->hidden);
+  if (!rc && team < 0) {
+    lstmd_errorf("LSTMD_RECUR_TEAM=%s: 0, 1 or auto", getenv("LSTMD_RECUR_TEAM"));
+    rc = LSTMD_ECONFIG;
+  }
+  if (!rc && sh->kind != LSTMD_MODEL_CLASSIFY && !sh->layer_norm && team > 0) {
+    rc = lstmd_recur_team_create(c->n_slices, sh->hidden, &c->team);
+    for (int i = 0; !rc && i < c->n_slices; i++) lstmd_workspace_set_team(c->slices[i].ws, c->team, i);
   }
   if (rc) {
     cpu_destroy(&c->base);

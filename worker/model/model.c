@@ -13,6 +13,7 @@
 #include "kernels/cpu/lstm_cpu.h"
 #include "kernels/cpu/lstm_ln_cpu.h"
 #include "kernels/cpu/recur_gemm.h"
+#include "kernels/cpu/recur_team.h"
 #include "kernels/status.h"
 #include "worker/data/dataset.h" /* LSTMD_MAX_COLUMNS: series inputs come from a dataset */
 
@@ -37,6 +38,8 @@ struct lstmd_workspace {
   struct lstmd_lstm_ln_dacts dln; /* layer normalisation: backward_input → weight (NULL without) */
   float *work;    /* [2,B,H] */
   float *wpack;   /* [4H·H] packed W_hh for the per-step GEMMs, or NULL (recur_gemm.h) */
+  struct lstmd_recur_team *team; /* the recurrence shared with other slices' threads, or NULL */
+  int member;                    /* this workspace's place in the team */
   float *grads;   /* where gradients accumulate: m->grads or a thread's own buffer */
   lstmd_grads_ready_fn on_ready;
   void *on_ready_ctx;
@@ -318,6 +321,12 @@ void lstmd_workspace_destroy(struct lstmd_workspace *ws) {
 
 struct lstmd_batch *lstmd_workspace_batch(struct lstmd_workspace *ws) { return &ws->batch; }
 void lstmd_workspace_set_grads(struct lstmd_workspace *ws, float *grads) { ws->grads = grads; }
+
+void lstmd_workspace_set_team(struct lstmd_workspace *ws, struct lstmd_recur_team *team,
+                              int member) {
+  ws->team = team;
+  ws->member = member;
+}
 void lstmd_workspace_on_grads_ready(struct lstmd_workspace *ws, lstmd_grads_ready_fn fn,
                                     void *ctx) {
   ws->on_ready = fn;
@@ -436,6 +445,12 @@ void lstmd_model_end_window(struct lstmd_workspace *ws, int carry) {
   }
 }
 
+/* The unit-split recurrence (recur_team.h) runs the plain LSTM layers of a workspace in a team;
+ * layer-normalised layers keep the per-slice path. */
+static int team_runs(const struct lstmd_workspace *ws) {
+  return ws->team && !ws->model->shape.layer_norm;
+}
+
 void lstmd_model_backward(struct lstmd_model *m, struct lstmd_workspace *ws) {
   const struct lstmd_model_shape *s = &m->shape;
   const int T = ws->T, B = ws->B, N = T * B, H = s->hidden, L = s->layers;
@@ -451,8 +466,13 @@ void lstmd_model_backward(struct lstmd_model *m, struct lstmd_workspace *ws) {
     struct layer_acts *a = &ws->layer[l];
     struct lstmd_lstm_dims d = {T, B, l == 0 ? In0 : H, H};
     int need_dx = l > 0 || s->kind == LSTMD_MODEL_TEXT;
-    if (ws->wpack) lstmd_cpu_pack_cols(4 * H, H, p.w_hh, ws->wpack);
-    if (s->layer_norm) {
+    if (ws->wpack && !team_runs(ws)) lstmd_cpu_pack_cols(4 * H, H, p.w_hh, ws->wpack);
+    if (team_runs(ws)) {
+      lstmd_cpu_lstm_backward_input_team(ws->team, ws->member, &d, p.w_ih, p.w_hh, a->c, a->gates,
+                                         dh, ws->dgates, ws->work, need_dx ? dx : NULL);
+      lstmd_cpu_lstm_backward_weight(&d, layer_input(ws, l), a->h, ws->dgates, p.dw_ih, p.dw_hh,
+                                     p.db_ih, p.db_hh);
+    } else if (s->layer_norm) {
       lstmd_cpu_lstm_ln_backward_input(&d, p.w_ih, p.w_hh, &p.ln, a->c, a->gates, &a->ln, dh,
                                        ws->dgates, &ws->dln, ws->work, 0, 0, need_dx ? dx : NULL,
                                        ws->wpack);
@@ -495,8 +515,11 @@ double lstmd_model_forward(struct lstmd_model *m, struct lstmd_workspace *ws, fl
     struct layer_params p = layer_params(m, ws->grads, l);
     struct layer_acts *a = &ws->layer[l];
     struct lstmd_lstm_dims d = {T, B, l == 0 ? In0 : H, H};
-    if (ws->wpack) lstmd_cpu_pack_rows(4 * H, H, p.w_hh, ws->wpack);
-    if (s->layer_norm)
+    if (ws->wpack && !team_runs(ws)) lstmd_cpu_pack_rows(4 * H, H, p.w_hh, ws->wpack);
+    if (team_runs(ws))
+      lstmd_cpu_lstm_forward_team(ws->team, ws->member, &d, p.w_ih, p.w_hh, p.b_ih, p.b_hh,
+                                  layer_input(ws, l), a->h, a->c, a->gates);
+    else if (s->layer_norm)
       lstmd_cpu_lstm_ln_forward(&d, p.w_ih, p.w_hh, p.b_ih, p.b_hh, &p.ln, layer_input(ws, l), a->h,
                                 a->c, a->gates, &a->ln, ws->wpack);
     else
