@@ -87,7 +87,8 @@ static void same_bits(const char *what, const float *got, const float *want, siz
 static void test_team(int n, int T, int In, int H, const int *B) {
   char name[96];
   snprintf(name, sizeof name, "%d members H%d T%d rows %d", n, H, T, B[0]);
-  for (int m = 1; m < n; m++) snprintf(name + strlen(name), sizeof name - strlen(name), ",%d", B[m]);
+  for (int m = 1; m < n; m++)
+    snprintf(name + strlen(name), sizeof name - strlen(name), ",%d", B[m]);
   if (!lstmd_recur_team_fits(n, H)) {
     printf("%-34s (H not split this way on this ISA: skipped)\n", name);
     return;

@@ -25,7 +25,7 @@ struct member_rows {
 
 struct lstmd_recur_team {
   int n, H, w;
-  float *packed; /* [4H·H] W_hh panels: rows-packed in a forward pass, column-packed in a backward */
+  float *packed; /* [4H·H] W_hh panels: by rows in a forward pass, by columns in a backward */
   int count __attribute__((aligned(64))); /* atomic: members at the current barrier */
   int sense;                              /* atomic: flips when the last member arrives */
   struct member_rows *rows;               /* [n] */
@@ -164,7 +164,8 @@ void lstmd_cpu_lstm_backward_input_team(struct lstmd_recur_team *t, int member,
     for (int p = p0; p < p1; p++)
       for (int m = 0; m < t->n; m++) {
         const struct member_rows *r = &t->rows[m];
-        for (int b = 0; b < r->B; b++) memset(r->work + (size_t)b * H + (size_t)p * w, 0, w * sizeof(float));
+        for (int b = 0; b < r->B; b++)
+          memset(r->work + (size_t)b * H + (size_t)p * w, 0, w * sizeof(float));
         lstmd_cpu_gemm_panel(r->B, G, r->dgates + (size_t)s * r->B * G, G,
                              t->packed + (size_t)p * G * w, r->work + (size_t)p * w, H);
       }

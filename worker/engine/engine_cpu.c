@@ -18,9 +18,10 @@
  *    and on, which is what dropout masks and the carried state are keyed on, so N ranks with
  *    batch b compute what one rank with batch N·b computes.
  * 5. Recurrence: where recur_team.h wants it (plain LSTM layers, H a multiple of the threads
- *    times the packed panel width, W_hh larger than a core's L2), the slices' threads run each layer's per-step recurrence together,
- *    split by hidden unit, so each core streams only its share of W_hh; everything else stays
- *    per slice. The results are bitwise those of the slices alone.
+ *    times the packed panel width, W_hh larger than a core's L2), the slices' threads run each
+ *    layer's per-step recurrence together, split by hidden unit, so each core streams only its
+ *    share of W_hh; everything else stays per slice. The results are bitwise those of the
+ *    slices alone.
  * 6. A sequence classifier (worker/model/classify.h) runs the same slices on its own workspace;
  *    its gradients are summed and sent after backward (no overlap yet), and it has no state.
  *    (The GPU engine runs classifiers too: engine_gpu.c, 8.) */
@@ -373,7 +374,8 @@ int lstmd_engine_cpu_create(const struct lstmd_engine *base, struct lstmd_engine
   }
   if (!rc && sh->kind != LSTMD_MODEL_CLASSIFY && !sh->layer_norm && team > 0) {
     rc = lstmd_recur_team_create(c->n_slices, sh->hidden, &c->team);
-    for (int i = 0; !rc && i < c->n_slices; i++) lstmd_workspace_set_team(c->slices[i].ws, c->team, i);
+    for (int i = 0; !rc && i < c->n_slices; i++)
+      lstmd_workspace_set_team(c->slices[i].ws, c->team, i);
   }
   if (rc) {
     cpu_destroy(&c->base);
