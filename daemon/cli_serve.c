@@ -86,8 +86,9 @@ static void hook_step(void *ctx, const struct lstmd_step_report *s) {
                                  .elapsed_s = s->elapsed_s, .eta_s = s->eta_s};
   report(ctx, &r);
 }
-static void hook_eval(void *ctx, long step, double loss, double bpc) {
-  struct lstmd_serve_report r = {.kind = kReportEval, .step = step, .val_loss = loss, .val_bpc = bpc};
+static void hook_eval(void *ctx, long step, double loss, double bpc, double accuracy) {
+  struct lstmd_serve_report r = {.kind = kReportEval, .step = step, .val_loss = loss, .val_bpc = bpc,
+                                 .val_accuracy = accuracy};
   report(ctx, &r);
 }
 /* Polled once per step: a stop addressed to this job (an older job's late stop is dropped). */

@@ -433,18 +433,23 @@ void lstmd_jobs_progress(struct lstmd_jobs *t, uint64_t id, long step, long tota
   pthread_mutex_unlock(&t->mu);
 }
 
-void lstmd_jobs_eval(struct lstmd_jobs *t, uint64_t id, long step, double val_loss, double val_bpc) {
+void lstmd_jobs_eval(struct lstmd_jobs *t, uint64_t id, long step, double val_loss, double val_bpc,
+                     double val_accuracy) {
   pthread_mutex_lock(&t->mu);
   Lstmd__Job *job = find(t, id);
   if (job) {
     job->val_loss = val_loss;
     job->val_bpc = val_bpc;
+    job->has_val_accuracy = isfinite(val_accuracy); /* NAN: not a classifier */
+    job->val_accuracy = job->has_val_accuracy ? val_accuracy : 0.0;
     Lstmd__Metrics m = LSTMD__METRICS__INIT;
     m.step = step;
     m.total_steps = job->total_steps;
     m.is_eval = 1;
     m.val_loss = val_loss;
     m.val_bpc = val_bpc;
+    m.has_val_accuracy = job->has_val_accuracy;
+    m.val_accuracy = job->val_accuracy;
     post(t, job, &m);
   }
   pthread_mutex_unlock(&t->mu);

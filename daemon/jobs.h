@@ -110,7 +110,8 @@ void lstmd_jobs_set_waiting(struct lstmd_jobs *t, uint64_t id, uint32_t position
 void lstmd_jobs_progress(struct lstmd_jobs *t, uint64_t id, long step, long total, double loss,
                          double lr, double grad_norm, double tokens_per_s, double elapsed_s,
                          double eta_s);
-void lstmd_jobs_eval(struct lstmd_jobs *t, uint64_t id, long step, double val_loss, double val_bpc);
+void lstmd_jobs_eval(struct lstmd_jobs *t, uint64_t id, long step, double val_loss, double val_bpc,
+                     double val_accuracy);
 /* Ends the job's run: SUCCEEDED, FAILED or CANCELLED, or QUEUED again (interrupted; preempted_by
  * nonzero: preempted for that job, counted apart from interruptions). ran_ms: this attempt's
  * running time, added to run_ms. */

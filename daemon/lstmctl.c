@@ -75,6 +75,7 @@ static json_t *job_json(const Lstmd__Job *j) {
   json_object_set_new(o, "loss", j->step ? json_real(j->loss) : json_null());
   json_object_set_new(o, "val_loss", isfinite(j->val_loss) ? json_real(j->val_loss) : json_null());
   json_object_set_new(o, "val_bpc", isfinite(j->val_bpc) ? json_real(j->val_bpc) : json_null());
+  json_object_set_new(o, "val_accuracy", j->has_val_accuracy ? json_real(j->val_accuracy) : json_null());
   json_object_set_new(o, "tokens_per_s", json_real(j->tokens_per_s));
   char where[256];
   ranks_text(j, where, sizeof where);
@@ -113,6 +114,7 @@ static void print_job_line(const Lstmd__Job *j) {
          j->ranks, j->priority, pos, (long long)j->step, (long long)j->total_steps);
   if (j->step) printf(" loss %.4f", j->loss);
   if (isfinite(j->val_loss)) printf(" val %.4f", j->val_loss);
+  if (j->has_val_accuracy) printf(" acc %.4f", j->val_accuracy);
   if (j->name[0]) printf("  %s", j->name);
   if (j->state == LSTMD__JOB_STATE__QUEUED && j->waiting[0]) printf("  [waits: %s]", j->waiting);
   if (j->reason[0]) printf("  (%s)", j->reason);
@@ -141,6 +143,7 @@ static void print_job(const Lstmd__Job *j) {
   if (j->step) printf(", loss %.4f, %.0f tokens/s", j->loss, j->tokens_per_s);
   if (isfinite(j->val_loss)) printf(", val loss %.4f", j->val_loss);
   if (isfinite(j->val_bpc)) printf(" (%.3f bpc)", j->val_bpc);
+  if (j->has_val_accuracy) printf(", val accuracy %.4f", j->val_accuracy);
   printf("\n  run dir %s, attempts %u\n", j->run_dir, j->attempts);
   fflush(stdout);
 }
@@ -332,6 +335,7 @@ static void print_metrics(uint64_t id, const Lstmd__Metrics *m) {
   if (m->is_eval) {
     printf("job %llu step %lld: val loss %.4f", (unsigned long long)id, (long long)m->step, m->val_loss);
     if (isfinite(m->val_bpc)) printf(" (%.3f bpc)", m->val_bpc);
+    if (m->has_val_accuracy) printf(", accuracy %.4f", m->val_accuracy);
     putchar('\n');
   } else {
     printf("job %llu step %lld/%lld: loss %.4f lr %.3g grad norm %.3g %.0f tokens/s eta %.0f s\n",
@@ -363,11 +367,16 @@ static int cmd_watch(struct lstmd_ctl *c, const char *arg) {
     if (g_json) {
       json_t *o = json_pack("{s:I}", "job_id", (json_int_t)ev->job_id);
       if (job) json_object_set_new(o, ev->kind_case == LSTMD__EVENT__KIND_RESULT ? "result" : "state", job_json(job));
-      else if (ev->metrics) json_object_set_new(o, "metrics", json_pack("{s:I, s:I, s:b, s:f, s:f, s:f, s:f}",
+      else if (ev->metrics) {
+        json_t *mo = json_pack("{s:I, s:I, s:b, s:f, s:f, s:f, s:f}",
           "step", (json_int_t)ev->metrics->step, "total_steps", (json_int_t)ev->metrics->total_steps,
           "is_eval", ev->metrics->is_eval, "loss", isfinite(ev->metrics->loss) ? ev->metrics->loss : 0.0,
           "val_loss", isfinite(ev->metrics->val_loss) ? ev->metrics->val_loss : 0.0,
-          "tokens_per_s", ev->metrics->tokens_per_s, "lr", ev->metrics->lr));
+          "tokens_per_s", ev->metrics->tokens_per_s, "lr", ev->metrics->lr);
+        if (ev->metrics->has_val_accuracy)
+          json_object_set_new(mo, "val_accuracy", json_real(ev->metrics->val_accuracy));
+        json_object_set_new(o, "metrics", mo);
+      }
       print_json(o);
     } else if (job) {
       printf("job %llu: %s%s%s\n", (unsigned long long)job->id, lstmd_job_state_name(job->state),

@@ -42,6 +42,7 @@ struct lstmd_serve_report {
   uint64_t job_id;
   int64_t step, total_steps;
   double loss, lr, grad_norm, tokens_per_s, elapsed_s, eta_s, val_loss, val_bpc;
+  double val_accuracy; /* kReportEval: NAN except for classifiers */
   char reason[1024]; /* kReportDone with rc != 0 */
 };
 

@@ -2,7 +2,9 @@
 # (test_classify_train.sh, test_classify_series.sh). daemon_vs_mpirun WHAT STEPS JOB_ARGS...:
 # starts `mpirun -np 2 lstmd serve` with --data-root $TMP, submits the job with lstmctl, waits
 # for it, shuts the daemon down, runs the same job under `mpirun -np 2 lstmd train`, and calls
-# ok/bad on whether the job SUCCEEDED with step-STEPS weights equal to mpirun's bit for bit.
+# ok/bad on whether the job SUCCEEDED with step-STEPS weights equal to mpirun's bit for bit, and
+# whether `lstmctl status` (text and --json) shows the validation accuracy of mpirun's last
+# evaluation (metrics.jsonl keeps 6 digits; these are classifiers: the final evaluation always runs).
 # Needs LSTMD, SRC, PY, TMP (the working folder: the daemon's state goes to $TMP/state) and ok/bad.
 daemon_vs_mpirun() {
   local what=$1 steps=$2; shift 2
@@ -18,6 +20,8 @@ daemon_vs_mpirun() {
     grep -q -e SUCCEEDED -e FAILED <<<"$state" && break
     sleep 0.2
   done
+  timeout 10 "$ctl" --socket "$sock" status "$id" >"$TMP/status.txt" 2>&1
+  timeout 10 "$ctl" --socket "$sock" --json status "$id" >"$TMP/status.json" 2>&1
   timeout 30 "$ctl" --socket "$sock" shutdown >/dev/null 2>&1
   wait "$serve_pid"
   timeout 120 mpirun -np 2 "$LSTMD" train "$@" --set train.run_dir="$TMP/dref" >/dev/null 2>"$TMP/dref.err" \
@@ -27,4 +31,16 @@ daemon_vs_mpirun() {
               "$TMP/dref/step-$steps.safetensors" --rtol 0); then
     ok "$what through lstmd serve + lstmctl: $state; weights = mpirun's: $msg"
   else bad "$what through the daemon: '$state' $(cat "$TMP/submit.err") $msg $(tail -3 "$TMP/serve.log")"; fi
+  if msg=$($PY - "$TMP/dref/metrics.jsonl" "$TMP/status.json" "$TMP/status.txt" 2>&1 <<'PYEOF'
+import json, sys
+acc = [json.loads(l)['val_accuracy'] for l in open(sys.argv[1]) if '"val_accuracy"' in l][-1]
+job = json.load(open(sys.argv[2]))
+text = open(sys.argv[3]).read()
+assert job['val_accuracy'] is not None and abs(job['val_accuracy'] - acc) < 1e-6, (job['val_accuracy'], acc)
+assert ('val accuracy %.4f' % acc) in text, text
+print('val accuracy %.4f' % acc)
+PYEOF
+  ); then
+    ok "$what: lstmctl status shows mpirun's last $msg (text and --json)"
+  else bad "$what: lstmctl status lacks the validation accuracy: $msg $(cat "$TMP/status.txt" "$TMP/status.json")"; fi
 }

@@ -167,13 +167,19 @@ static void check_status_replies(struct lstmd_jobs *t) {
                  l->jobs->jobs[0]->step == 7 && l->jobs->jobs[1]->state == LSTMD__JOB_STATE__CANCELLED);
   lstmd__response__free_unpacked(g, NULL);
   lstmd__response__free_unpacked(l, NULL);
-  lstmd_jobs_eval(t, 1, 7, 1.25, 1.8);
+  lstmd_jobs_eval(t, 1, 7, 1.25, 1.8, NAN);
   g = get_reply(t, 1);
   l = list_reply(t);
   check_true("status: an evaluation shows too", g && g->job->val_loss == 1.25 && l &&
                                                     l->jobs->jobs[0]->val_loss == 1.25);
+  check_true("status: no accuracy but a classifier's", g && !g->job->has_val_accuracy);
   lstmd__response__free_unpacked(g, NULL);
   lstmd__response__free_unpacked(l, NULL);
+  lstmd_jobs_eval(t, 1, 8, 0.5, NAN, 0.875);
+  g = get_reply(t, 1);
+  check_true("status: a classifier's evaluation shows its accuracy",
+             g && g->job->has_val_accuracy && g->job->val_accuracy == 0.875 && g->job->val_loss == 0.5);
+  lstmd__response__free_unpacked(g, NULL);
   free(lstmd_jobs_get(t, 3, &len));
   lstmd_jobs_finish(t, 3, LSTMD__JOB_STATE__FAILED, 0, "test failure", 0, 0);
   g = get_reply(t, 3);

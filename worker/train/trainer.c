@@ -154,7 +154,8 @@ static int evaluate_now(struct run *r, int *events) {
     const int kind = r->model->shape.kind == LSTMD_MODEL_CLASSIFY ? 2 : text; /* metrics.h */
     lstmd_metrics_eval(&r->metrics, step, loss, accuracy, kind,
                        r->has_baselines ? &r->baselines : NULL);
-    if (r->hooks->on_eval) r->hooks->on_eval(r->hooks->ctx, step, loss, text ? loss / M_LN2 : NAN);
+    if (r->hooks->on_eval)
+      r->hooks->on_eval(r->hooks->ctx, step, loss, text ? loss / M_LN2 : NAN, accuracy);
   }
   if (*events & LSTMD_WATCH_LR_CUT) {
     r->optim->cfg.lr = (float)((double)cfg->optim.lr * w->lr_scale);

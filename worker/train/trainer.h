@@ -17,7 +17,8 @@ enum lstmd_train_end { LSTMD_END_DONE = 0, LSTMD_END_REQUESTED = 1, LSTMD_END_EA
 struct lstmd_train_hooks {
   void *ctx;
   void (*on_step)(void *ctx, const struct lstmd_step_report *rep); /* each log step */
-  void (*on_eval)(void *ctx, long step, double val_loss, double val_bpc); /* bpc: NAN for series */
+  /* bpc: NAN except for text models; accuracy: NAN except for classifiers */
+  void (*on_eval)(void *ctx, long step, double val_loss, double val_bpc, double val_accuracy);
   /* Polled once per step: nonzero stops every rank after this step, with a checkpoint. */
   int (*stop_requested)(void *ctx);
   /* After the last checkpoint: the step reached and how the run ended (enum lstmd_train_end). */
