@@ -285,7 +285,8 @@ static void test_lstm_split(int T, int B, int In, int H, int r) {
            T, B, In);
   check_close_f(name, hs, h1, (NB + B) * H, 1e-6, 1e-6);
   float *dh_out = rand_f(NB * H, 1.0, NULL), *work = zeros_f(2 * BH);
-  float *dg1 = zeros_f(NB * G), *dgs = zeros_f(NB * G), *dx1 = zeros_f(NB * In), *dxs = zeros_f(NB * In);
+  float *dg1 = zeros_f(NB * G), *dgs = zeros_f(NB * G);
+  float *dx1 = zeros_f(NB * In), *dxs = zeros_f(NB * In);
   float *dw1[4] = {zeros_f(G * In), zeros_f(G * H), zeros_f(G), zeros_f(G)};
   float *dws[4] = {zeros_f(G * In), zeros_f(G * H), zeros_f(G), zeros_f(G)};
   float *dp = zeros_f(NB * r), *dw_rows = zeros_f((size_t)r * In);

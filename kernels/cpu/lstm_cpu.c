@@ -160,7 +160,8 @@ void lstmd_cpu_lstm_backward_weight(const struct lstmd_lstm_dims *d, const float
   add_column_sums(N, G, dgates, db_ih, db_hh);
 }
 
-void lstmd_cpu_lstm_rows_forward(int N, int In, int r, const float *x, const float *w_ih, float *p) {
+void lstmd_cpu_lstm_rows_forward(int N, int In, int r, const float *x, const float *w_ih,
+                                 float *p) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, r, In, 1.0f, x, In, w_ih, In, 0.0f, p, r);
 }
 

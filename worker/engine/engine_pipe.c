@@ -27,7 +27,7 @@
  * 5. Gradients and the update. After the step's last W the slices' gradients over the stage's
  *    parameter range [lo, hi) are summed in slice order, then over the replicas (a reducer on
  *    the data-parallel communicator). The clipping norm is global: per-tensor sums of squares,
- *    summed over the replica's stages (each tensor has one owner, the others add 0, exactly)
+ *    summed over the replica's stages (each tensor has one owner, or two with a split, see 6.)
  *    and then in tensor order on every rank, so every rank sees the same norm and verdict. The
  *    optimizer updates the range only; rank 0 gathers the ranges (and the carried state) for
  *    checkpoints and evaluation.
@@ -316,7 +316,8 @@ static void run_item(void *arg, int c) {
                                         p->base.cfg.dropout > 0 ? &key : NULL);
       if (!p->g.st.last)
         copy_rows(p, sl->act_out, ro, 0, (float *)lstmd_stage_ws_output(ws), c, t0, t1, 0);
-      if (ro) copy_rows(p, sl->act_out, ro, 1, (float *)lstmd_stage_ws_output_rows(ws), c, t0, t1, 0);
+      if (ro)
+        copy_rows(p, sl->act_out, ro, 1, (float *)lstmd_stage_ws_output_rows(ws), c, t0, t1, 0);
       if (k == p->g.K - 1 && p->base.cfg.carry_state)
         lstmd_stage_ws_get_final_state(ws, p->state_h, p->state_c, p->g.B, col);
       break;
@@ -328,7 +329,8 @@ static void run_item(void *arg, int c) {
       lstmd_stage_backward_input(model, ws, &p->pk, t0, t1);
       if (!p->g.st.first)
         copy_rows(p, sl->grad_out, ri, 0, (float *)lstmd_stage_ws_dinput(ws), c, t0, t1, 0);
-      if (ri) copy_rows(p, sl->grad_out, ri, 1, (float *)lstmd_stage_ws_dinput_rows(ws), c, t0, t1, 0);
+      if (ri)
+        copy_rows(p, sl->grad_out, ri, 1, (float *)lstmd_stage_ws_dinput_rows(ws), c, t0, t1, 0);
       break;
     }
     case LSTMD_PIPE_W:
@@ -512,8 +514,9 @@ static void describe_split(const struct pipe_engine *p, char *buf, size_t n) {
                            s > 1 ? ", " : "", s - 1, p->g.rows[s], layer);
   for (int pass = 0; pass < 2; pass++)
     for (int s = 0; s < p->g.S && at < n; s++)
-      at += (size_t)snprintf(buf + at, n - at, "%s%.3gM", s ? "/" : pass ? ", was " : "; FLOP model "
-                             "per token ", (pass ? whole[s] : p->g.work[s]) / 1e6);
+      at += (size_t)snprintf(buf + at, n - at, "%s%.3gM",
+                             s ? "/" : pass ? ", was " : "; FLOP model per token ",
+                             (pass ? whole[s] : p->g.work[s]) / 1e6);
   if (at < n) snprintf(buf + at, n - at, ")");
 }
 
@@ -524,8 +527,8 @@ static void pipe_describe(const struct lstmd_engine *e, char *buf, size_t n) {
   describe_split(p, split, sizeof split);
   snprintf(buf, n, "CPU pipeline of %d stages (rank 0: layers %d-%d; split: %s) x %d replica%s, %s "
            "schedule, %d unit%s of %d column%s x %d time chunk%s per step, %d thread%s per rank, "
-           "%s with %d thread%s per call", p->g.S, p->g.st.layer0, p->g.st.layer0 + p->g.st.layers - 1,
-           split,
+           "%s with %d thread%s per call", p->g.S, p->g.st.layer0,
+           p->g.st.layer0 + p->g.st.layers - 1, split,
            p->g.D, p->g.D == 1 ? "" : "s", lstmd_pipe_kind_name(p->g.kind), p->g.U, p->g.U == 1 ? "" : "s",
            p->g.b, p->g.b == 1 ? "" : "s", p->g.K, p->g.K == 1 ? "" : "s", p->n_slices,
            p->n_slices == 1 ? "" : "s", blas, p->blas_threads, p->blas_threads == 1 ? "" : "s");

@@ -237,7 +237,9 @@ static int layer_input_width(const struct lstmd_stage_ws *ws, int l) {
 
 /* The rows [0, rows_in) of the input projection that layer l's kernels leave out (model_stage.h):
  * the stage's first layer's split. */
-static int layer_split(const struct lstmd_stage_ws *ws, int l) { return l == 0 ? ws->st.rows_in : 0; }
+static int layer_split(const struct lstmd_stage_ws *ws, int l) {
+  return l == 0 ? ws->st.rows_in : 0;
+}
 
 /* weight_ih of the next stage's first layer (with rows_out: its rows [0, rows_out) are here). */
 static size_t next_w_ih(const struct lstmd_model *m, const struct lstmd_stage_ws *ws) {
@@ -286,7 +288,8 @@ double lstmd_stage_forward(const struct lstmd_model *m, struct lstmd_stage_ws *w
   const int ro = ws->st.rows_out;
   if (ro) /* the next stage's rows [0, ro) of its input projection, from this stage's output */
     lstmd_cpu_lstm_rows_forward((int)rows, H, ro, lstmd_stage_ws_output(ws) + t0 * BH,
-                                m->params + next_w_ih(m, ws), ws->output_rows + (size_t)t0 * B * ro);
+                                m->params + next_w_ih(m, ws),
+                                ws->output_rows + (size_t)t0 * B * ro);
   if (!ws->st.last) return 0.0;
   const struct lstmd_tensor *hw = &m->tensors[m->n_tensors - 2], *hb = &m->tensors[m->n_tensors - 1];
   const struct stage_layer *top = &ws->layer[ws->st.layers - 1];
@@ -339,7 +342,8 @@ void lstmd_stage_backward_input(const struct lstmd_model *m, struct lstmd_stage_
                                     y->work, t1 < ws->T, t0 > 0, to, pk->cols[l]);
     }
     for (size_t i = 0; i < (r ? (size_t)Tc * B : 0); i++) /* the split's gate gradients, down */
-      memcpy(ws->dinput_rows + ((size_t)t0 * B + i) * r, y->dgates + i * 4 * H, (size_t)r * sizeof(float));
+      memcpy(ws->dinput_rows + ((size_t)t0 * B + i) * r, y->dgates + i * 4 * H,
+             (size_t)r * sizeof(float));
     if (l > 0) {
       if (ws->layer[l - 1].mask) lstmd_cpu_mul_inplace(n, dx, ws->layer[l - 1].mask + t0 * BH);
       float *swap = dh;
@@ -380,7 +384,8 @@ void lstmd_stage_backward_weight(const struct lstmd_model *m, struct lstmd_stage
   const int ro = ws->st.rows_out;
   if (ro) /* the rows of the next stage's weight_ih owned here */
     lstmd_cpu_lstm_rows_backward_weight((int)rows, H, ro, lstmd_stage_ws_output(ws) + t0 * BH,
-                                        ws->doutput_rows + (size_t)t0 * B * ro, grads + next_w_ih(m, ws));
+                                        ws->doutput_rows + (size_t)t0 * B * ro,
+                                        grads + next_w_ih(m, ws));
   if (ws->st.last) {
     const struct lstmd_tensor *hw = &m->tensors[m->n_tensors - 2], *hb = &m->tensors[m->n_tensors - 1];
     const struct stage_layer *top = &ws->layer[ws->st.layers - 1];
