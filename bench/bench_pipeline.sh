@@ -5,13 +5,16 @@
 #
 #   bench/bench_pipeline.sh build/lstmd build/pipe_predict
 #   BENCH_OUT=bench/results/pipeline-cpu-2core-$(date +%F).txt bench/bench_pipeline.sh ...
+#   ONLY='dp,wavefront K=16,wavefront K=16 balanced' bench/bench_pipeline.sh ...  # those rows
 #
 # Rows: data parallel (2 ranks × 16 windows), then model.stages=2 with the wavefront at K = 4,
 # 8, 16, 32 time chunks, gpipe at M = 2, 4, 8 micro-batches, 1f1b M=4 and 1f1b M=2 K=8. At this
 # shape the stages are unequal (layer 0 reads the 64-wide embedding, layer 1 the 512-wide layer
 # 0 and feeds the head: about 1.4x the work), which caps S=2 below data parallel whatever the
-# schedule; the last two rows repeat DP and the K=16 wavefront with model.embed=512, where the
-# two stages carry the same work.
+# schedule; "wavefront K=16 balanced" is the K=16 wavefront with model.stage_split=balanced
+# (stage 0 also computes 960 of weight_ih_l1's 2048 rows: equal work by the FLOP model); the
+# last two rows repeat DP and the K=16 wavefront with model.embed=512, where the two stages
+# carry the same work. ONLY: a comma-separated list of row names to run (default: all).
 # Columns, steady state (the first log interval left out), best of ROUNDS runs by tokens/s:
 #   tokens/s, step ms; the bubble measured (metrics.jsonl: 1 − Σ busy / Σ step time over the
 #   ranks) and predicted (bench/pipe_predict: lstmd's schedule simulator on the per-stage median
@@ -39,6 +42,7 @@ configs=(
   "wavefront K=4|--set model.stages=2 --set train.time_chunks=4"
   "wavefront K=8|--set model.stages=2 --set train.time_chunks=8"
   "wavefront K=16|--set model.stages=2 --set train.time_chunks=16"
+  "wavefront K=16 balanced|--set model.stages=2 --set train.time_chunks=16 --set model.stage_split=balanced"
   "wavefront K=32|--set model.stages=2 --set train.time_chunks=32"
   "gpipe M=2|--set model.stages=2 --set train.schedule=gpipe --set train.micro_batches=2"
   "gpipe M=4|--set model.stages=2 --set train.schedule=gpipe --set train.micro_batches=4"
@@ -86,10 +90,11 @@ EOF
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); flags: $(grep -o -m1 -w 'avx512f\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
   echo "lstmd commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'); E64 H512 L2 T128, global batch 32, 2 ranks x 1 thread, $STEPS steps, best of $ROUNDS"
   "$LSTMD" prepare text --input "$ROOT/data/fortunes.txt" --out "$TMP/ds" 2>/dev/null
-  printf '%-16s %9s %8s %9s %9s %8s %8s %8s %10s\n' config tokens/s step_ms bubble predicted formula \
+  printf '%-24s %9s %8s %9s %9s %8s %8s %8s %10s\n' config tokens/s step_ms bubble predicted formula \
     p2p_ms comm_ms rss_MiB
   for c in "${configs[@]}"; do
     name=${c%%|*}
+    [[ -z ${ONLY:-} || ",$ONLY," == *",$name,"* ]] || continue
     read -r -a extra <<<"${c#*|}"
     best=""
     for round in $(seq "$ROUNDS"); do
@@ -113,7 +118,7 @@ EOF
         read -r -a cost < <(costs "$TMP/trace.json")
         read -r _ _ _ pred _ form < <("$PREDICT" "$kind" 2 "${m:-1}" "${k:-1}" 0 "${cost[@]}")
       fi
-      line=$(printf '%-16s %9.0f %8.1f %9.3f %9s %8s %8.2f %8.2f %10s' "$name" "$tps" \
+      line=$(printf '%-24s %9.0f %8.1f %9.3f %9s %8s %8.2f %8.2f %10s' "$name" "$tps" \
         "$(awk -v s="$step" 'BEGIN{print 1000*s}')" "$bub" "$pred" "$form" \
         "$(awk -v s="$p2p" 'BEGIN{print 1000*s}')" "$(awk -v s="$comm" 'BEGIN{print 1000*s}')" "$rss")
       if [[ -z $best ]] || awk -v a="$tps" -v b="${best_tps}" 'BEGIN{exit !(a > b)}'; then

@@ -37,6 +37,7 @@ static const char *const kPrecisions[] = {"fp32", "fp16", "bf16", "tf32", NULL};
 static const char *const kBools[] = {"false", "true", NULL};
 static const char *const kPools[] = {"last", "mean", "max", NULL}; /* enum lstmd_pool_kind */
 static const char *const kPipeSchedules[] = {"wavefront", "gpipe", "1f1b", NULL}; /* lstmd_pipe_kind */
+static const char *const kStageSplits[] = {"layers", "balanced", NULL}; /* lstmd_stage_split */
 
 #define F(field) offsetof(struct lstmd_train_config, field)
 #define S(field) sizeof(((struct lstmd_train_config *)0)->field)
@@ -69,6 +70,9 @@ static const struct cfg_key kKeys[] = {
      "pipeline stages: the layers split over this many ranks (the world is replicas x stages)"},
     {"model", "stage_layers", CFG_STRING, F(stage_layers), S(stage_layers), "", 0, 0, NULL,
      "layers per stage, e.g. 3,1 (empty: an even split)"},
+    {"model", "stage_split", CFG_ENUM, F(stage_split), 0, "layers", 0, 0, kStageSplits,
+     "pipeline: whole layers per stage, or balanced (each stage's first input projection split "
+     "by rows with the stage below, equal estimated work; CPU)"},
     {"optim", "algo", CFG_ENUM, F(optim.algo), 0, "adamw", 0, 0, kAlgos, "optimizer"},
     {"optim", "lr", CFG_FLOAT, F(optim.lr), 0, "0.002", 0, 10, NULL, "peak learning rate"},
     {"optim", "weight_decay", CFG_FLOAT, F(optim.weight_decay), 0, "0", 0, 1, NULL,
@@ -420,7 +424,14 @@ int lstmd_config_check(const struct lstmd_train_config *c, char *err, size_t n) 
   if ((c->stages > 1 || c->stage_layers[0]) &&
       lstmd_stage_layer_counts(c->stage_layers, c->stages, c->layers, counts, err, n))
     return LSTMD_ECONFIG;
-  if (c->stages == 1) return LSTMD_OK;
+  if (c->stages == 1) return LSTMD_OK; /* stage_split means nothing on one stage */
+  /* The layer-normalised LSTM normalises each step's whole projection (all 4H rows) inside its
+   * kernel: no split of its rows yet. */
+  if (c->stage_split == 1 /* balanced */ && c->layer_norm) {
+    snprintf(err, n, "model.stage_split: balanced splits input projections that model.layer_norm "
+             "normalises whole; use layers (the default) with the layer-normalised LSTM");
+    return LSTMD_ECONFIG;
+  }
   if (c->batch_size % c->micro_batches) {
     snprintf(err, n, "train.micro_batches: data.batch_size %d is not a multiple of %d",
              c->batch_size, c->micro_batches);

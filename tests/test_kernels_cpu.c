@@ -260,6 +260,59 @@ static void test_lstm_chunked(int T, int B, int In, int H, int K, int packed) {
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
 }
 
+/* A split input projection (lstm_cpu.h's dims.split, model.stage_split=balanced): the layer's
+ * kernels with rows [0, r) left out, plus the lstmd_cpu_lstm_rows_* part of another stage,
+ * against the unsplit kernels. The split layer gets w_ih with its rows [0, r) set to NaN (they
+ * must not be read) and a dW_ih whose rows [0, r) hold NaN (they must be left alone). */
+static void test_lstm_split(int T, int B, int In, int H, int r) {
+  const int G = 4 * H;
+  const size_t NB = (size_t)T * B, BH = (size_t)B * H;
+  float *wih = rand_f(G * In, 0.4, NULL), *whh = rand_f(G * H, 0.4, NULL);
+  float *bih = rand_f(G, 0.3, NULL), *bhh = rand_f(G, 0.3, NULL), *x = rand_f(NB * In, 1.0, NULL);
+  float *poisoned = malloc((size_t)G * In * sizeof(float));
+  memcpy(poisoned, wih, (size_t)G * In * sizeof(float));
+  for (size_t i = 0; i < (size_t)r * In; i++) poisoned[i] = NAN;
+  float *h1 = zeros_f((NB + B) * H), *c1 = zeros_f((NB + B) * H), *g1 = zeros_f(NB * G);
+  float *hs = zeros_f((NB + B) * H), *cs = zeros_f((NB + B) * H), *gs = zeros_f(NB * G);
+  float *p = zeros_f(NB * r);
+  const struct lstmd_lstm_dims whole = {T, B, In, H}, split = {T, B, In, H, r};
+  lstmd_cpu_lstm_forward(&whole, wih, whh, bih, bhh, x, h1, c1, g1, NULL);
+  lstmd_cpu_lstm_rows_forward((int)NB, In, r, x, wih, p); /* the other stage's part */
+  for (size_t i = 0; i < NB; i++) memcpy(gs + i * G, p + i * r, (size_t)r * sizeof(float));
+  lstmd_cpu_lstm_forward(&split, poisoned, whh, bih, bhh, x, hs, cs, gs, NULL);
+  char name[128];
+  snprintf(name, sizeof name, "lstm split r=%d of 4H=%d T%d B%d In%d: forward h vs unsplit", r, G,
+           T, B, In);
+  check_close_f(name, hs, h1, (NB + B) * H, 1e-6, 1e-6);
+  float *dh_out = rand_f(NB * H, 1.0, NULL), *work = zeros_f(2 * BH);
+  float *dg1 = zeros_f(NB * G), *dgs = zeros_f(NB * G);
+  float *dx1 = zeros_f(NB * In), *dxs = zeros_f(NB * In);
+  float *dw1[4] = {zeros_f(G * In), zeros_f(G * H), zeros_f(G), zeros_f(G)};
+  float *dws[4] = {zeros_f(G * In), zeros_f(G * H), zeros_f(G), zeros_f(G)};
+  float *dp = zeros_f(NB * r), *dw_rows = zeros_f((size_t)r * In);
+  for (size_t i = 0; i < (size_t)r * In; i++) dws[0][i] = NAN;
+  lstmd_cpu_lstm_backward(&whole, wih, whh, x, h1, c1, g1, dh_out, dg1, work, dw1[0], dw1[1],
+                          dw1[2], dw1[3], dx1, NULL);
+  lstmd_cpu_lstm_backward(&split, poisoned, whh, x, hs, cs, gs, dh_out, dgs, work, dws[0], dws[1],
+                          dws[2], dws[3], dxs, NULL);
+  for (size_t i = 0; i < NB; i++) memcpy(dp + i * r, dgs + i * G, (size_t)r * sizeof(float));
+  lstmd_cpu_lstm_rows_backward_input((int)NB, In, r, wih, dp, dxs); /* the other stage's part */
+  lstmd_cpu_lstm_rows_backward_weight((int)NB, In, r, x, dp, dw_rows);
+  check_close_f("  ... dx (both parts) vs unsplit", dxs, dx1, NB * In, 1e-6, 1e-6);
+  check_close_f("  ... dW_ih rows [0, r) vs unsplit", dw_rows, dw1[0], (size_t)r * In, 1e-6, 1e-6);
+  check_close_f("  ... dW_ih rows [r, 4H) vs unsplit", dws[0] + (size_t)r * In,
+                dw1[0] + (size_t)r * In, (size_t)(G - r) * In, 1e-6, 1e-6);
+  size_t left = 0;
+  for (size_t i = 0; i < (size_t)r * In; i++) left += isnan(dws[0][i]) != 0;
+  check_true("  ... dW_ih rows [0, r) left alone by the split layer", left == (size_t)r * In);
+  check_close_f("  ... dW_hh vs unsplit", dws[1], dw1[1], (size_t)G * H, 1e-6, 1e-6);
+  check_close_f("  ... db_ih vs unsplit", dws[2], dw1[2], G, 1e-6, 1e-6);
+  void *all[] = {wih, whh, bih, bhh, x, poisoned, h1, c1, g1, hs, cs, gs, p, dh_out, work, dg1,
+                 dgs, dx1, dxs, dp, dw_rows, dw1[0], dw1[1], dw1[2], dw1[3], dws[0], dws[1],
+                 dws[2], dws[3]};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+}
+
 static void test_dense(void) {
   enum { N = 13, In = 11, O = 7, V = 9 };
   double rx[N * In], rw[O * In], rb[O], rdy[N * O];
@@ -483,6 +536,9 @@ int main(void) {
   test_lstm(3, 13, 9, 48, lstmd_cpu_recur_fast(48));
   test_lstm_chunked(8, 4, 24, 64, 4, lstmd_cpu_recur_fast(64));
   test_lstm_chunked(6, 7, 5, 48, 3, lstmd_cpu_recur_fast(48));
+  test_lstm_split(6, 5, 24, 32, 96); /* r a multiple of 32, as the split's rows */
+  test_lstm_split(4, 3, 19, 8, 7);   /* odd: the GEMMs' edges */
+  test_lstm_split(3, 4, 16, 8, 32);  /* r = 4H: the whole projection elsewhere */
   test_dense();
   test_optimizers();
   return check_summary("test_kernels_cpu");

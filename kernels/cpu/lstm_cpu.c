@@ -3,7 +3,9 @@
  * recurrence; backward: 1 per step for the recurrent dh and 1 large GEMM for dx (the input part,
  * which the layer below waits for), then 2 large GEMMs for dW_ih and dW_hh (the weight part).
  * The per-step GEMMs use the packed-panel kernels of recur_gemm.c when the caller passes W_hh
- * packed (once per window or step, however many chunks use it). */
+ * packed (once per window or step, however many chunks use it). With dims.split > 0 the
+ * projection's first rows are another stage's (lstm_cpu.h): the large GEMMs cover rows
+ * [split, 4H) of w_ih only, and the lstmd_cpu_lstm_rows_* functions are the owner's part. */
 #include "lstm_cpu.h"
 
 #include <cblas.h>
@@ -94,10 +96,11 @@ void lstmd_cpu_lstm_gates_backward_step(int B, int H, int j0, int j1, const floa
 void lstmd_cpu_lstm_forward(const struct lstmd_lstm_dims *d, const float *w_ih, const float *w_hh,
                             const float *b_ih, const float *b_hh, const float *x, float *h,
                             float *c, float *gates, const float *wpack) {
-  const int T = d->steps, B = d->batch, In = d->input, H = d->hidden, G = 4 * H;
+  const int T = d->steps, B = d->batch, In = d->input, H = d->hidden, G = 4 * H, r = d->split;
   const size_t step_h = (size_t)B * H, step_g = (size_t)B * G;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T * B, G, In, 1.0f, x, In, w_ih, In, 0.0f,
-              gates, G);
+  if (r < G) /* columns [0, r) hold the other stage's part already */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T * B, G - r, In, 1.0f, x, In,
+                w_ih + (size_t)r * In, In, 0.0f, gates + r, G);
   for (int t = 0; t < T; t++) {
     float *g = gates + t * step_g;
     if (wpack)
@@ -131,7 +134,7 @@ void lstmd_cpu_lstm_backward_input(const struct lstmd_lstm_dims *d, const float 
                                    const float *w_hh, const float *c, const float *gates,
                                    const float *dh_out, float *dgates, float *work, int carry_in,
                                    int grad_to_h0, float *dx, const float *wpack) {
-  const int T = d->steps, B = d->batch, In = d->input, H = d->hidden, G = 4 * H;
+  const int T = d->steps, B = d->batch, In = d->input, H = d->hidden, G = 4 * H, r = d->split;
   const size_t step_h = (size_t)B * H, step_g = (size_t)B * G;
   float *dh_rec = work, *dc_carry = work + step_h;
   if (!carry_in) memset(work, 0, 2 * step_h * sizeof(float));
@@ -146,21 +149,41 @@ void lstmd_cpu_lstm_backward_input(const struct lstmd_lstm_dims *d, const float 
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, H, G, 1.0f, da, G, w_hh, H, 0.0f,
                   dh_rec, H);
   }
-  if (dx)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T * B, In, G, 1.0f, dgates, G, w_ih,
-                In, 0.0f, dx, In);
+  if (dx && r < G) /* rows [0, r): their owner adds theirs */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T * B, In, G - r, 1.0f, dgates + r, G,
+                w_ih + (size_t)r * In, In, 0.0f, dx, In);
+  else if (dx)
+    memset(dx, 0, (size_t)T * B * In * sizeof(float));
 }
 
 void lstmd_cpu_lstm_backward_weight(const struct lstmd_lstm_dims *d, const float *x,
                                     const float *h, const float *dgates, float *dw_ih,
                                     float *dw_hh, float *db_ih, float *db_hh) {
-  const int N = d->steps * d->batch, In = d->input, H = d->hidden, G = 4 * H;
+  const int N = d->steps * d->batch, In = d->input, H = d->hidden, G = 4 * H, r = d->split;
   /* h[0..T-1] are the inputs of the recurrence at steps 0..T-1: contiguous [T*B,H]. */
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, G, H, N, 1.0f, dgates, G, h, H, 1.0f, dw_hh,
               H);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, G, In, N, 1.0f, dgates, G, x, In, 1.0f, dw_ih,
-              In);
+  if (r < G)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, G - r, In, N, 1.0f, dgates + r, G, x, In,
+                1.0f, dw_ih + (size_t)r * In, In);
   add_column_sums(N, G, dgates, db_ih, db_hh);
+}
+
+void lstmd_cpu_lstm_rows_forward(int N, int In, int r, const float *x, const float *w_ih,
+                                 float *p) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, r, In, 1.0f, x, In, w_ih, In, 0.0f, p, r);
+}
+
+void lstmd_cpu_lstm_rows_backward_input(int N, int In, int r, const float *w_ih, const float *dp,
+                                        float *dx) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, In, r, 1.0f, dp, r, w_ih, In, 1.0f, dx,
+              In);
+}
+
+void lstmd_cpu_lstm_rows_backward_weight(int N, int In, int r, const float *x, const float *dp,
+                                         float *dw_ih) {
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, In, N, 1.0f, dp, r, x, In, 1.0f, dw_ih,
+              In);
 }
 
 void lstmd_cpu_lstm_backward(const struct lstmd_lstm_dims *d, const float *w_ih, const float *w_hh,

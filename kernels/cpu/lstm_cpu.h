@@ -11,6 +11,12 @@ struct lstmd_lstm_dims {
   int batch;  /* B */
   int input;  /* I: width of x */
   int hidden; /* H */
+  int split;  /* rows [0, split) of the input projection (w_ih's first rows) are another stage's
+               * (model.stage_split=balanced, worker/engine/pipe_grid.c), 0: none. forward then
+               * expects gates' columns [0, split) to hold x·w_ih[0:split]^T already and projects
+               * the rest; backward_input's dx leaves those rows out (their owner adds its part,
+               * lstmd_cpu_lstm_rows_backward_input); backward_weight leaves dw_ih's rows
+               * [0, split) alone. Neither reads w_ih's rows [0, split). */
 };
 
 /* Forward over T steps: a whole window, or one time chunk of it (pass pointers offset to the
@@ -73,6 +79,18 @@ void lstmd_cpu_lstm_backward(const struct lstmd_lstm_dims *d, const float *w_ih,
                              const float *dh_out, float *dgates, float *work, float *dw_ih,
                              float *dw_hh, float *db_ih, float *db_hh, float *dx,
                              const float *wpack);
+
+/* The other side of a split input projection (dims.split above): the rows [0, r) of the next
+ * layer's input projection, computed by the stage that produces that layer's input x [N,In]
+ * (N = steps · batch), from w_ih [4H,In] (only its first r rows are read or written):
+ *   forward          p [N,r] = x · w_ih[0:r]^T
+ *   backward_input   dx [N,In] += dp [N,r] · w_ih[0:r]  (the gradient of x from these rows)
+ *   backward_weight  dw_ih[0:r] += dp^T · x */
+void lstmd_cpu_lstm_rows_forward(int N, int In, int r, const float *x, const float *w_ih, float *p);
+void lstmd_cpu_lstm_rows_backward_input(int N, int In, int r, const float *w_ih, const float *dp,
+                                        float *dx);
+void lstmd_cpu_lstm_rows_backward_weight(int N, int In, int r, const float *x, const float *dp,
+                                         float *dw_ih);
 
 /* db_ih and db_hh += the column sums of dgates [rows, cols] (both LSTM biases get the gate
  * pre-activation gradients; shared with the layer-normalised layer, lstm_ln_cpu.c). */

@@ -50,6 +50,7 @@ struct lstmd_engine_config {
   /* pipeline stages (engine_pipe.c; stages = 1 for the others) */
   int stages;                              /* S: the world is replicas × S */
   int stage_layers[LSTMD_MAX_LAYERS];      /* layers of each stage */
+  int stage_split;                         /* enum lstmd_stage_split (pipe_grid.h) */
   int schedule;                            /* enum lstmd_pipe_kind */
   int micro_batches, time_chunks, windows; /* M, K (effective), A = optim.grad_accum */
   /* distillation (the CPU engine only; train_setup.c refuses it elsewhere) */

@@ -27,10 +27,15 @@
  * 5. Gradients and the update. After the step's last W the slices' gradients over the stage's
  *    parameter range [lo, hi) are summed in slice order, then over the replicas (a reducer on
  *    the data-parallel communicator). The clipping norm is global: per-tensor sums of squares,
- *    summed over the replica's stages (each tensor has one owner, the others add 0, exactly)
+ *    summed over the replica's stages (each tensor has one owner, or two with a split, see 6.)
  *    and then in tensor order on every rank, so every rank sees the same norm and verdict. The
  *    optimizer updates the range only; rank 0 gathers the ranges (and the carried state) for
- *    checkpoints and evaluation. */
+ *    checkpoints and evaluation.
+ * 6. model.stage_split=balanced (pipe_grid.h): the first R_s rows of stage s's first input
+ *    projection are stage s − 1's — its parameters (the end of its range, inside weight_ih),
+ *    their forward, their gradient of x and their dW_ih (model_stage.h). A message between the
+ *    two then carries R_s more columns per row after the H activations or gradients; the
+ *    per-tensor sums of squares of the split weight_ih come in two parts, one per stage. */
 #define _GNU_SOURCE
 #include "engine.h"
 
@@ -60,8 +65,9 @@ enum { kMaxSlices = 64, kTidItems = 1 };
 
 struct pipe_slot {
   struct lstmd_stage_ws *ws[kMaxSlices];
-  float *act_in, *act_out;   /* [T,b,H] activations from below / to above (NULL where none) */
-  float *grad_in, *grad_out; /* [T,b,H] gradients from above / to below */
+  /* K chunks of messages (see copy_rows), with the link's split rows r: [Tc,b,H] then [Tc,b,r] */
+  float *act_in, *act_out;   /* activations from below / to above (NULL where none) */
+  float *grad_in, *grad_out; /* gradients from above / to below */
   lstmd_p2p_req *sends;      /* [2K] the sends of the slot's current unit */
   int n_sends;
 };
@@ -93,8 +99,14 @@ static struct pipe_engine *pipe_of(struct lstmd_engine *e) { return (struct pipe
 
 /* ---- set-up ---- */
 
+/* Floats of one chunk's message on a link whose split moves r rows (0: none). */
+static size_t chunk_floats(const struct pipe_engine *p, int r) {
+  return (size_t)p->g.Tc * p->g.b * (p->g.H + r);
+}
+
 static int alloc_slots(struct pipe_engine *p) {
-  const size_t msg = (size_t)p->g.T * p->g.b * p->g.H;
+  const size_t below = p->g.K * chunk_floats(p, p->g.st.rows_in);
+  const size_t above = p->g.K * chunk_floats(p, p->g.st.rows_out);
   p->slots = calloc((size_t)p->g.P, sizeof *p->slots);
   if (!p->slots) return LSTMD_ENOMEM;
   for (int i = 0; i < p->g.P; i++) {
@@ -102,11 +114,11 @@ static int alloc_slots(struct pipe_engine *p) {
     for (int c = 0; c < p->n_slices; c++)
       LSTMD_TRY(lstmd_stage_ws_create(p->base.model, &p->g.st, p->g.T, p->g.Tc, p->cb[c],
                                       p->base.cfg.dropout, &sl->ws[c]));
-    if (!p->g.st.first && (!(sl->act_in = malloc(msg * sizeof(float))) ||
-                         !(sl->grad_out = malloc(msg * sizeof(float)))))
+    if (!p->g.st.first && (!(sl->act_in = malloc(below * sizeof(float))) ||
+                         !(sl->grad_out = malloc(below * sizeof(float)))))
       return LSTMD_ENOMEM;
-    if (!p->g.st.last && (!(sl->act_out = malloc(msg * sizeof(float))) ||
-                        !(sl->grad_in = malloc(msg * sizeof(float)))))
+    if (!p->g.st.last && (!(sl->act_out = malloc(above * sizeof(float))) ||
+                        !(sl->grad_in = malloc(above * sizeof(float)))))
       return LSTMD_ENOMEM;
     if (!(sl->sends = malloc(2 * (size_t)p->g.K * sizeof *sl->sends))) return LSTMD_ENOMEM;
   }
@@ -217,13 +229,18 @@ static int pipe_start(struct lstmd_engine *e, const struct lstmd_optim *o,
 
 /* ---- one step ---- */
 
-/* Rows [t0, t1) of columns [c0, c0 + cb) between a unit's [T, b, H] message buffer and a slice's
- * [T, cb, H] workspace buffer (to_slice: message → slice). */
-static void copy_rows(const struct pipe_engine *p, float *unit, float *slice, int c, int t0,
-                      int t1, int to_slice) {
-  const size_t H = (size_t)p->g.H, row = (size_t)p->cb[c] * H;
+/* Rows [t0, t1) (within one chunk) of columns [c0, c0 + cb) between a unit's message buffer on
+ * a link with split rows r and a slice's [T, cb, w] workspace buffer (to_slice: message →
+ * slice). Chunk k of the message is Tc·b·(H + r) floats: part 0, [Tc, b, H] (w = H: the
+ * activations or their gradients), then part 1, [Tc, b, r] (w = r: the split's pre-activations
+ * or their gate gradients). Without a split the message is the unit's [T, b, H]. */
+static void copy_rows(const struct pipe_engine *p, float *msg, int r, int part, float *slice,
+                      int c, int t0, int t1, int to_slice) {
+  const size_t w = part ? (size_t)r : (size_t)p->g.H, row = (size_t)p->cb[c] * w;
+  const size_t Tc = (size_t)p->g.Tc, b = (size_t)p->g.b;
+  float *at = msg + t0 / p->g.Tc * chunk_floats(p, r) + (part ? Tc * b * p->g.H : 0);
   for (int t = t0; t < t1; t++) {
-    float *u = unit + ((size_t)t * p->g.b + p->c0[c]) * H, *sl = slice + (size_t)t * row;
+    float *u = at + ((t % Tc) * b + p->c0[c]) * w, *sl = slice + (size_t)t * row;
     if (to_slice) memcpy(sl, u, row * sizeof(float));
     else memcpy(u, sl, row * sizeof(float));
   }
@@ -232,19 +249,19 @@ static void copy_rows(const struct pipe_engine *p, float *unit, float *slice, in
 /* Posts unit u's receives into its slot (see 3.). */
 static int post_receives(struct pipe_engine *p, int u) {
   struct pipe_slot *sl = &p->slots[u % p->g.P];
-  const size_t chunk = (size_t)p->g.Tc * p->g.b * p->g.H;
+  const size_t below = chunk_floats(p, p->g.st.rows_in), above = chunk_floats(p, p->g.st.rows_out);
   char what[128];
   for (int k = 0; k < p->g.K; k++) {
     const int tag = lstmd_pipe_tag(u, k, p->g.K);
     if (!p->g.st.first) {
       lstmd_pipe_describe_item(what, sizeof what, &p->g, LSTMD_P2P_UP, u, k, "from", p->g.s - 1);
-      LSTMD_TRY(lstmd_p2p_irecv(p->p2p, LSTMD_P2P_UP, p->g.s - 1, tag, sl->act_in + k * chunk,
-                                chunk * sizeof(float), what, &p->recv_act[u * p->g.K + k]));
+      LSTMD_TRY(lstmd_p2p_irecv(p->p2p, LSTMD_P2P_UP, p->g.s - 1, tag, sl->act_in + k * below,
+                                below * sizeof(float), what, &p->recv_act[u * p->g.K + k]));
     }
     if (!p->g.st.last) {
       lstmd_pipe_describe_item(what, sizeof what, &p->g, LSTMD_P2P_DOWN, u, k, "from", p->g.s + 1);
-      LSTMD_TRY(lstmd_p2p_irecv(p->p2p, LSTMD_P2P_DOWN, p->g.s + 1, tag, sl->grad_in + k * chunk,
-                                chunk * sizeof(float), what, &p->recv_grad[u * p->g.K + k]));
+      LSTMD_TRY(lstmd_p2p_irecv(p->p2p, LSTMD_P2P_DOWN, p->g.s + 1, tag, sl->grad_in + k * above,
+                                above * sizeof(float), what, &p->recv_grad[u * p->g.K + k]));
     }
   }
   return LSTMD_OK;
@@ -252,7 +269,7 @@ static int post_receives(struct pipe_engine *p, int u) {
 
 static int send_chunk(struct pipe_engine *p, struct pipe_slot *sl, int dir, int u, int k,
                       const float *buf) {
-  const size_t chunk = (size_t)p->g.Tc * p->g.b * p->g.H;
+  const size_t chunk = chunk_floats(p, dir == LSTMD_P2P_UP ? p->g.st.rows_out : p->g.st.rows_in);
   const int peer = dir == LSTMD_P2P_UP ? p->g.s + 1 : p->g.s - 1;
   char what[128];
   lstmd_pipe_describe_item(what, sizeof what, &p->g, dir, u, k, "to", peer);
@@ -290,21 +307,32 @@ static void run_item(void *arg, int c) {
         if (!p->base.cfg.carry_state || p->reset[a]) lstmd_stage_ws_zero_state(ws);
         else lstmd_stage_ws_set_state(ws, p->state_h, p->state_c, p->g.B, col);
       }
-      if (!p->g.st.first) copy_rows(p, sl->act_in, lstmd_stage_ws_input(ws), c, t0, t1, 1);
+      const int ri = p->g.st.rows_in, ro = p->g.st.rows_out;
+      if (!p->g.st.first) copy_rows(p, sl->act_in, ri, 0, lstmd_stage_ws_input(ws), c, t0, t1, 1);
+      if (ri) copy_rows(p, sl->act_in, ri, 1, lstmd_stage_ws_input_rows(ws), c, t0, t1, 1);
       const struct lstmd_dropout_key key = {p->base.cfg.seed, p->in->first_window + (uint64_t)a,
                                             p->g.d * p->g.B + col};
       p->loss[c] += lstmd_stage_forward(model, ws, &p->pk, t0, t1, p->in->grad_scale,
                                         p->base.cfg.dropout > 0 ? &key : NULL);
-      if (!p->g.st.last) copy_rows(p, sl->act_out, (float *)lstmd_stage_ws_output(ws), c, t0, t1, 0);
+      if (!p->g.st.last)
+        copy_rows(p, sl->act_out, ro, 0, (float *)lstmd_stage_ws_output(ws), c, t0, t1, 0);
+      if (ro)
+        copy_rows(p, sl->act_out, ro, 1, (float *)lstmd_stage_ws_output_rows(ws), c, t0, t1, 0);
       if (k == p->g.K - 1 && p->base.cfg.carry_state)
         lstmd_stage_ws_get_final_state(ws, p->state_h, p->state_c, p->g.B, col);
       break;
     }
-    case LSTMD_PIPE_B:
-      if (!p->g.st.last) copy_rows(p, sl->grad_in, lstmd_stage_ws_doutput(ws), c, t0, t1, 1);
+    case LSTMD_PIPE_B: {
+      const int ri = p->g.st.rows_in, ro = p->g.st.rows_out;
+      if (!p->g.st.last) copy_rows(p, sl->grad_in, ro, 0, lstmd_stage_ws_doutput(ws), c, t0, t1, 1);
+      if (ro) copy_rows(p, sl->grad_in, ro, 1, lstmd_stage_ws_doutput_rows(ws), c, t0, t1, 1);
       lstmd_stage_backward_input(model, ws, &p->pk, t0, t1);
-      if (!p->g.st.first) copy_rows(p, sl->grad_out, (float *)lstmd_stage_ws_dinput(ws), c, t0, t1, 0);
+      if (!p->g.st.first)
+        copy_rows(p, sl->grad_out, ri, 0, (float *)lstmd_stage_ws_dinput(ws), c, t0, t1, 0);
+      if (ri)
+        copy_rows(p, sl->grad_out, ri, 1, (float *)lstmd_stage_ws_dinput_rows(ws), c, t0, t1, 0);
       break;
+    }
     case LSTMD_PIPE_W:
       lstmd_stage_backward_weight(model, ws, t0, t1, p->grads[c]);
       break;
@@ -417,8 +445,12 @@ static int pipe_optim_step(struct lstmd_engine *e, struct lstmd_optim *o, int re
   *out = (struct lstmd_optim_outcome){0};
   const struct lstmd_model *m = e->model;
   double sums[LSTMD_MAX_TENSORS] = {0};
-  for (int t = p->g.t_lo; t < p->g.t_hi; t++)
-    sums[t] = lstmd_cpu_sumsq(m->tensors[t].count, m->grads + m->tensors[t].offset);
+  const size_t lo = p->g.lo[p->g.s], hi = p->g.hi[p->g.s];
+  for (int t = p->g.t_lo; t < p->g.t_hi; t++) { /* a split weight_ih: this stage's rows (see 6.) */
+    const size_t a = m->tensors[t].offset, z = a + m->tensors[t].count;
+    const size_t from = a > lo ? a : lo, to = z < hi ? z : hi;
+    sums[t] = to > from ? lstmd_cpu_sumsq(to - from, m->grads + from) : 0.0;
+  }
   LSTMD_TRY(lstmd_pipe_global_norm(&p->g, p->pp, m, sums, e->cfg.comm_timeout_s, grad_norm));
   if (!isfinite(*grad_norm)) return LSTMD_ENONFINITE;
   lstmd_nvtx_push("optimizer");
@@ -465,13 +497,38 @@ static double pipe_loss_scale(const struct lstmd_engine *e) {
   return 0.0;
 }
 
+/* The stage split for the startup line: "layers" or "balanced (stage 0 computes rows [0, 960)
+ * of weight_ih_l1, ...; FLOP model per token 10M/10M, was 7.08M/12.9M)". */
+static void describe_split(const struct pipe_engine *p, char *buf, size_t n) {
+  if (p->base.cfg.stage_split != LSTMD_SPLIT_BALANCED) {
+    snprintf(buf, n, "layers");
+    return;
+  }
+  int rows[LSTMD_MAX_LAYERS];
+  double whole[LSTMD_MAX_LAYERS];
+  lstmd_pipe_split_rows(&p->base.model->shape, p->g.S, p->base.cfg.stage_layers, 0, rows, whole);
+  size_t at = (size_t)snprintf(buf, n, "balanced (");
+  for (int s = 1, layer = p->base.cfg.stage_layers[0]; s < p->g.S && at < n;
+       layer += p->base.cfg.stage_layers[s++])
+    at += (size_t)snprintf(buf + at, n - at, "%sstage %d computes rows [0, %d) of weight_ih_l%d",
+                           s > 1 ? ", " : "", s - 1, p->g.rows[s], layer);
+  for (int pass = 0; pass < 2; pass++)
+    for (int s = 0; s < p->g.S && at < n; s++)
+      at += (size_t)snprintf(buf + at, n - at, "%s%.3gM",
+                             s ? "/" : pass ? ", was " : "; FLOP model per token ",
+                             (pass ? whole[s] : p->g.work[s]) / 1e6);
+  if (at < n) snprintf(buf + at, n - at, ")");
+}
+
 static void pipe_describe(const struct lstmd_engine *e, char *buf, size_t n) {
   const struct pipe_engine *p = (const struct pipe_engine *)e;
-  char blas[96];
+  char blas[96], split[384];
   lstmd_cpu_blas_describe(blas, sizeof blas);
-  snprintf(buf, n, "CPU pipeline of %d stages (rank 0: layers %d-%d) x %d replica%s, %s "
+  describe_split(p, split, sizeof split);
+  snprintf(buf, n, "CPU pipeline of %d stages (rank 0: layers %d-%d; split: %s) x %d replica%s, %s "
            "schedule, %d unit%s of %d column%s x %d time chunk%s per step, %d thread%s per rank, "
-           "%s with %d thread%s per call", p->g.S, p->g.st.layer0, p->g.st.layer0 + p->g.st.layers - 1,
+           "%s with %d thread%s per call", p->g.S, p->g.st.layer0,
+           p->g.st.layer0 + p->g.st.layers - 1, split,
            p->g.D, p->g.D == 1 ? "" : "s", lstmd_pipe_kind_name(p->g.kind), p->g.U, p->g.U == 1 ? "" : "s",
            p->g.b, p->g.b == 1 ? "" : "s", p->g.K, p->g.K == 1 ? "" : "s", p->n_slices,
            p->n_slices == 1 ? "" : "s", blas, p->blas_threads, p->blas_threads == 1 ? "" : "s");

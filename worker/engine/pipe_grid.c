@@ -15,18 +15,50 @@ int lstmd_pipe_first_tensor_of_layer(const struct lstmd_model *m, int l) {
   return lstmd_layer_first_tensor(&m->shape, l);
 }
 
+void lstmd_pipe_split_rows(const struct lstmd_model_shape *sh, int S, const int *stage_layers,
+                           int balanced, int *rows, double *work) {
+  const double H = sh->hidden, G = 4.0 * H, row = 3.0 * 2.0 * H;
+  const double in0 = sh->kind == LSTMD_MODEL_TEXT ? sh->embed : sh->width;
+  const double O = sh->kind == LSTMD_MODEL_TEXT ? sh->vocab : sh->horizon;
+  double total = 0.0;
+  for (int s = 0, layer = 0; s < S; layer += stage_layers[s], s++) {
+    work[s] = s == S - 1 ? 3.0 * 2.0 * O * H : 0.0;
+    for (int l = layer; l < layer + stage_layers[s]; l++)
+      work[s] += 3.0 * 2.0 * G * ((l == 0 ? in0 : H) + H);
+    total += work[s];
+    rows[s] = 0;
+  }
+  if (!balanced) return;
+  /* Stages [0, s) carry their whole layers' work plus R_s moved rows (only the boundary at s
+   * moves work across it): R_s = (s/S of the total − that work) / a row's, each boundary on its
+   * own, rounded to 32 rows (whole SIMD panels of the GEMMs) and clamped to the 4H rows. */
+  double below = 0.0;
+  for (int s = 1; s < S; s++) {
+    below += work[s - 1];
+    const long r = lround((s * total / S - below) / row / 32.0) * 32;
+    rows[s] = r < 0 ? 0 : r > 4 * sh->hidden ? 4 * sh->hidden : (int)r;
+  }
+  for (int s = 0; s < S; s++) work[s] += row * ((s + 1 < S ? rows[s + 1] : 0) - rows[s]);
+}
+
 /* Every stage's [lo, hi) of the flat buffer: contiguous, since the order is embedding, layer 0,
- * ..., layer L−1, head (model.h). */
+ * ..., layer L−1, head (model.h), and a split's rows are the first of weight_ih, the first
+ * tensor of its layer (pipe_grid.h). */
 static void stage_ranges(struct lstmd_pipe_grid *g, const struct lstmd_model *m,
                          const int *stage_layers) {
+  const size_t H = (size_t)g->H;
   for (int s = 0, layer = 0; s < g->S; layer += stage_layers[s], s++) {
     const int next = layer + stage_layers[s];
-    g->lo[s] = s == 0 ? 0 : m->tensors[lstmd_pipe_first_tensor_of_layer(m, layer)].offset;
+    g->lo[s] = s == 0 ? 0
+                      : m->tensors[lstmd_pipe_first_tensor_of_layer(m, layer)].offset +
+                            (size_t)g->rows[s] * H;
     g->hi[s] = s == g->S - 1 ? m->n_params
-                             : m->tensors[lstmd_pipe_first_tensor_of_layer(m, next)].offset;
+                             : m->tensors[lstmd_pipe_first_tensor_of_layer(m, next)].offset +
+                                   (size_t)g->rows[s + 1] * H;
     if (s == g->s) {
       g->t_lo = s == 0 ? 0 : lstmd_pipe_first_tensor_of_layer(m, layer);
-      g->t_hi = s == g->S - 1 ? m->n_tensors : lstmd_pipe_first_tensor_of_layer(m, next);
+      g->t_hi = s == g->S - 1 ? m->n_tensors
+                              : lstmd_pipe_first_tensor_of_layer(m, next) + (g->rows[s + 1] > 0);
     }
   }
 }
@@ -55,7 +87,10 @@ int lstmd_pipe_grid_init(struct lstmd_pipe_grid *g, const struct lstmd_engine *b
   g->kind = (enum lstmd_pipe_kind)cfg->schedule;
   int layer0 = 0;
   for (int s = 0; s < g->s; s++) layer0 += cfg->stage_layers[s];
-  g->st = (struct lstmd_stage){layer0, cfg->stage_layers[g->s], g->s == 0, g->s == g->S - 1};
+  lstmd_pipe_split_rows(&base->model->shape, g->S, cfg->stage_layers,
+                        cfg->stage_split == LSTMD_SPLIT_BALANCED, g->rows, g->work);
+  g->st = (struct lstmd_stage){layer0, cfg->stage_layers[g->s], g->s == 0, g->s == g->S - 1,
+                               g->rows[g->s], g->s + 1 < g->S ? g->rows[g->s + 1] : 0};
   stage_ranges(g, base->model, cfg->stage_layers);
   g->P = lstmd_pipe_peak_units(g->kind, g->S, g->s, g->U, g->K);
   g->n_ops = (int)lstmd_pipe_op_count(g->U, g->K);
@@ -120,7 +155,9 @@ int lstmd_pipe_global_norm(const struct lstmd_pipe_grid *g, struct lstmd_comm *p
   (void)g;
   LSTMD_TRY(lstmd_comm_allreduce_sum_f64_within(pp, sums, m->n_tensors, timeout_s,
                                                 "the gradient norm's all-reduce"));
-  double sq = 0.0; /* each tensor has one owner, the others added 0: exact, in tensor order */
+  /* each tensor has one owner and the others added 0, or, split, two whose one addition is
+   * commutative: the same bits on every rank; then in tensor order */
+  double sq = 0.0;
   for (int t = 0; t < m->n_tensors; t++) sq += sums[t];
   *norm = sqrt(sq);
   return LSTMD_OK;

@@ -8,7 +8,18 @@
  * Rank r is stage s = r mod S of replica d = r / S. A step's A windows (optim.grad_accum) are
  * cut into M column micro-batches each: the U = A·M units, unit u = a·M + m is columns
  * [m·b, m·b + b) of window a; each unit's window is K time chunks of Tc = T / K steps. Units live
- * in P slots (P = the schedule's peak), unit u in slot u mod P. */
+ * in P slots (P = the schedule's peak), unit u in slot u mod P.
+ *
+ * model.stage_split=balanced (CPU engine): whole layers cannot balance a model of few layers
+ * (E64 H512 L2 at S = 2: stage 1's layer reads 512 wide, stage 0's 64, and the head is on
+ * stage 1: 59% of the measured work). So the rows [0, R_s) of the input projection of stage
+ * s's first layer (weight_ih_l{l} of a layer l ≥ 1, whose input is the stage below's output)
+ * move to stage s − 1, R_s from a per-stage FLOP model (lstmd_pipe_split_rows). weight_ih is
+ * row-major and precedes the layer's other tensors in the flat buffer (model.h), so its first
+ * R_s rows are the end of stage s − 1's range, which stays contiguous and simply ends inside
+ * the tensor; bias_ih stays with stage s (its gate pass adds both biases). Every transfer
+ * between s − 1 and s carries the R_s pre-activation columns (up) or their gate gradients
+ * (down) after the H-wide activations: Tc·b·(H + R_s) floats a chunk. */
 #ifndef LSTMD_PIPE_GRID_H
 #define LSTMD_PIPE_GRID_H
 
@@ -27,10 +38,22 @@ struct lstmd_pipe_grid {
   enum lstmd_pipe_kind kind;
   struct lstmd_stage st;                             /* this stage's layers */
   size_t lo[LSTMD_MAX_LAYERS], hi[LSTMD_MAX_LAYERS]; /* every stage's parameter range */
-  int t_lo, t_hi;                                    /* this stage's tensors */
+  int rows[LSTMD_MAX_LAYERS];   /* R_s: rows of stage s's first weight_ih on s − 1 (rows[0] 0) */
+  double work[LSTMD_MAX_LAYERS]; /* every stage's FLOP model per token, after the split */
+  int t_lo, t_hi;               /* this stage's tensors (a split one is in both stages') */
   struct lstmd_pipe_op *ops;                         /* this stage's op list */
   int n_ops;
 };
+
+enum lstmd_stage_split { LSTMD_SPLIT_LAYERS = 0, LSTMD_SPLIT_BALANCED = 1 };
+
+/* The balanced split of a model cut into S stages of stage_layers: rows[s] for s in [1, S) (a
+ * multiple of 32, within [0, 4H]; rows[0] = 0) so that the stages' FLOP model per token, work[s]
+ * (lstmd_model_flops_per_token's: 3 × the forward's 2·4H·(In + H) per layer and 2·O·H for the
+ * head; a moved row costs 3 × 2·H), is as equal as whole rows allow. Pure: every rank gets the
+ * same. layers: every stage's rows 0 and work of the whole-layer split. */
+void lstmd_pipe_split_rows(const struct lstmd_model_shape *sh, int S, const int *stage_layers,
+                           int balanced, int *rows, double *work);
 
 /* Fills g from the engine's base (cfg, rank, world, model). Returns 0, LSTMD_ECONFIG for a
  * layout the config checks should have refused (printed), or LSTMD_ENOMEM. Free with
@@ -53,8 +76,9 @@ void lstmd_pipe_describe_item(char *buf, size_t n, const struct lstmd_pipe_grid 
                               int u, int k, const char *from_to, int peer_stage);
 
 /* The global gradient norm from this stage's per-tensor sums of squares: sums[t] for t in
- * [t_lo, t_hi) filled by the caller, the others 0; summed over the replica's stages (pp) and
- * then in tensor order, so every rank gets the one-rank value. Collective over pp. */
+ * [t_lo, t_hi) filled by the caller (a split tensor's part of it), the others 0; summed over the
+ * replica's stages (pp) and then in tensor order, so every rank gets the one-rank value (a split
+ * tensor's two partial sums add). Collective over pp. */
 int lstmd_pipe_global_norm(const struct lstmd_pipe_grid *g, struct lstmd_comm *pp,
                            const struct lstmd_model *m, double *sums, double timeout_s,
                            double *norm);

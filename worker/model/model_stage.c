@@ -34,6 +34,8 @@ struct lstmd_stage_ws {
   float *logits, *dh_top;  /* [T,B,O], [T,B,H]: the head's output (then its gradient) and the
                             * gradient it passes into the top layer (last stage) */
   float *dh, *dx;          /* [Tc,B,max(H,in0)] one chunk's gradients between layers */
+  float *input_rows, *dinput_rows;   /* [T,B,rows_in] a split projection's part from below */
+  float *output_rows, *doutput_rows; /* [T,B,rows_out] the part computed here for above */
   struct stage_layer layer[LSTMD_MAX_LAYERS];
   void *arena;
 };
@@ -47,14 +49,17 @@ int lstmd_stage_ws_create(const struct lstmd_model *m, const struct lstmd_stage 
   *out = NULL;
   const struct lstmd_model_shape *s = &m->shape;
   if (st->layers < 1 || st->layer0 < 0 || st->layer0 + st->layers > s->layers || Tc < 1 ||
-      T % Tc != 0)
+      T % Tc != 0 || st->rows_in < 0 || st->rows_in > 4 * s->hidden || st->rows_out < 0 ||
+      st->rows_out > 4 * s->hidden || (st->first && st->rows_in) || (st->last && st->rows_out) ||
+      (s->layer_norm && (st->rows_in || st->rows_out)))
     return LSTMD_EINVAL;
   const size_t N = (size_t)T * B, Nc = (size_t)Tc * B, H = (size_t)s->hidden;
   const int text = s->kind == LSTMD_MODEL_TEXT;
   const size_t in0 = st->first ? (size_t)input_width(s) : H;
   const size_t O = (size_t)(text ? s->vocab : s->horizon), wide = H > in0 ? H : in0;
   const int ln = s->layer_norm;
-  size_t sizes[12 + 16 * LSTMD_MAX_LAYERS], n = 0; /* 12, and 16 per layer */
+  const size_t Ri = (size_t)st->rows_in, Ro = (size_t)st->rows_out;
+  size_t sizes[16 + 16 * LSTMD_MAX_LAYERS], n = 0; /* 16, and 16 per layer */
 #define SLICE(count) (sizes[n++] = (count))
   SLICE(st->first && text ? N : 0);                  /* ids (int32) */
   SLICE(st->last && text ? N : 0);                   /* targets (int32) */
@@ -68,6 +73,10 @@ int lstmd_stage_ws_create(const struct lstmd_model *m, const struct lstmd_stage 
   SLICE(st->last ? N * H : 0);                       /* dh_top */
   SLICE(Nc * wide);                                  /* dh */
   SLICE(Nc * wide);                                  /* dx */
+  SLICE(N * Ri);                                     /* input_rows */
+  SLICE(N * Ri);                                     /* dinput_rows */
+  SLICE(N * Ro);                                     /* output_rows */
+  SLICE(N * Ro);                                     /* doutput_rows */
   for (int i = 0; i < st->layers; i++) {
     const int masked = dropout > 0.0f && st->layer0 + i < s->layers - 1;
     SLICE((N + B) * H);                              /* h */
@@ -120,6 +129,10 @@ int lstmd_stage_ws_create(const struct lstmd_model *m, const struct lstmd_stage 
   ws->dh_top = TAKE();
   ws->dh = TAKE();
   ws->dx = TAKE();
+  ws->input_rows = TAKE();
+  ws->dinput_rows = TAKE();
+  ws->output_rows = TAKE();
+  ws->doutput_rows = TAKE();
   for (int l = 0; l < st->layers; l++) {
     struct stage_layer *y = &ws->layer[l];
     y->h = TAKE();
@@ -154,6 +167,10 @@ struct lstmd_batch *lstmd_stage_ws_batch(struct lstmd_stage_ws *ws) { return &ws
 float *lstmd_stage_ws_input(struct lstmd_stage_ws *ws) { return ws->input; }
 float *lstmd_stage_ws_doutput(struct lstmd_stage_ws *ws) { return ws->doutput; }
 const float *lstmd_stage_ws_dinput(const struct lstmd_stage_ws *ws) { return ws->dinput; }
+float *lstmd_stage_ws_input_rows(struct lstmd_stage_ws *ws) { return ws->input_rows; }
+const float *lstmd_stage_ws_output_rows(const struct lstmd_stage_ws *ws) { return ws->output_rows; }
+float *lstmd_stage_ws_doutput_rows(struct lstmd_stage_ws *ws) { return ws->doutput_rows; }
+const float *lstmd_stage_ws_dinput_rows(const struct lstmd_stage_ws *ws) { return ws->dinput_rows; }
 
 const float *lstmd_stage_ws_dropout_mask(const struct lstmd_stage_ws *ws, int i) {
   return ws->layer[i].mask;
@@ -218,6 +235,17 @@ static int layer_input_width(const struct lstmd_stage_ws *ws, int l) {
   return l == 0 ? ws->in0 : ws->H;
 }
 
+/* The rows [0, rows_in) of the input projection that layer l's kernels leave out (model_stage.h):
+ * the stage's first layer's split. */
+static int layer_split(const struct lstmd_stage_ws *ws, int l) {
+  return l == 0 ? ws->st.rows_in : 0;
+}
+
+/* weight_ih of the next stage's first layer (with rows_out: its rows [0, rows_out) are here). */
+static size_t next_w_ih(const struct lstmd_model *m, const struct lstmd_stage_ws *ws) {
+  return layer_tensors(m, ws->st.layer0 + ws->st.layers)[0].offset;
+}
+
 double lstmd_stage_forward(const struct lstmd_model *m, struct lstmd_stage_ws *ws,
                            const struct lstmd_stage_packed *pk, int t0, int t1, float grad_scale,
                            const struct lstmd_dropout_key *dropout) {
@@ -229,8 +257,11 @@ double lstmd_stage_forward(const struct lstmd_model *m, struct lstmd_stage_ws *w
   for (int l = 0; l < ws->st.layers; l++) {
     struct stage_layer *y = &ws->layer[l];
     const struct lstmd_tensor *w = layer_tensors(m, ws->st.layer0 + l);
-    const int In = layer_input_width(ws, l);
-    const struct lstmd_lstm_dims d = {Tc, B, In, H};
+    const int In = layer_input_width(ws, l), r = layer_split(ws, l);
+    const struct lstmd_lstm_dims d = {Tc, B, In, H, r};
+    for (size_t i = 0; i < (r ? rows : 0); i++) /* the split's part from below: gates[:, 0:r) */
+      memcpy(y->gates + t0 * BH * 4 + i * 4 * H, ws->input_rows + ((size_t)t0 * B + i) * r,
+             (size_t)r * sizeof(float));
     if (m->shape.layer_norm) {
       const struct lstmd_lstm_ln ln = ln_params(m, w);
       const struct lstmd_lstm_ln_acts a = lstmd_cpu_lstm_ln_acts_at(&y->ln, t0, B, H);
@@ -254,6 +285,11 @@ double lstmd_stage_forward(const struct lstmd_model *m, struct lstmd_stage_ws *w
     memcpy(y->dropped + t0 * BH, y->h + (t0 + 1) * BH, n * sizeof(float));
     lstmd_cpu_mul_inplace(n, y->dropped + t0 * BH, y->mask + t0 * BH);
   }
+  const int ro = ws->st.rows_out;
+  if (ro) /* the next stage's rows [0, ro) of its input projection, from this stage's output */
+    lstmd_cpu_lstm_rows_forward((int)rows, H, ro, lstmd_stage_ws_output(ws) + t0 * BH,
+                                m->params + next_w_ih(m, ws),
+                                ws->output_rows + (size_t)t0 * B * ro);
   if (!ws->st.last) return 0.0;
   const struct lstmd_tensor *hw = &m->tensors[m->n_tensors - 2], *hb = &m->tensors[m->n_tensors - 1];
   const struct stage_layer *top = &ws->layer[ws->st.layers - 1];
@@ -280,13 +316,17 @@ void lstmd_stage_backward_input(const struct lstmd_model *m, struct lstmd_stage_
     memcpy(dh, ws->dh_top + t0 * BH, n * sizeof(float));
   } else { /* the gradient w.r.t. the masked output: through this stage's top-layer mask */
     memcpy(dh, ws->doutput + t0 * BH, n * sizeof(float));
+    const int ro = ws->st.rows_out;
+    if (ro) /* plus the part of the rows of the next stage's projection computed here */
+      lstmd_cpu_lstm_rows_backward_input(Tc * B, H, ro, m->params + next_w_ih(m, ws),
+                                         ws->doutput_rows + (size_t)t0 * B * ro, dh);
     if (ws->layer[top].mask) lstmd_cpu_mul_inplace(n, dh, ws->layer[top].mask + t0 * BH);
   }
   for (int l = top; l >= 0; l--) {
     struct stage_layer *y = &ws->layer[l];
     const struct lstmd_tensor *w = layer_tensors(m, ws->st.layer0 + l);
-    const int In = layer_input_width(ws, l);
-    const struct lstmd_lstm_dims d = {Tc, B, In, H};
+    const int In = layer_input_width(ws, l), r = layer_split(ws, l);
+    const struct lstmd_lstm_dims d = {Tc, B, In, H, r};
     /* the gradient of this layer's input: the layer below's, this stage's output to the stage
      * below, the embedding's (W), or nobody's (series rows) */
     float *to = l > 0 ? dx : !ws->st.first ? ws->dinput + (size_t)t0 * B * In : ws->x0 ? dx : NULL;
@@ -301,6 +341,9 @@ void lstmd_stage_backward_input(const struct lstmd_model *m, struct lstmd_stage_
                                     y->c + t0 * BH, y->gates + t0 * BH * 4, dh, y->dgates,
                                     y->work, t1 < ws->T, t0 > 0, to, pk->cols[l]);
     }
+    for (size_t i = 0; i < (r ? (size_t)Tc * B : 0); i++) /* the split's gate gradients, down */
+      memcpy(ws->dinput_rows + ((size_t)t0 * B + i) * r, y->dgates + i * 4 * H,
+             (size_t)r * sizeof(float));
     if (l > 0) {
       if (ws->layer[l - 1].mask) lstmd_cpu_mul_inplace(n, dx, ws->layer[l - 1].mask + t0 * BH);
       float *swap = dh;
@@ -321,7 +364,7 @@ void lstmd_stage_backward_weight(const struct lstmd_model *m, struct lstmd_stage
     const struct stage_layer *y = &ws->layer[l];
     const struct lstmd_tensor *w = layer_tensors(m, ws->st.layer0 + l);
     const int In = layer_input_width(ws, l);
-    const struct lstmd_lstm_dims d = {Tc, B, In, H};
+    const struct lstmd_lstm_dims d = {Tc, B, In, H, layer_split(ws, l)};
     if (m->shape.layer_norm) {
       const struct lstmd_lstm_ln_acts a = lstmd_cpu_lstm_ln_acts_at(&y->ln, t0, B, H);
       const struct lstmd_lstm_ln_grads g = {grads + w[4].offset, grads + w[5].offset,
@@ -338,6 +381,11 @@ void lstmd_stage_backward_weight(const struct lstmd_model *m, struct lstmd_stage
                                      grads + w[3].offset);
     }
   }
+  const int ro = ws->st.rows_out;
+  if (ro) /* the rows of the next stage's weight_ih owned here */
+    lstmd_cpu_lstm_rows_backward_weight((int)rows, H, ro, lstmd_stage_ws_output(ws) + t0 * BH,
+                                        ws->doutput_rows + (size_t)t0 * B * ro,
+                                        grads + next_w_ih(m, ws));
   if (ws->st.last) {
     const struct lstmd_tensor *hw = &m->tensors[m->n_tensors - 2], *hb = &m->tensors[m->n_tensors - 1];
     const struct stage_layer *top = &ws->layer[ws->st.layers - 1];

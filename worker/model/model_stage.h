@@ -11,7 +11,15 @@
  *      the stage below waits for);
  *   W  the weight gradients of the chunk (LSTM layers, head, embedding), accumulated.
  * The numbers are the whole model's (model.h) up to rounding: the same kernels, and dropout
- * masks keyed on the window-global t and the global column (lstmd_dropout_mask_rows). */
+ * masks keyed on the window-global t and the global column (lstmd_dropout_mask_rows).
+ *
+ * Split input projections (model.stage_split=balanced, worker/engine/pipe_grid.c): the rows
+ * [0, r) of the input projection of a stage's first layer (x·W_ih^T, x the stage below's output
+ * after its dropout) may be computed by the stage below, which owns those rows of weight_ih.
+ * That stage's F then also writes them (output_rows), its B adds their gradient of x
+ * (doutput_rows · W_ih[0:r]) to the one from above, and its W accumulates their dW_ih; the
+ * stage above takes them as columns [0, r) of its gate pre-activations (input_rows) and gives
+ * back their gate gradients (dinput_rows), its dx and dW_ih leaving those rows out. */
 #ifndef LSTMD_MODEL_STAGE_H
 #define LSTMD_MODEL_STAGE_H
 
@@ -20,6 +28,9 @@
 struct lstmd_stage {
   int layer0, layers; /* the LSTM layers [layer0, layer0 + layers) */
   int first, last;    /* 1: the embedding or input rows / the head and loss are here */
+  int rows_in;        /* rows [0, rows_in) of layer0's input projection come from below */
+  int rows_out;       /* rows [0, rows_out) of the next stage's first layer's projection are
+                       * computed here (0 on the last stage) */
 };
 
 /* W_hh of each layer of the stage packed for the step's per-step GEMMs (recur_gemm.h), indexed
@@ -34,8 +45,9 @@ struct lstmd_stage_packed {
  * of one chunk of `chunk` steps (T a multiple of chunk). Opaque. */
 struct lstmd_stage_ws;
 
-/* dropout: the model's (masks on every layer's output but the model's top layer). Returns 0 or
- * LSTMD_ENOMEM. Free with lstmd_stage_ws_destroy (NULL is fine). */
+/* dropout: the model's (masks on every layer's output but the model's top layer). Returns 0,
+ * LSTMD_EINVAL (split rows with the layer-normalised LSTM, whose normalisation of the projection
+ * has no split yet) or LSTMD_ENOMEM. Free with lstmd_stage_ws_destroy (NULL is fine). */
 int lstmd_stage_ws_create(const struct lstmd_model *m, const struct lstmd_stage *st, int steps,
                           int chunk, int batch, float dropout, struct lstmd_stage_ws **out);
 void lstmd_stage_ws_destroy(struct lstmd_stage_ws *ws);
@@ -52,6 +64,13 @@ float *lstmd_stage_ws_input(struct lstmd_stage_ws *ws);
 const float *lstmd_stage_ws_output(const struct lstmd_stage_ws *ws);
 float *lstmd_stage_ws_doutput(struct lstmd_stage_ws *ws);
 const float *lstmd_stage_ws_dinput(const struct lstmd_stage_ws *ws);
+/* Their companions of a split projection, [T,B,rows_in] (input_rows: the pre-activations from
+ * below, written before F; dinput_rows: their gate gradients, valid after B) and [T,B,rows_out]
+ * (output_rows: valid after F; doutput_rows: written before B); NULL where the width is 0. */
+float *lstmd_stage_ws_input_rows(struct lstmd_stage_ws *ws);
+const float *lstmd_stage_ws_output_rows(const struct lstmd_stage_ws *ws);
+float *lstmd_stage_ws_doutput_rows(struct lstmd_stage_ws *ws);
+const float *lstmd_stage_ws_dinput_rows(const struct lstmd_stage_ws *ws);
 
 /* The dropout mask [T,B,H] of the stage's layer `i` (model layer layer0 + i) that the last F
  * used, or NULL when that layer has none (the model's top layer, or no dropout). */

@@ -15,6 +15,7 @@
 #include "comm/comm.h"
 #include "kernels/status.h"
 #include "worker/engine/device_select.h"
+#include "worker/engine/pipe_grid.h"
 #include "trainer_run.h"
 #include "val_watch.h"
 #include "worker/model/infer.h"
@@ -201,6 +202,13 @@ static int build(struct run *r) {
                    "using it");
     backend = LSTMD_DEVICE_CPU;
   }
+  /* The balanced split of the stages is the CPU pipeline engine's (engine_pipe.c); the device
+   * choice is collective, so every rank refuses together. */
+  if (cfg->stage_split == LSTMD_SPLIT_BALANCED && cfg->stages > 1 && backend == LSTMD_DEVICE_CUDA) {
+    lstmd_errorf("model.stage_split: balanced runs on the CPU pipeline engine only so far (the "
+                 "GPU pipeline splits whole layers: use layers, or train.device=cpu)");
+    return LSTMD_ECONFIG;
+  }
   LSTMD_TRY(lstmd_dataset_open_dir(cfg->data_path, &r->train, &r->val, r->rank == 0));
   const int classify = r->train.info.kind == LSTMD_DATASET_CLASSIFY;
   if (classify) LSTMD_TRY(check_classify(r));
@@ -278,7 +286,8 @@ static int build(struct run *r) {
       .carry_state = cfg->order == LSTMD_ORDER_STREAM, .dropout = cfg->dropout,
       .seed = cfg->seed, .bucket_mb = cfg->bucket_mb, .comm_timeout_s = cfg->comm_timeout_s,
       .threads = cfg->threads, .precision = cfg->precision, .gpu_device = gpu,
-      .stages = cfg->stages, .schedule = cfg->pipe_schedule, .micro_batches = cfg->micro_batches,
+      .stages = cfg->stages, .stage_split = cfg->stage_split, .schedule = cfg->pipe_schedule,
+      .micro_batches = cfg->micro_batches,
       .time_chunks = lstmd_effective_time_chunks(cfg), .windows = cfg->grad_accum,
       .teacher = r->teacher, .kd_temperature = cfg->distill_temperature,
       .kd_alpha = cfg->distill_alpha};

@@ -557,7 +557,7 @@ static void describe_run(struct run *r, const char *resume_path) {
   const struct lstmd_dataset_info *info = &r->train.info;
   size_t params = 0;
   for (int i = 0; i < r->model->n_tensors; i++) params += r->model->tensors[i].count;
-  char engine[512];
+  char engine[1024];
   r->engine->ops->describe(r->engine, engine, sizeof engine);
   lstmd_metrics_note(&r->metrics, "compute: %s; %d rank%s, global batch %d windows", engine,
                      r->world, r->world == 1 ? "" : "s", r->global_batch);

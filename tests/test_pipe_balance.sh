@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# test_pipe_balance.sh — model.stage_split=balanced on CPU ranks under mpirun, against one rank
+# (README "Pipeline stages": the first rows of a stage's first input projection computed on the
+# stage below). The model and settings are test_pipeline.sh's: text, 4 layers, E 8, H 32, T 16,
+# SGD lr 0.5, dropout 0.2 (so every stage boundary is a dropout boundary), 6 steps, clipping off
+# except where said; equivalences compare the updates from the common initialisation within 1e-5.
+# At this shape the FLOP model moves 96 of weight_ih's 128 rows at every boundary (checked below
+# from the startup line, so a split of 0 rows cannot pass for a test of the split).
+#  1. S = 2 in both data orders: wavefront K=4, gpipe M=4, 1f1b M=2 K=4; S = 4 wavefront K=8;
+#     D×S = 2×2; grad_accum as units; a series model; clip_norm 0.01 (the global norm, with the
+#     split weight_ih's two partial sums: grad_norm equal to one rank's within 1e-6); S = 1 with
+#     balanced is the data-parallel engine, bit for bit.
+#  2. Checkpoints: one rank's names and shapes; a resume on the same layout is bitwise; the
+#     balanced S=2 checkpoint of step 3 resumed by one rank and by layers S=2 within 1e-5, and one
+#     rank's onto balanced S=2.
+#  3. A bad value exits 2 naming the key on every rank; balanced with model.layer_norm exits 2.
+#  4. --trace: F, B, W items and the bubble (check_pipe_trace.py) with the split.
+set -u
+LSTMD=$(realpath "${1:?usage: test_pipe_balance.sh LSTMD_BINARY SOURCE_DIR [MPIEXEC]}")
+SRC=$(realpath "${2:?}")
+MPIEXEC=${3:-mpirun}
+PY=/usr/bin/python3
+TMP=$(mktemp -d)
+cleanup() {
+  pkill -KILL -f -- "$TMP/" 2>/dev/null
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+cd "$TMP" || exit 1
+fails=0
+ok() { echo "ok    $*"; }
+bad() { echo "FAIL  $*"; fails=$((fails + 1)); }
+compare() { "$PY" "$SRC/tests/compare_checkpoints.py" "$@"; }
+
+head -c 300000 "$SRC/data/fortunes.txt" > text.txt
+"$LSTMD" prepare text --input text.txt --out text >/dev/null 2>&1 || bad "prepare text"
+"$LSTMD" prepare series --input "$SRC/data/seattle-temps.csv" --target temp --horizon 4 \
+  --out series >/dev/null 2>&1 || bad "prepare series"
+common=(--set model.layers=4 --set model.embed=8 --set model.hidden=32 --set data.seq_len=16
+        --set optim.algo=sgd --set optim.lr=0.5 --set optim.schedule=constant --set optim.clip_norm=0
+        --set model.dropout=0.2 --set train.steps=6 --set train.threads=1 --set train.bucket_mb=0.01
+        --set train.log_every=1 --set train.eval_every=0 --set train.checkpoint_every=3)
+bal=(--set model.stage_split=balanced)
+
+# run NAME NP DATA [--set ...]: trains in run-NAME on NP ranks, log in log-NAME (as
+# test_pipeline.sh). Returns the exit status.
+run() {
+  local name=$1 np=$2 data=$3
+  shift 3
+  : >"cfg-$name.ini"
+  timeout 300 "$MPIEXEC" -np "$np" "$LSTMD" train --config "cfg-$name.ini" "${common[@]}" \
+    --set data.path="$data" --set train.run_dir="run-$name" "$@" >"log-$name" 2>&1
+}
+# equal NAME REF INIT TOL: run-NAME's step-6 against run-REF's, as updates from INIT.
+equal() {
+  local msg
+  if msg=$(compare "run-$1/step-6.safetensors" "run-$2/step-6.safetensors" --initial "$3" --rtol "$4" 2>&1); then
+    ok "$1 = $2: $msg"
+  else bad "$1 vs $2: $msg"; tail -3 "log-$1"; fi
+}
+# split NAME WANT: the startup line of run NAME names the rows WANT ("rows [0, 96) of
+# weight_ih_l2").
+split() {
+  if grep -q "split: balanced (.*$2" "log-$1"; then
+    ok "$1: the startup line names the split: $(sed -n 's/.*split: \(balanced (.*)\)) x .*/\1/p' "log-$1" | head -1)"
+  else bad "$1: no split '$2' in the startup line: $(grep -m1 'compute:' "log-$1" | cut -c1-200)"; fi
+}
+
+# ---------------------------------------------------------------- 1. equivalence with one rank
+run init 1 text --set optim.lr=0 --set train.steps=1 --set data.batch_size=8 || bad "init run"
+INIT=run-init/step-1.safetensors
+for order in shuffle stream; do
+  o=(--set data.order=$order --set data.batch_size=8)
+  s2=(--set model.stages=2 "${bal[@]}")
+  run "ref-$order" 1 text "${o[@]}" || bad "one rank ($order): $(tail -2 "log-ref-$order")"
+  run "wave4-$order" 2 text "${o[@]}" "${s2[@]}" --set train.time_chunks=4
+  run "gpipe4-$order" 2 text "${o[@]}" "${s2[@]}" --set train.schedule=gpipe --set train.micro_batches=4
+  run "1f1b2x4-$order" 2 text "${o[@]}" "${s2[@]}" --set train.schedule=1f1b \
+    --set train.micro_batches=2 --set train.time_chunks=4
+  for n in wave4 gpipe4 1f1b2x4; do equal "$n-$order" "ref-$order" "$INIT" 1e-5; done
+done
+split wave4-stream "stage 0 computes rows \[0, 96) of weight_ih_l2"
+o=(--set data.order=stream --set data.batch_size=8)
+run s4wave 4 text "${o[@]}" --set model.stages=4 "${bal[@]}" --set train.time_chunks=8
+equal s4wave ref-stream "$INIT" 1e-5
+split s4wave "rows \[0, 96) of weight_ih_l1, .*rows \[0, 96) of weight_ih_l2, .*rows \[0, 96) of weight_ih_l3"
+run dxs 4 text --set data.order=stream --set data.batch_size=4 --set model.stages=2 "${bal[@]}" \
+  --set train.time_chunks=4
+equal dxs ref-stream "$INIT" 1e-5
+# S = 1: the key means nothing (the data-parallel engine runs): one rank's numbers bit for bit
+run s1 1 text "${o[@]}" "${bal[@]}"
+if msg=$(compare run-s1/step-6.safetensors run-ref-stream/step-6.safetensors --rtol 0 2>&1); then
+  ok "S=1 with stage_split=balanced = one rank bit for bit: $msg"
+else bad "S=1 with stage_split=balanced differs from one rank: $msg"; fi
+
+# grad_accum windows as units
+ga=(--set data.order=stream --set data.batch_size=8 --set optim.grad_accum=2)
+run ga-ref 1 text "${ga[@]}"
+run ga-1f1b 2 text "${ga[@]}" --set model.stages=2 "${bal[@]}" --set train.schedule=1f1b \
+  --set train.micro_batches=2
+equal ga-1f1b ga-ref "$INIT" 1e-5
+
+# a series model (data.window_norm=none: see test_pipeline.sh)
+se=(--set data.order=stream --set data.batch_size=8 --set data.window_norm=none)
+run series-init 1 series "${se[@]}" --set optim.lr=0 --set train.steps=1
+run series-ref 1 series "${se[@]}"
+run series-wave 2 series "${se[@]}" --set model.stages=2 "${bal[@]}" --set train.time_chunks=4
+equal series-wave series-ref run-series-init/step-1.safetensors 1e-5
+split series-wave "stage 0 computes rows \[0, [1-9][0-9]*) of weight_ih_l2"
+
+# clipping by the global norm, firing every step: weight_ih_l2's sum of squares in two parts.
+# optim.lr 10, not 0.5: clipped to 0.01, weight_hh_l0 moves by 1.1e-4 (norm) in 6 steps at lr 0.5,
+# so one float32 ulp of one of its weights (7.5e-9, a last-bit difference of the split's two
+# GEMMs carried down) is 6.9e-5 of its update, the whole difference measured; at lr 10 the
+# updates are 20x larger and the same runs differ by 2e-6 to 4e-6 (layers S=2: 3.3e-6).
+cl=(--set data.order=shuffle --set data.batch_size=8 --set optim.clip_norm=0.01 --set optim.lr=10)
+run clip-ref 1 text "${cl[@]}"
+run clip-s2 2 text "${cl[@]}" --set model.stages=2 "${bal[@]}" --set train.time_chunks=4
+run clip-s4 4 text "${cl[@]}" --set model.stages=4 "${bal[@]}" --set train.time_chunks=4
+for n in clip-s2 clip-s4; do
+  equal "$n" clip-ref "$INIT" 1e-5
+  if msg=$("$PY" - "run-$n/metrics.jsonl" run-clip-ref/metrics.jsonl <<'EOF'
+import json, sys
+def norms(p):
+    return [json.loads(l)["grad_norm"] for l in open(p) if '"grad_norm"' in l]
+a, b = norms(sys.argv[1]), norms(sys.argv[2])
+assert len(a) == len(b) == 6, (len(a), len(b))
+assert min(b) > 0.01, "clipping did not fire every step: %s" % b
+worst = max(abs(x - y) / y for x, y in zip(a, b))
+print("grad_norm per step within %.2e of one rank's (%.4g ... %.4g, clip 0.01)" % (worst, b[0], b[-1]))
+sys.exit(0 if worst <= 1e-6 else 1)
+EOF
+  ); then ok "$n: $msg"; else bad "$n: $msg"; fi
+done
+
+# ---------------------------------------------------------------- 2. checkpoints
+if msg=$("$PY" - run-wave4-stream/step-6.safetensors run-ref-stream/step-6.safetensors <<'EOF'
+import json, struct, sys
+def header(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); h.pop("__metadata__")
+    return {k: (v["dtype"], v["shape"]) for k, v in h.items()}
+a, b = header(sys.argv[1]), header(sys.argv[2])
+assert a == b, "differ: %s" % sorted(set(a.items()) ^ set(b.items()))
+print("%d tensors, names, shapes and dtypes equal" % len(a))
+EOF
+); then ok "balanced S=2 checkpoint vs one rank's: $msg"; else bad "balanced S=2 checkpoint layout: $msg"; fi
+# same layout: resume from step 3 in another directory (same config text: run_dir "run")
+same=(train "${common[@]}" --set data.path=../text --set data.order=stream --set data.batch_size=8
+      --set model.stages=2 "${bal[@]}" --set train.time_chunks=4 --set train.run_dir=run)
+mkdir -p same-a same-b
+(cd same-a && timeout 120 "$MPIEXEC" -np 2 "$LSTMD" "${same[@]}" >log 2>&1) || bad "same-layout run"
+(cd same-b && timeout 120 "$MPIEXEC" -np 2 "$LSTMD" "${same[@]}" \
+  --resume ../same-a/run/step-3.safetensors >log 2>&1) || bad "same-layout resume"
+if cmp -s same-a/run/step-6.safetensors same-b/run/step-6.safetensors; then
+  ok "balanced S=2 resume from step 3 on the same layout: step 6 byte for byte"
+else bad "balanced S=2 same-layout resume differs: $(compare same-b/run/step-6.safetensors same-a/run/step-6.safetensors --rtol 0 2>&1)"; fi
+# other layouts, from the balanced S=2 checkpoint of step 3 (stream order, global batch 8)
+FROM=run-wave4-stream/step-3.safetensors
+run to-1rank 1 text "${o[@]}" --resume "$FROM"
+run to-layers 2 text "${o[@]}" --set model.stages=2 --set train.time_chunks=4 --resume "$FROM"
+for n in to-1rank to-layers; do equal "$n" wave4-stream "$FROM" 1e-5; done
+run from-1rank 2 text "${o[@]}" --set model.stages=2 "${bal[@]}" --set train.time_chunks=4 \
+  --resume run-ref-stream/step-3.safetensors
+equal from-1rank ref-stream run-ref-stream/step-3.safetensors 1e-5
+
+# ---------------------------------------------------------------- 3. bad values
+run bad-value 2 text --set data.batch_size=8 --set model.stages=2 --set model.stage_split=even
+rc=$?
+n_lines=$(grep -c "^lstmd: .*model.stage_split" log-bad-value)
+if [[ $rc -eq 2 && $n_lines -eq 2 ]] && ! ls run-bad-value/*.safetensors >/dev/null 2>&1; then
+  ok "model.stage_split=even: exit 2, each of the 2 ranks named the key: $(grep -m1 '^lstmd: .*model.stage_split' log-bad-value | cut -c1-110)"
+else bad "model.stage_split=even: exit $rc, $n_lines lines naming the key: $(grep '^lstmd:' log-bad-value | head -2)"; fi
+run bad-ln 2 text --set data.batch_size=8 --set model.stages=2 "${bal[@]}" --set model.layer_norm=true
+rc=$?
+if [[ $rc -eq 2 ]] && grep -q "^lstmd: model.stage_split: balanced .*layer_norm" log-bad-ln; then
+  ok "balanced with model.layer_norm: exit 2: $(grep -m1 '^lstmd: model.stage_split' log-bad-ln | cut -c1-110)"
+else bad "balanced with model.layer_norm: exit $rc: $(grep '^lstmd:' log-bad-ln | head -2)"; fi
+
+# ---------------------------------------------------------------- 4. trace
+run trace 2 text --set data.batch_size=16 --set model.hidden=256 --set model.stages=2 "${bal[@]}" \
+  --set train.time_chunks=4 --set train.checkpoint_every=0 --trace "$TMP/trace.json"
+if msg=$("$PY" "$SRC/tests/check_pipe_trace.py" trace.json 2 4 run-trace/metrics.jsonl 2>&1); then
+  ok "trace: $msg"
+else bad "trace: $msg"; fi
+
+((fails == 0)) && echo "test_pipe_balance: all passed" || echo "test_pipe_balance: $fails failed"
+((fails == 0))
