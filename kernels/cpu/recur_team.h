@@ -37,7 +37,8 @@ int lstmd_recur_team_create(int n, int H, struct lstmd_recur_team **out);
 void lstmd_recur_team_destroy(struct lstmd_recur_team *t);
 
 /* lstmd_cpu_lstm_forward for member `member`'s rows (its own d, x, h, c, gates), run together
- * with the other members' calls; W_hh is packed by the team (no wpack argument). */
+ * with the other members' calls; W_hh is packed by the team (no wpack argument). d->split must
+ * be 0: a split input projection is the pipeline engine's, which has one thread a rank. */
 void lstmd_cpu_lstm_forward_team(struct lstmd_recur_team *t, int member,
                                  const struct lstmd_lstm_dims *d, const float *w_ih,
                                  const float *w_hh, const float *b_ih, const float *b_hh,
