@@ -119,33 +119,14 @@ run clip-s2 2 text "${cl[@]}" --set model.stages=2 "${bal[@]}" --set train.time_
 run clip-s4 4 text "${cl[@]}" --set model.stages=4 "${bal[@]}" --set train.time_chunks=4
 for n in clip-s2 clip-s4; do
   equal "$n" clip-ref "$INIT" 1e-5
-  if msg=$("$PY" - "run-$n/metrics.jsonl" run-clip-ref/metrics.jsonl <<'EOF'
-import json, sys
-def norms(p):
-    return [json.loads(l)["grad_norm"] for l in open(p) if '"grad_norm"' in l]
-a, b = norms(sys.argv[1]), norms(sys.argv[2])
-assert len(a) == len(b) == 6, (len(a), len(b))
-assert min(b) > 0.01, "clipping did not fire every step: %s" % b
-worst = max(abs(x - y) / y for x, y in zip(a, b))
-print("grad_norm per step within %.2e of one rank's (%.4g ... %.4g, clip 0.01)" % (worst, b[0], b[-1]))
-sys.exit(0 if worst <= 1e-6 else 1)
-EOF
-  ); then ok "$n: $msg"; else bad "$n: $msg"; fi
+  if msg=$("$PY" "$SRC/tests/pipe_checks.py" clip-norms "run-$n/metrics.jsonl" \
+           run-clip-ref/metrics.jsonl); then ok "$n: $msg"; else bad "$n: $msg"; fi
 done
 
 # ---------------------------------------------------------------- 2. checkpoints
-if msg=$("$PY" - run-wave4-stream/step-6.safetensors run-ref-stream/step-6.safetensors <<'EOF'
-import json, struct, sys
-def header(p):
-    b = open(p, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n]); h.pop("__metadata__")
-    return {k: (v["dtype"], v["shape"]) for k, v in h.items()}
-a, b = header(sys.argv[1]), header(sys.argv[2])
-assert a == b, "differ: %s" % sorted(set(a.items()) ^ set(b.items()))
-print("%d tensors, names, shapes and dtypes equal" % len(a))
-EOF
-); then ok "balanced S=2 checkpoint vs one rank's: $msg"; else bad "balanced S=2 checkpoint layout: $msg"; fi
+if msg=$("$PY" "$SRC/tests/pipe_checks.py" same-layout run-wave4-stream/step-6.safetensors \
+         run-ref-stream/step-6.safetensors); then ok "balanced S=2 checkpoint vs one rank's: $msg"
+else bad "balanced S=2 checkpoint layout: $msg"; fi
 # same layout: resume from step 3 in another directory (same config text: run_dir "run")
 same=(train "${common[@]}" --set data.path=../text --set data.order=stream --set data.batch_size=8
       --set model.stages=2 "${bal[@]}" --set train.time_chunks=4 --set train.run_dir=run)
