@@ -1,0 +1,43 @@
+# pipe_test_lib.sh — sourced by the pipeline tests (test_pipeline.sh, test_pipe_balance.sh) once
+# they have set LSTMD, SRC and MPIEXEC: a working folder $TMP (the cwd; removed, with any rank
+# still running from it, on exit), ok/bad counting $fails, the text and series datasets, the
+# shared small-model settings $common, and:
+#   run NAME NP DATA [--set ...]  trains in run-NAME on NP ranks (a config file named after the
+#                                 run puts NAME into every rank's argv, for pgrep); log in log-NAME
+#   equal NAME REF INIT TOL       run-NAME's step-6 against run-REF's, as updates from INIT
+PY=/usr/bin/python3
+TMP=$(mktemp -d)
+cleanup() {
+  pkill -KILL -f -- "$TMP/" 2>/dev/null
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+cd "$TMP" || exit 1
+fails=0
+ok() { echo "ok    $*"; }
+bad() { echo "FAIL  $*"; fails=$((fails + 1)); }
+compare() { "$PY" "$SRC/tests/compare_checkpoints.py" "$@"; }
+
+head -c 300000 "$SRC/data/fortunes.txt" > text.txt
+"$LSTMD" prepare text --input text.txt --out text >/dev/null 2>&1 || bad "prepare text"
+"$LSTMD" prepare series --input "$SRC/data/seattle-temps.csv" --target temp --horizon 4 \
+  --out series >/dev/null 2>&1 || bad "prepare series"
+common=(--set model.layers=4 --set model.embed=8 --set model.hidden=32 --set data.seq_len=16
+        --set optim.algo=sgd --set optim.lr=0.5 --set optim.schedule=constant --set optim.clip_norm=0
+        --set model.dropout=0.2 --set train.steps=6 --set train.threads=1 --set train.bucket_mb=0.01
+        --set train.log_every=1 --set train.eval_every=0 --set train.checkpoint_every=3)
+
+run() {
+  local name=$1 np=$2 data=$3
+  shift 3
+  : >"cfg-$name.ini"
+  timeout 300 "$MPIEXEC" -np "$np" "$LSTMD" train --config "cfg-$name.ini" "${common[@]}" \
+    --set data.path="$data" --set train.run_dir="run-$name" "$@" >"log-$name" 2>&1
+}
+equal() {
+  local msg
+  if msg=$(compare "run-$1/step-6.safetensors" "run-$2/step-6.safetensors" --initial "$3" \
+           --rtol "$4" 2>&1); then
+    ok "$1 = $2: $msg"
+  else bad "$1 vs $2: $msg"; tail -3 "log-$1"; fi
+}
