@@ -149,7 +149,7 @@ if [[ $STAGE != checks ]]; then
   check "bench_gpu.sh" 540 env BENCH_OUT="$results" bash "$REL/share/lstmd/bench/bench_gpu.sh" "$LSTMD"
   # Pipelines of 2, 4 and 8 GPUs predicted from this one GPU's per-chunk cuDNN times (issue 13).
   check "lstmd pipe-predict (S = 2, 4, 8)" 240 \
-    bash -c '"$1" pipe-predict --stages 2,4,8 | tee -a "$2"' _ "$LSTMD" "$results"
+    bash -o pipefail -c '"$1" pipe-predict --stages 2,4,8 | tee -a "$2"' _ "$LSTMD" "$results"
 fi
 echo
 echo "== summary ($STAGE): $failed failed"

@@ -26,6 +26,7 @@
 
 #include "comm.h"
 #include "comm_internal.h"
+#include "comm_nccl.h"
 #include "kernels/check.h"
 #include "kernels/clock.h"
 #include "nccl_internal.h"
@@ -201,10 +202,8 @@ int lstmd_p2p_nccl_create(struct lstmd_comm *pp, size_t per_lane, double timeout
   if (!rc) rc = init_lanes(p, ids);
   rc = lstmd_comm_agree(pp, rc, NULL);
   if (!rc) {
-    int v = 0;
-    ncclGetVersion(&v);
-    snprintf(p->desc, sizeof p->desc, "NCCL %d.%d.%d send/recv on 4 lanes", v / 10000,
-             v / 100 % 100, v % 100);
+    lstmd_nccl_describe_library(p->desc, sizeof p->desc);
+    snprintf(p->desc + strlen(p->desc), sizeof p->desc - strlen(p->desc), " send/recv on 4 lanes");
     if (pthread_create(&p->watchdog, NULL, watchdog_main, p) != 0) rc = LSTMD_ENOMEM;
     else p->watchdog_running = 1;
   }
@@ -251,8 +250,12 @@ int lstmd_p2p_nccl_transfer(struct lstmd_p2p_nccl *p, int lane, void *buf, size_
   struct lane *l = &p->lane[lane];
   pthread_mutex_lock(&p->mu);
   int rc = LSTMD_ECOMM;
+  cudaError_t ce = cudaSuccess;
   if (!p->failed) {
-    if (pop_finished(l) != cudaSuccess || l->tail - l->head == l->cap) {
+    if ((ce = pop_finished(l)) != cudaSuccess) {
+      lstmd_errorf("pipeline transfer lane of the %s stage %d: %s", kLaneNames[lane],
+                   l->peer_stage, cudaGetErrorString(ce));
+    } else if (l->tail - l->head == l->cap) {
       lstmd_errorf("pipeline transfer queue of the %s stage %d is full (%zu)", kLaneNames[lane],
                    l->peer_stage, l->cap);
       rc = LSTMD_EINVAL;

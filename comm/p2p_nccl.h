@@ -44,7 +44,7 @@ int lstmd_p2p_nccl_transfer(struct lstmd_p2p_nccl *p, int lane, void *buf, size_
 int lstmd_p2p_nccl_join(struct lstmd_p2p_nccl *p, void *stream);
 /* Non-zero once a transfer failed or timed out (communicators aborted, reason printed). */
 int lstmd_p2p_nccl_failed(struct lstmd_p2p_nccl *p);
-/* "NCCL 2.28.9 send/recv (4 lanes)". */
+/* "NCCL 2.28.9 send/recv on 4 lanes". */
 const char *lstmd_p2p_nccl_describe(const struct lstmd_p2p_nccl *p);
 
 #endif

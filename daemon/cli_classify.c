@@ -43,8 +43,10 @@ int lstmd_classify_eval_print(const struct lstmd_model *m, const struct lstmd_da
   /* a series classifier's values are normalised as in its training (a split prepared from
    * another file has its own mean and std in the header) */
   struct lstmd_dataset scored = *val;
-  scored.info.mean[0] = a->numeric ? a->mean[0] : scored.info.mean[0];
-  scored.info.std[0] = a->numeric ? a->std[0] : scored.info.std[0];
+  if (a->numeric) {
+    scored.info.mean[0] = a->mean[0];
+    scored.info.std[0] = a->std[0];
+  }
   int rc = lstmd_clf_evaluate(m, &scored, batch, res);
   if (!rc) {
     const int C = res->classes;
@@ -157,6 +159,13 @@ static int read_lines(const char *path, const struct lstmd_data_meta *meta, stru
     }
     if (len > *longest) *longest = (int)len;
   }
+  if (!rc && ferror(f)) {
+    lstmd_errorf("%s: read error: %s", path, strerror(errno));
+    rc = LSTMD_EIO;
+  } else if (!rc && n == 0) {
+    lstmd_errorf("%s: no lines to classify", path);
+    rc = LSTMD_EFORMAT;
+  }
   free(buf);
   fclose(f);
   *out = lines;
@@ -201,10 +210,14 @@ int lstmd_cmd_classify(int argc, char **argv) {
   if (!rc) rc = lstmd_clf_workspace_create(m, longest, 1, &ws);
   double probs[LSTMD_MAX_CLASSES];
   for (size_t i = 0; !rc && i < n; i++) {
-    rc = lstmd_clf_predict(m, ws, lines[i].ids, lines[i].x, lines[i].n, probs);
+    if ((rc = lstmd_clf_predict(m, ws, lines[i].ids, lines[i].x, lines[i].n, probs))) {
+      lstmd_errorf("classify: %s:%zu: cannot classify this line (%s)", input, i + 1,
+                   lstmd_strerror(rc));
+      break;
+    }
     int best = 0;
     for (int k = 1; k < m->shape.classes; k++) best = probs[k] > probs[best] ? k : best;
-    if (!rc) printf("%s\t%.4f\n", meta.info.names[best], probs[best]);
+    printf("%s\t%.4f\n", meta.info.names[best], probs[best]);
   }
   for (size_t i = 0; i < n; i++) free(lines[i].ids);
   free(lines);

@@ -41,14 +41,25 @@ static int parse_stages(const char *text, struct args *a) {
   return a->n_stages ? 0 : 2;
 }
 
+/* Fills a from the options: 0; 2 after a message; -1 after --help printed the usage. */
 static int parse(int argc, char **argv, struct args *a) {
   const char *v[12] = {0};
   const char *names[] = {"layers", "hidden", "embed", "vocab", "seq-len", "batch", "chunks",
                          "reps", "device", "latency-ms", "precision", "stages"};
-  struct lstmd_opt opts[12];
+  struct lstmd_opt opts[13];
   for (int i = 0; i < 12; i++) opts[i] = (struct lstmd_opt){.name = names[i], .value = &v[i]};
-  int rc = lstmd_parse_opts(kCmd, argc, argv, 2, opts, 12);
+  int help = 0;
+  opts[12] = (struct lstmd_opt){.name = "help", .flag = &help};
+  int rc = lstmd_parse_opts(kCmd, argc, argv, 2, opts, 13);
   if (rc) return rc;
+  if (help) {
+    printf("usage: lstmd pipe-predict [--stages 2,4,8] [--layers 8 --hidden 1024 --embed 64\n"
+           "         --vocab 256] [--seq-len 256 --batch 64 --chunks 16] [--precision bf16]\n"
+           "         [--reps 5] [--latency-ms 0] [--device 0]\n"
+           "Times each pipeline stage's F, B and W items per time chunk on one GPU and predicts\n"
+           "the step time of the K-chunk wavefront on S GPUs (a prediction, not a measurement).\n");
+    return -1;
+  }
   *a = (struct args){8, 1024, 64, 256, 256, 64, 16, 5, 0, 0.0, LSTMD_DT_BF16, 0, {2, 4, 8}, 3};
   long *longs[] = {&a->layers, &a->hidden, &a->embed, &a->vocab, &a->seq_len, &a->batch,
                    &a->chunks, &a->reps, &a->device};
@@ -103,7 +114,7 @@ static int predict(const struct args *a, int S, const double *ms, double *makesp
 int lstmd_cmd_pipe_predict(int argc, char **argv) {
   struct args a;
   int rc = parse(argc, argv, &a);
-  if (rc) return rc;
+  if (rc) return rc < 0 ? 0 : rc;
   const struct lstmd_gpu_backend *gpu = lstmd_gpu_backend();
   char why[256] = "", device[256] = "";
   if (!gpu || gpu->probe(why, sizeof why) <= 0) {

@@ -373,8 +373,9 @@ static int cmd_watch(struct lstmd_ctl *c, const char *arg) {
           "is_eval", ev->metrics->is_eval, "loss", isfinite(ev->metrics->loss) ? ev->metrics->loss : 0.0,
           "val_loss", isfinite(ev->metrics->val_loss) ? ev->metrics->val_loss : 0.0,
           "tokens_per_s", ev->metrics->tokens_per_s, "lr", ev->metrics->lr);
-        if (ev->metrics->has_val_accuracy)
-          json_object_set_new(mo, "val_accuracy", json_real(ev->metrics->val_accuracy));
+        json_object_set_new(mo, "val_accuracy", ev->metrics->has_val_accuracy
+                                                    ? json_real(ev->metrics->val_accuracy)
+                                                    : json_null());
         json_object_set_new(o, "metrics", mo);
       }
       print_json(o);

@@ -14,6 +14,7 @@ daemon_vs_mpirun() {
     >"$TMP/serve.log" 2>&1 &
   serve_pid=$!
   for _ in $(seq 150); do [[ -S $sock ]] && "$ctl" --socket "$sock" list >/dev/null 2>&1 && break; sleep 0.2; done
+  [[ -S $sock ]] || bad "$what: the daemon did not start: $(tail -3 "$TMP/serve.log")"
   id=$(timeout 30 "$ctl" --socket "$sock" submit "$@" 2>"$TMP/submit.err" | tail -1)
   for _ in $(seq 300); do
     state=$(timeout 10 "$ctl" --socket "$sock" status "$id" 2>/dev/null | head -1)
@@ -23,6 +24,8 @@ daemon_vs_mpirun() {
   timeout 10 "$ctl" --socket "$sock" status "$id" >"$TMP/status.txt" 2>&1
   timeout 10 "$ctl" --socket "$sock" --json status "$id" >"$TMP/status.json" 2>&1
   timeout 30 "$ctl" --socket "$sock" shutdown >/dev/null 2>&1
+  for _ in $(seq 300); do kill -0 "$serve_pid" 2>/dev/null || break; sleep 0.2; done
+  kill -0 "$serve_pid" 2>/dev/null && { bad "$what: the daemon did not stop within 60 s"; kill -9 "$serve_pid"; }
   wait "$serve_pid"
   timeout 120 mpirun -np 2 "$LSTMD" train "$@" --set train.run_dir="$TMP/dref" >/dev/null 2>"$TMP/dref.err" \
     || bad "mpirun reference: $(tail -3 "$TMP/dref.err")"

@@ -479,6 +479,9 @@ check "pipe-predict: seq-len not a multiple of chunks" --has "--chunks 16" -- \
   "$LSTMD" pipe-predict --seq-len 100 --chunks 16
 check "pipe-predict: unknown precision" --has "--precision fp8" -- \
   "$LSTMD" pipe-predict --precision fp8
+cases=$((cases + 1))
+out=$("$LSTMD" pipe-predict --help 2>&1) && grep -q "usage: lstmd pipe-predict" <<<"$out" ||
+  fail "pipe-predict --help" "not exit 0 with the usage: $out"
 check "eval: text checkpoint on series data" --file "$TMP/good-series" -- \
   "$LSTMD" eval --checkpoint "$CKPT" --data "$TMP/good-series"
 

@@ -272,8 +272,14 @@ static void test_layout_and_refusals(void) {
   struct lstmd_rng rng;
   lstmd_rng_seed(&rng, 3, 3);
   fill_batch(bt, &rng);
+  expect(!isnan(lstmd_clf_forward(m, ws, 1.0f)), "a valid batch accepted");
+  memset(m->grads, 0, m->n_params * sizeof(float));
   bt->lengths[2] = T + 1;
   expect(isnan(lstmd_clf_forward(m, ws, 0.0f)), "length > T refused");
+  lstmd_clf_backward(m, ws); /* the step fails on the NaN; backward must not run on the batch */
+  size_t touched = 0;
+  for (size_t i = 0; i < m->n_params; i++) touched += m->grads[i] != 0.0f;
+  expect(touched == 0, "backward after a refused batch leaves the gradients alone");
   bt->lengths[2] = 0;
   bt->labels[2] = C + 5; /* an empty column's label is not read */
   expect(!isnan(lstmd_clf_forward(m, ws, 0.0f)), "empty column accepted");

@@ -145,7 +145,8 @@ for f in mut*.csv; do
   elif [[ $rc == 2 && ! -e out_$f ]] && grep -qE "lstmd: $f(:[0-9]+:|: )" err; then n2=$((n2 + 1))
   else bad "mutation $f: exit $rc, $(cat err)"; fi
 done
-ok "200 mutations: $n0 prepared, $n2 refused naming the file (and line)"
+((n0 + n2 == 200)) && ok "200 mutations: $n0 prepared, $n2 refused naming the file (and line)" ||
+  bad "mutations: $((n0 + n2)) of 200 ran to a verdict"
 
 $PY - d <<'PY'
 import struct, sys, shutil

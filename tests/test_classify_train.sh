@@ -5,8 +5,8 @@
 #     loss and accuracy equal the run's last val_loss and val_accuracy in metrics.jsonl; its confusion matrix sums to
 #     the sequences and its diagonal to accuracy × sequences; the checkpoint carries
 #     model.kind=classify, bidirectional, pool and the labels;
-#  2. `lstmd classify` prints label<TAB>p per line; a byte never seen in training exits 2 naming
-#     FILE:LINE;
+#  2. `lstmd classify` prints label<TAB>p per line; an empty input exits 2; a byte never seen
+#     in training exits 2 naming FILE:LINE;
 #  3. mpirun -np 2 × batch 4 = 1 rank × batch 8 (SGD, clip off; compare_checkpoints.py, updates
 #     within 1e-5) for last and max pooling, bidirectional;
 #     train.threads 1 and 3 = 2 (one rank, batch 8, mean pooling);
@@ -85,6 +85,10 @@ printf 'aeiou\nae!\n' > q2.txt
 "$LSTMD" classify --checkpoint run/latest.safetensors --input q2.txt > /dev/null 2> err; rc=$?
 [[ $rc == 2 ]] && grep -q "q2.txt:2: byte 0x21 at column 3 never occurs" err && ok "unknown byte: $(cat err)" \
   || bad "unknown byte: rc $rc $(cat err)"
+: > q3.txt
+"$LSTMD" classify --checkpoint run/latest.safetensors --input q3.txt > /dev/null 2> err; rc=$?
+[[ $rc == 2 ]] && grep -q "q3.txt: no lines to classify" err && ok "empty input: $(cat err)" \
+  || bad "empty input: rc $rc $(cat err)"
 
 # 3. two ranks = one rank
 for pool in last max; do

@@ -122,9 +122,8 @@ int lstmd_cpu_panel_width(void) {
   return f ? f->width : 0;
 }
 
-void lstmd_cpu_pack_rows_panels(int N, int K, const float *W, float *packed, int p0, int p1) {
+void lstmd_cpu_pack_rows_panels(int K, const float *W, float *packed, int p0, int p1) {
   const int w = lstmd_cpu_panel_width();
-  (void)N;
   for (int j = p0; j < p1; j++) {
     float *panel = packed + (size_t)j * K * w;
     for (int i = 0; i < w; i++) {
@@ -135,7 +134,7 @@ void lstmd_cpu_pack_rows_panels(int N, int K, const float *W, float *packed, int
 }
 
 void lstmd_cpu_pack_rows(int N, int K, const float *W, float *packed) {
-  lstmd_cpu_pack_rows_panels(N, K, W, packed, 0, N / lstmd_cpu_panel_width());
+  lstmd_cpu_pack_rows_panels(K, W, packed, 0, N / lstmd_cpu_panel_width());
 }
 
 void lstmd_cpu_pack_cols_panels(int K, int N, const float *W, float *packed, int p0, int p1) {

@@ -35,7 +35,7 @@ void lstmd_cpu_gemm_ab_packed(int M, int N, int K, const float *A, int lda, cons
  * C [M,w] += A [M,K] · panel. No element's result depends on how the rows, columns or panels
  * were split: each is one chain of FMAs over k in order. */
 int lstmd_cpu_panel_width(void);
-void lstmd_cpu_pack_rows_panels(int N, int K, const float *W, float *packed, int p0, int p1);
+void lstmd_cpu_pack_rows_panels(int K, const float *W, float *packed, int p0, int p1);
 void lstmd_cpu_pack_cols_panels(int K, int N, const float *W, float *packed, int p0, int p1);
 void lstmd_cpu_gemm_panel(int M, int K, const float *A, int lda, const float *panel, float *C,
                           int ldc);

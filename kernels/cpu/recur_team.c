@@ -108,9 +108,12 @@ void lstmd_cpu_lstm_forward_team(struct lstmd_recur_team *t, int member,
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T * B, G, In, 1.0f, x, In, w_ih, In, 0.0f,
               gates, G);
   int p0, p1;
-  for (int q = 0; q < 4; q++) { /* only this member reads these panels: no barrier needed */
+  /* Only this member reads these panels in this pass, and every member's last read of the
+   * buffer in its previous pass (whose panels may overlap these: another layout) came before
+   * that pass's final barrier; so packing needs no barrier. The same holds in backward. */
+  for (int q = 0; q < 4; q++) {
     member_panels(t, member, q, &p0, &p1);
-    lstmd_cpu_pack_rows_panels(G, H, w_hh, t->packed, p0, p1);
+    lstmd_cpu_pack_rows_panels(H, w_hh, t->packed, p0, p1);
   }
   struct member_rows *me = &t->rows[member];
   me->B = B, me->h = h, me->c = c, me->gates = gates;

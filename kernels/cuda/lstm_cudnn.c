@@ -117,7 +117,6 @@ static int cuda_alloc(void **p, size_t bytes, const char *what) {
   return LSTMD_ENOMEM;
 }
 
-/* The RNN, data and state descriptors of cfg (dropout descriptor already made). */
 static int directions(const struct lstmd_cudnn_lstm_config *c) { return c->bidirectional ? 2 : 1; }
 
 /* The x and y data descriptors for maxSeqLength `steps` and the lengths in seq_host. */
@@ -134,6 +133,7 @@ static int set_data_descriptors(struct lstmd_cudnn_lstm *l, int steps, int quiet
   return LSTMD_OK;
 }
 
+/* The RNN, data and state descriptors of cfg (dropout descriptor already made). */
 static int make_descriptors(struct lstmd_cudnn_lstm *l, int quiet) {
   const struct lstmd_cudnn_lstm_config *c = &l->cfg;
   const cudnnDataType_t dt = cudnn_type(c->dtype);

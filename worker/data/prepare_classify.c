@@ -83,7 +83,6 @@ static int add_line(struct tsv_state *st, long lineno, char *line, size_t n) {
   if (n == 0) return line_error(st, lineno, "empty line (expected label<TAB>text)");
   if (!tab) return line_error(st, lineno, "no TAB (expected label<TAB>text)");
   size_t label_len = (size_t)(tab - line), text_len = n - label_len - 1;
-  if (label_len == 0) return line_error(st, lineno, "empty label");
   if (text_len == 0) return line_error(st, lineno, "empty text");
   if (text_len > LSTMD_MAX_SEQ_BYTES) {
     char msg[96];

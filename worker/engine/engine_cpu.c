@@ -367,12 +367,13 @@ int lstmd_engine_cpu_create(const struct lstmd_engine *base, struct lstmd_engine
     lstmd_workspace_on_grads_ready(s->ws, on_grads_ready, s);
   }
   const struct lstmd_model_shape *sh = &m->shape;
-  const int team = lstmd_recur_team_wanted(c->n_slices, sh->hidden);
+  const int plain = sh->kind != LSTMD_MODEL_CLASSIFY && !sh->layer_norm; /* see 5. */
+  const int team = plain ? lstmd_recur_team_wanted(c->n_slices, sh->hidden) : 0;
   if (!rc && team < 0) {
     lstmd_errorf("LSTMD_RECUR_TEAM=%s: 0, 1 or auto", getenv("LSTMD_RECUR_TEAM"));
     rc = LSTMD_ECONFIG;
   }
-  if (!rc && sh->kind != LSTMD_MODEL_CLASSIFY && !sh->layer_norm && team > 0) {
+  if (!rc && team > 0) {
     rc = lstmd_recur_team_create(c->n_slices, sh->hidden, &c->team);
     for (int i = 0; !rc && i < c->n_slices; i++)
       lstmd_workspace_set_team(c->slices[i].ws, c->team, i);

@@ -611,8 +611,6 @@ static int gpu_optim_step(struct lstmd_engine *e, struct lstmd_optim *o, int rep
   return rc;
 }
 
-/* Rank 0 scores the windows in chunks of B, the last chunk padded with repeats of its first
- * window, which are not scored. Inference mode; the carried training state is left alone. */
 /* A classifier's validation loss: the CPU evaluator on rank 0's host model, brought up to the
  * device's parameters first (see 8.). */
 static int clf_evaluate(struct gpu_engine *g, const struct lstmd_dataset *ds, double *mean_loss,
@@ -632,6 +630,8 @@ static int clf_evaluate(struct gpu_engine *g, const struct lstmd_dataset *ds, do
   return rc;
 }
 
+/* Rank 0 scores the windows in chunks of B, the last chunk padded with repeats of its first
+ * window, which are not scored. Inference mode; the carried training state is left alone. */
 static int gpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *ds, double *mean_loss,
                         uint64_t *tokens, double *accuracy) {
   struct gpu_engine *g = gpu_of(e);

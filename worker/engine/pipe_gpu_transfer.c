@@ -85,9 +85,6 @@ int gpipe_start_transfers(struct gpipe_engine *p) {
   return lstmd_p2p_create(p->pp, p->base.cfg.comm_timeout_s, &p->p2p);
 }
 
-/* Collective over the world: the fp16 loss scale from rank 0, the grid's communicators, p2p,
- * the replicas' gradient sum, then the stage (voted), then the parameters and moments. */
-
 size_t gpipe_msg_bytes(const struct gpipe_engine *p) { return (size_t)p->g.Tc * p->g.b * p->g.H * p->es; }
 
 /* Posts unit u's receives into its slot's pinned buffers (see 1.). */

@@ -77,8 +77,8 @@ void lstmd_pipe_describe_item(char *buf, size_t n, const struct lstmd_pipe_grid 
 
 /* The global gradient norm from this stage's per-tensor sums of squares: sums[t] for t in
  * [t_lo, t_hi) filled by the caller (a split tensor's part of it), the others 0; summed over the
- * replica's stages (pp) and then in tensor order, so every rank gets the one-rank value (a split
- * tensor's two partial sums add). Collective over pp. */
+ * replica's stages (pp) and then in tensor order, so every rank gets the same value: the one-rank
+ * value, up to the rounding of a split tensor's two partial sums. Collective over pp. */
 int lstmd_pipe_global_norm(const struct lstmd_pipe_grid *g, struct lstmd_comm *pp,
                            const struct lstmd_model *m, double *sums, double timeout_s,
                            double *norm);

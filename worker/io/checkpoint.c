@@ -544,7 +544,7 @@ int lstmd_checkpoint_load_train(const char *path, struct lstmd_model *m, struct 
                                          "model.horizon", "model.layer_norm", "model.classes",
                                          "model.bidirectional", "model.pool"};
     int k = 0;
-    while (k < 10 && mine[k] == want[k]) k++;
+    while (k + 1 < (int)(sizeof keys / sizeof *keys) && mine[k] == want[k]) k++;
     lstmd_errorf("%s: the checkpoint's model has %s = %d, this run's %d; resume needs the same "
                  "model shape", path, keys[k], mine[k], want[k]);
     rc = LSTMD_ECONFIG;

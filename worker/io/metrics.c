@@ -10,6 +10,7 @@
 
 #include "kernels/status.h"
 #include "durable.h"
+#include "worker/model/model.h" /* enum lstmd_model_kind */
 
 /* Rewrites metrics.jsonl (atomically) without the records of steps after `step`. */
 static int drop_records_after(const char *path, long step) {
@@ -92,9 +93,9 @@ void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report
     fprintf(mt->jsonl, ",\"compute_min_s\":%.6f,\"compute_median_s\":%.6f,\"compute_max_s\":%.6f,"
             "\"slowest_rank\":%d", r->compute_min_s, r->compute_median_s, r->compute_max_s,
             r->slowest_rank);
-  if (r->stages > 1)
-    fprintf(mt->jsonl, ",\"stages\":%d,\"bubble\":%.6f,\"p2p_wait_s\":%.6f", r->stages,
-            r->bubble, r->p2p_wait_s);
+  if (r->stages > 1) fprintf(mt->jsonl, ",\"stages\":%d", r->stages);
+  if (r->stages > 1 && isfinite(r->bubble)) /* NaN: not measured (GPU stages on NCCL lanes) */
+    fprintf(mt->jsonl, ",\"bubble\":%.6f,\"p2p_wait_s\":%.6f", r->bubble, r->p2p_wait_s);
   fputs("}\n", mt->jsonl);
   fflush(mt->jsonl);
   if (r->rank_times) {
@@ -109,7 +110,7 @@ void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report
     const float scale_value[] = {(float)r->loss_scale};
     lstmd_tb_scalars(&mt->tb, r->step, 1, scale_tag, scale_value);
   }
-  if (r->stages > 1) {
+  if (r->stages > 1 && isfinite(r->bubble)) {
     static const char *const pipe_tags[] = {"time/bubble", "time/p2p_wait_s"};
     const float pipe_values[] = {(float)r->bubble, (float)r->p2p_wait_s};
     lstmd_tb_scalars(&mt->tb, r->step, 2, pipe_tags, pipe_values);
@@ -124,8 +125,8 @@ void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report
 }
 
 void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, double accuracy,
-                        int kind_is_text, const struct lstmd_series_baselines *b) {
-  if (kind_is_text == 1) {
+                        int model_kind, const struct lstmd_series_baselines *b) {
+  if (model_kind == LSTMD_MODEL_TEXT) {
     lstmd_metrics_note(mt, "eval step %ld: val_loss %.4f, val_bpc %.4f", step, val_loss,
                        val_loss / M_LN2);
     fprintf(mt->jsonl, "{\"step\":%ld,\"val_loss\":%.6f,\"val_bpc\":%.6f}\n", step, val_loss,
@@ -133,7 +134,7 @@ void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, do
     static const char *const tags[] = {"val/loss", "val/bpc"};
     const float values[] = {(float)val_loss, (float)(val_loss / M_LN2)};
     lstmd_tb_scalars(&mt->tb, step, 2, tags, values);
-  } else if (kind_is_text == 2) {
+  } else if (model_kind == LSTMD_MODEL_CLASSIFY) {
     lstmd_metrics_note(mt, "eval step %ld: val_loss (cross-entropy per sequence) %.6f, "
                        "val_accuracy %.4f", step, val_loss, accuracy);
     fprintf(mt->jsonl, "{\"step\":%ld,\"val_loss\":%.6f,\"val_accuracy\":%.6f}\n", step, val_loss,

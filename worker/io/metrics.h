@@ -29,7 +29,8 @@ struct lstmd_step_report {
   double comm_wait_s;     /* per step: all-reduce time not hidden behind backward */
   double loss_scale;      /* fp16 dynamic loss scale at the end of the interval (0: none) */
   int stages;             /* pipeline stages (1: data parallel only) */
-  double bubble;          /* stages > 1: 1 − Σ busy / Σ step wall time over ranks and steps */
+  double bubble;          /* stages > 1: 1 − Σ busy / Σ step wall time over ranks and steps;
+                          * NaN where the engine cannot see its busy time (GPU NCCL lanes) */
   double p2p_wait_s;      /* stages > 1: per rank and step, waiting for the neighbour stages */
   int rank_times;         /* 1: the straggler report below is set (several ranks) */
   double compute_min_s, compute_median_s, compute_max_s; /* per step, over the ranks */
@@ -48,12 +49,13 @@ struct lstmd_series_baselines {
   double mse_persistence, mse_seasonal;
   int season; /* 0: no seasonal baseline */
 };
-/* kind_is_text selects whether bits per character are reported (1; 2: a classifier's loss per
- * sequence and its accuracy: val_accuracy in the note line and the record, TensorBoard
- * val/accuracy; 0: a series). A series run with baselines (b != NULL) also records
- * val_mse_persistence, val_mse_seasonal (with a season) and val_skill = 1 − val_loss / val_mse_persistence (TensorBoard val/skill, val/mse_*). */
+/* model_kind (enum lstmd_model_kind) selects what is reported beside val_loss: a text model's
+ * bits per character; a classifier's accuracy (val_accuracy in the note line and the record,
+ * TensorBoard val/accuracy; its loss is per sequence); for a series with baselines
+ * (b != NULL), val_mse_persistence, val_mse_seasonal (with a season) and
+ * val_skill = 1 − val_loss / val_mse_persistence (TensorBoard val/skill, val/mse_*). */
 void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, double accuracy,
-                        int kind_is_text, const struct lstmd_series_baselines *b);
+                        int model_kind, const struct lstmd_series_baselines *b);
 /* A pruning step: the schedule's sparsity and the fraction of zeros reached in each of the n
  * pruned tensors, as one record {"step", "prune_target", "sparsity": {name: fraction}}, a note
  * line, and TensorBoard scalars prune/target and sparsity/<name>. */

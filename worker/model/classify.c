@@ -262,6 +262,7 @@ static void pool_backward(const struct lstmd_model_shape *s, struct lstmd_clf_wo
 double lstmd_clf_forward(const struct lstmd_model *m, struct lstmd_clf_workspace *ws,
                          float grad_scale) {
   const struct lstmd_model_shape *s = &m->shape;
+  ws->Tc = 0; /* until the batch passes its checks: backward then does nothing */
   if (check_batch(m, ws)) return NAN;
   ws->Tc = 1; /* the batch is padded to its longest sequence: steps past it are not run */
   for (int b = 0; b < ws->B; b++) ws->Tc = ws->batch.lengths[b] > ws->Tc ? ws->batch.lengths[b] : ws->Tc;
@@ -329,6 +330,7 @@ double lstmd_clf_forward(const struct lstmd_model *m, struct lstmd_clf_workspace
 }
 
 void lstmd_clf_backward(const struct lstmd_model *m, struct lstmd_clf_workspace *ws) {
+  if (!ws->Tc) return; /* forward refused the batch (it returned NaN, which fails the step) */
   const struct lstmd_model_shape *s = &m->shape;
   const int T = ws->Tc, B = ws->B, D = ws->D, H = s->hidden, E = ws->In0, C = s->classes;
   const int DH = D * H, N = T * B;

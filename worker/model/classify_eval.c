@@ -32,9 +32,7 @@ int lstmd_clf_evaluate(const struct lstmd_model *m, const struct lstmd_dataset *
   double loss = 0;
   for (uint64_t first = 0; !rc && first < n; first += (uint64_t)B) {
     const int cols = n - first < (uint64_t)B ? (int)(n - first) : B;
-    memset(cb->lengths, 0, sizeof(int32_t) * (size_t)B); /* columns past the split: empty */
-    if (cb->ids) memset(cb->ids, 0, sizeof(int32_t) * (size_t)T * B);
-    if (cb->x) memset(cb->x, 0, sizeof(float) * (size_t)T * B * cb->width);
+    lstmd_batch_zero(&view); /* columns past the split: empty */
     for (int col = 0; !rc && col < cols; col++)
       rc = lstmd_read_window(ds, first + (uint64_t)col, T, B, col, &view, scratch);
     if (rc) break;

@@ -445,12 +445,6 @@ void lstmd_model_end_window(struct lstmd_workspace *ws, int carry) {
   }
 }
 
-/* The unit-split recurrence (recur_team.h) runs the plain LSTM layers of a workspace in a team;
- * layer-normalised layers keep the per-slice path. */
-static int team_runs(const struct lstmd_workspace *ws) {
-  return ws->team && !ws->model->shape.layer_norm;
-}
-
 void lstmd_model_backward(struct lstmd_model *m, struct lstmd_workspace *ws) {
   const struct lstmd_model_shape *s = &m->shape;
   const int T = ws->T, B = ws->B, N = T * B, H = s->hidden, L = s->layers;
@@ -466,8 +460,8 @@ void lstmd_model_backward(struct lstmd_model *m, struct lstmd_workspace *ws) {
     struct layer_acts *a = &ws->layer[l];
     struct lstmd_lstm_dims d = {T, B, l == 0 ? In0 : H, H};
     int need_dx = l > 0 || s->kind == LSTMD_MODEL_TEXT;
-    if (ws->wpack && !team_runs(ws)) lstmd_cpu_pack_cols(4 * H, H, p.w_hh, ws->wpack);
-    if (team_runs(ws)) {
+    if (ws->wpack && !ws->team) lstmd_cpu_pack_cols(4 * H, H, p.w_hh, ws->wpack);
+    if (ws->team) {
       lstmd_cpu_lstm_backward_input_team(ws->team, ws->member, &d, p.w_ih, p.w_hh, a->c, a->gates,
                                          dh, ws->dgates, ws->work, need_dx ? dx : NULL);
       lstmd_cpu_lstm_backward_weight(&d, layer_input(ws, l), a->h, ws->dgates, p.dw_ih, p.dw_hh,
@@ -515,8 +509,8 @@ double lstmd_model_forward(struct lstmd_model *m, struct lstmd_workspace *ws, fl
     struct layer_params p = layer_params(m, ws->grads, l);
     struct layer_acts *a = &ws->layer[l];
     struct lstmd_lstm_dims d = {T, B, l == 0 ? In0 : H, H};
-    if (ws->wpack && !team_runs(ws)) lstmd_cpu_pack_rows(4 * H, H, p.w_hh, ws->wpack);
-    if (team_runs(ws))
+    if (ws->wpack && !ws->team) lstmd_cpu_pack_rows(4 * H, H, p.w_hh, ws->wpack);
+    if (ws->team)
       lstmd_cpu_lstm_forward_team(ws->team, ws->member, &d, p.w_ih, p.w_hh, p.b_ih, p.b_hh,
                                   layer_input(ws, l), a->h, a->c, a->gates);
     else if (s->layer_norm)

@@ -137,7 +137,7 @@ void lstmd_workspace_set_grads(struct lstmd_workspace *ws, float *grads);
 /* The LSTM layers' recurrence of this workspace's forward and backward runs together with the
  * other members of `team` (kernels/cpu/recur_team.h), as member `member`: every member's
  * workspace must then run the same forward/backward calls at the same time, on its own thread.
- * NULL: alone (the default). Layer-normalised models ignore it. */
+ * NULL: alone (the default). Not for layer-normalised models (their layers have no team path). */
 struct lstmd_recur_team;
 void lstmd_workspace_set_team(struct lstmd_workspace *ws, struct lstmd_recur_team *team,
                               int member);

@@ -151,8 +151,7 @@ static int evaluate_now(struct run *r, int *events) {
   const struct lstmd_val_watch *w = &r->progress.watch;
   const int text = r->model->shape.kind == LSTMD_MODEL_TEXT;
   if (r->rank == 0) {
-    const int kind = r->model->shape.kind == LSTMD_MODEL_CLASSIFY ? 2 : text; /* metrics.h */
-    lstmd_metrics_eval(&r->metrics, step, loss, accuracy, kind,
+    lstmd_metrics_eval(&r->metrics, step, loss, accuracy, r->model->shape.kind,
                        r->has_baselines ? &r->baselines : NULL);
     if (r->hooks->on_eval)
       r->hooks->on_eval(r->hooks->ctx, step, loss, text ? loss / M_LN2 : NAN, accuracy);
@@ -403,7 +402,7 @@ static void report(struct run *r, long steps, double loss, double grad_norm, dou
       .compute_s = tm->compute_s / steps,
       .comm_wait_s = tm->comm_timed ? tm->comm_s / tm->comm_timed : 0.0,
       .loss_scale = r->engine->ops->loss_scale(r->engine), .stages = cfg->stages,
-      .bubble = tm->wall_s > 0 ? 1.0 - tm->busy_s / tm->wall_s : 0.0,
+      .bubble = tm->busy_s > 0 && tm->wall_s > 0 ? 1.0 - tm->busy_s / tm->wall_s : NAN,
       .p2p_wait_s = tm->p2p_s / r->world / steps, .rank_times = ranks->rank_times,
       .compute_min_s = ranks->compute_min_s, .compute_median_s = ranks->compute_median_s,
       .compute_max_s = ranks->compute_max_s, .slowest_rank = ranks->slowest_rank};
