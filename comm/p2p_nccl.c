@@ -199,14 +199,17 @@ int lstmd_p2p_nccl_create(struct lstmd_comm *pp, size_t per_lane, double timeout
   for (int r = 0; !rc && r < pp->size; r++)
     if (!ids[r].ok) rc = LSTMD_ECOMM; /* that rank said why */
   if (!rc) rc = alloc_lanes(p, per_lane);
-  if (!rc) rc = init_lanes(p, ids);
+  /* Agreed before the communicators start: a rank that could not allocate must not leave its
+   * link peer waiting in ncclCommInitRankConfig for comm_timeout_s. */
   rc = lstmd_comm_agree(pp, rc, NULL);
+  if (!rc) rc = init_lanes(p, ids);
   if (!rc) {
     lstmd_nccl_describe_library(p->desc, sizeof p->desc);
     snprintf(p->desc + strlen(p->desc), sizeof p->desc - strlen(p->desc), " send/recv on 4 lanes");
     if (pthread_create(&p->watchdog, NULL, watchdog_main, p) != 0) rc = LSTMD_ENOMEM;
     else p->watchdog_running = 1;
   }
+  rc = lstmd_comm_agree(pp, rc, NULL); /* the watchdog too: no rank trains without its peers */
   if (rc) {
     lstmd_p2p_nccl_destroy(p);
     return rc;

@@ -16,11 +16,16 @@
 /* What a member publishes before a layer pass: its row count and the buffers of its rows. */
 struct member_rows {
   int B;
-  int sense; /* this member's side of the barrier (its own, never read by the others) */
   float *h, *c, *gates;           /* forward */
   const float *c_ro, *gates_ro;   /* backward: read only */
   const float *dh_out;            /* backward */
   float *dgates, *work;           /* backward: work = [dh_rec | dc_carry] */
+} __attribute__((aligned(64)));
+
+/* A member's side of the barrier, on its own cache line: it flips every step, and the others
+ * read the member's published rows every step. */
+struct member_sense {
+  int sense;
 } __attribute__((aligned(64)));
 
 struct lstmd_recur_team {
@@ -29,6 +34,7 @@ struct lstmd_recur_team {
   int count __attribute__((aligned(64))); /* atomic: members at the current barrier */
   int sense;                              /* atomic: flips when the last member arrives */
   struct member_rows *rows;               /* [n] */
+  struct member_sense *senses;            /* [n] */
 };
 
 int lstmd_recur_team_fits(int n, int H) {
@@ -59,11 +65,13 @@ int lstmd_recur_team_create(int n, int H, struct lstmd_recur_team **out) {
   const size_t bytes = lstmd_cpu_pack_floats(4 * H, H) * sizeof(float);
   t->packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
   t->rows = aligned_alloc(64, (size_t)n * sizeof *t->rows);
-  if (!t->packed || !t->rows) {
+  t->senses = aligned_alloc(64, (size_t)n * sizeof *t->senses);
+  if (!t->packed || !t->rows || !t->senses) {
     lstmd_recur_team_destroy(t);
     return LSTMD_ENOMEM;
   }
   memset(t->rows, 0, (size_t)n * sizeof *t->rows);
+  memset(t->senses, 0, (size_t)n * sizeof *t->senses);
   *out = t;
   return LSTMD_OK;
 }
@@ -72,6 +80,7 @@ void lstmd_recur_team_destroy(struct lstmd_recur_team *t) {
   if (!t) return;
   free(t->packed);
   free(t->rows);
+  free(t->senses);
   free(t);
 }
 
@@ -79,7 +88,7 @@ void lstmd_recur_team_destroy(struct lstmd_recur_team *t) {
  * work between barriers); a member that waits long yields its core, for when threads outnumber
  * cores. The last member's release store publishes every member's writes before the barrier. */
 static void barrier(struct lstmd_recur_team *t, int member) {
-  const int sense = t->rows[member].sense ^= 1;
+  const int sense = t->senses[member].sense ^= 1;
   if (__atomic_add_fetch(&t->count, 1, __ATOMIC_ACQ_REL) == t->n) {
     __atomic_store_n(&t->count, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&t->sense, sense, __ATOMIC_RELEASE);
