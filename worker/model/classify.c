@@ -356,8 +356,9 @@ void lstmd_clf_backward(const struct lstmd_model *m, struct lstmd_clf_workspace 
         }
       struct lstmd_lstm_dims dims = {T, B, in, H};
       const float *x = d ? a->x : l > 0 ? ws->y[l - 1] : ws->x0 ? ws->x0 : ws->batch.x;
+      float *dx = l > 0 || ws->x0 ? ws->dx[d] : NULL; /* a series input takes no gradient */
       lstmd_cpu_lstm_backward(&dims, p.w_ih, p.w_hh, x, a->h, a->c, a->gates, ws->dh, ws->dgates,
-                              ws->work, p.dw_ih, p.dw_hh, p.db_ih, p.db_hh, ws->dx[d], NULL);
+                              ws->work, p.dw_ih, p.dw_hh, p.db_ih, p.db_hh, dx, NULL);
     }
     if (l > 0) { /* dy of layer l−1: the forward's input gradient plus the reverse's, unreversed */
       memcpy(ws->dy, ws->dx[0], (size_t)N * DH * sizeof(float));
