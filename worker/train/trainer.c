@@ -312,7 +312,7 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   /* a classifier's loss is per sequence: one target per window */
   const double targets = m->shape.kind == LSTMD_MODEL_CLASSIFY
                              ? (double)r->global_batch * cfg->grad_accum
-                             : (double)cfg->seq_len * r->global_batch * per_input * cfg->grad_accum;
+                             : (double)r->data_meta.seq_len * r->global_batch * per_input * cfg->grad_accum;
   struct window_feed feed = {.r = r};
   const int poisoned = lstmd_fault_due(LSTMD_FAULT_NAN_GRAD, r->progress.step + 1, r->rank);
   const struct lstmd_step_input in = {.next_window = next_window, .ctx = &feed,
