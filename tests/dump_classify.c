@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
   char path[4096];
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
   if (lstmd_st_write(path, st, m->n_tensors, NULL, 0)) return 1;
-  struct lstmd_clf_batch *bt = lstmd_clf_workspace_batch(ws);
+  struct lstmd_batch *bt = lstmd_clf_workspace_batch(ws);
   for (int k = 0; k < T * B; k++) {
     if (bt->ids) bt->ids[k] = (int32_t)lstmd_rng_below(&rng, V);
     if (bt->x) bt->x[k] = lstmd_rng_normal(&rng);

@@ -103,7 +103,7 @@ static double ref_loss(const struct lstmd_model *m, const double *p, const int32
 }
 
 /* ids (text) or values (series) of column b of a [T,B] batch, its valid steps only. */
-static void column_ids(const struct lstmd_clf_batch *bt, int b, int n, int32_t *ids, float *x) {
+static void column_ids(const struct lstmd_batch *bt, int b, int n, int32_t *ids, float *x) {
   for (int t = 0; t < n; t++) {
     if (bt->ids) ids[t] = bt->ids[t * B + b];
     if (bt->x) x[t] = bt->x[t * B + b];
@@ -111,7 +111,7 @@ static void column_ids(const struct lstmd_clf_batch *bt, int b, int n, int32_t *
 }
 
 static double ref_batch_loss(const struct lstmd_model *m, const double *p,
-                             const struct lstmd_clf_batch *bt) {
+                             const struct lstmd_batch *bt) {
   double loss = 0;
   int32_t col[T];
   float xs[T];
@@ -136,7 +136,7 @@ static struct lstmd_model *make_model(int bidirectional, int pool, uint64_t seed
   return m;
 }
 
-static void fill_batch(struct lstmd_clf_batch *bt, struct lstmd_rng *rng) {
+static void fill_batch(struct lstmd_batch *bt, struct lstmd_rng *rng) {
   for (int t = 0; t < bt->steps; t++) /* padding too */
     for (int b = 0; b < B; b++) {
       if (bt->ids) bt->ids[t * B + b] = (int32_t)lstmd_rng_below(rng, V);
@@ -160,7 +160,7 @@ static void test_gradcheck(int bidirectional, int pool) {
   }
   struct lstmd_rng rng;
   lstmd_rng_seed(&rng, 99 + pool, 1);
-  struct lstmd_clf_batch *bt = lstmd_clf_workspace_batch(ws);
+  struct lstmd_batch *bt = lstmd_clf_workspace_batch(ws);
   fill_batch(bt, &rng);
   memset(m->grads, 0, m->n_params * sizeof(float));
   const double loss = lstmd_clf_forward(m, ws, 1.0f);
@@ -207,7 +207,7 @@ static void test_masks(int bidirectional, int pool) {
   }
   struct lstmd_rng rng;
   lstmd_rng_seed(&rng, 5 + pool, 2);
-  struct lstmd_clf_batch *bt = lstmd_clf_workspace_batch(ws);
+  struct lstmd_batch *bt = lstmd_clf_workspace_batch(ws);
   fill_batch(bt, &rng);
   float *gb = calloc(m->n_params, sizeof *gb), *g1 = calloc(m->n_params, sizeof *g1);
   float logits_b[B * C], logits_1[B * C];
@@ -222,7 +222,7 @@ static void test_masks(int bidirectional, int pool) {
       g_failures++;
       break;
     }
-    struct lstmd_clf_batch *o = lstmd_clf_workspace_batch(one);
+    struct lstmd_batch *o = lstmd_clf_workspace_batch(one);
     column_ids(bt, b, kLen[b], o->ids, o->x); /* one column: [len,1] */
     o->lengths[0] = kLen[b];
     o->labels[0] = bt->labels[b];
@@ -268,7 +268,7 @@ static void test_layout_and_refusals(void) {
   expect(lstmd_workspace_create(m, T, B, 0.0f, &lm) == LSTMD_EINVAL, "LM workspace refused");
   struct lstmd_clf_workspace *ws;
   lstmd_clf_workspace_create(m, T, B, &ws);
-  struct lstmd_clf_batch *bt = lstmd_clf_workspace_batch(ws);
+  struct lstmd_batch *bt = lstmd_clf_workspace_batch(ws);
   struct lstmd_rng rng;
   lstmd_rng_seed(&rng, 3, 3);
   fill_batch(bt, &rng);

@@ -48,12 +48,8 @@ int lstmd_read_window(const struct lstmd_dataset *ds, uint64_t first, int T, int
                    (unsigned long long)first, T);
       return LSTMD_EFORMAT;
     }
-    uint32_t label = 0, len = 0;
-    for (int i = 3; i >= 0; i--) {
-      label = label << 8 | rec[i];
-      len = len << 8 | rec[4 + i];
-    }
-    const uint8_t *ids = rec + LSTMD_CLASSIFY_RECORD_HEADER;
+    uint32_t label, len;
+    const uint8_t *ids = lstmd_classify_record_get(rec, &label, &len);
     if (ds->info.numeric) { /* values, normalised as prepare measured the training split */
       const float mean = ds->info.mean[0], std = ds->info.std[0];
       for (int t = 0; t < T; t++) {

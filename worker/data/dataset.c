@@ -52,8 +52,7 @@ static uint64_t get_u64(const uint8_t *p) {
 }
 
 static size_t elem_bytes_of(const struct lstmd_dataset_info *info) {
-  if (info->kind == LSTMD_DATASET_CLASSIFY)
-    return LSTMD_CLASSIFY_RECORD_HEADER + (info->numeric ? 4 : 1) * (size_t)info->width;
+  if (info->kind == LSTMD_DATASET_CLASSIFY) return lstmd_classify_record_bytes(info);
   return info->kind == LSTMD_DATASET_TEXT ? 1 : 4 * (size_t)info->width;
 }
 
@@ -256,9 +255,9 @@ int lstmd_dataset_open(const char *path, struct lstmd_dataset *ds) {
 }
 
 int lstmd_classify_record_check(const struct lstmd_dataset_info *info, const uint8_t *rec) {
-  uint32_t label = get_u32(rec), len = get_u32(rec + 4);
+  uint32_t label, len;
+  const uint8_t *ids = lstmd_classify_record_get(rec, &label, &len);
   if (label >= (uint32_t)info->horizon || len < 1 || len > (uint32_t)info->width) return LSTMD_EFORMAT;
-  const uint8_t *ids = rec + LSTMD_CLASSIFY_RECORD_HEADER;
   for (uint32_t i = 0; i < (uint32_t)info->width && !info->numeric; i++)
     if (i < len ? ids[i] >= info->vocab_size : ids[i] != 0) return LSTMD_EFORMAT;
   for (uint32_t i = 0; i < (uint32_t)info->width && info->numeric; i++) {

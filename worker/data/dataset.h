@@ -13,11 +13,11 @@
  *      before it existed, where it was a reserved zero)  56 u64 pair_id (same in both splits)
  *   64 text: vocab_size bytes, the byte value of each token id, ascending
  *      classify: the same vocabulary, then classes × (u8 length + label bytes), labels in
- *      ascending byte order (label id k is the k-th); each payload record is u32 label id,
- *      u32 length (1..width), then width token ids (u8), zero after `length`
+ *      ascending byte order (label id k is the k-th); the payload is count records of u8 token
+ *      ids (the record layout: above lstmd_classify_record_bytes, below)
  *      classify dtype 4: no vocabulary; the labels as above, then f32 mean, f32 std (one of each:
- *      every value of the training split, so a global normalisation); each payload record is u32
- *      label id, u32 length (1..width), then width raw f32 values (finite), zero after `length`
+ *      every value of the training split, so a global normalisation); the payload is count
+ *      records of raw f32 values (finite)
  *      series: width × (u8 length + name bytes), then f32 mean[width], f32 std[width]
  *      (training-split statistics; column 0 is the target), zero padding to header_bytes. */
 #ifndef LSTMD_DATASET_H
@@ -31,7 +31,6 @@
 
 enum lstmd_dataset_kind { LSTMD_DATASET_TEXT = 1, LSTMD_DATASET_SERIES = 2, LSTMD_DATASET_CLASSIFY = 3 };
 #define LSTMD_MAX_SEQ_BYTES 4096 /* classify: longest sequence (bytes or values) prepare accepts */
-#define LSTMD_CLASSIFY_RECORD_HEADER 8 /* classify record: u32 label, u32 length */
 #define LSTMD_MAX_COLUMNS 64
 #define LSTMD_MAX_NAME_BYTES 64 /* including the NUL */
 #define LSTMD_MAX_SEASON 1000000 /* prepare --season: at most this many rows */
@@ -63,11 +62,45 @@ struct lstmd_dataset {
   int fd;
   char *path;
   uint64_t payload_offset;
-  size_t elem_bytes; /* bytes per token (1), per row (4·width) or per record (8 + width, numeric
-                      * classify 8 + 4·width) */
+  size_t elem_bytes; /* bytes per token (1), per row (4·width) or per classify record
+                      * (lstmd_classify_record_bytes) */
   struct lstmd_series_tf tf; /* series: how windows are shown to the model (series_tf.h); set by
                               * the opener's caller from the config or checkpoint, 0: plain */
 };
+
+/* One classify record, the payload element of a classify split (kind 3), little-endian:
+ *   0 u32 label id (< classes)   4 u32 length (1..width)
+ *   8 width token ids (u8, < vocab_size; dtype 3) or width raw f32 values (finite; dtype 4),
+ *     zero after `length`
+ * so lstmd_classify_record_bytes(info) = 8 + width (dtype 3) or 8 + 4·width (dtype 4). The
+ * writers (prepare_classify*.c) encode with lstmd_classify_record_put; the reader's check
+ * (dataset.c) and the batcher decode with lstmd_classify_record_get: the format lives here only. */
+#define LSTMD_CLASSIFY_RECORD_HEADER 8 /* bytes before a record's ids or values */
+
+static inline size_t lstmd_classify_record_bytes(const struct lstmd_dataset_info *info) {
+  return LSTMD_CLASSIFY_RECORD_HEADER + (info->numeric ? 4 : 1) * (size_t)info->width;
+}
+/* Writes the label and length of record rec; returns where its ids or values go. */
+static inline uint8_t *lstmd_classify_record_put(uint8_t *rec, uint32_t label, uint32_t length) {
+  for (int k = 0; k < 4; k++) {
+    rec[k] = (uint8_t)(label >> (8 * k));
+    rec[4 + k] = (uint8_t)(length >> (8 * k));
+  }
+  return rec + LSTMD_CLASSIFY_RECORD_HEADER;
+}
+/* Reads the label and length of record rec (unchecked: see lstmd_classify_record_check);
+ * returns where its ids or values start. */
+static inline const uint8_t *lstmd_classify_record_get(const uint8_t *rec, uint32_t *label,
+                                                       uint32_t *length) {
+  uint32_t l = 0, n = 0;
+  for (int k = 3; k >= 0; k--) {
+    l = l << 8 | rec[k];
+    n = n << 8 | rec[4 + k];
+  }
+  *label = l;
+  *length = n;
+  return rec + LSTMD_CLASSIFY_RECORD_HEADER;
+}
 
 /* CRC-32C (Castagnoli) of buf, continuing from crc (start with 0). Uses ISA-L. */
 uint32_t lstmd_crc32c(uint32_t crc, const void *buf, size_t n);

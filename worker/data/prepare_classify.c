@@ -165,7 +165,7 @@ void lstmd_classify_shuffle(size_t n, size_t *order) {
 static int append_records(struct lstmd_dataset_writer *w, size_t first, size_t n, uint8_t *rec,
                           lstmd_classify_record_fn fill, void *ctx) {
   for (size_t i = first; i < first + n; i++) {
-    memset(rec, 0, LSTMD_CLASSIFY_RECORD_HEADER + (w->info.numeric ? 4 : 1) * (size_t)w->info.width);
+    memset(rec, 0, lstmd_classify_record_bytes(&w->info));
     fill(ctx, i, rec);
     LSTMD_TRY(lstmd_dataset_writer_append(w, rec, 1));
   }
@@ -176,7 +176,7 @@ int lstmd_classify_write(const char *out_dir, const struct lstmd_dataset_info *i
                          size_t train_n, size_t val_n, lstmd_classify_record_fn fill, void *ctx) {
   struct lstmd_dataset_writer train = {0}, val = {0};
   char path[4096];
-  uint8_t *rec = malloc(LSTMD_CLASSIFY_RECORD_HEADER + (info->numeric ? 4 : 1) * (size_t)info->width);
+  uint8_t *rec = malloc(lstmd_classify_record_bytes(info));
   if (!rec) return LSTMD_ENOMEM;
   int rc = lstmd_mkdir_p(out_dir);
   snprintf(path, sizeof path, "%s/train.bin", out_dir);
@@ -205,16 +205,12 @@ int lstmd_classify_write(const char *out_dir, const struct lstmd_dataset_info *i
   return rc;
 }
 
-/* Record i of a text classify dataset: u32 label, u32 length, the token ids (lstmd_classify_write). */
+/* Record i of a text classify dataset: its label, length and token ids (lstmd_classify_write). */
 static void fill_text_record(void *ctx, size_t i, uint8_t *rec) {
   const struct tsv_state *st = ctx;
   const struct seq *q = &st->seqs[st->order[i]];
-  for (int k = 0; k < 4; k++) {
-    rec[k] = (uint8_t)((uint32_t)q->label >> (8 * k));
-    rec[4 + k] = (uint8_t)((uint32_t)q->len >> (8 * k));
-  }
-  for (size_t k = 0; k < q->len; k++)
-    rec[LSTMD_CLASSIFY_RECORD_HEADER + k] = st->byte_id[(uint8_t)q->text[k]];
+  uint8_t *ids = lstmd_classify_record_put(rec, (uint32_t)q->label, (uint32_t)q->len);
+  for (size_t k = 0; k < q->len; k++) ids[k] = st->byte_id[(uint8_t)q->text[k]];
 }
 
 int lstmd_prepare_classify(const char *input, const char *out_dir, double val_fraction) {

@@ -167,16 +167,13 @@ struct writing {
   const size_t *order; /* record i is row order[i] */
 };
 
-/* Record i: u32 label, u32 length N, then the N raw values (lstmd_classify_write). */
+/* Record i: its label, length N and the N raw values (lstmd_classify_write). */
 static void fill_series_record(void *ctx, size_t i, uint8_t *rec) {
   const struct writing *w = ctx;
   const size_t r = w->order[i];
   const uint32_t label = (uint32_t)w->rows->labels[r], len = (uint32_t)w->rows->n_values;
-  for (int k = 0; k < 4; k++) {
-    rec[k] = (uint8_t)(label >> (8 * k));
-    rec[4 + k] = (uint8_t)(len >> (8 * k));
-  }
-  memcpy(rec + LSTMD_CLASSIFY_RECORD_HEADER, w->rows->values + r * len, (size_t)len * sizeof(float));
+  uint8_t *values = lstmd_classify_record_put(rec, label, len);
+  memcpy(values, w->rows->values + r * len, (size_t)len * sizeof(float));
 }
 
 /* The mean and std of every value of the training rows (a global normalisation); std 1 when

@@ -120,11 +120,7 @@ static void step_slice(void *arg, int i) {
   if (c->first) memset(s->grads, 0, e->model->n_params * sizeof(float));
   s->loss = 0.0;
   if (s->cws) {
-    struct lstmd_clf_batch *cb = lstmd_clf_workspace_batch(s->cws);
-    struct lstmd_batch dst = {.steps = cb->steps, .batch = cb->batch, .width = cb->width,
-                              .ids = cb->ids, .x = cb->x, .lengths = cb->lengths,
-                              .labels = cb->labels};
-    lstmd_batch_slice(c->batch, s->col0, &dst);
+    lstmd_batch_slice(c->batch, s->col0, lstmd_clf_workspace_batch(s->cws));
     const double t0 = e->trace ? lstmd_now_s() : 0.0;
     s->loss = lstmd_clf_forward(e->model, s->cws, c->grad_scale);
     const double t1 = e->trace ? lstmd_now_s() : 0.0;

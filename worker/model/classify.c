@@ -23,7 +23,7 @@ struct dir_acts {
 struct lstmd_clf_workspace {
   int T, B, D; /* D: directions */
   int Tc;      /* steps of the current batch: its longest sequence (the arrays' first Tc rows) */
-  struct lstmd_clf_batch batch;
+  struct lstmd_batch batch;
   int In0;                /* layer 0's input width: E (text) or W (series) */
   int32_t *rids;          /* [T,B] ids reversed per column (reverse direction's layer-0 input) */
   float *x0;              /* [T,B,E] embedded ids (text), or NULL: layer 0 reads batch.x */
@@ -95,7 +95,7 @@ int lstmd_clf_workspace_create(const struct lstmd_model *m, int T, int B,
   ws->D = D;
   ws->In0 = (int)E;
   ws->grads = m->grads;
-  ws->batch = (struct lstmd_clf_batch){.steps = T, .batch = B, .width = series ? s->width : 0};
+  ws->batch = (struct lstmd_batch){.steps = T, .batch = B, .width = series ? s->width : 0};
   ws->batch.ids = (int32_t *)TAKE();
   ws->batch.x = TAKE();
   ws->batch.lengths = (int32_t *)TAKE();
@@ -132,7 +132,7 @@ void lstmd_clf_workspace_destroy(struct lstmd_clf_workspace *ws) {
   free(ws);
 }
 
-struct lstmd_clf_batch *lstmd_clf_workspace_batch(struct lstmd_clf_workspace *ws) {
+struct lstmd_batch *lstmd_clf_workspace_batch(struct lstmd_clf_workspace *ws) {
   return &ws->batch;
 }
 void lstmd_clf_workspace_set_grads(struct lstmd_clf_workspace *ws, float *grads) {
@@ -181,7 +181,7 @@ static struct dir_params dir_params(const struct lstmd_model *m, float *grads, i
 }
 
 static int check_batch(const struct lstmd_model *m, const struct lstmd_clf_workspace *ws) {
-  const struct lstmd_clf_batch *b = &ws->batch;
+  const struct lstmd_batch *b = &ws->batch;
   for (int j = 0; j < ws->B; j++) {
     if (b->lengths[j] < 0 || b->lengths[j] > ws->T) {
       lstmd_errorf("classify: column %d has length %d, the batch holds 0..%d steps", j,

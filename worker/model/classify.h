@@ -20,15 +20,6 @@
 
 #include "model.h"
 
-struct lstmd_clf_batch {
-  int steps, batch; /* T, B of the workspace */
-  int width;        /* series: W values per step (x), 0 for text (ids) */
-  int32_t *ids;     /* text: [T,B] token ids < V (padding: any id < V); series: NULL */
-  float *x;         /* series: [T,B,W] normalised values (padding: any value); text: NULL */
-  int32_t *lengths; /* [B] valid steps of each column, 0..T; 0: an empty column (no loss) */
-  int32_t *labels;  /* [B] class ids < C */
-};
-
 struct lstmd_clf_workspace; /* activations for one (T, B); opaque */
 
 /* Allocates the activations of a classifier m for batches of B sequences of at most T steps.
@@ -37,8 +28,10 @@ struct lstmd_clf_workspace; /* activations for one (T, B); opaque */
 int lstmd_clf_workspace_create(const struct lstmd_model *m, int T, int B,
                                struct lstmd_clf_workspace **out);
 void lstmd_clf_workspace_destroy(struct lstmd_clf_workspace *ws);
-/* The batch the caller fills before a forward (owned by the workspace). */
-struct lstmd_clf_batch *lstmd_clf_workspace_batch(struct lstmd_clf_workspace *ws);
+/* The batch the caller fills before a forward (owned by the workspace): steps T, batch B, and
+ * ids (text) or x with width W (series), lengths and labels; targets, y and horizon are unused
+ * (NULL, 0). Padding past a column's length may hold any id < V or any value. */
+struct lstmd_batch *lstmd_clf_workspace_batch(struct lstmd_clf_workspace *ws);
 /* Gradients accumulate into grads ([n_params]) instead of m->grads. */
 void lstmd_clf_workspace_set_grads(struct lstmd_clf_workspace *ws, float *grads);
 /* Logits [B,C] of the last forward with grad_scale == 0 (rows of empty columns are zero). */

@@ -20,21 +20,13 @@ int lstmd_clf_evaluate(const struct lstmd_model *m, const struct lstmd_dataset *
   struct lstmd_clf_workspace *ws = NULL;
   void *scratch = malloc(lstmd_window_scratch_bytes(ds, T));
   int rc = scratch ? lstmd_clf_workspace_create(m, T, B, &ws) : LSTMD_ENOMEM;
-  struct lstmd_clf_batch *cb = rc ? NULL : lstmd_clf_workspace_batch(ws);
-  struct lstmd_batch view = {.steps = T, .batch = B};
-  if (cb) {
-    view.width = cb->width;
-    view.ids = cb->ids;
-    view.x = cb->x;
-    view.lengths = cb->lengths;
-    view.labels = cb->labels;
-  }
+  struct lstmd_batch *cb = rc ? NULL : lstmd_clf_workspace_batch(ws);
   double loss = 0;
   for (uint64_t first = 0; !rc && first < n; first += (uint64_t)B) {
     const int cols = n - first < (uint64_t)B ? (int)(n - first) : B;
-    lstmd_batch_zero(&view); /* columns past the split: empty */
+    lstmd_batch_zero(cb); /* columns past the split: empty */
     for (int col = 0; !rc && col < cols; col++)
-      rc = lstmd_read_window(ds, first + (uint64_t)col, T, B, col, &view, scratch);
+      rc = lstmd_read_window(ds, first + (uint64_t)col, T, B, col, cb, scratch);
     if (rc) break;
     const double l = lstmd_clf_forward(m, ws, 0.0f);
     if (isnan(l)) {
@@ -60,7 +52,7 @@ int lstmd_clf_evaluate(const struct lstmd_model *m, const struct lstmd_dataset *
 
 int lstmd_clf_predict(const struct lstmd_model *m, struct lstmd_clf_workspace *ws,
                       const int32_t *ids, const float *x, int n, double *probs) {
-  struct lstmd_clf_batch *cb = lstmd_clf_workspace_batch(ws);
+  struct lstmd_batch *cb = lstmd_clf_workspace_batch(ws);
   if (n < 1 || n > cb->steps || cb->batch != 1 || !cb->ids != !ids || !cb->x != !x)
     return LSTMD_EINVAL;
   if (ids) {

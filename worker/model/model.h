@@ -76,16 +76,18 @@ struct lstmd_model {
 };
 
 /* One batch, sequence-major ([t][b]...). Text uses ids/targets, series x/y, classify ids
- * (padded; a series classifier: x with width 1) with lengths and labels. */
+ * (padded; a series classifier: x with width 1) with lengths and labels; the arrays a kind does
+ * not use are NULL. The classifier's workspace batch (classify.h) is one of these too. */
 struct lstmd_batch {
   int steps, batch;
-  int width, horizon; /* series: W and K (0 for text) */
+  int width, horizon; /* series: W and K (0 for text); a series classifier: 1 and 0 */
   int32_t *ids;     /* [T,B] input token ids */
   int32_t *targets; /* [T,B] next token ids */
   float *x;         /* [T,B,W] normalised input rows */
   float *y;         /* [T,B,K] normalised next target values */
-  int32_t *lengths; /* classify: [B] valid steps of each column's sequence (ids past it: 0) */
-  int32_t *labels;  /* classify: [B] class id of each column's sequence */
+  int32_t *lengths; /* classify: [B] valid steps of each column's sequence, 0..T (0: an empty
+                     * column, no loss; the batcher pads ids past it with 0) */
+  int32_t *labels;  /* classify: [B] class id < C of each column's sequence */
 };
 
 struct lstmd_workspace; /* activations for one (T, B); opaque */

@@ -245,7 +245,7 @@ static void clf_ref_cell(const double *p, const struct lstmd_tensor *t, int in, 
  * every layer walks each column's own steps (forward 0 … len−1, reverse len−1 … 0) from a zero
  * state, writing its half of the layer's output at the step it read; padding is never touched. */
 static double clf_ref_loss(const struct lstmd_model *m, const double *p,
-                           const struct lstmd_clf_batch *bt) {
+                           const struct lstmd_batch *bt) {
   const struct lstmd_model_shape *s = &m->shape;
   const int T = bt->steps, B = bt->batch, H = s->hidden, E = s->embed;
   const int D = s->bidirectional ? 2 : 1, DH = D * H, W = E > DH ? E : DH;
@@ -316,7 +316,7 @@ static void clf_gradcheck(int pool) {
   struct lstmd_rng rng;
   lstmd_rng_seed(&rng, 11 + pool, 1);
   lstmd_model_init_params(m, &rng);
-  struct lstmd_clf_batch *bt = lstmd_clf_workspace_batch(ws);
+  struct lstmd_batch *bt = lstmd_clf_workspace_batch(ws);
   unsigned long long seed = 31 + pool;
   for (int t = 0; t < T; t++)
     for (int b = 0; b < B; b++) /* padding too: it must not matter */

@@ -51,7 +51,7 @@ static int draw(int n) {
 }
 
 /* ids [T,B] (0 past each length, as the batcher pads), lengths `len`, labels < C. */
-static void fill(struct lstmd_clf_batch *b, const int *len, int vocab) {
+static void fill(struct lstmd_batch *b, const int *len, int vocab) {
   for (int j = 0; j < B; j++) {
     b->lengths[j] = len[j];
     b->labels[j] = draw(kClasses);
@@ -73,7 +73,7 @@ static const char *dtype_name(int dt) {
 /* The GPU model's forward (and backward when gs != 0) of batch b: loss, and the host copies of
  * the logits [B,C] (gs == 0) or the gradients [n_params]. */
 static double gpu_run(struct lstmd_cuda_model *cm, const struct lstmd_model *m, const float *d_params,
-                      float *d_grads, double *d_loss, const struct lstmd_clf_batch *b, float gs,
+                      float *d_grads, double *d_loss, const struct lstmd_batch *b, float gs,
                       float *out, cudaStream_t stream) {
   struct lstmd_cuda_inputs *in = lstmd_cuda_model_inputs(cm);
   double loss = NAN;
@@ -107,7 +107,7 @@ static void test_model(int bidirectional, int pool, int dtype, const int *len) {
     lstmd_model_destroy(m);
     return;
   }
-  struct lstmd_clf_batch *b = lstmd_clf_workspace_batch(ws);
+  struct lstmd_batch *b = lstmd_clf_workspace_batch(ws);
   fill(b, len, m->shape.vocab);
   int longest = 0, scored = 0;
   for (int j = 0; j < B; j++) {
@@ -209,13 +209,12 @@ static void test_engine_training(void) {
   struct lstmd_model *cpu = make_classifier(1, LSTMD_POOL_MEAN, 71);
   struct lstmd_model *gpu = make_classifier(1, LSTMD_POOL_MEAN, 71);
   struct lstmd_batch b[kBatches];
-  struct lstmd_clf_batch cb = {.steps = T, .batch = B};
   for (int i = 0; i < kBatches; i++) {
     b[i] = (struct lstmd_batch){.steps = T, .batch = B};
-    b[i].ids = cb.ids = malloc((size_t)T * B * sizeof(int32_t));
-    b[i].lengths = cb.lengths = malloc(B * sizeof(int32_t));
-    b[i].labels = cb.labels = malloc(B * sizeof(int32_t));
-    fill(&cb, lens[i], cpu->shape.vocab);
+    b[i].ids = malloc((size_t)T * B * sizeof(int32_t));
+    b[i].lengths = malloc(B * sizeof(int32_t));
+    b[i].labels = malloc(B * sizeof(int32_t));
+    fill(&b[i], lens[i], cpu->shape.vocab);
   }
   const struct lstmd_optim_config oc = {.algo = LSTMD_OPTIM_SGD, .lr = 0.05f, .momentum = 0.9f,
                                         .schedule = LSTMD_SCHEDULE_CONSTANT, .total_steps = kSteps};
