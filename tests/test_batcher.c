@@ -9,7 +9,10 @@
  *     start over at position 0 with the state reset (and only then, besides the first batch);
  *     2 ranks own the streams one rank with their combined batch owns;
  *  3. resume: a batcher restored from the cursor saved after any step — before, at and after a
- *     wrap — yields the batches (and resets) the uninterrupted one yields. */
+ *     wrap — yields the batches (and resets) the uninterrupted one yields;
+ *  4. classify records (dataset.h): put then get returns the label and length, little-endian at
+ *     their documented offsets; lstmd_classify_record_check accepts a well-formed record of
+ *     ids and of f32 values and refuses each malformed field. */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
@@ -183,7 +186,56 @@ static void test_resume(const struct lstmd_dataset *ds12) {
   }
 }
 
+/* One well-formed record of each dtype, then one field broken at a time. */
+static void test_classify_records(void) {
+  struct lstmd_dataset_info ids = {.kind = LSTMD_DATASET_CLASSIFY, .width = 6, .vocab_size = 5,
+                                   .horizon = 3};
+  struct lstmd_dataset_info vals = ids;
+  vals.numeric = 1, vals.vocab_size = 0;
+  check_true("classify record bytes: 8 + width (ids), 8 + 4 width (values)",
+             lstmd_classify_record_bytes(&ids) == 14 && lstmd_classify_record_bytes(&vals) == 32);
+  uint8_t rec[64] __attribute__((aligned(16))) = {0};
+  uint8_t *body = lstmd_classify_record_put(rec, 0x02010000u | 2u, 0x0403u);
+  uint32_t label, length;
+  const uint8_t *got = lstmd_classify_record_get(rec, &label, &length);
+  check_true("classify record: put/get round trip, little-endian at 0 and 4",
+             body == rec + 8 && got == rec + 8 && label == (0x02010000u | 2u) &&
+                 length == 0x0403u && rec[0] == 2 && rec[2] == 1 && rec[3] == 2 && rec[4] == 3 &&
+                 rec[5] == 4);
+  memset(rec, 0, sizeof rec);
+  body = lstmd_classify_record_put(rec, 2, 4);
+  memcpy(body, (const uint8_t[]){4, 0, 3, 1}, 4);
+  check_true("classify record of ids: well-formed accepted",
+             lstmd_classify_record_check(&ids, rec) == LSTMD_OK);
+  const struct {
+    const char *what;
+    int at;
+    uint8_t value;
+  } bad[] = {{"label = classes", 0, 3},   {"length 0", 4, 0},     {"length > width", 4, 7},
+             {"id = vocab_size", 9, 5},  {"padding not zero", 13, 1}};
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    uint8_t b[64];
+    memcpy(b, rec, sizeof b);
+    b[bad[k].at] = bad[k].value;
+    char what[80];
+    snprintf(what, sizeof what, "classify record of ids: %s refused", bad[k].what);
+    check_true(what, lstmd_classify_record_check(&ids, b) == LSTMD_EFORMAT);
+  }
+  memset(rec, 0, sizeof rec);
+  float *v = (float *)lstmd_classify_record_put(rec, 1, 2);
+  v[0] = -1.5f, v[1] = 3.0f;
+  check_true("classify record of values: well-formed accepted",
+             lstmd_classify_record_check(&vals, rec) == LSTMD_OK);
+  v[1] = NAN;
+  check_true("classify record of values: NaN refused",
+             lstmd_classify_record_check(&vals, rec) == LSTMD_EFORMAT);
+  v[1] = 3.0f, v[5] = 1e-30f;
+  check_true("classify record of values: padding not zero refused",
+             lstmd_classify_record_check(&vals, rec) == LSTMD_EFORMAT);
+}
+
 int main(void) {
+  test_classify_records();
   if (!mkdtemp(g_dir)) return 1;
   struct lstmd_dataset ds12 = {.fd = -1}, ds11 = {.fd = -1};
   int rc = make_split("w12.bin", 2 * 12 + 1, &ds12);
