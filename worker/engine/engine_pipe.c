@@ -505,8 +505,10 @@ static void describe_split(const struct pipe_engine *p, char *buf, size_t n) {
     return;
   }
   int rows[LSTMD_MAX_LAYERS];
-  double whole[LSTMD_MAX_LAYERS];
-  lstmd_pipe_split_rows(&p->base.model->shape, p->g.S, p->base.cfg.stage_layers, 0, rows, whole);
+  double work[2][LSTMD_MAX_LAYERS]; /* balanced (g.rows), then whole layers */
+  for (int pass = 0; pass < 2; pass++)
+    lstmd_pipe_split_rows(&p->base.model->shape, p->g.S, p->base.cfg.stage_layers, !pass, rows,
+                          work[pass]);
   size_t at = (size_t)snprintf(buf, n, "balanced (");
   for (int s = 1, layer = p->base.cfg.stage_layers[0]; s < p->g.S && at < n;
        layer += p->base.cfg.stage_layers[s++])
@@ -516,7 +518,7 @@ static void describe_split(const struct pipe_engine *p, char *buf, size_t n) {
     for (int s = 0; s < p->g.S && at < n; s++)
       at += (size_t)snprintf(buf + at, n - at, "%s%.3gM",
                              s ? "/" : pass ? ", was " : "; FLOP model per token ",
-                             (pass ? whole[s] : p->g.work[s]) / 1e6);
+                             work[pass][s] / 1e6);
   if (at < n) snprintf(buf + at, n - at, ")");
 }
 

@@ -17,16 +17,16 @@ int lstmd_pipe_first_tensor_of_layer(const struct lstmd_model *m, int l) {
 
 void lstmd_pipe_split_rows(const struct lstmd_model_shape *sh, int S, const int *stage_layers,
                            int balanced, int *rows, double *work) {
-  const double H = sh->hidden, G = 4.0 * H, row = 3.0 * 2.0 * H;
-  const double in0 = sh->kind == LSTMD_MODEL_TEXT ? sh->embed : sh->width;
-  const double O = sh->kind == LSTMD_MODEL_TEXT ? sh->vocab : sh->horizon;
-  double total = 0.0;
+  double total = 0.0, row[LSTMD_MAX_LAYERS] = {0}; /* row[s]: a row of stage s's first weight_ih */
+  double own[LSTMD_MAX_LAYERS];
+  if (!work) work = own;
   for (int s = 0, layer = 0; s < S; layer += stage_layers[s], s++) {
-    work[s] = s == S - 1 ? 3.0 * 2.0 * O * H : 0.0;
+    work[s] = s == S - 1 ? lstmd_model_head_flops_per_token(sh) : 0.0;
     for (int l = layer; l < layer + stage_layers[s]; l++)
-      work[s] += 3.0 * 2.0 * G * ((l == 0 ? in0 : H) + H);
+      work[s] += lstmd_model_layer_flops_per_token(sh, l);
     total += work[s];
     rows[s] = 0;
+    row[s] = lstmd_model_ih_row_flops_per_token(sh, layer);
   }
   if (!balanced) return;
   /* Stages [0, s) carry their whole layers' work plus R_s moved rows (only the boundary at s
@@ -35,10 +35,11 @@ void lstmd_pipe_split_rows(const struct lstmd_model_shape *sh, int S, const int 
   double below = 0.0;
   for (int s = 1; s < S; s++) {
     below += work[s - 1];
-    const long r = lround((s * total / S - below) / row / 32.0) * 32;
+    const long r = lround((s * total / S - below) / row[s] / 32.0) * 32;
     rows[s] = r < 0 ? 0 : r > 4 * sh->hidden ? 4 * sh->hidden : (int)r;
   }
-  for (int s = 0; s < S; s++) work[s] += row * ((s + 1 < S ? rows[s + 1] : 0) - rows[s]);
+  for (int s = 0; s < S; s++)
+    work[s] += (s + 1 < S ? row[s + 1] * rows[s + 1] : 0.0) - row[s] * rows[s];
 }
 
 /* Every stage's [lo, hi) of the flat buffer: contiguous, since the order is embedding, layer 0,
@@ -88,7 +89,7 @@ int lstmd_pipe_grid_init(struct lstmd_pipe_grid *g, const struct lstmd_engine *b
   int layer0 = 0;
   for (int s = 0; s < g->s; s++) layer0 += cfg->stage_layers[s];
   lstmd_pipe_split_rows(&base->model->shape, g->S, cfg->stage_layers,
-                        cfg->stage_split == LSTMD_SPLIT_BALANCED, g->rows, g->work);
+                        cfg->stage_split == LSTMD_SPLIT_BALANCED, g->rows, NULL);
   g->st = (struct lstmd_stage){layer0, cfg->stage_layers[g->s], g->s == 0, g->s == g->S - 1,
                                g->rows[g->s], g->s + 1 < g->S ? g->rows[g->s + 1] : 0};
   stage_ranges(g, base->model, cfg->stage_layers);

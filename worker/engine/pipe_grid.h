@@ -39,7 +39,6 @@ struct lstmd_pipe_grid {
   struct lstmd_stage st;                             /* this stage's layers */
   size_t lo[LSTMD_MAX_LAYERS], hi[LSTMD_MAX_LAYERS]; /* every stage's parameter range */
   int rows[LSTMD_MAX_LAYERS];   /* R_s: rows of stage s's first weight_ih on s − 1 (rows[0] 0) */
-  double work[LSTMD_MAX_LAYERS]; /* every stage's FLOP model per token, after the split */
   int t_lo, t_hi;               /* this stage's tensors (a split one is in both stages') */
   struct lstmd_pipe_op *ops;                         /* this stage's op list */
   int n_ops;
@@ -49,9 +48,10 @@ enum lstmd_stage_split { LSTMD_SPLIT_LAYERS = 0, LSTMD_SPLIT_BALANCED = 1 };
 
 /* The balanced split of a model cut into S stages of stage_layers: rows[s] for s in [1, S) (a
  * multiple of 32, within [0, 4H]; rows[0] = 0) so that the stages' FLOP model per token, work[s]
- * (lstmd_model_flops_per_token's: 3 × the forward's 2·4H·(In + H) per layer and 2·O·H for the
- * head; a moved row costs 3 × 2·H), is as equal as whole rows allow. Pure: every rank gets the
- * same. layers: every stage's rows 0 and work of the whole-layer split. */
+ * (model.h's: lstmd_model_layer_flops_per_token of its layers, the head's on the last stage, and
+ * lstmd_model_ih_row_flops_per_token per moved row), is as equal as whole rows allow. Pure:
+ * every rank gets the same. layers: every stage's rows 0 and work of the whole-layer split.
+ * work may be NULL (only the rows wanted). */
 void lstmd_pipe_split_rows(const struct lstmd_model_shape *sh, int S, const int *stage_layers,
                            int balanced, int *rows, double *work);
 
