@@ -10,6 +10,7 @@
 #include "comm/comm.h"
 #include "comm/p2p.h"
 #include "kernels/status.h"
+#include "worker/data/batcher.h"
 
 int lstmd_pipe_first_tensor_of_layer(const struct lstmd_model *m, int l) {
   return lstmd_layer_first_tensor(&m->shape, l);
@@ -109,36 +110,20 @@ void lstmd_pipe_grid_free(struct lstmd_pipe_grid *g) {
 
 int lstmd_pipe_windows_alloc(const struct lstmd_pipe_grid *g, const struct lstmd_model_shape *sh,
                              struct lstmd_batch **win, int **reset) {
-  const size_t N = (size_t)g->T * g->B;
+  /* the batches of the dataset this model was made from (train_setup.c): the engine sees only
+   * the model, and pipelines run text and series models only */
+  struct lstmd_dataset ds = {.info = {.kind = sh->kind == LSTMD_MODEL_TEXT ? LSTMD_DATASET_TEXT
+                                                                          : LSTMD_DATASET_SERIES,
+                                      .width = sh->width, .horizon = sh->horizon}};
   *win = calloc((size_t)g->A, sizeof **win);
   *reset = calloc((size_t)g->A, sizeof **reset);
   if (!*win || !*reset) return LSTMD_ENOMEM;
-  for (int a = 0; a < g->A; a++) {
-    struct lstmd_batch *w = &(*win)[a];
-    w->steps = g->T;
-    w->batch = g->B;
-    if (sh->kind == LSTMD_MODEL_TEXT) {
-      w->ids = calloc(N, sizeof *w->ids);
-      w->targets = calloc(N, sizeof *w->targets);
-      if (!w->ids || !w->targets) return LSTMD_ENOMEM;
-    } else {
-      w->width = sh->width;
-      w->horizon = sh->horizon;
-      w->x = calloc(N * (size_t)sh->width, sizeof *w->x);
-      w->y = calloc(N * (size_t)sh->horizon, sizeof *w->y);
-      if (!w->x || !w->y) return LSTMD_ENOMEM;
-    }
-  }
+  for (int a = 0; a < g->A; a++) LSTMD_TRY(lstmd_batch_alloc(&ds, g->T, g->B, &(*win)[a]));
   return LSTMD_OK;
 }
 
 void lstmd_pipe_windows_free(const struct lstmd_pipe_grid *g, struct lstmd_batch *win, int *reset) {
-  for (int a = 0; win && a < g->A; a++) {
-    free(win[a].ids);
-    free(win[a].targets);
-    free(win[a].x);
-    free(win[a].y);
-  }
+  for (int a = 0; win && a < g->A; a++) lstmd_batch_free(&win[a]);
   free(win);
   free(reset);
 }

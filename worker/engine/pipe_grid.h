@@ -61,7 +61,8 @@ void lstmd_pipe_split_rows(const struct lstmd_model_shape *sh, int S, const int 
 int lstmd_pipe_grid_init(struct lstmd_pipe_grid *g, const struct lstmd_engine *base);
 void lstmd_pipe_grid_free(struct lstmd_pipe_grid *g);
 
-/* The step's A host windows of B columns ([T,B] ids/targets, or [T,B,W] x and [T,B,K] y), and
+/* The step's A host windows of B columns ([T,B] ids/targets, or [T,B,W] x and [T,B,K] y: each
+ * a lstmd_batch_alloc batch, its contents undefined until a step copies a window in), and
  * their reset flags: 0 or LSTMD_ENOMEM (free what was made with lstmd_pipe_windows_free). */
 int lstmd_pipe_windows_alloc(const struct lstmd_pipe_grid *g, const struct lstmd_model_shape *sh,
                              struct lstmd_batch **win, int **reset);
