@@ -61,7 +61,7 @@
 #include "worker/model/model_stage.h"
 #include "worker/model/optim.h"
 
-enum { kMaxSlices = 64, kTidItems = 1 };
+enum { kMaxSlices = 64 };
 
 struct pipe_slot {
   struct lstmd_stage_ws *ws[kMaxSlices];
@@ -277,20 +277,6 @@ static int send_chunk(struct pipe_engine *p, struct pipe_slot *sl, int dir, int 
                          chunk * sizeof(float), what, &sl->sends[sl->n_sends++]);
 }
 
-static int wait_recv(struct pipe_engine *p, lstmd_p2p_req r, int u, int k, const char *name,
-                     double *p2p_wait_s) {
-  const double t0 = lstmd_now_s();
-  LSTMD_TRY(lstmd_p2p_wait(p->p2p, r, NULL));
-  const double t1 = lstmd_now_s();
-  *p2p_wait_s += t1 - t0;
-  if (p->base.trace) {
-    char args[64];
-    snprintf(args, sizeof args, "{\"unit\":%d,\"chunk\":%d}", u, k);
-    lstmd_trace_event(p->base.trace, LSTMD_TRACE_TID_MAIN, name, t0, t1, args);
-  }
-  return LSTMD_OK;
-}
-
 /* The pool's body: the item in flight on column slice c. */
 static void run_item(void *arg, int c) {
   struct pipe_engine *p = arg;
@@ -339,8 +325,6 @@ static void run_item(void *arg, int c) {
   }
 }
 
-static const char *const kItemNames[] = {"F", "B", "W"};
-
 /* One op of the list: its receive, its compute on the slices, its send (see 3.). */
 static int run_op(struct pipe_engine *p, const struct lstmd_pipe_op *op,
                   struct lstmd_step_result *out) {
@@ -351,9 +335,11 @@ static int run_op(struct pipe_engine *p, const struct lstmd_pipe_op *op,
     sl->n_sends = 0;
   }
   if (op->kind == LSTMD_PIPE_F && !p->g.st.first)
-    LSTMD_TRY(wait_recv(p, p->recv_act[u * p->g.K + k], u, k, "recv wait", &out->p2p_wait_s));
+    LSTMD_TRY(lstmd_pipe_wait_recv(p->p2p, p->recv_act[u * p->g.K + k], p->base.trace, u, k,
+                                   &out->p2p_wait_s));
   if (op->kind == LSTMD_PIPE_B && !p->g.st.last)
-    LSTMD_TRY(wait_recv(p, p->recv_grad[u * p->g.K + k], u, k, "recv wait", &out->p2p_wait_s));
+    LSTMD_TRY(lstmd_pipe_wait_recv(p->p2p, p->recv_grad[u * p->g.K + k], p->base.trace, u, k,
+                                   &out->p2p_wait_s));
   p->item_kind = op->kind;
   p->item_unit = u;
   p->item_chunk = k;
@@ -361,11 +347,7 @@ static int run_op(struct pipe_engine *p, const struct lstmd_pipe_op *op,
   lstmd_pool_run(p->pool, run_item, p);
   const double t1 = lstmd_now_s();
   out->busy_s += t1 - t0;
-  if (p->base.trace) {
-    char args[64];
-    snprintf(args, sizeof args, "{\"unit\":%d,\"chunk\":%d}", u, k);
-    lstmd_trace_event(p->base.trace, kTidItems, kItemNames[op->kind], t0, t1, args);
-  }
+  lstmd_pipe_trace_item(p->base.trace, op->kind, u, k, t0, t1);
   if (op->kind == LSTMD_PIPE_F && !p->g.st.last) LSTMD_TRY(send_chunk(p, sl, LSTMD_P2P_UP, u, k, sl->act_out));
   if (op->kind == LSTMD_PIPE_B && !p->g.st.first) LSTMD_TRY(send_chunk(p, sl, LSTMD_P2P_DOWN, u, k, sl->grad_out));
   /* the unit's last W frees its slot for unit u + P, whose receives can go out now */

@@ -11,6 +11,7 @@
 #include "comm/p2p.h"
 #include "kernels/status.h"
 #include "worker/data/batcher.h"
+#include "worker/io/trace.h"
 
 int lstmd_pipe_first_tensor_of_layer(const struct lstmd_model *m, int l) {
   return lstmd_layer_first_tensor(&m->shape, l);
@@ -133,6 +134,31 @@ void lstmd_pipe_describe_item(char *buf, size_t n, const struct lstmd_pipe_grid 
   snprintf(buf, n, "%s of unit %d chunk %d %s stage %d (rank %d)",
            dir == LSTMD_P2P_UP ? "activations (F)" : "gradients (B)", u, k, from_to, peer_stage,
            g->d * g->S + peer_stage);
+}
+
+/* A trace event of item (u, k) on thread tid (see lstmd_pipe_trace_item). */
+static void item_event(struct lstmd_trace *trace, int tid, const char *name, int u, int k,
+                       double t0, double t1) {
+  if (!trace) return;
+  char args[64];
+  snprintf(args, sizeof args, "{\"unit\":%d,\"chunk\":%d}", u, k);
+  lstmd_trace_event(trace, tid, name, t0, t1, args);
+}
+
+void lstmd_pipe_trace_item(struct lstmd_trace *trace, enum lstmd_pipe_op_kind kind, int u, int k,
+                           double t0, double t1) {
+  static const char *const names[] = {"F", "B", "W"};
+  item_event(trace, LSTMD_PIPE_TRACE_TID_ITEMS, names[kind], u, k, t0, t1);
+}
+
+int lstmd_pipe_wait_recv(struct lstmd_p2p *p2p, lstmd_p2p_req r, struct lstmd_trace *trace, int u,
+                         int k, double *wait_s) {
+  const double t0 = lstmd_now_s();
+  LSTMD_TRY(lstmd_p2p_wait(p2p, r, NULL));
+  const double t1 = lstmd_now_s();
+  *wait_s += t1 - t0;
+  item_event(trace, LSTMD_TRACE_TID_MAIN, "recv wait", u, k, t0, t1);
+  return LSTMD_OK;
 }
 
 int lstmd_pipe_global_norm(const struct lstmd_pipe_grid *g, struct lstmd_comm *pp,

@@ -3,7 +3,8 @@
  * which slice of the flat parameter buffer its stage owns, the op list of pipe_schedule.c, how
  * the step's windows are cut into units and time chunks, and the host-side collectives over
  * that layout (the global gradient norm, gathering the stage ranges and the carried state on
- * rank 0). One definition, so the two engines cannot disagree on a layout or an order.
+ * rank 0); also the receive waits and trace events of the items, which both engines record
+ * alike. One definition, so the two engines cannot disagree on a layout or an order.
  *
  * Rank r is stage s = r mod S of replica d = r / S. A step's A windows (optim.grad_accum) are
  * cut into M column micro-batches each: the U = A·M units, unit u = a·M + m is columns
@@ -25,11 +26,13 @@
 
 #include <stddef.h>
 
+#include "comm/p2p.h"
 #include "engine.h"
 #include "pipe_schedule.h"
 #include "worker/model/model_stage.h"
 
 struct lstmd_comm;
+struct lstmd_trace;
 
 struct lstmd_pipe_grid {
   int S, D, s, d;        /* stages, replicas; this rank's stage and replica */
@@ -75,6 +78,17 @@ int lstmd_pipe_first_tensor_of_layer(const struct lstmd_model *m, int l);
  * (rank 4)"; from_to: "from" for a receive's peer, "to" for a send's. */
 void lstmd_pipe_describe_item(char *buf, size_t n, const struct lstmd_pipe_grid *g, int dir,
                               int u, int k, const char *from_to, int peer_stage);
+
+/* Both engines' trace events of item (u, k), args {"unit":u,"chunk":k}: its compute on thread
+ * LSTMD_PIPE_TRACE_TID_ITEMS, named by its kind ("F", "B", "W"), and the main thread's waits for
+ * its receives ("recv wait"). trace NULL: nothing. */
+enum { LSTMD_PIPE_TRACE_TID_ITEMS = 1 };
+void lstmd_pipe_trace_item(struct lstmd_trace *trace, enum lstmd_pipe_op_kind kind, int u, int k,
+                           double t0, double t1);
+/* Waits for the receive r of item (u, k) (lstmd_p2p_wait: its deadline ends the job), adds the
+ * time waited to *wait_s and traces it as a "recv wait". Returns lstmd_p2p_wait's status. */
+int lstmd_pipe_wait_recv(struct lstmd_p2p *p2p, lstmd_p2p_req r, struct lstmd_trace *trace, int u,
+                         int k, double *wait_s);
 
 /* The global gradient norm from this stage's per-tensor sums of squares: sums[t] for t in
  * [t_lo, t_hi) filled by the caller (a split tensor's part of it), the others 0; summed over the
