@@ -230,17 +230,19 @@ static int pipe_start(struct lstmd_engine *e, const struct lstmd_optim *o,
 /* ---- one step ---- */
 
 /* Rows [t0, t1) (within one chunk) of columns [c0, c0 + cb) between a unit's message buffer on
- * a link with split rows r and a slice's [T, cb, w] workspace buffer (to_slice: message →
- * slice). Chunk k of the message is Tc·b·(H + r) floats: part 0, [Tc, b, H] (w = H: the
- * activations or their gradients), then part 1, [Tc, b, r] (w = r: the split's pre-activations
- * or their gate gradients). Without a split the message is the unit's [T, b, H]. */
+ * a link with split rows r and a slice's workspace buffer (to_slice: message → slice). Chunk k
+ * of the message is Tc·b·(H + r) floats: part 0, [Tc, b, H] (w = H: the activations or their
+ * gradients; the slice's buffer is [T, cb, H]), then part 1, [Tc, b, r] (w = r: the split's
+ * pre-activations or their gate gradients; the slice's buffer holds the one chunk, [Tc, cb, r],
+ * model_stage.h). Without a split the message is the unit's [T, b, H]. */
 static void copy_rows(const struct pipe_engine *p, float *msg, int r, int part, float *slice,
                       int c, int t0, int t1, int to_slice) {
   const size_t w = part ? (size_t)r : (size_t)p->g.H, row = (size_t)p->cb[c] * w;
   const size_t Tc = (size_t)p->g.Tc, b = (size_t)p->g.b;
   float *at = msg + t0 / p->g.Tc * chunk_floats(p, r) + (part ? Tc * b * p->g.H : 0);
+  const int first = part ? t0 : 0; /* the slice buffer's first row */
   for (int t = t0; t < t1; t++) {
-    float *u = at + ((t % Tc) * b + p->c0[c]) * w, *sl = slice + (size_t)t * row;
+    float *u = at + ((t % Tc) * b + p->c0[c]) * w, *sl = slice + (size_t)(t - first) * row;
     if (to_slice) memcpy(sl, u, row * sizeof(float));
     else memcpy(u, sl, row * sizeof(float));
   }
