@@ -19,6 +19,7 @@
 #include "worker/engine/gpu_stage_times.h"
 #include "worker/engine/pipe_schedule.h"
 #include "worker/model/model.h"
+#include "worker/train/train_config.h"
 
 static const char *const kCmd = "pipe-predict";
 
@@ -146,14 +147,18 @@ int lstmd_cmd_pipe_predict(int argc, char **argv) {
         .dtype = a.dtype, .allow_tf32 = a.tf32, .reps = (int)a.reps, .device = (int)a.device};
     if ((rc = gpu->stage_times(&shape, &c, ms)) || (rc = predict(&a, S, ms, &makespan, &bubble)))
       return lstmd_exit_code(rc);
-    int slowest = 0;
+    int slowest = 0, counts[LSTMD_MAX_LAYERS];
     char layers[64] = "";
+    if (lstmd_stage_layer_counts("", S, (int)a.layers, counts, why, sizeof why)) { /* parse()d */
+      lstmd_errorf("%s: %s", kCmd, why);
+      return 2;
+    }
     for (int s = 0; s < S; s++) {
       if (ms[3 * s] + ms[3 * s + 1] + ms[3 * s + 2] >
           ms[3 * slowest] + ms[3 * slowest + 1] + ms[3 * slowest + 2])
         slowest = s;
       const size_t len = strlen(layers);
-      snprintf(layers + len, sizeof layers - len, "%s%ld", s ? "," : "", a.layers / S + (s < a.layers % S));
+      snprintf(layers + len, sizeof layers - len, "%s%d", s ? "," : "", counts[s]);
     }
     if (S == 1) one_gpu = makespan;
     char fbw[64];

@@ -61,7 +61,7 @@
 #include "worker/model/model_stage.h"
 #include "worker/model/optim.h"
 
-enum { kMaxSlices = 64, kTidItems = 1 };
+enum { kMaxSlices = 64 };
 
 struct pipe_slot {
   struct lstmd_stage_ws *ws[kMaxSlices];
@@ -230,17 +230,19 @@ static int pipe_start(struct lstmd_engine *e, const struct lstmd_optim *o,
 /* ---- one step ---- */
 
 /* Rows [t0, t1) (within one chunk) of columns [c0, c0 + cb) between a unit's message buffer on
- * a link with split rows r and a slice's [T, cb, w] workspace buffer (to_slice: message →
- * slice). Chunk k of the message is Tc·b·(H + r) floats: part 0, [Tc, b, H] (w = H: the
- * activations or their gradients), then part 1, [Tc, b, r] (w = r: the split's pre-activations
- * or their gate gradients). Without a split the message is the unit's [T, b, H]. */
+ * a link with split rows r and a slice's workspace buffer (to_slice: message → slice). Chunk k
+ * of the message is Tc·b·(H + r) floats: part 0, [Tc, b, H] (w = H: the activations or their
+ * gradients; the slice's buffer is [T, cb, H]), then part 1, [Tc, b, r] (w = r: the split's
+ * pre-activations or their gate gradients; the slice's buffer holds the one chunk, [Tc, cb, r],
+ * model_stage.h). Without a split the message is the unit's [T, b, H]. */
 static void copy_rows(const struct pipe_engine *p, float *msg, int r, int part, float *slice,
                       int c, int t0, int t1, int to_slice) {
   const size_t w = part ? (size_t)r : (size_t)p->g.H, row = (size_t)p->cb[c] * w;
   const size_t Tc = (size_t)p->g.Tc, b = (size_t)p->g.b;
   float *at = msg + t0 / p->g.Tc * chunk_floats(p, r) + (part ? Tc * b * p->g.H : 0);
+  const int first = part ? t0 : 0; /* the slice buffer's first row */
   for (int t = t0; t < t1; t++) {
-    float *u = at + ((t % Tc) * b + p->c0[c]) * w, *sl = slice + (size_t)t * row;
+    float *u = at + ((t % Tc) * b + p->c0[c]) * w, *sl = slice + (size_t)(t - first) * row;
     if (to_slice) memcpy(sl, u, row * sizeof(float));
     else memcpy(u, sl, row * sizeof(float));
   }
@@ -275,20 +277,6 @@ static int send_chunk(struct pipe_engine *p, struct pipe_slot *sl, int dir, int 
   lstmd_pipe_describe_item(what, sizeof what, &p->g, dir, u, k, "to", peer);
   return lstmd_p2p_isend(p->p2p, dir, peer, lstmd_pipe_tag(u, k, p->g.K), buf + k * chunk,
                          chunk * sizeof(float), what, &sl->sends[sl->n_sends++]);
-}
-
-static int wait_recv(struct pipe_engine *p, lstmd_p2p_req r, int u, int k, const char *name,
-                     double *p2p_wait_s) {
-  const double t0 = lstmd_now_s();
-  LSTMD_TRY(lstmd_p2p_wait(p->p2p, r, NULL));
-  const double t1 = lstmd_now_s();
-  *p2p_wait_s += t1 - t0;
-  if (p->base.trace) {
-    char args[64];
-    snprintf(args, sizeof args, "{\"unit\":%d,\"chunk\":%d}", u, k);
-    lstmd_trace_event(p->base.trace, LSTMD_TRACE_TID_MAIN, name, t0, t1, args);
-  }
-  return LSTMD_OK;
 }
 
 /* The pool's body: the item in flight on column slice c. */
@@ -339,8 +327,6 @@ static void run_item(void *arg, int c) {
   }
 }
 
-static const char *const kItemNames[] = {"F", "B", "W"};
-
 /* One op of the list: its receive, its compute on the slices, its send (see 3.). */
 static int run_op(struct pipe_engine *p, const struct lstmd_pipe_op *op,
                   struct lstmd_step_result *out) {
@@ -351,9 +337,11 @@ static int run_op(struct pipe_engine *p, const struct lstmd_pipe_op *op,
     sl->n_sends = 0;
   }
   if (op->kind == LSTMD_PIPE_F && !p->g.st.first)
-    LSTMD_TRY(wait_recv(p, p->recv_act[u * p->g.K + k], u, k, "recv wait", &out->p2p_wait_s));
+    LSTMD_TRY(lstmd_pipe_wait_recv(p->p2p, p->recv_act[u * p->g.K + k], p->base.trace, u, k,
+                                   &out->p2p_wait_s));
   if (op->kind == LSTMD_PIPE_B && !p->g.st.last)
-    LSTMD_TRY(wait_recv(p, p->recv_grad[u * p->g.K + k], u, k, "recv wait", &out->p2p_wait_s));
+    LSTMD_TRY(lstmd_pipe_wait_recv(p->p2p, p->recv_grad[u * p->g.K + k], p->base.trace, u, k,
+                                   &out->p2p_wait_s));
   p->item_kind = op->kind;
   p->item_unit = u;
   p->item_chunk = k;
@@ -361,11 +349,7 @@ static int run_op(struct pipe_engine *p, const struct lstmd_pipe_op *op,
   lstmd_pool_run(p->pool, run_item, p);
   const double t1 = lstmd_now_s();
   out->busy_s += t1 - t0;
-  if (p->base.trace) {
-    char args[64];
-    snprintf(args, sizeof args, "{\"unit\":%d,\"chunk\":%d}", u, k);
-    lstmd_trace_event(p->base.trace, kTidItems, kItemNames[op->kind], t0, t1, args);
-  }
+  lstmd_pipe_trace_item(p->base.trace, op->kind, u, k, t0, t1);
   if (op->kind == LSTMD_PIPE_F && !p->g.st.last) LSTMD_TRY(send_chunk(p, sl, LSTMD_P2P_UP, u, k, sl->act_out));
   if (op->kind == LSTMD_PIPE_B && !p->g.st.first) LSTMD_TRY(send_chunk(p, sl, LSTMD_P2P_DOWN, u, k, sl->grad_out));
   /* the unit's last W frees its slot for unit u + P, whose receives can go out now */
@@ -505,8 +489,10 @@ static void describe_split(const struct pipe_engine *p, char *buf, size_t n) {
     return;
   }
   int rows[LSTMD_MAX_LAYERS];
-  double whole[LSTMD_MAX_LAYERS];
-  lstmd_pipe_split_rows(&p->base.model->shape, p->g.S, p->base.cfg.stage_layers, 0, rows, whole);
+  double work[2][LSTMD_MAX_LAYERS]; /* balanced (g.rows), then whole layers */
+  for (int pass = 0; pass < 2; pass++)
+    lstmd_pipe_split_rows(&p->base.model->shape, p->g.S, p->base.cfg.stage_layers, !pass, rows,
+                          work[pass]);
   size_t at = (size_t)snprintf(buf, n, "balanced (");
   for (int s = 1, layer = p->base.cfg.stage_layers[0]; s < p->g.S && at < n;
        layer += p->base.cfg.stage_layers[s++])
@@ -516,7 +502,7 @@ static void describe_split(const struct pipe_engine *p, char *buf, size_t n) {
     for (int s = 0; s < p->g.S && at < n; s++)
       at += (size_t)snprintf(buf + at, n - at, "%s%.3gM",
                              s ? "/" : pass ? ", was " : "; FLOP model per token ",
-                             (pass ? whole[s] : p->g.work[s]) / 1e6);
+                             work[pass][s] / 1e6);
   if (at < n) snprintf(buf + at, n - at, ")");
 }
 

@@ -57,12 +57,10 @@
 #include "pipe_groups.h"
 #include "worker/io/checkpoint.h"
 #include "worker/io/nvtx.h"
-#include "worker/io/trace.h"
 #include "worker/model/infer.h"
 #include "worker/model/optim.h"
 #include "worker/train/train_config.h"
 
-enum { kTidItems = 1 };
 static struct gpipe_engine *gp_of(struct lstmd_engine *e) { return (struct gpipe_engine *)e; }
 
 static size_t carry_floats(const struct gpipe_engine *p) {
@@ -324,8 +322,6 @@ static int chunk_mask(struct gpipe_engine *p, struct gslot *sl, int u, int k, in
                                       p->g.H, sl->mask, p->stream);
 }
 
-static const char *const kItemNames[] = {"F", "B", "W"};
-
 static int run_op(struct gpipe_engine *p, int i, struct lstmd_step_result *out) {
   const struct lstmd_pipe_op *op = &p->g.ops[i];
   const int u = op->unit, k = op->chunk, slot = u % p->g.P, m = u % p->g.M;
@@ -398,11 +394,7 @@ static int run_op(struct gpipe_engine *p, int i, struct lstmd_step_result *out) 
     out->p2p_wait_s += waited;
     out->busy_s += t1 - t0 - waited;
   }
-  if (p->base.trace) {
-    char args[64];
-    snprintf(args, sizeof args, "{\"unit\":%d,\"chunk\":%d}", u, k);
-    lstmd_trace_event(p->base.trace, kTidItems, kItemNames[op->kind], t0, t1, args);
-  }
+  lstmd_pipe_trace_item(p->base.trace, op->kind, u, k, t0, t1);
   return LSTMD_OK;
 }
 

@@ -18,6 +18,7 @@
 #include "worker/engine/engine_gpu.h"
 #include "worker/model/model.h"
 #include "worker/model/rng.h"
+#include "worker/train/train_config.h"
 
 static int cmp_double(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
@@ -137,11 +138,14 @@ int lstmd_gpu_stage_times(const struct lstmd_model_shape *shape,
   if (!t.ev || !t.ms[0] || !t.ms[1] || !t.ms[2]) rc = LSTMD_ENOMEM;
   for (int i = 0; !rc && i < 6 * K; i++)
     if (cudaEventCreate(&t.ev[i])) rc = LSTMD_ECUDA;
-  for (int s = 0, layer0 = 0; !rc && s < S; s++) {
-    const int layers = L / S + (s < L % S);
-    rc = time_stage(m, c, layer0, layers, s, &t, ms + 3 * s);
-    layer0 += layers;
+  int layers[LSTMD_MAX_LAYERS];
+  char why[160];
+  if (!rc && lstmd_stage_layer_counts("", S, L, layers, why, sizeof why)) { /* checked above */
+    lstmd_errorf("pipe-predict: %s", why);
+    rc = LSTMD_EINVAL;
   }
+  for (int s = 0, layer0 = 0; !rc && s < S; layer0 += layers[s++])
+    rc = time_stage(m, c, layer0, layers[s], s, &t, ms + 3 * s);
   for (int i = 0; t.ev && i < 6 * K; i++)
     if (t.ev[i]) cudaEventDestroy(t.ev[i]);
   if (t.stream) cudaStreamDestroy(t.stream);

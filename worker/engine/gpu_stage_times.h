@@ -10,7 +10,8 @@
 struct lstmd_model_shape;
 
 struct lstmd_stage_times_config {
-  int stages;             /* S: the layers cut evenly, the first stages one larger */
+  int stages;             /* S: the layers cut evenly, the first stages one larger
+                           * (lstmd_stage_layer_counts, worker/train/train_config.h) */
   int steps, chunks;      /* T (a multiple of K), K */
   int batch;              /* columns of one unit */
   int dtype, allow_tf32;  /* enum lstmd_cuda_dtype of the LSTM (kernels/cuda/convert_cuda.h) */

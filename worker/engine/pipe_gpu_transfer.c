@@ -15,7 +15,6 @@
 #include "kernels/clock.h"
 #include "pipe_gpu.h"
 #include "pipe_groups.h"
-#include "worker/io/trace.h"
 
 int gpipe_pinned(void *pp, size_t bytes) {
   void **p = pp;
@@ -138,15 +137,7 @@ int gpipe_flush_send(struct gpipe_engine *p) {
 int gpipe_receive_chunk(struct gpipe_engine *p, lstmd_p2p_req r, int u, int k, const void *host,
                          void *dev, double *p2p_wait_s) {
   LSTMD_TRY(gpipe_flush_send(p)); /* the peer may be waiting for it before it can send this */
-  const double t0 = lstmd_now_s();
-  LSTMD_TRY(lstmd_p2p_wait(p->p2p, r, NULL));
-  const double t1 = lstmd_now_s();
-  *p2p_wait_s += t1 - t0;
-  if (p->base.trace) {
-    char args[64];
-    snprintf(args, sizeof args, "{\"unit\":%d,\"chunk\":%d}", u, k);
-    lstmd_trace_event(p->base.trace, LSTMD_TRACE_TID_MAIN, "recv wait", t0, t1, args);
-  }
+  LSTMD_TRY(lstmd_pipe_wait_recv(p->p2p, r, p->base.trace, u, k, p2p_wait_s));
   const size_t chunk = gpipe_msg_bytes(p);
   LSTMD_CHECK_CUDA(cudaMemcpyAsync(dev, (const char *)host + k * chunk, chunk,
                                    cudaMemcpyHostToDevice, p->stream));

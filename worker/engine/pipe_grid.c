@@ -10,6 +10,8 @@
 #include "comm/comm.h"
 #include "comm/p2p.h"
 #include "kernels/status.h"
+#include "worker/data/batcher.h"
+#include "worker/io/trace.h"
 
 int lstmd_pipe_first_tensor_of_layer(const struct lstmd_model *m, int l) {
   return lstmd_layer_first_tensor(&m->shape, l);
@@ -17,16 +19,16 @@ int lstmd_pipe_first_tensor_of_layer(const struct lstmd_model *m, int l) {
 
 void lstmd_pipe_split_rows(const struct lstmd_model_shape *sh, int S, const int *stage_layers,
                            int balanced, int *rows, double *work) {
-  const double H = sh->hidden, G = 4.0 * H, row = 3.0 * 2.0 * H;
-  const double in0 = sh->kind == LSTMD_MODEL_TEXT ? sh->embed : sh->width;
-  const double O = sh->kind == LSTMD_MODEL_TEXT ? sh->vocab : sh->horizon;
-  double total = 0.0;
+  double total = 0.0, row[LSTMD_MAX_LAYERS] = {0}; /* row[s]: a row of stage s's first weight_ih */
+  double own[LSTMD_MAX_LAYERS];
+  if (!work) work = own;
   for (int s = 0, layer = 0; s < S; layer += stage_layers[s], s++) {
-    work[s] = s == S - 1 ? 3.0 * 2.0 * O * H : 0.0;
+    work[s] = s == S - 1 ? lstmd_model_head_flops_per_token(sh) : 0.0;
     for (int l = layer; l < layer + stage_layers[s]; l++)
-      work[s] += 3.0 * 2.0 * G * ((l == 0 ? in0 : H) + H);
+      work[s] += lstmd_model_layer_flops_per_token(sh, l);
     total += work[s];
     rows[s] = 0;
+    row[s] = lstmd_model_ih_row_flops_per_token(sh, layer);
   }
   if (!balanced) return;
   /* Stages [0, s) carry their whole layers' work plus R_s moved rows (only the boundary at s
@@ -35,10 +37,11 @@ void lstmd_pipe_split_rows(const struct lstmd_model_shape *sh, int S, const int 
   double below = 0.0;
   for (int s = 1; s < S; s++) {
     below += work[s - 1];
-    const long r = lround((s * total / S - below) / row / 32.0) * 32;
+    const long r = lround((s * total / S - below) / row[s] / 32.0) * 32;
     rows[s] = r < 0 ? 0 : r > 4 * sh->hidden ? 4 * sh->hidden : (int)r;
   }
-  for (int s = 0; s < S; s++) work[s] += row * ((s + 1 < S ? rows[s + 1] : 0) - rows[s]);
+  for (int s = 0; s < S; s++)
+    work[s] += (s + 1 < S ? row[s + 1] * rows[s + 1] : 0.0) - row[s] * rows[s];
 }
 
 /* Every stage's [lo, hi) of the flat buffer: contiguous, since the order is embedding, layer 0,
@@ -88,7 +91,7 @@ int lstmd_pipe_grid_init(struct lstmd_pipe_grid *g, const struct lstmd_engine *b
   int layer0 = 0;
   for (int s = 0; s < g->s; s++) layer0 += cfg->stage_layers[s];
   lstmd_pipe_split_rows(&base->model->shape, g->S, cfg->stage_layers,
-                        cfg->stage_split == LSTMD_SPLIT_BALANCED, g->rows, g->work);
+                        cfg->stage_split == LSTMD_SPLIT_BALANCED, g->rows, NULL);
   g->st = (struct lstmd_stage){layer0, cfg->stage_layers[g->s], g->s == 0, g->s == g->S - 1,
                                g->rows[g->s], g->s + 1 < g->S ? g->rows[g->s + 1] : 0};
   stage_ranges(g, base->model, cfg->stage_layers);
@@ -108,36 +111,20 @@ void lstmd_pipe_grid_free(struct lstmd_pipe_grid *g) {
 
 int lstmd_pipe_windows_alloc(const struct lstmd_pipe_grid *g, const struct lstmd_model_shape *sh,
                              struct lstmd_batch **win, int **reset) {
-  const size_t N = (size_t)g->T * g->B;
+  /* the batches of the dataset this model was made from (train_setup.c): the engine sees only
+   * the model, and pipelines run text and series models only */
+  struct lstmd_dataset ds = {.info = {.kind = sh->kind == LSTMD_MODEL_TEXT ? LSTMD_DATASET_TEXT
+                                                                          : LSTMD_DATASET_SERIES,
+                                      .width = sh->width, .horizon = sh->horizon}};
   *win = calloc((size_t)g->A, sizeof **win);
   *reset = calloc((size_t)g->A, sizeof **reset);
   if (!*win || !*reset) return LSTMD_ENOMEM;
-  for (int a = 0; a < g->A; a++) {
-    struct lstmd_batch *w = &(*win)[a];
-    w->steps = g->T;
-    w->batch = g->B;
-    if (sh->kind == LSTMD_MODEL_TEXT) {
-      w->ids = calloc(N, sizeof *w->ids);
-      w->targets = calloc(N, sizeof *w->targets);
-      if (!w->ids || !w->targets) return LSTMD_ENOMEM;
-    } else {
-      w->width = sh->width;
-      w->horizon = sh->horizon;
-      w->x = calloc(N * (size_t)sh->width, sizeof *w->x);
-      w->y = calloc(N * (size_t)sh->horizon, sizeof *w->y);
-      if (!w->x || !w->y) return LSTMD_ENOMEM;
-    }
-  }
+  for (int a = 0; a < g->A; a++) LSTMD_TRY(lstmd_batch_alloc(&ds, g->T, g->B, &(*win)[a]));
   return LSTMD_OK;
 }
 
 void lstmd_pipe_windows_free(const struct lstmd_pipe_grid *g, struct lstmd_batch *win, int *reset) {
-  for (int a = 0; win && a < g->A; a++) {
-    free(win[a].ids);
-    free(win[a].targets);
-    free(win[a].x);
-    free(win[a].y);
-  }
+  for (int a = 0; win && a < g->A; a++) lstmd_batch_free(&win[a]);
   free(win);
   free(reset);
 }
@@ -147,6 +134,31 @@ void lstmd_pipe_describe_item(char *buf, size_t n, const struct lstmd_pipe_grid 
   snprintf(buf, n, "%s of unit %d chunk %d %s stage %d (rank %d)",
            dir == LSTMD_P2P_UP ? "activations (F)" : "gradients (B)", u, k, from_to, peer_stage,
            g->d * g->S + peer_stage);
+}
+
+/* A trace event of item (u, k) on thread tid (see lstmd_pipe_trace_item). */
+static void item_event(struct lstmd_trace *trace, int tid, const char *name, int u, int k,
+                       double t0, double t1) {
+  if (!trace) return;
+  char args[64];
+  snprintf(args, sizeof args, "{\"unit\":%d,\"chunk\":%d}", u, k);
+  lstmd_trace_event(trace, tid, name, t0, t1, args);
+}
+
+void lstmd_pipe_trace_item(struct lstmd_trace *trace, enum lstmd_pipe_op_kind kind, int u, int k,
+                           double t0, double t1) {
+  static const char *const names[] = {"F", "B", "W"};
+  item_event(trace, LSTMD_PIPE_TRACE_TID_ITEMS, names[kind], u, k, t0, t1);
+}
+
+int lstmd_pipe_wait_recv(struct lstmd_p2p *p2p, lstmd_p2p_req r, struct lstmd_trace *trace, int u,
+                         int k, double *wait_s) {
+  const double t0 = lstmd_now_s();
+  LSTMD_TRY(lstmd_p2p_wait(p2p, r, NULL));
+  const double t1 = lstmd_now_s();
+  *wait_s += t1 - t0;
+  item_event(trace, LSTMD_TRACE_TID_MAIN, "recv wait", u, k, t0, t1);
+  return LSTMD_OK;
 }
 
 int lstmd_pipe_global_norm(const struct lstmd_pipe_grid *g, struct lstmd_comm *pp,

@@ -3,7 +3,8 @@
  * which slice of the flat parameter buffer its stage owns, the op list of pipe_schedule.c, how
  * the step's windows are cut into units and time chunks, and the host-side collectives over
  * that layout (the global gradient norm, gathering the stage ranges and the carried state on
- * rank 0). One definition, so the two engines cannot disagree on a layout or an order.
+ * rank 0); also the receive waits and trace events of the items, which both engines record
+ * alike. One definition, so the two engines cannot disagree on a layout or an order.
  *
  * Rank r is stage s = r mod S of replica d = r / S. A step's A windows (optim.grad_accum) are
  * cut into M column micro-batches each: the U = A·M units, unit u = a·M + m is columns
@@ -25,11 +26,13 @@
 
 #include <stddef.h>
 
+#include "comm/p2p.h"
 #include "engine.h"
 #include "pipe_schedule.h"
 #include "worker/model/model_stage.h"
 
 struct lstmd_comm;
+struct lstmd_trace;
 
 struct lstmd_pipe_grid {
   int S, D, s, d;        /* stages, replicas; this rank's stage and replica */
@@ -39,7 +42,6 @@ struct lstmd_pipe_grid {
   struct lstmd_stage st;                             /* this stage's layers */
   size_t lo[LSTMD_MAX_LAYERS], hi[LSTMD_MAX_LAYERS]; /* every stage's parameter range */
   int rows[LSTMD_MAX_LAYERS];   /* R_s: rows of stage s's first weight_ih on s − 1 (rows[0] 0) */
-  double work[LSTMD_MAX_LAYERS]; /* every stage's FLOP model per token, after the split */
   int t_lo, t_hi;               /* this stage's tensors (a split one is in both stages') */
   struct lstmd_pipe_op *ops;                         /* this stage's op list */
   int n_ops;
@@ -49,9 +51,10 @@ enum lstmd_stage_split { LSTMD_SPLIT_LAYERS = 0, LSTMD_SPLIT_BALANCED = 1 };
 
 /* The balanced split of a model cut into S stages of stage_layers: rows[s] for s in [1, S) (a
  * multiple of 32, within [0, 4H]; rows[0] = 0) so that the stages' FLOP model per token, work[s]
- * (lstmd_model_flops_per_token's: 3 × the forward's 2·4H·(In + H) per layer and 2·O·H for the
- * head; a moved row costs 3 × 2·H), is as equal as whole rows allow. Pure: every rank gets the
- * same. layers: every stage's rows 0 and work of the whole-layer split. */
+ * (model.h's: lstmd_model_layer_flops_per_token of its layers, the head's on the last stage, and
+ * lstmd_model_ih_row_flops_per_token per moved row), is as equal as whole rows allow. Pure:
+ * every rank gets the same. layers: every stage's rows 0 and work of the whole-layer split.
+ * work may be NULL (only the rows wanted). */
 void lstmd_pipe_split_rows(const struct lstmd_model_shape *sh, int S, const int *stage_layers,
                            int balanced, int *rows, double *work);
 
@@ -61,7 +64,8 @@ void lstmd_pipe_split_rows(const struct lstmd_model_shape *sh, int S, const int 
 int lstmd_pipe_grid_init(struct lstmd_pipe_grid *g, const struct lstmd_engine *base);
 void lstmd_pipe_grid_free(struct lstmd_pipe_grid *g);
 
-/* The step's A host windows of B columns ([T,B] ids/targets, or [T,B,W] x and [T,B,K] y), and
+/* The step's A host windows of B columns ([T,B] ids/targets, or [T,B,W] x and [T,B,K] y: each
+ * a lstmd_batch_alloc batch, its contents undefined until a step copies a window in), and
  * their reset flags: 0 or LSTMD_ENOMEM (free what was made with lstmd_pipe_windows_free). */
 int lstmd_pipe_windows_alloc(const struct lstmd_pipe_grid *g, const struct lstmd_model_shape *sh,
                              struct lstmd_batch **win, int **reset);
@@ -74,6 +78,17 @@ int lstmd_pipe_first_tensor_of_layer(const struct lstmd_model *m, int l);
  * (rank 4)"; from_to: "from" for a receive's peer, "to" for a send's. */
 void lstmd_pipe_describe_item(char *buf, size_t n, const struct lstmd_pipe_grid *g, int dir,
                               int u, int k, const char *from_to, int peer_stage);
+
+/* Both engines' trace events of item (u, k), args {"unit":u,"chunk":k}: its compute on thread
+ * LSTMD_PIPE_TRACE_TID_ITEMS, named by its kind ("F", "B", "W"), and the main thread's waits for
+ * its receives ("recv wait"). trace NULL: nothing. */
+enum { LSTMD_PIPE_TRACE_TID_ITEMS = 1 };
+void lstmd_pipe_trace_item(struct lstmd_trace *trace, enum lstmd_pipe_op_kind kind, int u, int k,
+                           double t0, double t1);
+/* Waits for the receive r of item (u, k) (lstmd_p2p_wait: its deadline ends the job), adds the
+ * time waited to *wait_s and traces it as a "recv wait". Returns lstmd_p2p_wait's status. */
+int lstmd_pipe_wait_recv(struct lstmd_p2p *p2p, lstmd_p2p_req r, struct lstmd_trace *trace, int u,
+                         int k, double *wait_s);
 
 /* The global gradient norm from this stage's per-tensor sums of squares: sums[t] for t in
  * [t_lo, t_hi) filled by the caller (a split tensor's part of it), the others 0; summed over the

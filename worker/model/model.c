@@ -199,12 +199,27 @@ void lstmd_model_init_params(struct lstmd_model *m, struct lstmd_rng *rng) {
   }
 }
 
-double lstmd_model_flops_per_token(const struct lstmd_model_shape *s) {
+/* The FLOP model: a weight row n inputs wide costs 2·n per token forward, and the backward two
+ * forwards (input and weight gradients), so 3·2·n per training step. The terms are integers far
+ * below 2^53, so every sum of them is exact whatever its order. */
+double lstmd_model_ih_row_flops_per_token(const struct lstmd_model_shape *s, int l) {
+  return 3.0 * 2.0 * (l == 0 ? input_width(s) : layer_out_width(s));
+}
+
+double lstmd_model_layer_flops_per_token(const struct lstmd_model_shape *s, int l) {
   const int D = layer_out_width(s) / s->hidden;
-  double fwd = s->kind == LSTMD_MODEL_CLASSIFY ? 0.0 : 2.0 * output_width(s) * s->hidden;
-  for (int k = 0; k < s->layers; k++)
-    fwd += D * 2.0 * 4 * s->hidden * ((k == 0 ? input_width(s) : D * s->hidden) + s->hidden);
-  return 3.0 * fwd; /* backward costs two forwards: input and weight gradients */
+  const int In = l == 0 ? input_width(s) : D * s->hidden;
+  return 3.0 * (D * 2.0 * 4 * s->hidden * (In + s->hidden));
+}
+
+double lstmd_model_head_flops_per_token(const struct lstmd_model_shape *s) {
+  return s->kind == LSTMD_MODEL_CLASSIFY ? 0.0 : 3.0 * (2.0 * output_width(s) * s->hidden);
+}
+
+double lstmd_model_flops_per_token(const struct lstmd_model_shape *s) {
+  double flops = lstmd_model_head_flops_per_token(s);
+  for (int l = 0; l < s->layers; l++) flops += lstmd_model_layer_flops_per_token(s, l);
+  return flops;
 }
 
 /* ---- workspace ---- */

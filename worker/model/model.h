@@ -121,7 +121,17 @@ void lstmd_model_destroy(struct lstmd_model *m);
  * normalisation gains 1 and shifts 0 (TFA's), drawing no random numbers. */
 void lstmd_model_init_params(struct lstmd_model *m, struct lstmd_rng *rng);
 const struct lstmd_tensor *lstmd_model_tensor(const struct lstmd_model *m, const char *name);
-/* Multiply-adds of one training step per token (forward + backward), for GFLOP/s reports. */
+/* FLOPs of one training step per token (forward + backward: 3 × the forward's 2 per
+ * multiply-add), the one FLOP model of lstmd: GFLOP/s reports and the pipeline's balanced stage
+ * split (worker/engine/pipe_grid.c) use it.
+ *   layer l:  3 · D·2·4H·(In_l + H)  (D directions; In_l: layer 0's input width, else D·H)
+ *   head:     3 · 2·O·H  (0 for a classifier: its head runs once per sequence, not per token)
+ *   ih_row:   3 · 2·In_l, one row of lstm.weight_ih_l{l} (of one direction): the layer's cost is
+ *             D·4H such rows plus D·4H rows of weight_hh at 3 · 2·H each
+ *   total:    head + the sum over the layers. */
+double lstmd_model_layer_flops_per_token(const struct lstmd_model_shape *s, int l);
+double lstmd_model_head_flops_per_token(const struct lstmd_model_shape *s);
+double lstmd_model_ih_row_flops_per_token(const struct lstmd_model_shape *s, int l);
 double lstmd_model_flops_per_token(const struct lstmd_model_shape *s);
 
 /* For workspaces (here and model_stage.c): one zeroed block holding n arrays of sizes[i] floats,

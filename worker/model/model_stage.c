@@ -1,7 +1,8 @@
 /* model_stage.c — a pipeline stage's layers by time chunk (see model_stage.h). One arena per
  * workspace, allocated once (lstmd_arena_carve): the window's activations (kept until the
  * unit's last W) and one chunk's scratch (the gate gradients of every layer between a chunk's B
- * and its W). */
+ * and its W, and a split projection's rows, which live from the copy into the workspace to the
+ * end of the same chunk's F or W: model_stage.h). */
 #include "model_stage.h"
 
 #include <stdlib.h>
@@ -34,8 +35,8 @@ struct lstmd_stage_ws {
   float *logits, *dh_top;  /* [T,B,O], [T,B,H]: the head's output (then its gradient) and the
                             * gradient it passes into the top layer (last stage) */
   float *dh, *dx;          /* [Tc,B,max(H,in0)] one chunk's gradients between layers */
-  float *input_rows, *dinput_rows;   /* [T,B,rows_in] a split projection's part from below */
-  float *output_rows, *doutput_rows; /* [T,B,rows_out] the part computed here for above */
+  float *input_rows, *dinput_rows;   /* [Tc,B,rows_in] a split projection's part from below */
+  float *output_rows, *doutput_rows; /* [Tc,B,rows_out] the part computed here for above */
   struct stage_layer layer[LSTMD_MAX_LAYERS];
   void *arena;
 };
@@ -73,10 +74,10 @@ int lstmd_stage_ws_create(const struct lstmd_model *m, const struct lstmd_stage 
   SLICE(st->last ? N * H : 0);                       /* dh_top */
   SLICE(Nc * wide);                                  /* dh */
   SLICE(Nc * wide);                                  /* dx */
-  SLICE(N * Ri);                                     /* input_rows */
-  SLICE(N * Ri);                                     /* dinput_rows */
-  SLICE(N * Ro);                                     /* output_rows */
-  SLICE(N * Ro);                                     /* doutput_rows */
+  SLICE(Nc * Ri);                                    /* input_rows */
+  SLICE(Nc * Ri);                                    /* dinput_rows */
+  SLICE(Nc * Ro);                                    /* output_rows */
+  SLICE(Nc * Ro);                                    /* doutput_rows */
   for (int i = 0; i < st->layers; i++) {
     const int masked = dropout > 0.0f && st->layer0 + i < s->layers - 1;
     SLICE((N + B) * H);                              /* h */
@@ -260,8 +261,7 @@ double lstmd_stage_forward(const struct lstmd_model *m, struct lstmd_stage_ws *w
     const int In = layer_input_width(ws, l), r = layer_split(ws, l);
     const struct lstmd_lstm_dims d = {Tc, B, In, H, r};
     for (size_t i = 0; i < (r ? rows : 0); i++) /* the split's part from below: gates[:, 0:r) */
-      memcpy(y->gates + t0 * BH * 4 + i * 4 * H, ws->input_rows + ((size_t)t0 * B + i) * r,
-             (size_t)r * sizeof(float));
+      memcpy(y->gates + t0 * BH * 4 + i * 4 * H, ws->input_rows + i * r, (size_t)r * sizeof(float));
     if (m->shape.layer_norm) {
       const struct lstmd_lstm_ln ln = ln_params(m, w);
       const struct lstmd_lstm_ln_acts a = lstmd_cpu_lstm_ln_acts_at(&y->ln, t0, B, H);
@@ -288,8 +288,7 @@ double lstmd_stage_forward(const struct lstmd_model *m, struct lstmd_stage_ws *w
   const int ro = ws->st.rows_out;
   if (ro) /* the next stage's rows [0, ro) of its input projection, from this stage's output */
     lstmd_cpu_lstm_rows_forward((int)rows, H, ro, lstmd_stage_ws_output(ws) + t0 * BH,
-                                m->params + next_w_ih(m, ws),
-                                ws->output_rows + (size_t)t0 * B * ro);
+                                m->params + next_w_ih(m, ws), ws->output_rows);
   if (!ws->st.last) return 0.0;
   const struct lstmd_tensor *hw = &m->tensors[m->n_tensors - 2], *hb = &m->tensors[m->n_tensors - 1];
   const struct stage_layer *top = &ws->layer[ws->st.layers - 1];
@@ -319,7 +318,7 @@ void lstmd_stage_backward_input(const struct lstmd_model *m, struct lstmd_stage_
     const int ro = ws->st.rows_out;
     if (ro) /* plus the part of the rows of the next stage's projection computed here */
       lstmd_cpu_lstm_rows_backward_input(Tc * B, H, ro, m->params + next_w_ih(m, ws),
-                                         ws->doutput_rows + (size_t)t0 * B * ro, dh);
+                                         ws->doutput_rows, dh);
     if (ws->layer[top].mask) lstmd_cpu_mul_inplace(n, dh, ws->layer[top].mask + t0 * BH);
   }
   for (int l = top; l >= 0; l--) {
@@ -342,8 +341,7 @@ void lstmd_stage_backward_input(const struct lstmd_model *m, struct lstmd_stage_
                                     y->work, t1 < ws->T, t0 > 0, to, pk->cols[l]);
     }
     for (size_t i = 0; i < (r ? (size_t)Tc * B : 0); i++) /* the split's gate gradients, down */
-      memcpy(ws->dinput_rows + ((size_t)t0 * B + i) * r, y->dgates + i * 4 * H,
-             (size_t)r * sizeof(float));
+      memcpy(ws->dinput_rows + i * r, y->dgates + i * 4 * H, (size_t)r * sizeof(float));
     if (l > 0) {
       if (ws->layer[l - 1].mask) lstmd_cpu_mul_inplace(n, dx, ws->layer[l - 1].mask + t0 * BH);
       float *swap = dh;
@@ -384,8 +382,7 @@ void lstmd_stage_backward_weight(const struct lstmd_model *m, struct lstmd_stage
   const int ro = ws->st.rows_out;
   if (ro) /* the rows of the next stage's weight_ih owned here */
     lstmd_cpu_lstm_rows_backward_weight((int)rows, H, ro, lstmd_stage_ws_output(ws) + t0 * BH,
-                                        ws->doutput_rows + (size_t)t0 * B * ro,
-                                        grads + next_w_ih(m, ws));
+                                        ws->doutput_rows, grads + next_w_ih(m, ws));
   if (ws->st.last) {
     const struct lstmd_tensor *hw = &m->tensors[m->n_tensors - 2], *hb = &m->tensors[m->n_tensors - 1];
     const struct stage_layer *top = &ws->layer[ws->st.layers - 1];

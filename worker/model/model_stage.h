@@ -64,9 +64,13 @@ float *lstmd_stage_ws_input(struct lstmd_stage_ws *ws);
 const float *lstmd_stage_ws_output(const struct lstmd_stage_ws *ws);
 float *lstmd_stage_ws_doutput(struct lstmd_stage_ws *ws);
 const float *lstmd_stage_ws_dinput(const struct lstmd_stage_ws *ws);
-/* Their companions of a split projection, [T,B,rows_in] (input_rows: the pre-activations from
- * below, written before F; dinput_rows: their gate gradients, valid after B) and [T,B,rows_out]
- * (output_rows: valid after F; doutput_rows: written before B); NULL where the width is 0. */
+/* Their companions of a split projection, one chunk's worth, [Tc,B,rows_in] (input_rows: the
+ * pre-activations from below, written before F; dinput_rows: their gate gradients, valid after
+ * B) and [Tc,B,rows_out] (output_rows: valid after F; doutput_rows: written before B and read by
+ * the W that follows it); NULL where the width is 0. Row t − t0 is the window's t: unlike the
+ * [T,B,H] buffers, which the window's W items read again long after their F, nothing needs a
+ * chunk's rows past its own F (up) or its own B and W (down), and B(u, k) is always followed at
+ * once by W(u, k) (pipe_schedule.h), so one chunk is all there is to keep. */
 float *lstmd_stage_ws_input_rows(struct lstmd_stage_ws *ws);
 const float *lstmd_stage_ws_output_rows(const struct lstmd_stage_ws *ws);
 float *lstmd_stage_ws_doutput_rows(struct lstmd_stage_ws *ws);
