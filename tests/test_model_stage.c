@@ -122,7 +122,35 @@ static void compare(const char *label, const struct lstmd_model_shape *shape, fl
   lstmd_model_destroy(m);
 }
 
+/* The FLOP model (model.h) that the GFLOP/s figures and the balanced stage split read, against
+ * closed forms: 3 × the forward's 2·(multiply-adds) per token. */
+static void check_flop_model(void) {
+  /* bench/char_lm_h512.ini on data/fortunes.txt: 3·2·(109·512 + 4·512·(64+512) + 4·512·1024) */
+  const struct lstmd_model_shape bench = {.kind = LSTMD_MODEL_TEXT, .vocab = 109, .embed = 64,
+                                          .hidden = 512, .layers = 2};
+  /* series W 3, H 6, K 4: 3·2·(4·6 + 4·6·(3+6) + 4·6·(6+6)) */
+  const struct lstmd_model_shape series = {.kind = LSTMD_MODEL_SERIES, .width = 3, .hidden = 6,
+                                           .layers = 2, .horizon = 4};
+  /* bidirectional text classifier E 5, H 4: 2 directions · 3·2·4·4·(In + 4), In 5 then 8; the
+   * head runs once a sequence, so it counts 0 a token */
+  const struct lstmd_model_shape clf = {.kind = LSTMD_MODEL_CLASSIFY, .vocab = 9, .embed = 5,
+                                        .hidden = 4, .layers = 2, .classes = 3, .bidirectional = 1};
+  check_true("FLOP model: benchmark text model 19,995,648 a token",
+             lstmd_model_flops_per_token(&bench) == 19995648.0);
+  check_true("FLOP model: its layers and head",
+             lstmd_model_layer_flops_per_token(&bench, 0) == 7077888.0 &&
+                 lstmd_model_layer_flops_per_token(&bench, 1) == 12582912.0 &&
+                 lstmd_model_head_flops_per_token(&bench) == 334848.0);
+  check_true("FLOP model: a moved weight_ih row (384 layer 0, 3072 layer 1)",
+             lstmd_model_ih_row_flops_per_token(&bench, 0) == 384.0 &&
+                 lstmd_model_ih_row_flops_per_token(&bench, 1) == 3072.0);
+  check_true("FLOP model: series 3,168 a row", lstmd_model_flops_per_token(&series) == 3168.0);
+  check_true("FLOP model: bidirectional classifier 4,032 a token",
+             lstmd_model_flops_per_token(&clf) == 4032.0);
+}
+
 int main(void) {
+  check_flop_model();
   const struct lstmd_model_shape text = {.kind = LSTMD_MODEL_TEXT, .vocab = 9, .embed = 5,
                                          .hidden = 8, .layers = 3};
   const struct lstmd_model_shape series = {.kind = LSTMD_MODEL_SERIES, .width = 3, .hidden = 6,
