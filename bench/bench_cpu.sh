@@ -55,6 +55,13 @@ LOG_EVERY=5
 # Model of bench/char_lm_h512.ini (V is read from `lstmd prepare`).
 E=64 H=512 L=2 V=109 T=128 B=32
 
+# flops_per_token H: lstmd_model_flops_per_token (worker/model/model.c) for the text model E, H,
+# L, V: 3 x the forward's 2 x multiply-adds. The summary checks it against lstmd's own figure.
+flops_per_token() {
+  awk -v E=$E -v H="$1" -v L=$L -v V="$V" 'BEGIN {
+    f = 2 * V * H; for (k = 0; k < L; k++) f += 2 * 4 * H * ((k == 0 ? E : H) + H); printf "%.0f", 3 * f }'
+}
+
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/lstmd-bench.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 
@@ -154,8 +161,11 @@ main() {
          --set "train.log_every=$LOG_EVERY" 2>"$log"; then
       echo "lstmd train failed:"; tail -20 "$log"; return 1
     fi
-    local overall steady blas
+    local overall steady blas own_fpt
     overall=$(sed -n 's/.*trained steps .* (\([0-9.]*\) tokens\/s.*/\1/p' "$log")
+    # lstmd's own FLOP/token (its GFLOP/s over its tokens/s), checked against this script's below
+    own_fpt=$(sed -n 's/.*trained steps .* (\([0-9.]*\) tokens\/s, \([0-9.]*\) GFLOP\/s).*/\1 \2/p' \
+      "$log" | awk '$1 > 0 { printf "%.0f", $2 * 1e9 / $1 }')
     blas=$(sed -n 's/^lstmd: compute: \(.*\)/\1/p' "$log")
     # Steady state: tokens and seconds between the first and the last progress record.
     steady=$(awk -F'[:,}]' '/"tokens_per_s"/ {
@@ -221,9 +231,12 @@ main() {
 
   # --- summary ---
   local fpt gflops below=0
-  fpt=$(awk -v E=$E -v H=$H -v L=$L -v V="$V" 'BEGIN {
-    f = 2 * V * H; for (k = 0; k < L; k++) f += 2 * 4 * H * ((k == 0 ? E : H) + H); printf "%.0f", 3 * f }')
+  fpt=$(flops_per_token "$H")
   gflops=$(awk -v t="$best_lstmd" -v f="$fpt" 'BEGIN { printf "%.1f", t * f / 1e9 }')
+  if [[ -n ${own_fpt:-} ]] && ! awk -v a="$own_fpt" -v b="$fpt" 'BEGIN { exit !(a > 0.99 * b && a < 1.01 * b) }'; then
+    echo "bench_cpu.sh: lstmd counts $own_fpt FLOP/token, this script $fpt: its formula is stale" >&2
+    return 1
+  fi
   echo
   echo "== summary (best of $ROUNDS rounds; model E=$E H=$H L=$L V=$V, T=$T B=$B, fp32;"
   echo "   $fpt FLOP/token = 3 x forward, as lstmd_model_flops_per_token)"
@@ -294,8 +307,7 @@ sweep() {
         n++; if (n == 1) { t0 = tok; e0 = el } else { t1 = tok; e1 = el } }
       END { if (n >= 2 && e1 > e0) printf "%.0f", (t1 - t0) / (e1 - e0); else print 0 }' \
       "$run/metrics.jsonl")
-    fpt=$(awk -v E=$E -v H="$h" -v L=$L -v V="$V" 'BEGIN {
-      f = 2 * V * H; for (k = 0; k < L; k++) f += 2 * 4 * H * ((k == 0 ? E : H) + H); printf "%.0f", 3 * f }')
+    fpt=$(flops_per_token "$h")
     g=$(awk -v t="$rate" -v f="$fpt" 'BEGIN { printf "%.1f", t * f / 1e9 }')
     best=0 bt=-
     if ((${#peer_py[@]} > 0)); then
