@@ -96,6 +96,11 @@ main() {
     peer=$(sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p' <<<"$pline")
     [[ -n $peer && $peer != 0 ]] && ratio=$(awk -v a="$rate" -v b="$peer" 'BEGIN { printf "%.2f", a / b }')
     fpt=$(flops_per_token $H $L "$V")
+    local own # lstmd's own FLOP/token (its GFLOP/s over its tokens/s): warns, keeps the GPU time
+    own=$(sed -n 's/.*trained steps .* (\([0-9.]*\) tokens\/s, \([0-9.]*\) GFLOP\/s).*/\1 \2/p' \
+      "$TMP/$name.log" | awk '$1 > 0 { printf "%.0f", $2 * 1e9 / $1 }')
+    [[ -n $own ]] && awk -v a="$own" -v b="$fpt" 'BEGIN { exit !(a < 0.99 * b || a > 1.01 * b) }' &&
+      echo "  WARNING: lstmd counts $own FLOP/token, this script $fpt: flops_per_token is stale (MFU off)"
     tfl=$(awk -v r="$rate" -v f="$fpt" 'BEGIN { printf "%.1f", r * f / 1e12 }')
     [[ -n $tflops ]] && mfu=$(awk -v t="$tfl" -v p="$tflops" 'BEGIN { printf "%.2f", t / p }')
     rows+=("$(printf '| %-5s | H%-4s L%s T%-3s B%-3s | %10s | %10s | %5s | %7s | %5s | %6.1f%% |' \
