@@ -10,7 +10,8 @@
 #  3. a checkpoint of N=2 resumes on N=1 with the same global batch (updates within 1e-5);
 #  4. SIGUSR1 to mpirun (forwarded to every rank) and SIGTERM to the ranks: the step finishes,
 #     a checkpoint is written, exit 0;
-#  5. ranks with different configs, or datasets, stop with an error on every rank, not a hang.
+#  5. ranks with different configs, or datasets, or a --trace file one rank cannot open, stop
+#     with an error on every rank, not a hang.
 # Every equivalence runs with optim.clip_norm=0: a clip (default 1) rescales the gradient to a
 # fixed norm and so hides any uniform error in its scale. Equivalences compare updates (p - p0,
 # compare_checkpoints.py --initial): the weights of a few steps differ from their start by a
@@ -222,6 +223,23 @@ rc=$?
 if [[ $rc -ne 0 && $rc -ne 124 ]] && grep -q "rank 1 .*dataset ds differs" "$TMP/dm.log"; then
   ok "same config, different datasets: error naming rank 1 (status $rc)"
 else bad "different datasets: rc=$rc: $(tail -3 "$TMP/dm.log")"; fi
+
+# ... and a --trace file rank 1 cannot open (a relative path: each rank's own folder; the file
+# exists only where rank 0 made it): every rank stops at the start, well before the 60 s
+# comm_timeout_s a rank left training would wait for the missing one's gradients.
+mkdir -p "$TMP/wa/tr" "$TMP/wb/tr"
+t0=$(date +%s)
+timeout 120 mpirun -np 1 -wdir "$TMP/wa/tr" "$LSTMD" train "${common[@]}" --set data.path="$TMP/ds" \
+  --set data.batch_size=4 --set train.steps=50 --set train.comm_timeout_s=60 --trace trace.json : \
+  -np 1 -wdir "$TMP/wb/tr" "$LSTMD" train "${common[@]}" --set data.path="$TMP/ds" \
+  --set data.batch_size=4 --set train.steps=50 --set train.comm_timeout_s=60 --trace trace.json \
+  >/dev/null 2>"$TMP/tr.log"
+rc=$?
+took=$(($(date +%s) - t0))
+if [[ $rc -ne 0 && $rc -ne 124 && $took -lt 30 ]] &&
+   grep -q "cannot open the trace file on rank 1" "$TMP/tr.log" && ! grep -q "unfinished" "$TMP/tr.log"; then
+  ok "--trace rank 1 cannot open: every rank stops at the start after ${took}s (status $rc)"
+else bad "--trace rank 1 cannot open: rc=$rc after ${took}s: $(tail -3 "$TMP/tr.log")"; fi
 
 [[ $fails -eq 0 ]] && echo "test_mpi_train: passed" || echo "test_mpi_train: $fails FAILED"
 exit $((fails > 0))

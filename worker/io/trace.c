@@ -40,15 +40,22 @@ int lstmd_trace_open(const char *path, struct lstmd_comm *comm, struct lstmd_tra
   }
   rc = lstmd_comm_agree(comm, rc, NULL); /* everyone learns whether rank 0 could */
   if (rc) return rc;
+  /* Then every rank opens it, and votes: a rank that cannot (a path not shared with rank 0's
+   * node) must not leave the others training towards a collective it never joins. */
   struct lstmd_trace *t = calloc(1, sizeof *t);
-  if (!t) return LSTMD_ENOMEM;
-  t->rank = rank;
-  t->comm = comm;
-  t->fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
-  if (t->fd < 0) {
-    lstmd_errorf("%s: cannot open the trace file on rank %d: %s", path, rank, strerror(errno));
+  if (t) {
+    t->rank = rank;
+    t->comm = comm;
+    t->fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (t->fd < 0)
+      lstmd_errorf("%s: cannot open the trace file on rank %d (every rank appends to the one file: "
+                   "give a path all nodes share): %s", path, rank, strerror(errno));
+  }
+  rc = lstmd_comm_agree(comm, !t ? LSTMD_ENOMEM : t->fd < 0 ? LSTMD_EWRITE : LSTMD_OK, NULL);
+  if (rc) {
+    if (t && t->fd >= 0) close(t->fd);
     free(t);
-    return LSTMD_EWRITE;
+    return rc;
   }
   char line[256];
   int n;
