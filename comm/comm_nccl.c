@@ -82,6 +82,12 @@ static int find_shared_gpu(const struct peer *all, int n, char *why, size_t len)
 
 int lstmd_nccl_probe_gpus(struct lstmd_comm *c, int *shared, char *why, size_t len) {
   struct peer me, *all = calloc((size_t)c->size, sizeof *all);
+  /* agreed first: a rank without its buffer must not leave the others in the all-gather */
+  const int rc = lstmd_comm_agree(c, all ? LSTMD_OK : LSTMD_ENOMEM, NULL);
+  if (rc) {
+    free(all);
+    return rc;
+  }
   memset(&me, 0, sizeof me);
   snprintf(me.host, sizeof me.host, "%s", c->host);
   int dev = 0;
@@ -89,10 +95,9 @@ int lstmd_nccl_probe_gpus(struct lstmd_comm *c, int *shared, char *why, size_t l
     cudaGetLastError();
     me.bus[0] = '\0';
   }
-  if (!all || LSTMD_MPI_FAILED(MPI_Allgather(&me, sizeof me, MPI_BYTE, all, sizeof me, MPI_BYTE,
-                                             c->world))) {
+  if (LSTMD_MPI_FAILED(MPI_Allgather(&me, sizeof me, MPI_BYTE, all, sizeof me, MPI_BYTE, c->world))) {
     free(all);
-    return all ? LSTMD_ECOMM : LSTMD_ENOMEM;
+    return LSTMD_ECOMM;
   }
   *shared = find_shared_gpu(all, c->size, why, len);
   free(all);
@@ -199,8 +204,15 @@ static int init_nccl(struct lstmd_nccl *n) {
 int lstmd_nccl_create(struct lstmd_comm *c, size_t max_count, double timeout_s,
                       struct lstmd_nccl **out) {
   *out = NULL;
+  /* Every failure below is voted on before this returns, so that all ranks return the same
+   * status from the same vote: a rank returning early would pair its caller's next vote with
+   * one of these, and leave the others in a vote it never joins. */
   struct lstmd_nccl *n = calloc(1, sizeof *n);
-  if (!n) return LSTMD_ENOMEM;
+  const int agreed = lstmd_comm_agree(c, n ? LSTMD_OK : LSTMD_ENOMEM, NULL);
+  if (agreed) {
+    free(n);
+    return agreed;
+  }
   n->c = c;
   n->timeout_s = timeout_s;
   n->max_count = max_count;
@@ -244,6 +256,7 @@ int lstmd_nccl_create(struct lstmd_comm *c, size_t max_count, double timeout_s,
       rc = LSTMD_ENOMEM;
     }
   }
+  rc = lstmd_comm_agree(c, rc, NULL); /* the watchdog and the staging buffer too */
   if (rc) {
     lstmd_nccl_destroy(n);
     return rc;

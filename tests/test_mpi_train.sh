@@ -210,6 +210,19 @@ if [[ $rc -ne 0 && $rc -ne 124 ]] && grep -q "rank 1 .*config differs" "$TMP/mm.
   ok "mismatched configs: error on every rank after ${took}s (status $rc)"
 else bad "mismatched configs: rc=$rc: $(tail -3 "$TMP/mm.log")"; fi
 
+# ... and a rank whose own config is refused before the collective device choice (the
+# layer-normalised LSTM asks for fp32 on the GPU; no GPU is needed to refuse it): both exit 2
+# with its message, not an MPI error from a vote meeting an all-reduce
+timeout 60 mpirun -np 1 "$LSTMD" train "${common[@]}" --set data.batch_size=4 --set train.steps=5 \
+  --set train.run_dir="$TMP/mismatch-ln" : -np 1 "$LSTMD" train "${common[@]}" --set data.batch_size=4 \
+  --set train.steps=5 --set model.layer_norm=true --set train.device=cuda --set train.precision=bf16 \
+  --set train.run_dir="$TMP/mismatch-ln" >/dev/null 2>"$TMP/mmln.log"
+rc=$?
+if [[ $rc -eq 2 ]] && grep -q "model.layer_norm: the layer-normalised LSTM on the GPU" "$TMP/mmln.log" &&
+   ! grep -qi "MPI_ERR\|communication error" "$TMP/mmln.log"; then
+  ok "one rank's layer_norm refused on the GPU: exit 2 on every rank, its message"
+else bad "one rank's layer_norm refused on the GPU: rc=$rc: $(tail -3 "$TMP/mmln.log")"; fi
+
 # ... and ranks with the same config whose datasets differ (same relative path, other files)
 mkdir -p "$TMP/wa" "$TMP/wb"
 cp -r "$TMP/ds" "$TMP/wa/ds"

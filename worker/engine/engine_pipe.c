@@ -217,11 +217,13 @@ static int pipe_start(struct lstmd_engine *e, const struct lstmd_optim *o,
   (void)o, (void)pr; /* the host model is the engine's: nothing to copy */
   struct pipe_engine *p = pipe_of(e);
   if (p->pp) return LSTMD_OK;
-  LSTMD_TRY(lstmd_comm_split(e->comm, p->g.d, p->g.s, &p->pp));
-  LSTMD_TRY(lstmd_comm_split(e->comm, p->g.s, p->g.d, &p->dp));
-  LSTMD_TRY(lstmd_p2p_create(p->pp, e->cfg.comm_timeout_s, &p->p2p));
+  /* Each step voted over the world: a split's or p2p's collectives come first, so a rank that
+   * failed only its allocation must say so before the others enter the next collective. */
+  LSTMD_TRY(lstmd_comm_agree(e->comm, lstmd_comm_split(e->comm, p->g.d, p->g.s, &p->pp), NULL));
+  LSTMD_TRY(lstmd_comm_agree(e->comm, lstmd_comm_split(e->comm, p->g.s, p->g.d, &p->dp), NULL));
+  LSTMD_TRY(lstmd_comm_agree(e->comm, lstmd_p2p_create(p->pp, e->cfg.comm_timeout_s, &p->p2p), NULL));
   if (p->g.D > 1) {
-    LSTMD_TRY(lstmd_reducer_create(p->dp, &p->reducer));
+    LSTMD_TRY(lstmd_reducer_create(p->dp, &p->reducer)); /* local: setup votes on start() */
     lstmd_reducer_set_timeout(p->reducer, e->cfg.comm_timeout_s);
   }
   return LSTMD_OK;
@@ -447,9 +449,9 @@ static int pipe_sync_host(struct lstmd_engine *e, struct lstmd_optim *o,
                           struct lstmd_train_progress *pr) {
   struct pipe_engine *p = pipe_of(e);
   if (pr) pr->loss_scale = 0.0;
-  LSTMD_TRY(lstmd_pipe_gather_ranges(&p->g, p->pp, e->model->params));
-  if (o) LSTMD_TRY(lstmd_pipe_gather_ranges(&p->g, p->pp, o->m));
-  if (o && o->v) LSTMD_TRY(lstmd_pipe_gather_ranges(&p->g, p->pp, o->v));
+  LSTMD_TRY(lstmd_pipe_gather_ranges(&p->g, p->pp, e->model->params, LSTMD_OK));
+  if (o) LSTMD_TRY(lstmd_pipe_gather_ranges(&p->g, p->pp, o->m, LSTMD_OK));
+  if (o && o->v) LSTMD_TRY(lstmd_pipe_gather_ranges(&p->g, p->pp, o->v, LSTMD_OK));
   return LSTMD_OK;
 }
 
@@ -457,7 +459,7 @@ static int pipe_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *val
                          double *mean_loss, uint64_t *tokens, double *accuracy) {
   (void)accuracy; /* no classifiers in pipelines */
   struct pipe_engine *p = pipe_of(e);
-  LSTMD_TRY(lstmd_pipe_gather_ranges(&p->g, p->pp, e->model->params));
+  LSTMD_TRY(lstmd_pipe_gather_ranges(&p->g, p->pp, e->model->params, LSTMD_OK));
   if (e->rank != 0) return LSTMD_OK;
   lstmd_cpu_set_blas_threads(p->threads);
   int rc = lstmd_evaluate(e->model, val, e->cfg.seq_len, e->cfg.batch, mean_loss, tokens);

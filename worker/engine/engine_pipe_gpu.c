@@ -252,12 +252,17 @@ static int gp_start(struct lstmd_engine *e, const struct lstmd_optim *o,
   double saved[2] = {pr ? pr->loss_scale : 0.0, pr ? (double)pr->loss_scale_good_steps : 0.0};
   if (p->fp16) LSTMD_TRY(lstmd_comm_bcast(e->comm, saved, sizeof saved, 0));
   if (!p->pp) {
-    LSTMD_TRY(lstmd_comm_split(e->comm, p->g.d, p->g.s, &p->pp));
-    LSTMD_TRY(lstmd_comm_split(e->comm, p->g.s, p->g.d, &p->dp));
-    LSTMD_TRY(gpipe_start_transfers(p));
+    /* Each step is voted over the world, not only over the communicator it runs on: a rank
+     * whose split failed its allocation, or a replica whose transfers failed, must not leave
+     * the others in the next collective. */
+    LSTMD_TRY(lstmd_comm_agree(e->comm, lstmd_comm_split(e->comm, p->g.d, p->g.s, &p->pp), NULL));
+    LSTMD_TRY(lstmd_comm_agree(e->comm, lstmd_comm_split(e->comm, p->g.s, p->g.d, &p->dp), NULL));
+    LSTMD_TRY(lstmd_comm_agree(e->comm, gpipe_start_transfers(p), NULL));
     if (p->g.D > 1)
-      LSTMD_TRY(lstmd_nccl_create(p->dp, p->g.hi[p->g.s] - p->g.lo[p->g.s], e->cfg.comm_timeout_s,
-                                  &p->nccl));
+      LSTMD_TRY(lstmd_comm_agree(e->comm,
+                                 lstmd_nccl_create(p->dp, p->g.hi[p->g.s] - p->g.lo[p->g.s],
+                                                   e->cfg.comm_timeout_s, &p->nccl),
+                                 NULL));
   }
   if (!p->cs) LSTMD_TRY(lstmd_comm_agree(e->comm, make_stage(p), NULL));
   struct lstmd_optim_state *st = &p->seen;
@@ -509,9 +514,14 @@ static int gp_optim_step(struct lstmd_engine *e, struct lstmd_optim *o, int repo
 /* This stage's range of a device buffer into the host buffer, then gathered on rank 0. */
 static int gather_device_range(struct gpipe_engine *p, const float *dev, float *host) {
   const size_t lo = p->g.lo[p->g.s], n = p->g.hi[p->g.s] - lo;
-  LSTMD_CHECK_CUDA(cudaMemcpyAsync(host + lo, dev + lo, n * sizeof(float), cudaMemcpyDeviceToHost, p->stream));
-  LSTMD_CHECK_CUDA(cudaStreamSynchronize(p->stream));
-  return lstmd_pipe_gather_ranges(&p->g, p->pp, host);
+  /* a failed copy (an earlier kernel's fault surfaces here) goes into the gather's vote */
+  const int copied =
+      LSTMD_CUDA_FAILED(cudaMemcpyAsync(host + lo, dev + lo, n * sizeof(float),
+                                        cudaMemcpyDeviceToHost, p->stream)) ||
+              LSTMD_CUDA_FAILED(cudaStreamSynchronize(p->stream))
+          ? LSTMD_ECUDA
+          : LSTMD_OK;
+  return lstmd_pipe_gather_ranges(&p->g, p->pp, host, copied);
 }
 
 static int gp_sync_host(struct lstmd_engine *e, struct lstmd_optim *o,

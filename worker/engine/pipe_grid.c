@@ -175,8 +175,9 @@ int lstmd_pipe_global_norm(const struct lstmd_pipe_grid *g, struct lstmd_comm *p
   return LSTMD_OK;
 }
 
-int lstmd_pipe_gather_ranges(const struct lstmd_pipe_grid *g, struct lstmd_comm *pp, float *buf) {
-  if (g->d != 0) return LSTMD_OK;
+int lstmd_pipe_gather_ranges(const struct lstmd_pipe_grid *g, struct lstmd_comm *pp, float *buf,
+                             int local) {
+  if (g->d != 0) return local;
   size_t counts[LSTMD_MAX_LAYERS], displs[LSTMD_MAX_LAYERS];
   size_t n = 0;
   for (int s = 0; s < g->S; s++) {
@@ -185,7 +186,7 @@ int lstmd_pipe_gather_ranges(const struct lstmd_pipe_grid *g, struct lstmd_comm 
     n = g->hi[s];
   }
   float *all = g->s == 0 ? malloc(n * sizeof(float)) : NULL;
-  int rc = lstmd_comm_agree(pp, g->s == 0 && !all ? LSTMD_ENOMEM : LSTMD_OK, NULL);
+  int rc = lstmd_comm_agree(pp, local ? local : g->s == 0 && !all ? LSTMD_ENOMEM : LSTMD_OK, NULL);
   if (!rc) rc = lstmd_comm_gatherv(pp, buf + g->lo[g->s], counts[g->s], all, counts, displs, 0);
   if (!rc && all) memcpy(buf, all, n * sizeof(float));
   free(all);

@@ -99,8 +99,11 @@ int lstmd_pipe_global_norm(const struct lstmd_pipe_grid *g, struct lstmd_comm *p
                            double *norm);
 
 /* Replica 0's stages send their range of buf to rank 0, which gets the whole buffer (the other
- * replicas return at once). Collective over the replica's pipeline communicator pp. */
-int lstmd_pipe_gather_ranges(const struct lstmd_pipe_grid *g, struct lstmd_comm *pp, float *buf);
+ * replicas return `local` at once). Collective over the replica's pipeline communicator pp;
+ * `local`, this rank's status in filling its range (a failed device copy), is voted with the
+ * gather's own set-up, so that no rank returns before a collective the others enter. */
+int lstmd_pipe_gather_ranges(const struct lstmd_pipe_grid *g, struct lstmd_comm *pp, float *buf,
+                             int local);
 
 /* Every rank's carried state [layers, B, H] (h, c: this stage's layers) into the global
  * [L, D·B, H] arrays h and c on rank 0. Collective over the world. */

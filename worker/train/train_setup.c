@@ -167,11 +167,13 @@ static int build(struct run *r) {
                                ? "has no dropout between layers yet (model.dropout)"
                            : cfg->stages > 1     ? "has no pipeline stages yet (model.stages)"
                                                  : NULL;
-  if (ln_gpu_why && cfg->device == LSTMD_DEVICE_CUDA) { /* the same verdict on every rank */
+  /* A config error before any device is touched (so also without a GPU), voted on: ranks whose
+   * configs differ (found later, in the plan) must all reach the collective device choice. */
+  const int ln_refused = ln_gpu_why && cfg->device == LSTMD_DEVICE_CUDA;
+  if (ln_refused)
     lstmd_errorf("model.layer_norm: the layer-normalised LSTM on the GPU %s (train.device=cuda)",
                  ln_gpu_why);
-    return LSTMD_ECONFIG;
-  }
+  LSTMD_TRY(lstmd_comm_agree(r->comm, ln_refused ? LSTMD_ECONFIG : LSTMD_OK, NULL));
   /* Before anything a rank can fail at alone: the choice is collective (device_select.h). */
   int backend, gpu;
   LSTMD_TRY(lstmd_device_choose(cfg->device, r->comm, &backend, &gpu));
