@@ -34,6 +34,10 @@ void lstmd_comm_describe_library(char *buf, size_t n);
 
 /* In-place sum over all ranks of n floats (any n; split into int-sized pieces internally). */
 int lstmd_comm_allreduce_sum_f32(struct lstmd_comm *c, float *buf, size_t n);
+/* The same, bounded: unfinished after timeout_s (> 0) it ends the job, naming `what` (as the
+ * reducer's waits do; the GPU's host-staged gradient sum). */
+int lstmd_comm_allreduce_sum_f32_within(struct lstmd_comm *c, float *buf, size_t n,
+                                        double timeout_s, const char *what);
 /* Out-of-place variant: dst = Σ src over ranks (src and dst must not overlap). */
 int lstmd_comm_allreduce_sum_f32_to(struct lstmd_comm *c, const float *src, float *dst, size_t n);
 /* In-place sum / max of n doubles (metrics, flags). */

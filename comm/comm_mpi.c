@@ -281,19 +281,30 @@ void lstmd_comm_describe_library(char *buf, size_t n) {
   snprintf(buf, n, "MPI %d.%d, %s", major, minor, lib[0] ? lib : "(unknown library)");
 }
 
-static int allreduce(struct lstmd_comm *c, const void *src, void *dst, int count,
-                     MPI_Datatype type, MPI_Op op) {
+/* timeout_s > 0: bounded, as wait_requests_within (what names the wait); 0: unbounded. */
+static int allreduce_within(struct lstmd_comm *c, const void *src, void *dst, int count,
+                            MPI_Datatype type, MPI_Op op, double timeout_s, const char *what) {
   MPI_Request r;
   LSTMD_CHECK_MPI(MPI_Iallreduce(src, dst, count, type, op, c->world, &r));
-  return wait_request(&r);
+  return wait_requests_within(c, 1, &r, 2000000L, timeout_s, what);
+}
+
+static int allreduce(struct lstmd_comm *c, const void *src, void *dst, int count,
+                     MPI_Datatype type, MPI_Op op) {
+  return allreduce_within(c, src, dst, count, type, op, 0.0, NULL);
+}
+
+int lstmd_comm_allreduce_sum_f32_within(struct lstmd_comm *c, float *buf, size_t n,
+                                        double timeout_s, const char *what) {
+  for (size_t off = 0; off < n; off += kPiece) {
+    int count = n - off < kPiece ? (int)(n - off) : kPiece;
+    LSTMD_TRY(allreduce_within(c, MPI_IN_PLACE, buf + off, count, MPI_FLOAT, MPI_SUM, timeout_s, what));
+  }
+  return LSTMD_OK;
 }
 
 int lstmd_comm_allreduce_sum_f32(struct lstmd_comm *c, float *buf, size_t n) {
-  for (size_t off = 0; off < n; off += kPiece) {
-    int count = n - off < kPiece ? (int)(n - off) : kPiece;
-    LSTMD_TRY(allreduce(c, MPI_IN_PLACE, buf + off, count, MPI_FLOAT, MPI_SUM));
-  }
-  return LSTMD_OK;
+  return lstmd_comm_allreduce_sum_f32_within(c, buf, n, 0.0, NULL);
 }
 
 int lstmd_comm_allreduce_sum_f32_to(struct lstmd_comm *c, const float *src, float *dst, size_t n) {
@@ -310,9 +321,7 @@ int lstmd_comm_allreduce_sum_f64(struct lstmd_comm *c, double *buf, int n) {
 
 int lstmd_comm_allreduce_sum_f64_within(struct lstmd_comm *c, double *buf, int n,
                                          double timeout_s, const char *what) {
-  MPI_Request r;
-  LSTMD_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, c->world, &r));
-  return wait_requests_within(c, 1, &r, 2000000L, timeout_s, what);
+  return allreduce_within(c, MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, timeout_s, what);
 }
 
 int lstmd_comm_allreduce_max_f64(struct lstmd_comm *c, double *buf, int n) {

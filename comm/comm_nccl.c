@@ -322,7 +322,8 @@ static int staged_allreduce(struct lstmd_nccl *n, float *buf, size_t count, cuda
   }
   LSTMD_CHECK_CUDA(cudaMemcpyAsync(n->staging, buf, count * sizeof(float), cudaMemcpyDeviceToHost, s));
   LSTMD_CHECK_CUDA(cudaStreamSynchronize(s));
-  LSTMD_TRY(lstmd_comm_allreduce_sum_f32(n->c, n->staging, count));
+  LSTMD_TRY(lstmd_comm_allreduce_sum_f32_within(n->c, n->staging, count, n->timeout_s,
+                                                 "the host-staged gradient all-reduce"));
   LSTMD_CHECK_CUDA(cudaMemcpyAsync(buf, n->staging, count * sizeof(float), cudaMemcpyHostToDevice, s));
   return LSTMD_OK;
 }

@@ -8,6 +8,7 @@
  * tests/test_p2p_deadline.sh, which expect the job to die:
  *   --deadline      a receive whose sender stops itself (SIGSTOP): the deadline ends the job
  *   --sub-deadline  the same for a bounded all-reduce on a reversed sub-communicator
+ *   --f32-deadline  the same for the bounded float all-reduce (the GPU's host-staged sum)
  *   --abort-sub     lstmd_comm_abort on a one-rank sub-communicator ends the whole job */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -309,6 +310,24 @@ static int run_sub_deadline(struct lstmd_comm *c, int rank) {
   return 1;
 }
 
+/* The GPU's host-staged gradient sum (comm_nccl.c) waits with its bound: world rank 0 stops
+ * itself, rank 1's bounded float all-reduce must end the job at the deadline, naming its wait. */
+static int run_f32_deadline(struct lstmd_comm *c, int rank) {
+  if (rank == 0) {
+    printf("f32-deadline: rank 0 stops itself\n");
+    fflush(stdout);
+    raise(SIGSTOP);
+    sleep_s(60);
+    return 1;
+  }
+  float x[1000] = {0};
+  printf("f32-deadline: rank 1 waiting\n");
+  fflush(stdout);
+  lstmd_comm_allreduce_sum_f32_within(c, x, 1000, 2.0, "the host-staged gradient all-reduce");
+  printf("f32-deadline: the wait returned\n"); /* it must not */
+  return 1;
+}
+
 static int run_abort_sub(struct lstmd_comm *c, int rank) {
   struct lstmd_comm *one;
   if (lstmd_comm_split(c, rank, 0, &one) || lstmd_comm_size(one) != 1) return 1;
@@ -368,6 +387,7 @@ int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--deadline")) return run_deadline(c, rank);
   if (argc > 1 && !strcmp(argv[1], "--abort-sub")) return run_abort_sub(c, rank);
   if (argc > 1 && !strcmp(argv[1], "--sub-deadline")) return run_sub_deadline(c, rank);
+  if (argc > 1 && !strcmp(argv[1], "--f32-deadline")) return run_f32_deadline(c, rank);
 
   /* 1. the pipeline communicator, in reverse order: stage s is world rank world − 1 − s */
   struct lstmd_comm *pp;

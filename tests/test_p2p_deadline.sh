@@ -5,7 +5,9 @@
 #     the peer rank and the item, and mpirun must exit non-zero.
 #  2. `test_p2p --sub-deadline`: the same for a bounded all-reduce on a sub-communicator whose
 #     ranks are the world's reversed: the message names the waiting rank by its world rank.
-#  3. `test_p2p --abort-sub`: lstmd_comm_abort on a one-rank sub-communicator while the other
+#  3. `test_p2p --f32-deadline`: the same for the bounded float all-reduce (the GPU's
+#     host-staged gradient sum) on the world communicator;
+#  4. `test_p2p --abort-sub`: lstmd_comm_abort on a one-rank sub-communicator while the other
 #     rank sleeps 60 s: mpirun must exit non-zero within a few seconds.
 # Each output line is stamped with the time it arrived ($EPOCHREALTIME), so the bound is measured
 # from the moment the wait began, not from mpirun's start-up. mpirun's own grace between the
@@ -76,6 +78,17 @@ check "sub-deadline: mpirun exits non-zero within timeout + 1 s" \
 check "sub-deadline: the waiting rank names itself by its world rank (1), not its rank there (0)" \
   grep -q "rank 1 (.*): the test's all-reduce on a sub-communicator unfinished after 2\.[0-9] s" \
   "$TMP/--sub-deadline.log"
+
+echo "--f32-deadline (timeout 2 s, the host-staged gradient all-reduce's bounded sum):"
+run --f32-deadline
+rc=$(cat "$TMP/--f32-deadline.rc")
+t=$(elapsed --f32-deadline "f32-deadline: rank 1 waiting")
+echo "    mpirun exit $rc, ${t} s after rank 1 began waiting"
+check "f32-deadline: mpirun exits non-zero within timeout + 1 s" \
+  awk -v rc="$rc" -v t="$t" 'BEGIN { exit !(rc != 0 && t <= 3.0) }'
+check "f32-deadline: the message names the wait" \
+  grep -q "rank 1 (.*): the host-staged gradient all-reduce unfinished after 2\.[0-9] s" \
+  "$TMP/--f32-deadline.log"
 
 echo "--abort-sub:"
 run --abort-sub
