@@ -210,11 +210,15 @@ static int agent(const struct lstmd_serve_comms *c) {
     size_t bytes;
     /* idle: at most 20 looks a second (comm_mpi.c's idle broadcast did the same) */
     int rc = lstmd_comm_recv_msg(c->down, 0, kServeCmd, -1, 50, &buf, &bytes, NULL, NULL);
-    if (rc) return rc;
     struct lstmd_serve_cmd cmd;
-    if (bytes < sizeof cmd) {
+    if (!rc && bytes < sizeof cmd) {
       free(buf);
-      return LSTMD_EINVAL;
+      rc = LSTMD_EINVAL;
+    }
+    if (rc) { /* rank 0 would count on this rank for its next job: end the daemon, not the rank */
+      lstmd_errorf("rank %d: cannot read the daemon's next command (%s); ending the daemon",
+                   lstmd_comm_rank(c->world), lstmd_strerror(rc));
+      lstmd_comm_abort(c->world, 1);
     }
     memcpy(&cmd, buf, sizeof cmd);
     if (cmd.kind != kServeStart) {
