@@ -296,7 +296,8 @@ int lstmd_config_read_ini(const char *path, lstmd_config_pair_fn fn, void *user)
   struct ini_ctx ctx = {.fn = fn, .user = user};
   int line = ini_parse(path, on_ini_pair, &ctx);
   if (line < 0) {
-    lstmd_errorf("%s: cannot read config file", path);
+    lstmd_errorf("%s: cannot read config file: %s", path,
+                 line == -1 ? strerror(errno) : "out of memory");
     return LSTMD_EIO;
   }
   if (line > 0) {
