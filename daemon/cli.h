@@ -38,8 +38,8 @@ struct lstmd_opt {
   void *ctx;
 };
 
-/* Parses argv[first..argc) against opts. Unknown options, missing values and stray arguments
- * print a message naming the command and return 2. */
+/* Parses argv[first..argc) against opts ("-h" is read as "--help"). Unknown options, missing
+ * values and stray arguments print a message naming the command and return 2. */
 int lstmd_parse_opts(const char *cmd, int argc, char **argv, int first, struct lstmd_opt *opts,
                      int n_opts);
 /* Strict numbers for option values: whole string, within [lo, hi]; message + 2 on failure. */

@@ -162,6 +162,12 @@ int lstmd_cmd_doctor(int argc, char **argv) {
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) {
       d.json = 1;
+    } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      printf("usage: lstmd doctor [--json] [--device auto|cpu|cuda]\n"
+             "What this node trains with, and why: CPU, BLAS, MPI, the NVIDIA driver and GPU\n"
+             "libraries, each GPU, and what train.device would pick. Exit 0 when it can train on\n"
+             "the device asked for (default auto), 1 when not; --json gives one object.\n");
+      return 0;
     } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
       const char *v = argv[++i];
       want = !strcmp(v, "cpu") ? LSTMD_DEVICE_CPU : !strcmp(v, "cuda") ? LSTMD_DEVICE_CUDA

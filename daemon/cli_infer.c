@@ -38,12 +38,17 @@ int lstmd_cmd_eval(int argc, char **argv) {
   struct lstmd_infer_model m;
   struct lstmd_data_meta meta;
   if ((rc = lstmd_infer_model_load(ckpt, &m, &meta))) return lstmd_exit_code(rc);
-  struct lstmd_dataset train, val;
-  rc = lstmd_dataset_open_dir(data, &train, &val, 1);
+  /* Only DIR/val.bin: its header carries everything eval needs besides the scores (the
+   * vocabulary, columns, labels and the training split's statistics are in both splits' headers,
+   * and the checkpoint holds the model's own), so a folder of just val.bin is scored. */
+  struct lstmd_dataset val;
+  char val_path[4096];
+  snprintf(val_path, sizeof val_path, "%s/val.bin", data);
+  rc = lstmd_dataset_open(val_path, &val);
+  if (!rc && (rc = lstmd_dataset_verify(&val))) lstmd_dataset_close(&val);
   if (m.fp32 && m.fp32->shape.kind == LSTMD_MODEL_CLASSIFY) { /* cli_classify.c */
     if (!rc) {
       rc = lstmd_classify_eval_print(m.fp32, &meta, &val, batch ? (int)batch : meta.batch);
-      lstmd_dataset_close(&train);
       lstmd_dataset_close(&val);
     }
     lstmd_infer_model_destroy(&m);
@@ -56,7 +61,6 @@ int lstmd_cmd_eval(int argc, char **argv) {
     if (!rc)
       rc = lstmd_infer_evaluate_full(&m, &val, meta.seq_len, batch ? (int)batch : meta.batch, 1,
                                      &res);
-    lstmd_dataset_close(&train);
     lstmd_dataset_close(&val);
   }
   const int int8 = m.int8 != NULL;

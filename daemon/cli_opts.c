@@ -14,6 +14,7 @@ int lstmd_parse_opts(const char *cmd, int argc, char **argv, int first, struct l
                      int n_opts) {
   for (int i = first; i < argc; i++) {
     const char *arg = argv[i];
+    if (!strcmp(arg, "-h")) arg = "--help"; /* an unknown option where there is no --help */
     if (strncmp(arg, "--", 2) != 0) {
       lstmd_errorf("%s: unexpected argument '%s'", cmd, arg);
       return 2;

@@ -100,6 +100,10 @@ int lstmd_cmd_prepare(int argc, char **argv) {
     }
     return lstmd_exit_code(lstmd_prepare_classify_series(input, out, f, (int)col, hdr));
   }
-  lstmd_errorf("prepare: expected 'text', 'series' or 'classify', got '%s'", kind);
-  return 2;
+  const int help_asked = !strcmp(kind, "--help") || !strcmp(kind, "-h");
+  if (!help_asked) lstmd_errorf("prepare: expected 'text', 'series' or 'classify', got '%s'", kind);
+  fprintf(help_asked ? stdout : stderr,
+          "usage: lstmd prepare text|series|classify --input FILE --out DIR [...]\n"
+          "(lstmd prepare text --help, and so on, for each one's options)\n");
+  return help_asked ? 0 : 2;
 }

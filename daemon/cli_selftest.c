@@ -160,10 +160,21 @@ static void bench(struct lstmd_selftest *st, const struct lstmd_gpu_backend *gpu
 int lstmd_cmd_selftest(int argc, char **argv) {
   int want_gpu = 0, want_bench = 0;
   const char *out = NULL, *only = NULL;
+  int help = 0;
   struct lstmd_opt opts[] = {{"gpu", NULL, &want_gpu}, {"bench", NULL, &want_bench},
-                             {"out", &out}, {"only", &only}};
-  int rc = lstmd_parse_opts("selftest", argc, argv, 2, opts, 4);
-  if (rc) return rc;
+                             {"out", &out}, {"only", &only}, {"help", NULL, &help}};
+  int rc = lstmd_parse_opts("selftest", argc, argv, 2, opts, 5);
+  if (rc || help) {
+    fprintf(help ? stdout : stderr,
+            "usage: lstmd selftest [--gpu] [--bench] [--out DIR] [--only GROUP]\n"
+            "Checks this binary on this node: one PASS/FAIL/SKIP line per check, then a summary;\n"
+            "exit 0 all passed, 1 a check failed, 77 everything skipped.\n"
+            "  --gpu        also the GPU groups (each one SKIP with the reason without a GPU)\n"
+            "  --only GROUP one group: cpu, kernels, convert, cudnn, model, classify, pipe, nccl\n"
+            "  --out DIR    keep the output in DIR/selftest-<gpu or cpu>-<date>.txt\n"
+            "  --bench      also bench_gpu.sh, its results file written to --out (default .)\n");
+    return rc;
+  }
   if (only && strcmp(only, "cpu") && !is_gpu_group(only)) {
     lstmd_errorf("selftest: --only %s: one of cpu, kernels, convert, cudnn, model, classify, pipe, "
                  "nccl", only);

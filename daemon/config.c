@@ -39,12 +39,14 @@ static const char *const kPools[] = {"last", "mean", "max", NULL}; /* enum lstmd
 static const char *const kPipeSchedules[] = {"wavefront", "gpipe", "1f1b", NULL}; /* lstmd_pipe_kind */
 static const char *const kStageSplits[] = {"layers", "balanced", NULL}; /* lstmd_stage_split */
 
+#define LSTMD_STR_(x) #x
+#define LSTMD_STR(x) LSTMD_STR_(x)
 #define F(field) offsetof(struct lstmd_train_config, field)
 #define S(field) sizeof(((struct lstmd_train_config *)0)->field)
 static const struct cfg_key kKeys[] = {
     {"data", "path", CFG_STRING, F(data_path), S(data_path), "", 0, 0, NULL,
      "prepared dataset directory (from lstmd prepare); required"},
-    {"data", "seq_len", CFG_INT, F(seq_len), 0, "128", 1, 65536, NULL,
+    {"data", "seq_len", CFG_INT, F(seq_len), 0, LSTMD_STR(LSTMD_DEFAULT_SEQ_LEN), 1, 65536, NULL,
      "inputs per training window (truncated BPTT length)"},
     {"data", "batch_size", CFG_INT, F(batch_size), 0, "32", 1, 65536, NULL,
      "windows per step on each rank"},
@@ -296,7 +298,8 @@ int lstmd_config_read_ini(const char *path, lstmd_config_pair_fn fn, void *user)
   struct ini_ctx ctx = {.fn = fn, .user = user};
   int line = ini_parse(path, on_ini_pair, &ctx);
   if (line < 0) {
-    lstmd_errorf("%s: cannot read config file", path);
+    lstmd_errorf("%s: cannot read config file: %s", path,
+                 line == -1 ? strerror(errno) : "out of memory");
     return LSTMD_EIO;
   }
   if (line > 0) {

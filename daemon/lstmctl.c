@@ -18,6 +18,7 @@
 #include "config.h"
 #include "ctl_client.h"
 #include "frame.h"
+#include "kernels/status.h"
 
 enum { kExitOk = 0, kExitJob = 1, kExitUsage = 2, kExitUnreachable = 3, kExitNotFound = 4,
        kExitAuth = 5 };
@@ -27,7 +28,7 @@ static int g_json;
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: lstmctl [--socket PATH | --tcp HOST:PORT --token-file F] [--json] COMMAND\n"
+          "usage: lstmctl [--socket PATH | --tcp HOST:PORT --token-file F] [--json] COMMAND [ARGS]\n"
           "  submit --config JOB.ini [--set section.key=value ...] [--name NAME] [--no-preempt]\n"
           "                       queue a job; prints its id on the last line (resources.ranks,\n"
           "                       .priority, .time_limit_s pick its ranks, order and limit)\n"
@@ -35,12 +36,15 @@ static void usage(FILE *out) {
           "  list                 all jobs, oldest first\n"
           "  top [--once]         running jobs and the world's busy/free ranks (refreshing on a\n"
           "                       terminal; one snapshot with --once or --json)\n"
-          "  logs ID [--follow]   the job's progress and messages (its run dir's train.log)\n"
+          "  logs ID [--follow]   the job's progress and messages (its run dir's train.log, as\n"
+          "                       it is: no --json)\n"
           "  cancel ID            cancel (a running job stops within a step, with a checkpoint)\n"
           "  watch ID             follow a job until it ends; exit 0 only if it SUCCEEDED\n"
           "  shutdown             drain the daemon: checkpoint the running job and stop\n"
-          "The socket defaults to $LSTMD_SOCKET. Paths in a job (data.path, train.run_dir) are\n"
-          "resolved by the daemon, relative to its --data-root.\n"
+          "--socket, --tcp, --token-file and --json may come before or after COMMAND; --json\n"
+          "prints one JSON document per answer. The socket defaults to $LSTMD_SOCKET, the token\n"
+          "file to $LSTMD_TOKEN_FILE (the token is its first line). Paths in a job (data.path,\n"
+          "train.run_dir) are resolved by the daemon, relative to its --data-root.\n"
           "Exit status: 0 ok; 1 job failed/cancelled (watch); 2 usage or refused; 3 daemon\n"
           "unreachable; 4 no such job; 5 wrong token.\n");
 }
@@ -207,28 +211,52 @@ static Lstmd__Response *roundtrip(struct lstmd_ctl *c, Lstmd__Request *req, int 
   return resp;
 }
 
-static int parse_id(const char *text, uint64_t *id) {
+static int parse_id(const char *cmd, const char *text, uint64_t *id) {
   char *end;
   unsigned long long v = text ? strtoull(text, &end, 10) : 0;
   if (!text || !*text || *end || v == 0 || text[0] == '-') {
-    fprintf(stderr, "lstmctl: expected a job id (a positive number), got '%s'\n", text ? text : "");
+    if (text) fprintf(stderr, "lstmctl: %s: expected a job id (a positive number), got '%s'\n", cmd, text);
+    else fprintf(stderr, "lstmctl: %s: which job? (lstmctl %s ID)\n", cmd, cmd);
     return -1;
   }
   *id = v;
   return 0;
 }
 
-static int cmd_submit(struct lstmd_ctl *c, int argc, char **argv) {
-  const char *config = NULL, *name = "";
+static void settings_free(struct settings_list *l) {
+  for (size_t i = 0; i < l->n; i++) {
+    free(l->v[i]->key);
+    free(l->v[i]->value);
+    free(l->v[i]);
+  }
+  free(l->v);
+  *l = (struct settings_list){0};
+}
+
+/* What the command line asks for, checked before the daemon is contacted: a usage error needs
+ * no daemon, and a bad config file is reported without one. */
+struct ctl_args {
+  const char *cmd;
+  uint64_t id;         /* status, cancel, watch, logs */
+  int once, follow;    /* top, logs */
+  const char *name;    /* submit */
+  struct settings_list settings; /* submit: the config file's, then --set's, then --no-preempt */
+};
+
+/* submit's options into a->settings (the file first, then --set, as with lstmd train).
+ * Returns kExitOk or the exit status after a message. */
+static int parse_submit(int argc, char **argv, struct ctl_args *a) {
+  const char *config = NULL;
   int no_preempt = 0;
   struct settings_list sets = {0};
   int rc = kExitOk;
+  a->name = "";
   for (int i = 0; i < argc && !rc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--config") && v) config = argv[++i];
-    else if (!strcmp(a, "--name") && v) name = argv[++i];
-    else if (!strcmp(a, "--no-preempt")) no_preempt = 1;
-    else if (!strcmp(a, "--set") && v) {
+    const char *arg = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(arg, "--config") && v) config = argv[++i];
+    else if (!strcmp(arg, "--name") && v) a->name = argv[++i];
+    else if (!strcmp(arg, "--no-preempt")) no_preempt = 1;
+    else if (!strcmp(arg, "--set") && v) {
       const char *eq = strchr(v, '=');
       if (!eq || eq == v) {
         fprintf(stderr, "lstmctl: --set %s: expected section.key=value\n", v);
@@ -240,55 +268,49 @@ static int cmd_submit(struct lstmd_ctl *c, int argc, char **argv) {
       }
       i++;
     } else {
-      fprintf(stderr, "lstmctl: submit: unexpected '%s'\n", a);
+      fprintf(stderr, "lstmctl: submit: unexpected '%s'%s\n", arg,
+              v || strncmp(arg, "--", 2) ? "" : " (it needs a value)");
       rc = kExitUsage;
     }
   }
-  struct settings_list all = {0};
-  if (!rc && config && lstmd_config_read_ini(config, on_ini_pair, &all) != 0) rc = kExitUsage;
-  for (size_t i = 0; i < sets.n && !rc; i++) /* --set after the file, as with lstmd train */
-    if (add_setting(&all, sets.v[i]->key, sets.v[i]->value)) rc = kExitJob;
-  if (!rc && no_preempt && add_setting(&all, "resources.preemptible", "0")) rc = kExitJob;
+  if (!rc && config && lstmd_config_read_ini(config, on_ini_pair, &a->settings) != 0) rc = kExitUsage;
+  for (size_t i = 0; i < sets.n && !rc; i++)
+    if (add_setting(&a->settings, sets.v[i]->key, sets.v[i]->value)) rc = kExitJob;
+  if (!rc && no_preempt && add_setting(&a->settings, "resources.preemptible", "0")) rc = kExitJob;
   if (!rc && !config && !sets.n) {
     fprintf(stderr, "lstmctl: submit needs --config JOB.ini and/or --set options\n");
     rc = kExitUsage;
   }
-  if (!rc) {
-    Lstmd__JobSpec spec = LSTMD__JOB_SPEC__INIT;
-    spec.name = (char *)name;
-    spec.n_settings = all.n;
-    spec.settings = all.v;
-    Lstmd__SubmitJob submit = LSTMD__SUBMIT_JOB__INIT;
-    submit.spec = &spec;
-    Lstmd__Request req = LSTMD__REQUEST__INIT;
-    req.kind_case = LSTMD__REQUEST__KIND_SUBMIT;
-    req.submit = &submit;
-    Lstmd__Response *resp = roundtrip(c, &req, &rc);
-    if (resp && resp->kind_case == LSTMD__RESPONSE__KIND_JOB) {
-      if (g_json) print_json(job_json(resp->job));
-      else printf("submitted job %llu (%s)\n%llu\n", (unsigned long long)resp->job->id,
-                  lstmd_job_state_name(resp->job->state), (unsigned long long)resp->job->id);
-    }
-  }
-  for (struct settings_list *l = &sets; l; l = l == &sets ? &all : NULL) {
-    for (size_t i = 0; i < l->n; i++) {
-      free(l->v[i]->key);
-      free(l->v[i]->value);
-      free(l->v[i]);
-    }
-    free(l->v);
+  settings_free(&sets);
+  return rc;
+}
+
+static int cmd_submit(struct lstmd_ctl *c, const struct ctl_args *a) {
+  Lstmd__JobSpec spec = LSTMD__JOB_SPEC__INIT;
+  spec.name = (char *)a->name;
+  spec.n_settings = a->settings.n;
+  spec.settings = a->settings.v;
+  Lstmd__SubmitJob submit = LSTMD__SUBMIT_JOB__INIT;
+  submit.spec = &spec;
+  Lstmd__Request req = LSTMD__REQUEST__INIT;
+  req.kind_case = LSTMD__REQUEST__KIND_SUBMIT;
+  req.submit = &submit;
+  int rc;
+  Lstmd__Response *resp = roundtrip(c, &req, &rc);
+  if (resp && resp->kind_case == LSTMD__RESPONSE__KIND_JOB) {
+    if (g_json) print_json(job_json(resp->job));
+    else printf("submitted job %llu (%s)\n%llu\n", (unsigned long long)resp->job->id,
+                lstmd_job_state_name(resp->job->state), (unsigned long long)resp->job->id);
   }
   return rc;
 }
 
-static int cmd_simple(struct lstmd_ctl *c, const char *cmd, const char *arg) {
+static int cmd_simple(struct lstmd_ctl *c, const char *cmd, uint64_t id) {
   Lstmd__Request req = LSTMD__REQUEST__INIT;
   Lstmd__GetJob get = LSTMD__GET_JOB__INIT;
   Lstmd__CancelJob cancel = LSTMD__CANCEL_JOB__INIT;
   Lstmd__ListJobs list = LSTMD__LIST_JOBS__INIT;
   Lstmd__Shutdown shutdown = LSTMD__SHUTDOWN__INIT;
-  uint64_t id = 0;
-  if ((!strcmp(cmd, "status") || !strcmp(cmd, "cancel")) && parse_id(arg, &id)) return kExitUsage;
   if (!strcmp(cmd, "status")) {
     get.id = id;
     req.kind_case = LSTMD__REQUEST__KIND_GET;
@@ -345,9 +367,7 @@ static void print_metrics(uint64_t id, const Lstmd__Metrics *m) {
   fflush(stdout);
 }
 
-static int cmd_watch(struct lstmd_ctl *c, const char *arg) {
-  uint64_t id;
-  if (parse_id(arg, &id)) return kExitUsage;
+static int cmd_watch(struct lstmd_ctl *c, uint64_t id) {
   Lstmd__WatchJob watch = LSTMD__WATCH_JOB__INIT;
   watch.id = id;
   Lstmd__Request req = LSTMD__REQUEST__INIT;
@@ -455,15 +475,8 @@ static void print_top(const Lstmd__JobList *l) {
   fflush(stdout);
 }
 
-static int cmd_top(struct lstmd_ctl *c, int argc, char **argv) {
-  int once = g_json || !isatty(STDOUT_FILENO);
-  for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "--once")) once = 1;
-    else {
-      fprintf(stderr, "lstmctl: top: unexpected '%s'\n", argv[i]);
-      return kExitUsage;
-    }
-  }
+static int cmd_top(struct lstmd_ctl *c, int once) {
+  once = once || g_json || !isatty(STDOUT_FILENO);
   for (;;) {
     int rc;
     Lstmd__Response *resp = ask(c, LSTMD__REQUEST__KIND_LIST, 0, &rc);
@@ -476,15 +489,7 @@ static int cmd_top(struct lstmd_ctl *c, int argc, char **argv) {
 }
 
 /* Prints the job's train.log; with --follow keeps printing what is appended until the job ends. */
-static int cmd_logs(struct lstmd_ctl *c, int argc, char **argv) {
-  uint64_t id;
-  int follow = 0;
-  const char *arg = NULL;
-  for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "--follow") || !strcmp(argv[i], "-f")) follow = 1;
-    else arg = argv[i];
-  }
-  if (parse_id(arg, &id)) return kExitUsage;
+static int cmd_logs(struct lstmd_ctl *c, uint64_t id, int follow) {
   int rc;
   Lstmd__Response *resp = ask(c, LSTMD__REQUEST__KIND_GET, id, &rc);
   if (!resp) return rc;
@@ -517,29 +522,78 @@ static int cmd_logs(struct lstmd_ctl *c, int argc, char **argv) {
   return kExitOk;
 }
 
-int main(int argc, char **argv) {
-  const char *socket_path = getenv("LSTMD_SOCKET"), *tcp = NULL, *token_file = getenv("LSTMD_TOKEN_FILE");
-  int i = 1;
-  for (; i < argc && !strncmp(argv[i], "--", 2); i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--json")) g_json = 1;
-    else if (!strcmp(a, "--help")) {
-      usage(stdout);
-      return 0;
-    } else if (!strcmp(a, "--socket") && v) socket_path = argv[++i];
-    else if (!strcmp(a, "--tcp") && v) tcp = argv[++i];
-    else if (!strcmp(a, "--token-file") && v) token_file = argv[++i];
+/* The arguments of a command other than submit: the job id of status, cancel, watch and logs,
+ * --once (top), --follow/-f (logs); anything else is refused. Returns kExitOk or kExitUsage after
+ * a message. */
+static int parse_plain(int argc, char **argv, struct ctl_args *a) {
+  const char *cmd = a->cmd, *id_text = NULL;
+  const int wants_id = !strcmp(cmd, "status") || !strcmp(cmd, "cancel") || !strcmp(cmd, "watch") ||
+                       !strcmp(cmd, "logs");
+  for (int i = 0; i < argc; i++) {
+    const char *arg = argv[i];
+    if (!strcmp(cmd, "top") && !strcmp(arg, "--once")) a->once = 1;
+    else if (!strcmp(cmd, "logs") && (!strcmp(arg, "--follow") || !strcmp(arg, "-f"))) a->follow = 1;
+    else if (wants_id && !id_text && arg[0] != '-') id_text = arg;
     else {
-      fprintf(stderr, "lstmctl: unknown or incomplete option '%s'\n", a);
-      usage(stderr);
+      fprintf(stderr, "lstmctl: %s: unexpected '%s' (lstmctl --help)\n", cmd, arg);
       return kExitUsage;
     }
   }
-  if (i >= argc) {
-    usage(stderr);
+  if (wants_id && parse_id(cmd, id_text, &a->id)) return kExitUsage;
+  if (!strcmp(cmd, "logs") && g_json) {
+    fprintf(stderr, "lstmctl: logs prints the job's train.log as it is; --json does not apply\n");
     return kExitUsage;
   }
-  const char *cmd = argv[i++];
+  return kExitOk;
+}
+
+/* 1. The global options (--socket, --tcp, --token-file, --json, --help) are taken wherever they
+ *    stand, before or after the command; submit's --config, --name and --set values are skipped
+ *    so that a value is never read as an option.
+ * 2. The command's own arguments are checked, and submit's config file read, before the daemon
+ *    is contacted: usage errors exit 2 without one.
+ * 3. Then one connection, one command. */
+int main(int argc, char **argv) {
+  lstmd_set_program_name("lstmctl"); /* the shared config reader's messages */
+  const char *socket_path = getenv("LSTMD_SOCKET"), *tcp = NULL, *token_file = getenv("LSTMD_TOKEN_FILE");
+  char **rest = calloc((size_t)argc + 1, sizeof *rest);
+  if (!rest) return kExitJob;
+  int n_rest = 0;
+  const char *cmd = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--json")) g_json = 1;
+    else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      free(rest);
+      return 0;
+    } else if (!strcmp(a, "--socket") || !strcmp(a, "--tcp") || !strcmp(a, "--token-file")) {
+      if (!v) {
+        fprintf(stderr, "lstmctl: option '%s' needs a value\n", a);
+        free(rest);
+        return kExitUsage;
+      }
+      *(!strcmp(a, "--socket") ? &socket_path : !strcmp(a, "--tcp") ? &tcp : &token_file) = v;
+      i++;
+    } else if (!cmd && a[0] == '-') {
+      fprintf(stderr, "lstmctl: unknown option '%s'\n", a);
+      usage(stderr);
+      free(rest);
+      return kExitUsage;
+    } else if (!cmd) {
+      cmd = a;
+    } else {
+      rest[n_rest++] = argv[i];
+      if (!strcmp(cmd, "submit") && v &&
+          (!strcmp(a, "--config") || !strcmp(a, "--name") || !strcmp(a, "--set")))
+        rest[n_rest++] = argv[++i];
+    }
+  }
+  if (!cmd) {
+    usage(stderr);
+    free(rest);
+    return kExitUsage;
+  }
   static const char *const kCommands[] = {"submit", "status", "list", "cancel", "watch", "shutdown",
                                           "top", "logs"};
   int known = 0;
@@ -547,36 +601,42 @@ int main(int argc, char **argv) {
   if (!known) {
     fprintf(stderr, "lstmctl: unknown command '%s'\n", cmd);
     usage(stderr);
+    free(rest);
     return kExitUsage;
   }
-  if (!tcp && !socket_path) {
+  struct ctl_args args = {.cmd = cmd};
+  int rc = !strcmp(cmd, "submit") ? parse_submit(n_rest, rest, &args)
+                                  : parse_plain(n_rest, rest, &args);
+  free(rest);
+  if (!rc && !tcp && !socket_path) {
     fprintf(stderr, "lstmctl: no daemon address: give --socket PATH (or set LSTMD_SOCKET), or --tcp\n");
-    return kExitUsage;
+    rc = kExitUsage;
   }
   char token[300] = "", err[512];
-  if (tcp) {
+  if (!rc && tcp) {
     FILE *f = token_file ? fopen(token_file, "r") : NULL;
     if (!f || !fgets(token, sizeof token, f)) {
-      fprintf(stderr, "lstmctl: --tcp needs a readable --token-file (or LSTMD_TOKEN_FILE)\n");
-      if (f) fclose(f);
-      return kExitUsage;
+      fprintf(stderr, "lstmctl: --tcp needs a readable --token-file (or LSTMD_TOKEN_FILE)%s%s%s\n",
+              token_file ? ": " : "", token_file ? token_file : "",
+              !token_file ? "" : !f ? ": cannot open it" : ": it is empty");
+      rc = kExitUsage;
     }
-    fclose(f);
+    if (f) fclose(f);
     token[strcspn(token, "\r\n")] = '\0';
   }
   struct lstmd_ctl c;
-  if (lstmd_ctl_connect(&c, tcp ? tcp : socket_path, tcp != NULL, err, sizeof err)) {
+  if (!rc && lstmd_ctl_connect(&c, tcp ? tcp : socket_path, tcp != NULL, err, sizeof err)) {
     fprintf(stderr, "lstmctl: %s\n", err);
-    return kExitUnreachable;
+    rc = kExitUnreachable;
+  } else if (!rc) {
+    if (tcp) c.token = token;
+    if (!strcmp(cmd, "submit")) rc = cmd_submit(&c, &args);
+    else if (!strcmp(cmd, "watch")) rc = cmd_watch(&c, args.id);
+    else if (!strcmp(cmd, "top")) rc = cmd_top(&c, args.once);
+    else if (!strcmp(cmd, "logs")) rc = cmd_logs(&c, args.id, args.follow);
+    else rc = cmd_simple(&c, cmd, args.id);
+    lstmd_ctl_close(&c);
   }
-  if (tcp) c.token = token;
-  int rc;
-  const char *arg = i < argc ? argv[i] : NULL;
-  if (!strcmp(cmd, "submit")) rc = cmd_submit(&c, argc - i, argv + i);
-  else if (!strcmp(cmd, "watch")) rc = cmd_watch(&c, arg);
-  else if (!strcmp(cmd, "top")) rc = cmd_top(&c, argc - i, argv + i);
-  else if (!strcmp(cmd, "logs")) rc = cmd_logs(&c, argc - i, argv + i);
-  else rc = cmd_simple(&c, cmd, arg);
-  lstmd_ctl_close(&c);
+  settings_free(&args.settings);
   return rc;
 }

@@ -9,6 +9,7 @@
 static pthread_mutex_t g_last_mu = PTHREAD_MUTEX_INITIALIZER;
 static char g_last[1024];
 static char g_label[128]; /* written once, before any thread that reads it starts */
+static const char *g_program = "lstmd"; /* likewise: the prefix of every message */
 
 const char *lstmd_strerror(int status) {
   switch (status) {
@@ -35,7 +36,7 @@ const char *lstmd_status_name(int status) {
 void lstmd_verrorf(const char *fmt, va_list ap) {
   char msg[sizeof g_last];
   vsnprintf(msg, sizeof msg, fmt, ap);
-  fprintf(stderr, "lstmd: %s\n", msg);
+  fprintf(stderr, "%s: %s\n", g_program, msg);
   pthread_mutex_lock(&g_last_mu);
   memcpy(g_last, msg, sizeof g_last);
   pthread_mutex_unlock(&g_last_mu);
@@ -53,6 +54,8 @@ void lstmd_last_error_clear(void) {
   g_last[0] = '\0';
   pthread_mutex_unlock(&g_last_mu);
 }
+
+void lstmd_set_program_name(const char *name) { g_program = name; }
 
 void lstmd_errorf(const char *fmt, ...) {
   va_list ap;

@@ -40,6 +40,9 @@ const char *lstmd_status_name(int status);
 
 /* Prints "lstmd: <message>" to stderr; use for user-facing errors. printf-style. */
 void lstmd_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The prefix of lstmd_errorf's messages ("lstmd" unless set): lstmctl, which shares the config
+ * reader, sets "lstmctl". Call once at start-up, before any thread; name must outlive them. */
+void lstmd_set_program_name(const char *name);
 #include <stdarg.h>
 #include <stddef.h>
 void lstmd_verrorf(const char *fmt, va_list ap);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_bad_input.sh — lstmd on bad input: missing/empty/malformed data files, corrupt prepared
 # datasets, bad configs, corrupt or foreign checkpoints, a prime outside the vocabulary.
-# Every case must: exit with exactly 2 (no crash, no 1), print nothing on stdout, print a message
+# Every case must: exit with exactly 2 (no crash, no 1; a few cases say otherwise: an unwritable
+# output exits 1, a warning 0), print nothing on stdout, print a message
 # on stderr that names the offending file (and CSV line / config key where given), and, for
 # prepare, leave nothing half-written in the output directory. "The message" is lstmd's own lines
 # ("lstmd: ...") without the effective-config dump that `train` prints first: the dump echoes
@@ -38,16 +39,19 @@ fail() {
 }
 
 # check NAME [--file PATH] [--has TEXT] [--clean-dir DIR] [--same-dir DIR COPY] [--no-ckpt DIR]
-#       -- COMMAND ARGS...
+#       [--exit N] -- COMMAND ARGS...
 #   --file PATH      a message line must contain PATH (the file the message is about)
 #   --has TEXT       a message line must contain TEXT (a line number, a config key, ...)
 #   --clean-dir DIR  afterwards DIR is absent or empty (no train.bin, val.bin, *.tmp.*)
 #   --same-dir D C   afterwards D has exactly the contents of the copy C (an older dataset survives)
 #   --no-ckpt DIR    afterwards DIR holds no checkpoint (*.safetensors*)
+#   --exit N         the exit status expected instead of 2: 1 for an output that cannot be
+#                    written, 0 for a warning (the message checks still apply)
 check() {
   local name=$1
   shift
   local -a files=() has=() clean=() same=() nockpt=()
+  local want_rc=2
   while (($#)); do
     case $1 in
       --file) files+=("$2"); shift 2 ;;
@@ -55,6 +59,7 @@ check() {
       --clean-dir) clean+=("$2"); shift 2 ;;
       --same-dir) same+=("$2" "$3"); shift 3 ;;
       --no-ckpt) nockpt+=("$2"); shift 2 ;;
+      --exit) want_rc=$2; shift 2 ;;
       --) shift; break ;;
       *) echo "check: bad option $1" >&2; exit 2 ;;
     esac
@@ -71,8 +76,8 @@ check() {
     fail "$name" "timed out after ${TIMEOUT_S}s"; ok=0
   elif ((rc >= 128)); then
     fail "$name" "crashed: exit $rc (signal $((rc - 128)))"; ok=0
-  elif ((rc != 2)); then
-    fail "$name" "exit code $rc, expected 2"; ok=0
+  elif ((rc != want_rc)); then
+    fail "$name" "exit code $rc, expected $want_rc"; ok=0
   fi
   if [[ -s $out ]]; then
     fail "$name" "stdout is not empty: $(head -c 200 "$out" | tr -c '[:print:]\n' '?')"; ok=0
@@ -209,6 +214,11 @@ setup "$LSTMD" predict --checkpoint "$TMP/run-sln/step-2.safetensors" --input "$
 mkdir "$TMP/q-ln" "$TMP/x-ln"
 check "quantize: a layer_norm checkpoint" --file "$LNCKPT" --has "model.layer_norm" \
   --clean-dir "$TMP/q-ln" -- "$LSTMD" quantize --checkpoint "$LNCKPT" --out "$TMP/q-ln/m.int8"
+check "export onnx: --out in a missing folder" --has "$TMP/no-dir/m.onnx: cannot create" \
+  --has "No such file or directory" --exit 1 -- \
+  "$LSTMD" export onnx --checkpoint "$CKPT" --out "$TMP/no-dir/m.onnx"
+check "quantize: --out in a missing folder" --has "$TMP/no-dir/m.int8: cannot create" --exit 1 -- \
+  "$LSTMD" quantize --checkpoint "$CKPT" --out "$TMP/no-dir/m.int8"
 check "export onnx: a layer_norm checkpoint" --file "$LNCKPT" --has "model.layer_norm" \
   --clean-dir "$TMP/x-ln" -- "$LSTMD" export onnx --checkpoint "$LNCKPT" --out "$TMP/x-ln/m.onnx"
 st_edit "$LNCKPT" "$TMP/ln-meta.safetensors" '"model.layer_norm":"1"' '"model.layer_norm":"7"'
@@ -238,6 +248,17 @@ cp -r "$TMP/good-text" "$TMP/o-keep-text.orig"
 check "prepare text: empty input over an existing dataset" --file "$TMP/empty.txt" \
   --same-dir "$TMP/o-keep-text" "$TMP/o-keep-text.orig" -- \
   "$LSTMD" prepare text --input "$TMP/empty.txt" --out "$TMP/o-keep-text"
+
+# Too short to train with defaults: prepared (exit 0), with warnings saying what will happen.
+printf 'ab' >"$TMP/two.txt"
+check "prepare text: 2 bytes (warns: empty val.bin, short train.bin)" --exit 0 \
+  --has "$TMP/o-two/val.bin is empty: lstmd train will not evaluate" \
+  --has "$TMP/o-two/train.bin: 2 tokens hold no window of the default data.seq_len 128" -- \
+  "$LSTMD" prepare text --input "$TMP/two.txt" --out "$TMP/o-two"
+head -c 2000 "$DATA/fortunes.txt" >"$TMP/2k.txt"
+check "prepare text: 2000 bytes (warns: val.bin of 100 tokens)" --exit 0 \
+  --has "$TMP/o-2k/val.bin: 100 tokens hold no window" --has "unless data.seq_len <= 99" -- \
+  "$LSTMD" prepare text --input "$TMP/2k.txt" --out "$TMP/o-2k"
 
 # ---------------------------------------------------------------- prepare series
 printf 'a,b\n1,2\n3\n4,5\n' >"$TMP/ragged.csv"
@@ -300,8 +321,20 @@ cp -r "$TMP/good-text" "$TMP/d-trunc"
 truncate -s -100 "$TMP/d-trunc/train.bin"
 check "train: truncated train.bin" --file "$TMP/d-trunc/train.bin" --no-ckpt "$TMP/run-trunc" -- \
   "$LSTMD" train --set data.path="$TMP/d-trunc" --set train.run_dir="$TMP/run-trunc" "${TINY[@]}"
-check "eval: truncated train.bin" --file "$TMP/d-trunc/train.bin" -- \
-  "$LSTMD" eval --checkpoint "$CKPT" --data "$TMP/d-trunc"
+# eval reads val.bin only (README "eval"): a broken train.bin does not matter to it, and a
+# folder of just val.bin is scored
+setup "$LSTMD" eval --checkpoint "$CKPT" --data "$TMP/d-trunc"
+mkdir "$TMP/d-onlyval"
+cp "$TMP/good-text/val.bin" "$TMP/d-onlyval/"
+setup "$LSTMD" eval --checkpoint "$CKPT" --data "$TMP/d-onlyval"
+cp -r "$TMP/good-text" "$TMP/d-trunc-val"
+truncate -s -100 "$TMP/d-trunc-val/val.bin"
+check "eval: truncated val.bin" --file "$TMP/d-trunc-val/val.bin" -- \
+  "$LSTMD" eval --checkpoint "$CKPT" --data "$TMP/d-trunc-val"
+mkdir "$TMP/d-onlytrain"
+cp "$TMP/good-text/train.bin" "$TMP/d-onlytrain/"
+check "eval: data dir without val.bin" --file "$TMP/d-onlytrain/val.bin" -- \
+  "$LSTMD" eval --checkpoint "$CKPT" --data "$TMP/d-onlytrain"
 
 # train.bin cut inside its header.
 cp -r "$TMP/good-text" "$TMP/d-trunc-hdr"
@@ -318,8 +351,6 @@ flip_byte "$TMP/d-flip/train.bin" $((hb + 123457))
 check "train: flipped payload byte in train.bin (CRC)" --file "$TMP/d-flip/train.bin" \
   --no-ckpt "$TMP/run-flip" -- \
   "$LSTMD" train --set data.path="$TMP/d-flip" --set train.run_dir="$TMP/run-flip" "${TINY[@]}"
-check "eval: flipped payload byte in train.bin (CRC)" --file "$TMP/d-flip/train.bin" -- \
-  "$LSTMD" eval --checkpoint "$CKPT" --data "$TMP/d-flip"
 
 cp -r "$TMP/good-series" "$TMP/d-flip-val"
 hb=$(u32 "$TMP/d-flip-val/val.bin" 20)
@@ -327,6 +358,8 @@ flip_byte "$TMP/d-flip-val/val.bin" $((hb + 7))
 check "train: flipped payload byte in series val.bin (CRC)" --file "$TMP/d-flip-val/val.bin" \
   --no-ckpt "$TMP/run-flip-val" -- \
   "$LSTMD" train --set data.path="$TMP/d-flip-val" --set train.run_dir="$TMP/run-flip-val" "${TINY[@]}"
+check "eval: flipped payload byte in series val.bin (CRC)" --file "$TMP/d-flip-val/val.bin" -- \
+  "$LSTMD" eval --checkpoint "$SCKPT" --data "$TMP/d-flip-val"
 
 # A flipped header byte (inside the vocabulary table): the header CRC.
 cp -r "$TMP/good-text" "$TMP/d-flip-hdr"
@@ -360,6 +393,12 @@ check "train: model.layers=0 in --set" --has "model.layers" --no-ckpt "$TMP/run-
   "$LSTMD" train "${GOOD[@]}" --set model.layers=0
 check "train: model.layers=17 (above the maximum)" --has "model.layers" -- \
   "$LSTMD" train "${GOOD[@]}" --set model.layers=17
+check "train: model.stage_layers 3,1 for model.layers 2" --has "model.stage_layers" \
+  --has "must add up to model.layers (2)" -- \
+  "$LSTMD" train "${GOOD[@]}" --set model.layers=2 --set model.stages=2 --set model.stage_layers=3,1
+check "train: model.stage_layers 1,1 for model.layers 3" --has "adds up to 2 layers" \
+  --has "must add up to model.layers (3)" -- \
+  "$LSTMD" train "${GOOD[@]}" --set model.layers=3 --set model.stages=2 --set model.stage_layers=1,1
 check "train: model.dropout=1.5" --has "model.dropout" -- \
   "$LSTMD" train "${GOOD[@]}" --set model.dropout=1.5
 check "train: train.steps=-1" --has "train.steps" -- \
@@ -385,8 +424,12 @@ check "train: bad enum value" --has "data.order" -- \
 printf 'this is not an ini file\n' >"$TMP/garbage.ini"
 check "train: config file with a syntax error" --file "$TMP/garbage.ini" -- \
   "$LSTMD" train --config "$TMP/garbage.ini"
-check "train: nonexistent config file" --file "$TMP/no-such.ini" -- \
+check "train: nonexistent config file" --file "$TMP/no-such.ini" \
+  --has "no-such.ini: cannot read config file: No such file or directory" -- \
   "$LSTMD" train --config "$TMP/no-such.ini"
+check "train: missing distill.teacher" --has "distill.teacher: $TMP/no-such.safetensors" \
+  --no-ckpt "$TMP/run-cfg" -- \
+  "$LSTMD" train "${GOOD[@]}" "${TINY[@]}" --set distill.teacher="$TMP/no-such.safetensors"
 check "train: no data.path" --has "data.path" -- \
   "$LSTMD" train --set train.run_dir="$TMP/run-cfg"
 check "train: data.path does not exist" --file "$TMP/no-such-dir" --no-ckpt "$TMP/run-cfg" -- \
@@ -499,6 +542,31 @@ check "predict: non-numeric value" --file "$TMP/pred-bad.csv" --has "pred-bad.cs
 mkdir "$TMP/p4"
 check "predict: missing input" --file "$TMP/no-such.csv" --clean-dir "$TMP/p4" -- \
   "$LSTMD" predict --checkpoint "$SCKPT" --input "$TMP/no-such.csv" --out "$TMP/p4/out.csv"
+
+# ---------------------------------------------------------------- usage
+# Every subcommand's --help and -h: its usage on stdout, exit 0 (the subcommands are read from
+# `lstmd --help`, so a new one is covered).
+subcommands=$("$LSTMD" --help | sed -n 's/^  lstmd \([a-z][a-z-]*\).*/\1/p' | sort -u)
+[[ $subcommands == *train* && $subcommands == *selftest* ]] ||
+  fail "lstmd --help" "no subcommands found in: $("$LSTMD" --help | head -5)"
+for c in $subcommands "prepare text" "prepare series" "prepare classify" "export onnx"; do
+  for h in --help -h; do
+    cases=$((cases + 1))
+    out=$("$LSTMD" $c $h 2>"$TMP/help.err"); rc=$?
+    if ((rc != 0)) || [[ $out != "usage: "*"lstmd $c"* || -s $TMP/help.err ]]; then
+      fail "lstmd $c $h" "exit $rc, stdout '$(head -1 <<<"$out")', stderr '$(head -1 "$TMP/help.err")'"
+    fi
+  done
+done
+# README's "Command line" block is the usage lines of `lstmd --help`.
+cases=$((cases + 1))
+"$LSTMD" --help | sed -n '/^usage:$/,/^$/p' | sed '1d;$d;s/^  //' >"$TMP/usage.help"
+awk '/^## Command line/ {s = 1} s == 1 && /^```/ {if (in_block) exit; in_block = 1; next}
+     in_block' "$SRC/README.md" >"$TMP/usage.readme"
+if [[ ! -s $TMP/usage.help ]] || ! diff -u "$TMP/usage.readme" "$TMP/usage.help" >"$TMP/usage.diff"; then
+  fail "README vs lstmd --help" "the usage lines differ (- README.md, + lstmd --help):"
+  sed 's/^/       /' "$TMP/usage.diff" | head -20
+fi
 
 echo
 echo "$cases cases, $failures failure(s)"

@@ -2,7 +2,9 @@
 # test_serve.sh — `lstmd serve` under `mpirun -np 2`, driven by lstmctl, end to end:
 #  1. the socket is mode 0600; submit two jobs, watch one to SUCCEEDED (exit 0, progress lines),
 #     cancel the other while it runs (CANCELLED within seconds, with a checkpoint); list;
-#  2. refusals: a path outside the data root, an unknown key, an unknown job id, no daemon;
+#  2. refusals: a path outside the data root, an unknown key, an unknown job id, no daemon,
+#     extra arguments (exit 2, before the daemon is asked) and a missing config file; --json
+#     and --socket after the command;
 #  3. a failing job (not a dataset) is FAILED with its reason, and the next job still runs; a
 #     dataset truncated under a running job (a read error on the ranks) fails it on every rank
 #     together, and the daemon goes on;
@@ -77,6 +79,31 @@ msg=$(ctl submit --config "$TMP/job.ini" --set model.hiddn=3 2>&1); rc=$?
 [[ $rc == 2 && $msg == *"model.hiddn"* ]] && ok "an unknown key is refused, named" || bad "unknown key: rc=$rc $msg"
 ctl status 999 >/dev/null 2>&1; [[ $? == 4 ]] && ok "unknown job id: exit 4" || bad "unknown id"
 "$CTL" --socket "$TMP/nobody.sock" list >/dev/null 2>&1; [[ $? == 3 ]] && ok "no daemon: exit 3" || bad "no daemon"
+# the global options anywhere on the line (README: `status ID | list ... [--json]`)
+py_id='import json,sys; print(json.load(sys.stdin)["id"])'
+py_len='import json,sys; print(len(json.load(sys.stdin)))'
+py_world='import json,sys; print(json.load(sys.stdin)["world"])'
+[[ $(ctl status "$a" --json | /usr/bin/python3 -c "$py_id" 2>&1) == "$a" ]] &&
+  ok "status $a --json: one JSON job" || bad "status $a --json: $(ctl status "$a" --json | head -2)"
+[[ $(ctl list --json | /usr/bin/python3 -c "$py_len" 2>&1) == 2 ]] &&
+  ok "list --json: the JSON list" || bad "list --json: $(ctl list --json | head -2)"
+[[ $(ctl top --once --json | /usr/bin/python3 -c "$py_world" 2>&1) == 2 ]] &&
+  ok "top --once --json: the JSON snapshot" || bad "top --once --json: $(ctl top --once --json 2>&1 | head -2)"
+[[ $("$CTL" list --socket "$SOCK" --json | /usr/bin/python3 -c "$py_len" 2>&1) == 2 ]] &&
+  ok "list --socket S --json: options after the command" || bad "list --socket S --json"
+# extra or unknown arguments: exit 2 naming them, before the daemon is asked anything
+for line in "list junk|junk" "shutdown now|now" "status $a 7|7" "watch $a x|x" "top --every 2|--every" \
+    "logs $a 3|3" "logs $a --json|--json" "cancel|cancel" "status|status"; do
+  IFS='|' read -r args want <<<"$line"
+  msg=$(ctl $args 2>&1 >/dev/null); rc=$?
+  [[ $rc == 2 && $msg == "lstmctl: "*"$want"* ]] && ok "lstmctl $args: exit 2: $msg" || bad "lstmctl $args: rc=$rc '$msg'"
+done
+msg=$("$CTL" --socket "$TMP/nobody.sock" list junk 2>&1); rc=$?
+[[ $rc == 2 && $msg == *junk* ]] && ok "a usage error needs no daemon (exit 2, not 3)" || bad "usage error without a daemon: rc=$rc $msg"
+ctl list >/dev/null && ok "the daemon still answers after 'shutdown now' was refused" || bad "daemon gone after 'shutdown now'"
+msg=$(ctl submit --config "$TMP/no-such.ini" 2>&1); rc=$?
+[[ $rc == 2 && $msg == "lstmctl: $TMP/no-such.ini: cannot read config file: No such file or directory" ]] &&
+  ok "submit of a missing config: exit 2, lstmctl's message with the reason" || bad "missing config: rc=$rc '$msg'"
 
 # 3. failures
 mkdir -p "$TMP/notdata"

@@ -59,4 +59,7 @@ size_t lstmd_window_scratch_bytes(const struct lstmd_dataset *ds, int steps);
 /* Number of windows of `steps` at stride `steps` in the split. */
 uint64_t lstmd_window_count(const struct lstmd_dataset *ds, int steps);
 
+/* data.seq_len's default (config.c's table reads it from here; prepare warns against it). */
+#define LSTMD_DEFAULT_SEQ_LEN 128
+
 #endif

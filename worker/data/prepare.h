@@ -32,6 +32,14 @@ int lstmd_prepare_classify(const char *input, const char *out_dir, double val_fr
 int lstmd_prepare_classify_series(const char *input, const char *out_dir, double val_fraction,
                                   int label_column, int header);
 
+/* Warns on stderr (the preparation still succeeds) when a prepared text or series split is too
+ * short for training at the default data.seq_len: an empty or short val.bin means lstmd train
+ * never evaluates, a short train.bin that it refuses the dataset. unit: "tokens" or "rows";
+ * targets: the elements each window reads past its seq_len (1 for text, the horizon for series).
+ * prepare_text.c. */
+void lstmd_prepare_warn_short(const char *out_dir, const char *unit, uint64_t train_n,
+                              uint64_t val_n, int targets);
+
 /* ---- shared by the two classify preparations (prepare_classify.c) ---- */
 
 struct lstmd_label_table {

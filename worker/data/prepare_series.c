@@ -282,6 +282,7 @@ int lstmd_prepare_series(const char *input, const char *out_dir, const char *tar
     fprintf(stderr, "lstmd: prepared series %s: %zu rows × %d columns (target '%s'), horizon %d, "
             "season %d, train %zu, val %zu -> %s\n", input, st.rows, st.used, target, horizon,
             season, train_rows, val_rows, out_dir);
+  if (!rc) lstmd_prepare_warn_short(out_dir, "rows", train_rows, val_rows, horizon);
   free_header(&st);
   free(st.values);
   free(list);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "kernels/status.h"
+#include "batcher.h"
 #include "dataset.h"
 #include "prepare.h"
 
@@ -21,6 +22,29 @@ static ssize_t read_some(int fd, uint8_t *buf, size_t n) {
   do k = read(fd, buf, n);
   while (k < 0 && errno == EINTR);
   return k;
+}
+
+/* "holds no window of the default data.seq_len 128 (+1 target)" and what would fit. */
+static void short_split(const char *out_dir, const char *split, const char *unit, uint64_t n,
+                        int targets, const char *consequence) {
+  char fits[96] = "at any data.seq_len";
+  if (n > (uint64_t)targets)
+    snprintf(fits, sizeof fits, "unless data.seq_len <= %llu", (unsigned long long)(n - targets));
+  fprintf(stderr, "lstmd: warning: %s/%s: %llu %s hold no window of the default data.seq_len %d "
+          "(+%d target%s): %s %s\n", out_dir, split, (unsigned long long)n, unit,
+          LSTMD_DEFAULT_SEQ_LEN, targets, targets == 1 ? "" : "s", consequence, fits);
+}
+
+void lstmd_prepare_warn_short(const char *out_dir, const char *unit, uint64_t train_n,
+                              uint64_t val_n, int targets) {
+  const uint64_t window = (uint64_t)LSTMD_DEFAULT_SEQ_LEN + (uint64_t)targets;
+  static const char kNoEval[] = "lstmd train will not evaluate (no val_loss, no best.safetensors)";
+  if (val_n == 0)
+    fprintf(stderr, "lstmd: warning: %s/val.bin is empty: %s at any data.seq_len; prepare with a "
+            "larger --val-fraction or more data\n", out_dir, kNoEval);
+  else if (val_n < window) short_split(out_dir, "val.bin", unit, val_n, targets, kNoEval);
+  if (train_n < window)
+    short_split(out_dir, "train.bin", unit, train_n, targets, "lstmd train will refuse it");
 }
 
 int lstmd_prepare_text(const char *input, const char *out_dir, double val_fraction) {
@@ -111,5 +135,6 @@ int lstmd_prepare_text(const char *input, const char *out_dir, double val_fracti
     fprintf(stderr, "lstmd: prepared text %s: %llu bytes, vocabulary %d, train %llu, val %llu -> %s\n",
             input, (unsigned long long)size, info.vocab_size, (unsigned long long)train_n,
             (unsigned long long)val_n, out_dir);
+  if (!rc) lstmd_prepare_warn_short(out_dir, "tokens", train_n, val_n, 1);
   return rc;
 }

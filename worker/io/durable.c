@@ -39,7 +39,8 @@ int lstmd_durable_open(struct lstmd_durable *w, const char *path) {
   }
   w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (w->fd < 0) {
-    lstmd_errorf("%s: cannot create: %s", w->tmp_path, strerror(errno));
+    lstmd_errorf("%s: cannot create: %s (writing its temp file %s first)", path, strerror(errno),
+                 w->tmp_path);
     free(w->tmp_path);
     w->tmp_path = NULL; /* nothing to unlink */
     lstmd_durable_abort(w);

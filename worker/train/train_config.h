@@ -94,11 +94,12 @@ static inline int lstmd_stage_layer_counts(const char *text, int stages, int lay
     return 0;
   }
   const char *p = text;
-  int sum = 0, k = 0;
+  long long sum = 0; /* of at most 16 counts, each capped at 2^30: no overflow */
+  int k = 0;
   for (;;) {
     char *end;
     const long v = strtol(p, &end, 10);
-    if (end == p || v < 1 || v > layers) {
+    if (end == p || v < 1) {
       snprintf(err, n, "model.stage_layers: '%s' must be %d comma-separated layer counts >= 1",
                text, stages);
       return -1;
@@ -108,8 +109,8 @@ static inline int lstmd_stage_layer_counts(const char *text, int stages, int lay
                stages);
       return -1;
     }
-    counts[k++] = (int)v;
-    sum += (int)v;
+    counts[k++] = v > layers ? layers : (int)v; /* the sum below refuses a count > layers */
+    sum += v < (1L << 30) ? v : (1L << 30);
     if (*end == '\0') break;
     if (*end != ',') {
       snprintf(err, n, "model.stage_layers: '%s' must be comma-separated integers", text);
@@ -117,9 +118,14 @@ static inline int lstmd_stage_layer_counts(const char *text, int stages, int lay
     }
     p = end + 1;
   }
-  if (k != stages || sum != layers) {
-    snprintf(err, n, "model.stage_layers: '%s' gives %d stage(s) and %d layer(s); model.stages is %d "
-             "and model.layers %d", text, k, sum, stages, layers);
+  if (k != stages) {
+    snprintf(err, n, "model.stage_layers: '%s' has %d count(s); model.stages is %d", text, k,
+             stages);
+    return -1;
+  }
+  if (sum != layers) {
+    snprintf(err, n, "model.stage_layers: '%s' adds up to %lld layers; the counts must add up to "
+             "model.layers (%d)", text, sum, layers);
     return -1;
   }
   return 0;

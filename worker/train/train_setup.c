@@ -69,7 +69,15 @@ static int check_plan(struct run *r) {
 static int load_teacher(struct run *r) {
   const char *path = r->cfg->distill_teacher;
   struct lstmd_data_meta meta;
-  LSTMD_TRY(lstmd_checkpoint_load_model(path, &r->teacher, &meta));
+  lstmd_last_error_clear();
+  const int loaded = lstmd_checkpoint_load_model(path, &r->teacher, &meta);
+  if (loaded) { /* the loader's message names the file and the fault; repeat it with the key, the
+                 * last message being what a daemon job's reason shows */
+    char why[768];
+    lstmd_last_error(why, sizeof why);
+    lstmd_errorf("distill.teacher: %s", why[0] ? why : path);
+    return loaded;
+  }
   const struct lstmd_dataset_info *t = &meta.info, *d = &r->train.info;
   char why[256] = "";
   if (t->kind != d->kind)
