@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kernels/status.h"
 #include "worker/data/batcher.h"
@@ -296,10 +297,22 @@ static int on_ini_pair(void *user, const char *section, const char *name, const 
 
 int lstmd_config_read_ini(const char *path, lstmd_config_pair_fn fn, void *user) {
   struct ini_ctx ctx = {.fn = fn, .user = user};
-  int line = ini_parse(path, on_ini_pair, &ctx);
+  /* inih reads a directory as an empty file (fgets fails, as at the end): refuse one, and a
+   * read error, here; pipes (--config <(...)) and devices are fine. */
+  FILE *f = fopen(path, "r");
+  struct stat st;
+  if (f && fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+    fclose(f);
+    f = NULL;
+    errno = EISDIR;
+  }
+  int line = f ? ini_parse_file(f, on_ini_pair, &ctx) : -1;
+  if (f && line >= 0 && ferror(f)) line = -1;
+  const int saved = errno;
+  if (f) fclose(f);
   if (line < 0) {
     lstmd_errorf("%s: cannot read config file: %s", path,
-                 line == -1 ? strerror(errno) : "out of memory");
+                 line == -1 ? strerror(saved) : "out of memory");
     return LSTMD_EIO;
   }
   if (line > 0) {

@@ -427,6 +427,10 @@ check "train: config file with a syntax error" --file "$TMP/garbage.ini" -- \
 check "train: nonexistent config file" --file "$TMP/no-such.ini" \
   --has "no-such.ini: cannot read config file: No such file or directory" -- \
   "$LSTMD" train --config "$TMP/no-such.ini"
+mkdir -p "$TMP/cfgdir.ini"
+check "train: a directory as config file" --file "$TMP/cfgdir.ini" \
+  --has "cfgdir.ini: cannot read config file: Is a directory" -- \
+  "$LSTMD" train --config "$TMP/cfgdir.ini"
 check "train: missing distill.teacher" --has "distill.teacher: $TMP/no-such.safetensors" \
   --no-ckpt "$TMP/run-cfg" -- \
   "$LSTMD" train "${GOOD[@]}" "${TINY[@]}" --set distill.teacher="$TMP/no-such.safetensors"
