@@ -68,27 +68,25 @@ check "deadline: message names the waiting rank, the peer rank, the item and the
   "$TMP/--deadline.log"
 check "deadline: the wait never returned" bash -c "! grep -q 'the wait returned' '$TMP/--deadline.log'"
 
-echo "--sub-deadline (timeout 2 s, a sub-communicator ranked in reverse):"
-run --sub-deadline
-rc=$(cat "$TMP/--sub-deadline.rc")
-t=$(elapsed --sub-deadline "sub-deadline: rank 1 waiting")
-echo "    mpirun exit $rc, ${t} s after rank 1 began waiting"
-check "sub-deadline: mpirun exits non-zero within timeout + 1 s" \
-  awk -v rc="$rc" -v t="$t" 'BEGIN { exit !(rc != 0 && t <= 3.0) }'
-check "sub-deadline: the waiting rank names itself by its world rank (1), not its rank there (0)" \
-  grep -q "rank 1 (.*): the test's all-reduce on a sub-communicator unfinished after 2\.[0-9] s" \
-  "$TMP/--sub-deadline.log"
-
-echo "--f32-deadline (timeout 2 s, the host-staged gradient all-reduce's bounded sum):"
-run --f32-deadline
-rc=$(cat "$TMP/--f32-deadline.rc")
-t=$(elapsed --f32-deadline "f32-deadline: rank 1 waiting")
-echo "    mpirun exit $rc, ${t} s after rank 1 began waiting"
-check "f32-deadline: mpirun exits non-zero within timeout + 1 s" \
-  awk -v rc="$rc" -v t="$t" 'BEGIN { exit !(rc != 0 && t <= 3.0) }'
-check "f32-deadline: the message names the wait" \
-  grep -q "rank 1 (.*): the host-staged gradient all-reduce unfinished after 2\.[0-9] s" \
-  "$TMP/--f32-deadline.log"
+# bounded_allreduce MODE TITLE WHAT PATTERN: rank 0 stops itself, rank 1's bounded all-reduce
+# (timeout 2 s) must end the job within timeout + 1 s with a line matching PATTERN.
+bounded_allreduce() {
+  local mode=$1 name=${1#--} rc t
+  echo "$mode (timeout 2 s, $2):"
+  run "$mode"
+  rc=$(cat "$TMP/$mode.rc")
+  t=$(elapsed "$mode" "$name: rank 1 waiting")
+  echo "    mpirun exit $rc, ${t} s after rank 1 began waiting"
+  check "$name: mpirun exits non-zero within timeout + 1 s" \
+    awk -v rc="$rc" -v t="$t" 'BEGIN { exit !(rc != 0 && t <= 3.0) }'
+  check "$name: $3" grep -q "$4" "$TMP/$mode.log"
+}
+bounded_allreduce --sub-deadline "a sub-communicator ranked in reverse" \
+  "the waiting rank names itself by its world rank (1), not its rank there (0)" \
+  "rank 1 (.*): the test's all-reduce on a sub-communicator unfinished after 2\.[0-9] s"
+bounded_allreduce --f32-deadline "the host-staged gradient all-reduce's bounded sum" \
+  "the message names the wait" \
+  "rank 1 (.*): the host-staged gradient all-reduce unfinished after 2\.[0-9] s"
 
 echo "--abort-sub:"
 run --abort-sub
