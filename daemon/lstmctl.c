@@ -108,6 +108,10 @@ static void print_json(json_t *o) {
   fflush(stdout);
 }
 
+/* Whether a training record has reached the daemon for this job: a job resumed or preempted
+ * before its first one has a step (from its checkpoint) but no loss or rate yet. */
+static int has_progress(const Lstmd__Job *j) { return j->step > 0 && j->tokens_per_s > 0; }
+
 static void print_job_line(const Lstmd__Job *j) {
   char where[256], pos[16] = "-";
   ranks_text(j, where, sizeof where);
@@ -116,7 +120,7 @@ static void print_job_line(const Lstmd__Job *j) {
   printf("%-5llu %-10s %-9s %5u %4d %4s %7lld/%-7lld", (unsigned long long)j->id,
          lstmd_job_state_name(j->state), j->state == LSTMD__JOB_STATE__RUNNING ? where : "-",
          j->ranks, j->priority, pos, (long long)j->step, (long long)j->total_steps);
-  if (j->step) printf(" loss %.4f", j->loss);
+  if (has_progress(j)) printf(" loss %.4f", j->loss);
   if (isfinite(j->val_loss)) printf(" val %.4f", j->val_loss);
   if (j->has_val_accuracy) printf(" acc %.4f", j->val_accuracy);
   if (j->name[0]) printf("  %s", j->name);
@@ -144,7 +148,7 @@ static void print_job(const Lstmd__Job *j) {
   if (j->state == LSTMD__JOB_STATE__QUEUED && j->queue_position)
     printf("  queue position %u: %s\n", j->queue_position, j->waiting);
   printf("  step %lld of %lld", (long long)j->step, (long long)j->total_steps);
-  if (j->step) printf(", loss %.4f, %.0f tokens/s", j->loss, j->tokens_per_s);
+  if (has_progress(j)) printf(", loss %.4f, %.0f tokens/s", j->loss, j->tokens_per_s);
   if (isfinite(j->val_loss)) printf(", val loss %.4f", j->val_loss);
   if (isfinite(j->val_bpc)) printf(" (%.3f bpc)", j->val_bpc);
   if (j->has_val_accuracy) printf(", val accuracy %.4f", j->val_accuracy);

@@ -109,8 +109,8 @@ static int preempt_for(struct lstmd_sched_job *head, struct lstmd_sched_job *job
   for (size_t i = 0; i < n; i++)
     if (jobs[i].running && jobs[i].stopping && jobs[i].stopping_for == head->id) coming += jobs[i].ranks;
   if (coming >= head->ranks && coming > free_now) {
-    snprintf(head->why, sizeof head->why, "needs %d ranks, %d free; waiting for preempted jobs to "
-             "checkpoint", head->ranks, free_now);
+    snprintf(head->why, sizeof head->why, "needs %d rank%s, %d free; waiting for preempted jobs to "
+             "checkpoint", head->ranks, head->ranks == 1 ? "" : "s", free_now);
     return 1;
   }
   struct lstmd_sched_job **v = calloc(n ? n : 1, sizeof *v);
@@ -133,8 +133,8 @@ static int preempt_for(struct lstmd_sched_job *head, struct lstmd_sched_job *job
       size_t l = strlen(list);
       snprintf(list + l, sizeof list - l, "%s%llu", i ? ", " : "", (unsigned long long)v[i]->id);
     }
-    snprintf(head->why, sizeof head->why, "needs %d ranks, %d free; preempting job%s %s",
-             head->ranks, free_now, take > 1 ? "s" : "", list);
+    snprintf(head->why, sizeof head->why, "needs %d rank%s, %d free; preempting job%s %s",
+             head->ranks, head->ranks == 1 ? "" : "s", free_now, take > 1 ? "s" : "", list);
     done = 1;
   }
   free(v);
@@ -174,10 +174,11 @@ int lstmd_sched_plan(int world, const int *node, int *busy, double now_s,
       }
       shadow = reserved_start(jobs, n, free_now, j->ranks, now_s);
       if (isfinite(shadow))
-        snprintf(j->why, sizeof j->why, "needs %d ranks, %d free; reserved start in %.0f s",
-                 j->ranks, free_now, shadow - now_s);
+        snprintf(j->why, sizeof j->why, "needs %d rank%s, %d free; reserved start in %.0f s",
+                 j->ranks, j->ranks == 1 ? "" : "s", free_now, shadow - now_s);
       else
-        snprintf(j->why, sizeof j->why, "needs %d ranks, %d free", j->ranks, free_now);
+        snprintf(j->why, sizeof j->why, "needs %d rank%s, %d free", j->ranks, j->ranks == 1 ? "" : "s",
+                 free_now);
       continue;
     }
     /* behind the head: EASY backfill */
@@ -190,7 +191,8 @@ int lstmd_sched_plan(int world, const int *node, int *busy, double now_s,
     }
     j->position = ++position;
     if (j->ranks > free_now)
-      snprintf(j->why, sizeof j->why, "needs %d ranks, %d free", j->ranks, free_now);
+      snprintf(j->why, sizeof j->why, "needs %d rank%s, %d free", j->ranks, j->ranks == 1 ? "" : "s",
+                 free_now);
     else
       snprintf(j->why, sizeof j->why, "behind job %llu (priority %d)%s",
                (unsigned long long)head->id, head->priority,

@@ -173,6 +173,17 @@ int main(void) {
                        "not backfilled";
     check("why waiting: ranks short, and behind the head", !strcmp(got, want), got, want);
   }
+  {
+    /* one rank short, said in the singular: both ranks busy, a 1-rank job waits */
+    int busy[2] = {1, 1}, node[2] = {0, 0}, a0[2], a1[2];
+    struct lstmd_sched_job v[2] = {
+        {.id = 20, .running = 1, .ranks = 2, .priority = 0, .started_s = 0, .assign = a0},
+        {.id = 21, .ranks = 1, .priority = 0, .assign = a1}};
+    v[0].preemptible = 0;
+    lstmd_sched_plan(2, node, busy, 1, v, 2);
+    const char *want = "needs 1 rank, 0 free";
+    check("why waiting: one rank, singular", !strcmp(v[1].why, want), v[1].why, want);
+  }
   printf("%s\n", g_failures ? "FAILED" : "all passed");
   return g_failures ? 1 : 0;
 }
