@@ -6,7 +6,8 @@
 # either way: a plain checkpoint into a layer-normalised run and back). Each refusal exits 2
 # with an "lstmd:" message line (not the effective-config dump, which echoes every key) that names
 # the field that differs and no other guarded field, and writes no checkpoint. The same checkpoint
-# resumes with the config it was written with.
+# resumes with the config it was written with; one at or past train.steps says there is nothing
+# to train.
 set -u
 LSTMD=$(realpath "${1:?usage: test_resume_guards.sh LSTMD_BINARY SOURCE_DIR}")
 SRC=$(realpath "${2:?}")
@@ -85,6 +86,15 @@ refused "model.layer_norm" --
   && grep -q "resumed from .* at step 2" "$TMP/same_ln.log" && [[ -f $TMP/same_ln/step-4.safetensors ]] \
   && ok "a layer_norm checkpoint resumes with model.layer_norm=true (step 2 → 4)" \
   || bad "layer_norm resume: $(tail -2 "$TMP/same_ln.log")"
+
+# A checkpoint at or past train.steps: exit 0, saying there is nothing to train, and no new step
+"$LSTMD" train "${base[@]}" --set train.steps=1 --set train.run_dir="$TMP/past" --resume "$TMP/base/step-2.safetensors" \
+  >/dev/null 2>"$TMP/past.log"
+rc=$?
+if [[ $rc -eq 0 ]] && grep -q "step 2: the checkpoint is at or past train.steps 1; nothing to train" "$TMP/past.log" &&
+   [[ ! -e $TMP/past/step-3.safetensors ]]; then
+  ok "resume past train.steps: exit 0, 'nothing to train'"
+else bad "resume past train.steps: rc=$rc: $(grep -v "^  " "$TMP/past.log" | tail -3)"; fi
 
 [[ $fails -eq 0 ]] && echo "test_resume_guards: passed" || echo "test_resume_guards: $fails FAILED"
 exit $((fails > 0))

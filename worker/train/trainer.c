@@ -483,6 +483,10 @@ static int train_loop(struct run *r) {
     lstmd_metrics_note(&r->metrics, "step %ld: this run stopped early (no new best val_loss in "
                        "%ld evaluations; train.early_stop_patience %ld); nothing to train",
                        r->progress.step, r->progress.watch.since_best, rules.patience);
+  else if (r->progress.step >= cfg->steps && r->rank == 0)
+    lstmd_metrics_note(&r->metrics, "step %ld: the checkpoint is at or past train.steps %ld; "
+                       "nothing to train (raise train.steps to go on)", r->progress.step,
+                       (long)cfg->steps);
   while (r->progress.step < cfg->steps && !stop) {
     double loss = 0.0, grad_norm = 0.0;
     LSTMD_TRY(train_step(r, &loss, &grad_norm, &stop, &tm));
