@@ -239,5 +239,16 @@ for ex in char_lm:ds series_forecast:sds; do
   else bad "deploy/examples/$name.ini: $(tail -2 "$TMP/ex_$name.log")"; fi
 done
 
+# Keys that are valid but change nothing here are said once; a plain run says neither.
+"$LSTMD" train "${common[@]}" --set model.layers=1 --set model.dropout=0.2 \
+  --set prune.tensors=lstm.weight_hh_l0 --set train.steps=1 --set train.run_dir="$TMP/noop" \
+  >/dev/null 2>"$TMP/noop.log"
+rc=$?
+if [[ $rc -eq 0 ]] && grep -q "^lstmd: warning: prune.tensors is set but prune.target_sparsity is 0" "$TMP/noop.log" &&
+   grep -q "^lstmd: warning: model.dropout acts between LSTM layers; with model.layers = 1" "$TMP/noop.log" &&
+   ! grep -q "warning: prune.tensors\|warning: model.dropout" "$TMP/ex_"*.log 2>/dev/null; then
+  ok "no-op keys (prune.tensors without sparsity, dropout with 1 layer): a warning each"
+else bad "no-op keys: rc=$rc: $(grep warning "$TMP/noop.log")"; fi
+
 [[ $fails -eq 0 ]] && echo "test_train_cli: passed" || echo "test_train_cli: $fails FAILED"
 exit $((fails > 0))

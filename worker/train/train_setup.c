@@ -192,6 +192,12 @@ static int build(struct run *r) {
   }
   if (backend == LSTMD_DEVICE_CPU && cfg->precision != LSTMD_PRECISION_FP32 && r->rank == 0)
     lstmd_errorf("train.precision applies to the GPU backend; the CPU backend trains in fp32");
+  /* Keys that are valid but change nothing here: said once, so a typo'd plan is noticed. */
+  if (r->rank == 0 && cfg->prune.tensors[0] && cfg->prune.target_sparsity <= 0.0f)
+    lstmd_errorf("warning: prune.tensors is set but prune.target_sparsity is 0: no pruning");
+  if (r->rank == 0 && cfg->dropout > 0.0f && cfg->layers == 1)
+    lstmd_errorf("warning: model.dropout acts between LSTM layers; with model.layers = 1 it "
+                 "changes nothing");
   /* The layer-normalised LSTM's GPU path (kernels/cuda/lstm_ln_cuda.h) is fp32/tf32 only, with
    * no dropout and no pipeline stages yet. */
   if (ln_gpu_why && backend == LSTMD_DEVICE_CUDA) {
