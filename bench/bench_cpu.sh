@@ -233,13 +233,17 @@ main() {
   local fpt gflops below=0
   fpt=$(flops_per_token "$H")
   gflops=$(awk -v t="$best_lstmd" -v f="$fpt" 'BEGIN { printf "%.1f", t * f / 1e9 }')
-  if [[ -n ${own_fpt:-} ]] && ! awk -v a="$own_fpt" -v b="$fpt" 'BEGIN { exit !(a > 0.99 * b && a < 1.01 * b) }'; then
+  if [[ -z ${own_fpt:-} ]]; then # the check must not switch itself off with the line's format
+    echo "bench_cpu.sh: no '(N tokens/s, G GFLOP/s)' in lstmd's 'trained steps' line: cannot check the FLOP model" >&2
+    return 1
+  fi
+  if ! awk -v a="$own_fpt" -v b="$fpt" 'BEGIN { exit !(a > 0.99 * b && a < 1.01 * b) }'; then
     echo "bench_cpu.sh: lstmd counts $own_fpt FLOP/token, this script $fpt: its formula is stale" >&2
     return 1
   fi
   echo
   echo "== summary (best of $ROUNDS rounds; model E=$E H=$H L=$L V=$V, T=$T B=$B, fp32;"
-  echo "   $fpt FLOP/token = 3 x forward, as lstmd_model_flops_per_token)"
+  echo "   $fpt FLOP/token = 3 x forward, as lstmd_model_flops_per_token; lstmd's own: $own_fpt)"
   local peers_tsv=""
   for ((p = 0; p < ${#peer_py[@]}; p++)); do
     peers_tsv+="${peer_name[p]}|${peer_best[p]}|${peer_best_th[p]};"

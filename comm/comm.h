@@ -18,7 +18,7 @@ int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out);
 void lstmd_comm_finalize(struct lstmd_comm *c);
 /* Ends the whole job now (MPI_Abort on MPI_COMM_WORLD), from any rank, whichever communicator
  * (world or a sub-communicator) it is given. */
-void lstmd_comm_abort(struct lstmd_comm *c, int exit_code);
+void lstmd_comm_abort(struct lstmd_comm *c, int exit_code) __attribute__((noreturn));
 
 int lstmd_comm_rank(const struct lstmd_comm *c);
 int lstmd_comm_size(const struct lstmd_comm *c);

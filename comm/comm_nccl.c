@@ -31,7 +31,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #if LSTMD_WITH_NCCL
 #include <nccl.h>
@@ -66,8 +65,6 @@ struct lstmd_nccl {
   double watched_since;
   atomic_int failed, quit; /* failed: set under mu when the communicator was aborted */
 };
-
-
 
 /* Looks for two ranks on one GPU in the gathered table; describes the first pair in why. */
 static int find_shared_gpu(const struct peer *all, int n, char *why, size_t len) {
@@ -234,9 +231,7 @@ int lstmd_nccl_create(struct lstmd_comm *c, size_t max_count, double timeout_s,
   if (!shared) rc = init_nccl(n);
   rc = lstmd_comm_agree(c, rc, NULL); /* another rank's failure: it said why */
   if (!rc && n->mode == LSTMD_NCCL_DEVICE) {
-    int v = 0;
-    ncclGetVersion(&v);
-    snprintf(n->desc, sizeof n->desc, "NCCL %d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+    lstmd_nccl_describe_library(n->desc, sizeof n->desc);
     if (pthread_create(&n->watchdog, NULL, watchdog_main, n) != 0) rc = LSTMD_ENOMEM;
     else n->watchdog_running = 1;
   }

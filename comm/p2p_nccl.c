@@ -61,7 +61,6 @@ struct lstmd_p2p_nccl {
   atomic_int failed, quit;
 };
 
-
 /* Pops the lane's finished transfers; returns a CUDA error other than not-ready, else success. */
 static cudaError_t pop_finished(struct lane *l) {
   while (l->head < l->tail) {

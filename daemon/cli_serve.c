@@ -428,13 +428,13 @@ int lstmd_cmd_serve(int argc, char **argv) {
   }
   if (rank != 0) {
     lstmd_on_stop_signals(on_signal);
-    rc = agent(&c); /* an exit code from rank 0, or a negative status */
+    rc = agent(&c); /* the exit code rank 0 sends (a failure to hear it ends the job) */
     lstmd_comm_free(c.groups);
     lstmd_comm_free(c.up);
     lstmd_comm_free(c.down);
     free(node);
     lstmd_comm_finalize(comm);
-    return rc < 0 ? lstmd_exit_code(rc) : rc;
+    return rc;
   }
   lstmd_blas_warn_weak_kernels();
   struct lstmd_jobs jobs;
@@ -452,12 +452,11 @@ int lstmd_cmd_serve(int argc, char **argv) {
     }
     send_exit_all(&c, lstmd_exit_code(rc));
   } else {
-    rc = agent(&c); /* rank 0 trains too; returns on the scheduler's exit command */
-    if (rc > 0) rc = LSTMD_OK;
+    agent(&c); /* rank 0 trains too; returns on the scheduler's exit command */
     lstmd_sched_join(sched);
     lstmd_server_stop(srv);
     lstmd_server_join(srv);
-    fprintf(stderr, "lstmd: serve: stopped%s\n", rc ? " after an error" : "");
+    fprintf(stderr, "lstmd: serve: stopped\n");
   }
   lstmd_comm_free(c.groups);
   lstmd_comm_free(c.up);

@@ -9,11 +9,11 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "kernels/status.h"
 #include "worker/data/batcher.h"
 #include "worker/data/series_tf.h"
+#include "worker/engine/engine.h"
 #include "utf8.h"
 
 enum cfg_type { CFG_INT, CFG_LONG, CFG_U64, CFG_FLOAT, CFG_DOUBLE, CFG_STRING, CFG_ENUM };
@@ -297,15 +297,9 @@ static int on_ini_pair(void *user, const char *section, const char *name, const 
 
 int lstmd_config_read_ini(const char *path, lstmd_config_pair_fn fn, void *user) {
   struct ini_ctx ctx = {.fn = fn, .user = user};
-  /* inih reads a directory as an empty file (fgets fails, as at the end): refuse one, and a
-   * read error, here; pipes (--config <(...)) and devices are fine. */
+  /* inih stops at a read error as at the end of the file: a directory (fopen succeeds, the read
+   * fails with EISDIR) would pass for an empty config. Pipes (--config <(...)) are fine. */
   FILE *f = fopen(path, "r");
-  struct stat st;
-  if (f && fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
-    fclose(f);
-    f = NULL;
-    errno = EISDIR;
-  }
   int line = f ? ini_parse_file(f, on_ini_pair, &ctx) : -1;
   if (f && line >= 0 && ferror(f)) line = -1;
   const int saved = errno;
@@ -443,7 +437,14 @@ int lstmd_config_check(const struct lstmd_train_config *c, char *err, size_t n) 
   if (c->stages == 1) return LSTMD_OK; /* stage_split means nothing on one stage */
   /* The layer-normalised LSTM normalises each step's whole projection (all 4H rows) inside its
    * kernel: no split of its rows yet. */
-  if (c->stage_split == 1 /* balanced */ && c->layer_norm) {
+  /* The balanced split is the CPU pipeline engine's (engine_pipe.c): refused here for cuda, so
+   * that a daemon refuses it at submission; train_setup.c moves device auto to the CPU. */
+  if (c->stage_split == LSTMD_SPLIT_BALANCED && c->device == LSTMD_DEVICE_CUDA) {
+    snprintf(err, n, "model.stage_split: balanced runs on the CPU pipeline engine only so far (the "
+             "GPU pipeline splits whole layers: use layers, or train.device=cpu)");
+    return LSTMD_ECONFIG;
+  }
+  if (c->stage_split == LSTMD_SPLIT_BALANCED && c->layer_norm) {
     snprintf(err, n, "model.stage_split: balanced splits input projections that model.layer_norm "
              "normalises whole; use layers (the default) with the layer-normalised LSTM");
     return LSTMD_ECONFIG;

@@ -247,6 +247,12 @@ struct ctl_args {
   struct settings_list settings; /* submit: the config file's, then --set's, then --no-preempt */
 };
 
+/* submit's options that take a value (the next argument, which main must not read as one of
+ * its own options). */
+static int submit_takes_value(const char *arg) {
+  return !strcmp(arg, "--config") || !strcmp(arg, "--name") || !strcmp(arg, "--set");
+}
+
 /* submit's options into a->settings (the file first, then --set, as with lstmd train).
  * Returns kExitOk or the exit status after a message. */
 static int parse_submit(int argc, char **argv, struct ctl_args *a) {
@@ -588,9 +594,7 @@ int main(int argc, char **argv) {
       cmd = a;
     } else {
       rest[n_rest++] = argv[i];
-      if (!strcmp(cmd, "submit") && v &&
-          (!strcmp(a, "--config") || !strcmp(a, "--name") || !strcmp(a, "--set")))
-        rest[n_rest++] = argv[++i];
+      if (!strcmp(cmd, "submit") && v && submit_takes_value(a)) rest[n_rest++] = argv[++i];
     }
   }
   if (!cmd) {

@@ -101,6 +101,13 @@ static double reserved_start(const struct lstmd_sched_job *jobs, size_t n, int f
   return at;
 }
 
+/* "needs R rank(s), F free" into why; returns its length, where the caller may go on. */
+static size_t needs_ranks(char *why, size_t n, int ranks, int free_now) {
+  const int k =
+      snprintf(why, n, "needs %d rank%s, %d free", ranks, ranks == 1 ? "" : "s", free_now);
+  return k < 0 ? 0 : (size_t)k < n ? (size_t)k : n - 1;
+}
+
 /* The head job could not start: preempt just enough lower-priority running jobs, if that makes
  * room. Returns 1 if it did (or a preemption for it is already under way), else 0. */
 static int preempt_for(struct lstmd_sched_job *head, struct lstmd_sched_job *jobs, size_t n,
@@ -109,8 +116,8 @@ static int preempt_for(struct lstmd_sched_job *head, struct lstmd_sched_job *job
   for (size_t i = 0; i < n; i++)
     if (jobs[i].running && jobs[i].stopping && jobs[i].stopping_for == head->id) coming += jobs[i].ranks;
   if (coming >= head->ranks && coming > free_now) {
-    snprintf(head->why, sizeof head->why, "needs %d rank%s, %d free; waiting for preempted jobs to "
-             "checkpoint", head->ranks, head->ranks == 1 ? "" : "s", free_now);
+    const size_t k = needs_ranks(head->why, sizeof head->why, head->ranks, free_now);
+    snprintf(head->why + k, sizeof head->why - k, "; waiting for preempted jobs to checkpoint");
     return 1;
   }
   struct lstmd_sched_job **v = calloc(n ? n : 1, sizeof *v);
@@ -133,8 +140,9 @@ static int preempt_for(struct lstmd_sched_job *head, struct lstmd_sched_job *job
       size_t l = strlen(list);
       snprintf(list + l, sizeof list - l, "%s%llu", i ? ", " : "", (unsigned long long)v[i]->id);
     }
-    snprintf(head->why, sizeof head->why, "needs %d rank%s, %d free; preempting job%s %s",
-             head->ranks, head->ranks == 1 ? "" : "s", free_now, take > 1 ? "s" : "", list);
+    const size_t k = needs_ranks(head->why, sizeof head->why, head->ranks, free_now);
+    snprintf(head->why + k, sizeof head->why - k, "; preempting job%s %s", take > 1 ? "s" : "",
+             list);
     done = 1;
   }
   free(v);
@@ -173,12 +181,9 @@ int lstmd_sched_plan(int world, const int *node, int *busy, double now_s,
         continue;
       }
       shadow = reserved_start(jobs, n, free_now, j->ranks, now_s);
+      const size_t k = needs_ranks(j->why, sizeof j->why, j->ranks, free_now);
       if (isfinite(shadow))
-        snprintf(j->why, sizeof j->why, "needs %d rank%s, %d free; reserved start in %.0f s",
-                 j->ranks, j->ranks == 1 ? "" : "s", free_now, shadow - now_s);
-      else
-        snprintf(j->why, sizeof j->why, "needs %d rank%s, %d free", j->ranks, j->ranks == 1 ? "" : "s",
-                 free_now);
+        snprintf(j->why + k, sizeof j->why - k, "; reserved start in %.0f s", shadow - now_s);
       continue;
     }
     /* behind the head: EASY backfill */
@@ -191,8 +196,7 @@ int lstmd_sched_plan(int world, const int *node, int *busy, double now_s,
     }
     j->position = ++position;
     if (j->ranks > free_now)
-      snprintf(j->why, sizeof j->why, "needs %d rank%s, %d free", j->ranks, j->ranks == 1 ? "" : "s",
-                 free_now);
+      needs_ranks(j->why, sizeof j->why, j->ranks, free_now);
     else
       snprintf(j->why, sizeof j->why, "behind job %llu (priority %d)%s",
                (unsigned long long)head->id, head->priority,

@@ -38,7 +38,8 @@ const char *lstmd_strerror(int status);
 /* Returns the symbolic name, e.g. "LSTMD_EFORMAT". Static string. */
 const char *lstmd_status_name(int status);
 
-/* Prints "lstmd: <message>" to stderr; use for user-facing errors. printf-style. */
+/* Prints "<program>: <message>" to stderr ("lstmd: ..." unless lstmd_set_program_name said
+ * otherwise); use for user-facing errors. printf-style. */
 void lstmd_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The prefix of lstmd_errorf's messages ("lstmd" unless set): lstmctl, which shares the config
  * reader, sets "lstmctl". Call once at start-up, before any thread; name must outlive them. */

@@ -5,6 +5,10 @@
 #   run NAME NP DATA [--set ...]  trains in run-NAME on NP ranks (a config file named after the
 #                                 run puts NAME into every rank's argv, for pgrep); log in log-NAME
 #   equal NAME REF INIT TOL       run-NAME's step-6 against run-REF's, as updates from INIT
+#   same_layout_resume LABEL [--set ...]  2 ranks, stream order, global batch 8: a run, and one
+#                                 resumed from its step 3 in another folder, equal byte for byte
+#   refused LABEL NAME NP KEY [--set ...]  run bad-NAME must exit 2 with an "lstmd:" line naming
+#                                 KEY (a pattern) and write no checkpoint
 PY=/usr/bin/python3
 TMP=$(mktemp -d)
 cleanup() {
@@ -40,4 +44,26 @@ equal() {
            --rtol "$4" 2>&1); then
     ok "$1 = $2: $msg"
   else bad "$1 vs $2: $msg"; tail -3 "log-$1"; fi
+}
+same_layout_resume() {
+  local label=$1
+  shift
+  local args=(train "${common[@]}" --set data.path=../text --set data.order=stream
+              --set data.batch_size=8 --set train.run_dir=run "$@")
+  mkdir -p same-a same-b
+  (cd same-a && timeout 120 "$MPIEXEC" -np 2 "$LSTMD" "${args[@]}" >log 2>&1) || bad "$label: same-layout run"
+  (cd same-b && timeout 120 "$MPIEXEC" -np 2 "$LSTMD" "${args[@]}" \
+    --resume ../same-a/run/step-3.safetensors >log 2>&1) || bad "$label: same-layout resume"
+  if cmp -s same-a/run/step-6.safetensors same-b/run/step-6.safetensors; then
+    ok "$label resume from step 3 on the same layout: step 6 byte for byte"
+  else bad "$label same-layout resume differs: $(compare same-b/run/step-6.safetensors same-a/run/step-6.safetensors --rtol 0 2>&1)"; fi
+}
+refused() {
+  local label=$1 name=$2 np=$3 key=$4
+  shift 4
+  run "bad-$name" "$np" text --set data.batch_size=8 "$@"
+  local rc=$?
+  if [[ $rc -eq 2 ]] && grep -q "^lstmd: .*$key" "log-bad-$name" && ! ls "run-bad-$name"/*.safetensors >/dev/null 2>&1; then
+    ok "$label: exit 2: $(grep -m1 "^lstmd: .*$key" "log-bad-$name" | cut -c1-110)"
+  else bad "$label: exit $rc: $(grep '^lstmd:' "log-bad-$name" | grep -v 'effective\|device' | head -2)"; fi
 }

@@ -307,6 +307,7 @@ static void test_lstm_split(int T, int B, int In, int H, int r) {
   check_true("  ... dW_ih rows [0, r) left alone by the split layer", left == (size_t)r * In);
   check_close_f("  ... dW_hh vs unsplit", dws[1], dw1[1], (size_t)G * H, 1e-6, 1e-6);
   check_close_f("  ... db_ih vs unsplit", dws[2], dw1[2], G, 1e-6, 1e-6);
+  check_close_f("  ... db_hh vs unsplit", dws[3], dw1[3], G, 1e-6, 1e-6);
   void *all[] = {wih, whh, bih, bhh, x, poisoned, h1, c1, g1, hs, cs, gs, p, dh_out, work, dg1,
                  dgs, dx1, dxs, dp, dw_rows, dw1[0], dw1[1], dw1[2], dw1[3], dws[0], dws[1],
                  dws[2], dws[3]};

@@ -223,6 +223,14 @@ if [[ $rc -eq 2 ]] && grep -q "model.layer_norm: the layer-normalised LSTM on th
   ok "one rank's layer_norm refused on the GPU: exit 2 on every rank, its message"
 else bad "one rank's layer_norm refused on the GPU: rc=$rc: $(tail -3 "$TMP/mmln.log")"; fi
 
+# ... a warning about a key that changes nothing comes once, from rank 0, not from every rank
+timeout 60 mpirun -np 2 "$LSTMD" train "${common[@]}" --set data.batch_size=4 --set train.steps=1 \
+  --set model.layers=1 --set model.dropout=0.2 --set train.run_dir="$TMP/noop2" >/dev/null 2>"$TMP/noop2.log"
+rc=$?
+n_warn=$(grep -c "^lstmd: warning: model.dropout acts between LSTM layers" "$TMP/noop2.log")
+if [[ $rc -eq 0 && $n_warn -eq 1 ]]; then ok "2 ranks: the no-op dropout warning once"
+else bad "2 ranks: no-op dropout warning: rc=$rc, $n_warn lines"; fi
+
 # ... and ranks with the same config whose datasets differ (same relative path, other files)
 mkdir -p "$TMP/wa" "$TMP/wb"
 cp -r "$TMP/ds" "$TMP/wa/ds"

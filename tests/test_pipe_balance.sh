@@ -21,9 +21,9 @@ SRC=$(realpath "${2:?}")
 MPIEXEC=${3:-mpirun}
 source "$SRC/tests/pipe_test_lib.sh"
 bal=(--set model.stage_split=balanced)
-# split NAME WANT: the startup line of run NAME names the rows WANT ("rows [0, 96) of
+# check_split NAME WANT: the startup line of run NAME names the rows WANT ("rows [0, 96) of
 # weight_ih_l2").
-split() {
+check_split() {
   if grep -q "split: balanced (.*$2" "log-$1"; then
     ok "$1: the startup line names the split: $(sed -n 's/.*split: \(balanced (.*)\)) x .*/\1/p' "log-$1" | head -1)"
   else bad "$1: no split '$2' in the startup line: $(grep -m1 'compute:' "log-$1" | cut -c1-200)"; fi
@@ -42,11 +42,11 @@ for order in shuffle stream; do
     --set train.micro_batches=2 --set train.time_chunks=4
   for n in wave4 gpipe4 1f1b2x4; do equal "$n-$order" "ref-$order" "$INIT" 1e-5; done
 done
-split wave4-stream "stage 0 computes rows \[0, 96) of weight_ih_l2"
+check_split wave4-stream "stage 0 computes rows \[0, 96) of weight_ih_l2"
 o=(--set data.order=stream --set data.batch_size=8)
 run s4wave 4 text "${o[@]}" --set model.stages=4 "${bal[@]}" --set train.time_chunks=8
 equal s4wave ref-stream "$INIT" 1e-5
-split s4wave "rows \[0, 96) of weight_ih_l1, .*rows \[0, 96) of weight_ih_l2, .*rows \[0, 96) of weight_ih_l3"
+check_split s4wave "rows \[0, 96) of weight_ih_l1, .*rows \[0, 96) of weight_ih_l2, .*rows \[0, 96) of weight_ih_l3"
 run dxs 4 text --set data.order=stream --set data.batch_size=4 --set model.stages=2 "${bal[@]}" \
   --set train.time_chunks=4
 equal dxs ref-stream "$INIT" 1e-5
@@ -69,7 +69,7 @@ run series-init 1 series "${se[@]}" --set optim.lr=0 --set train.steps=1
 run series-ref 1 series "${se[@]}"
 run series-wave 2 series "${se[@]}" --set model.stages=2 "${bal[@]}" --set train.time_chunks=4
 equal series-wave series-ref run-series-init/step-1.safetensors 1e-5
-split series-wave "stage 0 computes rows \[0, [1-9][0-9]*) of weight_ih_l2"
+check_split series-wave "stage 0 computes rows \[0, [1-9][0-9]*) of weight_ih_l2"
 
 # clipping by the global norm, firing every step: weight_ih_l2's sum of squares in two parts.
 # optim.lr 10, not 0.5: clipped to 0.01, weight_hh_l0 moves by 1.1e-4 (norm) in 6 steps at lr 0.5,
@@ -91,15 +91,7 @@ if msg=$("$PY" "$SRC/tests/pipe_checks.py" same-layout run-wave4-stream/step-6.s
          run-ref-stream/step-6.safetensors); then ok "balanced S=2 checkpoint vs one rank's: $msg"
 else bad "balanced S=2 checkpoint layout: $msg"; fi
 # same layout: resume from step 3 in another directory (same config text: run_dir "run")
-same=(train "${common[@]}" --set data.path=../text --set data.order=stream --set data.batch_size=8
-      --set model.stages=2 "${bal[@]}" --set train.time_chunks=4 --set train.run_dir=run)
-mkdir -p same-a same-b
-(cd same-a && timeout 120 "$MPIEXEC" -np 2 "$LSTMD" "${same[@]}" >log 2>&1) || bad "same-layout run"
-(cd same-b && timeout 120 "$MPIEXEC" -np 2 "$LSTMD" "${same[@]}" \
-  --resume ../same-a/run/step-3.safetensors >log 2>&1) || bad "same-layout resume"
-if cmp -s same-a/run/step-6.safetensors same-b/run/step-6.safetensors; then
-  ok "balanced S=2 resume from step 3 on the same layout: step 6 byte for byte"
-else bad "balanced S=2 same-layout resume differs: $(compare same-b/run/step-6.safetensors same-a/run/step-6.safetensors --rtol 0 2>&1)"; fi
+same_layout_resume "balanced S=2" --set model.stages=2 "${bal[@]}" --set train.time_chunks=4
 # other layouts, from the balanced S=2 checkpoint of step 3 (stream order, global batch 8)
 FROM=run-wave4-stream/step-3.safetensors
 run to-1rank 1 text "${o[@]}" --resume "$FROM"
@@ -110,17 +102,16 @@ run from-1rank 2 text "${o[@]}" --set model.stages=2 "${bal[@]}" --set train.tim
 equal from-1rank ref-stream run-ref-stream/step-3.safetensors 1e-5
 
 # ---------------------------------------------------------------- 3. bad values
-run bad-value 2 text --set data.batch_size=8 --set model.stages=2 --set model.stage_split=even
-rc=$?
+refused "model.stage_split=even" value 2 model.stage_split --set model.stages=2 \
+  --set model.stage_split=even
 n_lines=$(grep -c "^lstmd: .*model.stage_split" log-bad-value)
-if [[ $rc -eq 2 && $n_lines -eq 2 ]] && ! ls run-bad-value/*.safetensors >/dev/null 2>&1; then
-  ok "model.stage_split=even: exit 2, each of the 2 ranks named the key: $(grep -m1 '^lstmd: .*model.stage_split' log-bad-value | cut -c1-110)"
-else bad "model.stage_split=even: exit $rc, $n_lines lines naming the key: $(grep '^lstmd:' log-bad-value | head -2)"; fi
-run bad-ln 2 text --set data.batch_size=8 --set model.stages=2 "${bal[@]}" --set model.layer_norm=true
-rc=$?
-if [[ $rc -eq 2 ]] && grep -q "^lstmd: model.stage_split: balanced .*layer_norm" log-bad-ln; then
-  ok "balanced with model.layer_norm: exit 2: $(grep -m1 '^lstmd: model.stage_split' log-bad-ln | cut -c1-110)"
-else bad "balanced with model.layer_norm: exit $rc: $(grep '^lstmd:' log-bad-ln | head -2)"; fi
+[[ $n_lines -eq 2 ]] && ok "model.stage_split=even: each of the 2 ranks named the key" ||
+  bad "model.stage_split=even: $n_lines lines naming the key, want 2"
+refused "balanced with train.device=cuda (refused before any device is looked at)" cuda 2 \
+  "model.stage_split: balanced runs on the CPU pipeline engine only" --set model.stages=2 \
+  "${bal[@]}" --set train.device=cuda
+refused "balanced with model.layer_norm" ln 2 "model.stage_split: balanced .*layer_norm" \
+  --set model.stages=2 "${bal[@]}" --set model.layer_norm=true
 
 # ---------------------------------------------------------------- 4. trace
 run trace 2 text --set data.batch_size=16 --set model.hidden=256 --set model.stages=2 "${bal[@]}" \

@@ -93,14 +93,31 @@ void lstmd_cpu_lstm_gates_backward_step(int B, int H, int j0, int j1, const floa
   gate_backward_pass(B, H, j0, j1, gates, c_prev, c_cur, dh_out, dh_rec, dc_carry, da);
 }
 
-void lstmd_cpu_lstm_forward(const struct lstmd_lstm_dims *d, const float *w_ih, const float *w_hh,
-                            const float *b_ih, const float *b_hh, const float *x, float *h,
-                            float *c, float *gates, const float *wpack) {
-  const int T = d->steps, B = d->batch, In = d->input, H = d->hidden, G = 4 * H, r = d->split;
-  const size_t step_h = (size_t)B * H, step_g = (size_t)B * G;
+void lstmd_cpu_lstm_project_input(const struct lstmd_lstm_dims *d, const float *w_ih,
+                                  const float *x, float *gates) {
+  const int T = d->steps, B = d->batch, In = d->input, G = 4 * d->hidden, r = d->split;
   if (r < G) /* columns [0, r) hold the other stage's part already */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T * B, G - r, In, 1.0f, x, In,
                 w_ih + (size_t)r * In, In, 0.0f, gates + r, G);
+}
+
+void lstmd_cpu_lstm_input_grad(const struct lstmd_lstm_dims *d, const float *w_ih,
+                               const float *dgates, float *dx) {
+  const int T = d->steps, B = d->batch, In = d->input, G = 4 * d->hidden, r = d->split;
+  if (!dx) return;
+  if (r < G) /* rows [0, r): their owner adds theirs */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T * B, In, G - r, 1.0f, dgates + r, G,
+                w_ih + (size_t)r * In, In, 0.0f, dx, In);
+  else
+    memset(dx, 0, (size_t)T * B * In * sizeof(float));
+}
+
+void lstmd_cpu_lstm_forward(const struct lstmd_lstm_dims *d, const float *w_ih, const float *w_hh,
+                            const float *b_ih, const float *b_hh, const float *x, float *h,
+                            float *c, float *gates, const float *wpack) {
+  const int T = d->steps, B = d->batch, H = d->hidden, G = 4 * H;
+  const size_t step_h = (size_t)B * H, step_g = (size_t)B * G;
+  lstmd_cpu_lstm_project_input(d, w_ih, x, gates);
   for (int t = 0; t < T; t++) {
     float *g = gates + t * step_g;
     if (wpack)
@@ -134,7 +151,7 @@ void lstmd_cpu_lstm_backward_input(const struct lstmd_lstm_dims *d, const float 
                                    const float *w_hh, const float *c, const float *gates,
                                    const float *dh_out, float *dgates, float *work, int carry_in,
                                    int grad_to_h0, float *dx, const float *wpack) {
-  const int T = d->steps, B = d->batch, In = d->input, H = d->hidden, G = 4 * H, r = d->split;
+  const int T = d->steps, B = d->batch, H = d->hidden, G = 4 * H;
   const size_t step_h = (size_t)B * H, step_g = (size_t)B * G;
   float *dh_rec = work, *dc_carry = work + step_h;
   if (!carry_in) memset(work, 0, 2 * step_h * sizeof(float));
@@ -149,11 +166,7 @@ void lstmd_cpu_lstm_backward_input(const struct lstmd_lstm_dims *d, const float 
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, H, G, 1.0f, da, G, w_hh, H, 0.0f,
                   dh_rec, H);
   }
-  if (dx && r < G) /* rows [0, r): their owner adds theirs */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T * B, In, G - r, 1.0f, dgates + r, G,
-                w_ih + (size_t)r * In, In, 0.0f, dx, In);
-  else if (dx)
-    memset(dx, 0, (size_t)T * B * In * sizeof(float));
+  lstmd_cpu_lstm_input_grad(d, w_ih, dgates, dx);
 }
 
 void lstmd_cpu_lstm_backward_weight(const struct lstmd_lstm_dims *d, const float *x,

@@ -19,6 +19,16 @@ struct lstmd_lstm_dims {
                * [0, split) alone. Neither reads w_ih's rows [0, split). */
 };
 
+/* The one GEMM of every step's input part: gates[:, split:4H) = x·w_ih[split:4H]^T (columns
+ * [0, split) are the other stage's, left as they are). Forward's first step; the recurrence team
+ * (recur_team.h) calls it too. */
+void lstmd_cpu_lstm_project_input(const struct lstmd_lstm_dims *d, const float *w_ih,
+                                  const float *x, float *gates);
+/* Backward's input gradient, dx = dgates[:, split:4H)·w_ih[split:4H] (all zero when the split
+ * takes every row: the owner of rows [0, split) adds theirs); nothing for dx NULL. */
+void lstmd_cpu_lstm_input_grad(const struct lstmd_lstm_dims *d, const float *w_ih,
+                               const float *dgates, float *dx);
+
 /* Forward over T steps: a whole window, or one time chunk of it (pass pointers offset to the
  * chunk's first step; h[0], c[0] are then the state the previous chunk left).
  *   x     [T,B,I]   input

@@ -3,7 +3,6 @@
  * passes. */
 #include "recur_team.h"
 
-#include <cblas.h>
 #include <immintrin.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -16,8 +15,7 @@
 /* What a member publishes before a layer pass: its row count and the buffers of its rows. */
 struct member_rows {
   int B;
-  float *h, *c, *gates;           /* forward */
-  const float *c_ro, *gates_ro;   /* backward: read only */
+  float *h, *c, *gates;           /* forward writes them; backward only reads c and gates */
   const float *dh_out;            /* backward */
   float *dgates, *work;           /* backward: work = [dh_rec | dc_carry] */
 } __attribute__((aligned(64)));
@@ -112,10 +110,9 @@ void lstmd_cpu_lstm_forward_team(struct lstmd_recur_team *t, int member,
                                  const struct lstmd_lstm_dims *d, const float *w_ih,
                                  const float *w_hh, const float *b_ih, const float *b_hh,
                                  const float *x, float *h, float *c, float *gates) {
-  const int T = d->steps, B = d->batch, In = d->input, H = d->hidden, G = 4 * H, w = t->w;
+  const int T = d->steps, B = d->batch, H = d->hidden, G = 4 * H, w = t->w;
   const int u0 = member * H / t->n, u1 = (member + 1) * H / t->n;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T * B, G, In, 1.0f, x, In, w_ih, In, 0.0f,
-              gates, G);
+  lstmd_cpu_lstm_project_input(d, w_ih, x, gates);
   int p0, p1;
   /* Only this member reads these panels in this pass, and every member's last read of the
    * buffer in its previous pass (whose panels may overlap these: another layout) came before
@@ -153,22 +150,22 @@ void lstmd_cpu_lstm_backward_input_team(struct lstmd_recur_team *t, int member,
                                         const float *w_hh, const float *c, const float *gates,
                                         const float *dh_out, float *dgates, float *work,
                                         float *dx) {
-  const int T = d->steps, B = d->batch, In = d->input, H = d->hidden, G = 4 * H, w = t->w;
+  const int T = d->steps, B = d->batch, H = d->hidden, G = 4 * H, w = t->w;
   const int u0 = member * H / t->n, u1 = (member + 1) * H / t->n;
   int p0, p1;
   member_panels(t, member, 0, &p0, &p1);
   lstmd_cpu_pack_cols_panels(G, H, w_hh, t->packed, p0, p1);
   memset(work, 0, 2 * (size_t)B * H * sizeof(float));
   struct member_rows *me = &t->rows[member];
-  me->B = B, me->c_ro = c, me->gates_ro = gates, me->dh_out = dh_out, me->dgates = dgates;
+  me->B = B, me->c = (float *)c, me->gates = (float *)gates, me->dh_out = dh_out, me->dgates = dgates;
   me->work = work;
   barrier(t, member);
   for (int s = T - 1; s >= 0; s--) {
     for (int m = 0; m < t->n; m++) {
       const struct member_rows *r = &t->rows[m];
       const size_t bh = (size_t)r->B * H, bg = (size_t)r->B * G;
-      lstmd_cpu_lstm_gates_backward_step(r->B, H, u0, u1, r->gates_ro + s * bg, r->c_ro + s * bh,
-                                         r->c_ro + (s + 1) * bh, r->dh_out + s * bh, r->work,
+      lstmd_cpu_lstm_gates_backward_step(r->B, H, u0, u1, r->gates + s * bg, r->c + s * bh,
+                                         r->c + (s + 1) * bh, r->dh_out + s * bh, r->work,
                                          r->work + bh, r->dgates + s * bg);
     }
     barrier(t, member); /* the GEMM reads every unit's gate gradients; after s = 0, dx does */
@@ -182,7 +179,5 @@ void lstmd_cpu_lstm_backward_input_team(struct lstmd_recur_team *t, int member,
                              t->packed + (size_t)p * G * w, r->work + (size_t)p * w, H);
       }
   }
-  if (dx)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T * B, In, G, 1.0f, dgates, G, w_ih,
-                In, 0.0f, dx, In);
+  lstmd_cpu_lstm_input_grad(d, w_ih, dgates, dx);
 }

@@ -34,6 +34,10 @@ struct lstmd_train_progress;
 
 enum lstmd_engine_kind { LSTMD_ENGINE_CPU = 0, LSTMD_ENGINE_GPU = 1, LSTMD_ENGINE_PIPE = 2 };
 
+/* model.stage_split: whole layers per pipeline stage, or balanced (pipe_grid.h: stage s − 1
+ * also computes the first rows of stage s's first input projection; the CPU pipeline only). */
+enum lstmd_stage_split { LSTMD_SPLIT_LAYERS = 0, LSTMD_SPLIT_BALANCED = 1 };
+
 /* Everything an engine needs from the run's config, filled in one place (train_setup.c) from
  * struct lstmd_train_config and the device choice. */
 struct lstmd_engine_config {
@@ -50,7 +54,7 @@ struct lstmd_engine_config {
   /* pipeline stages (engine_pipe.c; stages = 1 for the others) */
   int stages;                              /* S: the world is replicas × S */
   int stage_layers[LSTMD_MAX_LAYERS];      /* layers of each stage */
-  int stage_split;                         /* enum lstmd_stage_split (pipe_grid.h) */
+  int stage_split;                         /* enum lstmd_stage_split (above) */
   int schedule;                            /* enum lstmd_pipe_kind */
   int micro_batches, time_chunks, windows; /* M, K (effective), A = optim.grad_accum */
   /* distillation (the CPU engine only; train_setup.c refuses it elsewhere) */

@@ -372,7 +372,7 @@ int lstmd_engine_cpu_create(const struct lstmd_engine *base, struct lstmd_engine
   if (!rc && team > 0) {
     rc = lstmd_recur_team_create(c->n_slices, sh->hidden, &c->team);
     for (int i = 0; !rc && i < c->n_slices; i++)
-      lstmd_workspace_set_team(c->slices[i].ws, c->team, i);
+      rc = lstmd_workspace_set_team(c->slices[i].ws, c->team, i);
   }
   if (rc) {
     cpu_destroy(&c->base);

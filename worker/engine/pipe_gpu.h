@@ -47,7 +47,9 @@ struct gpipe_engine {
   struct lstmd_comm *pp, *dp;
   struct lstmd_p2p *p2p;          /* host-staged transfers (1b), or NULL */
   struct lstmd_p2p_nccl *lanes;   /* NCCL transfers (1a), or NULL */
-  cudaEvent_t *op_done, *recv_done; /* lanes: [n_ops] after op i / after its receive */
+  /* lanes: [n_ops] after op i (only ops that send, and W(u, 0); NULL for the others) / after
+   * its receive (only ops that receive) */
+  cudaEvent_t *op_done, *recv_done;
   int *w0_op;                     /* [U]: index of W(u, 0) in the op list */
   char transport[200];
   struct lstmd_nccl *nccl; /* D > 1 */

@@ -47,8 +47,6 @@ struct lstmd_pipe_grid {
   int n_ops;
 };
 
-enum lstmd_stage_split { LSTMD_SPLIT_LAYERS = 0, LSTMD_SPLIT_BALANCED = 1 };
-
 /* The balanced split of a model cut into S stages of stage_layers: rows[s] for s in [1, S) (a
  * multiple of 32, within [0, 4H]; rows[0] = 0) so that the stages' FLOP model per token, work[s]
  * (model.h's: lstmd_model_layer_flops_per_token of its layers, the head's on the last stage, and

@@ -52,13 +52,13 @@ static void put_le(struct pb *b, uint64_t v, int bytes) {
   put(b, tmp, (size_t)bytes);
 }
 
-/* Event.wall_time (1: double) and Event.step (2: int64; left out when 0 unless `always`). */
-static void put_wall_step(struct pb *e, double wall, long step, int always) {
+/* Event.wall_time (1: double) and Event.step (2: int64; left out when 0, proto3's default). */
+static void put_wall_step(struct pb *e, double wall, long step) {
   uint64_t bits;
   memcpy(&bits, &wall, sizeof bits);
   put_tag(e, 1, 1);
   put_le(e, bits, 8);
-  if (step || always) {
+  if (step) {
     put_tag(e, 2, 0);
     put_varint(e, (uint64_t)step);
   }
@@ -79,7 +79,7 @@ size_t lstmd_tb_encode_record(uint8_t *buf, size_t cap, double wall_time, long s
                               const float *values) {
   uint8_t event[4096], summary[3584], value[256];
   struct pb e = {event, 0, sizeof event, 1};
-  put_wall_step(&e, wall_time, step, 0);
+  put_wall_step(&e, wall_time, step);
   if (file_version) put_bytes_field(&e, 3, file_version, strlen(file_version));
   if (n > 0) {
     struct pb s = {summary, 0, sizeof summary, 1};
@@ -160,7 +160,7 @@ void lstmd_tb_text(struct lstmd_tb *tb, long step, const char *tag, const char *
   struct pb s = {summary, 0, cap, v.ok};
   put_bytes_field(&s, 1, value, v.n);
   struct pb e = {event, 0, cap, s.ok};
-  put_wall_step(&e, wall_now(), step, 1);
+  put_wall_step(&e, wall_now(), step);
   put_bytes_field(&e, 5, summary, s.n);
   struct pb r = {rec, 0, cap, e.ok};
   put_record(&r, event, e.n);

@@ -337,10 +337,12 @@ void lstmd_workspace_destroy(struct lstmd_workspace *ws) {
 struct lstmd_batch *lstmd_workspace_batch(struct lstmd_workspace *ws) { return &ws->batch; }
 void lstmd_workspace_set_grads(struct lstmd_workspace *ws, float *grads) { ws->grads = grads; }
 
-void lstmd_workspace_set_team(struct lstmd_workspace *ws, struct lstmd_recur_team *team,
-                              int member) {
+int lstmd_workspace_set_team(struct lstmd_workspace *ws, struct lstmd_recur_team *team,
+                             int member) {
+  if (team && ws->model->shape.layer_norm) return LSTMD_EUNSUPPORTED; /* no team path (model.h) */
   ws->team = team;
   ws->member = member;
+  return LSTMD_OK;
 }
 void lstmd_workspace_on_grads_ready(struct lstmd_workspace *ws, lstmd_grads_ready_fn fn,
                                     void *ctx) {

@@ -149,10 +149,11 @@ void lstmd_workspace_set_grads(struct lstmd_workspace *ws, float *grads);
 /* The LSTM layers' recurrence of this workspace's forward and backward runs together with the
  * other members of `team` (kernels/cpu/recur_team.h), as member `member`: every member's
  * workspace must then run the same forward/backward calls at the same time, on its own thread.
- * NULL: alone (the default). Not for layer-normalised models (their layers have no team path). */
+ * NULL: alone (the default). A layer-normalised model's layers have no team path: refused with
+ * LSTMD_EUNSUPPORTED. */
 struct lstmd_recur_team;
-void lstmd_workspace_set_team(struct lstmd_workspace *ws, struct lstmd_recur_team *team,
-                              int member);
+int lstmd_workspace_set_team(struct lstmd_workspace *ws, struct lstmd_recur_team *team,
+                             int member);
 /* Called during backward each time the gradients of a suffix of the flat buffer are final for
  * this workspace: all of [first, n_params) (head first, then each LSTM layer from the top, then
  * the embedding, ending with first == 0). Lets gradient buckets go out while backward runs. */

@@ -260,8 +260,10 @@ double lstmd_stage_forward(const struct lstmd_model *m, struct lstmd_stage_ws *w
     const struct lstmd_tensor *w = layer_tensors(m, ws->st.layer0 + l);
     const int In = layer_input_width(ws, l), r = layer_split(ws, l);
     const struct lstmd_lstm_dims d = {Tc, B, In, H, r};
-    for (size_t i = 0; i < (r ? rows : 0); i++) /* the split's part from below: gates[:, 0:r) */
-      memcpy(y->gates + t0 * BH * 4 + i * 4 * H, ws->input_rows + i * r, (size_t)r * sizeof(float));
+    if (r) /* the split's part from below: gates[:, 0:r) */
+      for (size_t i = 0; i < rows; i++)
+        memcpy(y->gates + t0 * BH * 4 + i * 4 * H, ws->input_rows + i * r,
+               (size_t)r * sizeof(float));
     if (m->shape.layer_norm) {
       const struct lstmd_lstm_ln ln = ln_params(m, w);
       const struct lstmd_lstm_ln_acts a = lstmd_cpu_lstm_ln_acts_at(&y->ln, t0, B, H);
@@ -340,8 +342,9 @@ void lstmd_stage_backward_input(const struct lstmd_model *m, struct lstmd_stage_
                                     y->c + t0 * BH, y->gates + t0 * BH * 4, dh, y->dgates,
                                     y->work, t1 < ws->T, t0 > 0, to, pk->cols[l]);
     }
-    for (size_t i = 0; i < (r ? (size_t)Tc * B : 0); i++) /* the split's gate gradients, down */
-      memcpy(ws->dinput_rows + i * r, y->dgates + i * 4 * H, (size_t)r * sizeof(float));
+    if (r) /* the split's gate gradients, down */
+      for (size_t i = 0; i < (size_t)Tc * B; i++)
+        memcpy(ws->dinput_rows + i * r, y->dgates + i * 4 * H, (size_t)r * sizeof(float));
     if (l > 0) {
       if (ws->layer[l - 1].mask) lstmd_cpu_mul_inplace(n, dx, ws->layer[l - 1].mask + t0 * BH);
       float *swap = dh;

@@ -34,7 +34,7 @@ struct lstmd_train_config {
   int pool;                /* model.pool: enum lstmd_pool_kind (worker/model/model.h) */
   int stages;              /* S: pipeline stages (1: data parallel only) */
   char stage_layers[64];   /* layers per stage, "3,1"; "": an even split */
-  int stage_split;         /* model.stage_split: enum lstmd_stage_split (engine/pipe_grid.h) */
+  int stage_split;         /* model.stage_split: enum lstmd_stage_split (engine/engine.h) */
   /* [optim] */
   struct lstmd_optim_config optim; /* total_steps is filled from train.steps */
   int grad_accum;

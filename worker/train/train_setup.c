@@ -15,7 +15,7 @@
 #include "comm/comm.h"
 #include "kernels/status.h"
 #include "worker/engine/device_select.h"
-#include "worker/engine/pipe_grid.h"
+#include "worker/engine/engine.h"
 #include "trainer_run.h"
 #include "val_watch.h"
 #include "worker/model/infer.h"
@@ -218,12 +218,13 @@ static int build(struct run *r) {
                    "using it");
     backend = LSTMD_DEVICE_CPU;
   }
-  /* The balanced split of the stages is the CPU pipeline engine's (engine_pipe.c); the device
-   * choice is collective, so every rank refuses together. */
+  /* The balanced split of the stages is the CPU pipeline engine's (engine_pipe.c; cuda is
+   * refused by the config check): device auto trains it on the CPU. */
   if (cfg->stage_split == LSTMD_SPLIT_BALANCED && cfg->stages > 1 && backend == LSTMD_DEVICE_CUDA) {
-    lstmd_errorf("model.stage_split: balanced runs on the CPU pipeline engine only so far (the "
-                 "GPU pipeline splits whole layers: use layers, or train.device=cpu)");
-    return LSTMD_ECONFIG;
+    if (r->rank == 0)
+      lstmd_errorf("device auto: model.stage_split=balanced runs on the CPU pipeline engine only "
+                   "so far; using the CPU backend");
+    backend = LSTMD_DEVICE_CPU;
   }
   LSTMD_TRY(lstmd_dataset_open_dir(cfg->data_path, &r->train, &r->val, r->rank == 0));
   const int classify = r->train.info.kind == LSTMD_DATASET_CLASSIFY;
