@@ -5,6 +5,11 @@
 #   run NAME NP DATA [--set ...]  trains in run-NAME on NP ranks (a config file named after the
 #                                 run puts NAME into every rank's argv, for pgrep); log in log-NAME
 #   equal NAME REF INIT TOL       run-NAME's step-6 against run-REF's, as updates from INIT
+#   clip_equal NAME INIT          run-NAME = run-clip-ref (updates from INIT, 1e-5), and its logged
+#                                 grad_norm values those of clip-ref (tests/pipe_checks.py)
+#   layout_matches LABEL          run-wave4-stream's step-6 checkpoint has run-ref-stream's layout
+#   trace_checks [--set ...]      2 stages, batch 16, H 256 (compute, not per-step overhead, fills
+#                                 the step), 4 chunks, traced: tests/check_pipe_trace.py on it
 #   same_layout_resume LABEL [--set ...]  2 ranks, stream order, global batch 8: a run, and one
 #                                 resumed from its step 3 in another folder, equal byte for byte
 #   refused LABEL NAME NP KEY [--set ...]  run bad-NAME must exit 2 with an "lstmd:" line naming
@@ -66,4 +71,24 @@ refused() {
   if [[ $rc -eq 2 ]] && grep -q "^lstmd: .*$key" "log-bad-$name" && ! ls "run-bad-$name"/*.safetensors >/dev/null 2>&1; then
     ok "$label: exit 2: $(grep -m1 "^lstmd: .*$key" "log-bad-$name" | cut -c1-110)"
   else bad "$label: exit $rc: $(grep '^lstmd:' "log-bad-$name" | grep -v 'effective\|device' | head -2)"; fi
+}
+clip_equal() {
+  local msg
+  equal "$1" clip-ref "$2" 1e-5
+  if msg=$("$PY" "$SRC/tests/pipe_checks.py" clip-norms "run-$1/metrics.jsonl" \
+           run-clip-ref/metrics.jsonl); then ok "$1: $msg"; else bad "$1: $msg"; fi
+}
+layout_matches() {
+  local msg
+  if msg=$("$PY" "$SRC/tests/pipe_checks.py" same-layout run-wave4-stream/step-6.safetensors \
+           run-ref-stream/step-6.safetensors); then ok "$1 checkpoint vs one rank's: $msg"
+  else bad "$1 checkpoint layout: $msg"; fi
+}
+trace_checks() {
+  local msg
+  run trace 2 text --set data.batch_size=16 --set model.hidden=256 --set model.stages=2 "$@" \
+    --set train.time_chunks=4 --set train.checkpoint_every=0 --trace "$TMP/trace.json"
+  if msg=$("$PY" "$SRC/tests/check_pipe_trace.py" trace.json 2 4 run-trace/metrics.jsonl 2>&1); then
+    ok "trace: $msg"
+  else bad "trace: $msg"; fi
 }

@@ -80,16 +80,10 @@ cl=(--set data.order=shuffle --set data.batch_size=8 --set optim.clip_norm=0.01 
 run clip-ref 1 text "${cl[@]}"
 run clip-s2 2 text "${cl[@]}" --set model.stages=2 "${bal[@]}" --set train.time_chunks=4
 run clip-s4 4 text "${cl[@]}" --set model.stages=4 "${bal[@]}" --set train.time_chunks=4
-for n in clip-s2 clip-s4; do
-  equal "$n" clip-ref "$INIT" 1e-5
-  if msg=$("$PY" "$SRC/tests/pipe_checks.py" clip-norms "run-$n/metrics.jsonl" \
-           run-clip-ref/metrics.jsonl); then ok "$n: $msg"; else bad "$n: $msg"; fi
-done
+for n in clip-s2 clip-s4; do clip_equal "$n" "$INIT"; done
 
 # ---------------------------------------------------------------- 2. checkpoints
-if msg=$("$PY" "$SRC/tests/pipe_checks.py" same-layout run-wave4-stream/step-6.safetensors \
-         run-ref-stream/step-6.safetensors); then ok "balanced S=2 checkpoint vs one rank's: $msg"
-else bad "balanced S=2 checkpoint layout: $msg"; fi
+layout_matches "balanced S=2"
 # same layout: resume from step 3 in another directory (same config text: run_dir "run")
 same_layout_resume "balanced S=2" --set model.stages=2 "${bal[@]}" --set train.time_chunks=4
 # other layouts, from the balanced S=2 checkpoint of step 3 (stream order, global batch 8)
@@ -114,11 +108,7 @@ refused "balanced with model.layer_norm" ln 2 "model.stage_split: balanced .*lay
   --set model.stages=2 "${bal[@]}" --set model.layer_norm=true
 
 # ---------------------------------------------------------------- 4. trace
-run trace 2 text --set data.batch_size=16 --set model.hidden=256 --set model.stages=2 "${bal[@]}" \
-  --set train.time_chunks=4 --set train.checkpoint_every=0 --trace "$TMP/trace.json"
-if msg=$("$PY" "$SRC/tests/check_pipe_trace.py" trace.json 2 4 run-trace/metrics.jsonl 2>&1); then
-  ok "trace: $msg"
-else bad "trace: $msg"; fi
+trace_checks "${bal[@]}"
 
 ((fails == 0)) && echo "test_pipe_balance: all passed" || echo "test_pipe_balance: $fails failed"
 ((fails == 0))

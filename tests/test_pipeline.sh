@@ -89,16 +89,10 @@ run clip-ref 1 text "${cl[@]}"
 run clip-s2 2 text "${cl[@]}" --set model.stages=2 --set train.time_chunks=4
 run clip-dxs 4 text --set data.order=shuffle --set data.batch_size=4 --set optim.clip_norm=0.01 \
   --set model.stages=2 --set train.time_chunks=4
-for n in clip-s2 clip-dxs; do
-  equal "$n" clip-ref "$INIT" 1e-5
-  if msg=$("$PY" "$SRC/tests/pipe_checks.py" clip-norms "run-$n/metrics.jsonl" \
-           run-clip-ref/metrics.jsonl); then ok "$n: $msg"; else bad "$n: $msg"; fi
-done
+for n in clip-s2 clip-dxs; do clip_equal "$n" "$INIT"; done
 
 # ---------------------------------------------------------------- 2. checkpoints
-if msg=$("$PY" "$SRC/tests/pipe_checks.py" same-layout run-wave4-stream/step-6.safetensors \
-         run-ref-stream/step-6.safetensors); then ok "S=2 checkpoint vs one rank's: $msg"
-else bad "S=2 checkpoint layout: $msg"; fi
+layout_matches "S=2"
 if [[ -n $DUMP_LOGITS ]]; then
   if "$PY" "$SRC/tests/test_torch_parity.py" --dump-logits "$DUMP_LOGITS" \
       --checkpoint run-layers31-stream/step-6.safetensors >log-parity 2>&1; then
@@ -216,12 +210,7 @@ if [[ -n $victim && $rc -ne 0 && $dt -le 15 ]] && grep -q "$named" log-stop; the
 else bad "kill -STOP: victim '$victim', exit $rc after ${dt}s: $(grep '^lstmd:' log-stop | tail -2)"; fi
 
 # ---------------------------------------------------------------- 4. trace
-# (a wider model than the others, so that compute, not per-step overhead, fills the step)
-run trace 2 text --set data.batch_size=16 --set model.hidden=256 --set model.stages=2 \
-  --set train.time_chunks=4 --set train.checkpoint_every=0 --trace "$TMP/trace.json"
-if msg=$("$PY" "$SRC/tests/check_pipe_trace.py" trace.json 2 4 run-trace/metrics.jsonl 2>&1); then
-  ok "trace: $msg"
-else bad "trace: $msg"; fi
+trace_checks
 
 ((fails == 0)) && echo "test_pipeline: all passed" || echo "test_pipeline: $fails failed"
 ((fails == 0))
