@@ -8,8 +8,9 @@
  *   stop        a stop request on this rank during step STEP, as SIGTERM would make: every rank
  *               finishes the step, writes a checkpoint and returns 0 (a deterministic interruption
  *               for resume tests)
- *   slow        from step STEP on, this rank's compute takes 3 ms longer per step (a sleep counted
- *               as compute): a straggler, for the straggler report (metrics.h)
+ *   slow        from step STEP on, this rank's compute takes 3 times as long (a sleep of twice the
+ *               step's own compute, counted as compute): a straggler, for the straggler report
+ *               (metrics.h), by the same factor whatever the model's size
  * With the variable unset nothing happens and the cost is one integer compare per step.
  *
  * LSTMD_VAL_LOSSES="L1,L2,..." scripts the validation losses rank 0 reports (and every rank then

@@ -323,8 +323,10 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   struct lstmd_step_result out;
   const double t0 = lstmd_now_s();
   LSTMD_TRY(r->engine->ops->step(r->engine, &in, &out));
-  if (lstmd_fault_due(LSTMD_FAULT_SLOW, next, r->rank)) {
-    const struct timespec slow = {0, 3000000L};
+  if (lstmd_fault_due(LSTMD_FAULT_SLOW, next, r->rank)) { /* twice this step's own compute more */
+    const double own = lstmd_now_s() - t0 - feed.wait_s - out.comm_wait_s;
+    const long ns = own > 0.0 ? (long)(2e9 * own) : 0;
+    const struct timespec slow = {ns / 1000000000L, ns % 1000000000L};
     nanosleep(&slow, NULL);
   }
   tm->data_s += feed.wait_s;
