@@ -1,6 +1,7 @@
 # Makefile — thin wrapper over CMake: `make` checks the build's Debian packages (installing the
 # missing ones as root, else printing the apt-get command) and builds into build/; `make test`
-# does the same for the test packages too, then runs ctest; `make demo` trains a small char-LM
+# does the same for the test packages too, then runs ctest (`make test-asan`: under ASan + UBSan,
+# in build-asan/); `make demo` trains a small char-LM
 # on the bundled corpus; `make bench` runs bench/*.sh (bench_infer.sh: int8 inference; `make
 # bench-serve`: the daemon's only; bench_onnx.sh: onnxruntime on the exported model beside
 # lstmd; bench_compress.sh: pruning and distillation); `make dist` writes the relocatable release,
@@ -8,7 +9,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all build-deps deps dist-deps configure test demo bench bench-serve dist clean
+.PHONY: all build-deps deps dist-deps configure test test-asan demo bench bench-serve dist clean
 
 all: build-deps configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -27,6 +28,25 @@ configure:
 
 test: deps all
 	cd $(BUILD) && ctest --output-on-failure -j 2
+
+# Every C source under ASan + UBSan in $(ASAN_BUILD), then the tests but the 10-minute demo run
+# (about 15 minutes on 2 cores). Any sanitizer report fails it, also one from an lstmd that a
+# test expected to fail: each process writes its report under $(ASAN_BUILD)/sanitizer-logs.
+# detect_leaks=0: Open MPI and OpenBLAS keep allocations to exit; verify_asan_link_order=0:
+# test_server_faults preloads its libuv fault shim.
+ASAN_BUILD ?= build-asan
+ASAN_LOGS = $(abspath $(ASAN_BUILD))/sanitizer-logs
+test-asan: deps
+	@test -f $(ASAN_BUILD)/CMakeCache.txt || cmake -S . -B $(ASAN_BUILD) \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLSTMD_SANITIZE=ON
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	rm -rf $(ASAN_LOGS) && mkdir -p $(ASAN_LOGS)
+	cd $(ASAN_BUILD) && \
+	  ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0:log_path=$(ASAN_LOGS)/asan \
+	  UBSAN_OPTIONS=print_stacktrace=1:log_path=$(ASAN_LOGS)/ubsan \
+	  ctest --output-on-failure -j 2 -E '^test_demo_convergence$$'; rc=$$?; \
+	if [ -n "$$(ls -A $(ASAN_LOGS))" ]; then head -n 40 $(ASAN_LOGS)/*; \
+	  echo "make test-asan: sanitizer reports in $(ASAN_LOGS)"; rc=1; fi; exit $$rc
 
 demo: deps all
 	deploy/demo.sh $(BUILD)/lstmd

@@ -40,6 +40,17 @@ static inline int check_close_f(const char *what, const float *got, const float 
   return ok;
 }
 
+/* ‖a − b‖ / ‖b‖ over n floats (0 when both are 0). */
+static inline double norm_rel(const float *a, const float *b, size_t n) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    const double d = (double)a[i] - b[i];
+    num += d * d;
+    den += (double)b[i] * b[i];
+  }
+  return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}
+
 static inline void check_true(const char *what, int ok) {
   printf("%-34s %s\n", what, ok ? "ok" : "FAIL");
   if (!ok) g_failures++;

@@ -17,17 +17,6 @@
 
 enum { T = 8, B = 4 };
 
-/* ‖a − b‖ / ‖b‖ over n floats (0 when both are 0). */
-static double norm_rel(const float *a, const float *b, size_t n) {
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    const double d = (double)a[i] - b[i];
-    num += d * d;
-    den += (double)b[i] * b[i];
-  }
-  return den > 0.0 ? sqrt(num / den) : sqrt(num);
-}
-
 static void fill_batch(const struct lstmd_model *m, struct lstmd_batch *b, unsigned long long *seed) {
   const struct lstmd_model_shape *s = &m->shape;
   for (int n = 0; n < T * B; n++) {

@@ -20,6 +20,7 @@ SO_PEERCRED) against the value before the storm (bound +64 MiB), and the good cl
 (p99 < 0.5 s, max < 2 s). Prints one line of statistics; exits 1 with the reasons when a check fails.
 """
 import argparse
+import os
 import random
 import socket
 import struct
@@ -398,7 +399,7 @@ def main():
         fail("only %d frames thrown by the pipelines" % stats["storm_frames"])
     if worst > 2.0 or p99 > 0.5:
         fail("good client latency: p99 %.3f s, max %.3f s (bounds 0.5 s, 2 s)" % (p99, worst))
-    if growth_mib > 64:
+    if growth_mib > 64 and os.environ.get("LSTMD_SANITIZED") != "1":  # ASan's quarantine
         fail("rank 0 VmRSS grew by %.1f MiB (bound 64)" % growth_mib)
     if failures:
         print("\n".join("FAIL  " + f for f in failures))

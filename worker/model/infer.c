@@ -267,6 +267,9 @@ int lstmd_sample(const struct lstmd_infer_model *im, const struct lstmd_data_met
   }
   struct runner r;
   LSTMD_TRY(runner_open(im, 1, 1, &r));
+  /* One row a forward: pack the weights once (model.h). Without the memory it repacks them at
+   * every character, as before: slower, not wrong. */
+  if (r.ws) (void)lstmd_workspace_freeze_weights(r.ws);
   struct lstmd_batch *b = runner_batch(&r);
   runner_reset(&r);
   struct lstmd_rng rng;

@@ -38,6 +38,8 @@ struct lstmd_workspace {
   struct lstmd_lstm_ln_dacts dln; /* layer normalisation: backward_input → weight (NULL without) */
   float *work;    /* [2,B,H] */
   float *wpack;   /* [4H·H] packed W_hh for the per-step GEMMs, or NULL (recur_gemm.h) */
+  float *frozen;  /* lstmd_workspace_freeze_weights' packs, one allocation, or NULL: */
+  const float *frozen_whh[LSTMD_MAX_LAYERS], *frozen_wih[LSTMD_MAX_LAYERS];
   struct lstmd_recur_team *team; /* the recurrence shared with other slices' threads, or NULL */
   int member;                    /* this workspace's place in the team */
   float *grads;   /* where gradients accumulate: m->grads or a thread's own buffer */
@@ -224,14 +226,29 @@ double lstmd_model_flops_per_token(const struct lstmd_model_shape *s) {
 
 /* ---- workspace ---- */
 
+/* Under AddressSanitizer every slice is followed by a poisoned red zone (its round-up to 16
+ * floats, plus 16 more), so a kernel that writes one row past its slice stops the ASan build
+ * (tests/CMakeLists.txt: LSTMD_ASAN) instead of silently landing in the next array. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+enum { kArenaRedZone = 16 };
+#else
+#define ASAN_POISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+enum { kArenaRedZone = 0 };
+#endif
+
+static size_t arena_span(size_t floats) { return (floats + 15) / 16 * 16 + kArenaRedZone; }
+
 void *lstmd_arena_carve(const size_t *sizes, size_t n, float **slices) {
   size_t total = 16;
-  for (size_t i = 0; i < n; i++) total += (sizes[i] + 15) / 16 * 16;
+  for (size_t i = 0; i < n; i++) total += arena_span(sizes[i]);
   float *a = aligned_alloc(64, total * sizeof(float));
   if (!a) return NULL;
   memset(a, 0, total * sizeof(float));
-  for (size_t i = 0, at = 0; i < n; at += (sizes[i++] + 15) / 16 * 16)
+  for (size_t i = 0, at = 0; i < n; at += arena_span(sizes[i++])) {
     slices[i] = sizes[i] ? a + at : NULL;
+    ASAN_POISON_MEMORY_REGION(a + at + sizes[i], (arena_span(sizes[i]) - sizes[i]) * sizeof(float));
+  }
   return a;
 }
 
@@ -276,11 +293,14 @@ int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float drop
   SLICE(ln ? N * 4 * H : 0);                             /* dln.drp */
   SLICE(ln ? N * H : 0);                                 /* dln.dcn */
   SLICE(2 * (size_t)B * H);                              /* work */
-  SLICE(lstmd_cpu_recur_fast((int)H) ? lstmd_cpu_pack_floats(4 * (int)H, (int)H) : 0); /* wpack */
 #undef SLICE
   float *slice[sizeof sizes / sizeof sizes[0]];
   struct lstmd_workspace *ws = calloc(1, sizeof *ws);
-  if (!ws || !(ws->arena = lstmd_arena_carve(sizes, n, slice))) {
+  /* wpack apart from the arena: a recurrence team packs W_hh itself and frees it (set_team) */
+  const size_t wpack = lstmd_cpu_recur_fast((int)H) ? lstmd_cpu_pack_floats(4 * (int)H, (int)H) : 0;
+  if (!ws || !(ws->arena = lstmd_arena_carve(sizes, n, slice)) ||
+      (wpack && !(ws->wpack = aligned_alloc(64, (wpack * sizeof(float) + 63) / 64 * 64)))) {
+    if (ws) free(ws->arena);
     free(ws);
     return LSTMD_ENOMEM;
   }
@@ -322,7 +342,6 @@ int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float drop
   ws->dln.drp = TAKE();
   ws->dln.dcn = TAKE();
   ws->work = TAKE();
-  ws->wpack = TAKE();
 #undef TAKE
   *out = ws;
   return LSTMD_OK;
@@ -331,6 +350,8 @@ int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float drop
 void lstmd_workspace_destroy(struct lstmd_workspace *ws) {
   if (!ws) return;
   free(ws->arena);
+  free(ws->wpack);
+  free(ws->frozen);
   free(ws);
 }
 
@@ -340,6 +361,10 @@ void lstmd_workspace_set_grads(struct lstmd_workspace *ws, float *grads) { ws->g
 int lstmd_workspace_set_team(struct lstmd_workspace *ws, struct lstmd_recur_team *team,
                              int member) {
   if (team && ws->model->shape.layer_norm) return LSTMD_EUNSUPPORTED; /* no team path (model.h) */
+  if (team) { /* the team's own packed W_hh replaces this slice's 16·H² bytes */
+    free(ws->wpack);
+    ws->wpack = NULL;
+  }
   ws->team = team;
   ws->member = member;
   return LSTMD_OK;
@@ -429,6 +454,31 @@ static const float *layer_input(const struct lstmd_workspace *ws, int l) {
   return prev->dropped ? prev->dropped : prev->h + (size_t)ws->B * ws->model->shape.hidden;
 }
 
+int lstmd_workspace_freeze_weights(struct lstmd_workspace *ws) {
+  const struct lstmd_model *m = ws->model;
+  const struct lstmd_model_shape *s = &m->shape;
+  const int H = s->hidden, L = s->layers, In0 = input_width(s);
+  if (ws->frozen || ws->team || !lstmd_cpu_recur_fast(H)) return LSTMD_OK;
+  size_t whh = lstmd_cpu_pack_floats(4 * H, H), total = 0;
+  for (int l = 0; l < L; l++)
+    total += whh + (s->layer_norm ? 0 : lstmd_cpu_pack_floats(4 * H, l == 0 ? In0 : H));
+  ws->frozen = aligned_alloc(64, (total * sizeof(float) + 63) / 64 * 64);
+  if (!ws->frozen) return LSTMD_ENOMEM;
+  float *at = ws->frozen;
+  for (int l = 0; l < L; l++) {
+    const struct layer_params p = layer_params(m, ws->grads, l);
+    const int In = l == 0 ? In0 : H;
+    lstmd_cpu_pack_rows(4 * H, H, p.w_hh, at);
+    ws->frozen_whh[l] = at;
+    at += whh;
+    if (s->layer_norm) continue;
+    lstmd_cpu_pack_rows(4 * H, In, p.w_ih, at);
+    ws->frozen_wih[l] = at;
+    at += lstmd_cpu_pack_floats(4 * H, In);
+  }
+  return LSTMD_OK;
+}
+
 void lstmd_dropout_mask_rows(const struct lstmd_dropout_key *key, float p, int layer, int t0,
                              int t1, int B, int H, float *mask) {
   const float keep_scale = 1.0f / (1.0f - p);
@@ -477,7 +527,7 @@ void lstmd_model_backward(struct lstmd_model *m, struct lstmd_workspace *ws) {
     struct layer_acts *a = &ws->layer[l];
     struct lstmd_lstm_dims d = {T, B, l == 0 ? In0 : H, H};
     int need_dx = l > 0 || s->kind == LSTMD_MODEL_TEXT;
-    if (ws->wpack && !ws->team) lstmd_cpu_pack_cols(4 * H, H, p.w_hh, ws->wpack);
+    if (ws->wpack) lstmd_cpu_pack_cols(4 * H, H, p.w_hh, ws->wpack);
     if (ws->team) {
       lstmd_cpu_lstm_backward_input_team(ws->team, ws->member, &d, p.w_ih, p.w_hh, a->c, a->gates,
                                          dh, ws->dgates, ws->work, need_dx ? dx : NULL);
@@ -526,16 +576,23 @@ double lstmd_model_forward(struct lstmd_model *m, struct lstmd_workspace *ws, fl
     struct layer_params p = layer_params(m, ws->grads, l);
     struct layer_acts *a = &ws->layer[l];
     struct lstmd_lstm_dims d = {T, B, l == 0 ? In0 : H, H};
-    if (ws->wpack && !ws->team) lstmd_cpu_pack_rows(4 * H, H, p.w_hh, ws->wpack);
+    const float *whh_packed = ws->frozen_whh[l] ? ws->frozen_whh[l] : ws->wpack;
+    if (!ws->frozen_whh[l] && ws->wpack) lstmd_cpu_pack_rows(4 * H, H, p.w_hh, ws->wpack);
+    if (ws->frozen_wih[l]) { /* the projection here, on the frozen pack: all 4H rows "split" */
+      memset(a->gates, 0, (size_t)N * 4 * H * sizeof(float));
+      lstmd_cpu_gemm_abt_packed(N, 4 * H, d.input, layer_input(ws, l), d.input, ws->frozen_wih[l],
+                                a->gates, 4 * H);
+      d.split = 4 * H;
+    }
     if (ws->team)
       lstmd_cpu_lstm_forward_team(ws->team, ws->member, &d, p.w_ih, p.w_hh, p.b_ih, p.b_hh,
                                   layer_input(ws, l), a->h, a->c, a->gates);
     else if (s->layer_norm)
       lstmd_cpu_lstm_ln_forward(&d, p.w_ih, p.w_hh, p.b_ih, p.b_hh, &p.ln, layer_input(ws, l), a->h,
-                                a->c, a->gates, &a->ln, ws->wpack);
+                                a->c, a->gates, &a->ln, whh_packed);
     else
       lstmd_cpu_lstm_forward(&d, p.w_ih, p.w_hh, p.b_ih, p.b_hh, layer_input(ws, l), a->h, a->c,
-                             a->gates, ws->wpack);
+                             a->gates, whh_packed);
     if (a->mask) {
       const size_t n = (size_t)N * H;
       if (dropout) {

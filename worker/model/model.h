@@ -149,11 +149,20 @@ void lstmd_workspace_set_grads(struct lstmd_workspace *ws, float *grads);
 /* The LSTM layers' recurrence of this workspace's forward and backward runs together with the
  * other members of `team` (kernels/cpu/recur_team.h), as member `member`: every member's
  * workspace must then run the same forward/backward calls at the same time, on its own thread.
- * NULL: alone (the default). A layer-normalised model's layers have no team path: refused with
- * LSTMD_EUNSUPPORTED. */
+ * NULL: alone (the default). A team packs W_hh itself, so setting one frees this workspace's
+ * own packed copy (16·H² bytes; alone again, it would run the recurrence on cblas_sgemm). A
+ * layer-normalised model's layers have no team path: refused with LSTMD_EUNSUPPORTED. */
 struct lstmd_recur_team;
 int lstmd_workspace_set_team(struct lstmd_workspace *ws, struct lstmd_recur_team *team,
                              int member);
+/* Inference with few rows a forward (sampling: one character, T = B = 1): the caller promises
+ * that the model's weights stay as they are while this workspace lives, and each layer's W_hh and
+ * W_ih are packed here once for the packed GEMMs (recur_gemm.h) instead of at every forward (W_hh
+ * by lstmd, W_ih inside cblas_sgemm): at one row a forward, that repacking was nearly all its
+ * time. 0, or LSTMD_ENOMEM and nothing changes. A no-op where the packed kernels do not run for
+ * H (generic ISA), with a team, or for a layer-normalised model's W_ih (its projection is
+ * normalised apart from the recurrence's). Forward only: no backward after it. */
+int lstmd_workspace_freeze_weights(struct lstmd_workspace *ws);
 /* Called during backward each time the gradients of a suffix of the flat buffer are final for
  * this workspace: all of [first, n_params) (head first, then each LSTM layer from the top, then
  * the embedding, ending with first == 0). Lets gradient buckets go out while backward runs. */

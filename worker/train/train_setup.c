@@ -30,14 +30,17 @@ static char *dataset_identity(const struct run *r) {
   return s;
 }
 
-/* Rank 0's config + dataset identity against this rank's (see 2. above). */
+/* Rank 0's config + dataset identity against this rank's (see 2. above). Each allocation is
+ * voted before the broadcast that needs it: a rank that returned alone would leave the others
+ * in that broadcast. */
 static int check_plan(struct run *r) {
   char *mine = dataset_identity(r), *plan = NULL;
-  if (!mine) return LSTMD_ENOMEM;
-  size_t cfg_len = strlen(r->config_json), id_len = strlen(mine);
+  int rc = lstmd_comm_agree(r->comm, mine ? LSTMD_OK : LSTMD_ENOMEM, NULL);
+  const size_t cfg_len = strlen(r->config_json), id_len = mine ? strlen(mine) : 0;
   uint64_t lens[2] = {cfg_len, id_len};
-  int rc = lstmd_comm_bcast(r->comm, lens, sizeof lens, 0);
-  if (!rc && !(plan = malloc(lens[0] + lens[1] + 2))) rc = LSTMD_ENOMEM;
+  if (!rc) rc = lstmd_comm_bcast(r->comm, lens, sizeof lens, 0);
+  if (!rc) plan = malloc(lens[0] + lens[1] + 2);
+  if (!rc) rc = lstmd_comm_agree(r->comm, plan ? LSTMD_OK : LSTMD_ENOMEM, NULL);
   if (!rc && r->rank == 0) {
     memcpy(plan, r->config_json, cfg_len + 1);
     memcpy(plan + cfg_len + 1, mine, id_len + 1);
