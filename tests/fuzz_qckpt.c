@@ -41,14 +41,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
   struct lstmd_qmodel *qm = NULL;
   struct lstmd_data_meta meta;
-  /* The loader names what is wrong on stderr: right for lstmd, a flood here. */
-  static int quiet = -1, saved = -1;
-  if (quiet < 0) quiet = open("/dev/null", O_WRONLY | O_CLOEXEC), saved = dup(2);
-  fflush(stderr);
-  if (quiet >= 0) dup2(quiet, 2);
+  fuzz_quiet();
   const int rc = lstmd_qcheckpoint_load(path, &qm, &meta);
-  fflush(stderr);
-  if (saved >= 0) dup2(saved, 2);
+  fuzz_loud();
   close(fd);
   if (rc == LSTMD_OK) {
     g_loaded++;

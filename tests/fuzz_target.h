@@ -9,6 +9,22 @@
 #include <stdio.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* The loaders name what is wrong in a file on stderr: right for lstmd, a flood under a fuzzer.
+ * fuzz_quiet() sends stderr to /dev/null, fuzz_loud() brings it back; a target calls them around
+ * a loader call only, so that a sanitizer's report from anything else still shows. */
+#include <fcntl.h>
+#include <unistd.h>
+static int fuzz_null_fd = -1, fuzz_saved_fd = -1;
+static inline void fuzz_quiet(void) {
+  if (fuzz_null_fd < 0) fuzz_null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC), fuzz_saved_fd = dup(2);
+  fflush(stderr);
+  if (fuzz_null_fd >= 0) dup2(fuzz_null_fd, 2);
+}
+static inline void fuzz_loud(void) {
+  fflush(stderr);
+  if (fuzz_saved_fd >= 0) dup2(fuzz_saved_fd, 2);
+}
 /* 1 when the seeds run so far reached every outcome; else prints what is missing, returns 0. */
 int fuzz_target_seeds_ok(void);
 void fuzz_target_report(FILE *out);

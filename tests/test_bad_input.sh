@@ -174,6 +174,18 @@ raw = open(sys.argv[1], "rb").read()
 open(sys.argv[2], "wb").write(struct.pack("<Q", int(sys.argv[3])) + raw[8:])' "$1" "$2" "$3" || exit 1
 }
 
+# st_poke SRC DST TENSOR VALUE: writes float VALUE (nan, inf, ...) over element 0 of TENSOR's data.
+st_poke() {
+  python3 -c '
+import json, struct, sys
+src, dst, name, value = sys.argv[1:5]
+raw = bytearray(open(src, "rb").read())
+(n,) = struct.unpack("<Q", raw[:8])
+begin = json.loads(raw[8:8 + n])[name]["data_offsets"][0]
+raw[8 + n + begin:8 + n + begin + 4] = struct.pack("<f", float(value))
+open(dst, "wb").write(raw)' "$@" || exit 1
+}
+
 st_hlen() {
   python3 -c 'import struct,sys; print(struct.unpack("<Q", open(sys.argv[1],"rb").read(8))[0])' "$1"
 }
@@ -452,6 +464,17 @@ done
 check "train --resume: truncated checkpoint" --file "$TMP/trunc-$((size / 2)).safetensors" -- \
   "$LSTMD" train --set data.path="$TMP/good-text" --set train.run_dir="$TMP/run-resume" "${TINY[@]}" \
   --set train.steps=4 --resume "$TMP/trunc-$((size / 2)).safetensors"
+
+# non-finite numbers: lstmd never saves them (a non-finite step stops first), so a corrupt file
+st_poke "$CKPT" "$TMP/nan-weight.safetensors" lstm.weight_hh_l1 nan
+check "eval: NaN in lstm.weight_hh_l1" --file "$TMP/nan-weight.safetensors" \
+  --has "lstm.weight_hh_l1' holds a non-finite value" -- \
+  "$LSTMD" eval --checkpoint "$TMP/nan-weight.safetensors" --data "$TMP/good-text"
+st_poke "$CKPT" "$TMP/inf-moment.safetensors" optim.exp_avg_sq inf
+check "train --resume: Inf in optim.exp_avg_sq" --file "$TMP/inf-moment.safetensors" \
+  --has "optim.exp_avg_sq' holds a non-finite value" --no-ckpt "$TMP/run-inf" -- \
+  "$LSTMD" train --set data.path="$TMP/good-text" --set train.run_dir="$TMP/run-inf" "${TINY[@]}" \
+  --set train.steps=4 --resume "$TMP/inf-moment.safetensors"
 
 # a data cursor beyond the dataset's windows (a damaged or hand-edited checkpoint)
 st_edit "$CKPT" "$TMP/cursor.safetensors" '"train.position":"' '"train.position":"99999999'

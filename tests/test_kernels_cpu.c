@@ -46,6 +46,15 @@ static void test_fastmath(void) {
   float tiny[3] = {lstmd_tanhf(1e-6f), lstmd_tanhf(-3e-4f), lstmd_tanhf(0.0f)};
   double rtiny[3] = {tanh(1e-6f), tanh(-3e-4f), 0.0};
   check_close("fastmath tanh near 0 (relative)", tiny, rtiny, 3, 0.0, 1e-6);
+  /* A NaN (a diverged step, before its check fires) comes out NaN, and no undefined conversion
+   * on the way (the ASan + UBSan build: make test-asan); ±Inf saturate as the clamps say. */
+  volatile float nan = NAN, inf = INFINITY;
+  check_true("fastmath NaN in, NaN out", isnan(lstmd_expf(nan)) && isnan(lstmd_sigmoidf(nan)) &&
+                                             isnan(lstmd_tanhf(nan)));
+  check_true("fastmath ±Inf saturate", lstmd_expf(-inf) == lstmd_expf(-87.0f) &&
+                                          lstmd_expf(inf) == lstmd_expf(88.0f) &&
+                                          lstmd_sigmoidf(inf) == 1.0f && lstmd_tanhf(inf) == 1.0f &&
+                                          lstmd_tanhf(-inf) == -1.0f);
 }
 
 /* Float64 LSTM layer: forward over T steps from (h0, c0), then BPTT for dh_out. */

@@ -10,9 +10,12 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float lstmd_expf(float x) {
-  x = x > 88.0f ? 88.0f : x;
-  x = x < -87.0f ? -87.0f : x;
+/* NaN in, NaN out. The clamps are written so that a NaN fails both comparisons and leaves as
+ * 88 (finite values are clamped as before, bit for bit): a NaN must not reach the int conversion
+ * below, whose result (and the shift after it) is undefined for it. */
+static inline float lstmd_expf(float in) {
+  float x = in < 88.0f ? in : 88.0f;
+  x = x > -87.0f ? x : -87.0f;
   float n = floorf(x * 1.44269504088896341f + 0.5f);
   float r = x - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.9875691500E-4f;
@@ -25,7 +28,7 @@ static inline float lstmd_expf(float x) {
   int32_t bits = ((int32_t)n + 127) << 23;
   float scale;
   memcpy(&scale, &bits, sizeof scale);
-  return y * scale;
+  return in == in ? y * scale : in;
 }
 
 static inline float lstmd_sigmoidf(float x) { return 1.0f / (1.0f + lstmd_expf(-x)); }

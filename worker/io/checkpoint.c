@@ -390,10 +390,25 @@ int lstmd_checkpoint_read_tagged(const struct lstmd_st_file *f, const char *path
   return read_data_meta(f, path, s, data);
 }
 
-static int read_model_tensors(const struct lstmd_st_file *f, struct lstmd_model *m) {
+int lstmd_checkpoint_all_finite(const char *path, const char *name, const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(x[i])) {
+      lstmd_errorf("%s: tensor '%s' holds a non-finite value (%g at element %zu)", path, name,
+                   x[i], i);
+      return LSTMD_EFORMAT;
+    }
+  return LSTMD_OK;
+}
+
+/* Every model tensor, each checked finite: lstmd never saves a NaN or an Inf (a non-finite step
+ * stops training before its checkpoint), so one here is a corrupt file, refused by name rather
+ * than turned into NaN outputs. */
+static int read_model_tensors(const struct lstmd_st_file *f, const char *path,
+                              struct lstmd_model *m) {
   for (int i = 0; i < m->n_tensors; i++) {
     const struct lstmd_tensor *t = &m->tensors[i];
     LSTMD_TRY(lstmd_st_read_f32(f, t->name, t->rank, t->shape, m->params + t->offset));
+    LSTMD_TRY(lstmd_checkpoint_all_finite(path, t->name, m->params + t->offset, t->count));
   }
   return LSTMD_OK;
 }
@@ -422,7 +437,7 @@ int lstmd_checkpoint_load_model(const char *path, struct lstmd_model **out_model
   }
   if (!rc) rc = lstmd_model_create(&s, &m);
   if (!rc) rc = read_data_meta(f, path, &s, data);
-  if (!rc) rc = read_model_tensors(f, m);
+  if (!rc) rc = read_model_tensors(f, path, m);
   lstmd_st_close(f);
   if (rc) {
     lstmd_model_destroy(m);
@@ -557,18 +572,24 @@ int lstmd_checkpoint_load_train(const char *path, struct lstmd_model *m, struct 
   }
   long step = 0, optim_step = 0;
   uint64_t epoch = 0, position = 0;
-  if (!rc) rc = read_model_tensors(f, m);
+  if (!rc) rc = read_model_tensors(f, path, m);
   int64_t n = (int64_t)o->n;
-  if (!rc) rc = lstmd_st_read_f32(f, o->v ? "optim.exp_avg" : "optim.momentum_buffer", 1, &n, o->m);
+  const char *first_moment = o->v ? "optim.exp_avg" : "optim.momentum_buffer";
+  if (!rc) rc = lstmd_st_read_f32(f, first_moment, 1, &n, o->m);
+  if (!rc) rc = lstmd_checkpoint_all_finite(path, first_moment, o->m, o->n);
   if (!rc && o->v) rc = lstmd_st_read_f32(f, "optim.exp_avg_sq", 1, &n, o->v);
+  if (!rc && o->v) rc = lstmd_checkpoint_all_finite(path, "optim.exp_avg_sq", o->v, o->n);
   if (!rc) rc = meta_long(f, path, "optim.step", 0, 1L << 60, &optim_step);
   if (!rc) rc = meta_long(f, path, "train.step", 0, 1L << 60, &step);
   if (!rc) rc = meta_u64(f, path, "train.epoch", 10, &epoch);
   if (!rc) rc = meta_u64(f, path, "train.position", 10, &position);
   if (!rc && p->state_h) {
     int64_t dims[3] = {m->shape.layers, p->state_batch, m->shape.hidden};
+    const size_t count = (size_t)dims[0] * dims[1] * dims[2];
     if (!rc) rc = lstmd_st_read_f32(f, "state.h", 3, dims, p->state_h);
+    if (!rc) rc = lstmd_checkpoint_all_finite(path, "state.h", p->state_h, count);
     if (!rc) rc = lstmd_st_read_f32(f, "state.c", 3, dims, p->state_c);
+    if (!rc) rc = lstmd_checkpoint_all_finite(path, "state.c", p->state_c, count);
   }
   double loss_scale = 0.0;
   long scale_good = 0;

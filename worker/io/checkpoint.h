@@ -83,6 +83,10 @@ int lstmd_checkpoint_load_train(const char *path, struct lstmd_model *m, struct 
  * *json (malloc'd), or *json = NULL when it has none. */
 int lstmd_checkpoint_sparsity_json(const char *path, char **json);
 
+/* LSTMD_OK when x[0..n) are all finite; else a message naming `path`, the tensor and the first
+ * non-finite element, and LSTMD_EFORMAT. Every loaded tensor goes through it. */
+int lstmd_checkpoint_all_finite(const char *path, const char *name, const float *x, size_t n);
+
 /* For other files of a model (qcheckpoint.c): writes `path` atomically with the tensors given,
  * metadata 'format' = tag, the model shape and the data metadata as a checkpoint has them, and
  * the extra (key, value) pairs. */

@@ -65,16 +65,6 @@ int lstmd_qcheckpoint_save(const char *path, const struct lstmd_model *m,
 
 /* ---- loading ---- */
 
-static int all_finite(const char *path, const char *name, const float *x, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (!isfinite(x[i])) {
-      lstmd_errorf("%s: tensor '%s' holds a non-finite value (%g at element %zu)", path, name,
-                   x[i], i);
-      return LSTMD_EFORMAT;
-    }
-  return LSTMD_OK;
-}
-
 /* Checks an I8 weight [rows, cols] and its scale tensor before anything is allocated. */
 static int check_weight(const struct lstmd_st_file *f, const char *path,
                         const struct lstmd_tensor *t) {
@@ -121,7 +111,7 @@ static int read_weight(const struct lstmd_st_file *f, const char *path,
 static int read_f32(const struct lstmd_st_file *f, const char *path, const struct lstmd_tensor *t,
                     float *out) {
   LSTMD_TRY(lstmd_st_read_f32(f, t->name, t->rank, t->shape, out));
-  return all_finite(path, t->name, out, t->count);
+  return lstmd_checkpoint_all_finite(path, t->name, out, t->count);
 }
 
 int lstmd_qcheckpoint_load(const char *path, struct lstmd_qmodel **out,

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# make_loader_corpora.sh — writes the seed corpora of the fp32 checkpoint loader's and the dataset
+# reader's fuzz targets (tests/fuzz_ckpt.c, tests/fuzz_dataset.c) into tests/fuzz/corpus-ckpt and
+# tests/fuzz/corpus-dataset: tiny checkpoints made by `lstmd train` (text, 1 layer; series, 2
+# layers; layer-normalised; SGD, which the target's AdamW resume refuses) and two it must reject
+# (a wrong format tag, a truncation; the series one is stream order, with carried state); dataset splits made by `lstmd prepare` (text, series,
+# classify by bytes and by values) and two it must reject (a bad magic, a truncation). Each seed
+# is under the driver's 64 KiB. Run again after changing either file format:
+#   tests/fuzz/make_loader_corpora.sh build/lstmd tests/fuzz
+set -eu
+LSTMD=$(realpath "$1")
+OUT=$(realpath "$2")
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+cd "$TMP"
+mkdir -p "$OUT/corpus-ckpt" "$OUT/corpus-dataset"
+head -c 3000 "$SRC/data/fortunes.txt" | tr -c 'a-e\n' 'a' >text.txt
+head -n 400 "$SRC/data/seattle-temps.csv" >series.csv
+printf 'en\thello there\nfr\tbonjour la\nen\tgood day\nfr\tau revoir\nen\tsee you\nfr\tmerci bien\n' >cls.tsv
+for i in 1 2 3 4 5 6; do printf 'up,1,2,%d,4\ndown,4,%d,2,1\n' $i $i; done >cls.csv
+"$LSTMD" prepare text --input text.txt --out t 2>/dev/null
+"$LSTMD" prepare series --input series.csv --target temp --horizon 2 --out s 2>/dev/null
+"$LSTMD" prepare classify --input cls.tsv --out c --val-fraction 0.34 2>/dev/null
+"$LSTMD" prepare classify --series --input cls.csv --out cs --val-fraction 0.34 2>/dev/null
+TINY=(--set data.seq_len=8 --set data.batch_size=2 --set train.steps=1 --set train.eval_every=0
+  --set train.threads=1 --set model.hidden=4)
+"$LSTMD" train --set data.path=t --set train.run_dir=rt --set model.embed=3 --set model.layers=1 \
+  "${TINY[@]}" >/dev/null 2>&1
+"$LSTMD" train --set data.path=s --set train.run_dir=rs --set model.layers=2 --set data.order=stream \
+  "${TINY[@]}" >/dev/null 2>&1
+"$LSTMD" train --set data.path=t --set train.run_dir=rl --set model.embed=3 --set model.layers=2 \
+  --set model.layer_norm=true "${TINY[@]}" >/dev/null 2>&1
+"$LSTMD" train --set data.path=t --set train.run_dir=rg --set model.embed=3 --set model.layers=1 \
+  --set optim.algo=sgd "${TINY[@]}" >/dev/null 2>&1
+C=$OUT/corpus-ckpt
+cp rt/latest.safetensors "$C/text.safetensors"
+cp rs/latest.safetensors "$C/series.safetensors"
+cp rl/latest.safetensors "$C/layer-norm.safetensors"
+cp rg/latest.safetensors "$C/sgd.safetensors"
+sed 's/"lstmd-checkpoint-1"/"lstmd-checkpoint-9"/' rt/latest.safetensors >"$C/wrong-tag.safetensors"
+head -c 1000 rs/latest.safetensors >"$C/truncated.safetensors"
+D=$OUT/corpus-dataset
+cp t/train.bin "$D/text-train.bin"
+cp s/val.bin "$D/series-val.bin"
+cp c/train.bin "$D/classify-bytes.bin"
+cp cs/train.bin "$D/classify-values.bin"
+{ printf 'XXXX'; tail -c +5 t/val.bin; } >"$D/bad-magic.bin"
+head -c 100 s/train.bin >"$D/truncated.bin"
+ls -l "$C" "$D"
