@@ -4,8 +4,10 @@
 # tests/fuzz/corpus-dataset: tiny checkpoints made by `lstmd train` (text, 1 layer; series, 2
 # layers; layer-normalised; SGD, which the target's AdamW resume refuses) and two it must reject
 # (a wrong format tag, a truncation; the series one is stream order, with carried state); dataset splits made by `lstmd prepare` (text, series,
-# classify by bytes and by values) and two it must reject (a bad magic, a truncation). Each seed
-# is under the driver's 64 KiB. Run again after changing either file format:
+# classify by bytes and by values) and two it must reject (a bad magic, a truncation); and the
+# inputs of `lstmd prepare` for tests/fuzz_prepare.c in tests/fuzz/corpus-prepare (a first byte
+# 0-3 picking text, series, classify, classify --series; one accepted and one refused of each
+# but text). Each seed is under the driver's 64 KiB. Run again after changing either file format:
 #   tests/fuzz/make_loader_corpora.sh build/lstmd tests/fuzz
 set -eu
 LSTMD=$(realpath "$1")
@@ -14,7 +16,7 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 cd "$TMP"
-mkdir -p "$OUT/corpus-ckpt" "$OUT/corpus-dataset"
+mkdir -p "$OUT/corpus-ckpt" "$OUT/corpus-dataset" "$OUT/corpus-prepare"
 head -c 3000 "$SRC/data/fortunes.txt" | tr -c 'a-e\n' 'a' >text.txt
 head -n 400 "$SRC/data/seattle-temps.csv" >series.csv
 printf 'en\thello there\nfr\tbonjour la\nen\tgood day\nfr\tau revoir\nen\tsee you\nfr\tmerci bien\n' >cls.tsv
@@ -47,4 +49,14 @@ cp c/train.bin "$D/classify-bytes.bin"
 cp cs/train.bin "$D/classify-values.bin"
 { printf 'XXXX'; tail -c +5 t/val.bin; } >"$D/bad-magic.bin"
 head -c 100 s/train.bin >"$D/truncated.bin"
-ls -l "$C" "$D"
+P=$OUT/corpus-prepare
+{ printf '\0'; head -c 600 text.txt; } >"$P/text"
+awk 'BEGIN { print "date,temp,x"; for (i = 0; i < 80; i++) printf "d%d,%.1f,%d\n", i, 40 + (i % 7), i % 3 }' \
+  >series-x.csv
+{ printf '\1'; cat series-x.csv; } >"$P/series"
+{ printf '\1'; sed 's/temp/tmp/' series-x.csv; } >"$P/series-no-target"
+{ printf '\2'; cat cls.tsv; } >"$P/classify"
+{ printf '\2'; grep '^en' cls.tsv; } >"$P/classify-one-label"
+{ printf '\3'; cat cls.csv; } >"$P/classify-series"
+{ printf '\3'; sed '3s/,4$/,x/' cls.csv; } >"$P/classify-series-bad-value"
+ls -l "$C" "$D" "$P"

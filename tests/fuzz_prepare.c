@@ -1,0 +1,100 @@
+/* fuzz_prepare.c — libFuzzer target for `lstmd prepare` (worker/data/prepare_*.c over libcsv):
+ * the input's first byte picks the preparation (text, series with target column `temp` and a
+ * feature `x`, classify lines, classify --series), the rest is the user's file, written to a
+ * memfd and prepared into a scratch folder (under /dev/shm where there is one). Invariants
+ * (abort() on a violation): the preparation returns OK or a bad-input status (EFORMAT, EIO,
+ * ENOMEM), never anything else; on OK the two splits it wrote open, pass the full verify pass
+ * and belong together (lstmd_dataset_open_dir), the very check `lstmd train` makes; on failure
+ * nothing is left in the folder. Seeds: tests/fuzz/corpus-prepare (make_loader_corpora.sh). */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kernels/status.h"
+#include "worker/data/prepare.h"
+#include "fuzz_target.h"
+
+static size_t g_prepared[4], g_rejected;
+static char g_dir[256];
+
+/* 1 when dir holds no entry but . and .. */
+static int dir_empty(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) abort();
+  struct dirent *e;
+  int empty = 1;
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) empty = 0;
+  closedir(d);
+  return empty;
+}
+
+static void clear_dir(const char *dir) {
+  static const char *const names[] = {"train.bin", "val.bin"};
+  char path[300];
+  for (int i = 0; i < 2; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    unlink(path);
+  }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (!g_dir[0]) {
+    const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+    snprintf(g_dir, sizeof g_dir, "%s/lstmd-fuzz-prepare.XXXXXX", base);
+    if (!mkdtemp(g_dir)) abort();
+  }
+  if (size < 1) return 0;
+  const int kind = data[0] % 4;
+  int fd = memfd_create("input", MFD_CLOEXEC);
+  if (fd < 0 || write(fd, data + 1, size - 1) != (ssize_t)(size - 1)) abort();
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  fuzz_quiet();
+  int rc;
+  switch (kind) {
+    case 0: rc = lstmd_prepare_text(path, g_dir, 0.25); break;
+    case 1: rc = lstmd_prepare_series(path, g_dir, "temp", "x", 2, 0.25, 0); break;
+    case 2: rc = lstmd_prepare_classify(path, g_dir, 0.34); break;
+    default: rc = lstmd_prepare_classify_series(path, g_dir, 0.34, 1, -1); break;
+  }
+  fuzz_loud();
+  close(fd);
+  if (rc == LSTMD_OK) {
+    g_prepared[kind]++;
+    struct lstmd_dataset train, val;
+    fuzz_quiet();
+    const int open = lstmd_dataset_open_dir(g_dir, &train, &val, 1);
+    fuzz_loud();
+    if (open != LSTMD_OK) abort(); /* prepare wrote a dataset that train would refuse */
+    lstmd_dataset_close(&train);
+    lstmd_dataset_close(&val);
+    clear_dir(g_dir);
+  } else if (rc == LSTMD_EFORMAT || rc == LSTMD_EIO || rc == LSTMD_ENOMEM) {
+    g_rejected++;
+    if (!dir_empty(g_dir)) abort(); /* a refused input left files behind */
+  } else {
+    abort();
+  }
+  return 0;
+}
+
+/* The seeds must be prepared by each of the four preparations, and some refused. */
+int fuzz_target_seeds_ok(void) {
+  if (g_prepared[0] && g_prepared[1] && g_prepared[2] && g_prepared[3] && g_rejected) return 1;
+  fprintf(stderr, "fuzz_driver: the seeds miss an outcome (prepared text %zu, series %zu, "
+                  "classify %zu, classify series %zu; rejected %zu)\n", g_prepared[0],
+          g_prepared[1], g_prepared[2], g_prepared[3], g_rejected);
+  return 0;
+}
+
+void fuzz_target_report(FILE *out) {
+  fprintf(out, "prepared %zu text, %zu series, %zu classify, %zu classify series; %zu refused",
+          g_prepared[0], g_prepared[1], g_prepared[2], g_prepared[3], g_rejected);
+  clear_dir(g_dir);
+  rmdir(g_dir);
+}
