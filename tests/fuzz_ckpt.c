@@ -10,7 +10,6 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "kernels/status.h"
@@ -76,10 +75,8 @@ static void check_model(struct lstmd_model *m, const char *path) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  int fd = memfd_create("ckpt", MFD_CLOEXEC);
-  if (fd < 0 || write(fd, data, size) != (ssize_t)size) abort();
   char path[64];
-  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  const int fd = fuzz_input_file(data, size, path);
   struct lstmd_model *m = NULL;
   struct lstmd_data_meta meta;
   fuzz_quiet();

@@ -9,7 +9,6 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,10 +43,8 @@ static void check_split(struct lstmd_dataset *ds, int fd) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  int fd = memfd_create("split", MFD_CLOEXEC);
-  if (fd < 0 || write(fd, data, size) != (ssize_t)size) abort();
   char path[64];
-  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  const int fd = fuzz_input_file(data, size, path);
   struct lstmd_dataset ds;
   fuzz_quiet();
   const int rc = lstmd_dataset_open(path, &ds);

@@ -10,7 +10,6 @@
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -50,10 +49,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   if (size < 1) return 0;
   const int kind = data[0] % 4;
-  int fd = memfd_create("input", MFD_CLOEXEC);
-  if (fd < 0 || write(fd, data + 1, size - 1) != (ssize_t)(size - 1)) abort();
   char path[64];
-  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  const int fd = fuzz_input_file(data + 1, size - 1, path);
   fuzz_quiet();
   int rc;
   switch (kind) {

@@ -2,11 +2,10 @@
  * is written to a memfd and loaded by path, as `lstmd eval` loads a file. Invariants (abort() on
  * a violation): the loader returns OK or a bad-input status (EFORMAT, EIO), never anything
  * else; a model it accepts has the weights its shape says and runs one forward step (a read past
- * a buffer there is a crash under ASan). Seeds: tests/fuzz/corpus-qckpt (make_qckpt_corpus.sh). */
+ * a buffer there is a crash under ASan). Seeds: tests/fuzz/corpus-qckpt (make_loader_corpora.sh). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "kernels/status.h"
@@ -35,10 +34,8 @@ static void check_model(const struct lstmd_qmodel *qm) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  int fd = memfd_create("qckpt", MFD_CLOEXEC);
-  if (fd < 0 || write(fd, data, size) != (ssize_t)size) abort();
   char path[64];
-  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  const int fd = fuzz_input_file(data, size, path);
   struct lstmd_qmodel *qm = NULL;
   struct lstmd_data_meta meta;
   fuzz_quiet();

@@ -25,6 +25,20 @@ static inline void fuzz_loud(void) {
   fflush(stderr);
   if (fuzz_saved_fd >= 0) dup2(fuzz_saved_fd, 2);
 }
+
+/* The input as a file, the way lstmd opens its inputs: data[0, size) in a new memfd, whose
+ * /proc/self/fd path goes to path. Returns the fd (the caller closes it); aborts on failure.
+ * For the targets that define _GNU_SOURCE (memfd_create) before their includes. */
+#ifdef _GNU_SOURCE
+#include <stdlib.h>
+#include <sys/mman.h>
+static inline int fuzz_input_file(const uint8_t *data, size_t size, char path[64]) {
+  const int fd = memfd_create("fuzz-input", MFD_CLOEXEC);
+  if (fd < 0 || write(fd, data, size) != (ssize_t)size) abort();
+  snprintf(path, 64, "/proc/self/fd/%d", fd);
+  return fd;
+}
+#endif
 /* 1 when the seeds run so far reached every outcome; else prints what is missing, returns 0. */
 int fuzz_target_seeds_ok(void);
 void fuzz_target_report(FILE *out);

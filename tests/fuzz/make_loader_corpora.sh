@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# make_loader_corpora.sh — writes the seed corpora of the fp32 checkpoint loader's and the dataset
-# reader's fuzz targets (tests/fuzz_ckpt.c, tests/fuzz_dataset.c) into tests/fuzz/corpus-ckpt and
-# tests/fuzz/corpus-dataset: tiny checkpoints made by `lstmd train` (text, 1 layer; series, 2
-# layers; layer-normalised; SGD, which the target's AdamW resume refuses) and two it must reject
-# (a wrong format tag, a truncation; the series one is stream order, with carried state); dataset splits made by `lstmd prepare` (text, series,
-# classify by bytes and by values) and two it must reject (a bad magic, a truncation); and the
-# inputs of `lstmd prepare` for tests/fuzz_prepare.c in tests/fuzz/corpus-prepare (a first byte
-# 0-3 picking text, series, classify, classify --series; one accepted and one refused of each
-# but text). Each seed is under the driver's 64 KiB. Run again after changing either file format:
+# make_loader_corpora.sh — writes the seed corpora of the file loaders' fuzz targets under
+# tests/fuzz, each seed under the driver's 64 KiB:
+#   corpus-qckpt    the int8 model loader (tests/fuzz_qckpt.c): the text and series checkpoints
+#                   below made int8 by `lstmd quantize`, a wrong format tag, a truncation
+#   corpus-ckpt     the fp32 checkpoint loader (tests/fuzz_ckpt.c): tiny checkpoints of `lstmd
+#                   train` (text, 1 layer; series, 2 layers, stream order: carried state;
+#                   layer-normalised; SGD, which the target's AdamW resume refuses), a wrong
+#                   format tag, a truncation
+#   corpus-dataset  the dataset reader (tests/fuzz_dataset.c): splits of `lstmd prepare` (text,
+#                   series, classify by bytes and by values), a bad magic, a truncation
+#   corpus-prepare  `lstmd prepare` itself (tests/fuzz_prepare.c): user files behind a first byte
+#                   0-3 picking text, series, classify, classify --series; one accepted and one
+#                   refused of each but text
+# Run again after changing a file format:
 #   tests/fuzz/make_loader_corpora.sh build/lstmd tests/fuzz
 set -eu
 LSTMD=$(realpath "$1")
@@ -16,7 +21,7 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 cd "$TMP"
-mkdir -p "$OUT/corpus-ckpt" "$OUT/corpus-dataset" "$OUT/corpus-prepare"
+mkdir -p "$OUT/corpus-qckpt" "$OUT/corpus-ckpt" "$OUT/corpus-dataset" "$OUT/corpus-prepare"
 head -c 3000 "$SRC/data/fortunes.txt" | tr -c 'a-e\n' 'a' >text.txt
 head -n 400 "$SRC/data/seattle-temps.csv" >series.csv
 printf 'en\thello there\nfr\tbonjour la\nen\tgood day\nfr\tau revoir\nen\tsee you\nfr\tmerci bien\n' >cls.tsv
@@ -42,6 +47,11 @@ cp rl/latest.safetensors "$C/layer-norm.safetensors"
 cp rg/latest.safetensors "$C/sgd.safetensors"
 sed 's/"lstmd-checkpoint-1"/"lstmd-checkpoint-9"/' rt/latest.safetensors >"$C/wrong-tag.safetensors"
 head -c 1000 rs/latest.safetensors >"$C/truncated.safetensors"
+Q=$OUT/corpus-qckpt
+"$LSTMD" quantize --checkpoint rt/latest.safetensors --out "$Q/text-int8.safetensors" >/dev/null
+"$LSTMD" quantize --checkpoint rs/latest.safetensors --out "$Q/series-int8.safetensors" >/dev/null
+sed 's/"lstmd-int8-1"/"lstmd-int8-9"/' "$Q/text-int8.safetensors" >"$Q/wrong-tag.safetensors"
+head -c 1000 "$Q/series-int8.safetensors" >"$Q/truncated.safetensors"
 D=$OUT/corpus-dataset
 cp t/train.bin "$D/text-train.bin"
 cp s/val.bin "$D/series-val.bin"
@@ -59,4 +69,4 @@ awk 'BEGIN { print "date,temp,x"; for (i = 0; i < 80; i++) printf "d%d,%.1f,%d\n
 { printf '\2'; grep '^en' cls.tsv; } >"$P/classify-one-label"
 { printf '\3'; cat cls.csv; } >"$P/classify-series"
 { printf '\3'; sed '3s/,4$/,x/' cls.csv; } >"$P/classify-series-bad-value"
-ls -l "$C" "$D" "$P"
+ls -l "$Q" "$C" "$D" "$P"
