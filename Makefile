@@ -37,8 +37,7 @@ test: deps all
 ASAN_BUILD ?= build-asan
 ASAN_LOGS = $(abspath $(ASAN_BUILD))/sanitizer-logs
 test-asan: deps
-	@test -f $(ASAN_BUILD)/CMakeCache.txt || cmake -S . -B $(ASAN_BUILD) \
-	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLSTMD_SANITIZE=ON
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLSTMD_SANITIZE=ON >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	rm -rf $(ASAN_LOGS) && mkdir -p $(ASAN_LOGS)
 	cd $(ASAN_BUILD) && \

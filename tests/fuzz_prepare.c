@@ -41,11 +41,17 @@ static void clear_dir(const char *dir) {
   }
 }
 
+static void remove_scratch(void) {
+  clear_dir(g_dir);
+  rmdir(g_dir);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!g_dir[0]) {
     const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
     snprintf(g_dir, sizeof g_dir, "%s/lstmd-fuzz-prepare.XXXXXX", base);
     if (!mkdtemp(g_dir)) abort();
+    atexit(remove_scratch);
   }
   if (size < 1) return 0;
   const int kind = data[0] % 4;
@@ -92,6 +98,4 @@ int fuzz_target_seeds_ok(void) {
 void fuzz_target_report(FILE *out) {
   fprintf(out, "prepared %zu text, %zu series, %zu classify, %zu classify series; %zu refused",
           g_prepared[0], g_prepared[1], g_prepared[2], g_prepared[3], g_rejected);
-  clear_dir(g_dir);
-  rmdir(g_dir);
 }

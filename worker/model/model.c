@@ -228,8 +228,16 @@ double lstmd_model_flops_per_token(const struct lstmd_model_shape *s) {
 
 /* Under AddressSanitizer every slice is followed by a poisoned red zone (its round-up to 16
  * floats, plus 16 more), so a kernel that writes one row past its slice stops the ASan build
- * (tests/CMakeLists.txt: LSTMD_ASAN) instead of silently landing in the next array. */
+ * (make test-asan: CMake option LSTMD_SANITIZE) instead of silently landing in the next array.
+ * GCC says __SANITIZE_ADDRESS__, clang __has_feature(address_sanitizer). */
 #if defined(__SANITIZE_ADDRESS__)
+#define LSTMD_ARENA_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LSTMD_ARENA_ASAN 1
+#endif
+#endif
+#if defined(LSTMD_ARENA_ASAN)
 #include <sanitizer/asan_interface.h>
 enum { kArenaRedZone = 16 };
 #else
