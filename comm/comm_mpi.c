@@ -80,6 +80,12 @@ int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out) {
   int initialized = 0, provided = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
+    /* An lstmd started without a launcher is an MPI singleton, and Open MPI 4 then forks an
+     * orted that outlives us and removes the session folder (ompi.HOST.UID) after we exit,
+     * racing whatever mpirun starts next there ("orte_init failed", seen in CI). lstmd never
+     * spawns, so it needs no orted: isolated singletons clean up before exit. A launcher's
+     * ranks are not singletons and ignore it; a user's own setting wins. */
+    setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
     if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
       lstmd_errorf("MPI_Init_thread failed");
       free(c);
