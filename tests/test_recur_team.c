@@ -3,11 +3,13 @@
  * backward_input together; every output must equal, bit for bit, what each thread's rows give
  * through lstmd_cpu_lstm_forward / lstmd_cpu_lstm_backward_input alone with packed W_hh (whose
  * values test_kernels_cpu checks against float64). Several passes in a row over one team, as a
- * model's layers run, so that a missing barrier shows as a race. Exit 77 where the ISA in use
+ * model's layers run, so that a missing barrier shows as a race; with more members than cores,
+ * groups of units are taken over by another member mid-step. Exit 77 where the ISA in use
  * has no packed kernels (generic). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/cpu/lstm_cpu.h"
 #include "kernels/cpu/recur_gemm.h"
@@ -84,14 +86,16 @@ static void same_bits(const char *what, const float *got, const float *want, siz
   (*bad)++;
 }
 
-static void test_team(int n, int T, int In, int H, const int *B) {
+/* Returns how many groups a member computed for another (lstmd_recur_team_stolen), -1 when
+ * skipped. */
+static long test_team(int n, int T, int In, int H, const int *B) {
   char name[96];
   snprintf(name, sizeof name, "%d members H%d T%d rows %d", n, H, T, B[0]);
   for (int m = 1; m < n; m++)
     snprintf(name + strlen(name), sizeof name - strlen(name), ",%d", B[m]);
   if (!lstmd_recur_team_fits(n, H)) {
     printf("%-34s (H not split this way on this ISA: skipped)\n", name);
-    return;
+    return -1;
   }
   const size_t G = 4 * (size_t)H;
   float *wih = rnd(G * In, 0.3), *whh = rnd(G * H, 0.3), *bih = rnd(G, 0.2), *bhh = rnd(G, 0.2);
@@ -126,6 +130,8 @@ static void test_team(int n, int T, int In, int H, const int *B) {
     same_bits("work (dh, dc)", r[m].t_work, r[m].a_work, 2 * bh, &bad);
     same_bits("dx", r[m].t_dx, r[m].a_dx, nb * In, &bad);
   }
+  const long stolen = lstmd_recur_team_stolen(team);
+  snprintf(name + strlen(name), sizeof name - strlen(name), " (%ld groups taken over)", stolen);
   check_true(name, bad == 0);
   lstmd_recur_team_destroy(team);
   for (int m = 0; m < n; m++) {
@@ -135,6 +141,7 @@ static void test_team(int n, int T, int In, int H, const int *B) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
   }
   free(wih), free(whh), free(bih), free(bhh);
+  return stolen;
 }
 
 int main(void) {
@@ -153,5 +160,11 @@ int main(void) {
   test_team(3, 4, 24, 192, (const int[]){7, 1, 9});
   test_team(4, 3, 16, 256, (const int[]){8, 8, 8, 8});
   test_team(2, 9, 64, 512, (const int[]){16, 16});
+  /* More members than cores: the ones descheduled mid-step leave their groups to the others,
+   * so the taking over of groups is exercised (and checked bitwise above) on every run here. */
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  const long stolen = test_team(4, 48, 16, 8 * w, (const int[]){5, 8, 3, 8});
+  if (cores < 4 && stolen >= 0)
+    check_true("4 members on fewer cores: some groups taken over by another member", stolen > 0);
   return check_summary("test_recur_team");
 }

@@ -10,7 +10,9 @@
  * stay per slice, on the slice's own rows.
  *
  * The members meet at a barrier once per time step (the next step's GEMM reads every unit of
- * h), and once before each layer pass (to publish their row buffers). Every member must make
+ * h), and once before each layer pass (to publish their row buffers). Within a step a member
+ * that has finished its own units takes the untaken ones of a member that is behind (in groups
+ * of one panel width), so one held-up thread does not hold up the step by its whole share. Every member must make
  * the same sequence of calls with the same T and H; the row counts may differ. No element's
  * value depends on the split: the results are bitwise those of lstmd_cpu_lstm_forward and
  * lstmd_cpu_lstm_backward_input with packed W_hh (tests/test_recur_team.c checks it). */
@@ -35,6 +37,8 @@ int lstmd_recur_team_wanted(int n, int H);
 /* A team of n members for hidden size H (lstmd_recur_team_fits must hold): 0 or LSTMD_ENOMEM. */
 int lstmd_recur_team_create(int n, int H, struct lstmd_recur_team **out);
 void lstmd_recur_team_destroy(struct lstmd_recur_team *t);
+/* How many unit groups, over the team's life, a member computed for another (recur_team.c). */
+long lstmd_recur_team_stolen(const struct lstmd_recur_team *t);
 
 /* lstmd_cpu_lstm_forward for member `member`'s rows (its own d, x, h, c, gates), run together
  * with the other members' calls; W_hh is packed by the team (no wpack argument). d->split must
