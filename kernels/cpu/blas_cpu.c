@@ -16,6 +16,8 @@ int lstmd_cpu_cores(void) {
 
 void lstmd_cpu_set_blas_threads(int n) { openblas_set_num_threads(n > 0 ? n : lstmd_cpu_cores()); }
 
+int lstmd_cpu_blas_threads(void) { return openblas_get_num_threads(); }
+
 
 void lstmd_cpu_blas_describe(char *buf, size_t n) {
   snprintf(buf, n, "OpenBLAS %s kernels, lstmd %s kernels (int8: %s)", openblas_get_corename(),

@@ -7,6 +7,8 @@
 
 /* Threads OpenBLAS uses inside one call (process-wide). n <= 0: all online cores. */
 void lstmd_cpu_set_blas_threads(int n);
+/* Threads OpenBLAS uses inside one call now. */
+int lstmd_cpu_blas_threads(void);
 /* Online cores of this machine (at least 1). */
 int lstmd_cpu_cores(void);
 /* "OpenBLAS <core> kernels, lstmd <isa> kernels" into buf (isa.h). */

@@ -3,6 +3,7 @@
 #include "infer.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -167,6 +168,69 @@ int lstmd_infer_evaluate(const struct lstmd_infer_model *im, const struct lstmd_
   return LSTMD_OK;
 }
 
+/* The chunks of an evaluation (B windows each, the last one shorter), shared by its threads:
+ * each takes the next chunk untaken and writes the chunk's sum to its own slot. */
+struct eval_chunks {
+  const struct lstmd_infer_model *im;
+  const struct lstmd_dataset *ds;
+  const float *z; /* series: the normalised split */
+  int T, B;
+  uint64_t windows, count; /* count = ceil(windows / B) */
+  uint64_t next;           /* atomic: the next chunk untaken */
+  int failed;              /* atomic: the first error; the others stop taking chunks */
+  double *sums;            /* [count] */
+};
+
+/* One thread's part: its own workspaces (full chunks, and the short last one if it takes it). */
+static int eval_some_chunks(struct eval_chunks *e) {
+  const int series = e->ds->info.kind == LSTMD_DATASET_SERIES;
+  struct runner full = {0}, tail = {0};
+  void *scratch = series ? NULL : malloc(lstmd_window_scratch_bytes(e->ds, e->T));
+  int rc = series || scratch ? LSTMD_OK : LSTMD_ENOMEM;
+  for (uint64_t c; !rc && !__atomic_load_n(&e->failed, __ATOMIC_RELAXED) &&
+                   (c = __atomic_fetch_add(&e->next, 1, __ATOMIC_RELAXED)) < e->count;) {
+    const uint64_t w = c * (uint64_t)e->B;
+    const int cols = e->windows - w < (uint64_t)e->B ? (int)(e->windows - w) : e->B;
+    struct runner *r = cols == e->B ? &full : &tail;
+    if (!r->ws && !r->qws) rc = runner_open(e->im, e->T, cols, r);
+    e->sums[c] = 0.0;
+    if (!rc && series) rc = eval_series_chunk(r, e->ds, e->z, e->T, w, cols, &e->sums[c]);
+    else if (!rc) rc = eval_chunk(r, e->ds, e->T, w, cols, scratch, &e->sums[c]);
+  }
+  runner_close(&full);
+  runner_close(&tail);
+  free(scratch);
+  if (rc) __atomic_store_n(&e->failed, rc, __ATOMIC_RELAXED);
+  return rc;
+}
+
+static void *eval_thread(void *arg) {
+  eval_some_chunks(arg);
+  return NULL;
+}
+
+/* Threads: an fp32 model's evaluation takes as many as BLAS was given (the callers' way of
+ * saying how many cores are theirs now: lstmd_cpu_set_blas_threads), each with its own chunks
+ * and BLAS at one thread, so the per-step recurrence, which BLAS cannot split at a few rows,
+ * runs on every core too. The int8 model splits each forward itself (runner_open). The chunks'
+ * sums are added in chunk order, so the loss does not depend on the thread count. */
+static int eval_all_chunks(struct eval_chunks *e) {
+  const int blas_threads = lstmd_cpu_blas_threads();
+  int threads = e->im->fp32 ? blas_threads : 1;
+  if ((uint64_t)threads > e->count) threads = (int)e->count;
+  if (threads <= 1) return eval_some_chunks(e);
+  lstmd_cpu_set_blas_threads(1);
+  pthread_t th[64];
+  int started = 0;
+  while (started < threads - 1 && started < 64 &&
+         pthread_create(&th[started], NULL, eval_thread, e) == 0)
+    started++; /* fewer threads than asked (none at all, even) only makes it slower */
+  const int rc = eval_some_chunks(e);
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  lstmd_cpu_set_blas_threads(blas_threads);
+  return rc ? rc : __atomic_load_n(&e->failed, __ATOMIC_RELAXED);
+}
+
 int lstmd_infer_evaluate_full(const struct lstmd_infer_model *im, const struct lstmd_dataset *ds,
                               int T, int B, int baselines, struct lstmd_eval_result *res) {
   memset(res, 0, sizeof *res);
@@ -178,25 +242,15 @@ int lstmd_infer_evaluate_full(const struct lstmd_infer_model *im, const struct l
   }
   if ((uint64_t)B > n) B = (int)n;
   const int series = ds->info.kind == LSTMD_DATASET_SERIES;
-  struct runner full = {0}, tail = {0};
   float *z = NULL;
-  void *scratch = series ? NULL : malloc(lstmd_window_scratch_bytes(ds, T));
-  int rc = series ? lstmd_series_read_normalised(ds, &z) : scratch ? LSTMD_OK : LSTMD_ENOMEM;
-  if (!rc) rc = runner_open(im, T, B, &full);
-  const int tail_cols = (int)(n % (uint64_t)B);
-  if (!rc && tail_cols) rc = runner_open(im, T, tail_cols, &tail);
+  struct eval_chunks e = {im, ds, NULL, T, B, n, (n + (uint64_t)B - 1) / (uint64_t)B, 0, 0, NULL};
+  int rc = series ? lstmd_series_read_normalised(ds, &z) : LSTMD_OK;
+  e.z = z;
+  if (!rc && !(e.sums = malloc(e.count * sizeof *e.sums))) rc = LSTMD_ENOMEM;
+  if (!rc) rc = eval_all_chunks(&e);
   double sum = 0.0;
-  uint64_t w = 0;
-  for (; !rc && w + (uint64_t)B <= n; w += (uint64_t)B)
-    if (series) rc = eval_series_chunk(&full, ds, z, T, w, B, &sum);
-    else rc = eval_chunk(&full, ds, T, w, B, scratch, &sum);
-  if (!rc && tail_cols) {
-    if (series) rc = eval_series_chunk(&tail, ds, z, T, w, tail_cols, &sum);
-    else rc = eval_chunk(&tail, ds, T, w, tail_cols, scratch, &sum);
-  }
-  runner_close(&full);
-  runner_close(&tail);
-  free(scratch);
+  for (uint64_t c = 0; !rc && c < e.count; c++) sum += e.sums[c];
+  free(e.sums);
   const struct lstmd_model_shape *s = model_shape(im);
   const int per_input = s->kind == LSTMD_MODEL_TEXT ? 1 : s->horizon;
   res->tokens = n * (uint64_t)T;

@@ -27,7 +27,9 @@ void lstmd_infer_model_destroy(struct lstmd_infer_model *im);
 /* Scores the split as consecutive, non-overlapping windows of seq_len inputs, each from a zero
  * state, `batch` windows at a time. *mean_loss: cross-entropy (nats) per target for text, squared
  * error per normalised target value for series (after undoing ds->tf: lstmd_eval_result). *tokens: inputs scored (windows × seq_len).
- * A split with no whole window gives LSTMD_ECONFIG with a message. */
+ * A split with no whole window gives LSTMD_ECONFIG with a message. An fp32 model's windows are
+ * split across as many threads as BLAS has (lstmd_cpu_set_blas_threads), BLAS then running on
+ * one thread in each; the result does not depend on the count, bit for bit. */
 int lstmd_evaluate(struct lstmd_model *m, const struct lstmd_dataset *ds, int seq_len, int batch,
                    double *mean_loss, uint64_t *tokens);
 /* The same for either kind of model. */

@@ -1,0 +1,106 @@
+/* test_eval_threads.c — validation loss on several threads (worker/model/infer.c): an fp32
+ * model's evaluation splits its chunks of windows across as many threads as BLAS was given, and
+ * the loss (text) or forecast MSE and skill (series) must be bit for bit those of one thread,
+ * for 1 to 4 threads with a short last chunk; within 1e-9 of an evaluation in one chunk of
+ * every window (other sums, so only rounding may differ); and BLAS gets its thread count back. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/cpu/blas_cpu.h"
+#include "kernels/status.h"
+#include "worker/data/dataset.h"
+#include "worker/data/prepare.h"
+#include "worker/model/infer.h"
+#include "check.h"
+
+static char g_dir[64] = "/tmp/lstmd-eval-threads.XXXXXX";
+
+/* A model for the dataset in `sub` (prepared under g_dir), its weights drawn from seed 5. */
+static struct lstmd_model *model_for(const struct lstmd_dataset *val, int hidden) {
+  struct lstmd_model_shape s = {.hidden = hidden, .layers = 2};
+  if (val->info.kind == LSTMD_DATASET_TEXT) {
+    s.kind = LSTMD_MODEL_TEXT, s.vocab = val->info.vocab_size, s.embed = 8;
+  } else {
+    s.kind = LSTMD_MODEL_SERIES, s.width = val->info.width, s.horizon = val->info.horizon;
+  }
+  struct lstmd_model *m = NULL;
+  if (lstmd_model_create(&s, &m)) return NULL;
+  struct lstmd_rng rng;
+  lstmd_rng_seed(&rng, 5, 1);
+  lstmd_model_init_params(m, &rng);
+  return m;
+}
+
+static void check_threads(const char *label, const char *sub, int hidden, int T, int B) {
+  char dir[128];
+  snprintf(dir, sizeof dir, "%s/%s", g_dir, sub);
+  struct lstmd_dataset train, val;
+  if (lstmd_dataset_open_dir(dir, &train, &val, 1)) {
+    check_true("dataset opens", 0);
+    return;
+  }
+  struct lstmd_model *m = model_for(&val, hidden);
+  const struct lstmd_infer_model im = {m, NULL};
+  const uint64_t windows = lstmd_window_count(&val, T);
+  char what[160];
+  snprintf(what, sizeof what, "%s: %llu windows = %llu chunks of %d and a last one of %llu", label,
+           (unsigned long long)windows, (unsigned long long)(windows / B), B,
+           (unsigned long long)(windows % B));
+  check_true(what, m && windows > 4 * (uint64_t)B && windows % B);
+  struct lstmd_eval_result one = {0}, got, all = {0};
+  lstmd_cpu_set_blas_threads(1);
+  int rc = lstmd_infer_evaluate_full(&im, &val, T, (int)windows, 1, &all); /* one chunk */
+  rc = rc ? rc : lstmd_infer_evaluate_full(&im, &val, T, B, 1, &one);
+  snprintf(what, sizeof what, "%s: 1 thread, loss %.9g, within 1e-9 of one chunk of all (%.9g)",
+           label, one.loss, all.loss);
+  check_true(what, !rc && isfinite(one.loss) && fabs(one.loss - all.loss) <= 1e-9 * fabs(all.loss));
+  for (int t = 2; t <= 4; t++) {
+    lstmd_cpu_set_blas_threads(t);
+    rc = lstmd_infer_evaluate_full(&im, &val, T, B, 1, &got);
+    snprintf(what, sizeof what, "%s: %d threads, loss %.17g, skill %.17g: bit for bit", label, t,
+             got.loss, got.skill);
+    check_true(what, !rc && !memcmp(&got.loss, &one.loss, sizeof got.loss) &&
+                         got.tokens == one.tokens &&
+                         !memcmp(&got.skill, &one.skill, sizeof got.skill));
+    snprintf(what, sizeof what, "%s: BLAS has its %d threads back", label, t);
+    check_true(what, lstmd_cpu_blas_threads() == t);
+  }
+  lstmd_model_destroy(m);
+  lstmd_dataset_close(&train);
+  lstmd_dataset_close(&val);
+}
+
+/* Writes the inputs and prepares them: text (bytes of a few words) and a series CSV. */
+static int prepare_inputs(void) {
+  char path[128], out[128];
+  snprintf(path, sizeof path, "%s/text.txt", g_dir);
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  static const char *const kWords[] = {"lstm ", "gate ", "cell ", "state ", "rank ", "step\n"};
+  unsigned long long seed = 11;
+  for (int i = 0; i < 6000; i++) fputs(kWords[(int)(test_uniform(&seed, 3.0) + 3.0) % 6], f);
+  fclose(f);
+  snprintf(out, sizeof out, "%s/text", g_dir);
+  if (lstmd_prepare_text(path, out, 0.5)) return -1;
+  snprintf(path, sizeof path, "%s/series.csv", g_dir);
+  if (!(f = fopen(path, "w"))) return -1;
+  fprintf(f, "x,y\n");
+  for (int i = 0; i < 3000; i++) fprintf(f, "%.4f,%.4f\n", sin(0.1 * i) + 0.01 * (i % 7), cos(0.05 * i));
+  fclose(f);
+  snprintf(out, sizeof out, "%s/series", g_dir);
+  return lstmd_prepare_series(path, out, "x", "y", 3, 0.5, 0);
+}
+
+int main(void) {
+  if (!mkdtemp(g_dir)) return 1;
+  check_true("inputs prepared", prepare_inputs() == LSTMD_OK);
+  check_threads("text H64", "text", 64, 16, 7);
+  check_threads("series H32", "series", 32, 12, 5);
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+  if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);
+  return check_summary("test_eval_threads");
+}
