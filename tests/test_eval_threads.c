@@ -2,8 +2,11 @@
  * model's evaluation splits its chunks of windows across as many threads as BLAS was given, and
  * the loss (text) or forecast MSE and skill (series) must be bit for bit those of one thread,
  * for 1 to 4 threads with a short last chunk; within 1e-9 of an evaluation in one chunk of
- * every window (other sums, so only rounding may differ); and BLAS gets its thread count back. */
+ * every window (other sums, so only rounding may differ); and BLAS gets its thread count back.
+ * The same evaluation shared by 2-4 parts (lstmd_evaluate_shared, as data-parallel ranks share
+ * it; threads stand in for the ranks here): every part gets the loss of one alone, bit for bit. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,11 +97,92 @@ static int prepare_inputs(void) {
   return lstmd_prepare_series(path, out, "x", "y", 3, 0.5, 0);
 }
 
+/* lstmd_evaluate_shared with `parts` threads standing in for ranks: each part's combine meets
+ * the others at a barrier and sums every part's chunk sums. BLAS stays at one thread (the parts
+ * share the process's BLAS setting, which ranks do not). */
+struct share_sim {
+  pthread_barrier_t meet;
+  double *sums[4];
+  int status[4];
+};
+struct part_job {
+  struct share_sim *sim;
+  struct lstmd_model *m;
+  const struct lstmd_dataset *val;
+  int part, parts, T, B, rc;
+  double loss;
+  uint64_t tokens;
+};
+
+static int combine_sim(void *ctx, double *sums, int n, int status) {
+  struct part_job *j = ctx;
+  struct share_sim *sim = j->sim;
+  sim->sums[j->part] = sums, sim->status[j->part] = status;
+  pthread_barrier_wait(&sim->meet);
+  int rc = 0;
+  for (int p = 0; p < j->parts; p++) rc = rc ? rc : sim->status[p];
+  double *total = rc ? NULL : calloc((size_t)n, sizeof *total);
+  for (int p = 0; total && p < j->parts; p++)
+    for (int i = 0; i < n; i++) total[i] += sim->sums[p][i];
+  pthread_barrier_wait(&sim->meet); /* every part has read the others' sums */
+  if (total) memcpy(sums, total, (size_t)n * sizeof *total);
+  free(total);
+  return rc ? rc : total ? 0 : LSTMD_ENOMEM;
+}
+
+static void *part_main(void *arg) {
+  struct part_job *j = arg;
+  const struct lstmd_eval_share share = {j->part, j->parts, combine_sim, j};
+  j->rc = lstmd_evaluate_shared(j->m, j->val, j->T, j->B, &share, &j->loss, &j->tokens);
+  return NULL;
+}
+
+static void check_parts(const char *label, const char *sub, int hidden, int T, int B) {
+  char dir[128], what[160];
+  snprintf(dir, sizeof dir, "%s/%s", g_dir, sub);
+  struct lstmd_dataset train, val;
+  if (lstmd_dataset_open_dir(dir, &train, &val, 1)) {
+    check_true("dataset opens", 0);
+    return;
+  }
+  struct lstmd_model *m = model_for(&val, hidden);
+  lstmd_cpu_set_blas_threads(1);
+  double alone = 0.0;
+  uint64_t tokens = 0;
+  int rc = m ? lstmd_evaluate(m, &val, T, B, &alone, &tokens) : LSTMD_ENOMEM;
+  for (int parts = 2; parts <= 4 && !rc; parts++) {
+    struct share_sim sim;
+    pthread_barrier_init(&sim.meet, NULL, (unsigned)parts);
+    struct part_job jobs[4];
+    pthread_t th[4];
+    for (int p = 0; p < parts; p++) {
+      jobs[p] = (struct part_job){&sim, m, &val, p, parts, T, B, -1, 0.0, 0};
+      pthread_create(&th[p], NULL, part_main, &jobs[p]);
+    }
+    int same = 1;
+    for (int p = 0; p < parts; p++) {
+      pthread_join(th[p], NULL);
+      same = same && jobs[p].rc == 0 && jobs[p].tokens == tokens &&
+             !memcmp(&jobs[p].loss, &alone, sizeof alone);
+    }
+    pthread_barrier_destroy(&sim.meet);
+    snprintf(what, sizeof what, "%s: shared by %d parts, every part's loss %.17g: bit for bit",
+             label, parts, jobs[parts - 1].loss);
+    check_true(what, same);
+  }
+  check_true("evaluation alone", rc == 0);
+  lstmd_model_destroy(m);
+  lstmd_dataset_close(&train);
+  lstmd_dataset_close(&val);
+}
+
 int main(void) {
   if (!mkdtemp(g_dir)) return 1;
   check_true("inputs prepared", prepare_inputs() == LSTMD_OK);
   check_threads("text H64", "text", 64, 16, 7);
   check_threads("series H32", "series", 32, 12, 5);
+  check_parts("text H64", "text", 64, 16, 7);
+  check_parts("series H32", "series", 32, 12, 5);
   char cmd[160];
   snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);

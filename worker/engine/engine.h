@@ -121,7 +121,8 @@ struct lstmd_engine_ops {
    * moments and loss scale, for a checkpoint or a check. */
   int (*sync_host)(struct lstmd_engine *e, struct lstmd_optim *o, struct lstmd_train_progress *p);
   /* Collective: the validation loss as lstmd_evaluate (infer.h) defines it, on rank 0 (the
-   * other ranks return 0 at once and leave *mean_loss, *tokens and *accuracy alone). A
+   * other ranks leave *mean_loss, *tokens and *accuracy alone: they return 0 at once, or, on
+   * the CPU data-parallel engine, after scoring their share of the windows for rank 0). A
    * classifier also sets *accuracy (the fraction of sequences whose most probable class is the
    * label; *tokens counts sequences); other models leave it alone. */
   int (*evaluate)(struct lstmd_engine *e, const struct lstmd_dataset *val, double *mean_loss,

@@ -220,14 +220,24 @@ static int cpu_sync_host(struct lstmd_engine *e, struct lstmd_optim *o,
   return LSTMD_OK;
 }
 
-/* Rank 0 evaluates with all of the rank's threads in BLAS (the slices are idle meanwhile). */
+/* lstmd_eval_share's combine over the ranks: a vote, then the sum of the chunk sums. */
+static int combine_eval_sums(void *ctx, double *sums, int n, int status) {
+  struct lstmd_engine *e = ctx;
+  LSTMD_TRY(lstmd_comm_agree(e->comm, status, NULL));
+  return lstmd_comm_allreduce_sum_f64(e->comm, sums, n) ? LSTMD_ECOMM : LSTMD_OK;
+}
+
+/* Every rank scores its share of the validation windows with all of its threads (the slices are
+ * idle meanwhile; infer.h: lstmd_evaluate_shared), so N ranks evaluate N times as fast, and rank
+ * 0 gets the loss one rank computes alone, bit for bit. A classifier is scored on rank 0. */
 static int cpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *val, double *mean_loss,
                         uint64_t *tokens, double *accuracy) {
   struct cpu_engine *c = cpu_of(e);
-  if (e->rank != 0) return LSTMD_OK;
+  const int classify = e->model->shape.kind == LSTMD_MODEL_CLASSIFY;
+  if (e->rank != 0 && classify) return LSTMD_OK;
   lstmd_cpu_set_blas_threads(c->eval_threads);
   int rc;
-  if (e->model->shape.kind == LSTMD_MODEL_CLASSIFY) { /* mean loss per sequence */
+  if (classify) { /* mean loss per sequence */
     struct lstmd_clf_eval *res = malloc(sizeof *res);
     rc = res ? lstmd_clf_evaluate(e->model, val, e->cfg.batch, res) : LSTMD_ENOMEM;
     if (!rc) {
@@ -237,7 +247,12 @@ static int cpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *val,
     }
     free(res);
   } else {
-    rc = lstmd_evaluate(e->model, val, e->cfg.seq_len, e->cfg.batch, mean_loss, tokens);
+    const struct lstmd_eval_share share = {e->rank, e->world, combine_eval_sums, e};
+    double loss = 0.0;
+    uint64_t n = 0;
+    rc = lstmd_evaluate_shared(e->model, val, e->cfg.seq_len, e->cfg.batch,
+                               e->world > 1 ? &share : NULL, &loss, &n);
+    if (!rc && e->rank == 0) *mean_loss = loss, *tokens = n;
   }
   lstmd_cpu_set_blas_threads(c->blas_threads);
   return rc;

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "infer.h"
 
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -168,18 +169,24 @@ int lstmd_infer_evaluate(const struct lstmd_infer_model *im, const struct lstmd_
   return LSTMD_OK;
 }
 
-/* The chunks of an evaluation (B windows each, the last one shorter), shared by its threads:
- * each takes the next chunk untaken and writes the chunk's sum to its own slot. */
+/* The chunks of an evaluation (B windows each, the last one shorter): this process scores
+ * chunks part, part + parts, ... (lstmd_eval_share), its threads each taking the next one
+ * untaken and writing the chunk's sum to the chunk's own slot. */
 struct eval_chunks {
   const struct lstmd_infer_model *im;
   const struct lstmd_dataset *ds;
   const float *z; /* series: the normalised split */
   int T, B;
   uint64_t windows, count; /* count = ceil(windows / B) */
-  uint64_t next;           /* atomic: the next chunk untaken */
+  uint64_t part, parts;
+  uint64_t next;           /* atomic: the next of this part's chunks untaken (0, 1, ...) */
   int failed;              /* atomic: the first error; the others stop taking chunks */
-  double *sums;            /* [count] */
+  double *sums;            /* [count]; 0 in the chunks of other parts */
 };
+
+static uint64_t part_chunks(const struct eval_chunks *e) {
+  return e->part < e->count ? (e->count - e->part + e->parts - 1) / e->parts : 0;
+}
 
 /* One thread's part: its own workspaces (full chunks, and the short last one if it takes it). */
 static int eval_some_chunks(struct eval_chunks *e) {
@@ -187,9 +194,9 @@ static int eval_some_chunks(struct eval_chunks *e) {
   struct runner full = {0}, tail = {0};
   void *scratch = series ? NULL : malloc(lstmd_window_scratch_bytes(e->ds, e->T));
   int rc = series || scratch ? LSTMD_OK : LSTMD_ENOMEM;
-  for (uint64_t c; !rc && !__atomic_load_n(&e->failed, __ATOMIC_RELAXED) &&
-                   (c = __atomic_fetch_add(&e->next, 1, __ATOMIC_RELAXED)) < e->count;) {
-    const uint64_t w = c * (uint64_t)e->B;
+  for (uint64_t i; !rc && !__atomic_load_n(&e->failed, __ATOMIC_RELAXED) &&
+                   (i = __atomic_fetch_add(&e->next, 1, __ATOMIC_RELAXED)) < part_chunks(e);) {
+    const uint64_t c = e->part + i * e->parts, w = c * (uint64_t)e->B;
     const int cols = e->windows - w < (uint64_t)e->B ? (int)(e->windows - w) : e->B;
     struct runner *r = cols == e->B ? &full : &tail;
     if (!r->ws && !r->qws) rc = runner_open(e->im, e->T, cols, r);
@@ -217,7 +224,7 @@ static void *eval_thread(void *arg) {
 static int eval_all_chunks(struct eval_chunks *e) {
   const int blas_threads = lstmd_cpu_blas_threads();
   int threads = e->im->fp32 ? blas_threads : 1;
-  if ((uint64_t)threads > e->count) threads = (int)e->count;
+  if ((uint64_t)threads > part_chunks(e)) threads = (int)part_chunks(e);
   if (threads <= 1) return eval_some_chunks(e);
   lstmd_cpu_set_blas_threads(1);
   pthread_t th[64];
@@ -231,8 +238,10 @@ static int eval_all_chunks(struct eval_chunks *e) {
   return rc ? rc : __atomic_load_n(&e->failed, __ATOMIC_RELAXED);
 }
 
-int lstmd_infer_evaluate_full(const struct lstmd_infer_model *im, const struct lstmd_dataset *ds,
-                              int T, int B, int baselines, struct lstmd_eval_result *res) {
+/* lstmd_infer_evaluate_full with the work shared as `share` says (NULL: all of it here). */
+static int evaluate(const struct lstmd_infer_model *im, const struct lstmd_dataset *ds, int T,
+                    int B, int baselines, const struct lstmd_eval_share *share,
+                    struct lstmd_eval_result *res) {
   memset(res, 0, sizeof *res);
   res->mse_persistence = res->mse_seasonal = res->skill = NAN;
   const uint64_t n = lstmd_window_count(ds, T);
@@ -243,11 +252,16 @@ int lstmd_infer_evaluate_full(const struct lstmd_infer_model *im, const struct l
   if ((uint64_t)B > n) B = (int)n;
   const int series = ds->info.kind == LSTMD_DATASET_SERIES;
   float *z = NULL;
-  struct eval_chunks e = {im, ds, NULL, T, B, n, (n + (uint64_t)B - 1) / (uint64_t)B, 0, 0, NULL};
+  struct eval_chunks e = {im, ds, NULL, T, B, n, (n + (uint64_t)B - 1) / (uint64_t)B,
+                          share ? (uint64_t)share->part : 0, share ? (uint64_t)share->parts : 1,
+                          0, 0, NULL};
   int rc = series ? lstmd_series_read_normalised(ds, &z) : LSTMD_OK;
   e.z = z;
-  if (!rc && !(e.sums = malloc(e.count * sizeof *e.sums))) rc = LSTMD_ENOMEM;
+  if (!rc && e.count > INT_MAX) rc = LSTMD_ECONFIG; /* combine's count is an int */
+  if (!rc && !(e.sums = calloc(e.count, sizeof *e.sums))) rc = LSTMD_ENOMEM;
   if (!rc) rc = eval_all_chunks(&e);
+  /* Every part calls combine, failed or not: it is the parts' meeting point. */
+  if (share) rc = share->combine(share->ctx, e.sums, e.sums ? (int)e.count : 0, rc);
   double sum = 0.0;
   for (uint64_t c = 0; !rc && c < e.count; c++) sum += e.sums[c];
   free(e.sums);
@@ -261,6 +275,22 @@ int lstmd_infer_evaluate_full(const struct lstmd_infer_model *im, const struct l
   }
   free(z);
   return rc;
+}
+
+int lstmd_infer_evaluate_full(const struct lstmd_infer_model *im, const struct lstmd_dataset *ds,
+                              int T, int B, int baselines, struct lstmd_eval_result *res) {
+  return evaluate(im, ds, T, B, baselines, NULL, res);
+}
+
+int lstmd_evaluate_shared(struct lstmd_model *m, const struct lstmd_dataset *ds, int T, int B,
+                          const struct lstmd_eval_share *share, double *mean_loss,
+                          uint64_t *tokens) {
+  const struct lstmd_infer_model im = {m, NULL};
+  struct lstmd_eval_result res;
+  LSTMD_TRY(evaluate(&im, ds, T, B, 0, share, &res));
+  *mean_loss = res.loss;
+  *tokens = res.tokens;
+  return LSTMD_OK;
 }
 
 int lstmd_check_compatible(const struct lstmd_data_meta *d, const struct lstmd_dataset *ds) {

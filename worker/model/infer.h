@@ -32,6 +32,21 @@ void lstmd_infer_model_destroy(struct lstmd_infer_model *im);
  * one thread in each; the result does not depend on the count, bit for bit. */
 int lstmd_evaluate(struct lstmd_model *m, const struct lstmd_dataset *ds, int seq_len, int batch,
                    double *mean_loss, uint64_t *tokens);
+/* lstmd_evaluate shared by `parts` processes (the ranks of a data-parallel job), each with the
+ * same model and split: this one scores chunks part, part + parts, ... of the chunks of `batch`
+ * windows, and then calls combine (every part calls it, with status 0 or its error): combine
+ * must make sums[n] on every part the sum over the parts of their sums[] (each chunk's slot is
+ * nonzero in one part only, so that sum is exact in any order) and return 0, or an error when
+ * any part failed. The chunks are then added in chunk order, so every part gets the loss
+ * lstmd_evaluate gives alone, bit for bit. */
+struct lstmd_eval_share {
+  int part, parts;
+  int (*combine)(void *ctx, double *sums, int n, int status);
+  void *ctx;
+};
+int lstmd_evaluate_shared(struct lstmd_model *m, const struct lstmd_dataset *ds, int seq_len,
+                          int batch, const struct lstmd_eval_share *share, double *mean_loss,
+                          uint64_t *tokens);
 /* The same for either kind of model. */
 int lstmd_infer_evaluate(const struct lstmd_infer_model *im, const struct lstmd_dataset *ds,
                          int seq_len, int batch, double *mean_loss, uint64_t *tokens);
