@@ -21,7 +21,7 @@
 
 static char g_dir[64] = "/tmp/lstmd-eval-threads.XXXXXX";
 
-/* A model for the dataset in `sub` (prepared under g_dir), its weights drawn from seed 5. */
+/* A model for the split `val`, its weights drawn from seed 5. */
 static struct lstmd_model *model_for(const struct lstmd_dataset *val, int hidden) {
   struct lstmd_model_shape s = {.hidden = hidden, .layers = 2};
   if (val->info.kind == LSTMD_DATASET_TEXT) {
@@ -37,22 +37,33 @@ static struct lstmd_model *model_for(const struct lstmd_dataset *val, int hidden
   return m;
 }
 
-static void check_threads(const char *label, const char *sub, int hidden, int T, int B) {
+/* The prepared dataset in g_dir/sub and a model for it; NULL (a failed check) when either fails,
+ * with nothing left open. */
+static struct lstmd_model *open_case(const char *sub, int hidden, struct lstmd_dataset *train,
+                                     struct lstmd_dataset *val) {
   char dir[128];
   snprintf(dir, sizeof dir, "%s/%s", g_dir, sub);
-  struct lstmd_dataset train, val;
-  if (lstmd_dataset_open_dir(dir, &train, &val, 1)) {
+  if (lstmd_dataset_open_dir(dir, train, val, 1)) {
     check_true("dataset opens", 0);
-    return;
+    return NULL;
   }
-  struct lstmd_model *m = model_for(&val, hidden);
+  struct lstmd_model *m = model_for(val, hidden);
+  check_true("model made", m != NULL);
+  if (!m) lstmd_dataset_close(train), lstmd_dataset_close(val);
+  return m;
+}
+
+static void check_threads(const char *label, const char *sub, int hidden, int T, int B) {
+  struct lstmd_dataset train, val;
+  struct lstmd_model *m = open_case(sub, hidden, &train, &val);
+  if (!m) return;
   const struct lstmd_infer_model im = {m, NULL};
   const uint64_t windows = lstmd_window_count(&val, T);
   char what[160];
   snprintf(what, sizeof what, "%s: %llu windows = %llu chunks of %d and a last one of %llu", label,
            (unsigned long long)windows, (unsigned long long)(windows / B), B,
            (unsigned long long)(windows % B));
-  check_true(what, m && windows > 4 * (uint64_t)B && windows % B);
+  check_true(what, windows > 4 * (uint64_t)B && windows % B);
   struct lstmd_eval_result one = {0}, got, all = {0};
   lstmd_cpu_set_blas_threads(1);
   int rc = lstmd_infer_evaluate_full(&im, &val, T, (int)windows, 1, &all); /* one chunk */
@@ -138,18 +149,14 @@ static void *part_main(void *arg) {
 }
 
 static void check_parts(const char *label, const char *sub, int hidden, int T, int B) {
-  char dir[128], what[160];
-  snprintf(dir, sizeof dir, "%s/%s", g_dir, sub);
+  char what[160];
   struct lstmd_dataset train, val;
-  if (lstmd_dataset_open_dir(dir, &train, &val, 1)) {
-    check_true("dataset opens", 0);
-    return;
-  }
-  struct lstmd_model *m = model_for(&val, hidden);
+  struct lstmd_model *m = open_case(sub, hidden, &train, &val);
+  if (!m) return;
   lstmd_cpu_set_blas_threads(1);
   double alone = 0.0;
   uint64_t tokens = 0;
-  int rc = m ? lstmd_evaluate(m, &val, T, B, &alone, &tokens) : LSTMD_ENOMEM;
+  int rc = lstmd_evaluate(m, &val, T, B, &alone, &tokens);
   for (int parts = 2; parts <= 4 && !rc; parts++) {
     struct share_sim sim;
     pthread_barrier_init(&sim.meet, NULL, (unsigned)parts);

@@ -66,6 +66,12 @@ int lstmd_engine_run_windows(struct lstmd_engine *e, const struct lstmd_step_inp
   return LSTMD_OK;
 }
 
+int lstmd_engine_combine_eval_sums(void *engine, double *sums, int n, int status) {
+  struct lstmd_engine *e = engine;
+  LSTMD_TRY(lstmd_comm_agree(e->comm, status, NULL));
+  return lstmd_comm_allreduce_sum_f64(e->comm, sums, n) ? LSTMD_ECOMM : LSTMD_OK;
+}
+
 int lstmd_engine_gather_dp_state(struct lstmd_engine *e, const float *mine, float *h, float *c) {
   const int L = e->model->shape.layers, B = e->cfg.batch, N = e->world;
   const size_t H = (size_t)e->model->shape.hidden, local = (size_t)L * B * H;

@@ -122,7 +122,7 @@ struct lstmd_engine_ops {
   int (*sync_host)(struct lstmd_engine *e, struct lstmd_optim *o, struct lstmd_train_progress *p);
   /* Collective: the validation loss as lstmd_evaluate (infer.h) defines it, on rank 0 (the
    * other ranks leave *mean_loss, *tokens and *accuracy alone: they return 0 at once, or, on
-   * the CPU data-parallel engine, after scoring their share of the windows for rank 0). A
+   * the data-parallel engines, CPU and GPU, after scoring their share of the windows). A
    * classifier also sets *accuracy (the fraction of sequences whose most probable class is the
    * label; *tokens counts sequences); other models leave it alone. */
   int (*evaluate)(struct lstmd_engine *e, const struct lstmd_dataset *val, double *mean_loss,
@@ -191,6 +191,10 @@ typedef int (*lstmd_window_fn)(struct lstmd_engine *e, const struct lstmd_batch 
 int lstmd_engine_run_windows(struct lstmd_engine *e, const struct lstmd_step_input *in,
                              struct lstmd_step_result *out, lstmd_window_fn window,
                              void (*reset)(struct lstmd_engine *e));
+/* lstmd_eval_share's combine (worker/model/infer.h) over a data-parallel engine's ranks
+ * (`engine`: the struct lstmd_engine): a vote on `status`, then sums[n] summed over the world in
+ * place. Every rank calls it, failed or not; an error on any rank is every rank's result. */
+int lstmd_engine_combine_eval_sums(void *engine, double *sums, int n, int status);
 /* gather_state from this rank's own [L, B, H] state `mine` (2·L·B·H floats, h then c). */
 int lstmd_engine_gather_dp_state(struct lstmd_engine *e, const float *mine, float *h, float *c);
 /* This rank's [L, B, H] columns of a global [L, N·B, H] state, into `mine` (h then c). */

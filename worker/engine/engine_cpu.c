@@ -220,13 +220,6 @@ static int cpu_sync_host(struct lstmd_engine *e, struct lstmd_optim *o,
   return LSTMD_OK;
 }
 
-/* lstmd_eval_share's combine over the ranks: a vote, then the sum of the chunk sums. */
-static int combine_eval_sums(void *ctx, double *sums, int n, int status) {
-  struct lstmd_engine *e = ctx;
-  LSTMD_TRY(lstmd_comm_agree(e->comm, status, NULL));
-  return lstmd_comm_allreduce_sum_f64(e->comm, sums, n) ? LSTMD_ECOMM : LSTMD_OK;
-}
-
 /* Every rank scores its share of the validation windows with all of its threads (the slices are
  * idle meanwhile; infer.h: lstmd_evaluate_shared), so N ranks evaluate N times as fast, and rank
  * 0 gets the loss one rank computes alone, bit for bit. A classifier is scored on rank 0. */
@@ -247,7 +240,7 @@ static int cpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *val,
     }
     free(res);
   } else {
-    const struct lstmd_eval_share share = {e->rank, e->world, combine_eval_sums, e};
+    const struct lstmd_eval_share share = {e->rank, e->world, lstmd_engine_combine_eval_sums, e};
     double loss = 0.0;
     uint64_t n = 0;
     rc = lstmd_evaluate_shared(e->model, val, e->cfg.seq_len, e->cfg.batch,

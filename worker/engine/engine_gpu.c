@@ -58,6 +58,7 @@
 #include "engine_gpu.h"
 
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -630,18 +631,21 @@ static int clf_evaluate(struct gpu_engine *g, const struct lstmd_dataset *ds, do
   return rc;
 }
 
-/* Rank 0 scores the windows in chunks of B, the last chunk padded with repeats of its first
- * window, which are not scored. Inference mode; the carried training state is left alone. */
+/* Every rank scores its share of the windows, in chunks of B: chunk c on rank c mod N, the last
+ * chunk padded with repeats of its first window, which are not scored. The chunk sums meet in
+ * lstmd_engine_combine_eval_sums and are added in chunk order, so the loss does not depend on
+ * the number of ranks (infer.h's lstmd_evaluate_shared, as the CPU engine does it). Inference
+ * mode; the carried training state is left alone. A classifier is scored on rank 0. */
 static int gpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *ds, double *mean_loss,
                         uint64_t *tokens, double *accuracy) {
   struct gpu_engine *g = gpu_of(e);
-  if (e->rank != 0) return LSTMD_OK;
   if (e->model->shape.kind == LSTMD_MODEL_CLASSIFY)
-    return clf_evaluate(g, ds, mean_loss, tokens, accuracy);
+    return e->rank == 0 ? clf_evaluate(g, ds, mean_loss, tokens, accuracy) : LSTMD_OK;
   const int T = g->base.cfg.seq_len, B = g->base.cfg.batch;
-  const uint64_t n = lstmd_window_count(ds, T);
-  if (n == 0) {
-    lstmd_errorf("%s: too short for one window of seq_len %d", ds->path, T);
+  const uint64_t n = lstmd_window_count(ds, T), count = (n + (uint64_t)B - 1) / (uint64_t)B;
+  if (n == 0 || count > INT_MAX) { /* the same on every rank: no collective below */
+    lstmd_errorf("%s: %s for seq_len %d", ds->path,
+                 n ? "more chunks of windows than an evaluation can count" : "too short for one window", T);
     return LSTMD_ECONFIG;
   }
   const int text = g->base.model->shape.kind == LSTMD_MODEL_TEXT;
@@ -650,10 +654,11 @@ static int gpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *ds, 
   memset(&b, 0, sizeof b);
   void *scratch = malloc(lstmd_window_scratch_bytes(ds, T));
   float *rows = malloc((size_t)T * B * K * sizeof(float));
-  int rc = scratch && rows ? lstmd_batch_alloc(ds, T, B, &b) : LSTMD_ENOMEM;
-  double sum = 0.0;
+  double *sums = calloc(count, sizeof *sums);
+  int rc = scratch && rows && sums ? lstmd_batch_alloc(ds, T, B, &b) : LSTMD_ENOMEM;
   lstmd_nvtx_push("evaluation");
-  for (uint64_t w = 0; !rc && w < n; w += (uint64_t)B) {
+  for (uint64_t c = (uint64_t)e->rank; !rc && c < count; c += (uint64_t)e->world) {
+    const uint64_t w = c * (uint64_t)B;
     const int cols = n - w < (uint64_t)B ? (int)(n - w) : B; /* the rest repeat window w */
     for (int col = 0; !rc && col < B; col++)
       rc = lstmd_read_window(ds, (w + (uint64_t)(col < cols ? col : 0)) * (uint64_t)T, T, B, col,
@@ -664,14 +669,18 @@ static int gpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *ds, 
       for (int col = 0; col < cols; col++)
         for (size_t k = 0; k < K; k++) {
           const double v = rows[((size_t)t * B + col) * K + k];
-          sum += text ? v : v * v;
+          sums[c] += text ? v : v * v;
         }
   }
   lstmd_nvtx_pop();
+  if (e->world > 1) rc = lstmd_engine_combine_eval_sums(e, sums, sums ? (int)count : 0, rc);
+  double sum = 0.0;
+  for (uint64_t c = 0; !rc && c < count; c++) sum += sums[c];
   lstmd_batch_free(&b);
   free(scratch);
   free(rows);
-  if (rc) return rc;
+  free(sums);
+  if (rc || e->rank != 0) return rc;
   *tokens = n * (uint64_t)T;
   *mean_loss = sum / ((double)*tokens * (double)K);
   return LSTMD_OK;
