@@ -34,7 +34,8 @@ struct lstmd_recur_team {
   int sense;                              /* atomic: flips when the last member arrives */
   struct member_rows *rows;               /* [n] */
   struct member_sense *senses;            /* [n] */
-  long stolen;                            /* atomic: groups done by a member not their owner */
+  long stolen __attribute__((aligned(64))); /* atomic: groups done by a member not their owner
+                                             * (apart from the line the waiters poll) */
 };
 
 int lstmd_recur_team_fits(int n, int H) {
@@ -125,7 +126,7 @@ static void barrier(struct lstmd_recur_team *t, int member) {
   }
   for (int i = 1; __atomic_load_n(&t->sense, __ATOMIC_ACQUIRE) != sense; i++) {
     _mm_pause();
-    if (i % (1 << 20) == 0) sched_yield();
+    if (i % 128 == 0) sched_yield();
   }
 }
 

@@ -68,7 +68,12 @@ int lstmd_engine_run_windows(struct lstmd_engine *e, const struct lstmd_step_inp
 
 int lstmd_engine_combine_eval_sums(void *engine, double *sums, int n, int status) {
   struct lstmd_engine *e = engine;
-  LSTMD_TRY(lstmd_comm_agree(e->comm, status, NULL));
+  int failed_rank = -1;
+  const int rc = lstmd_comm_agree(e->comm, status, &failed_rank);
+  if (rc && e->rank == 0 && failed_rank > 0) /* rank 0 reports; the failed rank may not have */
+    lstmd_errorf("rank %d could not score its share of the validation windows (%s); no val_loss "
+                 "this time", failed_rank, lstmd_strerror(rc));
+  if (rc) return rc;
   return lstmd_comm_allreduce_sum_f64(e->comm, sums, n) ? LSTMD_ECOMM : LSTMD_OK;
 }
 

@@ -19,9 +19,9 @@
  *    batch b compute what one rank with batch N·b computes.
  * 5. Recurrence: where recur_team.h wants it (plain LSTM layers, H a multiple of the threads
  *    times the packed panel width, W_hh larger than a core's L2), the slices' threads run each
- *    layer's per-step recurrence together, split by hidden unit, so each core streams only its
- *    share of W_hh; everything else stays per slice. The results are bitwise those of the
- *    slices alone.
+ *    layer's per-step recurrence together, split by hidden unit, so each core streams mostly
+ *    its own share of W_hh (a thread that is ahead takes over groups of a thread behind);
+ *    everything else stays per slice. The results are bitwise those of the slices alone.
  * 6. A sequence classifier (worker/model/classify.h) runs the same slices on its own workspace;
  *    its gradients are summed and sent after backward (no overlap yet), and it has no state.
  *    (The GPU engine runs classifiers too: engine_gpu.c, 8.) */

@@ -188,12 +188,24 @@ static uint64_t part_chunks(const struct eval_chunks *e) {
   return e->part < e->count ? (e->count - e->part + e->parts - 1) / e->parts : 0;
 }
 
-/* One thread's part: its own workspaces (full chunks, and the short last one if it takes it). */
-static int eval_some_chunks(struct eval_chunks *e) {
+/* One thread's part: its own workspaces (full chunks, and the short last one if it takes it).
+ * A helper thread opens them before it takes a chunk, and one that cannot get the memory leaves
+ * the chunks to the others (a machine short of memory evaluates on fewer threads); the calling
+ * thread's failures are the evaluation's. */
+static int eval_some_chunks(struct eval_chunks *e, int helper) {
   const int series = e->ds->info.kind == LSTMD_DATASET_SERIES;
   struct runner full = {0}, tail = {0};
   void *scratch = series ? NULL : malloc(lstmd_window_scratch_bytes(e->ds, e->T));
   int rc = series || scratch ? LSTMD_OK : LSTMD_ENOMEM;
+  const int tail_cols = (int)(e->windows % (uint64_t)e->B);
+  const int mine_tail = tail_cols && (e->count - 1) % e->parts == e->part;
+  if (helper && !rc) rc = runner_open(e->im, e->T, e->B, &full);
+  if (helper && !rc && mine_tail) rc = runner_open(e->im, e->T, tail_cols, &tail);
+  if (helper && rc) {
+    runner_close(&full);
+    free(scratch);
+    return LSTMD_OK;
+  }
   for (uint64_t i; !rc && !__atomic_load_n(&e->failed, __ATOMIC_RELAXED) &&
                    (i = __atomic_fetch_add(&e->next, 1, __ATOMIC_RELAXED)) < part_chunks(e);) {
     const uint64_t c = e->part + i * e->parts, w = c * (uint64_t)e->B;
@@ -212,27 +224,28 @@ static int eval_some_chunks(struct eval_chunks *e) {
 }
 
 static void *eval_thread(void *arg) {
-  eval_some_chunks(arg);
+  eval_some_chunks(arg, 1);
   return NULL;
 }
 
 /* Threads: an fp32 model's evaluation takes as many as BLAS was given (the callers' way of
  * saying how many cores are theirs now: lstmd_cpu_set_blas_threads), each with its own chunks
  * and BLAS at one thread, so the per-step recurrence, which BLAS cannot split at a few rows,
- * runs on every core too. The int8 model splits each forward itself (runner_open). The chunks'
- * sums are added in chunk order, so the loss does not depend on the thread count. */
+ * runs on every core too. BLAS runs at one thread in every chunk however many threads there
+ * are (even one), and the chunks' sums are added in chunk order, so the loss does not depend on
+ * the thread count, nor on how ranks share the chunks. The int8 model splits each forward
+ * itself (runner_open). */
 static int eval_all_chunks(struct eval_chunks *e) {
   const int blas_threads = lstmd_cpu_blas_threads();
-  int threads = e->im->fp32 ? blas_threads : 1;
-  if ((uint64_t)threads > part_chunks(e)) threads = (int)part_chunks(e);
-  if (threads <= 1) return eval_some_chunks(e);
+  if (!e->im->fp32 || blas_threads <= 1) return eval_some_chunks(e, 0);
+  const int threads = (uint64_t)blas_threads < part_chunks(e) ? blas_threads : (int)part_chunks(e);
   lstmd_cpu_set_blas_threads(1);
   pthread_t th[64];
   int started = 0;
   while (started < threads - 1 && started < 64 &&
          pthread_create(&th[started], NULL, eval_thread, e) == 0)
     started++; /* fewer threads than asked (none at all, even) only makes it slower */
-  const int rc = eval_some_chunks(e);
+  const int rc = eval_some_chunks(e, 0);
   for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
   lstmd_cpu_set_blas_threads(blas_threads);
   return rc ? rc : __atomic_load_n(&e->failed, __ATOMIC_RELAXED);

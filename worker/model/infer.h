@@ -34,7 +34,8 @@ int lstmd_evaluate(struct lstmd_model *m, const struct lstmd_dataset *ds, int se
                    double *mean_loss, uint64_t *tokens);
 /* lstmd_evaluate shared by `parts` processes (the ranks of a data-parallel job), each with the
  * same model and split: this one scores chunks part, part + parts, ... of the chunks of `batch`
- * windows, and then calls combine (every part calls it, with status 0 or its error): combine
+ * windows, and then calls combine (every part calls it, with status 0 or its error; only a
+ * split with no whole window, the same on every part, returns LSTMD_ECONFIG before): combine
  * must make sums[n] on every part the sum over the parts of their sums[] (each chunk's slot is
  * nonzero in one part only, so that sum is exact in any order) and return 0, or an error when
  * any part failed. The chunks are then added in chunk order, so every part gets the loss

@@ -116,8 +116,8 @@ static struct lstmd_watch_rules watch_rules(const struct lstmd_train_config *cfg
  * every rank rank 0's verdict and watch, so every rank takes the same decisions with no further
  * vote, even if their states had drifted: a plateau cut sets the optimizer's learning rate on
  * every rank here; *events gets LSTMD_WATCH_NEW_BEST (the caller writes best.safetensors) and
- * LSTMD_WATCH_STOP (every rank must stop at this step). A failed evaluation on rank 0 (it says why)
- * decides nothing, as before the watch existed. */
+ * LSTMD_WATCH_STOP (every rank must stop at this step). A failed evaluation (rank 0 says why,
+ * or names the rank whose share failed) decides nothing, as before the watch existed. */
 static int evaluate_now(struct run *r, int *events) {
   *events = 0;
   if (!r->has_val) return LSTMD_OK;
