@@ -3,7 +3,8 @@
 # (PIPELINE.md §4). Tiny model: text, 4 layers, E 8, H 32, T 16, SGD lr 0.5, dropout 0.2, 6
 # steps, clipping off except where said; equivalences compare the updates from the common
 # initialisation (compare_checkpoints.py --initial) within 1e-5.
-#  1. S = 2 in both data orders: gpipe M=4, 1f1b M=4, wavefront K=4 and K=16, 1f1b M=2 K=4,
+#  1. the final evaluation at lr 0 of S = 2, S = 4 and D×S = 2×2 = one rank's (every rank scores
+#     a share of the windows); S = 2 in both data orders: gpipe M=4, 1f1b M=4, wavefront K=4 and K=16, 1f1b M=2 K=4,
 #     stage_layers=3,1; S = 4: wavefront K=8 and 1f1b M=4; D×S = 2×2 with the global batch;
 #     grad_accum as units; a series model; layer_norm (wavefront K=4, 1f1b M=2); clip_norm 0.01 (clipping by the global norm every
 #     step: the grad_norm in metrics.jsonl equal too).
@@ -27,6 +28,18 @@ source "$SRC/tests/pipe_test_lib.sh"
 # ---------------------------------------------------------------- 1. equivalence with one rank
 run init 1 text --set optim.lr=0 --set train.steps=1 --set data.batch_size=8 || bad "init run"
 INIT=run-init/step-1.safetensors
+# the evaluation shared by every rank of a pipeline (engine.h: lstmd_engine_evaluate_everywhere):
+# at lr 0 the weights stay the initialisation's, so S=2, S=4 and D×S=2×2 score what one rank
+# scores (the same chunks of 8 windows; metrics.jsonl keeps 6 digits, test_eval_threads the bits)
+val_of() { grep -o '"val_loss":[0-9.]*' "run-$1/metrics.jsonl" 2>/dev/null | head -1; }
+for layout in "s2 2 --set model.stages=2" "s4 4 --set model.stages=4" "d2s2 4 --set model.stages=2"; do
+  read -r name np stages <<<"$layout"
+  run "eval-$name" "$np" text --set optim.lr=0 --set train.steps=1 --set data.batch_size=8 $stages ||
+    bad "evaluation run $name: $(tail -2 "log-eval-$name")"
+  if [[ -n $(val_of init) && $(val_of "eval-$name") == "$(val_of init)" ]]; then
+    ok "evaluation shared by the $np ranks of $name = one rank: $(val_of init)"
+  else bad "evaluation shared by the ranks of $name: [$(val_of "eval-$name")], one rank [$(val_of init)]"; fi
+done
 for order in shuffle stream; do
   o=(--set data.order=$order --set data.batch_size=8)
   run "ref-$order" 1 text "${o[@]}" || bad "one rank ($order): $(tail -2 "log-ref-$order")"

@@ -9,6 +9,7 @@
 #include "kernels/clock.h"
 #include "kernels/status.h"
 #include "gpu_backend.h"
+#include "worker/model/infer.h"
 
 int lstmd_engine_create(enum lstmd_engine_kind kind, struct lstmd_model *m,
                         const struct lstmd_engine_config *cfg, struct lstmd_comm *comm,
@@ -75,6 +76,36 @@ int lstmd_engine_combine_eval_sums(void *engine, double *sums, int n, int status
                  "this time", failed_rank, lstmd_strerror(rc));
   if (rc) return rc;
   return lstmd_comm_allreduce_sum_f64(e->comm, sums, n) ? LSTMD_ECOMM : LSTMD_OK;
+}
+
+int lstmd_engine_evaluate_everywhere(struct lstmd_engine *e, const struct lstmd_dataset *val,
+                                     int threads, int status, double *mean_loss,
+                                     uint64_t *tokens) {
+  struct lstmd_model whole = *e->model; /* the other ranks' copy: params from rank 0 */
+  const size_t bytes = e->model->n_params * sizeof(float);
+  float *copy = NULL;
+  int rc = status;
+  if (e->world > 1) {
+    if (!rc && e->rank != 0) {
+      copy = aligned_alloc(64, (bytes + 63) / 64 * 64);
+      rc = copy ? LSTMD_OK : LSTMD_ENOMEM;
+      whole.params = copy;
+    }
+    rc = lstmd_comm_agree(e->comm, rc, NULL); /* nobody is left alone in the broadcast */
+    if (!rc && lstmd_comm_bcast(e->comm, whole.params, bytes, 0)) rc = LSTMD_ECOMM;
+  }
+  const int blas_threads = lstmd_cpu_blas_threads();
+  if (threads > 0) lstmd_cpu_set_blas_threads(threads);
+  const struct lstmd_eval_share share = {e->rank, e->world, lstmd_engine_combine_eval_sums, e};
+  double loss = 0.0;
+  uint64_t n = 0;
+  if (!rc)
+    rc = lstmd_evaluate_shared(&whole, val, e->cfg.seq_len, e->cfg.batch,
+                               e->world > 1 ? &share : NULL, &loss, &n);
+  lstmd_cpu_set_blas_threads(blas_threads);
+  free(copy);
+  if (!rc && e->rank == 0) *mean_loss = loss, *tokens = n;
+  return rc;
 }
 
 int lstmd_engine_gather_dp_state(struct lstmd_engine *e, const float *mine, float *h, float *c) {

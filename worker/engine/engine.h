@@ -122,7 +122,7 @@ struct lstmd_engine_ops {
   int (*sync_host)(struct lstmd_engine *e, struct lstmd_optim *o, struct lstmd_train_progress *p);
   /* Collective: the validation loss as lstmd_evaluate (infer.h) defines it, on rank 0 (the
    * other ranks leave *mean_loss, *tokens and *accuracy alone: they return 0 at once, or, on
-   * the data-parallel engines, CPU and GPU, after scoring their share of the windows). A
+   * every engine but for classifiers, after scoring their share of the windows). A
    * classifier also sets *accuracy (the fraction of sequences whose most probable class is the
    * label; *tokens counts sequences); other models leave it alone. */
   int (*evaluate)(struct lstmd_engine *e, const struct lstmd_dataset *val, double *mean_loss,
@@ -195,6 +195,14 @@ int lstmd_engine_run_windows(struct lstmd_engine *e, const struct lstmd_step_inp
  * (`engine`: the struct lstmd_engine): a vote on `status`, then sums[n] summed over the world in
  * place. Every rank calls it, failed or not; an error on any rank is every rank's result. */
 int lstmd_engine_combine_eval_sums(void *engine, double *sums, int n, int status);
+/* evaluate for an engine whose ranks hold a part of the parameters each (the pipeline engines),
+ * once they are whole in rank 0's host model (`status`: this rank's part of gathering them, 0
+ * or an error, voted on first): rank 0 broadcasts them, every rank scores its share of the
+ * windows with the whole model on `threads` BLAS threads (<= 0: as set) as lstmd_evaluate_shared
+ * does, and rank 0 gets the loss. The other ranks' own parameters are left as they were. */
+int lstmd_engine_evaluate_everywhere(struct lstmd_engine *e, const struct lstmd_dataset *val,
+                                     int threads, int status, double *mean_loss,
+                                     uint64_t *tokens);
 /* gather_state from this rank's own [L, B, H] state `mine` (2·L·B·H floats, h then c). */
 int lstmd_engine_gather_dp_state(struct lstmd_engine *e, const float *mine, float *h, float *c);
 /* This rank's [L, B, H] columns of a global [L, N·B, H] state, into `mine` (h then c). */

@@ -459,12 +459,8 @@ static int pipe_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *val
                          double *mean_loss, uint64_t *tokens, double *accuracy) {
   (void)accuracy; /* no classifiers in pipelines */
   struct pipe_engine *p = pipe_of(e);
-  LSTMD_TRY(lstmd_pipe_gather_ranges(&p->g, p->pp, e->model->params, LSTMD_OK));
-  if (e->rank != 0) return LSTMD_OK;
-  lstmd_cpu_set_blas_threads(p->threads);
-  int rc = lstmd_evaluate(e->model, val, e->cfg.seq_len, e->cfg.batch, mean_loss, tokens);
-  lstmd_cpu_set_blas_threads(p->blas_threads);
-  return rc;
+  const int gathered = lstmd_pipe_gather_ranges(&p->g, p->pp, e->model->params, LSTMD_OK);
+  return lstmd_engine_evaluate_everywhere(e, val, p->threads, gathered, mean_loss, tokens);
 }
 
 static int pipe_gather_state(struct lstmd_engine *e, float *h, float *c) {

@@ -542,9 +542,8 @@ static int gp_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *val, 
                        uint64_t *tokens, double *accuracy) {
   (void)accuracy; /* no classifiers in pipelines */
   struct gpipe_engine *p = gp_of(e);
-  LSTMD_TRY(gather_device_range(p, p->params, e->model->params));
-  if (e->rank != 0) return LSTMD_OK;
-  return lstmd_evaluate(e->model, val, e->cfg.seq_len, e->cfg.batch, mean_loss, tokens);
+  const int gathered = gather_device_range(p, p->params, e->model->params);
+  return lstmd_engine_evaluate_everywhere(e, val, 0, gathered, mean_loss, tokens);
 }
 
 /* The device's [M][h, c][layers, b, H] ↔ host [layers, B, H] h and c (to_host: device → host). */
