@@ -3,7 +3,10 @@
 # when the ranks share a host name but not a PID namespace (containers with the host's name:
 # docker --network host, Kubernetes hostNetwork). mpirun -np 1 lstmd : -np 1 unshare -pf lstmd
 # puts rank 1 in a PID namespace of its own, where rank 0's pid does not exist; rank 1 then waits
-# (unbounded, with the lost-peer check) while rank 0 evaluates, far longer than the check's 50 ms.
+# (with the lost-peer check) for rank 0, made slow (LSTMD_FAULT=slow@1:0: every step's compute
+# three times as long), far longer than the check's 50 ms: in the data-parallel layout the trace
+# must show a wait for the all-reduce of at least 60 ms on rank 1, or the test did not test.
+# (Rank 0 evaluating alone used to make that wait; the ranks now share the evaluation.)
 # Before the fix rank 1 said "rank 0 (pid N on HOST) is gone" and aborted a healthy job.
 # Exit 77 (skipped) where unshare cannot make a PID namespace (no CAP_SYS_ADMIN).
 set -u
@@ -21,18 +24,31 @@ head -c 300000 "$SRC/data/fortunes.txt" > text.txt
 "$LSTMD" prepare text --input text.txt --out text >/dev/null 2>&1 || { echo "FAIL prepare"; exit 1; }
 : >cfg.ini
 args=(train --config cfg.ini --set data.path=text --set model.layers=2 --set model.hidden=256
-      --set data.seq_len=32 --set data.batch_size=8 --set train.steps=4 --set train.threads=1
-      --set train.eval_every=2 --set train.checkpoint_every=0 --set train.run_dir=run)
+      --set data.seq_len=128 --set data.batch_size=16 --set train.steps=4 --set train.threads=1
+      --set train.eval_every=2 --set train.checkpoint_every=0 --set train.run_dir=run
+      --trace "$TMP/trace.json")
 for layout in "--set model.stages=1" "--set model.stages=2"; do
-  rm -rf run
+  rm -rf run "$TMP/trace.json"
   # shellcheck disable=SC2086
-  timeout 300 "$MPIEXEC" -np 1 "$LSTMD" "${args[@]}" $layout : \
+  LSTMD_FAULT=slow@1:0 timeout 300 "$MPIEXEC" -np 1 "$LSTMD" "${args[@]}" $layout : \
     -np 1 unshare -pf --mount-proc "$LSTMD" "${args[@]}" $layout >log 2>&1
   rc=$?
   if [[ $rc -ne 0 ]] || grep -q 'is gone while waiting' log || [[ ! -e run/step-4.safetensors ]]; then
     echo "FAIL ($layout): rank 1 in its own PID namespace: exit $rc: $(grep '^lstmd: ' log | grep -v 'effective\|device' | tail -2)"
     exit 1
   fi
-  echo "ok    ($layout) ranks in two PID namespaces: $(grep -c 'eval step' log) evaluations waited for, no peer taken for lost"
+  waited=$(/usr/bin/python3 - "$TMP/trace.json" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+ev = d["traceEvents"] if isinstance(d, dict) else d
+print("%.0f" % max([e["dur"] / 1e3 for e in ev if e.get("pid") == 1 and
+                    e.get("name") == "wait for all-reduce" and "dur" in e] or [0]))
+PYEOF
+)
+  if [[ $layout == *stages=1 && ${waited:-0} -lt 60 ]]; then
+    echo "FAIL ($layout): rank 1 waited at most ${waited:-?} ms for the all-reduce: the check was not exercised"
+    exit 1
+  fi
+  echo "ok    ($layout) ranks in two PID namespaces, rank 0 slowed (rank 1's longest all-reduce wait ${waited} ms): no peer taken for lost"
 done
 echo "test_peers_ns: all passed"
