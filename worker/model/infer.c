@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/cpu/blas_cpu.h"
 #include "kernels/status.h"
@@ -235,10 +236,26 @@ static void *eval_thread(void *arg) {
  * are (even one), and the chunks' sums are added in chunk order, so the loss does not depend on
  * the thread count, nor on how ranks share the chunks. The int8 model splits each forward
  * itself (runner_open). */
+/* How many of `want` threads the memory free now allows: each holds a forward workspace of
+ * about T·B·(6·H·L + In + O) floats (h, c and the gates of every layer, input, outputs), and the
+ * threads beyond the first take at most a quarter of the free memory, so that a many-core
+ * machine's evaluation does not push a training rank into the OOM killer (Linux rarely refuses
+ * the allocation itself). */
+static int threads_memory_allows(const struct lstmd_model_shape *s, int T, int B, int want) {
+  const double in = s->kind == LSTMD_MODEL_TEXT ? s->embed : s->width;
+  const double out = s->kind == LSTMD_MODEL_TEXT ? s->vocab : s->horizon;
+  const double bytes = 4.0 * T * B * (6.0 * s->hidden * s->layers + in + out);
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0 || bytes <= 0) return want;
+  const double fit = 1.0 + 0.25 * (double)pages * (double)page / bytes;
+  return fit < want ? (int)fit : want;
+}
+
 static int eval_all_chunks(struct eval_chunks *e) {
   const int blas_threads = lstmd_cpu_blas_threads();
   if (!e->im->fp32 || blas_threads <= 1) return eval_some_chunks(e, 0);
-  const int threads = (uint64_t)blas_threads < part_chunks(e) ? blas_threads : (int)part_chunks(e);
+  int threads = (uint64_t)blas_threads < part_chunks(e) ? blas_threads : (int)part_chunks(e);
+  threads = threads_memory_allows(&e->im->fp32->shape, e->T, e->B, threads);
   lstmd_cpu_set_blas_threads(1);
   pthread_t th[64];
   int started = 0;
