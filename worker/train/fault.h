@@ -8,9 +8,12 @@
  *   stop        a stop request on this rank during step STEP, as SIGTERM would make: every rank
  *               finishes the step, writes a checkpoint and returns 0 (a deterministic interruption
  *               for resume tests)
- *   slow        from step STEP on, this rank's compute takes 3 times as long (a sleep of twice the
- *               step's own compute, counted as compute): a straggler, for the straggler report
- *               (metrics.h), by the same factor whatever the model's size
+ *   slow        from step STEP on, this rank's compute takes 9 times as long (a sleep of 8 times
+ *               the step's own compute, counted as compute): a straggler, for the straggler report
+ *               (metrics.h), by the same factor whatever the model's size. 9, not less: with 2
+ *               ranks the median is their mean, so the slowed rank shows 2·9/(1+9) = 1.8 times
+ *               it, far enough above the report's 1.3 that the other rank's noise on a shared
+ *               2-core host (1.9 times its compute for a logged step, seen) cannot hide it
  * With the variable unset nothing happens and the cost is one integer compare per step.
  *
  * LSTMD_VAL_LOSSES="L1,L2,..." scripts the validation losses rank 0 reports (and every rank then

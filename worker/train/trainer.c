@@ -323,9 +323,9 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   struct lstmd_step_result out;
   const double t0 = lstmd_now_s();
   LSTMD_TRY(r->engine->ops->step(r->engine, &in, &out));
-  if (lstmd_fault_due(LSTMD_FAULT_SLOW, next, r->rank)) { /* twice this step's own compute more */
+  if (lstmd_fault_due(LSTMD_FAULT_SLOW, next, r->rank)) { /* 8 times this step's own compute more */
     const double own = lstmd_now_s() - t0 - feed.wait_s - out.comm_wait_s;
-    const long ns = own > 0.0 ? (long)(2e9 * own) : 0;
+    const long ns = own > 0.0 ? (long)(8e9 * own) : 0;
     const struct timespec slow = {ns / 1000000000L, ns % 1000000000L};
     nanosleep(&slow, NULL);
   }
