@@ -78,6 +78,18 @@ int lstmd_engine_combine_eval_sums(void *engine, double *sums, int n, int status
   return lstmd_comm_allreduce_sum_f64(e->comm, sums, n) ? LSTMD_ECOMM : LSTMD_OK;
 }
 
+int lstmd_engine_evaluate_shared(struct lstmd_engine *e, struct lstmd_model *m,
+                                 const struct lstmd_dataset *val, double *mean_loss,
+                                 uint64_t *tokens) {
+  const struct lstmd_eval_share share = {e->rank, e->world, lstmd_engine_combine_eval_sums, e};
+  double loss = 0.0;
+  uint64_t n = 0;
+  const int rc = lstmd_evaluate_shared(m, val, e->cfg.seq_len, e->cfg.batch,
+                                       e->world > 1 ? &share : NULL, &loss, &n);
+  if (!rc && e->rank == 0) *mean_loss = loss, *tokens = n;
+  return rc;
+}
+
 int lstmd_engine_evaluate_everywhere(struct lstmd_engine *e, const struct lstmd_dataset *val,
                                      int threads, int status, double *mean_loss,
                                      uint64_t *tokens) {
@@ -96,15 +108,9 @@ int lstmd_engine_evaluate_everywhere(struct lstmd_engine *e, const struct lstmd_
   }
   const int blas_threads = lstmd_cpu_blas_threads();
   if (threads > 0) lstmd_cpu_set_blas_threads(threads);
-  const struct lstmd_eval_share share = {e->rank, e->world, lstmd_engine_combine_eval_sums, e};
-  double loss = 0.0;
-  uint64_t n = 0;
-  if (!rc)
-    rc = lstmd_evaluate_shared(&whole, val, e->cfg.seq_len, e->cfg.batch,
-                               e->world > 1 ? &share : NULL, &loss, &n);
+  if (!rc) rc = lstmd_engine_evaluate_shared(e, &whole, val, mean_loss, tokens);
   lstmd_cpu_set_blas_threads(blas_threads);
   free(copy);
-  if (!rc && e->rank == 0) *mean_loss = loss, *tokens = n;
   return rc;
 }
 

@@ -195,6 +195,12 @@ int lstmd_engine_run_windows(struct lstmd_engine *e, const struct lstmd_step_inp
  * (`engine`: the struct lstmd_engine): a vote on `status`, then sums[n] summed over the world in
  * place. Every rank calls it, failed or not; an error on any rank is every rank's result. */
 int lstmd_engine_combine_eval_sums(void *engine, double *sums, int n, int status);
+/* evaluate's text and series part on the CPU with model m, every rank scoring its share of the
+ * windows (lstmd_evaluate_shared over the engine's ranks, the engine's T and B); rank 0 gets
+ * *mean_loss and *tokens, the others leave them alone. Collective. */
+int lstmd_engine_evaluate_shared(struct lstmd_engine *e, struct lstmd_model *m,
+                                 const struct lstmd_dataset *val, double *mean_loss,
+                                 uint64_t *tokens);
 /* evaluate for an engine whose ranks hold a part of the parameters each (the pipeline engines),
  * once they are whole in rank 0's host model (`status`: this rank's part of gathering them, 0
  * or an error, voted on first): rank 0 broadcasts them, every rank scores its share of the

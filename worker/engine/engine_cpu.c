@@ -221,7 +221,7 @@ static int cpu_sync_host(struct lstmd_engine *e, struct lstmd_optim *o,
 }
 
 /* Every rank scores its share of the validation windows with all of its threads (the slices are
- * idle meanwhile; infer.h: lstmd_evaluate_shared), so N ranks evaluate N times as fast, and rank
+ * idle meanwhile; engine.h: lstmd_engine_evaluate_shared), so N ranks evaluate N times as fast, and rank
  * 0 gets the loss one rank computes alone, bit for bit. A classifier is scored on rank 0. */
 static int cpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *val, double *mean_loss,
                         uint64_t *tokens, double *accuracy) {
@@ -240,12 +240,7 @@ static int cpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *val,
     }
     free(res);
   } else {
-    const struct lstmd_eval_share share = {e->rank, e->world, lstmd_engine_combine_eval_sums, e};
-    double loss = 0.0;
-    uint64_t n = 0;
-    rc = lstmd_evaluate_shared(e->model, val, e->cfg.seq_len, e->cfg.batch,
-                               e->world > 1 ? &share : NULL, &loss, &n);
-    if (!rc && e->rank == 0) *mean_loss = loss, *tokens = n;
+    rc = lstmd_engine_evaluate_shared(e, e->model, val, mean_loss, tokens);
   }
   lstmd_cpu_set_blas_threads(c->blas_threads);
   return rc;
