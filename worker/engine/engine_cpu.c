@@ -220,9 +220,10 @@ static int cpu_sync_host(struct lstmd_engine *e, struct lstmd_optim *o,
   return LSTMD_OK;
 }
 
-/* Every rank scores its share of the validation windows with all of its threads (the slices are
- * idle meanwhile; engine.h: lstmd_engine_evaluate_shared), so N ranks evaluate N times as fast, and rank
- * 0 gets the loss one rank computes alone, bit for bit. A classifier is scored on rank 0. */
+/* Every rank scores its share of the validation windows with all of its threads (the slices
+ * are idle meanwhile; engine.h: lstmd_engine_evaluate_shared), so N ranks evaluate N times as
+ * fast, and rank 0 gets the loss one rank computes alone, bit for bit. A classifier is scored on
+ * rank 0. */
 static int cpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *val, double *mean_loss,
                         uint64_t *tokens, double *accuracy) {
   struct cpu_engine *c = cpu_of(e);
