@@ -9,7 +9,8 @@
 #     in training exits 2 naming FILE:LINE;
 #  3. mpirun -np 2 × batch 4 = 1 rank × batch 8 (SGD, clip off; compare_checkpoints.py, updates
 #     within 1e-5) for last and max pooling, bidirectional;
-#     train.threads 1 and 3 = 2 (one rank, batch 8, mean pooling);
+#     train.threads 1 and 3 = 2 (one rank, batch 8, mean pooling); the validation loss and
+#     accuracy of 1, 2 and 3 ranks the same;
 #  4. refusals, exit 2 naming the key: data.order=stream, model.stages=2, model.dropout; sample,
 #     predict, quantize and export onnx refuse a classifier; train.device=cuda is no refusal of
 #     classifiers any more (the GPU engine runs them): with no visible GPU it exits 2 with the
@@ -121,6 +122,21 @@ for th in 1 3; do
            --rtol 5e-5 --initial th0/step-1.safetensors); then ok "train.threads=$th = 2: $msg"
   else bad "threads $th vs 2: $msg"; fi
 done
+
+# 3c. the evaluation shared by the ranks (classify_eval.c: lstmd_clf_evaluate_shared): at lr 0
+#     the weights stay the initialisation's, and with the same per-rank batch (the chunk of
+#     sequences) 2 and 3 ranks give 1 rank's val_loss and val_accuracy (bit for bit in
+#     test_eval_threads; metrics.jsonl keeps 6 digits).
+eq=("${common[@]}" --set model.bidirectional=true --set model.pool=max --set optim.lr=0
+    --set train.steps=1 --set data.batch_size=4)
+for n in 1 2 3; do
+  timeout 120 mpirun -np $n "$LSTMD" train "${eq[@]}" --set train.run_dir=ev$n >/dev/null 2>err ||
+    bad "evaluation run on $n rank(s): $(tail -3 err)"
+done
+ev() { grep -o '"val_loss":[0-9.]*\|"val_accuracy":[0-9.]*' ev$1/metrics.jsonl 2>/dev/null | tr '\n' ' '; }
+if [[ $(ev 1) == *val_accuracy* && $(ev 1) == "$(ev 2)" && $(ev 1) == "$(ev 3)" ]]; then
+  ok "evaluation shared by 2 and 3 ranks = 1 rank: $(ev 1)"
+else bad "evaluation shared by the ranks: 1 rank [$(ev 1)], 2 [$(ev 2)], 3 [$(ev 3)]"; fi
 
 # 4. refusals
 for kv in data.order=stream model.stages=2 model.dropout=0.1; do

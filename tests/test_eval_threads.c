@@ -4,7 +4,9 @@
  * for 1 to 4 threads with a short last chunk; within 1e-9 of an evaluation in one chunk of
  * every window (other sums, so only rounding may differ); and BLAS gets its thread count back.
  * The same evaluation shared by 2-4 parts (lstmd_evaluate_shared, as data-parallel ranks share
- * it; threads stand in for the ranks here): every part gets the loss of one alone, bit for bit. */
+ * it; threads stand in for the ranks here): every part gets the loss of one alone, bit for bit.
+ * And a bidirectional classifier's (lstmd_clf_evaluate_shared): loss and confusion matrix, the
+ * same on 1-4 threads and in 2-4 parts. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -16,6 +18,7 @@
 #include "kernels/status.h"
 #include "worker/data/dataset.h"
 #include "worker/data/prepare.h"
+#include "worker/model/classify.h"
 #include "worker/model/infer.h"
 #include "check.h"
 
@@ -24,7 +27,10 @@ static char g_dir[64] = "/tmp/lstmd-eval-threads.XXXXXX";
 /* A model for the split `val`, its weights drawn from seed 5. */
 static struct lstmd_model *model_for(const struct lstmd_dataset *val, int hidden) {
   struct lstmd_model_shape s = {.hidden = hidden, .layers = 2};
-  if (val->info.kind == LSTMD_DATASET_TEXT) {
+  if (val->info.kind == LSTMD_DATASET_CLASSIFY) {
+    s.kind = LSTMD_MODEL_CLASSIFY, s.vocab = val->info.vocab_size, s.embed = 8;
+    s.classes = val->info.horizon, s.bidirectional = 1, s.pool = LSTMD_POOL_MAX;
+  } else if (val->info.kind == LSTMD_DATASET_TEXT) {
     s.kind = LSTMD_MODEL_TEXT, s.vocab = val->info.vocab_size, s.embed = 8;
   } else {
     s.kind = LSTMD_MODEL_SERIES, s.width = val->info.width, s.horizon = val->info.horizon;
@@ -105,7 +111,18 @@ static int prepare_inputs(void) {
   for (int i = 0; i < 3000; i++) fprintf(f, "%.4f,%.4f\n", sin(0.1 * i) + 0.01 * (i % 7), cos(0.05 * i));
   fclose(f);
   snprintf(out, sizeof out, "%s/series", g_dir);
-  return lstmd_prepare_series(path, out, "x", "y", 3, 0.5, 0);
+  if (lstmd_prepare_series(path, out, "x", "y", 3, 0.5, 0)) return -1;
+  snprintf(path, sizeof path, "%s/classify.tsv", g_dir);
+  if (!(f = fopen(path, "w"))) return -1;
+  static const char *const kLabels[] = {"gate", "cell", "rank"};
+  for (int i = 0; i < 200; i++) { /* words of mixed lengths: padded batches */
+    fprintf(f, "%s\t", kLabels[i % 3]);
+    for (int w = 0; w < 1 + i % 5; w++) fputs(kWords[(int)(test_uniform(&seed, 2.5) + 2.5) % 5], f);
+    fputc('\n', f);
+  }
+  fclose(f);
+  snprintf(out, sizeof out, "%s/classify", g_dir);
+  return lstmd_prepare_classify(path, out, 0.5);
 }
 
 /* lstmd_evaluate_shared with `parts` threads standing in for ranks: each part's combine meets
@@ -183,6 +200,79 @@ static void check_parts(const char *label, const char *sub, int hidden, int T, i
   lstmd_dataset_close(&val);
 }
 
+/* A classifier's evaluation (worker/model/classify_eval.c) on 1 to 4 threads, and shared by 2-4
+ * parts: every loss bit for bit that of one thread alone, every confusion matrix the same. */
+struct clf_part_job {
+  struct share_sim *sim;
+  const struct lstmd_model *m;
+  const struct lstmd_dataset *val;
+  int part, parts, B, rc;
+  struct lstmd_clf_eval res;
+};
+
+static int clf_combine_sim(void *ctx, double *sums, int n, int status) {
+  struct clf_part_job *j = ctx;
+  struct part_job pj = {.sim = j->sim, .part = j->part, .parts = j->parts};
+  return combine_sim(&pj, sums, n, status);
+}
+
+static void *clf_part_main(void *arg) {
+  struct clf_part_job *j = arg;
+  const struct lstmd_eval_share share = {j->part, j->parts, clf_combine_sim, j};
+  j->rc = lstmd_clf_evaluate_shared(j->m, j->val, j->B, &share, &j->res);
+  return NULL;
+}
+
+static int same_clf(const struct lstmd_clf_eval *a, const struct lstmd_clf_eval *b) {
+  return !memcmp(&a->loss, &b->loss, sizeof a->loss) && a->sequences == b->sequences &&
+         a->correct == b->correct && !memcmp(a->confusion, b->confusion, sizeof a->confusion);
+}
+
+static void check_classifier(int B) {
+  char what[200];
+  struct lstmd_dataset train, val;
+  struct lstmd_model *m = open_case("classify", 24, &train, &val);
+  if (!m) return;
+  static struct lstmd_clf_eval one, got;
+  lstmd_cpu_set_blas_threads(1);
+  int rc = lstmd_clf_evaluate(m, &val, B, &one);
+  snprintf(what, sizeof what, "classifier: %llu sequences in chunks of %d and a last one of %llu, "
+           "1 thread: loss %.9g, %llu correct", (unsigned long long)val.info.count, B,
+           (unsigned long long)(val.info.count % B), one.loss, (unsigned long long)one.correct);
+  check_true(what, !rc && isfinite(one.loss) && one.sequences == val.info.count &&
+                       val.info.count > 4 * (uint64_t)B && val.info.count % B);
+  for (int t = 2; t <= 4; t++) {
+    lstmd_cpu_set_blas_threads(t);
+    rc = lstmd_clf_evaluate(m, &val, B, &got);
+    snprintf(what, sizeof what, "classifier: %d threads, loss %.17g, %llu correct: bit for bit", t,
+             got.loss, (unsigned long long)got.correct);
+    check_true(what, !rc && same_clf(&got, &one) && lstmd_cpu_blas_threads() == t);
+  }
+  lstmd_cpu_set_blas_threads(1);
+  for (int parts = 2; parts <= 4; parts++) {
+    struct share_sim sim;
+    pthread_barrier_init(&sim.meet, NULL, (unsigned)parts);
+    static struct clf_part_job jobs[4];
+    pthread_t th[4];
+    for (int p = 0; p < parts; p++) {
+      jobs[p] = (struct clf_part_job){&sim, m, &val, p, parts, B, -1, {0}};
+      pthread_create(&th[p], NULL, clf_part_main, &jobs[p]);
+    }
+    int same = 1;
+    for (int p = 0; p < parts; p++) {
+      pthread_join(th[p], NULL);
+      same = same && jobs[p].rc == 0 && same_clf(&jobs[p].res, &one);
+    }
+    pthread_barrier_destroy(&sim.meet);
+    snprintf(what, sizeof what, "classifier: shared by %d parts, every part's loss %.17g and "
+             "confusion: bit for bit", parts, jobs[parts - 1].res.loss);
+    check_true(what, same);
+  }
+  lstmd_model_destroy(m);
+  lstmd_dataset_close(&train);
+  lstmd_dataset_close(&val);
+}
+
 int main(void) {
   if (!mkdtemp(g_dir)) return 1;
   check_true("inputs prepared", prepare_inputs() == LSTMD_OK);
@@ -190,6 +280,7 @@ int main(void) {
   check_threads("series H32", "series", 32, 12, 5);
   check_parts("text H64", "text", 64, 16, 7);
   check_parts("series H32", "series", 32, 12, 5);
+  check_classifier(6);
   char cmd[160];
   snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);

@@ -220,21 +220,23 @@ static int cpu_sync_host(struct lstmd_engine *e, struct lstmd_optim *o,
   return LSTMD_OK;
 }
 
-/* Every rank scores its share of the validation windows with all of its threads (the slices
- * are idle meanwhile; engine.h: lstmd_engine_evaluate_shared), so N ranks evaluate N times as
- * fast, and rank 0 gets the loss one rank computes alone, bit for bit. A classifier is scored on
- * rank 0. */
+/* Every rank scores its share of the validation windows (a classifier's: sequences) with all
+ * of its threads (the slices are idle meanwhile; engine.h: lstmd_engine_evaluate_shared), so N
+ * ranks evaluate N times as fast, and rank 0 gets the loss one rank computes alone, bit for bit. */
 static int cpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *val, double *mean_loss,
                         uint64_t *tokens, double *accuracy) {
   struct cpu_engine *c = cpu_of(e);
-  const int classify = e->model->shape.kind == LSTMD_MODEL_CLASSIFY;
-  if (e->rank != 0 && classify) return LSTMD_OK;
   lstmd_cpu_set_blas_threads(c->eval_threads);
   int rc;
-  if (classify) { /* mean loss per sequence */
+  if (e->model->shape.kind == LSTMD_MODEL_CLASSIFY) { /* mean loss per sequence */
+    const struct lstmd_eval_share share = {e->rank, e->world, lstmd_engine_combine_eval_sums, e};
     struct lstmd_clf_eval *res = malloc(sizeof *res);
-    rc = res ? lstmd_clf_evaluate(e->model, val, e->cfg.batch, res) : LSTMD_ENOMEM;
-    if (!rc) {
+    /* voted: a rank without its result must not leave the others in the combine */
+    rc = lstmd_comm_agree(e->comm, res ? LSTMD_OK : LSTMD_ENOMEM, NULL);
+    if (!rc)
+      rc = lstmd_clf_evaluate_shared(e->model, val, e->cfg.batch, e->world > 1 ? &share : NULL,
+                                     res);
+    if (!rc && e->rank == 0) {
       *mean_loss = res->loss;
       *tokens = res->sequences;
       *accuracy = res->sequences ? (double)res->correct / (double)res->sequences : NAN;

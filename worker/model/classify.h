@@ -63,6 +63,13 @@ struct lstmd_clf_eval {
  * Returns 0 or a status after printing why (a corrupt record, out of memory). */
 int lstmd_clf_evaluate(const struct lstmd_model *m, const struct lstmd_dataset *ds, int B,
                        struct lstmd_clf_eval *res);
+/* The same shared by the ranks of a data-parallel job as lstmd_evaluate_shared (infer.h) shares
+ * a text evaluation: chunks of B sequences, the losses and the confusion counts combined, and
+ * every part gets what one alone would, bit for bit. Both split the chunks across as many threads
+ * as BLAS was given (BLAS at one thread in each); the result does not depend on the count. */
+struct lstmd_eval_share;
+int lstmd_clf_evaluate_shared(const struct lstmd_model *m, const struct lstmd_dataset *ds, int B,
+                              const struct lstmd_eval_share *share, struct lstmd_clf_eval *res);
 
 /* Class probabilities of one sequence of n steps: probs [C]. ids: n token ids (< vocab) of a
  * text classifier, or x: n × W normalised values of a series classifier (the other NULL). Uses a

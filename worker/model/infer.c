@@ -4,10 +4,8 @@
 
 #include <limits.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "kernels/cpu/blas_cpu.h"
 #include "kernels/status.h"
@@ -15,6 +13,7 @@
 #include "worker/io/durable.h"
 #include "worker/io/qcheckpoint.h"
 #include "worker/data/prepare.h"
+#include "eval_pool.h"
 
 int lstmd_infer_model_load(const char *path, struct lstmd_infer_model *im,
                            struct lstmd_data_meta *d) {
@@ -170,102 +169,73 @@ int lstmd_infer_evaluate(const struct lstmd_infer_model *im, const struct lstmd_
   return LSTMD_OK;
 }
 
-/* The chunks of an evaluation (B windows each, the last one shorter): this process scores
- * chunks part, part + parts, ... (lstmd_eval_share), its threads each taking the next one
- * untaken and writing the chunk's sum to the chunk's own slot. */
-struct eval_chunks {
+/* An evaluation's chunks (B windows each, the last one shorter), scored through eval_pool.h. */
+struct eval_job {
   const struct lstmd_infer_model *im;
   const struct lstmd_dataset *ds;
   const float *z; /* series: the normalised split */
   int T, B;
-  uint64_t windows, count; /* count = ceil(windows / B) */
-  uint64_t part, parts;
-  uint64_t next;           /* atomic: the next of this part's chunks untaken (0, 1, ...) */
-  int failed;              /* atomic: the first error; the others stop taking chunks */
-  double *sums;            /* [count]; 0 in the chunks of other parts */
+  uint64_t windows;
+  struct lstmd_eval_pool pool;
 };
 
-static uint64_t part_chunks(const struct eval_chunks *e) {
-  return e->part < e->count ? (e->count - e->part + e->parts - 1) / e->parts : 0;
+/* A thread's workspaces: one for full chunks and one for the short last chunk if it takes it. */
+struct eval_state {
+  struct runner full, tail;
+  void *scratch; /* text: lstmd_read_window's */
+};
+
+static void eval_close(void *ctx, void *state) {
+  (void)ctx;
+  struct eval_state *st = state;
+  if (!st) return;
+  runner_close(&st->full);
+  runner_close(&st->tail);
+  free(st->scratch);
+  free(st);
 }
 
-/* One thread's part: its own workspaces (full chunks, and the short last one if it takes it).
- * A helper thread opens them before it takes a chunk, and one that cannot get the memory leaves
- * the chunks to the others (a machine short of memory evaluates on fewer threads); the calling
- * thread's failures are the evaluation's. */
-static int eval_some_chunks(struct eval_chunks *e, int helper) {
-  const int series = e->ds->info.kind == LSTMD_DATASET_SERIES;
-  struct runner full = {0}, tail = {0};
-  void *scratch = series ? NULL : malloc(lstmd_window_scratch_bytes(e->ds, e->T));
-  int rc = series || scratch ? LSTMD_OK : LSTMD_ENOMEM;
+/* A helper opens both workspaces it may need before it takes a chunk; the caller, as it goes. */
+static int eval_open(void *ctx, int helper, void **state) {
+  const struct eval_job *e = ctx;
+  struct eval_state *st = calloc(1, sizeof *st);
+  *state = st;
+  if (!st) return LSTMD_ENOMEM;
+  int rc = LSTMD_OK;
+  if (e->ds->info.kind != LSTMD_DATASET_SERIES &&
+      !(st->scratch = malloc(lstmd_window_scratch_bytes(e->ds, e->T))))
+    rc = LSTMD_ENOMEM;
   const int tail_cols = (int)(e->windows % (uint64_t)e->B);
-  const int mine_tail = tail_cols && (e->count - 1) % e->parts == e->part;
-  if (helper && !rc) rc = runner_open(e->im, e->T, e->B, &full);
-  if (helper && !rc && mine_tail) rc = runner_open(e->im, e->T, tail_cols, &tail);
-  if (helper && rc) {
-    runner_close(&full);
-    free(scratch);
-    return LSTMD_OK;
-  }
-  for (uint64_t i; !rc && !__atomic_load_n(&e->failed, __ATOMIC_RELAXED) &&
-                   (i = __atomic_fetch_add(&e->next, 1, __ATOMIC_RELAXED)) < part_chunks(e);) {
-    const uint64_t c = e->part + i * e->parts, w = c * (uint64_t)e->B;
-    const int cols = e->windows - w < (uint64_t)e->B ? (int)(e->windows - w) : e->B;
-    struct runner *r = cols == e->B ? &full : &tail;
-    if (!r->ws && !r->qws) rc = runner_open(e->im, e->T, cols, r);
-    e->sums[c] = 0.0;
-    if (!rc && series) rc = eval_series_chunk(r, e->ds, e->z, e->T, w, cols, &e->sums[c]);
-    else if (!rc) rc = eval_chunk(r, e->ds, e->T, w, cols, scratch, &e->sums[c]);
-  }
-  runner_close(&full);
-  runner_close(&tail);
-  free(scratch);
-  if (rc) __atomic_store_n(&e->failed, rc, __ATOMIC_RELAXED);
+  const int mine_tail = tail_cols && (e->pool.count - 1) % e->pool.parts == e->pool.part;
+  if (helper && !rc) rc = runner_open(e->im, e->T, e->B, &st->full);
+  if (helper && !rc && mine_tail) rc = runner_open(e->im, e->T, tail_cols, &st->tail);
   return rc;
 }
 
-static void *eval_thread(void *arg) {
-  eval_some_chunks(arg, 1);
-  return NULL;
+static int eval_score(void *ctx, void *state, uint64_t chunk, double *sum) {
+  const struct eval_job *e = ctx;
+  struct eval_state *st = state;
+  const uint64_t w = chunk * (uint64_t)e->B;
+  const int cols = e->windows - w < (uint64_t)e->B ? (int)(e->windows - w) : e->B;
+  struct runner *r = cols == e->B ? &st->full : &st->tail;
+  if (!r->ws && !r->qws) LSTMD_TRY(runner_open(e->im, e->T, cols, r));
+  if (e->ds->info.kind == LSTMD_DATASET_SERIES)
+    return eval_series_chunk(r, e->ds, e->z, e->T, w, cols, sum);
+  return eval_chunk(r, e->ds, e->T, w, cols, st->scratch, sum);
 }
 
 /* Threads: an fp32 model's evaluation takes as many as BLAS was given (the callers' way of
  * saying how many cores are theirs now: lstmd_cpu_set_blas_threads), each with its own chunks
- * and BLAS at one thread, so the per-step recurrence, which BLAS cannot split at a few rows,
- * runs on every core too. BLAS runs at one thread in every chunk however many threads there
- * are (even one), and the chunks' sums are added in chunk order, so the loss does not depend on
- * the thread count, nor on how ranks share the chunks. The int8 model splits each forward
- * itself (runner_open). */
-/* How many of `want` threads the memory free now allows: each holds a forward workspace of
- * about T·B·(6·H·L + In + O) floats (h, c and the gates of every layer, input, outputs), and the
- * threads beyond the first take at most a quarter of the free memory, so that a many-core
- * machine's evaluation does not push a training rank into the OOM killer (Linux rarely refuses
- * the allocation itself). */
-static int threads_memory_allows(const struct lstmd_model_shape *s, int T, int B, int want) {
+ * and BLAS at one thread, as many as the memory allows with a forward workspace of about
+ * T·B·(6·H·L + In + O) floats each (h, c and the gates of every layer, input, outputs). The
+ * int8 model splits each forward itself (runner_open). */
+static int eval_threads(const struct eval_job *e) {
+  if (!e->im->fp32) return 0;
+  const struct lstmd_model_shape *s = &e->im->fp32->shape;
   const double in = s->kind == LSTMD_MODEL_TEXT ? s->embed : s->width;
   const double out = s->kind == LSTMD_MODEL_TEXT ? s->vocab : s->horizon;
-  const double bytes = 4.0 * T * B * (6.0 * s->hidden * s->layers + in + out);
-  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0 || bytes <= 0) return want;
-  const double fit = 1.0 + 0.25 * (double)pages * (double)page / bytes;
-  return fit < want ? (int)fit : want;
-}
-
-static int eval_all_chunks(struct eval_chunks *e) {
-  const int blas_threads = lstmd_cpu_blas_threads();
-  if (!e->im->fp32 || blas_threads <= 1) return eval_some_chunks(e, 0);
-  int threads = (uint64_t)blas_threads < part_chunks(e) ? blas_threads : (int)part_chunks(e);
-  threads = threads_memory_allows(&e->im->fp32->shape, e->T, e->B, threads);
-  lstmd_cpu_set_blas_threads(1);
-  pthread_t th[64];
-  int started = 0;
-  while (started < threads - 1 && started < 64 &&
-         pthread_create(&th[started], NULL, eval_thread, e) == 0)
-    started++; /* fewer threads than asked (none at all, even) only makes it slower */
-  const int rc = eval_some_chunks(e, 0);
-  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-  lstmd_cpu_set_blas_threads(blas_threads);
-  return rc ? rc : __atomic_load_n(&e->failed, __ATOMIC_RELAXED);
+  const double bytes = 4.0 * e->T * e->B * (6.0 * s->hidden * s->layers + in + out);
+  return lstmd_eval_threads_fit(bytes, lstmd_cpu_blas_threads());
 }
 
 /* lstmd_infer_evaluate_full with the work shared as `share` says (NULL: all of it here). */
@@ -282,19 +252,22 @@ static int evaluate(const struct lstmd_infer_model *im, const struct lstmd_datas
   if ((uint64_t)B > n) B = (int)n;
   const int series = ds->info.kind == LSTMD_DATASET_SERIES;
   float *z = NULL;
-  struct eval_chunks e = {im, ds, NULL, T, B, n, (n + (uint64_t)B - 1) / (uint64_t)B,
-                          share ? (uint64_t)share->part : 0, share ? (uint64_t)share->parts : 1,
-                          0, 0, NULL};
+  struct eval_job e = {im, ds, NULL, T, B, n, {0}};
+  e.pool = (struct lstmd_eval_pool){(n + (uint64_t)B - 1) / (uint64_t)B,
+                                    share ? (uint64_t)share->part : 0,
+                                    share ? (uint64_t)share->parts : 1,
+                                    &e, eval_open, eval_score, eval_close};
   int rc = series ? lstmd_series_read_normalised(ds, &z) : LSTMD_OK;
   e.z = z;
-  if (!rc && e.count > INT_MAX) rc = LSTMD_ECONFIG; /* combine's count is an int */
-  if (!rc && !(e.sums = calloc(e.count, sizeof *e.sums))) rc = LSTMD_ENOMEM;
-  if (!rc) rc = eval_all_chunks(&e);
+  double *sums = NULL;
+  if (!rc && e.pool.count > INT_MAX) rc = LSTMD_ECONFIG; /* combine's count is an int */
+  if (!rc && !(sums = calloc(e.pool.count, sizeof *sums))) rc = LSTMD_ENOMEM;
+  if (!rc) rc = lstmd_eval_pool_run(&e.pool, eval_threads(&e), sums);
   /* Every part calls combine, failed or not: it is the parts' meeting point. */
-  if (share) rc = share->combine(share->ctx, e.sums, e.sums ? (int)e.count : 0, rc);
+  if (share) rc = share->combine(share->ctx, sums, sums ? (int)e.pool.count : 0, rc);
   double sum = 0.0;
-  for (uint64_t c = 0; !rc && c < e.count; c++) sum += e.sums[c];
-  free(e.sums);
+  for (uint64_t c = 0; !rc && c < e.pool.count; c++) sum += sums[c];
+  free(sums);
   const struct lstmd_model_shape *s = model_shape(im);
   const int per_input = s->kind == LSTMD_MODEL_TEXT ? 1 : s->horizon;
   res->tokens = n * (uint64_t)T;
