@@ -19,6 +19,7 @@
 #include "worker/data/dataset.h"
 #include "worker/data/prepare.h"
 #include "worker/model/classify.h"
+#include "worker/model/eval_pool.h"
 #include "worker/model/infer.h"
 #include "check.h"
 
@@ -273,6 +274,62 @@ static void check_classifier(int B) {
   lstmd_dataset_close(&val);
 }
 
+/* eval_pool.c itself: helper threads that cannot open their state leave every chunk to the
+ * others (all chunks still scored once, the same sums), and a chunk that fails fails the run. */
+struct pool_case {
+  int helpers_fail;
+  uint64_t fail_chunk; /* UINT64_MAX: none */
+  int helpers_fail_chunks;
+  pthread_t caller;
+  int scored[40];      /* atomic: times each chunk was scored */
+};
+
+static int pool_open(void *ctx, int helper, void **state) {
+  const struct pool_case *pc = ctx;
+  *state = NULL;
+  return helper && pc->helpers_fail ? LSTMD_ENOMEM : LSTMD_OK;
+}
+
+static int pool_score(void *ctx, void *state, uint64_t chunk, double *sum) {
+  (void)state;
+  struct pool_case *pc = ctx;
+  __atomic_fetch_add(&pc->scored[chunk], 1, __ATOMIC_RELAXED);
+  *sum = 1.0 / (double)(chunk + 1);
+  usleep(1000); /* so that every thread gets chunks */
+  if (pc->helpers_fail_chunks && !pthread_equal(pthread_self(), pc->caller)) return LSTMD_EIO;
+  return chunk == pc->fail_chunk ? LSTMD_EIO : LSTMD_OK;
+}
+
+static void pool_close(void *ctx, void *state) { (void)ctx, (void)state; }
+
+static void check_pool(void) {
+  char what[160];
+  for (int fail = 0; fail <= 1; fail++) {
+    static struct pool_case pc;
+    memset(&pc, 0, sizeof pc);
+    pc.helpers_fail = fail, pc.fail_chunk = UINT64_MAX;
+    double sums[40] = {0};
+    const struct lstmd_eval_pool pool = {40, 1, 3, &pc, pool_open, pool_score, pool_close};
+    const int rc = lstmd_eval_pool_run(&pool, 4, sums);
+    int right = rc == 0 && lstmd_eval_pool_mine(&pool) == 13;
+    for (uint64_t c = 0; c < 40; c++)
+      right = right && pc.scored[c] == (c % 3 == 1) && sums[c] == (c % 3 == 1 ? 1.0 / (c + 1) : 0);
+    snprintf(what, sizeof what, "pool: part 1 of 3 scores chunks 1, 4, ... 37 once each on 4 "
+             "threads%s", fail ? ", the 3 helpers unable to open" : "");
+    check_true(what, right);
+  }
+  static struct pool_case pc;
+  memset(&pc, 0, sizeof pc);
+  pc.fail_chunk = 5;
+  double sums[40] = {0};
+  const struct lstmd_eval_pool pool = {40, 0, 1, &pc, pool_open, pool_score, pool_close};
+  check_true("pool: a chunk that fails fails the run", lstmd_eval_pool_run(&pool, 3, sums) == LSTMD_EIO);
+  memset(&pc, 0, sizeof pc);
+  pc.fail_chunk = UINT64_MAX, pc.helpers_fail_chunks = 1, pc.caller = pthread_self();
+  check_true("pool: a chunk that fails on a helper thread fails the run",
+             lstmd_eval_pool_run(&pool, 3, sums) == LSTMD_EIO);
+}
+
 int main(void) {
   if (!mkdtemp(g_dir)) return 1;
   check_true("inputs prepared", prepare_inputs() == LSTMD_OK);
@@ -281,6 +338,7 @@ int main(void) {
   check_parts("text H64", "text", 64, 16, 7);
   check_parts("series H32", "series", 32, 12, 5);
   check_classifier(6);
+  check_pool();
   char cmd[160];
   snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);
