@@ -144,6 +144,11 @@ static int init_lanes(struct lstmd_p2p_nccl *p, const struct link_ids *ids) {
   for (int i = 0; r == ncclSuccess && i < LSTMD_LANES; i++)
     if (p->lane[i].present) r = lstmd_nccl_settle(p->lane[i].comm, p->timeout_s);
   if (r == ncclSuccess) return LSTMD_OK;
+  for (int i = 0; i < LSTMD_LANES; i++) { /* a finalize of an unfinished init could wait 10 s */
+    struct lane *l = &p->lane[i];
+    if (l->comm) ncclCommAbort(l->comm);
+    l->comm = NULL;
+  }
   if (r == ncclInProgress)
     lstmd_errorf("rank %d (%s): the pipeline's NCCL communicators did not start in %.0f s",
                  p->pp->world_rank, p->pp->host, p->timeout_s);

@@ -94,7 +94,9 @@ static char *at(void *base, size_t elements, size_t es) { return (char *)base + 
  * the stack is quiet: cuDNN may refuse a math type only when it first runs (lstm_cudnn.c, 4.). */
 static int trial(struct lstmd_cuda_stage *st) {
   const size_t N = (size_t)st->N, H = (size_t)st->cfg.layout.hidden;
-  const size_t xb = N * st->I * st->es, yb = N * H * st->es;
+  /* each buffer 256-byte aligned, as the stage's own: an odd N·I in fp16 would leave y, dy and
+   * the reserve 2-byte aligned */
+  const size_t xb = align256(N * st->I * st->es), yb = align256(N * H * st->es);
   const size_t rb = lstmd_cudnn_lstm_reserve_bytes(st->lstm);
   char *buf = NULL;
   cudaGetLastError(); /* an earlier error must not read as this trial's */

@@ -103,6 +103,8 @@ static int time_stage(const struct lstmd_model *m, const struct lstmd_stage_time
                : LSTMD_OK;
   if (!rc && cudaMemcpy(params, m->params, bytes, cudaMemcpyHostToDevice)) rc = LSTMD_ECUDA;
   if (!rc && (cudaMemset(grads, 0, bytes) || cudaMemset(loss, 0, sizeof(double)))) rc = LSTMD_ECUDA;
+  /* legacy-stream copies: t->stream is non-blocking and would not wait for them */
+  if (!rc && cudaDeviceSynchronize()) rc = LSTMD_ECUDA;
   if (!rc) rc = lstmd_cuda_stage_create(&sc, t->stream, &st);
   if (!rc) rc = lstmd_cuda_stage_load_weights(st, params);
   if (!rc) rc = fill_inputs(lstmd_cuda_stage_inputs(st, 0), &m->shape, (size_t)c->steps * c->batch);
