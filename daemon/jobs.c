@@ -204,6 +204,23 @@ uint8_t *lstmd_jobs_submit(struct lstmd_jobs *t, const Lstmd__JobSpec *spec, con
     return lstmd_frame_pack_error(LSTMD__ERROR_CODE__SHUTTING_DOWN,
                                   "the daemon is shutting down and takes no new jobs", len);
   }
+  /* One run dir, one live job: two would write each other's checkpoints and metrics, and a
+   * preempted job would resume from the other's latest.safetensors. */
+  for (size_t i = 0; run_dir && i < t->n; i++) {
+    const Lstmd__Job *o = t->v[i];
+    if ((o->state != LSTMD__JOB_STATE__QUEUED && o->state != LSTMD__JOB_STATE__RUNNING) ||
+        strcmp(o->run_dir, run_dir))
+      continue;
+    char msg[1400];
+    snprintf(msg, sizeof msg,
+             "train.run_dir %s is the run dir of job %llu%s%s%s (%s), which has not ended: give "
+             "each job its own, or submit this one when that one has ended", run_dir,
+             (unsigned long long)o->id, o->name && *o->name ? " '" : "",
+             o->name && *o->name ? o->name : "", o->name && *o->name ? "'" : "",
+             lstmd_job_state_name(o->state));
+    pthread_mutex_unlock(&t->mu);
+    return lstmd_frame_pack_error(LSTMD__ERROR_CODE__INVALID_JOB, msg, len);
+  }
   char dir[1200];
   const uint64_t id = t->next_id;
   if (run_dir) snprintf(dir, sizeof dir, "%s", run_dir);

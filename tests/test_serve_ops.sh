@@ -15,7 +15,9 @@
 #     from that checkpoint (attempt 2);
 #  5. pipeline stages through the daemon: model.stages=3 on the 2-rank daemon is refused at
 #     submission naming the key (exit 2); a model.stages=2 job runs to SUCCEEDED and ends with the
-#     weights of the same `mpirun -np 2 lstmd train` run (bitwise).
+#     weights of the same `mpirun -np 2 lstmd train` run (bitwise);
+#  6. a job submitted into the train.run_dir of a job that has not ended is refused (exit 2,
+#     naming that job), and accepted once that job has ended.
 set -u
 LSTMD=$(realpath "${1:?usage: test_serve_ops.sh LSTMD LSTMCTL SOURCE_DIR}")
 CTL=$(realpath "${2:?}")
@@ -162,6 +164,21 @@ p=$(ctl submit --config "$TMP/job.ini" "${pipe[@]}" --set train.run_dir=pipe-job
 if ctl watch "$p" >/dev/null 2>&1 && [[ $(field "$p" state) == SUCCEEDED ]]; then
   ok "a model.stages=2 job: SUCCEEDED"
 else bad "pipeline job $p: $(ctl status "$p")"; fi
+# 6. one run dir, one live job: a second submission into the run dir of a job that has not ended
+#    is refused naming that job (however the path is spelled), and accepted once it has ended
+a=$(ctl submit --config "$TMP/job.ini" --set train.run_dir=shared --name A | tail -1)
+out=$(ctl submit --config "$TMP/job.ini" --set train.run_dir=./shared --set optim.lr=0.05 2>&1); rc=$?
+[[ $rc == 2 ]] && grep -q "is the run dir of job $a 'A'" <<<"$out" &&
+  ok "a second job in job $a's run dir refused: $(tail -1 <<<"$out")" || bad "shared run dir: exit $rc: $out"
+ctl cancel "$a" >/dev/null
+state_is() { [[ $(field "$1" state) == "$2" ]]; }
+if wait_for 30 state_is "$a" CANCELLED; then
+  b=$(ctl submit --config "$TMP/job.ini" --set train.run_dir=shared --name B 2>&1 | tail -1)
+  [[ $(field "$b" state) =~ QUEUED|RUNNING ]] && ok "accepted once job $a has ended (job $b)" ||
+    bad "after job $a ended: $b"
+  ctl cancel "$b" >/dev/null
+else bad "job $a not cancelled: $(ctl status "$a")"; fi
+
 ctl shutdown >/dev/null; stop_daemon || bad "final shutdown"
 ( cd "$TMP" && mpirun -np 2 "$LSTMD" train --config job.ini "${pipe[@]}" --set train.run_dir=pipe-job-cli \
     >"$TMP/pipe-cli.log" 2>&1 ) || bad "mpirun -np 2 lstmd train (pipeline): $(tail -2 "$TMP/pipe-cli.log")"
