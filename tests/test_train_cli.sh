@@ -7,7 +7,9 @@
 #     updates of one thread (within 1e-5 of the update's norm, clip off); one step at lr 0 leaves
 #     the initialisation (SGD and AdamW with weight decay): the --initial of the equivalences;
 #  3. SIGTERM finishes the step, writes a checkpoint, exits 0, and the run resumes from it (says
-#     so, at the step it stopped) to the weights of an uninterrupted run, bitwise;
+#     so, at the step it stopped) to the weights of an uninterrupted run, bitwise; meanwhile a
+#     second run in the same run dir exits 2 naming the first one's pid; after a kill -9 the next
+#     run in that run dir goes ahead;
 #  4. text: eval prints one JSON line; sample prints the prime then N bytes (exit 0), greedy
 #     twice gives the same prime + 40 bytes;
 #  5. series: prepare → train → eval → predict writes one forecast row per input row;
@@ -143,6 +145,12 @@ sig=(--set train.run_dir=run --set optim.schedule=constant --set train.log_every
    >/dev/null 2>"$TMP/sig/log") &
 pid=$!
 for _ in $(seq 100); do [[ -s "$TMP/sig/run/metrics.jsonl" ]] && break; sleep 0.1; done
+# 3a. one run at a time in a run dir (worker/io/durable.c: lstmd_run_dir_lock)
+(cd "$TMP/sig" && "$LSTMD" train "${common[@]}" "${sig[@]}" --set train.steps=3 >/dev/null 2>"$TMP/sig/second")
+rc=$?
+if [[ $rc -eq 2 ]] && grep -q "train.run_dir run is in use by another run (pid $pid on " "$TMP/sig/second"; then
+  ok "a second run in a run dir in use: exit 2, $(grep -o 'in use by .*)' "$TMP/sig/second")"
+else bad "second run in the same run dir: rc=$rc: $(tail -2 "$TMP/sig/second")"; fi
 kill -TERM $pid
 wait $pid
 rc=$?
@@ -163,6 +171,17 @@ if [[ $rc -eq 0 && $stopped -gt 0 ]] && grep -q "resumed from run/latest.safeten
   ok "SIGTERM: resumed at step $stopped to step $n = uninterrupted run, bitwise"
 else bad "SIGTERM: resume: rc=$rc, stopped at '$stopped': $(grep -e resumed -e trained -e error "$TMP/sig/log2" | tr '\n' ' ')" \
   "$(cmp "$TMP/sig/run/step-$n.safetensors" "$TMP/sig-straight/run/step-$n.safetensors" 2>&1)"; fi
+
+# 3b. a run killed outright leaves its lock file, but not its lock: the next run goes ahead
+mkdir -p "$TMP/lock9"
+(cd "$TMP/lock9" && exec "$LSTMD" train "${common[@]}" "${sig[@]}" --set train.steps=100000 >/dev/null 2>&1) &
+pid=$!
+for _ in $(seq 100); do [[ -s "$TMP/lock9/run/metrics.jsonl" ]] && break; sleep 0.1; done
+kill -KILL $pid; wait $pid 2>/dev/null
+if [[ -s "$TMP/lock9/run/.lstmd.lock" ]] &&
+   (cd "$TMP/lock9" && "$LSTMD" train "${common[@]}" "${sig[@]}" --set train.steps=2 >/dev/null 2>"$TMP/lock9/log"); then
+  ok "after kill -9 of the run holding the run dir, the next run trains there"
+else bad "after kill -9: $(tail -2 "$TMP/lock9/log")"; fi
 
 # 4. text eval and sample
 ck="$TMP/a/run/step-12.safetensors"

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -185,5 +186,41 @@ int lstmd_mkdir_p(const char *dir) {
     lstmd_errorf("%s: not a directory", dir);
     return LSTMD_EWRITE;
   }
+  return LSTMD_OK;
+}
+
+int lstmd_run_dir_lock(const char *dir, int *fd) {
+  char path[4200], host[256] = "?", holder[320] = "";
+  snprintf(path, sizeof path, "%s/.lstmd.lock", dir);
+  *fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (*fd < 0) {
+    lstmd_errorf("%s: cannot open: %s", path, strerror(errno));
+    return LSTMD_EWRITE;
+  }
+  int r;
+  while ((r = flock(*fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {
+  }
+  if (r != 0 && errno == EWOULDBLOCK) {
+    const ssize_t n = pread(*fd, holder, sizeof holder - 1, 0);
+    holder[n > 0 ? n : 0] = 0;
+    holder[strcspn(holder, "\n")] = 0;
+    lstmd_errorf("train.run_dir %s is in use by another run (%s): give this one its own, or "
+                 "wait for that one to end", dir, holder[0] ? holder : "its lock holder unknown");
+    close(*fd);
+    *fd = -1;
+    return LSTMD_ECONFIG;
+  }
+  if (r != 0) { /* e.g. ENOLCK on a file system without locks: unprotected, not refused */
+    lstmd_errorf("warning: %s: no lock on this file system (%s); nothing stops a second run from writing "
+                "into %s at the same time", path, strerror(errno), dir);
+    close(*fd);
+    *fd = -1;
+    return LSTMD_OK;
+  }
+  gethostname(host, sizeof host - 1);
+  char line[320];
+  const int len = snprintf(line, sizeof line, "pid %ld on %s\n", (long)getpid(), host);
+  if (ftruncate(*fd, 0) != 0 || pwrite(*fd, line, (size_t)len, 0) != len)
+    lstmd_errorf("warning: %s: cannot write the holder's pid: %s", path, strerror(errno));
   return LSTMD_OK;
 }

@@ -36,4 +36,11 @@ int lstmd_read_at(int fd, void *buf, size_t n, uint64_t offset);
 /* Creates a directory (and its parents) if missing. Returns 0 or LSTMD_EWRITE. */
 int lstmd_mkdir_p(const char *dir);
 
+/* Holds <dir>/.lstmd.lock (flock, exclusive) for as long as the returned descriptor stays open,
+ * with this process's pid and host written in it: one run writes a run dir at a time, whatever
+ * started it (two sbatch jobs, two daemons, a daemon and a shell). *fd: the lock's descriptor, or
+ * -1 where the file system has no locks (a warning, not a failure). Returns 0, LSTMD_ECONFIG
+ * when another process holds it (message naming its pid and host), or LSTMD_EWRITE. */
+int lstmd_run_dir_lock(const char *dir, int *fd);
+
 #endif

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/comm.h"
 #include "kernels/status.h"
@@ -475,6 +476,8 @@ int lstmd_run_setup(struct run *r, const char *resume_path) {
 void lstmd_run_free(struct run *r) {
   lstmd_metrics_close(&r->metrics);
   if (r->samples) fclose(r->samples);
+  if (r->run_lock >= 0) close(r->run_lock); /* the last of the run dir's writers above */
+  r->run_lock = -1;
   lstmd_engine_destroy(r->engine);
   lstmd_prefetch_destroy(r->prefetch);
   lstmd_batcher_destroy(r->batcher);

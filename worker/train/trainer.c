@@ -604,6 +604,7 @@ static int open_outputs(struct run *r, const char *resume_path) {
   int local = LSTMD_OK;
   if (r->rank == 0) {
     local = lstmd_mkdir_p(r->cfg->run_dir);
+    if (!local) local = lstmd_run_dir_lock(r->cfg->run_dir, &r->run_lock);
     if (!local)
       local = lstmd_metrics_open(&r->metrics, r->cfg->run_dir, r->resumed ? r->progress.step : 0);
     if (!local && r->cfg->sample_every) local = open_samples(r);
@@ -617,7 +618,7 @@ int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_jso
                     const struct lstmd_train_hooks *hooks, int *all_know) {
   static const struct lstmd_train_hooks kNoHooks;
   struct run r = {.cfg = cfg, .config_json = config_json, .comm = comm, .train.fd = -1,
-                  .val.fd = -1, .hooks = hooks ? hooks : &kNoHooks};
+                  .val.fd = -1, .run_lock = -1, .hooks = hooks ? hooks : &kNoHooks};
   r.rank = comm ? lstmd_comm_rank(comm) : 0;
   r.world = comm ? lstmd_comm_size(comm) : 1;
   int rc = lstmd_run_setup(&r, resume_path); /* the same status on every rank */

@@ -37,6 +37,7 @@ struct run {
   struct lstmd_metrics metrics;         /* rank 0 only */
   struct lstmd_trace *trace;            /* --trace, or NULL */
   FILE *samples;                        /* rank 0, train.sample_every > 0: <run_dir>/samples.txt */
+  int run_lock;                         /* rank 0: <run_dir>/.lstmd.lock held (lstmd_run_dir_lock), or -1 */
   const struct lstmd_train_hooks *hooks; /* never NULL (an empty set when none was given) */
   int has_val, resumed;
   int has_baselines;                      /* rank 0, series: `baselines` holds the val split's */
