@@ -446,6 +446,14 @@ check "train: a directory as config file" --file "$TMP/cfgdir.ini" \
 check "train: missing distill.teacher" --has "distill.teacher: $TMP/no-such.safetensors" \
   --no-ckpt "$TMP/run-cfg" -- \
   "$LSTMD" train "${GOOD[@]}" "${TINY[@]}" --set distill.teacher="$TMP/no-such.safetensors"
+head -c 20000 "$DATA/fortunes.txt" > "$TMP/noval.txt"
+setup "$LSTMD" prepare text --input "$TMP/noval.txt" --out "$TMP/noval" --val-fraction 0
+for key in train.early_stop_patience=2 optim.schedule=plateau; do
+  check "train: $key with no validation windows" --has "${key%%=*}: needs evaluations" \
+    --has "too short to evaluate" --no-ckpt "$TMP/run-cfg" -- \
+    "$LSTMD" train "${TINY[@]}" --set data.path="$TMP/noval" --set train.run_dir="$TMP/run-cfg" --set "$key" \
+    --set train.eval_every=1
+done
 check "train: no data.path" --has "data.path" -- \
   "$LSTMD" train --set train.run_dir="$TMP/run-cfg"
 check "train: data.path does not exist" --file "$TMP/no-such-dir" --no-ckpt "$TMP/run-cfg" -- \

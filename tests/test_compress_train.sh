@@ -157,6 +157,12 @@ n_refused=0
 refused distill.teacher vocabulary --set data.path="$TMP/digits" --set distill.teacher="$T"
 refused distill.teacher horizon --set data.path="$TMP/s3" --set distill.teacher="$ST"
 refused distill.teacher "series model" --set distill.teacher="$ST"
+printf 'a\tabab\nb\tbaba\na\taab\nb\tbba\n' > "$TMP/clf.tsv"
+"$LSTMD" prepare classify --input "$TMP/clf.tsv" --out "$TMP/clf" --val-fraction 0.5 >/dev/null 2>&1 &&
+  "$LSTMD" train --set data.path="$TMP/clf" --set model.hidden=4 --set model.embed=4 --set train.steps=1 \
+    --set train.run_dir="$TMP/clf-run" >/dev/null 2>&1 || bad "a classifier to refuse as a teacher"
+refused distill.teacher "it is a classifier (model.kind classify), the dataset is text" \
+  --set distill.teacher="$TMP/clf-run/latest.safetensors"
 refused prune.target_sparsity model.stages "${prune[@]}" --set model.stages=2
 refused prune.tensors bias "${prune[@]}" --set prune.tensors=head.weight,lstm.bias_ih_l0
 refused prune.end_step begin_step "${prune[@]}" --set prune.end_step=2

@@ -84,10 +84,12 @@ static int load_teacher(struct run *r) {
   }
   const struct lstmd_dataset_info *t = &meta.info, *d = &r->train.info;
   char why[256] = "";
+  static const char *const kModel[] = {"?", "a text model", "a series model",
+                                       "a classifier (model.kind classify)"};
+  static const char *const kData[] = {"?", "text", "series", "a classify split"};
   if (t->kind != d->kind)
-    snprintf(why, sizeof why, "it is a %s model, the dataset is %s",
-             t->kind == LSTMD_DATASET_TEXT ? "text" : "series",
-             d->kind == LSTMD_DATASET_TEXT ? "text" : "series");
+    snprintf(why, sizeof why, "it is %s, the dataset is %s", kModel[t->kind & 3],
+             kData[d->kind & 3]);
   else if (t->kind == LSTMD_DATASET_TEXT &&
            (t->vocab_size != d->vocab_size || memcmp(t->vocab, d->vocab, (size_t)d->vocab_size)))
     snprintf(why, sizeof why, "its vocabulary (%d bytes) is not the dataset's (%d bytes)",
@@ -339,6 +341,16 @@ static int build(struct run *r) {
     if (!r->progress.state_h || !r->progress.state_c) return LSTMD_ENOMEM;
   }
   r->has_val = lstmd_window_count(&r->val, T) > 0;
+  /* As train.eval_every = 0 is refused with these (config.c), so is a split with nothing to
+   * evaluate: the same on every rank (same dataset header); rank 0 says why. */
+  if (!r->has_val && (cfg->early_stop_patience > 0 || cfg->optim.schedule == LSTMD_SCHEDULE_PLATEAU)) {
+    if (r->rank == 0)
+      lstmd_errorf("%s: needs evaluations during the run, but the validation split of %s is too "
+                   "short to evaluate (no whole window of data.seq_len %d); prepare it with a "
+                   "larger --val-fraction", cfg->early_stop_patience > 0
+                   ? "train.early_stop_patience" : "optim.schedule", cfg->data_path, T);
+    return LSTMD_ECONFIG;
+  }
   if (r->has_val && r->rank == 0 && info->kind == LSTMD_DATASET_SERIES) {
     /* The naive forecasts' scores do not change during the run: once, here. */
     float *z = NULL;
