@@ -341,6 +341,13 @@ static int cmd_simple(struct lstmd_ctl *c, const char *cmd, uint64_t id) {
   if (!resp) return rc;
   if (resp->kind_case == LSTMD__RESPONSE__KIND_JOB) {
     print_job(resp->job);
+    const int st = resp->job->state;
+    if (req.kind_case == LSTMD__REQUEST__KIND_CANCEL &&
+        (st == LSTMD__JOB_STATE__SUCCEEDED || st == LSTMD__JOB_STATE__FAILED)) {
+      fprintf(stderr, "lstmctl: job %llu had already ended (%s): nothing to cancel\n",
+              (unsigned long long)resp->job->id, lstmd_job_state_name(st));
+      rc = kExitUsage;
+    }
   } else if (resp->kind_case == LSTMD__RESPONSE__KIND_JOBS) {
     if (g_json) {
       json_t *a = json_array();

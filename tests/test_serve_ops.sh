@@ -15,7 +15,8 @@
 #     from that checkpoint (attempt 2);
 #  5. pipeline stages through the daemon: model.stages=3 on the 2-rank daemon is refused at
 #     submission naming the key (exit 2); a model.stages=2 job runs to SUCCEEDED and ends with the
-#     weights of the same `mpirun -np 2 lstmd train` run (bitwise);
+#     weights of the same `mpirun -np 2 lstmd train` run (bitwise); cancelling it then exits 2
+#     ("had already ended"), cancelling a cancelled job again exits 0;
 #  6. a job submitted into the train.run_dir of a job that has not ended is refused (exit 2,
 #     naming that job), and accepted once that job has ended.
 set -u
@@ -164,6 +165,9 @@ p=$(ctl submit --config "$TMP/job.ini" "${pipe[@]}" --set train.run_dir=pipe-job
 if ctl watch "$p" >/dev/null 2>&1 && [[ $(field "$p" state) == SUCCEEDED ]]; then
   ok "a model.stages=2 job: SUCCEEDED"
 else bad "pipeline job $p: $(ctl status "$p")"; fi
+out=$(ctl cancel "$p" 2>&1 >/dev/null); rc=$?
+[[ $rc == 2 && $out == *"job $p had already ended (SUCCEEDED): nothing to cancel"* ]] &&
+  ok "cancel of a job that has ended: exit 2, $out" || bad "cancel of an ended job: exit $rc: $out"
 # 6. one run dir, one live job: a second submission into the run dir of a job that has not ended
 #    is refused naming that job (however the path is spelled), and accepted once it has ended
 a=$(ctl submit --config "$TMP/job.ini" --set train.run_dir=shared --name A | tail -1)
@@ -177,6 +181,7 @@ if wait_for 30 state_is "$a" CANCELLED; then
   [[ $(field "$b" state) =~ QUEUED|RUNNING ]] && ok "accepted once job $a has ended (job $b)" ||
     bad "after job $a ended: $b"
   ctl cancel "$b" >/dev/null
+  ctl cancel "$a" >/dev/null && ok "cancel of a job already cancelled: exit 0" || bad "second cancel of job $a"
 else bad "job $a not cancelled: $(ctl status "$a")"; fi
 
 ctl shutdown >/dev/null; stop_daemon || bad "final shutdown"
