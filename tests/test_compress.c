@@ -150,6 +150,12 @@ static void test_masks(void) {
                                                                sizeof err) != 0);
   check_true("tensors: a list accepted",
              lstmd_prune_check_tensors("head.weight,lstm.weight_hh_l1", 2, err, sizeof err) == 0);
+  check_true("tensors: spaces around the names accepted",
+             lstmd_prune_check_tensors(" head.weight , lstm.weight_hh_l1\t", 2, err, sizeof err) == 0);
+  check_true("tensors: the same name twice, once spaced, refused",
+             lstmd_prune_check_tensors("head.weight, head.weight", 2, err, sizeof err) != 0);
+  check_true("tensors: an empty name refused",
+             lstmd_prune_check_tensors("head.weight, ,lstm.weight_hh_l1", 2, err, sizeof err) != 0);
   lstmd_prune_destroy(p10);
   lstmd_model_destroy(m10);
   free(before);

@@ -32,7 +32,9 @@ int lstmd_prune_for_each_name(const char *list, int layers, int (*fn)(void *, co
   }
   for (const char *p = list;;) {
     const char *comma = strchr(p, ',');
-    const size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    while (len && (*p == ' ' || *p == '\t')) p++, len--; /* "a, b" as an INI file has it */
+    while (len && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
     snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), p);
     if (len >= sizeof name) name[0] = '\0';
     if (fn(ctx, name)) return -1;
