@@ -36,9 +36,14 @@ static int parse_stages(const char *text, struct args *a) {
   a->n_stages = 0;
   for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     long s;
-    if (a->n_stages == 8 || lstmd_opt_long(kCmd, "stages", tok, 1, LSTMD_MAX_LAYERS, &s)) return 2;
+    if (a->n_stages == 8) {
+      lstmd_errorf("%s: --stages %s: at most 8 stage counts", kCmd, text);
+      return 2;
+    }
+    if (lstmd_opt_long(kCmd, "stages", tok, 1, LSTMD_MAX_LAYERS, &s)) return 2; /* says why */
     a->stages[a->n_stages++] = (int)s;
   }
+  if (!a->n_stages) lstmd_errorf("%s: --stages: a comma-separated list of stage counts", kCmd);
   return a->n_stages ? 0 : 2;
 }
 
@@ -78,10 +83,7 @@ static int parse(int argc, char **argv, struct args *a) {
       return 2;
     }
   }
-  if (v[11] && parse_stages(v[11], a)) {
-    lstmd_errorf("%s: --stages: a comma-separated list of 1 to 8 stage counts", kCmd);
-    return 2;
-  }
+  if (v[11] && parse_stages(v[11], a)) return 2;
   if (a->seq_len % a->chunks) {
     lstmd_errorf("%s: --seq-len %ld is not a multiple of --chunks %ld", kCmd, a->seq_len, a->chunks);
     return 2;

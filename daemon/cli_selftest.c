@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <limits.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,7 +183,8 @@ int lstmd_cmd_selftest(int argc, char **argv) {
   }
   if ((only && is_gpu_group(only)) || want_bench) want_gpu = 1;
   if (out && access(out, W_OK)) {
-    lstmd_errorf("selftest: --out %s: not a writable folder", out);
+    lstmd_errorf("selftest: --out %s: %s", out,
+                 errno == ENOENT ? "no such folder (make it first)" : "not a writable folder");
     return 2;
   }
   struct lstmd_comm *comm = NULL;

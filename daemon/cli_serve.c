@@ -405,7 +405,15 @@ int lstmd_cmd_serve(int argc, char **argv) {
    * once, rather than by the first job: a daemon's memory stays flat across jobs, and what it
    * will train with is in its first lines. */
   if (rank == 0) {
-    if (lstmd_gpu_backend()) fprintf(stderr, "lstmd: serve: GPU backend loaded\n");
+    const struct lstmd_gpu_backend *gpu = lstmd_gpu_backend();
+    char why[256] = "";
+    const int devices = gpu ? gpu->probe(why, sizeof why) : 0;
+    if (gpu && devices > 0)
+      fprintf(stderr, "lstmd: serve: GPU backend loaded, %d usable device%s on this node\n",
+              devices, devices == 1 ? "" : "s");
+    else if (gpu)
+      fprintf(stderr, "lstmd: serve: GPU backend loaded, but no usable device on this node (%s): "
+              "train.device auto runs jobs on the CPU\n", why);
     else fprintf(stderr, "lstmd: serve: GPU backend not loaded: %s\n", lstmd_gpu_backend_why());
   } else {
     lstmd_gpu_backend();

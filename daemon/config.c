@@ -289,6 +289,16 @@ static int on_ini_pair(void *user, const char *section, const char *name, const 
   struct ini_ctx *ctx = user;
   char err[384], value_buf[1100], dotted[192];
   const char *value = strip_inline_comment(raw, value_buf, sizeof value_buf);
+  if (!section[0]) { /* inih hands keys before the first [section] over with an empty one */
+    const char *home = NULL; /* the section that has a key of that name, if one does */
+    for (int i = 0; i < kKeyCount && !home; i++)
+      if (!strcmp(kKeys[i].key, name)) home = kKeys[i].section;
+    if (!ctx->first_error[0])
+      snprintf(ctx->first_error, sizeof ctx->first_error,
+               "'%s' comes before any [section] header%s%s%s", name, home ? " (under [" : "",
+               home ? home : "", home ? "] it would be a key)" : "");
+    return 0;
+  }
   snprintf(dotted, sizeof dotted, "%s.%s", section, name);
   int rc = ctx->fn(ctx->user, dotted, value, err, sizeof err);
   if (rc && !ctx->first_error[0]) snprintf(ctx->first_error, sizeof ctx->first_error, "%s", err);
@@ -310,7 +320,10 @@ int lstmd_config_read_ini(const char *path, lstmd_config_pair_fn fn, void *user)
     return LSTMD_EIO;
   }
   if (line > 0) {
-    lstmd_errorf("%s:%d: %s", path, line, ctx.first_error[0] ? ctx.first_error : "syntax error");
+    lstmd_errorf("%s:%d: %s", path, line,
+                 ctx.first_error[0] ? ctx.first_error
+                                    : "syntax error (expected [section], key = value, or a ; or # "
+                                      "comment)");
     return LSTMD_ECONFIG;
   }
   return LSTMD_OK;

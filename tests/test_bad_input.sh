@@ -434,8 +434,13 @@ check "train: bad enum value" --has "data.order" -- \
   "$LSTMD" train "${GOOD[@]}" --set data.order=random
 
 printf 'this is not an ini file\n' >"$TMP/garbage.ini"
-check "train: config file with a syntax error" --file "$TMP/garbage.ini" -- \
+check "train: config file with a syntax error" --file "$TMP/garbage.ini" \
+  --has "garbage.ini:1: syntax error (expected [section], key = value" -- \
   "$LSTMD" train --config "$TMP/garbage.ini"
+printf 'hidden = 8\n[data]\nseq_len = 4\n' >"$TMP/nosection.ini"
+check "train: a key before any [section]" --file "$TMP/nosection.ini" \
+  --has "nosection.ini:1: 'hidden' comes before any [section] header (under [model] it would be a key)" -- \
+  "$LSTMD" train --config "$TMP/nosection.ini"
 check "train: nonexistent config file" --file "$TMP/no-such.ini" \
   --has "no-such.ini: cannot read config file: No such file or directory" -- \
   "$LSTMD" train --config "$TMP/no-such.ini"
@@ -553,6 +558,12 @@ check "sample: series checkpoint" --file "$SCKPT" -- \
 # pipe-predict's options are checked before any GPU is looked for
 check "pipe-predict: more stages than layers" --has "--stages 9" -- \
   "$LSTMD" pipe-predict --layers 8 --stages 2,9
+check "selftest: --out a folder that does not exist" --has "--out $TMP/no-such-out: no such folder" -- \
+  "$LSTMD" selftest --only cpu --out "$TMP/no-such-out"
+check "pipe-predict: --stages 0" --has "--stages '0' must be an integer in [1, 16]" -- \
+  "$LSTMD" pipe-predict --stages 0
+check "pipe-predict: 9 stage counts" --has "at most 8 stage counts" -- \
+  "$LSTMD" pipe-predict --stages 1,2,3,4,5,6,7,8,2
 check "pipe-predict: seq-len not a multiple of chunks" --has "--chunks 16" -- \
   "$LSTMD" pipe-predict --seq-len 100 --chunks 16
 check "pipe-predict: unknown precision" --has "--precision fp8" -- \

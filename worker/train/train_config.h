@@ -85,8 +85,8 @@ struct lstmd_train_config {
 static inline int lstmd_stage_layer_counts(const char *text, int stages, int layers, int *counts,
                                            char *err, size_t n) {
   if (stages < 1 || stages > layers) {
-    snprintf(err, n, "model.stages: %d stages for %d layers (each stage holds at least one layer)",
-             stages, layers);
+    snprintf(err, n, "model.stages: %d stage%s for %d layer%s (each stage holds at least one "
+             "layer)", stages, stages == 1 ? "" : "s", layers, layers == 1 ? "" : "s");
     return -1;
   }
   if (!text[0]) {

@@ -551,8 +551,10 @@ static int train_loop(struct run *r) {
                        cfg->run_dir, r->progress.step, r->progress.watch.best_loss,
                        r->progress.watch.best_step, cfg->run_dir);
   else if (how == LSTMD_END_REQUESTED)
-    lstmd_metrics_note(&r->metrics, "stopped at step %ld on request; checkpoint %s/latest.safetensors"
-                       " (resume with: lstmd train --config ... --resume)", r->progress.step, cfg->run_dir);
+    lstmd_metrics_note(&r->metrics, "stopped at step %ld on request; checkpoint %s/latest.safetensors%s",
+                       r->progress.step, cfg->run_dir,
+                       r->hooks->on_end ? "" /* lstmd serve: the daemon says what comes next */
+                                        : " (to go on: the same lstmd train command with --resume)");
   else
     lstmd_metrics_note(&r->metrics, "done: %s/step-%ld.safetensors", cfg->run_dir, r->progress.step);
   return LSTMD_OK;
