@@ -171,9 +171,12 @@ out=$(ctl cancel "$p" 2>&1 >/dev/null); rc=$?
 # 6. one run dir, one live job: a second submission into the run dir of a job that has not ended
 #    is refused naming that job (however the path is spelled), and accepted once it has ended
 a=$(ctl submit --config "$TMP/job.ini" --set train.run_dir=shared --name A | tail -1)
-out=$(ctl submit --config "$TMP/job.ini" --set train.run_dir=./shared --set optim.lr=0.05 2>&1); rc=$?
-[[ $rc == 2 ]] && grep -q "is the run dir of job $a 'A'" <<<"$out" &&
-  ok "a second job in job $a's run dir refused: $(tail -1 <<<"$out")" || bad "shared run dir: exit $rc: $out"
+for spelled in ./shared shared/; do
+  out=$(ctl submit --config "$TMP/job.ini" --set train.run_dir=$spelled --set optim.lr=0.05 2>&1); rc=$?
+  [[ $rc == 2 ]] && grep -q "is the run dir of job $a 'A'" <<<"$out" &&
+    ok "a second job in job $a's run dir ($spelled) refused: $(tail -1 <<<"$out")" ||
+    bad "shared run dir ($spelled): exit $rc: $out"
+done
 ctl cancel "$a" >/dev/null
 state_is() { [[ $(field "$1" state) == "$2" ]]; }
 if wait_for 30 state_is "$a" CANCELLED; then
