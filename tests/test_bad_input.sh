@@ -558,6 +558,17 @@ check "sample: series checkpoint" --file "$SCKPT" -- \
 # pipe-predict's options are checked before any GPU is looked for
 check "pipe-predict: more stages than layers" --has "--stages 9" -- \
   "$LSTMD" pipe-predict --layers 8 --stages 2,9
+# a FIFO where a file belongs: refused at once, not a wait for a writer that never comes
+mkfifo "$TMP/fifo.safetensors"
+check "eval: a FIFO as the checkpoint" --has "fifo.safetensors: not a regular file" -- \
+  "$LSTMD" eval --checkpoint "$TMP/fifo.safetensors" --data "$TMP/good-text"
+mkdir -p "$TMP/fifo-data" && cp "$TMP/good-text"/* "$TMP/fifo-data/" && rm "$TMP/fifo-data/val.bin" &&
+  mkfifo "$TMP/fifo-data/val.bin"
+check "eval: a FIFO as val.bin" --has "fifo-data/val.bin: not a regular file" -- \
+  "$LSTMD" eval --checkpoint "$CKPT" --data "$TMP/fifo-data"
+check "train --resume: a FIFO as the checkpoint" --has "fifo.safetensors: not a regular file" -- \
+  "$LSTMD" train --set data.path="$TMP/good-text" --set train.run_dir="$TMP/run-cfg" "${TINY[@]}" \
+  --resume "$TMP/fifo.safetensors"
 check "selftest: --out a folder that does not exist" --has "--out $TMP/no-such-out: no such folder" -- \
   "$LSTMD" selftest --only cpu --out "$TMP/no-such-out"
 check "pipe-predict: --stages 0" --has "--stages '0' must be an integer in [1, 16]" -- \

@@ -194,7 +194,7 @@ static int decode_tables(struct lstmd_dataset_info *info, const uint8_t *buf, si
 
 int lstmd_dataset_open(const char *path, struct lstmd_dataset *ds) {
   memset(ds, 0, sizeof *ds);
-  ds->fd = open(path, O_RDONLY | O_CLOEXEC);
+  ds->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: refused below, no wait */
   if (ds->fd < 0) {
     lstmd_errorf("%s: cannot open dataset: %s", path, strerror(errno));
     return LSTMD_EIO;
@@ -202,6 +202,7 @@ int lstmd_dataset_open(const char *path, struct lstmd_dataset *ds) {
   ds->path = strdup(path);
   struct stat st;
   if (!ds->path || fstat(ds->fd, &st) != 0) BAD("%s: cannot stat: %s", path, strerror(errno));
+  if (!S_ISREG(st.st_mode)) BAD("%s: not a regular file", path);
   uint8_t buf[MAX_HEADER_BYTES] = {0};
   if ((uint64_t)st.st_size < kFixedHeaderBytes ||
       lstmd_read_at(ds->fd, buf, kFixedHeaderBytes, 0) != LSTMD_OK)

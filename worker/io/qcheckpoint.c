@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kernels/status.h"
@@ -153,7 +154,12 @@ int lstmd_qcheckpoint_load(const char *path, struct lstmd_qmodel **out,
 }
 
 int lstmd_qcheckpoint_is_int8(const char *path) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: no wait (safetensors.c) */
+  struct stat st;
+  if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+    close(fd); /* not a file: the checkpoint loader says so */
+    return 0;
+  }
   if (fd < 0) return 0;
   uint8_t prefix[8];
   uint64_t n = 0;

@@ -143,7 +143,9 @@ int lstmd_st_open(const char *path, struct lstmd_st_file **out) {
   *out = NULL;
   struct lstmd_st_file *f = calloc(1, sizeof *f);
   if (!f) return LSTMD_ENOMEM;
-  f->fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO in a checkpoint's place must be refused below, not wait for a writer
+   * (it does nothing to reads of a regular file) */
+  f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   f->path = strdup(path);
   if (f->fd < 0) {
     lstmd_errorf("%s: cannot open checkpoint: %s", path, strerror(errno));
