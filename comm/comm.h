@@ -46,7 +46,7 @@ int lstmd_comm_allreduce_max_f64(struct lstmd_comm *c, double *buf, int n);
 /* The sum of n doubles for a wait that has a bound (the training step's: every rank enters it
  * within a step's compute of the others): unfinished timeout_s after it began, it prints
  * "rank R (host): WHAT unfinished after N s ..." and ends the job (lstmd_comm_abort). The waits
- * that may legitimately last (rank 0 evaluating or writing a checkpoint while the others wait)
+ * that may legitimately last (rank 0 writing a checkpoint while the others wait)
  * use the calls without a bound. */
 int lstmd_comm_allreduce_sum_f64_within(struct lstmd_comm *c, double *buf, int n,
                                          double timeout_s, const char *what);
@@ -59,6 +59,9 @@ int lstmd_comm_allreduce_sum_f64_within(struct lstmd_comm *c, double *buf, int n
  * broadcast root. A failure of the vote itself returns LSTMD_ECOMM. c == NULL or one rank:
  * my_status. */
 int lstmd_comm_agree(struct lstmd_comm *c, int my_status, int *failed_rank);
+/* The same vote with a bound, as lstmd_comm_allreduce_sum_f64_within (timeout_s 0: none). */
+int lstmd_comm_agree_within(struct lstmd_comm *c, int my_status, int *failed_rank,
+                            double timeout_s, const char *what);
 /* Broadcast `bytes` bytes from root (any size). */
 int lstmd_comm_bcast(struct lstmd_comm *c, void *buf, size_t bytes, int root);
 /* Broadcast of a small message that may be hours away (an idle daemon's next command): the

@@ -56,9 +56,10 @@ static int wait_requests_within(const struct lstmd_comm *c, int n, MPI_Request *
     lstmd_peers_check_while_waiting(began, what ? what : "the other ranks (a collective)");
     if (timeout_s > 0 && lstmd_now_s() - began > timeout_s) {
       char stuck[512];
-      lstmd_errorf("rank %d (%s): %s unfinished after %.1f s (train.comm_timeout_s = %g s): a "
-                   "rank may be stopped or hung%s; ending the job", c->world_rank, c->host, what,
-                   lstmd_now_s() - began, timeout_s, lstmd_peers_describe_stuck(stuck, sizeof stuck));
+      lstmd_errorf("rank %d (%s): %s unfinished after %.1f s (its limit, from "
+                   "train.comm_timeout_s: %g s): a rank may be stopped or hung%s; ending the job",
+                   c->world_rank, c->host, what, lstmd_now_s() - began, timeout_s,
+                   lstmd_peers_describe_stuck(stuck, sizeof stuck));
       lstmd_comm_abort((struct lstmd_comm *)c, 1);
     }
     struct timespec ts = {sleep_ns / 1000000000L, sleep_ns % 1000000000L};
@@ -335,12 +336,17 @@ int lstmd_comm_allreduce_max_f64(struct lstmd_comm *c, double *buf, int n) {
 }
 
 int lstmd_comm_agree(struct lstmd_comm *c, int my_status, int *failed_rank) {
+  return lstmd_comm_agree_within(c, my_status, failed_rank, 0.0, NULL);
+}
+
+int lstmd_comm_agree_within(struct lstmd_comm *c, int my_status, int *failed_rank,
+                            double timeout_s, const char *what) {
   if (failed_rank) *failed_rank = my_status ? (c ? c->rank : 0) : -1;
   if (!c || c->size == 1) return my_status;
   struct {
     int status, rank;
   } vote = {my_status < 0 ? my_status : 0, c->rank};
-  LSTMD_TRY(allreduce(c, MPI_IN_PLACE, &vote, 1, MPI_2INT, MPI_MINLOC));
+  LSTMD_TRY(allreduce_within(c, MPI_IN_PLACE, &vote, 1, MPI_2INT, MPI_MINLOC, timeout_s, what));
   if (failed_rank) *failed_rank = vote.status ? vote.rank : -1; /* the same on every rank */
   if (vote.status == 0) return LSTMD_OK;
   return my_status ? my_status : vote.status;

@@ -67,21 +67,29 @@ int lstmd_engine_run_windows(struct lstmd_engine *e, const struct lstmd_step_inp
   return LSTMD_OK;
 }
 
-int lstmd_engine_combine_eval_sums(void *engine, double *sums, int n, int status) {
-  struct lstmd_engine *e = engine;
+int lstmd_engine_combine_eval_sums(void *ctx, double *sums, int n, int status) {
+  const struct lstmd_eval_combine *ec = ctx;
+  struct lstmd_engine *e = ec->e;
+  const double limit = e->cfg.comm_timeout_s > 0
+                           ? e->cfg.comm_timeout_s + 2.0 * (lstmd_now_s() - ec->began) : 0.0;
   int failed_rank = -1;
-  const int rc = lstmd_comm_agree(e->comm, status, &failed_rank);
+  const int rc = lstmd_comm_agree_within(e->comm, status, &failed_rank, limit,
+                                         "the vote after the shared evaluation");
   if (rc && e->rank == 0 && failed_rank > 0) /* rank 0 reports; the failed rank may not have */
     lstmd_errorf("rank %d could not score its share of the validation windows (%s); no val_loss "
                  "this time", failed_rank, lstmd_strerror(rc));
   if (rc) return rc;
-  return lstmd_comm_allreduce_sum_f64(e->comm, sums, n) ? LSTMD_ECOMM : LSTMD_OK;
+  return lstmd_comm_allreduce_sum_f64_within(e->comm, sums, n, limit,
+                                             "the sum of the evaluation's chunks")
+             ? LSTMD_ECOMM
+             : LSTMD_OK;
 }
 
 int lstmd_engine_evaluate_shared(struct lstmd_engine *e, struct lstmd_model *m,
                                  const struct lstmd_dataset *val, double *mean_loss,
                                  uint64_t *tokens) {
-  const struct lstmd_eval_share share = {e->rank, e->world, lstmd_engine_combine_eval_sums, e};
+  struct lstmd_eval_combine ec = {e, lstmd_now_s()};
+  const struct lstmd_eval_share share = {e->rank, e->world, lstmd_engine_combine_eval_sums, &ec};
   double loss = 0.0;
   uint64_t n = 0;
   const int rc = lstmd_evaluate_shared(m, val, e->cfg.seq_len, e->cfg.batch,

@@ -191,10 +191,17 @@ typedef int (*lstmd_window_fn)(struct lstmd_engine *e, const struct lstmd_batch 
 int lstmd_engine_run_windows(struct lstmd_engine *e, const struct lstmd_step_input *in,
                              struct lstmd_step_result *out, lstmd_window_fn window,
                              void (*reset)(struct lstmd_engine *e));
-/* lstmd_eval_share's combine (worker/model/infer.h) over a data-parallel engine's ranks
- * (`engine`: the struct lstmd_engine): a vote on `status`, then sums[n] summed over the world in
- * place. Every rank calls it, failed or not; an error on any rank is every rank's result. */
-int lstmd_engine_combine_eval_sums(void *engine, double *sums, int n, int status);
+/* lstmd_eval_share's combine (worker/model/infer.h) over a data-parallel engine's ranks (ctx: a
+ * struct lstmd_eval_combine): a vote on `status`, then sums[n] summed over the world in place.
+ * Every rank calls it, failed or not; an error on any rank is every rank's result. The waits
+ * are bounded: every rank scores an equal share of the chunks (give or take one), so a rank
+ * still not there train.comm_timeout_s plus twice this rank's own scoring time after it began
+ * is stopped or hung, and the job ends naming the wait (lstmd_comm_agree_within). */
+struct lstmd_eval_combine {
+  struct lstmd_engine *e;
+  double began; /* lstmd_now_s() when this rank began scoring */
+};
+int lstmd_engine_combine_eval_sums(void *ctx, double *sums, int n, int status);
 /* evaluate's text and series part on the CPU with model m, every rank scoring its share of the
  * windows (lstmd_evaluate_shared over the engine's ranks, the engine's T and B); rank 0 gets
  * *mean_loss and *tokens, the others leave them alone. Collective. */

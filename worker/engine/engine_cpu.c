@@ -229,7 +229,8 @@ static int cpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *val,
   lstmd_cpu_set_blas_threads(c->eval_threads);
   int rc;
   if (e->model->shape.kind == LSTMD_MODEL_CLASSIFY) { /* mean loss per sequence */
-    const struct lstmd_eval_share share = {e->rank, e->world, lstmd_engine_combine_eval_sums, e};
+    struct lstmd_eval_combine ec = {e, lstmd_now_s()};
+    const struct lstmd_eval_share share = {e->rank, e->world, lstmd_engine_combine_eval_sums, &ec};
     struct lstmd_clf_eval *res = malloc(sizeof *res);
     /* voted: a rank without its result must not leave the others in the combine */
     rc = lstmd_comm_agree(e->comm, res ? LSTMD_OK : LSTMD_ENOMEM, NULL);

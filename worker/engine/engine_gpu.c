@@ -648,6 +648,7 @@ static int gpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *ds, 
                  n ? "more chunks of windows than an evaluation can count" : "too short for one window", T);
     return LSTMD_ECONFIG;
   }
+  struct lstmd_eval_combine ec = {e, lstmd_now_s()};
   const int text = g->base.model->shape.kind == LSTMD_MODEL_TEXT;
   const size_t K = text ? 1 : (size_t)g->base.model->shape.horizon;
   struct lstmd_batch b;
@@ -673,7 +674,7 @@ static int gpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *ds, 
         }
   }
   lstmd_nvtx_pop();
-  if (e->world > 1) rc = lstmd_engine_combine_eval_sums(e, sums, sums ? (int)count : 0, rc);
+  if (e->world > 1) rc = lstmd_engine_combine_eval_sums(&ec, sums, sums ? (int)count : 0, rc);
   double sum = 0.0;
   for (uint64_t c = 0; !rc && c < count; c++) sum += sums[c];
   lstmd_batch_free(&b);

@@ -30,9 +30,11 @@ static void parse(void) {
                  : !strcmp(kind, "nan_update") ? LSTMD_FAULT_NAN_UPDATE
                  : !strcmp(kind, "stop")       ? LSTMD_FAULT_STOP
                  : !strcmp(kind, "slow")       ? LSTMD_FAULT_SLOW
+                 : !strcmp(kind, "eval_freeze") ? LSTMD_FAULT_EVAL_FREEZE
                                                : LSTMD_FAULT_NONE;
   if (g_fault.kind == LSTMD_FAULT_NONE) {
-    lstmd_errorf("LSTMD_FAULT='%s' ignored: the kinds are nan_grad, nan_update, stop and slow", v);
+    lstmd_errorf("LSTMD_FAULT='%s' ignored: the kinds are nan_grad, nan_update, stop, slow and "
+                 "eval_freeze", v);
     return;
   }
   g_fault.step = step;

@@ -14,6 +14,8 @@
  *               ranks the median is their mean, so the slowed rank shows 2·9/(1+9) = 1.8 times
  *               it, far enough above the report's 1.3 that the other rank's noise on a shared
  *               2-core host (1.9 times its compute for a logged step, seen) cannot hide it
+ *   eval_freeze this rank stops itself (SIGSTOP) as the evaluation after step STEP begins, as a
+ *               frozen node would: the others' waits for its share must end the job
  * With the variable unset nothing happens and the cost is one integer compare per step.
  *
  * LSTMD_VAL_LOSSES="L1,L2,..." scripts the validation losses rank 0 reports (and every rank then
@@ -29,7 +31,8 @@ enum lstmd_fault {
   LSTMD_FAULT_NAN_GRAD,
   LSTMD_FAULT_NAN_UPDATE,
   LSTMD_FAULT_STOP,
-  LSTMD_FAULT_SLOW
+  LSTMD_FAULT_SLOW,
+  LSTMD_FAULT_EVAL_FREEZE
 };
 
 /* Nonzero when `kind` is configured for `step` on `rank` (slow: for every step from STEP on). A malformed variable is reported once

@@ -127,6 +127,7 @@ static int evaluate_now(struct run *r, int *events) {
   double loss = 0.0, accuracy = NAN; /* accuracy: classifiers only, rank 0 */
   uint64_t tokens = 0;
   const double t0 = lstmd_now_s();
+  if (lstmd_fault_due(LSTMD_FAULT_EVAL_FREEZE, step, r->rank)) raise(SIGSTOP);
   int rc = r->engine->ops->evaluate(r->engine, &r->val, &loss, &tokens, &accuracy);
   struct {
     double ok, loss;
