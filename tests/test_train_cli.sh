@@ -9,7 +9,8 @@
 #  3. SIGTERM finishes the step, writes a checkpoint, exits 0, and the run resumes from it (says
 #     so, at the step it stopped) to the weights of an uninterrupted run, bitwise; meanwhile a
 #     second run in the same run dir exits 2 naming the first one's pid; after a kill -9 the next
-#     run in that run dir goes ahead;
+#     run in that run dir goes ahead; metrics.jsonl on a full disk stops the run with a
+#     checkpoint, exit 1; a resume drops metrics.jsonl's torn lines;
 #  4. text: eval prints one JSON line; sample prints the prime then N bytes (exit 0), greedy
 #     twice gives the same prime + 40 bytes;
 #  5. series: prepare → train → eval → predict writes one forecast row per input row;
@@ -182,6 +183,35 @@ if [[ -s "$TMP/lock9/run/.lstmd.lock" ]] &&
    (cd "$TMP/lock9" && "$LSTMD" train "${common[@]}" "${sig[@]}" --set train.steps=2 >/dev/null 2>"$TMP/lock9/log"); then
   ok "after kill -9 of the run holding the run dir, the next run trains there"
 else bad "after kill -9: $(tail -2 "$TMP/lock9/log")"; fi
+
+# 3c. metrics.jsonl that cannot be written (a symlink to /dev/full: ENOSPC): the run stops with
+#     a checkpoint and exits 1, saying why (worker/io/metrics.c)
+mkdir -p "$TMP/full/run" && ln -s /dev/full "$TMP/full/run/metrics.jsonl"
+(cd "$TMP/full" && "$LSTMD" train "${common[@]}" "${sig[@]}" --set train.steps=40 >/dev/null 2>"$TMP/full/log")
+rc=$?
+if [[ $rc -eq 1 ]] && grep -q "metrics.jsonl could not be written (No space left on device); checkpoint" "$TMP/full/log" &&
+   [[ -f "$TMP/full/run/latest.safetensors" ]]; then
+  ok "metrics.jsonl on a full disk: exit 1 with a checkpoint: $(grep -o 'stopped at step [0-9]*' "$TMP/full/log")"
+else bad "metrics.jsonl on a full disk: rc=$rc: $(grep -v '^  ' "$TMP/full/log" | tail -2)"; fi
+# 3d. a resume drops metrics.jsonl's torn lines (a record cut short, run on into the next one)
+mkdir -p "$TMP/torn"
+(cd "$TMP/torn" && "$LSTMD" train "${common[@]}" "${sig[@]}" --set train.steps=4 --set train.checkpoint_every=2 \
+   >/dev/null 2>&1) || bad "torn: first run"
+m=$TMP/torn/run/metrics.jsonl
+$PY - "$m" <<'EOF_PY'
+import sys
+p = sys.argv[1]
+lines = open(p).read().splitlines(True)
+lines.insert(1, lines[1][:25])            # a record cut short, running on into the next
+open(p, 'w').write(''.join(lines) + '{"step":4,"lo')   # and a torn tail
+EOF_PY
+(cd "$TMP/torn" && "$LSTMD" train "${common[@]}" "${sig[@]}" --set train.steps=6 --resume run/step-2.safetensors \
+   >/dev/null 2>"$TMP/torn/log2")
+rc=$?
+if [[ $rc -eq 0 ]] && $PY -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" "$m" 2>/dev/null &&
+   grep -q "torn or overlong lines dropped" "$TMP/torn/log2"; then
+  ok "resume: torn metrics.jsonl lines dropped ($(grep -o '[0-9]* torn or overlong lines dropped' "$TMP/torn/log2")), every line a record"
+else bad "resume over torn metrics.jsonl: rc=$rc: $(grep -v '^  ' "$TMP/torn/log2" | tail -2)"; fi
 
 # 4. text eval and sample
 ck="$TMP/a/run/step-12.safetensors"

@@ -2,32 +2,71 @@
 #define _GNU_SOURCE
 #include "metrics.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "kernels/status.h"
 #include "durable.h"
 #include "worker/model/model.h" /* enum lstmd_model_kind */
 
+/* Ends a record: flushes metrics.jsonl and notes the first failure (said once, with the reason). */
+static void flush_record(struct lstmd_metrics *mt) {
+  if (fflush(mt->jsonl) == 0 && !ferror(mt->jsonl)) return;
+  if (!mt->failed) {
+    mt->failed = errno ? errno : EIO;
+    lstmd_errorf("metrics.jsonl: a record could not be written (%s); stopping with a "
+                 "checkpoint", strerror(mt->failed));
+  }
+  clearerr(mt->jsonl);
+}
+
 /* Rewrites metrics.jsonl (atomically) without the records of steps after `step`. */
 static int drop_records_after(const char *path, long step) {
+  struct stat st;
+  if (stat(path, &st) != 0) return LSTMD_OK; /* nothing logged yet */
+  if (!S_ISREG(st.st_mode)) {
+    lstmd_errorf("%s: not a regular file", path);
+    return LSTMD_EWRITE;
+  }
   FILE *in = fopen(path, "r");
-  if (!in) return LSTMD_OK; /* nothing logged yet */
+  if (!in) return LSTMD_OK;
   struct lstmd_durable out;
   int rc = lstmd_durable_open(&out, path);
-  char *line = NULL;
-  size_t cap = 0;
-  ssize_t n;
-  while (!rc && (n = getline(&line, &cap, in)) > 0) {
+  /* Records are short lines, each a JSON object: a line longer than the buffer, or one that is
+   * not an object (torn by a crash or a full disk, perhaps run on into the next record), is
+   * not one and is dropped. */
+  static char line[1 << 16];
+  long dropped = 0;
+  while (!rc && fgets(line, sizeof line, in)) {
+    size_t n = strlen(line);
+    if (n == 0 || line[n - 1] != '\n') { /* too long, or the file's torn tail */
+      for (int ch; n == sizeof line - 1 && (ch = fgetc(in)) != EOF && ch != '\n';) {
+      }
+      dropped++;
+      continue;
+    }
+    json_t *record = json_loads(line, 0, NULL); /* a record torn mid-file, then the next */
+    const int whole = json_is_object(record);
+    json_decref(record);
+    if (!whole) {
+      dropped++;
+      continue;
+    }
     const char *s = strstr(line, "\"step\":");
     if (s && strtol(s + 7, NULL, 10) > step) continue;
-    rc = lstmd_durable_write(&out, line, (size_t)n);
+    rc = lstmd_durable_write(&out, line, n);
   }
-  free(line);
   fclose(in);
+  if (!rc && dropped)
+    lstmd_errorf("warning: %s: %ld torn or overlong line%s dropped", path, dropped,
+                 dropped == 1 ? "" : "s");
   if (rc) {
     lstmd_durable_abort(&out);
     return rc;
@@ -97,7 +136,7 @@ void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report
   if (r->stages > 1 && isfinite(r->bubble)) /* NaN: not measured (GPU stages on NCCL lanes) */
     fprintf(mt->jsonl, ",\"bubble\":%.6f,\"p2p_wait_s\":%.6f", r->bubble, r->p2p_wait_s);
   fputs("}\n", mt->jsonl);
-  fflush(mt->jsonl);
+  flush_record(mt);
   if (r->rank_times) {
     static const char *const rank_tags[] = {"straggler/compute_min_s", "straggler/compute_median_s",
                                             "straggler/compute_max_s", "straggler/slowest_rank"};
@@ -166,7 +205,7 @@ void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, do
                             (float)b->mse_seasonal};
     lstmd_tb_scalars(&mt->tb, step, b->season ? 4 : 3, tags, values);
   }
-  fflush(mt->jsonl);
+  flush_record(mt);
 }
 
 void lstmd_metrics_prune(struct lstmd_metrics *mt, long step, double target, int n,
@@ -178,7 +217,7 @@ void lstmd_metrics_prune(struct lstmd_metrics *mt, long step, double target, int
     mean += sparsity[i] / n;
   }
   fputs("}}\n", mt->jsonl);
-  fflush(mt->jsonl);
+  flush_record(mt);
   lstmd_metrics_note(mt, "prune step %ld: target sparsity %.4f, mean over %d tensors %.4f", step,
                      target, n, mean);
   char tag[48];
@@ -196,7 +235,7 @@ void lstmd_metrics_prune(struct lstmd_metrics *mt, long step, double target, int
 void lstmd_metrics_new_best(struct lstmd_metrics *mt, long step, double best_loss) {
   fprintf(mt->jsonl, "{\"step\":%ld,\"event\":\"new_best\",\"best_val_loss\":%.6f}\n", step,
           best_loss);
-  fflush(mt->jsonl);
+  flush_record(mt);
   lstmd_metrics_note(mt, "eval step %ld: new best val_loss %.4f; best.safetensors written", step,
                      best_loss);
 }
@@ -205,7 +244,7 @@ void lstmd_metrics_lr_cut(struct lstmd_metrics *mt, long step, double lr_scale, 
                           double next_lr, long plateau_patience) {
   fprintf(mt->jsonl, "{\"step\":%ld,\"event\":\"lr_cut\",\"lr_scale\":%.9g,\"peak_lr\":%.9g,"
           "\"next_lr\":%.9g}\n", step, lr_scale, peak_lr, next_lr);
-  fflush(mt->jsonl);
+  flush_record(mt);
   lstmd_metrics_note(mt, "eval step %ld: plateau (%ld evaluation%s without a new best val_loss): "
                      "learning rate scaled to %.6g of optim.lr (peak %.6g, next update %.6g)",
                      step, plateau_patience, plateau_patience == 1 ? "" : "s", lr_scale, peak_lr,
@@ -220,7 +259,7 @@ void lstmd_metrics_early_stop(struct lstmd_metrics *mt, long step, double best_l
   fprintf(mt->jsonl, "{\"step\":%ld,\"event\":\"early_stop\",\"best_val_loss\":%.6f,"
           "\"best_step\":%ld,\"evals_since_best\":%ld}\n", step, best_loss, best_step,
           evals_since_best);
-  fflush(mt->jsonl);
+  flush_record(mt);
   lstmd_metrics_note(mt, "eval step %ld: early stop: no new best val_loss in %ld evaluation%s "
                      "(best %.4f at step %ld, best.safetensors)", step, evals_since_best,
                      evals_since_best == 1 ? "" : "s", best_loss, best_step);

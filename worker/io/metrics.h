@@ -14,7 +14,12 @@ struct lstmd_metrics {
   int tty;
   int line_open; /* a progress line without newline is on screen */
   FILE *log;     /* train.log beside metrics.jsonl: the progress lines and notes, as printed */
+  int failed;    /* a record of metrics.jsonl could not be written (errno; said once) */
 };
+
+/* Nonzero once a metrics.jsonl record failed to reach the file (a full disk): the trainer then
+ * stops at the step with a checkpoint and exits 1 (trainer.c). */
+static inline int lstmd_metrics_failed(const struct lstmd_metrics *mt) { return mt->failed; }
 
 struct lstmd_step_report {
   long step, total_steps;

@@ -238,7 +238,7 @@ static int logged_step(const struct lstmd_train_config *cfg, long step) {
 }
 
 static int stop_wanted(const struct run *r) {
-  return g_stop_requested ||
+  return g_stop_requested || (r->rank == 0 && lstmd_metrics_failed(&r->metrics)) ||
          (r->hooks->stop_requested && r->hooks->stop_requested(r->hooks->ctx)) ||
          lstmd_fault_due(LSTMD_FAULT_STOP, r->progress.step + 1, r->rank);
 }
@@ -541,6 +541,18 @@ static int train_loop(struct run *r) {
     LSTMD_TRY(evaluate_now(r, &events));
   LSTMD_TRY(save_checkpoint(r, SAVE_STEP));
   if (events & LSTMD_WATCH_NEW_BEST) LSTMD_TRY(save_best(r, 1));
+  /* rank 0's metrics.jsonl failed (a full disk): the run stopped with its checkpoint, and every
+   * rank exits 1 together */
+  const int metrics_rc = lstmd_comm_agree(r->comm, r->rank == 0 && lstmd_metrics_failed(&r->metrics)
+                                                       ? LSTMD_EWRITE : LSTMD_OK, NULL);
+  if (metrics_rc) {
+    r->failure_agreed = 1;
+    if (r->rank == 0)
+      lstmd_errorf("stopped at step %ld: %s/metrics.jsonl could not be written (%s); checkpoint "
+                   "%s/latest.safetensors", r->progress.step, cfg->run_dir,
+                   strerror(lstmd_metrics_failed(&r->metrics)), cfg->run_dir);
+    return metrics_rc;
+  }
   if (r->rank != 0) return LSTMD_OK;
   const int how = early                          ? LSTMD_END_EARLY_STOP
                   : r->progress.step < cfg->steps ? LSTMD_END_REQUESTED
