@@ -1,7 +1,9 @@
 /* cli_train.c — `lstmd train`: config file + overrides → effective config → training run. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "comm/comm.h"
@@ -74,7 +76,9 @@ int lstmd_cmd_train(int argc, char **argv) {
   const int rank = lstmd_comm_rank(comm), world = lstmd_comm_size(comm);
   if (resume && !*resume) { /* rank 0's answer is the one that counts (train_setup.c) */
     snprintf(latest, sizeof latest, "%s/latest.safetensors", cfg.run_dir);
-    if (access(latest, F_OK) == 0) {
+    struct stat st; /* anything under that name but nothing at all (a dangling link, a loop, no
+                     * permission) is loaded, and the loader says what is wrong with it */
+    if (lstat(latest, &st) == 0 || errno != ENOENT) {
       resume = latest;
     } else {
       if (rank == 0) fprintf(stderr, "lstmd: no %s yet: starting a fresh run\n", latest);

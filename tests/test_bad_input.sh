@@ -569,6 +569,10 @@ check "eval: a FIFO as val.bin" --has "fifo-data/val.bin: not a regular file" --
 check "train --resume: a FIFO as the checkpoint" --has "fifo.safetensors: not a regular file" -- \
   "$LSTMD" train --set data.path="$TMP/good-text" --set train.run_dir="$TMP/run-cfg" "${TINY[@]}" \
   --resume "$TMP/fifo.safetensors"
+mkdir -p "$TMP/run-loop" && ln -s loop "$TMP/run-loop/latest.safetensors" && ln -s latest.safetensors "$TMP/run-loop/loop"
+check "train --resume: latest.safetensors a symlink loop (not a fresh start)" \
+  --has "run-loop/latest.safetensors: cannot open checkpoint: Too many levels of symbolic links" -- \
+  "$LSTMD" train --set data.path="$TMP/good-text" --set train.run_dir="$TMP/run-loop" "${TINY[@]}" --resume
 check "selftest: --out a folder that does not exist" --has "--out $TMP/no-such-out: no such folder" -- \
   "$LSTMD" selftest --only cpu --out "$TMP/no-such-out"
 check "pipe-predict: --stages 0" --has "--stages '0' must be an integer in [1, 16]" -- \
