@@ -9,7 +9,7 @@
 #  3. SIGTERM finishes the step, writes a checkpoint, exits 0, and the run resumes from it (says
 #     so, at the step it stopped) to the weights of an uninterrupted run, bitwise; meanwhile a
 #     second run in the same run dir exits 2 naming the first one's pid; after a kill -9 the next
-#     run in that run dir goes ahead; metrics.jsonl on a full disk stops the run with a
+#     run in that run dir goes ahead and removes a temp file of a cut-short write; metrics.jsonl on a full disk stops the run with a
 #     checkpoint, exit 1; a resume drops metrics.jsonl's torn lines;
 #  4. text: eval prints one JSON line; sample prints the prime then N bytes (exit 0), greedy
 #     twice gives the same prime + 40 bytes;
@@ -179,10 +179,12 @@ mkdir -p "$TMP/lock9"
 pid=$!
 for _ in $(seq 100); do [[ -s "$TMP/lock9/run/metrics.jsonl" ]] && break; sleep 0.1; done
 kill -KILL $pid; wait $pid 2>/dev/null
+head -c 4096 /dev/urandom > "$TMP/lock9/run/step-9.safetensors.tmp.99999" # a write a kill cut short
 if [[ -s "$TMP/lock9/run/.lstmd.lock" ]] &&
-   (cd "$TMP/lock9" && "$LSTMD" train "${common[@]}" "${sig[@]}" --set train.steps=2 >/dev/null 2>"$TMP/lock9/log"); then
-  ok "after kill -9 of the run holding the run dir, the next run trains there"
-else bad "after kill -9: $(tail -2 "$TMP/lock9/log")"; fi
+   (cd "$TMP/lock9" && "$LSTMD" train "${common[@]}" "${sig[@]}" --set train.steps=2 >/dev/null 2>"$TMP/lock9/log") &&
+   [[ ! -e "$TMP/lock9/run/step-9.safetensors.tmp.99999" ]] && grep -q "removed 1 temp file" "$TMP/lock9/log"; then
+  ok "after kill -9 of the run holding the run dir, the next run trains there and removes the temp file left"
+else bad "after kill -9: $(grep -v '^  ' "$TMP/lock9/log" | tail -2)"; fi
 
 # 3c. metrics.jsonl that cannot be written (a symlink to /dev/full: ENOSPC): the run stops with
 #     a checkpoint and exits 1, saying why (worker/io/metrics.c)

@@ -3,6 +3,7 @@
 #include "durable.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdio.h>
@@ -223,4 +224,22 @@ int lstmd_run_dir_lock(const char *dir, int *fd) {
   if (ftruncate(*fd, 0) != 0 || pwrite(*fd, line, (size_t)len, 0) != len)
     lstmd_errorf("warning: %s: cannot write the holder's pid: %s", path, strerror(errno));
   return LSTMD_OK;
+}
+
+int lstmd_remove_orphan_temps(const char *dir, long long *bytes) {
+  *bytes = 0;
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int removed = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    const char *tmp = strstr(e->d_name, ".tmp.");
+    if (!tmp || tmp == e->d_name || !tmp[5] || strspn(tmp + 5, "0123456789") != strlen(tmp + 5))
+      continue;
+    struct stat st;
+    if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+      continue;
+    if (unlinkat(dirfd(d), e->d_name, 0) == 0) removed++, *bytes += st.st_size;
+  }
+  closedir(d);
+  return removed;
 }

@@ -42,5 +42,9 @@ int lstmd_mkdir_p(const char *dir);
  * -1 where the file system has no locks (a warning, not a failure). Returns 0, LSTMD_ECONFIG
  * when another process holds it (message naming its pid and host), or LSTMD_EWRITE. */
 int lstmd_run_dir_lock(const char *dir, int *fd);
+/* Removes the temp files ("NAME.tmp.PID", lstmd_durable_open's) that writes cut short by a kill
+ * left in dir: call it only while holding dir's lock, when no other process writes there. Returns
+ * how many it removed, their bytes in *bytes. */
+int lstmd_remove_orphan_temps(const char *dir, long long *bytes);
 
 #endif

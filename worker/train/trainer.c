@@ -620,10 +620,17 @@ static int open_outputs(struct run *r, const char *resume_path) {
   if (r->rank == 0) {
     local = lstmd_mkdir_p(r->cfg->run_dir);
     if (!local) local = lstmd_run_dir_lock(r->cfg->run_dir, &r->run_lock);
+    long long bytes = 0; /* the run dir is this run's alone now: what a kill left is no one's */
+    const int orphans = !local && r->run_lock >= 0
+                            ? lstmd_remove_orphan_temps(r->cfg->run_dir, &bytes) : 0;
     if (!local)
       local = lstmd_metrics_open(&r->metrics, r->cfg->run_dir, r->resumed ? r->progress.step : 0);
     if (!local && r->cfg->sample_every) local = open_samples(r);
     if (!local) describe_run(r, resume_path);
+    if (!local && orphans)
+      lstmd_metrics_note(&r->metrics, "removed %d temp file%s of checkpoint writes an earlier run "
+                         "did not finish (%.1f MB)", orphans, orphans == 1 ? "" : "s",
+                         (double)bytes / 1e6);
   }
   return lstmd_comm_agree(r->comm, local, NULL);
 }
