@@ -3,6 +3,7 @@
 #include "jobs.h"
 
 #include <math.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +144,25 @@ static int changed(struct lstmd_jobs *t, Lstmd__Job *job) {
   return rc;
 }
 
+/* The next job id: past every id in the journal and every STATE/runs/job-N folder, so that a
+ * journal that lost records (damaged, kept aside by journal.c) never hands an old job's id, and
+ * its run dir, to a new job. */
+static uint64_t next_free_id(const struct lstmd_jobs *t) {
+  uint64_t next = 1;
+  for (size_t i = 0; i < t->n; i++)
+    if (t->v[i]->id >= next) next = t->v[i]->id + 1;
+  char runs[sizeof t->state_dir + 8];
+  snprintf(runs, sizeof runs, "%s/runs", t->state_dir);
+  DIR *d = opendir(runs);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    unsigned long long id;
+    char end;
+    if (sscanf(e->d_name, "job-%llu%c", &id, &end) == 1 && id >= next) next = id + 1;
+  }
+  if (d) closedir(d);
+  return next;
+}
+
 int lstmd_jobs_open(struct lstmd_jobs *t, const char *state_dir) {
   memset(t, 0, sizeof *t);
   pthread_mutex_init(&t->mu, NULL);
@@ -151,7 +171,7 @@ int lstmd_jobs_open(struct lstmd_jobs *t, const char *state_dir) {
   LSTMD_TRY(lstmd_journal_open(&t->journal, state_dir, &t->v, &t->n));
   t->job_replies = calloc(t->n ? t->n : 1, sizeof *t->job_replies);
   if (!t->job_replies) return LSTMD_ENOMEM;
-  t->next_id = t->n ? t->v[t->n - 1]->id + 1 : 1;
+  t->next_id = next_free_id(t);
   for (size_t i = 0; i < t->n; i++) {
     Lstmd__Job *job = t->v[i];
     if (job->state != LSTMD__JOB_STATE__RUNNING) continue;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -58,7 +59,10 @@ static int keep_latest(Lstmd__Job ***jobs, size_t *n, Lstmd__Job *job) {
   return LSTMD_OK;
 }
 
-static int replay(const char *path, Lstmd__Job ***jobs, size_t *n) {
+/* *damaged: records were dropped from the middle of the file, not only a torn last one (the file
+ * is then kept aside before compaction rewrites it). */
+static int replay(const char *path, Lstmd__Job ***jobs, size_t *n, int *damaged) {
+  *damaged = 0;
   FILE *f = fopen(path, "rb");
   if (!f) {
     if (errno == ENOENT) return LSTMD_OK;
@@ -88,8 +92,17 @@ static int replay(const char *path, Lstmd__Job ***jobs, size_t *n) {
     Lstmd__Job *job = bad ? NULL : lstmd__job__unpack(NULL, len, payload);
     if (!bad && !job) bad = "an undecodable record";
     if (bad) {
-      fprintf(stderr, "lstmd: %s: %s at byte %ld after %ld records (a crash mid-write?); "
-              "keeping the %ld records before it\n", path, bad, offset, records, records);
+      struct stat st;
+      const long end = fstat(fileno(f), &st) == 0 ? (long)st.st_size : offset;
+      const long after = end - offset - (long)sizeof header - (long)len; /* bytes past the record */
+      if (got < sizeof header || after <= 0) /* the last record: a write a crash cut short */
+        fprintf(stderr, "lstmd: %s: %s at byte %ld after %ld records (a crash mid-write?); "
+                "keeping the %ld records before it\n", path, bad, offset, records, records);
+      else if ((*damaged = 1))
+        fprintf(stderr, "lstmd: %s: %s at byte %ld after %ld records, with %ld bytes after it: "
+                "the file is damaged in the middle; keeping the %ld records before it (the jobs "
+                "recorded after it are lost: see the copy kept beside it)\n", path, bad, offset,
+                records, end - offset, records);
       break;
     }
     if ((rc = keep_latest(jobs, n, job))) {
@@ -127,7 +140,14 @@ int lstmd_journal_open(struct lstmd_journal *j, const char *dir, Lstmd__Job ***j
   *n = 0;
   j->fd = -1;
   snprintf(j->path, sizeof j->path, "%s/jobs.journal", dir);
-  int rc = replay(j->path, jobs, n);
+  int damaged = 0;
+  int rc = replay(j->path, jobs, n, &damaged);
+  if (!rc && damaged) { /* what the compaction below would drop, kept for a person to look at */
+    char aside[sizeof j->path + 32];
+    snprintf(aside, sizeof aside, "%s.damaged-%lld", j->path, (long long)time(NULL));
+    if (lstmd_durable_link(j->path, aside) == 0)
+      fprintf(stderr, "lstmd: %s: the damaged journal is kept as %s\n", j->path, aside);
+  }
   if (!rc) rc = compact(j->path, *jobs, *n);
   if (!rc && (j->fd = open(j->path, O_WRONLY | O_APPEND | O_CLOEXEC)) < 0) {
     lstmd_errorf("%s: cannot open for appending: %s", j->path, strerror(errno));
