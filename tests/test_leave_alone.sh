@@ -123,6 +123,15 @@ if [[ $(cd "$L" && ls step-*.safetensors | tr '\n' ' ') == "step-10.safetensors 
   ok "best at step 10 is step-10.safetensors (one file, two names); keep_checkpoints 1 deletes step-20, keeps best's step-10"
 else bad "linked best / keep-N: $(cd "$L" && ls -i ./*.safetensors | tr "\n" " ")"; fi
 
+# the same at the last step, whose checkpoint is written after the loop: a new best there is
+# linked to it too (it was a second full write)
+LSTMD_VAL_LOSSES=3.0,2.5,2.0,1.5,1.0,0.5 run lastbest "$LSTMD" train "${base[@]}" --set train.steps=30 \
+  --set train.checkpoint_every=10 || bad "last-step best run: $(tail -2 "$TMP/lastbest/log")"
+L=$TMP/lastbest/run
+if [[ "$L/best.safetensors" -ef "$L/step-30.safetensors" && "$L/latest.safetensors" -ef "$L/step-30.safetensors" ]]; then
+  ok "a new best at the last step (30) is step-30.safetensors too: one file, three names"
+else bad "last-step best: $(cd "$L" && ls -i ./*.safetensors | tr "\n" " ")"; fi
+
 # ---- 2. resume bitwise across each ----
 # a crash after step 40's sample, before its checkpoint (simulated: the uninterrupted run's
 # files, step-40 removed, latest back to step-30): the resumed run cuts samples.txt back to its length at step 30 and drops the

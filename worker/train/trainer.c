@@ -482,6 +482,7 @@ static int train_loop(struct run *r) {
   const struct lstmd_watch_rules rules = watch_rules(cfg);
   /* resumed from the checkpoint of an early stop: finished (with a larger patience it goes on) */
   int early = lstmd_val_watch_stopped(&r->progress.watch, &rules), stop = early;
+  int final_best = 0; /* a new best at the last step, saved with the final checkpoint */
   if (early && r->rank == 0)
     lstmd_metrics_note(&r->metrics, "step %ld: this run stopped early (no new best val_loss in "
                        "%ld evaluations; train.early_stop_patience %ld); nothing to train",
@@ -522,7 +523,9 @@ static int train_loop(struct run *r) {
     const int due = cfg->checkpoint_every && step % cfg->checkpoint_every == 0 &&
                     step != cfg->steps && !stop;
     if (due) LSTMD_TRY(save_checkpoint(r, SAVE_STEP));
-    if (events & LSTMD_WATCH_NEW_BEST) LSTMD_TRY(save_best(r, due));
+    /* at the last step the step file comes after the loop: best then links to it, not a copy */
+    if ((events & LSTMD_WATCH_NEW_BEST) && (step == cfg->steps || stop)) final_best = 1;
+    else if (events & LSTMD_WATCH_NEW_BEST) LSTMD_TRY(save_best(r, due));
     const double paused = lstmd_now_s() - pause_t0;
     interval_t0 += paused;
     t0 += paused;
@@ -540,7 +543,7 @@ static int train_loop(struct run *r) {
   if (!stop && !(cfg->eval_every && r->progress.step % cfg->eval_every == 0))
     LSTMD_TRY(evaluate_now(r, &events));
   LSTMD_TRY(save_checkpoint(r, SAVE_STEP));
-  if (events & LSTMD_WATCH_NEW_BEST) LSTMD_TRY(save_best(r, 1));
+  if ((events & LSTMD_WATCH_NEW_BEST) || final_best) LSTMD_TRY(save_best(r, 1));
   /* rank 0's metrics.jsonl failed (a full disk): the run stopped with its checkpoint, and every
    * rank exits 1 together */
   const int metrics_rc = lstmd_comm_agree(r->comm, r->rank == 0 && lstmd_metrics_failed(&r->metrics)
