@@ -201,7 +201,16 @@ static int on_ini_pair(void *user, const char *dotted, const char *value, char *
 static Lstmd__Response *roundtrip(struct lstmd_ctl *c, Lstmd__Request *req, int *exit_code) {
   char err[512];
   Lstmd__Response *resp = NULL;
-  if (lstmd_ctl_send(c, req, err, sizeof err) == 0) resp = lstmd_ctl_recv(c, kReplyTimeoutMs, err, sizeof err);
+  if (lstmd_ctl_send(c, req, err, sizeof err) == 0) {
+    resp = lstmd_ctl_recv(c, kReplyTimeoutMs, err, sizeof err);
+  } else { /* a daemon that refused the connection may have said why before it closed it */
+    char unused[512];
+    resp = lstmd_ctl_recv(c, 1000, unused, sizeof unused);
+    if (resp && resp->kind_case != LSTMD__RESPONSE__KIND_ERROR) {
+      lstmd__response__free_unpacked(resp, NULL);
+      resp = NULL;
+    }
+  }
   if (!resp) {
     fprintf(stderr, "lstmctl: %s\n", err);
     *exit_code = kExitUnreachable;

@@ -493,6 +493,17 @@ static void on_connection(uv_stream_t *listener, int status) {
     accept_error(s, "uv_timer_init", rc);
     refuse = 1;
   }
+  if (refuse && s->n_conns >= s->cfg.max_connections) { /* say why, if the socket takes it now */
+    char msg[160];
+    snprintf(msg, sizeof msg, "the daemon is at its limit of %d open connections (set by its "
+             "open-file limit, ulimit -n); try again when others have closed",
+             s->cfg.max_connections);
+    size_t len = 0;
+    uint8_t *frame = lstmd_frame_pack_error(LSTMD__ERROR_CODE__INTERNAL, msg, &len);
+    uv_buf_t buf = uv_buf_init((char *)frame, (unsigned)len);
+    if (frame) uv_try_write(&c->h.stream, &buf, 1);
+    free(frame);
+  }
   if (refuse) {
     uv_close((uv_handle_t *)&c->h.stream, on_handle_closed);
     return;

@@ -3,7 +3,8 @@
 # (tests/throw_frames.py: ≥ 10,000 malformed, unknown, oversized, lying, partial and silent frames,
 # hundreds of connections at once, clients that never read), while a good client keeps being
 # answered; rank 0's memory stays flat; afterwards a job submitted with lstmctl SUCCEEDS and the
-# daemon shuts down cleanly. Only processes this test started are killed, by PID.
+# daemon shuts down cleanly; a client past the connection limit is told so. Only processes this
+# test started are killed, by PID.
 set -u
 LSTMD=$(realpath "${1:?usage: test_serve_bad_clients.sh LSTMD LSTMCTL SOURCE_DIR}")
 LSTMCTL=$(realpath "${2:?}")
@@ -64,5 +65,29 @@ else
   [ $rc -eq 0 ] && ok "daemon stopped (exit 0)" || bad "daemon exit $rc: $(tail -5 serve.log)"
   MPIRUN=
 fi
+# At the connection limit (ulimit -n 300: 172 connections), a new client is told why before the
+# daemon closes it: lstmctl exits 1 with the daemon's message, not "Broken pipe"
+( ulimit -n 300 && exec "$LSTMD" serve --socket "$TMP/c.sock" --state-dir "$TMP/cstate" \
+    --idle-timeout 60 > cserve.log 2>&1 ) &
+CSERVE=$!
+for _ in $(seq 100); do [ -S c.sock ] && break; sleep 0.1; done
+/usr/bin/python3 - "$TMP/c.sock" > holder.log 2>&1 <<'EOF_PY' &
+import socket, sys, time
+held = []
+for _ in range(172):
+    s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); held.append(s)
+print("holding", len(held), flush=True)
+time.sleep(30)
+EOF_PY
+HOLDER=$!
+for _ in $(seq 100); do grep -q holding holder.log 2>/dev/null && break; sleep 0.1; done
+sleep 0.5
+out=$(timeout 20 "$LSTMCTL" --socket "$TMP/c.sock" list 2>&1); rc=$?
+if [ $rc -eq 1 ] && grep -q "at its limit of 172 open connections" <<<"$out"; then
+  ok "at the connection limit: exit 1, $out"
+else bad "at the connection limit: exit $rc: $out"; fi
+kill "$HOLDER" 2>/dev/null; wait "$HOLDER" 2>/dev/null
+kill -TERM "$CSERVE" 2>/dev/null; wait "$CSERVE" 2>/dev/null
+
 [ $fails -eq 0 ] || { echo "--- serve.log (tail)"; tail -20 serve.log; }
 exit $((fails > 0))
