@@ -164,7 +164,16 @@ int lstmd_path_inside(const char *root, const char *path, int must_exist, char *
     snprintf(err, errlen, "%s lies outside the data root %s", path, root);
     return LSTMD_EINVAL;
   }
-  if ((size_t)snprintf(out, n, "%s/%s", real, tail) >= n) {
+  /* the resolved ancestor, then the names still to be made, one slash apart and none at the
+   * end: "runs//a/" and "runs/a" are the same folder and must read the same (jobs.c compares) */
+  size_t used = (size_t)snprintf(out, n, "%s", real);
+  for (const char *c = tail + strspn(tail, "/"); *c && used < n;) {
+    const size_t len = strcspn(c, "/");
+    used += (size_t)snprintf(out + used, n - used, "/%.*s", (int)len, c);
+    c += len;
+    while (*c == '/') c++;
+  }
+  if (used >= n) {
     snprintf(err, errlen, "path too long");
     return LSTMD_EINVAL;
   }

@@ -216,14 +216,6 @@ void lstmd_jobs_set_post(struct lstmd_jobs *t, lstmd_jobs_post_fn fn, void *ctx)
   pthread_mutex_unlock(&t->mu);
 }
 
-/* a and b name the same folder, trailing slashes aside ("runs/x/" of a folder not made yet). */
-static int same_dir(const char *a, const char *b) {
-  size_t na = strlen(a), nb = strlen(b);
-  while (na > 1 && a[na - 1] == '/') na--;
-  while (nb > 1 && b[nb - 1] == '/') nb--;
-  return na == nb && !memcmp(a, b, na);
-}
-
 uint8_t *lstmd_jobs_submit(struct lstmd_jobs *t, const Lstmd__JobSpec *spec, const char *run_dir,
                            long total_steps, const struct lstmd_job_resources *res, size_t *len) {
   pthread_mutex_lock(&t->mu);
@@ -237,7 +229,7 @@ uint8_t *lstmd_jobs_submit(struct lstmd_jobs *t, const Lstmd__JobSpec *spec, con
   for (size_t i = 0; run_dir && i < t->n; i++) {
     const Lstmd__Job *o = t->v[i];
     if ((o->state != LSTMD__JOB_STATE__QUEUED && o->state != LSTMD__JOB_STATE__RUNNING) ||
-        !same_dir(o->run_dir, run_dir))
+        strcmp(o->run_dir, run_dir)) /* both resolved alike: lstmd_path_inside */
       continue;
     char msg[1400];
     snprintf(msg, sizeof msg,

@@ -480,7 +480,8 @@ static void on_connection(uv_stream_t *listener, int status) {
   }
   uv_os_fd_t fd;
   char why[200];
-  int refuse = s->n_conns >= s->cfg.max_connections;
+  const int at_limit = s->n_conns >= s->cfg.max_connections;
+  int refuse = at_limit;
   if (!refuse && !is_tcp) {
     if ((rc = uv_fileno((uv_handle_t *)&c->h.stream, &fd)) != 0) /* no fd: no peer check */
       snprintf(why, sizeof why, "uv_fileno: %s", uv_strerror(rc));
@@ -493,7 +494,7 @@ static void on_connection(uv_stream_t *listener, int status) {
     accept_error(s, "uv_timer_init", rc);
     refuse = 1;
   }
-  if (refuse && s->n_conns >= s->cfg.max_connections) { /* say why, if the socket takes it now */
+  if (at_limit) { /* say why, if the socket takes it now */
     char msg[160];
     snprintf(msg, sizeof msg, "the daemon is at its limit of %d open connections (set by its "
              "open-file limit, ulimit -n); try again when others have closed",

@@ -309,7 +309,8 @@ static void check_pool(void) {
     memset(&pc, 0, sizeof pc);
     pc.helpers_fail = fail, pc.fail_chunk = UINT64_MAX;
     double sums[40] = {0};
-    const struct lstmd_eval_pool pool = {40, 1, 3, &pc, pool_open, pool_score, pool_close};
+    const struct lstmd_eval_share third = {1, 3, NULL, NULL}; /* part 1 of 3; no combine here */
+    const struct lstmd_eval_pool pool = {40, &third, &pc, pool_open, pool_score, pool_close};
     const int rc = lstmd_eval_pool_run(&pool, 4, sums);
     int right = rc == 0 && lstmd_eval_pool_mine(&pool) == 13;
     for (uint64_t c = 0; c < 40; c++)
@@ -322,7 +323,7 @@ static void check_pool(void) {
   memset(&pc, 0, sizeof pc);
   pc.fail_chunk = 5;
   double sums[40] = {0};
-  const struct lstmd_eval_pool pool = {40, 0, 1, &pc, pool_open, pool_score, pool_close};
+  const struct lstmd_eval_pool pool = {40, NULL, &pc, pool_open, pool_score, pool_close};
   check_true("pool: a chunk that fails fails the run", lstmd_eval_pool_run(&pool, 3, sums) == LSTMD_EIO);
   memset(&pc, 0, sizeof pc);
   pc.fail_chunk = UINT64_MAX, pc.helpers_fail_chunks = 1, pc.caller = pthread_self();

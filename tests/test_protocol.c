@@ -384,6 +384,10 @@ static void test_paths_and_tokens(void) {
   check_true("path: new dir under a symlink out", lstmd_path_inside(root, "escape/new/run", 0, out, sizeof out, err, sizeof err) != 0);
   check_true("path: absolute elsewhere", lstmd_path_inside(root, "/tmp", 1, out, sizeof out, err, sizeof err) != 0);
   check_true("path: new run dir inside", lstmd_path_inside(root, "runs/a/b", 0, out, sizeof out, err, sizeof err) == 0);
+  char again[4096];
+  check_true("path: a new folder spelled runs//a/b/ resolves as runs/a/b",
+             lstmd_path_inside(root, "runs//a/b/", 0, again, sizeof again, err, sizeof err) == 0 &&
+                 !strcmp(again, out));
   check_true("path: missing dataset", lstmd_path_inside(root, "nope", 1, out, sizeof out, err, sizeof err) != 0);
   check_true("token: equal", lstmd_token_equal("0123456789abcdef", "0123456789abcdef"));
   check_true("token: prefix, longer, empty differ",

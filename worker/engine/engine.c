@@ -111,7 +111,9 @@ int lstmd_engine_evaluate_everywhere(struct lstmd_engine *e, const struct lstmd_
       rc = copy ? LSTMD_OK : LSTMD_ENOMEM;
       whole.params = copy;
     }
-    rc = lstmd_comm_agree(e->comm, rc, NULL); /* nobody is left alone in the broadcast */
+    /* nobody is left alone in the broadcast; every rank comes here from the step (bounded) */
+    rc = lstmd_comm_agree_within(e->comm, rc, NULL, e->cfg.comm_timeout_s,
+                                 "the vote before the evaluation's parameter broadcast");
     if (!rc && lstmd_comm_bcast(e->comm, whole.params, bytes, 0)) rc = LSTMD_ECOMM;
   }
   const int blas_threads = lstmd_cpu_blas_threads();

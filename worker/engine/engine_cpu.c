@@ -231,18 +231,15 @@ static int cpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *val,
   if (e->model->shape.kind == LSTMD_MODEL_CLASSIFY) { /* mean loss per sequence */
     struct lstmd_eval_combine ec = {e, lstmd_now_s()};
     const struct lstmd_eval_share share = {e->rank, e->world, lstmd_engine_combine_eval_sums, &ec};
-    struct lstmd_clf_eval *res = malloc(sizeof *res);
-    /* voted: a rank without its result must not leave the others in the combine */
-    rc = lstmd_comm_agree(e->comm, res ? LSTMD_OK : LSTMD_ENOMEM, NULL);
-    if (!rc)
-      rc = lstmd_clf_evaluate_shared(e->model, val, e->cfg.batch, e->world > 1 ? &share : NULL,
-                                     res);
+    struct lstmd_clf_eval res; /* 32 KiB on the stack: no allocation to vote on before the
+                                * combine, whose waits are the bounded ones */
+    rc = lstmd_clf_evaluate_shared(e->model, val, e->cfg.batch, e->world > 1 ? &share : NULL,
+                                   &res);
     if (!rc && e->rank == 0) {
-      *mean_loss = res->loss;
-      *tokens = res->sequences;
-      *accuracy = res->sequences ? (double)res->correct / (double)res->sequences : NAN;
+      *mean_loss = res.loss;
+      *tokens = res.sequences;
+      *accuracy = res.sequences ? (double)res.correct / (double)res.sequences : NAN;
     }
-    free(res);
   } else {
     rc = lstmd_engine_evaluate_shared(e, e->model, val, mean_loss, tokens);
   }

@@ -15,6 +15,9 @@
 
 #include "kernels/status.h"
 
+/* A temp file is "<target>" TEMP_INFIX "<pid>" (lstmd_durable_open; lstmd_remove_orphan_temps). */
+#define TEMP_INFIX ".tmp."
+
 static int fsync_parent_dir(const char *path) {
   char *copy = strdup(path);
   if (!copy) return LSTMD_ENOMEM;
@@ -30,7 +33,7 @@ static int fsync_parent_dir(const char *path) {
 int lstmd_durable_open(struct lstmd_durable *w, const char *path) {
   memset(w, 0, sizeof *w);
   w->fd = -1;
-  if (asprintf(&w->tmp_path, "%s.tmp.%d", path, (int)getpid()) < 0) {
+  if (asprintf(&w->tmp_path, "%s" TEMP_INFIX "%d", path, (int)getpid()) < 0) {
     w->tmp_path = NULL;
     return LSTMD_ENOMEM;
   }
@@ -212,8 +215,8 @@ int lstmd_run_dir_lock(const char *dir, int *fd) {
     return LSTMD_ECONFIG;
   }
   if (r != 0) { /* e.g. ENOLCK on a file system without locks: unprotected, not refused */
-    lstmd_errorf("warning: %s: no lock on this file system (%s); nothing stops a second run from writing "
-                "into %s at the same time", path, strerror(errno), dir);
+    lstmd_errorf("warning: %s: no lock on this file system (%s); nothing stops a second run "
+                 "from writing into %s at the same time", path, strerror(errno), dir);
     close(*fd);
     *fd = -1;
     return LSTMD_OK;
@@ -232,9 +235,8 @@ int lstmd_remove_orphan_temps(const char *dir, long long *bytes) {
   if (!d) return 0;
   int removed = 0;
   for (struct dirent *e; (e = readdir(d));) {
-    const char *tmp = strstr(e->d_name, ".tmp.");
-    if (!tmp || tmp == e->d_name || !tmp[5] || strspn(tmp + 5, "0123456789") != strlen(tmp + 5))
-      continue;
+    const char *tmp = strstr(e->d_name, TEMP_INFIX), *pid = tmp ? tmp + strlen(TEMP_INFIX) : NULL;
+    if (!tmp || tmp == e->d_name || !*pid || strspn(pid, "0123456789") != strlen(pid)) continue;
     struct stat st;
     if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
       continue;

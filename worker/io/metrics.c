@@ -42,12 +42,14 @@ static int drop_records_after(const char *path, long step) {
   /* Records are short lines, each a JSON object: a line longer than the buffer, or one that is
    * not an object (torn by a crash or a full disk, perhaps run on into the next record), is
    * not one and is dropped. */
-  static char line[1 << 16];
+  enum { kLine = 1 << 16 };
+  char *line = malloc(kLine);
+  if (!rc && !line) rc = LSTMD_ENOMEM;
   long dropped = 0;
-  while (!rc && fgets(line, sizeof line, in)) {
+  while (!rc && fgets(line, kLine, in)) {
     size_t n = strlen(line);
     if (n == 0 || line[n - 1] != '\n') { /* too long, or the file's torn tail */
-      for (int ch; n == sizeof line - 1 && (ch = fgetc(in)) != EOF && ch != '\n';) {
+      for (int ch; n == kLine - 1 && (ch = fgetc(in)) != EOF && ch != '\n';) {
       }
       dropped++;
       continue;
@@ -63,6 +65,7 @@ static int drop_records_after(const char *path, long step) {
     if (s && strtol(s + 7, NULL, 10) > step) continue;
     rc = lstmd_durable_write(&out, line, n);
   }
+  free(line);
   fclose(in);
   if (!rc && dropped)
     lstmd_errorf("warning: %s: %ld torn or overlong line%s dropped", path, dropped,

@@ -10,7 +10,6 @@
 #include "eval_pool.h"
 #include "kernels/cpu/blas_cpu.h"
 #include "kernels/status.h"
-#include "infer.h"
 #include "worker/data/batcher.h"
 
 /* An evaluation's chunks of B sequences (the last one shorter), scored through eval_pool.h:
@@ -90,21 +89,18 @@ int lstmd_clf_evaluate_shared(const struct lstmd_model *m, const struct lstmd_da
   if (B < 1) B = 1;
   struct clf_job *j = calloc(1, sizeof *j);
   const uint64_t count = (n + (uint64_t)B - 1) / (uint64_t)B, slots = count + (uint64_t)C * C;
+  const struct lstmd_eval_pool pool = {count, share, j, clf_open, clf_score, clf_close};
   double *sums = NULL;
   int rc = j ? LSTMD_OK : LSTMD_ENOMEM;
   if (!rc && slots > INT_MAX) rc = LSTMD_ECONFIG; /* combine's count is an int */
   if (!rc && !(sums = calloc(slots, sizeof *sums))) rc = LSTMD_ENOMEM;
   if (!rc) {
     *j = (struct clf_job){m, ds, (int)ds->info.width, B, C, n, {{0}}};
-    const struct lstmd_eval_pool pool = {count,   share ? (uint64_t)share->part : 0,
-                                         share ? (uint64_t)share->parts : 1,
-                                         j,       clf_open, clf_score, clf_close};
     rc = lstmd_eval_pool_run(&pool, clf_threads(j), sums);
     for (int a = 0; a < C; a++) /* counts, exact in a double up to 2^53 */
       for (int b = 0; b < C; b++) sums[count + (uint64_t)a * C + b] = (double)j->confusion[a][b];
   }
-  /* Every part calls combine, failed or not: it is the parts' meeting point. */
-  if (share) rc = share->combine(share->ctx, sums, sums ? (int)slots : 0, rc);
+  rc = lstmd_eval_pool_combine(&pool, sums, (int)slots, rc); /* failed or not */
   double loss = 0.0;
   for (uint64_t c = 0; !rc && c < count; c++) loss += sums[c];
   for (int a = 0; !rc && a < C; a++)

@@ -15,8 +15,24 @@ struct run {
   int failed;    /* atomic: the first error; the others stop taking chunks */
 };
 
+static uint64_t part_of(const struct lstmd_eval_pool *p) {
+  return p->share ? (uint64_t)p->share->part : 0;
+}
+static uint64_t parts_of(const struct lstmd_eval_pool *p) {
+  return p->share ? (uint64_t)p->share->parts : 1;
+}
+
 uint64_t lstmd_eval_pool_mine(const struct lstmd_eval_pool *p) {
-  return p->part < p->count ? (p->count - p->part + p->parts - 1) / p->parts : 0;
+  const uint64_t part = part_of(p), parts = parts_of(p);
+  return part < p->count ? (p->count - part + parts - 1) / parts : 0;
+}
+
+int lstmd_eval_pool_has(const struct lstmd_eval_pool *p, uint64_t c) {
+  return c < p->count && c % parts_of(p) == part_of(p);
+}
+
+int lstmd_eval_pool_combine(const struct lstmd_eval_pool *p, double *sums, int n, int status) {
+  return p->share ? p->share->combine(p->share->ctx, sums, sums ? n : 0, status) : status;
 }
 
 static int score_some(struct run *r, int helper) {
@@ -27,7 +43,7 @@ static int score_some(struct run *r, int helper) {
   const uint64_t mine = lstmd_eval_pool_mine(p);
   for (uint64_t i; !rc && !__atomic_load_n(&r->failed, __ATOMIC_RELAXED) &&
                    (i = __atomic_fetch_add(&r->next, 1, __ATOMIC_RELAXED)) < mine;) {
-    const uint64_t c = p->part + i * p->parts;
+    const uint64_t c = part_of(p) + i * parts_of(p);
     r->sums[c] = 0.0;
     rc = p->score(p->ctx, state, c, &r->sums[c]);
   }

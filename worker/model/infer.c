@@ -206,7 +206,7 @@ static int eval_open(void *ctx, int helper, void **state) {
       !(st->scratch = malloc(lstmd_window_scratch_bytes(e->ds, e->T))))
     rc = LSTMD_ENOMEM;
   const int tail_cols = (int)(e->windows % (uint64_t)e->B);
-  const int mine_tail = tail_cols && (e->pool.count - 1) % e->pool.parts == e->pool.part;
+  const int mine_tail = tail_cols && lstmd_eval_pool_has(&e->pool, e->pool.count - 1);
   if (helper && !rc) rc = runner_open(e->im, e->T, e->B, &st->full);
   if (helper && !rc && mine_tail) rc = runner_open(e->im, e->T, tail_cols, &st->tail);
   return rc;
@@ -253,18 +253,15 @@ static int evaluate(const struct lstmd_infer_model *im, const struct lstmd_datas
   const int series = ds->info.kind == LSTMD_DATASET_SERIES;
   float *z = NULL;
   struct eval_job e = {im, ds, NULL, T, B, n, {0}};
-  e.pool = (struct lstmd_eval_pool){(n + (uint64_t)B - 1) / (uint64_t)B,
-                                    share ? (uint64_t)share->part : 0,
-                                    share ? (uint64_t)share->parts : 1,
-                                    &e, eval_open, eval_score, eval_close};
+  e.pool = (struct lstmd_eval_pool){(n + (uint64_t)B - 1) / (uint64_t)B, share, &e, eval_open,
+                                    eval_score, eval_close};
   int rc = series ? lstmd_series_read_normalised(ds, &z) : LSTMD_OK;
   e.z = z;
   double *sums = NULL;
   if (!rc && e.pool.count > INT_MAX) rc = LSTMD_ECONFIG; /* combine's count is an int */
   if (!rc && !(sums = calloc(e.pool.count, sizeof *sums))) rc = LSTMD_ENOMEM;
   if (!rc) rc = lstmd_eval_pool_run(&e.pool, eval_threads(&e), sums);
-  /* Every part calls combine, failed or not: it is the parts' meeting point. */
-  if (share) rc = share->combine(share->ctx, sums, sums ? (int)e.pool.count : 0, rc);
+  rc = lstmd_eval_pool_combine(&e.pool, sums, (int)e.pool.count, rc); /* failed or not */
   double sum = 0.0;
   for (uint64_t c = 0; !rc && c < e.pool.count; c++) sum += sums[c];
   free(sums);

@@ -9,6 +9,7 @@
 
 #include "worker/io/checkpoint.h"
 #include "worker/data/dataset.h"
+#include "eval_pool.h"
 #include "model.h"
 #include "qmodel.h"
 
@@ -39,12 +40,7 @@ int lstmd_evaluate(struct lstmd_model *m, const struct lstmd_dataset *ds, int se
  * must make sums[n] on every part the sum over the parts of their sums[] (each chunk's slot is
  * nonzero in one part only, so that sum is exact in any order) and return 0, or an error when
  * any part failed. The chunks are then added in chunk order, so every part gets the loss
- * lstmd_evaluate gives alone, bit for bit. */
-struct lstmd_eval_share {
-  int part, parts;
-  int (*combine)(void *ctx, double *sums, int n, int status);
-  void *ctx;
-};
+ * lstmd_evaluate gives alone, bit for bit. (struct lstmd_eval_share: eval_pool.h) */
 int lstmd_evaluate_shared(struct lstmd_model *m, const struct lstmd_dataset *ds, int seq_len,
                           int batch, const struct lstmd_eval_share *share, double *mean_loss,
                           uint64_t *tokens);
