@@ -45,9 +45,9 @@ int lstmd_comm_allreduce_sum_f64(struct lstmd_comm *c, double *buf, int n);
 int lstmd_comm_allreduce_max_f64(struct lstmd_comm *c, double *buf, int n);
 /* The sum of n doubles for a wait that has a bound (the training step's: every rank enters it
  * within a step's compute of the others): unfinished timeout_s after it began, it prints
- * "rank R (host): WHAT unfinished after N s ..." and ends the job (lstmd_comm_abort). The waits
- * that may legitimately last (rank 0 writing a checkpoint while the others wait)
- * use the calls without a bound. */
+ * "rank R (host): WHAT unfinished after N s ..." and ends the job (lstmd_comm_abort). A wait
+ * that may legitimately last (rank 0 writing a checkpoint while the others wait) is
+ * lstmd_comm_solo's, bounded by the silence of the working rank instead. */
 int lstmd_comm_allreduce_sum_f64_within(struct lstmd_comm *c, double *buf, int n,
                                          double timeout_s, const char *what);
 /* The agreement vote, the one way ranks decide together whether to go on: every rank passes its
@@ -62,6 +62,15 @@ int lstmd_comm_agree(struct lstmd_comm *c, int my_status, int *failed_rank);
 /* The same vote with a bound, as lstmd_comm_allreduce_sum_f64_within (timeout_s 0: none). */
 int lstmd_comm_agree_within(struct lstmd_comm *c, int my_status, int *failed_rank,
                             double timeout_s, const char *what);
+/* Rank `root` runs work(ctx) alone (work must not communicate; root skips it when its my_status
+ * is not 0) while the other ranks wait; then every rank votes as lstmd_comm_agree, root with
+ * work's status, the others with my_status. While root works, a thread of its sends every other
+ * rank a heartbeat (solo.c), so the wait has a bound that a slow disk does not reach: a waiting
+ * rank that has heard nothing from root for timeout_s (> 0; 0: no bound) says so, naming `what`
+ * and root, and ends the job; root's own wait in the vote is bounded by timeout_s. For rank 0's
+ * checkpoint writes and reads. c == NULL or one rank: work's status. */
+int lstmd_comm_solo(struct lstmd_comm *c, int root, int (*work)(void *ctx), void *ctx,
+                    int my_status, int *failed_rank, double timeout_s, const char *what);
 /* Broadcast `bytes` bytes from root (any size). */
 int lstmd_comm_bcast(struct lstmd_comm *c, void *buf, size_t bytes, int root);
 /* Broadcast of a small message that may be hours away (an idle daemon's next command): the

@@ -4,6 +4,7 @@
 #define LSTMD_COMM_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <mpi.h>
 
@@ -17,6 +18,7 @@ struct lstmd_comm {
   int local_rank, local_size; /* of the process (copied into sub-communicators) */
   int we_initialized; /* MPI_Init was ours, so MPI_Finalize is too */
   int is_sub;         /* made by lstmd_comm_split: freed by lstmd_comm_free */
+  int64_t solo_epoch; /* lstmd_comm_solo calls made on it (solo.c: late heartbeats are dropped) */
   char host[MPI_MAX_PROCESSOR_NAME];
 };
 

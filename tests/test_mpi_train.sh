@@ -154,6 +154,31 @@ if [[ $rc -ne 0 && $rc -ne 124 ]] && grep -q "the vote after the shared evaluati
 else bad "a rank frozen in the evaluation: exit $rc after ${took} s: $(grep -v '^  ' "$TMP/ev-freeze.log" | tail -3)"; fi
 pkill -9 -f "$TMP/ev-freeze" 2>/dev/null
 
+# 1b'''. rank 0 writing a checkpoint while the others wait (lstmd_comm_solo, comm/solo.c): a write
+#      slowed to 2 x train.comm_timeout_s (LSTMD_FAULT=ckpt_slow) must not end the job (rank 0's
+#      heartbeats keep the others waiting); rank 0 frozen as it begins the write
+#      (LSTMD_FAULT=ckpt_freeze: SIGSTOP) must, with a message naming it, where it hung before
+ck=("${common[@]}" --set train.steps=4 --set data.batch_size=4 --set train.checkpoint_every=2
+    --set train.comm_timeout_s=3)
+t0=$SECONDS
+LSTMD_FAULT=ckpt_slow@2 timeout 60 mpirun -np 2 "$LSTMD" train "${ck[@]}" \
+  --set train.run_dir="$TMP/ck-slow" >/dev/null 2>"$TMP/ck-slow.log"
+rc=$?
+took=$((SECONDS - t0))
+if [[ $rc -eq 0 && -f $TMP/ck-slow/step-2.safetensors && -f $TMP/ck-slow/step-4.safetensors && $took -ge 6 ]]; then
+  ok "a checkpoint write slowed to 6 s (comm_timeout_s 3): the others waited, exit 0 after ${took} s"
+else bad "a slow checkpoint write: exit $rc after ${took} s: $(grep -v '^  ' "$TMP/ck-slow.log" | grep -i 'rank\|error' | head -3)"; fi
+t0=$SECONDS
+LSTMD_FAULT=ckpt_freeze@2:0 timeout 40 mpirun -np 2 "$LSTMD" train "${ck[@]}" \
+  --set train.run_dir="$TMP/ck-freeze" >/dev/null 2>"$TMP/ck-freeze.log"
+rc=$?
+took=$((SECONDS - t0))
+pkill -9 -f "$TMP/ck-freeze" 2>/dev/null
+msg=$(grep -o "rank 1 ([^)]*): rank 0's checkpoint write: no sign of life from rank 0 for [0-9.]* s" "$TMP/ck-freeze.log")
+if [[ $rc -ne 0 && $rc -ne 124 && -n $msg ]] && grep -q "rank 0 (pid [0-9]* on [^)]*) is stopped" "$TMP/ck-freeze.log"; then
+  ok "rank 0 frozen in its checkpoint write: the job ended in ${took} s, exit $rc: $msg ... rank 0 is stopped"
+else bad "rank 0 frozen in its checkpoint write: exit $rc after ${took} s: $(grep -v '^  ' "$TMP/ck-freeze.log" | tail -3)"; fi
+
 # 1c. the step timeline: one track per rank, all-reduce overlapping backward
 timeout 120 mpirun -np 2 "$LSTMD" train "${acc[@]}" --set data.batch_size=4 --set train.threads=2 \
   --set train.run_dir="$TMP/traced" --trace "$TMP/trace.json" >/dev/null 2>"$TMP/trace.log" || bad "traced run"

@@ -31,10 +31,12 @@ static void parse(void) {
                  : !strcmp(kind, "stop")       ? LSTMD_FAULT_STOP
                  : !strcmp(kind, "slow")       ? LSTMD_FAULT_SLOW
                  : !strcmp(kind, "eval_freeze") ? LSTMD_FAULT_EVAL_FREEZE
+                 : !strcmp(kind, "ckpt_freeze") ? LSTMD_FAULT_CKPT_FREEZE
+                 : !strcmp(kind, "ckpt_slow")  ? LSTMD_FAULT_CKPT_SLOW
                                                : LSTMD_FAULT_NONE;
   if (g_fault.kind == LSTMD_FAULT_NONE) {
-    lstmd_errorf("LSTMD_FAULT='%s' ignored: the kinds are nan_grad, nan_update, stop, slow and "
-                 "eval_freeze", v);
+    lstmd_errorf("LSTMD_FAULT='%s' ignored: the kinds are nan_grad, nan_update, stop, slow, "
+                 "eval_freeze, ckpt_freeze and ckpt_slow", v);
     return;
   }
   g_fault.step = step;

@@ -16,6 +16,10 @@
  *               2-core host (1.9 times its compute for a logged step, seen) cannot hide it
  *   eval_freeze this rank stops itself (SIGSTOP) as the evaluation after step STEP begins, as a
  *               frozen node would: the others' waits for its share must end the job
+ *   ckpt_freeze this rank stops itself (SIGSTOP) as it begins writing the checkpoint of step STEP
+ *               (rank 0 writes): the others' wait for the write must end the job
+ *   ckpt_slow   the checkpoint write of step STEP takes 2 × train.comm_timeout_s longer (a
+ *               sleep before it), as a slow file system would: the others must keep waiting
  * With the variable unset nothing happens and the cost is one integer compare per step.
  *
  * LSTMD_VAL_LOSSES="L1,L2,..." scripts the validation losses rank 0 reports (and every rank then
@@ -32,7 +36,9 @@ enum lstmd_fault {
   LSTMD_FAULT_NAN_UPDATE,
   LSTMD_FAULT_STOP,
   LSTMD_FAULT_SLOW,
-  LSTMD_FAULT_EVAL_FREEZE
+  LSTMD_FAULT_EVAL_FREEZE,
+  LSTMD_FAULT_CKPT_FREEZE,
+  LSTMD_FAULT_CKPT_SLOW
 };
 
 /* Nonzero when `kind` is configured for `step` on `rank` (slow: for every step from STEP on). A malformed variable is reported once

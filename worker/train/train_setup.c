@@ -453,6 +453,15 @@ static int plan_grid(struct run *r) {
   return rc;
 }
 
+struct load_work {
+  struct run *r;
+  const char *path;
+};
+static int load_work(void *ctx) {
+  const struct load_work *w = ctx;
+  return load_checkpoint(w->r, w->path);
+}
+
 int lstmd_run_setup(struct run *r, const char *resume_path) {
   int rc = plan_grid(r); /* voted */
   if (!rc) rc = build(r);
@@ -463,8 +472,11 @@ int lstmd_run_setup(struct run *r, const char *resume_path) {
   int resume_flag = r->rank == 0 && resume_path != NULL;
   if (r->world > 1) LSTMD_TRY(lstmd_comm_bcast(r->comm, &resume_flag, sizeof resume_flag, 0));
   r->resumed = resume_flag;
-  if (resume_flag)
-    rc = lstmd_comm_agree(r->comm, r->rank == 0 ? load_checkpoint(r, resume_path) : LSTMD_OK, NULL);
+  if (resume_flag) { /* rank 0 reads while the others wait (bounded by its silence, solo.c) */
+    struct load_work w = {r, resume_path};
+    rc = lstmd_comm_solo(r->comm, 0, load_work, &w, LSTMD_OK, NULL, r->cfg->comm_timeout_s,
+                         "rank 0's read of the checkpoint to resume from");
+  }
   if (!rc && r->world > 1) rc = share_state(r);
   int local = LSTMD_OK;
   if (!rc && r->resumed) {

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "kernels/clock.h"
 #include "kernels/cpu/dense_cpu.h"
 #include "kernels/status.h"
 #include "fault.h"
@@ -51,20 +52,25 @@ static int check_finite(const struct run *r) {
  * or best.safetensors as another name of the step-<N> just written (no second write). */
 enum save_kind { SAVE_STEP = 0, SAVE_BEST = 1, SAVE_BEST_LINK = 2 };
 
-/* Collective: the engine gathers the carried state and brings rank 0's host copy up to date;
- * rank 0 checks and writes the checkpoint (SAVE_BEST_LINK: rank 0 links, nothing else). */
-static int save_checkpoint_now(struct run *r, enum save_kind kind) {
+/* Rank 0, alone (lstmd_comm_solo's work): checks and writes the checkpoint (SAVE_BEST_LINK:
+ * links, nothing else). */
+struct save_work {
+  struct run *r;
+  enum save_kind kind;
+};
+
+static int write_checkpoint(void *ctx) {
+  struct run *r = ((struct save_work *)ctx)->r;
+  const enum save_kind kind = ((struct save_work *)ctx)->kind;
   const struct lstmd_train_config *cfg = r->cfg;
   char path[4096], latest[4096], best_path[4096];
   snprintf(path, sizeof path, "%s/step-%ld.safetensors", cfg->run_dir, r->progress.step);
   snprintf(best_path, sizeof best_path, "%s/best.safetensors", cfg->run_dir);
-  if (kind == SAVE_BEST_LINK) return r->rank == 0 ? lstmd_durable_link(path, best_path) : LSTMD_OK;
+  if (lstmd_fault_due(LSTMD_FAULT_CKPT_FREEZE, r->progress.step, r->rank)) raise(SIGSTOP);
+  if (lstmd_fault_due(LSTMD_FAULT_CKPT_SLOW, r->progress.step, r->rank))
+    lstmd_sleep_us((long)(2e6 * cfg->comm_timeout_s));
+  if (kind == SAVE_BEST_LINK) return lstmd_durable_link(path, best_path);
   const int best = kind == SAVE_BEST;
-  const struct lstmd_engine_ops *ops = r->engine->ops;
-  if (r->progress.state_h)
-    LSTMD_TRY(ops->gather_state(r->engine, r->progress.state_h, r->progress.state_c));
-  LSTMD_TRY(ops->sync_host(r->engine, r->optim, &r->progress));
-  if (r->rank != 0) return LSTMD_OK;
   LSTMD_TRY(check_finite(r));
   snprintf(latest, sizeof latest, "%s/latest.safetensors", cfg->run_dir);
   r->progress.cursor = lstmd_prefetch_cursor(r->prefetch);
@@ -78,20 +84,31 @@ static int save_checkpoint_now(struct run *r, enum save_kind kind) {
   return LSTMD_OK;
 }
 
-/* A checkpoint that rank 0 failed to check or write is voted on, so that every rank stops here
- * together (the vote costs one small all-reduce per checkpoint). */
+/* Collective: the engine gathers the carried state and brings rank 0's host copy up to date;
+ * then rank 0 writes while the others wait (lstmd_comm_solo: their wait ends the job when rank
+ * 0 is frozen for train.comm_timeout_s, not when its disk is slow), and all vote on the outcome,
+ * so that every rank stops here together when rank 0 failed to check or write it. */
 static int save_checkpoint(struct run *r, enum save_kind kind) {
   const double t0 = lstmd_now_s();
   const int best = kind != SAVE_STEP;
-  int rc = save_checkpoint_now(r, kind);
+  int rc = LSTMD_OK;
+  if (kind != SAVE_BEST_LINK) {
+    const struct lstmd_engine_ops *ops = r->engine->ops;
+    if (r->progress.state_h) rc = ops->gather_state(r->engine, r->progress.state_h, r->progress.state_c);
+    if (!rc) rc = ops->sync_host(r->engine, r->optim, &r->progress);
+  }
+  if (rc == LSTMD_ECOMM) return rc; /* the ranks may be out of step: not agreed */
+  struct save_work w = {r, kind};
+  const int agreed = lstmd_comm_solo(r->comm, 0, write_checkpoint, &w, rc, NULL,
+                                     r->cfg->comm_timeout_s, best ? "rank 0's best checkpoint write"
+                                                                  : "rank 0's checkpoint write");
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, best ? "best checkpoint" : "checkpoint", t0,
                     lstmd_now_s(), NULL);
-  if (rc == LSTMD_ECOMM) return rc; /* the ranks may be out of step: not agreed */
-  int agreed = lstmd_comm_agree(r->comm, rc, NULL);
   if (!agreed || agreed == LSTMD_ECOMM) return agreed;
   r->failure_agreed = 1;
-  if (!rc) lstmd_errorf("rank %d: stopping: rank 0 did not write the %scheckpoint of step %ld (%s)",
-                        r->rank, best ? "best " : "", r->progress.step, lstmd_strerror(agreed));
+  if (!rc && r->rank != 0)
+    lstmd_errorf("rank %d: stopping: rank 0 did not write the %scheckpoint of step %ld (%s)",
+                 r->rank, best ? "best " : "", r->progress.step, lstmd_strerror(agreed));
   return agreed;
 }
 
