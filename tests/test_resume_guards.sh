@@ -3,10 +3,12 @@
 # the run: trained on another dataset (prepare run on other data: another pair id), with another
 # data.seq_len, another global batch (data.batch_size, or the same batch_size on 2 ranks under
 # mpirun), or another model shape (model.hidden, model.layers, model.embed, model.layer_norm
-# either way: a plain checkpoint into a layer-normalised run and back). Each refusal exits 2
+# either way: a plain checkpoint into a layer-normalised run and back), or in stream order one
+# written in shuffle order (no carried state to go on with). Each refusal exits 2
 # with an "lstmd:" message line (not the effective-config dump, which echoes every key) that names
 # the field that differs and no other guarded field, and writes no checkpoint. The same checkpoint
-# resumes with the config it was written with; one at or past train.steps says there is nothing
+# resumes with the config it was written with; a resume names the settings it changed (a
+# changed train.seed goes on, but says so); one at or past train.steps says there is nothing
 # to train.
 set -u
 LSTMD=$(realpath "${1:?usage: test_resume_guards.sh LSTMD_BINARY SOURCE_DIR}")
@@ -33,7 +35,7 @@ CK=$TMP/base/step-2.safetensors
 # The guarded fields, as the messages name them (the key, or the thing for the dataset and the
 # global batch, which are not one key each).
 names=("dataset" "data.seq_len" "global batch" "model.hidden" "model.layers" "model.embed"
-       "model.layer_norm")
+       "model.layer_norm" "data.order")
 
 # refused NAME LAUNCH... -- ARGS...: runs `LAUNCH lstmd train base ARGS --resume CK` in a fresh run
 # dir and checks the refusal and its message.
@@ -70,10 +72,26 @@ refused "model.hidden" -- --set model.hidden=32
 refused "model.layers" -- --set model.layers=2
 refused "model.embed" -- --set model.embed=16
 refused "model.layer_norm" -- --set model.layer_norm=true
+refused "data.order" -- --set data.order=stream # a shuffle checkpoint has no carried state
 
 "$LSTMD" train "${base[@]}" --set train.run_dir="$TMP/same" --resume "$CK" >/dev/null 2>"$TMP/same.log" \
   && grep -q "resumed from .* at step 2" "$TMP/same.log" && [[ -f $TMP/same/step-4.safetensors ]] \
   && ok "the same config resumes from it (step 2 → 4)" || bad "resume with the same config: $(tail -2 "$TMP/same.log")"
+
+# Accepted changes are named (resume_changes.h): the same config but train.steps says exactly
+# that (train.run_dir, which differs too, cannot change the weights and is left out); a changed
+# train.seed is named with its values.
+changes() { sed -n 's/^lstmd: settings changed since that checkpoint was written: \(.*\) (a resumed.*/\1/p' "$1"; }
+if [[ $(changes "$TMP/same.log") == "train.steps 2 → 4" ]]; then
+  ok "a resume names the settings it changed: '$(changes "$TMP/same.log")'"
+else bad "the same config's resume: changed settings '$(changes "$TMP/same.log")', want 'train.steps 2 → 4'"; fi
+"$LSTMD" train "${base[@]}" --set train.seed=7 --set train.run_dir="$TMP/seed" --resume "$CK" \
+  >/dev/null 2>"$TMP/seed.log"
+rc=$?
+if [[ $rc -eq 0 && $(changes "$TMP/seed.log") == "train.steps 2 → 4, train.seed 1 → 7" ]] &&
+   grep -q "train.seed 1 → 7" "$TMP/seed/train.log"; then
+  ok "a resume with another train.seed goes on and says so (also in train.log): '$(changes "$TMP/seed.log")'"
+else bad "a resume with another train.seed: exit $rc, changed settings '$(changes "$TMP/seed.log")'"; fi
 
 # A layer-normalised checkpoint: refused by the plain config, resumed by its own.
 "$LSTMD" train "${base[@]}" --set model.layer_norm=true --set train.steps=2 \

@@ -583,6 +583,12 @@ int lstmd_checkpoint_load_train(const char *path, struct lstmd_model *m, struct 
   if (!rc) rc = meta_long(f, path, "train.step", 0, 1L << 60, &step);
   if (!rc) rc = meta_u64(f, path, "train.epoch", 10, &epoch);
   if (!rc) rc = meta_u64(f, path, "train.position", 10, &position);
+  if (!rc && p->state_h && !lstmd_st_has(f, "state.h")) {
+    lstmd_errorf("%s: holds no carried state (it was written by a run in data.order = shuffle), "
+                 "and this run's data.order = stream needs it: resume with data.order = shuffle",
+                 path);
+    rc = LSTMD_ECONFIG;
+  }
   if (!rc && p->state_h) {
     int64_t dims[3] = {m->shape.layers, p->state_batch, m->shape.hidden};
     const size_t count = (size_t)dims[0] * dims[1] * dims[2];

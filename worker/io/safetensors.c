@@ -231,6 +231,8 @@ static const struct st_entry *find(const struct lstmd_st_file *f, const char *na
   return NULL;
 }
 
+int lstmd_st_has(const struct lstmd_st_file *f, const char *name) { return find(f, name) != NULL; }
+
 int lstmd_st_info(const struct lstmd_st_file *f, const char *name, const char **dtype, int *rank,
                   int64_t *shape) {
   const struct st_entry *e = find(f, name);

@@ -32,6 +32,8 @@ int lstmd_st_open(const char *path, struct lstmd_st_file **out);
 void lstmd_st_close(struct lstmd_st_file *f);
 /* Metadata value for key, or NULL. Owned by f. */
 const char *lstmd_st_meta_get(const struct lstmd_st_file *f, const char *key);
+/* Whether tensor `name` is in the file (no message). */
+int lstmd_st_has(const struct lstmd_st_file *f, const char *name);
 /* dtype, rank and shape (LSTMD_ST_MAX_RANK entries) of tensor `name`: LSTMD_OK, or
  * LSTMD_EFORMAT with a message naming the file and the tensor when there is none. */
 int lstmd_st_info(const struct lstmd_st_file *f, const char *name, const char **dtype, int *rank,

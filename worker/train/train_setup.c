@@ -17,6 +17,7 @@
 #include "kernels/status.h"
 #include "worker/engine/device_select.h"
 #include "worker/engine/engine.h"
+#include "resume_changes.h"
 #include "trainer_run.h"
 #include "val_watch.h"
 #include "worker/model/infer.h"
@@ -402,7 +403,11 @@ static int load_checkpoint(struct run *r, const char *path) {
                              : lstmd_window_norm_name(r->train.tf.window_norm));
     return LSTMD_ECONFIG;
   }
-  return lstmd_checkpoint_load_train(path, r->model, r->optim, &r->progress, NULL);
+  char *was = NULL;
+  LSTMD_TRY(lstmd_checkpoint_load_train(path, r->model, r->optim, &r->progress, &was));
+  r->resume_changes = lstmd_resume_changes(was, r->config_json);
+  free(was);
+  return LSTMD_OK;
 }
 
 /* Sends rank 0's parameters, optimizer state and progress to every rank. */
@@ -509,6 +514,7 @@ void lstmd_run_free(struct run *r) {
   lstmd_prune_destroy(r->prune);
   lstmd_model_destroy(r->teacher);
   lstmd_model_destroy(r->model);
+  free(r->resume_changes);
   free(r->progress.state_h);
   free(r->progress.state_c);
   lstmd_dataset_close(&r->train);

@@ -612,6 +612,10 @@ static void describe_run(struct run *r, const char *resume_path) {
                      r->has_val ? "" : " (validation split too short to evaluate)", params);
   if (r->resumed)
     lstmd_metrics_note(&r->metrics, "resumed from %s at step %ld", resume_path, r->progress.step);
+  if (r->resume_changes)
+    lstmd_metrics_note(&r->metrics, "settings changed since that checkpoint was written: %s (a "
+                       "resumed run equals one that never stopped only with the same settings)",
+                       r->resume_changes);
 }
 
 /* Rank 0: <run_dir>/samples.txt for appending; a resumed run first cuts it back to its length at

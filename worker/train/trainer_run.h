@@ -40,6 +40,7 @@ struct run {
   int run_lock;                         /* rank 0: <run_dir>/.lstmd.lock held (lstmd_run_dir_lock), or -1 */
   const struct lstmd_train_hooks *hooks; /* never NULL (an empty set when none was given) */
   int has_val, resumed;
+  char *resume_changes; /* rank 0, resumed: the settings changed since the checkpoint (resume_changes.h) */
   int has_baselines;                      /* rank 0, series: `baselines` holds the val split's */
   struct lstmd_series_baselines baselines;
   int failure_agreed; /* the failure being returned was voted on by every rank */
