@@ -31,6 +31,61 @@ static void on_signal(int sig) {
   lstmd_peers_signalled(); /* it may be the launcher ending the job for a lost rank */
 }
 
+/* The effective config: defaults, the file, the --set list in order, then --device. */
+static int load_config(struct lstmd_train_config *cfg, const char *config_path,
+                       const struct set_list *sets, const char *device) {
+  lstmd_config_defaults(cfg);
+  if (config_path) LSTMD_TRY(lstmd_config_load_ini(cfg, config_path));
+  for (int i = 0; i < sets->n; i++) LSTMD_TRY(lstmd_config_set(cfg, sets->items[i]));
+  if (device) {
+    char assignment[96];
+    snprintf(assignment, sizeof assignment, "train.device=%s", device);
+    LSTMD_TRY(lstmd_config_set(cfg, assignment));
+  }
+  return lstmd_config_validate(cfg);
+}
+
+/* The number of ranks a launcher started (mpirun, srun; 0 without one), read before MPI is. */
+static int launched_ranks(void) {
+  static const char *const kVars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
+  for (size_t i = 0; i < sizeof kVars / sizeof *kVars; i++) {
+    const char *v = getenv(kVars[i]);
+    if (v && atoi(v) > 0) return atoi(v);
+  }
+  return 0;
+}
+
+/* Collective: whether any rank's config failed (the vote), and rank 0 prints each distinct set of
+ * held messages once, naming the ranks that had it unless every rank did (a config file that
+ * differs between nodes shows as such). Returns the vote's status. */
+static int messages_once(struct lstmd_comm *comm, int my_rc, const char *held) {
+  const int rank = lstmd_comm_rank(comm), world = lstmd_comm_size(comm);
+  const size_t n = 4096;
+  const int agreed = lstmd_comm_agree(comm, my_rc, NULL);
+  if (agreed == LSTMD_ECOMM) lstmd_comm_abort(comm, 1);
+  char *mine = calloc(1, n), *all = rank == 0 ? malloc(n * (size_t)world) : NULL;
+  if (!mine || (rank == 0 && !all)) lstmd_comm_abort(comm, 1); /* the others are in the gather */
+  snprintf(mine, n, "%s", held);
+  if (lstmd_comm_gather(comm, mine, n, all, 0)) lstmd_comm_abort(comm, 1);
+  for (int i = 0; rank == 0 && i < world; i++) {
+    const char *text = all + (size_t)i * n;
+    int seen = !text[0], same = 0;
+    for (int j = 0; j < i && !seen; j++) seen = !strcmp(text, all + (size_t)j * n);
+    if (seen) continue;
+    for (int j = i; j < world; j++) same += !strcmp(text, all + (size_t)j * n);
+    if (same < world) {
+      fprintf(stderr, "lstmd: on rank%s", same > 1 ? "s" : "");
+      for (int j = i, k = 0; j < world; j++)
+        if (!strcmp(text, all + (size_t)j * n)) fprintf(stderr, "%s %d", k++ ? "," : "", j);
+      fputs(":\n", stderr);
+    }
+    fputs(text, stderr);
+  }
+  free(all);
+  free(mine);
+  return agreed;
+}
+
 int lstmd_cmd_train(int argc, char **argv) {
   const char *config_path = NULL, *resume = NULL, *trace = NULL, *device = NULL;
   int help = 0;
@@ -58,22 +113,28 @@ int lstmd_cmd_train(int argc, char **argv) {
     return 2;
   }
   struct lstmd_train_config cfg;
-  lstmd_config_defaults(&cfg);
-  if (config_path && (rc = lstmd_config_load_ini(&cfg, config_path))) return lstmd_exit_code(rc);
-  for (int i = 0; i < sets.n; i++)
-    if ((rc = lstmd_config_set(&cfg, sets.items[i]))) return lstmd_exit_code(rc);
-  if (device) {
-    char assignment[96];
-    snprintf(assignment, sizeof assignment, "train.device=%s", device);
-    if ((rc = lstmd_config_set(&cfg, assignment))) return lstmd_exit_code(rc);
-  }
-  if ((rc = lstmd_config_validate(&cfg))) return lstmd_exit_code(rc);
+  /* Under a launcher every rank reads the config: hold its mistakes until the ranks can agree on
+   * who prints them (messages_once). */
+  char held[4096];
+  const int hold = launched_ranks() > 1;
+  if (hold) lstmd_errors_capture(held, sizeof held);
+  rc = load_config(&cfg, config_path, &sets, device);
+  if (hold) lstmd_errors_capture(NULL, 0);
+  if (rc && !hold) return lstmd_exit_code(rc);
   cfg.trace_path = trace;
 
   char latest[1100];
   struct lstmd_comm *comm;
-  if ((rc = lstmd_comm_init(&argc, &argv, &comm))) return lstmd_exit_code(rc);
+  const int config_rc = rc;
+  if ((rc = lstmd_comm_init(&argc, &argv, &comm))) {
+    if (hold) fputs(held, stderr);
+    return lstmd_exit_code(config_rc ? config_rc : rc);
+  }
   const int rank = lstmd_comm_rank(comm), world = lstmd_comm_size(comm);
+  if (hold && (rc = messages_once(comm, config_rc, held))) {
+    lstmd_comm_finalize(comm);
+    return lstmd_exit_code(rc);
+  }
   if (resume && !*resume) { /* rank 0's answer is the one that counts (train_setup.c) */
     snprintf(latest, sizeof latest, "%s/latest.safetensors", cfg.run_dir);
     struct stat st; /* anything under that name but nothing at all (a dangling link, a loop, no

@@ -10,6 +10,8 @@ static pthread_mutex_t g_last_mu = PTHREAD_MUTEX_INITIALIZER;
 static char g_last[1024];
 static char g_label[128]; /* written once, before any thread that reads it starts */
 static const char *g_program = "lstmd"; /* likewise: the prefix of every message */
+static char *g_capture;                   /* lstmd_errors_capture: the lines held, or NULL */
+static size_t g_capture_len, g_capture_cap;
 
 const char *lstmd_strerror(int status) {
   switch (status) {
@@ -36,8 +38,15 @@ const char *lstmd_status_name(int status) {
 void lstmd_verrorf(const char *fmt, va_list ap) {
   char msg[sizeof g_last];
   vsnprintf(msg, sizeof msg, fmt, ap);
-  fprintf(stderr, "%s: %s\n", g_program, msg);
   pthread_mutex_lock(&g_last_mu);
+  if (g_capture) { /* held whole lines only; what does not fit is dropped, and says so */
+    const int n = snprintf(g_capture + g_capture_len, g_capture_cap - g_capture_len, "%s: %s\n",
+                           g_program, msg);
+    if (n >= 0 && (size_t)n < g_capture_cap - g_capture_len) g_capture_len += (size_t)n;
+    else g_capture[g_capture_len] = '\0';
+  } else {
+    fprintf(stderr, "%s: %s\n", g_program, msg);
+  }
   memcpy(g_last, msg, sizeof g_last);
   pthread_mutex_unlock(&g_last_mu);
 }
@@ -56,6 +65,15 @@ void lstmd_last_error_clear(void) {
 }
 
 void lstmd_set_program_name(const char *name) { g_program = name; }
+
+void lstmd_errors_capture(char *buf, size_t n) {
+  pthread_mutex_lock(&g_last_mu);
+  g_capture = n ? buf : NULL;
+  g_capture_cap = n;
+  g_capture_len = 0;
+  if (g_capture) g_capture[0] = '\0';
+  pthread_mutex_unlock(&g_last_mu);
+}
 
 void lstmd_errorf(const char *fmt, ...) {
   va_list ap;

@@ -14,7 +14,8 @@
 #  4. SIGUSR1 to mpirun (forwarded to every rank) and SIGTERM to the ranks: the step finishes,
 #     a checkpoint is written, exit 0;
 #  5. ranks with different configs, or datasets, or a --trace file one rank cannot open, stop
-#     with an error on every rank, not a hang.
+#     with an error on every rank, not a hang; a config mistake is printed once, naming the ranks
+#     that made it unless all did.
 # Every equivalence runs with optim.clip_norm=0: a clip (default 1) rescales the gradient to a
 # fixed norm and so hides any uniform error in its scale. Equivalences compare updates (p - p0,
 # compare_checkpoints.py --initial): the weights of a few steps differ from their start by a
@@ -298,6 +299,24 @@ rc=$?
 n_warn=$(grep -c "^lstmd: warning: model.dropout acts between LSTM layers" "$TMP/noop2.log")
 if [[ $rc -eq 0 && $n_warn -eq 1 ]]; then ok "2 ranks: the no-op dropout warning once"
 else bad "2 ranks: no-op dropout warning: rc=$rc, $n_warn lines"; fi
+
+# ... a mistake in the config is printed once under a launcher, not by every rank; one that only
+#     some ranks make (a config file missing on a node) is printed naming them (cli_train.c)
+timeout 60 mpirun -np 3 "$LSTMD" train "${common[@]}" --set train.stepz=3 >/dev/null 2>"$TMP/typo.log"
+rc=$?
+n_err=$(grep -c "unknown config key 'train.stepz'" "$TMP/typo.log")
+if [[ $rc -eq 2 && $n_err -eq 1 ]] && ! grep -q "^lstmd: on rank" "$TMP/typo.log"; then
+  ok "3 ranks, a typo in a key: its message once, exit 2"
+else bad "3 ranks, a typo in a key: exit $rc, $n_err lines: $(grep '^lstmd' "$TMP/typo.log" | head -4)"; fi
+timeout 60 mpirun -np 2 "$LSTMD" train "${common[@]}" --set train.steps=1 --set train.run_dir="$TMP/cfg1" \
+  : -np 1 "$LSTMD" train --config "$TMP/no-such.ini" "${common[@]}" --set train.steps=1 \
+  --set train.run_dir="$TMP/cfg1" >/dev/null 2>"$TMP/cfg1.log"
+rc=$?
+got=$(grep -A1 "^lstmd: on rank" "$TMP/cfg1.log" | tr '\n' ' ')
+if [[ $rc -eq 2 && $got == "lstmd: on rank 2: lstmd: $TMP/no-such.ini: cannot read config file"* &&
+      $(grep -c "^lstmd: " "$TMP/cfg1.log") -eq 2 && ! -e $TMP/cfg1 ]]; then
+  ok "a config file missing on rank 2 only: named once, exit 2, nothing trained"
+else bad "a config file missing on rank 2 only: exit $rc: $(grep '^lstmd' "$TMP/cfg1.log" | head -4)"; fi
 
 # ... and ranks with the same config whose datasets differ (same relative path, other files)
 mkdir -p "$TMP/wa" "$TMP/wb"
