@@ -1,7 +1,8 @@
 /* train_setup.c — building a training run on every rank (see trainer_run.h).
  *
- * 1. Rank 0 alone verifies the dataset checksums (it reads both splits once); the other ranks
- *    only read their headers and, like everything else, compare with rank 0's plan.
+ * 1. Rank 0 alone verifies the dataset checksums (it reads both splits once), after the plan is
+ *    agreed and while the others wait for it (check_data, bounded by rank 0's silence: solo.c);
+ *    the other ranks only read the headers and, like everything else, compare with rank 0's plan.
  * 2. The plan rank 0 broadcasts is the effective config and the dataset identity. A rank that
  *    differs says how; a max-reduction of the verdicts makes every rank stop with an error at
  *    the same point, so a disagreement never leaves a rank waiting in a collective.
@@ -233,7 +234,8 @@ static int build(struct run *r) {
                    "so far; using the CPU backend");
     backend = LSTMD_DEVICE_CPU;
   }
-  LSTMD_TRY(lstmd_dataset_open_dir(cfg->data_path, &r->train, &r->val, r->rank == 0));
+  /* headers only: rank 0 reads the payloads later, alone (check_data) */
+  LSTMD_TRY(lstmd_dataset_open_dir(cfg->data_path, &r->train, &r->val, 0));
   const int classify = r->train.info.kind == LSTMD_DATASET_CLASSIFY;
   if (classify) LSTMD_TRY(check_classify(r));
   /* The GPU classifier (kernels/cuda/classify_cuda.h) reads token ids through an embedding;
@@ -352,17 +354,25 @@ static int build(struct run *r) {
                    ? "train.early_stop_patience" : "optim.schedule", cfg->data_path, T);
     return LSTMD_ECONFIG;
   }
-  if (r->has_val && r->rank == 0 && info->kind == LSTMD_DATASET_SERIES) {
-    /* The naive forecasts' scores do not change during the run: once, here. */
-    float *z = NULL;
-    LSTMD_TRY(lstmd_series_read_normalised(&r->val, &z));
-    int rc = lstmd_series_baseline_mse(&r->val, z, cfg->seq_len, &r->baselines.mse_persistence,
-                                       &r->baselines.mse_seasonal);
-    free(z);
-    LSTMD_TRY(rc);
-    r->baselines.season = r->val.info.season;
-    r->has_baselines = 1;
-  }
+  return LSTMD_OK;
+}
+
+/* Rank 0, alone (lstmd_comm_solo's work: the others' wait is bounded by its silence, not by the
+ * size of the data): the payload checksums of both splits (one full read of each), and for a
+ * series the naive forecasts' validation scores, which do not change during the run. */
+static int check_data(void *ctx) {
+  struct run *r = ctx;
+  LSTMD_TRY(lstmd_dataset_verify(&r->train));
+  LSTMD_TRY(lstmd_dataset_verify(&r->val));
+  if (!r->has_val || r->train.info.kind != LSTMD_DATASET_SERIES) return LSTMD_OK;
+  float *z = NULL;
+  LSTMD_TRY(lstmd_series_read_normalised(&r->val, &z));
+  int rc = lstmd_series_baseline_mse(&r->val, z, r->cfg->seq_len, &r->baselines.mse_persistence,
+                                     &r->baselines.mse_seasonal);
+  free(z);
+  LSTMD_TRY(rc);
+  r->baselines.season = r->val.info.season;
+  r->has_baselines = 1;
   return LSTMD_OK;
 }
 
@@ -472,6 +482,9 @@ int lstmd_run_setup(struct run *r, const char *resume_path) {
   if (!rc) rc = build(r);
   rc = lstmd_comm_agree(r->comm, rc, NULL);
   if (!rc && r->world > 1) rc = check_plan(r);
+  if (!rc)
+    rc = lstmd_comm_solo(r->comm, 0, check_data, r, LSTMD_OK, NULL, r->cfg->comm_timeout_s,
+                         "rank 0's check of the dataset");
   if (rc) return rc;
   /* Rank 0 decides whether this is a resume: the others may not see the same files. */
   int resume_flag = r->rank == 0 && resume_path != NULL;
