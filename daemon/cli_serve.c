@@ -2,9 +2,11 @@
  * on disjoint sets of its ranks.
  *
  * Every rank's main thread is an agent: it waits (sleeping polls) for a command from rank 0's
- * scheduler (daemon/serve_sched.c, a thread of its own on rank 0), and for a start command it
- * builds the job's communicator over the job's ranks only (MPI_Comm_create_group: the ranks of
- * other jobs are not involved), trains exactly as `lstmd train` would (lstmd_train_run) on it,
+ * scheduler (daemon/serve_sched.c, a thread of its own on rank 0) and answers it. For a start
+ * command it answers "ready" and waits for the scheduler's verdict (daemon/serve_start.c: a
+ * member that does not answer in time makes the start abandoned rather than hang the others);
+ * on "go" it builds the job's communicator over the job's ranks only (MPI_Comm_create_group:
+ * the ranks of other jobs are not involved), trains exactly as `lstmd train` would (lstmd_train_run) on it,
  * frees it and waits again. Rank 0's main thread is an agent too, so a 2-rank world runs two
  * 1-rank jobs; its control server (server.h) and scheduler are threads beside it.
  *
@@ -44,6 +46,7 @@
 #include "jobs.h"
 #include "serve_job.h"
 #include "serve_sched.h"
+#include "serve_start.h"
 #include "server.h"
 
 static volatile sig_atomic_t g_signalled; /* ranks other than 0 (rank 0 uses the server's) */
@@ -58,6 +61,7 @@ static void on_signal(int sig) {
 struct serve_opts {
   const char *socket, *state_dir, *data_root, *listen, *token_file, *group;
   long max_frame, idle_timeout;
+  double start_timeout_s;
 };
 
 /* ---- a job's leader: reports to rank 0's scheduler, stop requests from it ---- */
@@ -162,32 +166,54 @@ static void run_job(struct lstmd_comm *comm, const char *payload, const struct l
   if (!out->rc) out->rc = LSTMD_EIO;
 }
 
-/* One start command: the job's communicator, the run, the report, the communicator freed. */
-static void agent_job(const struct lstmd_serve_comms *c, const uint8_t *msg, size_t bytes) {
-  struct lstmd_serve_cmd cmd;
-  memcpy(&cmd, msg, sizeof cmd);
-  const size_t head = sizeof cmd + (size_t)cmd.n_members * sizeof(int32_t);
-  if (cmd.n_members < 1 || head + cmd.payload_len != bytes || cmd.payload_len < 2) {
-    lstmd_errorf("rank %d: a malformed start command; ending the daemon", lstmd_comm_rank(c->world));
+/* One start offer (daemon/serve_start.c): "ready" to the scheduler, then its verdict, waited for
+ * without a deadline (rank 0 gone ends the daemon). On "go", which carries the job: the job's
+ * communicator, the run, the report, the communicator freed. Only "go" leads into
+ * MPI_Comm_create_group, which waits for every member without a bound; a member that freezes
+ * between its answer and that call still hangs the others there (the window serve_start.c's
+ * rationale 5 leaves open). */
+static void agent_job(const struct lstmd_serve_comms *c, const struct lstmd_serve_cmd *cmd) {
+  const int me = lstmd_comm_rank(c->world);
+  struct lstmd_serve_answer ready = {.kind = kServeStart, .job_id = cmd->job_id,
+                                     .start_id = cmd->start_id};
+  int rc = lstmd_comm_send_msg(c->up, 0, kServeAnswer, &ready, sizeof ready);
+  uint8_t *msg = NULL;
+  size_t bytes = 0;
+  if (!rc) rc = lstmd_comm_recv_msg(c->down, 0, kServeVerdict, -1, 20, (void **)&msg, &bytes, NULL, NULL);
+  struct lstmd_serve_verdict v;
+  if (!rc && bytes >= sizeof v) memcpy(&v, msg, sizeof v);
+  if (rc || bytes < sizeof v || v.job_id != cmd->job_id || v.start_id != cmd->start_id) {
+    /* the scheduler and this rank are out of step: a job would wait for this rank */
+    lstmd_errorf("rank %d: job %llu: no verdict on its start from rank 0 (%s); ending the daemon",
+                 me, (unsigned long long)cmd->job_id, rc ? lstmd_strerror(rc) : "a verdict for another start");
     lstmd_comm_abort(c->world, 1);
   }
-  int *members = malloc((size_t)cmd.n_members * sizeof *members);
+  if (!v.go) { /* abandoned: a member did not answer in time; back to idle */
+    free(msg);
+    return;
+  }
+  const size_t head = sizeof v + (size_t)(v.n_members > 0 ? v.n_members : 0) * sizeof(int32_t);
+  if (v.n_members < 1 || head + v.payload_len != bytes || v.payload_len < 2) {
+    lstmd_errorf("rank %d: a malformed start command; ending the daemon", me);
+    lstmd_comm_abort(c->world, 1);
+  }
+  int *members = malloc((size_t)v.n_members * sizeof *members);
   if (!members) lstmd_comm_abort(c->world, 1);
-  for (int i = 0; i < cmd.n_members; i++) {
+  for (int i = 0; i < v.n_members; i++) {
     int32_t r;
-    memcpy(&r, msg + sizeof cmd + (size_t)i * sizeof r, sizeof r);
+    memcpy(&r, msg + sizeof v + (size_t)i * sizeof r, sizeof r);
     members[i] = r;
   }
   const char *payload = (const char *)msg + head;
   struct lstmd_comm *job = NULL;
-  int rc = lstmd_comm_create_group(c->groups, members, cmd.n_members, cmd.group_tag, &job);
+  rc = lstmd_comm_create_group(c->groups, members, v.n_members, v.group_tag, &job);
   if (rc) { /* the other members are in the same call: nothing to vote with */
     lstmd_errorf("rank %d: job %llu: its communicator could not be made (%s); ending the daemon",
-                 lstmd_comm_rank(c->world), (unsigned long long)cmd.job_id, lstmd_strerror(rc));
+                 me, (unsigned long long)cmd->job_id, lstmd_strerror(rc));
     lstmd_comm_abort(c->world, 1);
   }
   const int leader = lstmd_comm_rank(job) == 0;
-  struct leader l = {.c = c, .job_id = cmd.job_id};
+  struct leader l = {.c = c, .job_id = cmd->job_id};
   struct lstmd_train_hooks hooks = {.ctx = &l, .on_step = hook_step, .on_eval = hook_eval,
                                     .stop_requested = hook_stop, .on_end = hook_end};
   struct outcome o;
@@ -201,9 +227,10 @@ static void agent_job(const struct lstmd_serve_comms *c, const uint8_t *msg, siz
   }
   lstmd_comm_free(job);
   free(members);
+  free(msg);
 }
 
-/* Every rank's main thread: start commands until the exit command. Returns its exit code. */
+/* Every rank's main thread: start offers until the exit command. Returns its exit code. */
 static int agent(const struct lstmd_serve_comms *c) {
   for (;;) {
     void *buf;
@@ -221,31 +248,48 @@ static int agent(const struct lstmd_serve_comms *c) {
       lstmd_comm_abort(c->world, 1);
     }
     memcpy(&cmd, buf, sizeof cmd);
-    if (cmd.kind != kServeStart) {
-      free(buf);
+    free(buf);
+    if (cmd.kind != kServeStart) { /* answered, so the scheduler knows this rank will finalize */
+      struct lstmd_serve_answer bye = {.kind = kServeExit};
+      if (lstmd_comm_send_msg(c->up, 0, kServeAnswer, &bye, sizeof bye))
+        lstmd_comm_abort(c->world, 1);
       return cmd.exit_code;
     }
-    agent_job(c, buf, bytes);
-    free(buf);
+    agent_job(c, &cmd);
   }
 }
 
-/* Rank 0 when it cannot serve: every agent (its own is not running) is told to exit. */
-static void send_exit_all(const struct lstmd_serve_comms *c, int exit_code) {
+/* Rank 0 when it cannot serve: every agent (its own is not running) is told to exit, and their
+ * answers are taken (at most timeout_s); a rank that does not answer would hold MPI_Finalize,
+ * so the world is aborted instead. */
+static void send_exit_all(const struct lstmd_serve_comms *c, int exit_code, double timeout_s) {
   struct lstmd_serve_cmd bye = {.kind = kServeExit, .exit_code = exit_code};
-  for (int r = 1; r < lstmd_comm_size(c->world); r++)
+  const int world = lstmd_comm_size(c->world);
+  for (int r = 1; r < world; r++)
     if (lstmd_comm_send_msg(c->down, r, kServeCmd, &bye, sizeof bye)) lstmd_comm_abort(c->world, 1);
+  for (int r = 1; r < world; r++) { /* no start was sent: every answer is an exit's */
+    void *buf = NULL;
+    size_t bytes;
+    const int rc = lstmd_comm_recv_msg(c->up, -1, kServeAnswer, timeout_s, 20, &buf, &bytes, NULL, NULL);
+    free(buf);
+    if (rc) {
+      lstmd_errorf("serve: %d rank(s) did not answer the exit command within %g s; aborting",
+                   world - r, timeout_s);
+      lstmd_comm_abort(c->world, exit_code ? exit_code : 1);
+    }
+  }
 }
 
-/* Rank 0: the node number of every rank (ranks with the same processor name share one).
- * Collective over the world. */
-static int gather_nodes(struct lstmd_comm *comm, int *node) {
+/* Rank 0: the node number of every rank (ranks with the same processor name share one) and, in
+ * hosts (world × LSTMD_SERVE_HOST_BYTES), their names. Collective over the world. */
+static int gather_nodes(struct lstmd_comm *comm, int *node, char *hosts) {
   const int rank = lstmd_comm_rank(comm), world = lstmd_comm_size(comm);
-  char me[256] = "";
+  char me[LSTMD_SERVE_HOST_BYTES] = "";
   snprintf(me, sizeof me, "%s", lstmd_comm_host(comm));
   char *all = rank == 0 ? calloc((size_t)world, sizeof me) : NULL;
   if (rank == 0 && !all) lstmd_comm_abort(comm, 1); /* the others are in the gather */
   int rc = lstmd_comm_gather(comm, me, sizeof me, all, 0);
+  if (rank == 0 && !rc) memcpy(hosts, all, (size_t)world * sizeof me);
   if (rank == 0 && !rc) {
     for (int r = 0; r < world; r++) {
       node[r] = r;
@@ -361,7 +405,7 @@ static int job_cpus_here(struct lstmd_comm *comm, cpu_set_t *out) {
 static void usage(void) {
   printf("usage: mpirun -np N lstmd serve --socket PATH --state-dir DIR [--data-root DIR]\n"
          "                  [--listen [HOST:]PORT --token-file F] [--socket-group NAME]\n"
-         "                  [--max-frame BYTES] [--idle-timeout SECONDS]\n"
+         "                  [--max-frame BYTES] [--idle-timeout SECONDS] [--start-timeout SECONDS]\n"
          "Runs submitted jobs (lstmctl submit), several at once on parts of the world (resources.ranks).\n"
          "  --socket PATH        UNIX control socket (mode 0600; 0660 with --socket-group)\n"
          "  --state-dir DIR      job journal, default run directories (DIR/runs/job-<id>)\n"
@@ -369,20 +413,23 @@ static void usage(void) {
          "  --listen [HOST:]PORT also listen on TCP (HOST defaults to 127.0.0.1); needs --token-file\n"
          "  --max-frame BYTES    largest request accepted (default 4194304)\n"
          "  --idle-timeout SEC   close connections that send no complete request for SEC (default 60)\n"
+         "  --start-timeout SEC  how long a job's ranks have to answer its start command (default 10);\n"
+         "                       a rank silent past it is marked unresponsive (no job is placed on\n"
+         "                       it until it answers) and the job is queued again\n"
          "SIGINT, SIGTERM or SIGUSR1 (what mpirun forwards) drain: the running job is checkpointed\n"
          "and resumes when the daemon is started again with the same --state-dir.\n");
 }
 
 int lstmd_cmd_serve(int argc, char **argv) {
   struct serve_opts o = {0};
-  const char *max_frame = NULL, *idle = NULL;
+  const char *max_frame = NULL, *idle = NULL, *start_timeout = NULL;
   int help = 0;
   struct lstmd_opt opts[] = {{"socket", &o.socket},         {"state-dir", &o.state_dir},
                              {"data-root", &o.data_root},   {"listen", &o.listen},
                              {"token-file", &o.token_file}, {"socket-group", &o.group},
                              {"max-frame", &max_frame},     {"idle-timeout", &idle},
-                             {"help", NULL, &help}};
-  int rc = lstmd_parse_opts("serve", argc, argv, 2, opts, 9);
+                             {"start-timeout", &start_timeout}, {"help", NULL, &help}};
+  int rc = lstmd_parse_opts("serve", argc, argv, 2, opts, 10);
   if (rc) return rc;
   if (help) {
     usage();
@@ -393,6 +440,10 @@ int lstmd_cmd_serve(int argc, char **argv) {
   if (max_frame && (rc = lstmd_opt_long("serve", "max-frame", max_frame, 64, 1L << 30, &o.max_frame)))
     return rc;
   if (idle && (rc = lstmd_opt_long("serve", "idle-timeout", idle, 1, 86400, &o.idle_timeout)))
+    return rc;
+  o.start_timeout_s = LSTMD_SERVE_START_TIMEOUT_S;
+  if (start_timeout && (rc = lstmd_opt_double("serve", "start-timeout", start_timeout, 0.1, 86400,
+                                              &o.start_timeout_s)))
     return rc;
   if (!o.socket || !o.state_dir) {
     lstmd_errorf("serve: --socket and --state-dir are required (lstmd serve --help)");
@@ -426,10 +477,11 @@ int lstmd_cmd_serve(int argc, char **argv) {
   }
   const int world = lstmd_comm_size(comm);
   int *node = calloc((size_t)world, sizeof *node);
-  if (!node) lstmd_comm_abort(comm, 1); /* the others are in the next collective */
+  char *hosts = rank == 0 ? calloc((size_t)world, LSTMD_SERVE_HOST_BYTES) : NULL;
+  if (!node || (rank == 0 && !hosts)) lstmd_comm_abort(comm, 1); /* the others are in the next collective */
   /* The daemon's communicators (serve_sched.h), made by every rank in this order. */
   struct lstmd_serve_comms c = {.world = comm};
-  if ((rc = gather_nodes(comm, node)) || (rc = lstmd_comm_dup(comm, &c.down)) ||
+  if ((rc = gather_nodes(comm, node, hosts)) || (rc = lstmd_comm_dup(comm, &c.down)) ||
       (rc = lstmd_comm_dup(comm, &c.up)) || (rc = lstmd_comm_dup(comm, &c.groups))) {
     lstmd_errorf("rank %d: serve: set-up of the daemon's communicators failed", rank);
     lstmd_comm_abort(comm, 1);
@@ -452,24 +504,35 @@ int lstmd_cmd_serve(int argc, char **argv) {
   char data_root[PATH_MAX];
   memset(&jobs, 0, sizeof jobs);
   rc = start_rank0(&o, world, &job_cpus, &jobs, &srv, &lock_fd, data_root);
-  if (!rc) rc = lstmd_sched_start(&c, &jobs, data_root, node, world, &sched);
+  if (!rc)
+    rc = lstmd_sched_start(&c, &jobs, data_root, node, hosts, world, o.start_timeout_s, &sched);
+  int silent = 0;
   if (rc) { /* the other ranks are waiting for a command: tell them to go */
     if (srv) {
       lstmd_server_stop(srv);
       lstmd_server_join(srv);
     }
-    send_exit_all(&c, lstmd_exit_code(rc));
+    send_exit_all(&c, lstmd_exit_code(rc), o.start_timeout_s);
   } else {
     agent(&c); /* rank 0 trains too; returns on the scheduler's exit command */
-    lstmd_sched_join(sched);
+    lstmd_sched_join(sched, &silent);
     lstmd_server_stop(srv);
     lstmd_server_join(srv);
+    if (silent) { /* MPI_Finalize would wait for them forever (serve_start.c, rationale 6) */
+      lstmd_jobs_close(&jobs); /* every job has ended; the journal is synced record by record */
+      lstmd_errorf("serve: %d rank%s did not answer the exit command (named above); every job "
+                   "has ended and the journal is closed, so the world is aborted rather than "
+                   "finalized (a restart with the same --state-dir lists and resumes the jobs)",
+                   silent, silent == 1 ? "" : "s");
+      lstmd_comm_abort(comm, 1);
+    }
     fprintf(stderr, "lstmd: serve: stopped\n");
   }
   lstmd_comm_free(c.groups);
   lstmd_comm_free(c.up);
   lstmd_comm_free(c.down);
   free(node);
+  free(hosts);
   if (jobs.state_dir[0]) lstmd_jobs_close(&jobs); /* set once lstmd_jobs_open has begun */
   if (lock_fd >= 0) close(lock_fd);
   lstmd_comm_finalize(comm);

@@ -104,6 +104,8 @@ static uint8_t *pack_list(const void *table, size_t *len) {
   list.n_jobs = t->n;
   list.jobs = t->v;
   list.world = t->world;
+  list.n_unresponsive_ranks = t->n_unresponsive;
+  list.unresponsive_ranks = t->unresponsive;
   Lstmd__Response resp = LSTMD__RESPONSE__INIT;
   resp.kind_case = LSTMD__RESPONSE__KIND_JOBS;
   resp.jobs = &list;
@@ -204,6 +206,9 @@ void lstmd_jobs_close(struct lstmd_jobs *t) {
   free(t->v);
   t->v = NULL;
   t->n = 0;
+  free(t->unresponsive);
+  t->unresponsive = NULL;
+  t->n_unresponsive = 0;
   lstmd_journal_close(&t->journal);
   pthread_cond_destroy(&t->wake);
   pthread_mutex_destroy(&t->mu);
@@ -517,4 +522,36 @@ int lstmd_jobs_cancel_requested(struct lstmd_jobs *t, uint64_t id) {
   int yes = job && job->cancel_requested;
   pthread_mutex_unlock(&t->mu);
   return yes;
+}
+
+void lstmd_jobs_unstart(struct lstmd_jobs *t, uint64_t id, const char *reason) {
+  pthread_mutex_lock(&t->mu);
+  Lstmd__Job *job = find(t, id);
+  if (job && job->state == LSTMD__JOB_STATE__RUNNING) {
+    if (job->attempts) job->attempts--;
+    if (job->cancel_requested) {
+      char why[1200];
+      snprintf(why, sizeof why, "cancelled before it started (%s)", reason);
+      job->state = LSTMD__JOB_STATE__CANCELLED;
+      job->finished_ms = now_ms();
+      set_str(&job->reason, why);
+    } else {
+      job->state = LSTMD__JOB_STATE__QUEUED;
+      set_str(&job->reason, reason);
+    }
+    changed(t, job);
+  }
+  pthread_mutex_unlock(&t->mu);
+}
+
+void lstmd_jobs_set_unresponsive(struct lstmd_jobs *t, const uint32_t *ranks, size_t n) {
+  uint32_t *copy = malloc((n ? n : 1) * sizeof *copy);
+  if (!copy) return; /* the listing keeps the old set; the scheduler's own set is what counts */
+  if (n) memcpy(copy, ranks, n * sizeof *copy);
+  pthread_mutex_lock(&t->mu);
+  free(t->unresponsive);
+  t->unresponsive = copy;
+  t->n_unresponsive = n;
+  t->version++; /* the cached ListJobs reply is out of date */
+  pthread_mutex_unlock(&t->mu);
 }

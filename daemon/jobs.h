@@ -51,6 +51,8 @@ struct lstmd_jobs {
   struct lstmd_reply_cache list_reply;   /* ListJobs */
   uint64_t next_id;
   uint32_t world;      /* the daemon's ranks (ListJobs carries it, for lstmctl top) */
+  uint32_t *unresponsive; /* ranks that did not answer a start command (ListJobs carries them) */
+  size_t n_unresponsive;
   int draining;
   struct lstmd_journal journal;
   char state_dir[1024];
@@ -118,5 +120,12 @@ void lstmd_jobs_eval(struct lstmd_jobs *t, uint64_t id, long step, double val_lo
 void lstmd_jobs_finish(struct lstmd_jobs *t, uint64_t id, int state, long step, const char *reason,
                        int64_t ran_ms, uint64_t preempted_by);
 int lstmd_jobs_cancel_requested(struct lstmd_jobs *t, uint64_t id);
+/* A RUNNING job whose start was abandoned before it trained (a member did not answer its start
+ * command, daemon/serve_start.c) goes back to QUEUED: the attempt is taken back (not counted as
+ * an interruption, and a first attempt resumes from nothing), reason set, journaled. Cancelled
+ * instead when a cancel was asked for meanwhile. */
+void lstmd_jobs_unstart(struct lstmd_jobs *t, uint64_t id, const char *reason);
+/* The ranks now unresponsive (n of them, ascending; copied), shown by ListJobs. */
+void lstmd_jobs_set_unresponsive(struct lstmd_jobs *t, const uint32_t *ranks, size_t n);
 
 #endif

@@ -474,16 +474,26 @@ static void print_top(const Lstmd__JobList *l) {
     if (l->jobs[i]->state == LSTMD__JOB_STATE__RUNNING) busy += (int)l->jobs[i]->n_assigned_ranks;
     queued += l->jobs[i]->state == LSTMD__JOB_STATE__QUEUED;
   }
+  /* unresponsive ranks (they did not answer a start command) are neither busy nor free */
+  const int silent = (int)l->n_unresponsive_ranks;
   if (g_json) {
-    json_t *running = json_array();
+    json_t *running = json_array(), *unresponsive = json_array();
     for (size_t i = 0; i < l->n_jobs; i++)
       if (l->jobs[i]->state == LSTMD__JOB_STATE__RUNNING) json_array_append_new(running, job_json(l->jobs[i]));
-    print_json(json_pack("{s:i, s:i, s:i, s:i, s:o}", "world", (int)l->world, "busy", busy, "free",
-                         (int)l->world - busy, "queued", queued, "running", running));
+    for (int i = 0; i < silent; i++)
+      json_array_append_new(unresponsive, json_integer(l->unresponsive_ranks[i]));
+    print_json(json_pack("{s:i, s:i, s:i, s:o, s:i, s:o}", "world", (int)l->world, "busy", busy,
+                         "free", (int)l->world - busy - silent, "unresponsive", unresponsive,
+                         "queued", queued, "running", running));
     return;
   }
-  printf("world %u ranks: %d busy, %d free; %d job%s queued\n", l->world, busy,
-         (int)l->world - busy, queued, queued == 1 ? "" : "s");
+  printf("world %u ranks: %d busy, %d free", l->world, busy, (int)l->world - busy - silent);
+  if (silent) {
+    printf(", %d unresponsive (", silent);
+    for (int i = 0; i < silent; i++) printf("%s%u", i ? "," : "", l->unresponsive_ranks[i]);
+    printf(")");
+  }
+  printf("; %d job%s queued\n", queued, queued == 1 ? "" : "s");
   printf("%-5s %-12s %-9s %4s %17s %8s %10s %8s\n", "ID", "NAME", "RANKS", "PRI", "STEP", "LOSS",
          "TOK/S", "ETA");
   for (size_t i = 0; i < l->n_jobs; i++) {

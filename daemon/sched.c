@@ -101,22 +101,24 @@ static double reserved_start(const struct lstmd_sched_job *jobs, size_t n, int f
   return at;
 }
 
-/* "needs R rank(s), F free" into why; returns its length, where the caller may go on. */
-static size_t needs_ranks(char *why, size_t n, int ranks, int free_now) {
-  const int k =
-      snprintf(why, n, "needs %d rank%s, %d free", ranks, ranks == 1 ? "" : "s", free_now);
+/* "needs R rank(s), F free" (and " (U unresponsive)" when some ranks are not usable) into why;
+ * returns its length, where the caller may go on. */
+static size_t needs_ranks(char *why, size_t n, int ranks, int free_now, int unusable) {
+  int k = snprintf(why, n, "needs %d rank%s, %d free", ranks, ranks == 1 ? "" : "s", free_now);
+  if (k >= 0 && (size_t)k < n && unusable > 0)
+    k += snprintf(why + k, n - (size_t)k, " (%d unresponsive)", unusable);
   return k < 0 ? 0 : (size_t)k < n ? (size_t)k : n - 1;
 }
 
 /* The head job could not start: preempt just enough lower-priority running jobs, if that makes
  * room. Returns 1 if it did (or a preemption for it is already under way), else 0. */
 static int preempt_for(struct lstmd_sched_job *head, struct lstmd_sched_job *jobs, size_t n,
-                       int free_now) {
+                       int free_now, int unusable) {
   int coming = free_now;
   for (size_t i = 0; i < n; i++)
     if (jobs[i].running && jobs[i].stopping && jobs[i].stopping_for == head->id) coming += jobs[i].ranks;
   if (coming >= head->ranks && coming > free_now) {
-    const size_t k = needs_ranks(head->why, sizeof head->why, head->ranks, free_now);
+    const size_t k = needs_ranks(head->why, sizeof head->why, head->ranks, free_now, unusable);
     snprintf(head->why + k, sizeof head->why - k, "; waiting for preempted jobs to checkpoint");
     return 1;
   }
@@ -140,7 +142,7 @@ static int preempt_for(struct lstmd_sched_job *head, struct lstmd_sched_job *job
       size_t l = strlen(list);
       snprintf(list + l, sizeof list - l, "%s%llu", i ? ", " : "", (unsigned long long)v[i]->id);
     }
-    const size_t k = needs_ranks(head->why, sizeof head->why, head->ranks, free_now);
+    const size_t k = needs_ranks(head->why, sizeof head->why, head->ranks, free_now, unusable);
     snprintf(head->why + k, sizeof head->why - k, "; preempting job%s %s", take > 1 ? "s" : "",
              list);
     done = 1;
@@ -149,10 +151,22 @@ static int preempt_for(struct lstmd_sched_job *head, struct lstmd_sched_job *job
   return done;
 }
 
-int lstmd_sched_plan(int world, const int *node, int *busy, double now_s,
+int lstmd_sched_plan(int world, const int *node, int *busy, const int *usable, double now_s,
                      struct lstmd_sched_job *jobs, size_t n) {
   struct lstmd_sched_job **q = calloc(n ? n : 1, sizeof *q);
-  if (!q) return 0;
+  /* b: the ranks not free to take now, busy or not usable; busy itself gets only the ranks of
+   * the jobs started here */
+  int *b = calloc((size_t)world, sizeof *b);
+  if (!q || !b) {
+    free(q);
+    free(b);
+    return 0;
+  }
+  int unusable = 0;
+  for (int r = 0; r < world; r++) {
+    b[r] = busy[r] || (usable && !usable[r]);
+    unusable += usable && !usable[r];
+  }
   size_t nq = 0;
   for (size_t i = 0; i < n; i++) {
     jobs[i].action = LSTMD_SCHED_NONE;
@@ -167,21 +181,29 @@ int lstmd_sched_plan(int world, const int *node, int *busy, double now_s,
   int started = 0, position = 0;
   for (size_t k = 0; k < nq; k++) {
     struct lstmd_sched_job *j = q[k];
-    const int free_now = count_free(world, busy);
+    const int free_now = count_free(world, b);
+    if (unusable > 0 && j->ranks > world - unusable) {
+      /* more than the usable ranks: it cannot start until an unresponsive rank answers again,
+       * so it holds no place at the head (it would block every job behind it) */
+      j->position = ++position;
+      snprintf(j->why, sizeof j->why, "needs %d ranks, only %d usable (%d unresponsive)", j->ranks,
+               world - unusable, unusable);
+      continue;
+    }
     if (!head) {
-      if (j->ranks <= free_now && pick_ranks(world, node, busy, j->ranks, j->assign) == 0) {
+      if (j->ranks <= free_now && pick_ranks(world, node, b, j->ranks, j->assign) == 0) {
         j->action = LSTMD_SCHED_START;
         started++;
         continue;
       }
       head = j;
       j->position = ++position;
-      if (preempt_for(j, jobs, n, free_now)) {
+      if (preempt_for(j, jobs, n, free_now, unusable)) {
         shadow = now_s; /* its ranks are being freed now: nothing runs ahead of it */
         continue;
       }
       shadow = reserved_start(jobs, n, free_now, j->ranks, now_s);
-      const size_t k = needs_ranks(j->why, sizeof j->why, j->ranks, free_now);
+      const size_t k = needs_ranks(j->why, sizeof j->why, j->ranks, free_now, unusable);
       if (isfinite(shadow))
         snprintf(j->why + k, sizeof j->why - k, "; reserved start in %.0f s", shadow - now_s);
       continue;
@@ -189,14 +211,14 @@ int lstmd_sched_plan(int world, const int *node, int *busy, double now_s,
     /* behind the head: EASY backfill */
     const double ends = now_s + fmax(0.0, j->time_limit_s - j->used_s);
     if (j->ranks <= free_now && j->time_limit_s > 0 && isfinite(shadow) && ends <= shadow &&
-        pick_ranks(world, node, busy, j->ranks, j->assign) == 0) {
+        pick_ranks(world, node, b, j->ranks, j->assign) == 0) {
       j->action = LSTMD_SCHED_START;
       started++;
       continue;
     }
     j->position = ++position;
     if (j->ranks > free_now)
-      needs_ranks(j->why, sizeof j->why, j->ranks, free_now);
+      needs_ranks(j->why, sizeof j->why, j->ranks, free_now, unusable);
     else
       snprintf(j->why, sizeof j->why, "behind job %llu (priority %d)%s",
                (unsigned long long)head->id, head->priority,
@@ -204,6 +226,10 @@ int lstmd_sched_plan(int world, const int *node, int *busy, double now_s,
                : isfinite(shadow)    ? "; would end after its reserved start"
                                      : "; its start is unknown (a job it waits for has no time limit)");
   }
+  for (size_t i = 0; i < n; i++)
+    if (jobs[i].action == LSTMD_SCHED_START)
+      for (int k = 0; k < jobs[i].ranks; k++) busy[jobs[i].assign[k]] = 1;
+  free(b);
   free(q);
   return started;
 }

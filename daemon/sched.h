@@ -39,10 +39,12 @@ struct lstmd_sched_job {
 
 /* Plans one round. world: ranks; node[r]: a node number per rank (ranks with the same number
  * share a node); busy[r]: nonzero for ranks held by running jobs (updated: ranks of started jobs
- * become busy). now_s: the clock of started_s. Ranks of a started job: on one node if one has
+ * become busy); usable[r]: zero for ranks no job may be placed on (unresponsive: they did not
+ * answer a start command, daemon/serve_start.c), NULL: all usable — a job that needs more ranks
+ * than are usable waits without holding the head of the queue. now_s: the clock of started_s. Ranks of a started job: on one node if one has
  * enough free ranks (the first such node in rank order), consecutive ranks if possible, else the
  * lowest free ones. Returns the number of jobs started. */
-int lstmd_sched_plan(int world, const int *node, int *busy, double now_s,
+int lstmd_sched_plan(int world, const int *node, int *busy, const int *usable, double now_s,
                      struct lstmd_sched_job *jobs, size_t n);
 
 #endif

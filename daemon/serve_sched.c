@@ -8,11 +8,15 @@
  *    from any thread (MPI_THREAD_MULTIPLE), and reads and writes the job table under its lock.
  * 2. One round: take the messages the jobs' leaders sent (progress, evaluations, ends), send the
  *    stops that are due (a cancel, a drain, a time limit passed), then plan (daemon/sched.h, a pure
- *    function of the table) and act: preempted jobs are asked to stop, started jobs are marked
- *    RUNNING on their ranks (journaled with them) and each of their ranks is sent the start
- *    command (job id, member list, group tag, config JSON and resume path).
- * 3. Waiting: with no job running nothing can arrive but a request from a client, so the thread
- *    sleeps on the job table's condition variable until one does. With jobs running it also polls
+ *    function of the table and of the ranks usable) and act: preempted jobs are asked to stop,
+ *    started jobs are marked RUNNING on their ranks (journaled with them) and each of their ranks
+ *    is offered its start. The members answer the offer and are sent the job (member list,
+ *    group tag, config JSON and resume path) with this thread's "go", given when all of them
+ *    have answered, and only then make the job's communicator; a member silent past the deadline makes the start
+ *    abandoned, the job QUEUED again and the rank unresponsive (daemon/serve_start.c). A stop
+ *    due while a start is open is held until its "go" (its leader is not listening yet).
+ * 3. Waiting: with no job running and every rank responsive nothing can arrive but a request
+ *    from a client, so the thread sleeps on the job table's condition variable until one does. With jobs running it also polls
  *    for messages, sleeping 1 ms growing to 20 ms between looks; a request wakes it at once, so
  *    a job submitted onto idle ranks is RUNNING within the time of one round.
  * 4. A job's ranks free when its leader reports the end (after every member has voted on the
@@ -39,14 +43,16 @@
 #include "frame.h"
 #include "sched.h"
 #include "serve_job.h"
+#include "serve_start.h"
 
 enum stop_why { STOP_NONE = 0, STOP_CANCEL, STOP_PREEMPT, STOP_LIMIT, STOP_DRAIN };
 
 struct slot { /* a running job */
   uint64_t id;
   int *ranks, n;
-  double started_s; /* scheduler clock */
-  int stop;         /* enum stop_why of the stop sent (first one wins) */
+  double started_s; /* scheduler clock: its "go" */
+  int pending;      /* the start is open: no "go" yet (serve_start.c) */
+  int stop;         /* enum stop_why of the stop asked for (first one wins; sent once it runs) */
   uint64_t preempt_for;
   Lstmd__Job *job;  /* copy taken at start */
 };
@@ -58,8 +64,9 @@ struct lstmd_sched {
   int world, *node, *busy;
   struct slot *slots;
   size_t n_slots;
+  struct lstmd_start_gate *gate;
   pthread_t thread;
-  int status;
+  int status, silent; /* silent: ranks that did not answer the exit */
 };
 
 static void fatal(struct lstmd_sched *s, const char *what, int rc) {
@@ -113,16 +120,22 @@ static void free_slot(struct lstmd_sched *s, size_t i) {
   s->slots[i] = s->slots[--s->n_slots];
 }
 
+/* The stop asked for, to the job's leader (once its start has its "go"). */
+static void deliver_stop(struct lstmd_sched *s, struct slot *sl) {
+  struct lstmd_serve_stop msg = {.job_id = sl->id};
+  int rc = lstmd_comm_send_msg(s->c.down, sl->ranks[0], kServeStop, &msg, sizeof msg);
+  if (rc) fatal(s, "sending a stop", rc);
+}
+
 static void send_stop(struct lstmd_sched *s, struct slot *sl, int why, uint64_t preempt_for) {
   if (sl->stop) return;
   sl->stop = why;
   sl->preempt_for = preempt_for;
-  struct lstmd_serve_stop msg = {.job_id = sl->id};
   static const char *const kWhy[] = {"", "cancel", "preemption", "time limit", "drain"};
-  fprintf(stderr, "lstmd: job %llu: stopping (%s%s)\n", (unsigned long long)sl->id, kWhy[why],
-          why == STOP_PREEMPT ? (preempt_for ? " for a higher priority job" : "") : "");
-  int rc = lstmd_comm_send_msg(s->c.down, sl->ranks[0], kServeStop, &msg, sizeof msg);
-  if (rc) fatal(s, "sending a stop", rc);
+  fprintf(stderr, "lstmd: job %llu: stopping (%s%s)%s\n", (unsigned long long)sl->id, kWhy[why],
+          why == STOP_PREEMPT ? (preempt_for ? " for a higher priority job" : "") : "",
+          sl->pending ? " once its ranks have answered its start" : "");
+  if (!sl->pending) deliver_stop(s, sl);
 }
 
 /* Marks the job RUNNING on ranks and sends each of them the start command. */
@@ -147,29 +160,23 @@ static void start_job(struct lstmd_sched *s, uint64_t id, const int *ranks, int 
   fprintf(stderr, "lstmd: job %llu%s%s: starting on %d rank%s (%s; attempt %u), run dir %s\n",
           (unsigned long long)id, job->name[0] ? " " : "", job->name, n, n == 1 ? "" : "s", where,
           job->attempts, job->run_dir);
-  const size_t head = sizeof(struct lstmd_serve_cmd) + (size_t)n * sizeof(int32_t);
-  uint8_t *msg = malloc(head + len);
   struct slot *grown = realloc(s->slots, (s->n_slots + 1) * sizeof *grown);
   int *copy = malloc((size_t)n * sizeof *copy);
-  if (!msg || !grown || !copy) fatal(s, "allocating a start command", LSTMD_ENOMEM);
+  if (!grown || !copy) fatal(s, "allocating a start", LSTMD_ENOMEM);
   s->slots = grown;
-  struct lstmd_serve_cmd cmd = {.kind = kServeStart, .n_members = n, .job_id = id,
-                                .group_tag = (int32_t)(id % 30000) + 1, .payload_len = len};
-  memcpy(msg, &cmd, sizeof cmd);
-  for (int k = 0; k < n; k++) {
-    const int32_t r = ranks[k];
-    memcpy(msg + sizeof cmd + (size_t)k * sizeof r, &r, sizeof r);
-    copy[k] = ranks[k];
-  }
-  memcpy(msg + head, payload, len);
+  memcpy(copy, ranks, (size_t)n * sizeof *copy);
+  /* the job itself goes with the "go" (serve_start.c); the members are offered its start */
+  uint64_t start_id = 0;
+  int rc = lstmd_gate_open(s->gate, id, ranks, n, (int)(id % 30000) + 1, payload, len, &start_id);
+  if (rc) fatal(s, "opening a start", rc);
   free(payload);
-  s->slots[s->n_slots++] = (struct slot){.id = id, .ranks = copy, .n = n,
+  s->slots[s->n_slots++] = (struct slot){.id = id, .ranks = copy, .n = n, .pending = 1,
                                          .started_s = lstmd_now_s(), .job = job};
+  const struct lstmd_serve_cmd offer = {.kind = kServeStart, .job_id = id, .start_id = start_id};
   for (int k = 0; k < n; k++) {
-    int rc = lstmd_comm_send_msg(s->c.down, ranks[k], kServeCmd, msg, head + len);
+    rc = lstmd_comm_send_msg(s->c.down, ranks[k], kServeCmd, &offer, sizeof offer);
     if (rc) fatal(s, "sending a start command", rc);
   }
-  free(msg);
 }
 
 /* How the job ended, from its leader's report. */
@@ -258,6 +265,26 @@ static int take_reports(struct lstmd_sched *s) {
   }
 }
 
+/* A start settled (serve_start.h): on "go" the job runs (and a stop held meanwhile is sent);
+ * abandoned, its ranks are free again and it is QUEUED (or CANCELLED, if asked meanwhile) without
+ * counting as an attempt. */
+static void start_decided(void *ctx, uint64_t job_id, int go, const char *why) {
+  struct lstmd_sched *s = ctx;
+  const size_t i = slot_of(s, job_id);
+  if (i == s->n_slots) return;
+  struct slot *sl = &s->slots[i];
+  if (go) {
+    sl->pending = 0;
+    sl->started_s = lstmd_now_s();
+    if (sl->stop) deliver_stop(s, sl);
+    return;
+  }
+  lstmd_jobs_unstart(s->jobs, job_id, why);
+  fprintf(stderr, "lstmd: job %llu: %s: %s\n", (unsigned long long)job_id,
+          lstmd_jobs_cancel_requested(s->jobs, job_id) ? "CANCELLED" : "QUEUED", why);
+  free_slot(s, i);
+}
+
 /* One round of planning (rationale 2). */
 static void plan(struct lstmd_sched *s, const struct lstmd_jobs_entry *e, size_t n) {
   struct lstmd_sched_job *v = calloc(n ? n : 1, sizeof *v);
@@ -277,7 +304,7 @@ static void plan(struct lstmd_sched *s, const struct lstmd_jobs_entry *e, size_t
       v[i].stopping_for = s->slots[k].stop == STOP_PREEMPT ? s->slots[k].preempt_for : 0;
     }
   }
-  lstmd_sched_plan(s->world, s->node, s->busy, now, v, n);
+  lstmd_sched_plan(s->world, s->node, s->busy, lstmd_gate_usable(s->gate), now, v, n);
   for (size_t i = 0; i < n; i++) {
     if (v[i].action == LSTMD_SCHED_PREEMPT) {
       const size_t k = slot_of(s, v[i].id);
@@ -312,7 +339,10 @@ static void *sched_main(void *arg) {
   prctl(PR_SET_NAME, "lstmd-sched", 0, 0, 0);
   long idle_ms = 1;
   for (;;) {
-    const int got = take_reports(s);
+    int got = take_reports(s);
+    const int answers = lstmd_gate_poll(s->gate, start_decided, s);
+    if (answers < 0) fatal(s, "the start handshake", answers);
+    got += answers;
     struct lstmd_jobs_entry *e = NULL;
     size_t n = 0;
     int draining = 0;
@@ -336,23 +366,21 @@ static void *sched_main(void *arg) {
     free(e);
     if (draining && s->n_slots == 0) break;
     if (got) idle_ms = 1;
-    if (s->n_slots == 0) {
+    if (s->n_slots == 0 && !lstmd_gate_waiting(s->gate)) {
       lstmd_jobs_wait(s->jobs, seen, -1);
     } else {
       lstmd_jobs_wait(s->jobs, seen, idle_ms);
       if (idle_ms < 20) idle_ms *= 2;
     }
   }
-  struct lstmd_serve_cmd bye = {.kind = kServeExit};
-  for (int r = 0; r < s->world; r++) {
-    int rc = lstmd_comm_send_msg(s->c.down, r, kServeCmd, &bye, sizeof bye);
-    if (rc) fatal(s, "sending exit", rc);
-  }
+  s->silent = lstmd_gate_farewell(s->gate, 0);
+  if (s->silent < 0) fatal(s, "sending exit", s->silent);
   return NULL;
 }
 
 int lstmd_sched_start(const struct lstmd_serve_comms *comms, struct lstmd_jobs *jobs,
-                      const char *data_root, const int *node, int world, struct lstmd_sched **out) {
+                      const char *data_root, const int *node, const char *hosts, int world,
+                      double start_timeout_s, struct lstmd_sched **out) {
   *out = NULL;
   struct lstmd_sched *s = calloc(1, sizeof *s);
   if (!s) return LSTMD_ENOMEM;
@@ -362,7 +390,8 @@ int lstmd_sched_start(const struct lstmd_serve_comms *comms, struct lstmd_jobs *
   snprintf(s->data_root, sizeof s->data_root, "%s", data_root);
   s->node = malloc((size_t)world * sizeof *s->node);
   s->busy = calloc((size_t)world, sizeof *s->busy);
-  if (!s->node || !s->busy) {
+  if (!s->node || !s->busy ||
+      lstmd_gate_create(comms, jobs, world, hosts, start_timeout_s, &s->gate)) {
     free(s->node);
     free(s->busy);
     free(s);
@@ -372,6 +401,7 @@ int lstmd_sched_start(const struct lstmd_serve_comms *comms, struct lstmd_jobs *
   int rc = pthread_create(&s->thread, NULL, sched_main, s);
   if (rc) {
     lstmd_errorf("lstmd: serve: cannot start the scheduler thread: %s", strerror(rc));
+    lstmd_gate_destroy(s->gate);
     free(s->node);
     free(s->busy);
     free(s);
@@ -381,10 +411,13 @@ int lstmd_sched_start(const struct lstmd_serve_comms *comms, struct lstmd_jobs *
   return LSTMD_OK;
 }
 
-int lstmd_sched_join(struct lstmd_sched *s) {
+int lstmd_sched_join(struct lstmd_sched *s, int *silent) {
+  if (silent) *silent = 0;
   if (!s) return LSTMD_OK;
   pthread_join(s->thread, NULL);
   const int rc = s->status;
+  if (silent) *silent = s->silent;
+  lstmd_gate_destroy(s->gate);
   while (s->n_slots) free_slot(s, 0);
   free(s->slots);
   free(s->node);

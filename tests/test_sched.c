@@ -67,7 +67,7 @@ static void simulate(int world, const int *node, struct simjob *j, int n, char *
       for (int i = 0; i < n; i++) pending |= j[i].state == 0;
       if (!pending) break;
     }
-    lstmd_sched_plan(world, node, busy, t, v, (size_t)m);
+    lstmd_sched_plan(world, node, busy, NULL, t, v, (size_t)m);
     for (int k = 0; k < m; k++) {
       struct simjob *s = &j[idx[k]];
       if (v[k].action == LSTMD_SCHED_PREEMPT) {
@@ -166,7 +166,7 @@ int main(void) {
         {.id = 13, .ranks = 2, .priority = 5, .assign = a1},
         {.id = 14, .ranks = 1, .priority = 0, .assign = a2}};
     v[0].preemptible = 0;
-    lstmd_sched_plan(2, node, busy, 1, v, 3);
+    lstmd_sched_plan(2, node, busy, NULL, 1, v, 3);
     char got[400];
     snprintf(got, sizeof got, "%d:%s | %d:%s", v[1].position, v[1].why, v[2].position, v[2].why);
     const char *want = "1:needs 2 ranks, 1 free | 2:behind job 13 (priority 5); no time limit, so "
@@ -180,9 +180,31 @@ int main(void) {
         {.id = 20, .running = 1, .ranks = 2, .priority = 0, .started_s = 0, .assign = a0},
         {.id = 21, .ranks = 1, .priority = 0, .assign = a1}};
     v[0].preemptible = 0;
-    lstmd_sched_plan(2, node, busy, 1, v, 2);
+    lstmd_sched_plan(2, node, busy, NULL, 1, v, 2);
     const char *want = "needs 1 rank, 0 free";
     check("why waiting: one rank, singular", !strcmp(v[1].why, want), v[1].why, want);
+  }
+  {
+    /* an unresponsive rank (2 of 3, daemon/serve_start.c): a 2-rank job goes on 0-1, never on
+     * it; a 3-rank job waits without holding the head, so the 1-rank job behind it still runs
+     * (on no rank but the free usable one: none here, it waits); busy gets only started ranks */
+    int busy[3] = {0, 0, 0}, node[3] = {0, 0, 0}, usable[3] = {1, 1, 0}, a0[3], a1[3], a2[3];
+    struct lstmd_sched_job v[3] = {{.id = 30, .ranks = 3, .assign = a0},
+                                   {.id = 31, .ranks = 2, .assign = a1},
+                                   {.id = 32, .ranks = 1, .assign = a2}};
+    lstmd_sched_plan(3, node, busy, usable, 1, v, 3);
+    char got[400];
+    snprintf(got, sizeof got, "%d %d,%d | %d:%s | %d:%s | busy %d%d%d", v[1].action, a1[0], a1[1],
+             v[0].position, v[0].why, v[2].position, v[2].why, busy[0], busy[1], busy[2]);
+    const char *want = "1 0,1 | 1:needs 3 ranks, only 2 usable (1 unresponsive) | 2:needs 1 rank, "
+                       "0 free (1 unresponsive) | busy 110";
+    check("unresponsive rank: never placed on; a job too big for the rest does not block",
+          !strcmp(got, want), got, want);
+    /* the same rank usable again: the 3-rank job starts on all three */
+    int busy2[3] = {0, 0, 0};
+    lstmd_sched_plan(3, node, busy2, NULL, 1, v, 1);
+    snprintf(got, sizeof got, "%d %d,%d,%d", v[0].action, a0[0], a0[1], a0[2]);
+    check("unresponsive rank answered again: used", !strcmp(got, "1 0,1,2"), got, "1 0,1,2");
   }
   printf("%s\n", g_failures ? "FAILED" : "all passed");
   return g_failures ? 1 : 0;
