@@ -33,9 +33,11 @@
  *    others wait). A rank that was only slow comes back with its late answer, and its job starts
  *    again, so a deadline too short costs a restart, not a job. Tests pass a few seconds.
  * 5. The window left open: a member that freezes after its answer and before (or inside)
- *    MPI_Comm_create_group still hangs the other members there. It is the few milliseconds
- *    between its answer and its call; closing it would need a create_group that can time out,
- *    which MPI does not have. Once the job trains, train.comm_timeout_s bounds its waits.
+ *    MPI_Comm_create_group still hangs the other members there, and this thread's send of the
+ *    "go" to it (several KiB, by rendezvous) waits until it runs again. It is the few
+ *    milliseconds between its answer and its call; closing it would need a create_group that can
+ *    time out, which MPI does not have. Once the job trains, train.comm_timeout_s bounds its
+ *    waits.
  * 6. The exit: every agent answers kServeExit before MPI_Finalize, which in Open MPI waits for
  *    every rank; one that does not answer in time (frozen) is named, and the caller aborts the
  *    world instead of finalizing (every job has ended and checkpointed by then; the journal lets
