@@ -4,8 +4,9 @@
  *    below are real (with the default MPI_ERRORS_ARE_FATAL such checks are dead code).
  * 2. Open MPI's blocking collectives busy-poll a core. All waits here go through
  *    wait_requests_within: MPI_Testall, spinning briefly, then sleeping with a growing interval
- *    (up to 2 ms), so a rank waiting long (e.g. for rank 0's checkpoint write) costs almost no
- *    CPU, while short waits still return within microseconds.
+ *    (up to 2 ms), so a rank waiting long costs almost no CPU, while short waits still return
+ *    within microseconds. A wait that names no bound gets the communicator's wait limit
+ *    (lstmd_comm_set_wait_limit), if it has one.
  * 3. MPI counts are int: larger buffers are sent in pieces of at most 2^30 elements.
  * 4. Sub-communicators (lstmd_comm_split) are a struct lstmd_comm like the world's, so every call
  *    here works on them; their `world` is the split itself and `grads` a dup of it for a reducer.
@@ -46,6 +47,10 @@ enum { kPiece = 1 << 30 };
  * stopped peer must not hang this rank). */
 static int wait_requests_within(const struct lstmd_comm *c, int n, MPI_Request *r,
                                 long max_sleep_ns, double timeout_s, const char *what) {
+  if (timeout_s <= 0 && c && c->wait_limit_s > 0) { /* a run's bound on every wait (comm.h) */
+    timeout_s = c->wait_limit_s;
+    if (!what) what = "a collective of the run";
+  }
   long sleep_ns = 1000;
   const double began = lstmd_now_s();
   for (int spins = 0;; spins++) {
@@ -68,11 +73,12 @@ static int wait_requests_within(const struct lstmd_comm *c, int n, MPI_Request *
   }
 }
 
-static int wait_requests(int n, MPI_Request *r) {
-  return wait_requests_within(NULL, n, r, 2000000L, 0.0, NULL);
+/* Bounded only by c's wait limit, if it has one. */
+static int wait_requests(const struct lstmd_comm *c, int n, MPI_Request *r) {
+  return wait_requests_within(c, n, r, 2000000L, 0.0, NULL);
 }
 
-static int wait_request(MPI_Request *r) { return wait_requests(1, r); }
+static int wait_request(const struct lstmd_comm *c, MPI_Request *r) { return wait_requests(c, 1, r); }
 
 int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out) {
   *out = NULL;
@@ -171,6 +177,7 @@ static int wrap_sub(struct lstmd_comm *c, MPI_Comm w, struct lstmd_comm **out) {
   s->world = w;
   s->grads = g;
   s->world_rank = c->world_rank;
+  s->wait_limit_s = c->wait_limit_s;
   s->local = MPI_COMM_NULL;
   s->local_rank = c->local_rank;
   s->local_size = c->local_size;
@@ -222,7 +229,7 @@ int lstmd_comm_send_msg(struct lstmd_comm *c, int dest, int tag, const void *buf
   }
   MPI_Request r;
   LSTMD_CHECK_MPI(MPI_Isend(buf, (int)bytes, MPI_BYTE, dest, tag, c->world, &r));
-  return wait_request(&r);
+  return wait_request(c, &r);
 }
 
 int lstmd_comm_recv_msg(struct lstmd_comm *c, int source, int tag, double wait_s,
@@ -270,6 +277,10 @@ void lstmd_comm_free(struct lstmd_comm *sub) {
   lstmd_comm_finalize(sub); /* frees its communicators; we_initialized is 0, so no MPI_Finalize */
 }
 
+void lstmd_comm_set_wait_limit(struct lstmd_comm *c, double seconds) {
+  if (c) c->wait_limit_s = seconds > 0 ? seconds : 0.0;
+}
+
 int lstmd_comm_rank(const struct lstmd_comm *c) { return c->rank; }
 int lstmd_comm_size(const struct lstmd_comm *c) { return c->size; }
 int lstmd_comm_local_rank(const struct lstmd_comm *c) { return c->local_rank; }
@@ -288,7 +299,7 @@ void lstmd_comm_describe_library(char *buf, size_t n) {
   snprintf(buf, n, "MPI %d.%d, %s", major, minor, lib[0] ? lib : "(unknown library)");
 }
 
-/* timeout_s > 0: bounded, as wait_requests_within (what names the wait); 0: unbounded. */
+/* timeout_s > 0: bounded, as wait_requests_within (what names the wait); 0: c's wait limit. */
 static int allreduce_within(struct lstmd_comm *c, const void *src, void *dst, int count,
                             MPI_Datatype type, MPI_Op op, double timeout_s, const char *what) {
   MPI_Request r;
@@ -357,7 +368,7 @@ int lstmd_comm_bcast(struct lstmd_comm *c, void *buf, size_t bytes, int root) {
     int count = bytes - off < kPiece ? (int)(bytes - off) : kPiece;
     MPI_Request r;
     LSTMD_CHECK_MPI(MPI_Ibcast((char *)buf + off, count, MPI_BYTE, root, c->world, &r));
-    LSTMD_TRY(wait_request(&r));
+    LSTMD_TRY(wait_request(c, &r));
   }
   return LSTMD_OK;
 }
@@ -375,7 +386,7 @@ int lstmd_comm_gather(struct lstmd_comm *c, const void *in, size_t bytes, void *
   }
   MPI_Request r;
   LSTMD_CHECK_MPI(MPI_Igather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, root, c->world, &r));
-  return wait_request(&r);
+  return wait_request(c, &r);
 }
 
 int lstmd_comm_gather_within(struct lstmd_comm *c, const void *in, size_t bytes, void *out,
@@ -392,7 +403,7 @@ int lstmd_comm_gather_within(struct lstmd_comm *c, const void *in, size_t bytes,
 int lstmd_comm_barrier(struct lstmd_comm *c) {
   MPI_Request r;
   LSTMD_CHECK_MPI(MPI_Ibarrier(c->world, &r));
-  return wait_request(&r);
+  return wait_request(c, &r);
 }
 
 /* Rationale 5. */
@@ -409,7 +420,7 @@ int lstmd_comm_gatherv_pieces(struct lstmd_comm *c, const void *in, size_t bytes
   uint64_t expect = 0;
   MPI_Request r;
   LSTMD_CHECK_MPI(MPI_Iscatter(counts, 1, MPI_UINT64_T, &expect, 1, MPI_UINT64_T, root, c->world, &r));
-  LSTMD_TRY(wait_request(&r));
+  LSTMD_TRY(wait_request(c, &r));
   /* (b) */
   int rc = LSTMD_OK;
   size_t n_req = 0;
@@ -462,7 +473,7 @@ int lstmd_comm_gatherv_pieces(struct lstmd_comm *c, const void *in, size_t bytes
       memmove((char *)out + displs[root], in, bytes);
   }
   /* On a failed post the posted ones are left pending: the caller aborts the job. */
-  if (!rc && k) rc = wait_requests((int)k, reqs);
+  if (!rc && k) rc = wait_requests(c, (int)k, reqs);
   free(reqs);
   return rc;
 }

@@ -667,6 +667,10 @@ int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_jso
                   .val.fd = -1, .run_lock = -1, .hooks = hooks ? hooks : &kNoHooks};
   r.rank = comm ? lstmd_comm_rank(comm) : 0;
   r.world = comm ? lstmd_comm_size(comm) : 1;
+  /* Every wait of the run that names no bound of its own gets train.comm_timeout_s (comm.h), so
+   * a rank that freezes anywhere (not only inside a step) ends the job instead of hanging it;
+   * rank 0's long work alone is lstmd_comm_solo's, bounded by its silence. */
+  lstmd_comm_set_wait_limit(comm, cfg->comm_timeout_s);
   int rc = lstmd_run_setup(&r, resume_path); /* the same status on every rank */
   if (!rc) rc = open_outputs(&r, resume_path);
   if (!rc) rc = lstmd_trace_open(cfg->trace_path, comm, &r.trace); /* agreed on too */
@@ -687,5 +691,6 @@ int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_jso
   lstmd_run_free(&r); /* first: the engine's threads may still write trace events */
   /* collective only when every rank ended together; never leaves a rank waiting */
   lstmd_trace_close(r.trace, !rc || *all_know);
+  lstmd_comm_set_wait_limit(comm, 0.0);
   return rc;
 }
