@@ -691,6 +691,5 @@ int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_jso
   lstmd_run_free(&r); /* first: the engine's threads may still write trace events */
   /* collective only when every rank ended together; never leaves a rank waiting */
   lstmd_trace_close(r.trace, !rc || *all_know);
-  lstmd_comm_set_wait_limit(comm, 0.0);
-  return rc;
+  return rc; /* the limit stays: the caller's votes on the outcome (lstmd serve) are bounded too */
 }
