@@ -1,4 +1,6 @@
 /* cli_train.c — `lstmd train`: config file + overrides → effective config → training run. */
+#include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +88,31 @@ static int messages_once(struct lstmd_comm *comm, int my_rc, const char *held) {
   return agreed;
 }
 
+/* A fresh run (no --resume) into a run dir that holds another run's checkpoints would append its
+ * metrics to that run's and replace its latest and best checkpoints (a user trial lost a
+ * finished run's best model that way): refused, saying how to go on. */
+static int run_dir_unused(const char *run_dir) {
+  DIR *d = opendir(run_dir);
+  if (!d) return LSTMD_OK; /* not made yet (or unreadable: the run's own set-up says so) */
+  char found[300] = "";
+  for (struct dirent *e; !found[0] && (e = readdir(d));) {
+    long step;
+    char tail[32];
+    struct stat st; /* a file (latest is another name of a step file, so those are enough) */
+    if ((!strcmp(e->d_name, "best.safetensors") ||
+         (sscanf(e->d_name, "step-%ld%31s", &step, tail) == 2 && !strcmp(tail, ".safetensors"))) &&
+        fstatat(dirfd(d), e->d_name, &st, 0) == 0 && S_ISREG(st.st_mode))
+      snprintf(found, sizeof found, "%s", e->d_name);
+  }
+  closedir(d);
+  if (!found[0]) return LSTMD_OK;
+  lstmd_errorf("train.run_dir %s already holds a run (%s): a fresh run there would mix its "
+               "metrics with that run's and replace its checkpoints. To continue that run: add "
+               "--resume; to start over: choose another train.run_dir, or remove that one first",
+               run_dir, found);
+  return LSTMD_ECONFIG;
+}
+
 int lstmd_cmd_train(int argc, char **argv) {
   const char *config_path = NULL, *resume = NULL, *trace = NULL, *device = NULL;
   int help = 0;
@@ -132,6 +159,12 @@ int lstmd_cmd_train(int argc, char **argv) {
   }
   const int rank = lstmd_comm_rank(comm), world = lstmd_comm_size(comm);
   if (hold && (rc = messages_once(comm, config_rc, held))) {
+    lstmd_comm_finalize(comm);
+    return lstmd_exit_code(rc);
+  }
+  /* Rank 0 only: the run dir is its business (the others may not even see it). Voted on. */
+  if (!resume && (rc = lstmd_comm_agree(comm, rank == 0 ? run_dir_unused(cfg.run_dir) : LSTMD_OK,
+                                        NULL))) {
     lstmd_comm_finalize(comm);
     return lstmd_exit_code(rc);
   }

@@ -9,7 +9,7 @@
 # the field that differs and no other guarded field, and writes no checkpoint. The same checkpoint
 # resumes with the config it was written with; a resume names the settings it changed (a
 # changed train.seed goes on, but says so); one at or past train.steps says there is nothing
-# to train.
+# to train. A fresh run (no --resume) into a run dir that holds a run is refused.
 set -u
 LSTMD=$(realpath "${1:?usage: test_resume_guards.sh LSTMD_BINARY SOURCE_DIR}")
 SRC=$(realpath "${2:?}")
@@ -104,6 +104,17 @@ refused "model.layer_norm" --
   && grep -q "resumed from .* at step 2" "$TMP/same_ln.log" && [[ -f $TMP/same_ln/step-4.safetensors ]] \
   && ok "a layer_norm checkpoint resumes with model.layer_norm=true (step 2 → 4)" \
   || bad "layer_norm resume: $(tail -2 "$TMP/same_ln.log")"
+
+# A fresh run (no --resume) into a run dir that holds a run is refused (cli_train.c): it would
+# mix its metrics with that run's and replace its best.safetensors. Nothing there changes.
+sums() { (cd "$1" && md5sum best.safetensors latest.safetensors metrics.jsonl | md5sum); }
+before=$(sums "$TMP/base")
+"$LSTMD" train "${base[@]}" --set train.run_dir="$TMP/base" >/dev/null 2>"$TMP/reuse.log"
+rc=$?
+msg=$(grep "^lstmd: train.run_dir .* already holds a run (.*): .* add --resume" "$TMP/reuse.log")
+if [[ $rc -eq 2 && -n $msg && $(sums "$TMP/base") == "$before" ]]; then
+  ok "a fresh run into a used run dir: exit 2, nothing changed: ${msg:0:120}..."
+else bad "a fresh run into a used run dir: exit $rc, files changed: $([[ $(sums "$TMP/base") != "$before" ]] && echo yes || echo no): $(grep '^lstmd' "$TMP/reuse.log" | tail -2)"; fi
 
 # A checkpoint at or past train.steps: exit 0, saying there is nothing to train, and no new step
 "$LSTMD" train "${base[@]}" --set train.steps=1 --set train.run_dir="$TMP/past" --resume "$TMP/base/step-2.safetensors" \

@@ -38,6 +38,7 @@ for lang in en de fr it es; do
     shuf -n "$WORDS" --random-source=<(yes "lstmd $lang") | sed "s/^/$lang\t/" >> "$WORK/words.tsv"
 done
 "$LSTMD" prepare classify --input "$WORK/words.tsv" --out prepared/language_id --val-fraction 0.1
+rm -rf runs/language_id # a rerun of the example starts over (lstmd train refuses a used run dir)
 # shellcheck disable=SC2086
 "$LSTMD" train --config "$HERE/language_id.ini" ${TRAIN_ARGS:-}
 "$LSTMD" eval --checkpoint runs/language_id/latest.safetensors --data prepared/language_id

@@ -15,6 +15,7 @@ mkdir -p "$WORK" prepared
 python3 "$HERE/wave_shapes.py" "$ROWS" --seed 1 > "$WORK/waves.csv"
 "$LSTMD" prepare classify --series --input "$WORK/waves.csv" --out prepared/wave_shapes \
   --val-fraction 0.1
+rm -rf runs/wave_shapes # a rerun of the example starts over (lstmd train refuses a used run dir)
 # shellcheck disable=SC2086
 "$LSTMD" train --config "$HERE/wave_shapes.ini" ${TRAIN_ARGS:-} 2>&1 | grep -E "eval step|trained"
 "$LSTMD" eval --checkpoint runs/wave_shapes/latest.safetensors --data prepared/wave_shapes
