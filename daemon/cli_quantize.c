@@ -37,7 +37,10 @@ static int calibrate(const char *dir, struct lstmd_model *fp32, const char *qpat
   uint64_t tokens = 0;
   if (!rc) {
     rc = lstmd_check_compatible(meta, &val);
-    val.tf = meta->tf; /* the windows as the model was trained on them */
+    char why[320];
+    if (!rc && lstmd_series_use_model_stats(meta, &val, why, sizeof why) >= 0)
+      fprintf(stderr, "lstmd: note: %s/val.bin was prepared with other statistics than the "
+              "checkpoint was trained with (%s); scoring with the checkpoint's\n", dir, why);
     if (!rc && (qmeta.tf.target != meta->tf.target || qmeta.tf.window_norm != meta->tf.window_norm)) {
       lstmd_errorf("%s: its model.target/data.window_norm differ from the checkpoint's", qpath);
       rc = LSTMD_EFORMAT;

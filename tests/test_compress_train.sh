@@ -10,8 +10,8 @@
 #     uninterrupted run;
 #   distillation: alpha 0 equal to training without a teacher bit for bit, alpha 0.5 not (text;
 #     series: alpha 0 and 1); a resume with a teacher byte for byte; a teacher of another
-#     vocabulary, another horizon or another kind refused (exit 2, naming distill.teacher and
-#     what differs);
+#     vocabulary, another horizon, another normalisation (the column and both values) or another
+#     kind refused (exit 2, naming distill.teacher and what differs);
 #   refusals (exit 2 naming the key): model.stages 2, a bias or a layer-norm gain in
 #     prune.tensors, prune.end_step not after begin_step;
 #   the daemon: a job with [prune] and [distill] submitted with lstmctl succeeds with its pruning
@@ -156,6 +156,11 @@ refused() {
 n_refused=0
 refused distill.teacher vocabulary --set data.path="$TMP/digits" --set distill.teacher="$T"
 refused distill.teacher horizon --set data.path="$TMP/s3" --set distill.teacher="$ST"
+# the same CSV split elsewhere: another training split, so another mean and std (named, both values)
+"$LSTMD" prepare series --input "$SRC/data/seattle-temps.csv" --target temp --horizon 2 \
+  --val-fraction 0.2 --out "$TMP/s2b" 2>/dev/null || bad "prepare series --val-fraction 0.2"
+refused distill.teacher "its normalisation differs, column 0 'temp': mean" \
+  --set data.path="$TMP/s2b" --set data.order=shuffle --set distill.teacher="$ST"
 refused distill.teacher "series model" --set distill.teacher="$ST"
 printf 'a\tabab\nb\tbaba\na\taab\nb\tbba\n' > "$TMP/clf.tsv"
 "$LSTMD" prepare classify --input "$TMP/clf.tsv" --out "$TMP/clf" --val-fraction 0.5 >/dev/null 2>&1 &&

@@ -8,7 +8,9 @@
 #     an independent float64 computation from the CSV (persistence; seasonal naive
 #     y[i+k−P·ceil(k/P)], y[i] before the first row), skill = 1 − loss / mse_persistence;
 #  3. `predict --baselines`: its persistence and seasonal columns equal the CSV's values, and its
-#     forecasts (the transform undone) score eval's loss on the same windows;
+#     forecasts (the transform undone) score eval's loss on the same windows; eval (and quantize
+#     --calibrate) of a copy with the target × 10, prepared afresh, scores what predict forecasts
+#     for it (the checkpoint's mean/std), with a note naming the column and both values;
 #  4. the keys: bad values exit 2 naming them; a resume that changes either refused (exit 2,
 #     naming it), the same settings resume; window_norm=mean on train.device=cuda refused naming
 #     it; ONNX export refuses window_norm (exit 2, naming it) and takes delta; int8 keeps both;
@@ -111,36 +113,82 @@ PYEOF
   && ok "a dataset from before --season loads (season 0, no seasonal baseline): $(cat "$TMP/eval-old.json")" \
   || bad "old dataset: $(cat "$TMP/err" "$TMP/eval-old.json")"
 
-# 3. predict --baselines on the validation rows
-{ head -1 "$TMP/trend.csv"; tail -200 "$TMP/trend.csv"; } > "$TMP/val.csv"
+# 3. predict --baselines on the validation rows: the first 182 of them (7 windows of 26), eval's
+# windows; the targets of the last forecasts are the 4 rows after them.
+{ head -1 "$TMP/trend.csv"; tail -200 "$TMP/trend.csv" | head -182; } > "$TMP/val.csv"
 "$LSTMD" predict --checkpoint "$CK" --input "$TMP/val.csv" --out "$TMP/pred.csv" --baselines 2>"$TMP/err" \
   || bad "predict --baselines: $(cat "$TMP/err")"
-if msg=$($PY - "$TMP/trend.csv" "$TMP/val.csv" "$TMP/pred.csv" "$TMP/eval.json" <<'PYEOF'
-import csv, json, math, sys
+# predict_mse CSV PRED EVAL_JSON CKPT: predict's forecasts (PRED, of CSV's last 200 rows' first
+# 182) score EVAL_JSON's loss, in the checkpoint's normalised units; the baseline columns, when
+# PRED has them, equal the CSV's values.
+predict_mse() {
+$PY - "$@" <<'PYEOF'
+import csv, json, math, struct, sys
 allv = [float(r["co2"]) for r in csv.DictReader(open(sys.argv[1]))]
-v = [float(r["co2"]) for r in csv.DictReader(open(sys.argv[2]))]
-rows = list(csv.reader(open(sys.argv[3])))
-e = json.load(open(sys.argv[4]))
+v = allv[-200:]
+rows = list(csv.reader(open(sys.argv[2])))
+e = json.load(open(sys.argv[3]))
+with open(sys.argv[4], "rb") as f:
+    meta = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))["__metadata__"]
+std = json.loads(meta["series.std"])[0]
 K, P, T = 4, 52, 26
 head = rows[0]
 want_head = ["row"] + [f"co2+{k}" for k in range(1, K + 1)] + [f"persistence+{k}" for k in range(1, K + 1)] \
     + [f"seasonal52+{k}" for k in range(1, K + 1)]
-if head != want_head: print(f"header {head}"); sys.exit(1)
 worst = 0.0
-for r in rows[1:]:
-    i = int(r[0]); f = [float(x) for x in r[1:]]
-    for k in range(1, K + 1):
-        lag = i + k - P * math.ceil(k / P)
-        worst = max(worst, abs(f[K + k - 1] - v[i]), abs(f[2 * K + k - 1] - (v[lag] if lag >= 0 else v[i])))
-if worst > 1e-3: print(f"baseline columns off by {worst}"); sys.exit(1)
-n_val = len(v); train = allv[:-n_val]
-mean = sum(train) / len(train); std = math.sqrt(sum((x - mean) ** 2 for x in train) / len(train))
-steps = (n_val - K) // T * T
+if len(head) > K + 1:
+    if head != want_head: print(f"header {head}"); sys.exit(1)
+    for r in rows[1:]:
+        i = int(r[0]); f = [float(x) for x in r[1:]]
+        for k in range(1, K + 1):
+            lag = i + k - P * math.ceil(k / P)
+            worst = max(worst, abs(f[K + k - 1] - v[i]), abs(f[2 * K + k - 1] - (v[lag] if lag >= 0 else v[i])))
+    if worst > 1e-3: print(f"baseline columns off by {worst}"); sys.exit(1)
+steps = (len(v) - K) // T * T
+if len(rows) - 1 != steps: print(f"{len(rows) - 1} forecast rows, want {steps}"); sys.exit(1)
 mse = sum(((float(rows[1 + i][k]) - v[i + k]) / std) ** 2 for i in range(steps) for k in range(1, K + 1)) / (steps * K)
 if abs(mse - e["loss"]) > 1e-4 * e["loss"] + 1e-6: print(f"predict's MSE {mse:.6f} != eval's {e['loss']}"); sys.exit(1)
-print(f"{len(rows) - 1} rows, baseline columns within {worst:.1e} of the CSV, forecasts' MSE {mse:.6f} = eval's {e['loss']}")
+print(f"{len(rows) - 1} rows, " + (f"baseline columns within {worst:.1e} of the CSV, " if len(head) > K + 1 else "")
+      + f"forecasts' MSE {mse:.6f} (the checkpoint's std {std:.6g}) = eval's {e['loss']}")
 PYEOF
-); then ok "predict --baselines: $msg"; else bad "predict --baselines: $msg"; fi
+}
+if msg=$(predict_mse "$TMP/trend.csv" "$TMP/pred.csv" "$TMP/eval.json" "$CK"); then
+  ok "predict --baselines: $msg"; else bad "predict --baselines: $msg"; fi
+
+# 3b. eval of a copy in other units (the target × 10, prepared afresh: its own mean and std)
+# scores what predict forecasts for it: the checkpoint's statistics, not the split's, and a note
+# naming the column and both values; never the original's loss, silently (it used to be that,
+# byte for byte).
+$PY - "$TMP/trend.csv" "$TMP/trend10.csv" <<'PYEOF'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+c = rows[0].index("co2")
+with open(sys.argv[2], "w", newline="") as f:
+    w = csv.writer(f)
+    w.writerow(rows[0])
+    for r in rows[1:]:
+        w.writerow([repr(float(x) * 10) if j == c else x for j, x in enumerate(r)])
+PYEOF
+"$LSTMD" prepare series --input "$TMP/trend10.csv" --target co2 --horizon 4 --val-fraction 0.25 \
+  --season 52 --out "$TMP/ds10" 2>/dev/null || bad "prepare the × 10 copy"
+"$LSTMD" eval --checkpoint "$CK" --data "$TMP/ds10" > "$TMP/eval10.json" 2>"$TMP/err10"; rc=$?
+loss=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["loss"])' "$TMP/eval.json")
+loss10=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["loss"])' "$TMP/eval10.json" 2>/dev/null)
+ckmean=$(meta "$CK" series.mean | $PY -c 'import json,sys; print("%.9g" % json.load(sys.stdin)[0])')
+note=$(grep -m1 "other statistics" "$TMP/err10")
+[[ $rc == 0 && -n $loss10 && $loss10 != "$loss" ]] && grep -q "column 0 'co2': mean $ckmean" <<<"$note" \
+  && ok "eval of the × 10 copy: loss $loss10 (the original $loss), stderr: $note" \
+  || bad "eval of the × 10 copy: exit $rc, loss $loss10 (the original $loss), stderr: $(cat "$TMP/err10")"
+{ head -1 "$TMP/trend10.csv"; tail -200 "$TMP/trend10.csv" | head -182; } > "$TMP/val10.csv"
+"$LSTMD" predict --checkpoint "$CK" --input "$TMP/val10.csv" --out "$TMP/pred10.csv" 2>"$TMP/err" \
+  || bad "predict of the × 10 copy: $(cat "$TMP/err")"
+if msg=$(predict_mse "$TMP/trend10.csv" "$TMP/pred10.csv" "$TMP/eval10.json" "$CK"); then
+  ok "eval of the × 10 copy = predict's forecasts of it: $msg"; else bad "eval of the × 10 copy vs predict: $msg"; fi
+"$LSTMD" quantize --checkpoint "$CK" --out "$TMP/q10.int8" --calibrate "$TMP/ds10" > "$TMP/q10.json" 2>"$TMP/err"
+fp32=$($PY -c 'import json,sys; print("%.6f" % json.load(open(sys.argv[1]))["fp32_mse"])' "$TMP/q10.json" 2>/dev/null)
+[[ -n $fp32 && $fp32 == "$($PY -c 'import sys; print("%.6f" % float(sys.argv[1]))' "$loss10")" ]] && grep -q "other statistics" "$TMP/err" \
+  && ok "quantize --calibrate on the × 10 copy: fp32_mse $fp32 = eval's, with the note" \
+  || bad "quantize --calibrate on the × 10 copy: fp32_mse '$fp32', eval $loss10: $(cat "$TMP/err")"
 
 # 4. the keys
 for kv in model.target=trend data.window_norm=max; do

@@ -344,3 +344,15 @@ int lstmd_dataset_open_dir(const char *dir, struct lstmd_dataset *train, struct 
   }
   return rc;
 }
+
+int lstmd_series_stats_differ(const struct lstmd_dataset_info *model,
+                              const struct lstmd_dataset_info *data, char *why, size_t why_len) {
+  for (int c = 0; c < model->width; c++) {
+    if (model->mean[c] == data->mean[c] && model->std[c] == data->std[c]) continue;
+    snprintf(why, why_len, "column %d '%s': mean %.9g, std %.9g in the checkpoint, %.9g, %.9g in "
+             "the dataset", c, model->names[c], (double)model->mean[c], (double)model->std[c],
+             (double)data->mean[c], (double)data->std[c]);
+    return c;
+  }
+  return -1;
+}

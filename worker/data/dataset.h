@@ -133,6 +133,15 @@ int lstmd_classify_record_check(const struct lstmd_dataset_info *info, const uin
 int lstmd_dataset_read(const struct lstmd_dataset *ds, uint64_t first, uint64_t n, void *out);
 void lstmd_dataset_close(struct lstmd_dataset *ds);
 
+/* Series: the first column c < model->width whose training-split mean or std in `data` is not
+ * the one in `model` (a checkpoint's dataset header), compared bit for bit, or -1 when all
+ * agree. With a difference, why gets "column c 'name': mean M, std S in the checkpoint, m, s in
+ * the dataset" (%.9g, enough to tell floats apart). The two must have the same width (callers
+ * check the columns first). Used where a model meets data prepared apart from it: distillation's
+ * teacher (refused), eval and quantize --calibrate (scored with the model's statistics). */
+int lstmd_series_stats_differ(const struct lstmd_dataset_info *model,
+                              const struct lstmd_dataset_info *data, char *why, size_t why_len);
+
 /* Opens DIR/train.bin and DIR/val.bin, verifies both payloads when `verify` is set (one full
  * read of each), and checks they belong together (same pair_id, kind, vocabulary/columns). */
 int lstmd_dataset_open_dir(const char *dir, struct lstmd_dataset *train, struct lstmd_dataset *val,

@@ -309,6 +309,26 @@ int lstmd_check_compatible(const struct lstmd_data_meta *d, const struct lstmd_d
   return LSTMD_EFORMAT;
 }
 
+/* Why eval scores with the checkpoint's statistics rather than refusing other ones (as text eval
+ * refuses another vocabulary, and distillation another normalisation): a vocabulary defines what
+ * the ids mean, so a model cannot read another one; a series' mean and std are part of the model
+ * (predict normalises raw CSV rows with them, and so does a series classifier's eval), and
+ * prepare computes fresh ones from every CSV, so data newer than the training run never has the
+ * model's. Scoring with the split's own rescales inputs and targets, so that a target in other
+ * units (× 10) scored as well as the original while predict's forecasts of it were poor;
+ * refusing would leave no way to evaluate a deployed forecaster on new data. So the split's raw
+ * values are normalised as predict normalises them, and the loss is in the model's units,
+ * comparable with training's val_loss; the caller says when the split's own differed. */
+int lstmd_series_use_model_stats(const struct lstmd_data_meta *d, struct lstmd_dataset *ds,
+                                 char *why, size_t why_len) {
+  ds->tf = d->tf; /* the windows as the model was trained on them */
+  if (ds->info.kind != LSTMD_DATASET_SERIES || d->info.kind != LSTMD_DATASET_SERIES) return -1;
+  const int c = lstmd_series_stats_differ(&d->info, &ds->info, why, why_len);
+  memcpy(ds->info.mean, d->info.mean, sizeof ds->info.mean);
+  memcpy(ds->info.std, d->info.std, sizeof ds->info.std);
+  return c;
+}
+
 /* Draws a token from logits [V] at the given temperature (0: argmax). */
 static int draw(const float *logits, int V, float temperature, struct lstmd_rng *rng) {
   int best = 0;

@@ -74,6 +74,15 @@ int lstmd_series_baseline_mse(const struct lstmd_dataset *ds, const float *z, in
  * and vocabulary, or same columns and horizon). Prints why not and returns LSTMD_EFORMAT. */
 int lstmd_check_compatible(const struct lstmd_data_meta *d, const struct lstmd_dataset *ds);
 
+/* Makes a series split score what the model forecasts (`lstmd predict` of the same rows): the
+ * checkpoint's per-column mean and std, and its model.target/data.window_norm, replace the
+ * split's own, which prepare computed from whatever CSV it was given (newer data, other units).
+ * Call after lstmd_check_compatible. Returns the first column whose statistics differed (why
+ * says which, both values: lstmd_series_stats_differ), or -1; of a text split only the
+ * (unused) tf is set. */
+int lstmd_series_use_model_stats(const struct lstmd_data_meta *d, struct lstmd_dataset *ds,
+                                 char *why, size_t why_len);
+
 /* Writes prime, then `length` sampled bytes, to out. temperature 0 is greedy (argmax). A prime
  * byte outside the vocabulary gives LSTMD_EINVAL with a message. prime may be NULL (starts from
  * "\n" if the vocabulary has it, else from its first byte). ckpt_name names the model in

@@ -85,7 +85,7 @@ static int load_teacher(struct run *r) {
     return loaded;
   }
   const struct lstmd_dataset_info *t = &meta.info, *d = &r->train.info;
-  char why[256] = "";
+  char why[384] = "";
   static const char *const kModel[] = {"?", "a text model", "a series model",
                                        "a classifier (model.kind classify)"};
   static const char *const kData[] = {"?", "text", "series", "a classify split"};
@@ -101,9 +101,16 @@ static int load_teacher(struct run *r) {
   else if (t->kind == LSTMD_DATASET_SERIES && t->horizon != d->horizon)
     snprintf(why, sizeof why, "its horizon is %d, the dataset's %d", t->horizon, d->horizon);
   for (int c = 0; !why[0] && t->kind == LSTMD_DATASET_SERIES && c < d->width; c++)
-    if (strcmp(t->names[c], d->names[c]) || t->mean[c] != d->mean[c] || t->std[c] != d->std[c])
-      snprintf(why, sizeof why, "its series input %d (%s) is not the dataset's (%s) or has "
-               "another normalisation", c, t->names[c], d->names[c]);
+    if (strcmp(t->names[c], d->names[c]))
+      snprintf(why, sizeof why, "its series input %d (%s) is not the dataset's (%s)", c,
+               t->names[c], d->names[c]);
+  /* Refused, not renormalised: the student learns the dataset's units, and the teacher's
+   * forecasts would be in its own (eval and quantize --calibrate, which score one model, use the
+   * model's statistics instead: infer.h's lstmd_series_use_model_stats). */
+  char stats[256];
+  if (!why[0] && t->kind == LSTMD_DATASET_SERIES &&
+      lstmd_series_stats_differ(t, d, stats, sizeof stats) >= 0)
+    snprintf(why, sizeof why, "its normalisation differs, %s", stats);
   if (!why[0] && t->kind == LSTMD_DATASET_SERIES &&
       (meta.tf.target != r->train.tf.target || meta.tf.window_norm != r->train.tf.window_norm))
     snprintf(why, sizeof why, "it was trained with model.target=%s, data.window_norm=%s, this run "
