@@ -11,6 +11,8 @@
 #     forecasts (the transform undone) score eval's loss on the same windows; eval (and quantize
 #     --calibrate) of a copy with the target × 10, prepared afresh, scores what predict forecasts
 #     for it (the checkpoint's mean/std), with a note naming the column and both values;
+#     predict's windows end at the last row: the newest row's forecast from N rows is the one
+#     from the last seq_len rows (2·seq_len − 1 with window_norm mean), not the one from 8;
 #  4. the keys: bad values exit 2 naming them; a resume that changes either refused (exit 2,
 #     naming it), the same settings resume; window_norm=mean on train.device=cuda refused naming
 #     it; ONNX export refuses window_norm (exit 2, naming it) and takes delta; int8 keeps both;
@@ -113,8 +115,9 @@ PYEOF
   && ok "a dataset from before --season loads (season 0, no seasonal baseline): $(cat "$TMP/eval-old.json")" \
   || bad "old dataset: $(cat "$TMP/err" "$TMP/eval-old.json")"
 
-# 3. predict --baselines on the validation rows: the first 182 of them (7 windows of 26), eval's
-# windows; the targets of the last forecasts are the 4 rows after them.
+# 3. predict --baselines on the validation rows: the first 182 of them (7 windows of 26), so that
+# predict's windows, which end at the last row given, are eval's, which start at the split's first
+# row; the targets of the last forecasts are the 4 rows after them.
 { head -1 "$TMP/trend.csv"; tail -200 "$TMP/trend.csv" | head -182; } > "$TMP/val.csv"
 "$LSTMD" predict --checkpoint "$CK" --input "$TMP/val.csv" --out "$TMP/pred.csv" --baselines 2>"$TMP/err" \
   || bad "predict --baselines: $(cat "$TMP/err")"
@@ -189,6 +192,39 @@ fp32=$($PY -c 'import json,sys; print("%.6f" % json.load(open(sys.argv[1]))["fp3
 [[ -n $fp32 && $fp32 == "$($PY -c 'import sys; print("%.6f" % float(sys.argv[1]))' "$loss10")" ]] && grep -q "other statistics" "$TMP/err" \
   && ok "quantize --calibrate on the × 10 copy: fp32_mse $fp32 = eval's, with the note" \
   || bad "quantize --calibrate on the × 10 copy: fp32_mse '$fp32', eval $loss10: $(cat "$TMP/err")"
+
+# 3c. predict's windows end at the last row: the newest row's forecast sees seq_len (26) rows
+# whatever the file's length, the same as from the last 26 rows alone, and not the forecast from
+# the last 8 (the windows used to start at row 0, so it saw N mod 26 rows: 200 rows = 8 rows).
+# A level/last model (its windows read nothing before their first row); and the delta/mean one,
+# whose window statistics read up to 25 rows before it, from 51 rows on.
+"$LSTMD" train "${common[@]}" --set data.batch_size=4 --set train.steps=30 --set train.eval_every=0 \
+  --set train.run_dir="$TMP/lv" >/dev/null 2>&1 || bad "level/last run"
+last_forecast() { # CKPT N [BATCH]: the last row's forecast (without the row number) from the last N rows
+  { head -1 "$TMP/trend.csv"; tail -"$2" "$TMP/trend.csv"; } > "$TMP/last$2.csv"
+  "$LSTMD" predict --checkpoint "$1" --input "$TMP/last$2.csv" --out "$TMP/last$2.out" --batch "${3:-64}" \
+    2>"$TMP/err" || { echo "predict of $2 rows: $(cat "$TMP/err")"; return; }
+  [[ $(wc -l <"$TMP/last$2.out") == $(($2 + 1)) && $(tail -1 "$TMP/last$2.out" | cut -d, -f1) == $(($2 - 1)) ]] \
+    || { echo "predict of $2 rows: $(wc -l <"$TMP/last$2.out") lines, last $(tail -1 "$TMP/last$2.out")"; return; }
+  tail -1 "$TMP/last$2.out" | cut -d, -f2-
+}
+for spec in "$TMP/lv/step-30.safetensors:26:27 40 52 60 200 800" "$CK:51:52 77 200 800"; do
+  IFS=: read -r ck nref ns <<<"$spec"
+  ref=$(last_forecast "$ck" "$nref")
+  short=$(last_forecast "$ck" 8)
+  diffs=""
+  for n in $ns; do
+    got=$(last_forecast "$ck" "$n")
+    [[ $got == "$ref" ]] || diffs+=" N=$n: $got;"
+  done
+  [[ -z $diffs && $ref =~ ^[-+0-9.e,]+$ && $ref != "$short" ]] \
+    && ok "$(basename "$(dirname "$ck")"): the last row's forecast from N = $ns rows = from the last $nref ($ref), != from the last 8 ($short)" \
+    || bad "$(basename "$(dirname "$ck")"): the last row's forecast from the last $nref rows '$ref', 8 rows '$short';$diffs"
+done
+last_forecast "$TMP/lv/step-30.safetensors" 200 1 >/dev/null && cp "$TMP/last200.out" "$TMP/b1.out"
+last_forecast "$TMP/lv/step-30.safetensors" 200 64 >/dev/null
+cmp -s "$TMP/b1.out" "$TMP/last200.out" && ok "predict of 200 rows (a window of 18, then 7 of 26): --batch 1 and 64 byte for byte" \
+  || bad "predict --batch 1 vs 64: $(cmp "$TMP/b1.out" "$TMP/last200.out")"
 
 # 4. the keys
 for kv in model.target=trend data.window_norm=max; do

@@ -459,8 +459,21 @@ int lstmd_predict(const struct lstmd_infer_model *im, const struct lstmd_data_me
   for (size_t i = 0; i < n; i++)
     for (int w = 0; w < info->width; w++)
       rows[i * info->width + w] = (rows[i * info->width + w] - info->mean[w]) / info->std[w];
+  /* Where the windows lie. The model was trained (and eval scores it) on windows of seq_len T
+   * rows, each from a zero state, so each forecast here is made the same way; what is left is
+   * where the windows start. They end at the last row: rows [n − T, n) are the last window, the
+   * ones before it whole windows back to row head = n mod T, and rows [0, head) one shorter
+   * window (all n rows when n < T). So the forecast a deployment uses, the newest row's, sees T
+   * rows, as when only the last T rows are given: row i >= head sees the (i − head) mod T + 1
+   * rows up to it, row i < head its i + 1 (with window_norm mean a window's statistics also read
+   * up to T − 1 rows before its first row). Starting at row 0, as before, left the newest row
+   * (n − 1) mod T + 1 rows: a forecast that changed with the file's length. Carrying the state
+   * from window to window would give every row all of its history, but it is not the model that
+   * was trained or scored: window_norm last shifts each window by its own first row, and
+   * shuffle-order runs never trained on a carried state. The windows are independent, so
+   * `batch` (how many run in one forward) changes nothing in the output. */
   const int T = d->seq_len;
-  const size_t windows = n / (size_t)T, rest = n % (size_t)T;
+  const size_t windows = n / (size_t)T, head = n % (size_t)T;
   char *text = NULL;
   size_t text_len = 0;
   FILE *out = open_memstream(&text, &text_len);
@@ -474,6 +487,11 @@ int lstmd_predict(const struct lstmd_infer_model *im, const struct lstmd_data_me
     fputc('\n', out);
   }
   struct runner r = {0};
+  if (!rc && head) { /* rows [0, head): the short window, printed first (rows in input order) */
+    rc = runner_open(im, (int)head, 1, &r);
+    if (!rc) rc = predict_chunk(&r, d, rows, 0, (int)head, 1, baselines, out);
+    runner_close(&r);
+  }
   size_t w = 0;
   int ws_cols = 0;
   while (!rc && w < windows) {
@@ -483,13 +501,8 @@ int lstmd_predict(const struct lstmd_infer_model *im, const struct lstmd_data_me
       rc = runner_open(im, T, cols, &r);
       ws_cols = cols;
     }
-    if (!rc) rc = predict_chunk(&r, d, rows, w * T, T, cols, baselines, out);
+    if (!rc) rc = predict_chunk(&r, d, rows, head + w * T, T, cols, baselines, out);
     w += (size_t)cols;
-  }
-  if (!rc && rest) {
-    runner_close(&r);
-    rc = runner_open(im, (int)rest, 1, &r);
-    if (!rc) rc = predict_chunk(&r, d, rows, windows * T, (int)rest, 1, baselines, out);
   }
   runner_close(&r);
   free(rows);

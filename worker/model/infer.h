@@ -91,8 +91,10 @@ int lstmd_sample(const struct lstmd_infer_model *im, const struct lstmd_data_met
                  const char *prime, long length, float temperature, uint64_t seed, FILE *out);
 
 /* Forecasts the next K target values after every row of input_csv (which must have the training
- * columns), in windows of the training seq_len, each from a zero state, `batch` windows at a
- * time, with the model's target and window_norm undone. Writes out_csv atomically:
+ * columns, normalised with the checkpoint's mean/std), in windows of the training seq_len T,
+ * each from a zero state, the last one ending at the last row (so the newest row's forecast
+ * sees T rows; rows [0, n mod T) are one shorter window), `batch` windows at a time (the output
+ * does not depend on it), with the model's target and window_norm undone. Writes out_csv atomically:
  * "row,<target>+1,...,<target>+K", with `baselines` then persistence+1..K and (a season P in the
  * data) seasonalP+1..K, the naive forecasts of series_tf.h in the target's units. */
 int lstmd_predict(const struct lstmd_infer_model *im, const struct lstmd_data_meta *d, const char *ckpt_name,
