@@ -46,6 +46,11 @@ int lstmd_parse_opts(const char *cmd, int argc, char **argv, int first, struct l
 int lstmd_opt_long(const char *cmd, const char *name, const char *text, long lo, long hi, long *out);
 int lstmd_opt_double(const char *cmd, const char *name, const char *text, double lo, double hi,
                      double *out);
+/* 2 after a message naming both options when `out` is the file `in` (the same device and
+ * inode: another spelling, a symlink or a hard link of it); 0 otherwise, also when either is
+ * missing. */
+int lstmd_opt_not_same_file(const char *cmd, const char *in_name, const char *in,
+                            const char *out_name, const char *out);
 /* The signals that ask a run to stop cleanly (finish the step, checkpoint, exit 0): SIGINT,
  * SIGTERM (Slurm's scancel, time limit, preemption) and SIGUSR1 (what mpirun forwards to every
  * rank, and what the systemd unit sends). handler must be async-signal-safe. */

@@ -139,6 +139,7 @@ int lstmd_cmd_predict(int argc, char **argv) {
   long batch;
   if ((rc = require("predict", "checkpoint", ckpt)) || (rc = require("predict", "input", input)) ||
       (rc = require("predict", "out", out)) ||
+      (rc = lstmd_opt_not_same_file("predict", "input", input, "out", out)) ||
       (rc = lstmd_opt_long("predict", "batch", batch_text, 1, 65536, &batch)))
     return rc;
   lstmd_cpu_set_blas_threads(0);

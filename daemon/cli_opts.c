@@ -1,11 +1,12 @@
-/* cli_opts.c — what the subcommands share: the option parser, strict number parsing, the exit
- * codes and the stop signals. */
+/* cli_opts.c — what the subcommands share: the option parser, strict number parsing, the check
+ * that an output is not an input, the exit codes and the stop signals. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kernels/status.h"
 #include "cli.h"
@@ -70,6 +71,19 @@ int lstmd_opt_double(const char *cmd, const char *name, const char *text, double
   }
   *out = v;
   return 0;
+}
+
+int lstmd_opt_not_same_file(const char *cmd, const char *in_name, const char *in,
+                             const char *out_name, const char *out) {
+  /* The file, not its name: "x.csv", "./x.csv", a symlink or a hard link to it are the same
+   * inode on the same device. An output that does not exist yet is no input; an input that
+   * cannot be stat'ed is left to the reader's own message. */
+  struct stat a, b;
+  if (stat(in, &a) != 0 || stat(out, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+    return 0;
+  lstmd_errorf("%s: --%s '%s' is the --%s file '%s': writing it would replace the input; name "
+               "another file", cmd, out_name, out, in_name, in);
+  return 2;
 }
 
 int lstmd_exit_code(int status) {

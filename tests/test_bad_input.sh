@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # test_bad_input.sh — lstmd on bad input: missing/empty/malformed data files, corrupt prepared
-# datasets, bad configs, corrupt or foreign checkpoints, a prime outside the vocabulary.
+# datasets, bad configs, corrupt or foreign checkpoints, a prime outside the vocabulary; CSV
+# dialects (byte order mark, quotes, CRLF, spaced column names) that must give the plain file's
+# dataset, and predict --out naming its --input.
 # Every case must: exit with exactly 2 (no crash, no 1; a few cases say otherwise: an unwritable
 # output exits 1, a warning 0), print nothing on stdout, print a message
 # on stderr that names the offending file (and CSV line / config key where given), and, for
@@ -327,6 +329,50 @@ check "prepare series: header only" --file "$TMP/header-only.csv" --clean-dir "$
 check "prepare series: missing file" --file "$TMP/no-such.csv" --clean-dir "$TMP/o-smissing" -- \
   "$LSTMD" prepare series --input "$TMP/no-such.csv" --target a --out "$TMP/o-smissing"
 
+# ---------------------------------------------------------------- CSV dialects and column options
+# Excel's "CSV UTF-8" (a byte order mark, quoted cells, CRLF) and spaces around the names in
+# --target/--features give the plain file's dataset, byte for byte.
+awk -F, 'NR == 1 { print "date,temp,x,y"; next } { printf "%s,%s,%d,%d\n", $1, $2, NR % 7, NR % 5 }' \
+  "$DATA/seattle-temps.csv" | head -n 2001 >"$TMP/plain.csv"
+{ printf '\xef\xbb\xbf'; sed 's/^\([^,]*\),\([^,]*\)/"\1","\2"/; 1s/,x,y$/,"x","y"/' "$TMP/plain.csv"; } |
+  sed 's/$/\r/' >"$TMP/excel.csv"
+setup "$LSTMD" prepare series --input "$TMP/plain.csv" --target temp --features x,y --out "$TMP/d-plain"
+cases=$((cases + 1))
+if "$LSTMD" prepare series --input "$TMP/excel.csv" --target temp --features x,y --out "$TMP/d-excel" \
+    2>"$TMP/excel.err" && cmp -s "$TMP/d-plain/train.bin" "$TMP/d-excel/train.bin" &&
+    cmp -s "$TMP/d-plain/val.bin" "$TMP/d-excel/val.bin"; then
+  echo "ok   [prepare series: byte order mark + quoted cells + CRLF give the plain file's bytes]"
+else
+  fail "prepare series: BOM + quoted + CRLF" "not the plain file's dataset: $(head -2 "$TMP/excel.err")"
+fi
+cases=$((cases + 1))
+if "$LSTMD" prepare series --input "$TMP/plain.csv" --target ' temp' --features 'x, y ' \
+    --out "$TMP/d-spaced" 2>"$TMP/spaced.err" && cmp -s "$TMP/d-plain/train.bin" "$TMP/d-spaced/train.bin"; then
+  echo "ok   [prepare series: --target ' temp' --features 'x, y ' are temp and x,y]"
+else
+  fail "prepare series: spaced --features" "$(head -2 "$TMP/spaced.err")"
+fi
+
+tr ',' ';' <"$TMP/plain.csv" >"$TMP/semi.csv"
+check "prepare series: a ';'-delimited file" --file "$TMP/semi.csv" --has "semi.csv:1: no column named" \
+  --has "looks ';'-delimited" --clean-dir "$TMP/o-semi" -- \
+  "$LSTMD" prepare series --input "$TMP/semi.csv" --target temp --out "$TMP/o-semi"
+printf 'a,b\n1,2\n3,4"5\n' >"$TMP/quote-in.csv"
+check "prepare series: a quote inside an unquoted field" --file "$TMP/quote-in.csv" \
+  --has "quote-in.csv:3: malformed CSV in field 2, byte 4" --has "quote the whole field" \
+  --clean-dir "$TMP/o-quote-in" -- \
+  "$LSTMD" prepare series --input "$TMP/quote-in.csv" --target a --out "$TMP/o-quote-in"
+printf 'a,b\n1,2\n3,"4\n5,6\n' >"$TMP/quote-open.csv"
+check "prepare series: a quote never closed" --file "$TMP/quote-open.csv" \
+  --has "record after line 2 opens a quote that is never closed" --clean-dir "$TMP/o-quote-open" -- \
+  "$LSTMD" prepare series --input "$TMP/quote-open.csv" --target a --out "$TMP/o-quote-open"
+check "prepare series: an empty name in --features" --has "--features 'x,,y'" \
+  --clean-dir "$TMP/o-empty-name" -- \
+  "$LSTMD" prepare series --input "$TMP/plain.csv" --target temp --features x,,y --out "$TMP/o-empty-name"
+check "prepare series: the target in --features (a warning)" --exit 0 \
+  --has "--features names 'temp', the --target" -- \
+  "$LSTMD" prepare series --input "$TMP/plain.csv" --target temp --features temp --out "$TMP/o-tf"
+
 # ---------------------------------------------------------------- corrupt prepared datasets
 # train.bin cut short by 100 bytes.
 cp -r "$TMP/good-text" "$TMP/d-trunc"
@@ -603,6 +649,16 @@ check "predict: non-numeric value" --file "$TMP/pred-bad.csv" --has "pred-bad.cs
 mkdir "$TMP/p4"
 check "predict: missing input" --file "$TMP/no-such.csv" --clean-dir "$TMP/p4" -- \
   "$LSTMD" predict --checkpoint "$SCKPT" --input "$TMP/no-such.csv" --out "$TMP/p4/out.csv"
+# --out naming the input: refused before anything is read or written, however it is spelled
+cp "$DATA/seattle-temps.csv" "$TMP/same.csv"
+ln -s same.csv "$TMP/same-link.csv"
+for o in "$TMP/same.csv" "$TMP/./same.csv" "$TMP/same-link.csv"; do
+  check "predict: --out $(basename "$o") is the --input" --file "$TMP/same.csv" --has "--out '$o'" -- \
+    "$LSTMD" predict --checkpoint "$SCKPT" --input "$TMP/same.csv" --out "$o"
+done
+cases=$((cases + 1))
+cmp -s "$DATA/seattle-temps.csv" "$TMP/same.csv" && [[ -L $TMP/same-link.csv ]] ||
+  fail "predict: --out the --input" "the input file was changed"
 
 # ---------------------------------------------------------------- usage
 # Every subcommand's --help and -h: its usage on stdout, exit 0 (the subcommands are read from

@@ -5,7 +5,7 @@
 #     width N, no vocabulary, labels ascending, the training split's global mean/std, CRCs) and
 #     that the records of both splits hold exactly the input's (label, values) rows; the same
 #     file twice gives the same bytes, and so does the label as the last column (--label-column
-#     last); --header auto/yes/no;
+#     last); --header auto/yes/no; a byte order mark + quoted header + CRLF gives the same bytes;
 #  2. bad lines exit 2 naming FILE:LINE and leave no output; 200 random mutations of a good file
 #     each end in exit 0 or in exit 2 naming FILE:LINE with nothing written; a NaN record (CRC
 #     recomputed) and a dtype-4 header claiming version 1 are refused by the reader;
@@ -51,6 +51,11 @@ cmp -s d/train.bin d3/train.bin && cmp -s d/val.bin d3/val.bin && ok "--label-co
 tail -n +2 w.csv > nohead.csv
 "$LSTMD" prepare classify --series --input nohead.csv --out d4 --val-fraction 0.2 --header no 2>/dev/null
 cmp -s d/train.bin d4/train.bin && ok "--header no on a file without one: the same bytes" || bad "--header no"
+# Excel's "CSV UTF-8": a byte order mark, every header cell quoted, CRLF line ends
+{ printf '\xef\xbb\xbf'; head -1 w.csv | sed 's/[^,]*/"&"/g'; tail -n +2 w.csv; } | sed 's/$/\r/' > excel.csv
+"$LSTMD" prepare classify --series --input excel.csv --out d5 --val-fraction 0.2 2> err
+cmp -s d/train.bin d5/train.bin && cmp -s d/val.bin d5/val.bin \
+  && ok "byte order mark + quoted header + CRLF: the same bytes" || bad "BOM + quoted + CRLF: $(cat err)"
 
 if msg=$($PY - w.csv d <<'PY'
 import struct, sys
@@ -116,6 +121,7 @@ badcase novalues 'a\nb\n' "novalues.csv:1: a label and no values"
 badcase onelabel 'a,1,2\na,3,4\n' "one label only ('a')"
 badcase onlyheader 'label,t0\n' "onlyheader.csv: no data rows"
 badcase quote 'a,1,2\nb,"3,4\n' "quote.csv:2: malformed CSV"
+badcase semicolon 'a;1;2\nb;3;4\n' "semicolon.csv: its first line is split by ';', not by ','"
 badcase headerval 'a,1\nb,2\n' "'maybe' is not one of auto yes no" --header maybe
 printf 'a,1\nb,2\n' > ok.csv
 "$LSTMD" prepare classify --input ok.csv --out o --header yes 2> err; rc=$?

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_forecast.sh — series forecasting settings end to end (issue 19 §1), on a deterministic
 # trending + seasonal series (bench/make_trend_series.py, 800 weekly rows):
-#  1. prepare series --season P: the season in the dataset header; a bad --season exits 2; a file
+#  1. prepare series --season P: the season in the dataset header; a bad --season exits 2, so does
+#     one the training split cannot hold (one the validation split cannot: a warning); a file
 #     from before the field existed (offset 52 zero, header CRC recomputed) loads with season 0;
 #  2. a run with model.target=delta, data.window_norm=mean: metrics.jsonl and the TensorBoard file
 #     carry val_skill / val/skill; `lstmd eval` prints the baselines and skill, the baselines equal
@@ -42,6 +43,19 @@ for s in -1 52x 1000001 ""; do
   [[ $rc == 2 ]] && grep -q -- "--season" "$TMP/err" && [[ ! -e $TMP/bad ]] \
     && ok "--season '$s' refused: exit 2, $(head -1 "$TMP/err")" || bad "--season '$s': exit $rc, $(cat "$TMP/err")"
 done
+# A season the data cannot hold: 800 rows, val 0.25 → train 600, val 200. P ≥ 600: no window of
+# the training split holds a row and the row P before it (refused); 200 ≤ P < 600: evaluations'
+# seasonal naive would be persistence (a warning, exit 0).
+"$LSTMD" prepare series --input "$TMP/trend.csv" --target co2 --horizon 4 --val-fraction 0.25 \
+  --season 600 --out "$TMP/bad" 2>"$TMP/err"; rc=$?
+[[ $rc == 2 ]] && grep -q -- "--season 600 is not shorter than the training split (600 of 800 rows)" "$TMP/err" \
+  && [[ ! -e $TMP/bad ]] && ok "--season 600 on a 600-row training split refused: $(head -1 "$TMP/err")" \
+  || bad "--season 600 on 600 training rows: exit $rc, $(cat "$TMP/err")"
+"$LSTMD" prepare series --input "$TMP/trend.csv" --target co2 --horizon 4 --val-fraction 0.25 \
+  --season 200 --out "$TMP/warn" 2>"$TMP/err"; rc=$?
+[[ $rc == 0 ]] && grep -q -- "warning: --season 200 is not shorter than the validation split (200 rows)" "$TMP/err" \
+  && ok "--season 200 on a 200-row validation split warns: $(grep warning "$TMP/err")" \
+  || bad "--season 200 on 200 validation rows: exit $rc, $(cat "$TMP/err")"
 # A dataset as lstmd wrote it before the season existed: offset 52 a reserved zero.
 cp -r "$TMP/ds" "$TMP/old"
 $PY - "$TMP/old/train.bin" "$TMP/old/val.bin" <<'PYEOF'

@@ -11,7 +11,8 @@
 #                   series, classify by bytes and by values), a bad magic, a truncation
 #   corpus-prepare  `lstmd prepare` itself (tests/fuzz_prepare.c): user files behind a first byte
 #                   0-3 picking text, series, classify, classify --series; one accepted and one
-#                   refused of each but text
+#                   refused of each but text; for series also Excel's dialect (a byte order mark,
+#                   a quoted header, CRLF: accepted) and a ';'-delimited file (refused)
 # Run again after changing a file format:
 #   tests/fuzz/make_loader_corpora.sh build/lstmd tests/fuzz
 set -eu
@@ -65,6 +66,9 @@ awk 'BEGIN { print "date,temp,x"; for (i = 0; i < 80; i++) printf "d%d,%.1f,%d\n
   >series-x.csv
 { printf '\1'; cat series-x.csv; } >"$P/series"
 { printf '\1'; sed 's/temp/tmp/' series-x.csv; } >"$P/series-no-target"
+{ printf '\1\xef\xbb\xbf'; sed '1s/.*/"date","temp","x"/' series-x.csv | sed 's/$/\r/'; } \
+  >"$P/series-bom-quoted-crlf"
+{ printf '\1'; tr ',' ';' <series-x.csv; } >"$P/series-semicolon"
 { printf '\2'; cat cls.tsv; } >"$P/classify"
 { printf '\2'; grep '^en' cls.tsv; } >"$P/classify-one-label"
 { printf '\3'; cat cls.csv; } >"$P/classify-series"

@@ -80,20 +80,34 @@ int lstmd_prepare_series(const char *input, const char *out_dir, const char *tar
 int lstmd_csv_read_columns(const char *path, const char *const *names, int n, float **values,
                            size_t *rows);
 
-/* ---- CSV reading shared by the preparations and lstmd classify (prepare_series.c) ---- */
+/* ---- CSV reading shared by the preparations, predict and classify (csv_read.c) ---- */
 
 struct lstmd_csv_pos {
-  const char *input; /* the file */
-  long line;         /* line being parsed (1-based) */
-  int failed;        /* an error was reported: the callbacks do nothing more */
+  const char *input;    /* the file */
+  long line;            /* line being parsed (1-based) */
+  int failed;           /* an error was reported: the callbacks do nothing more */
+  /* kept by lstmd_csv_parse_file for its messages (zero them, as `{.input = path}` does) */
+  int field;            /* fields done in the record being parsed */
+  long records;         /* records done */
+  long record_end_line; /* the line the last record done ended on (0: none yet) */
+  char looks_delimited; /* ';' or TAB: the first record was one field holding it, or a
+                         * quoted first field was followed by it */
 };
-/* Reports "lstmd: FILE:LINE: ..." once (the first error only) and marks pos failed. */
+/* Reports "lstmd: FILE:LINE: ..." once (the first error only) and marks pos failed; when the
+ * file's first record was one field holding ';' or a TAB, a second line says the file looks
+ * ';'- (tab-) delimited and lstmd reads commas. */
 void lstmd_csv_fail(struct lstmd_csv_pos *pos, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Parses pos->input with libcsv (strict), line by line, calling on_field(data, len, ctx) and
- * on_record(term, ctx). LSTMD_EIO (open/read, printed), LSTMD_EFORMAT when pos failed. */
+ * on_record(term, ctx); a UTF-8 byte order mark at the start of the file is dropped first.
+ * Unquoted fields come without the spaces and TABs around them (libcsv's default). A malformed
+ * line is reported naming the field, byte and cause. LSTMD_EIO (open/read, printed),
+ * LSTMD_EFORMAT when pos failed. */
 int lstmd_csv_parse_file(struct lstmd_csv_pos *pos, void (*on_field)(void *, size_t, void *),
                          void (*on_record)(int, void *), void *ctx);
+/* text[0, len) without the spaces and TABs around it, as the parser gives an unquoted field:
+ * the start in *start, the length returned. For column names given on the command line. */
+size_t lstmd_csv_trim(const char *text, size_t len, const char **start);
 /* Rows of numbers with an optional label column (prepare_classify_series.c): label_column
  * 1-based, 0 the last, -1 none (labels all 0); header as lstmd_prepare_classify_series; expect
  * > 0: every row must hold that many values (else the first row's count, at most

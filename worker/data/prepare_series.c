@@ -2,7 +2,6 @@
  * train.bin/val.bin holding the target and feature columns as float32 rows, with the training
  * split's mean/std per column. Errors name the file and line; nothing is written on error. */
 #define _GNU_SOURCE
-#include <csv.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -29,38 +28,13 @@ struct csv_state {
   size_t rows, cap_rows;
 };
 
-void lstmd_csv_fail(struct lstmd_csv_pos *pos, const char *fmt, ...) {
-  if (!pos->failed) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "lstmd: %s:%ld: ", pos->input, pos->line);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-  }
-  pos->failed = 1;
-}
 #define fail(st, ...) lstmd_csv_fail(&(st)->pos, __VA_ARGS__)
-
-int lstmd_csv_number(const char *text, size_t len, float *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(text, &end);
-  while (*end == ' ' || *end == '\t' || *end == '\r') end++;
-  if (len == 0 || end == text || *end != '\0' || !isfinite(v) || fabs(v) > 3.0e38) return -1;
-  *out = (float)v;
-  return 0;
-}
 
 static void on_field(void *data, size_t len, void *ctx) {
   struct csv_state *st = ctx;
   if (st->pos.failed) return;
   int f = st->field++;
-  const char *text = data ? data : "";
-  if (st->record == 0 && f == 0 && len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3)) {
-    text += 3; /* UTF-8 byte order mark */
-    len -= 3;
-  }
+  const char *text = data ? data : ""; /* a byte order mark is gone: lstmd_csv_parse_file */
   if (st->record == 0) {
     char **h = realloc(st->header, (size_t)(f + 1) * sizeof *h);
     if (!h) {
@@ -126,58 +100,86 @@ static void on_record(int term, void *ctx) {
   st->rows++;
 }
 
-/* Splits "a,b,c" into st->want after the target; names must be non-empty and distinct. */
-static int parse_feature_list(struct csv_state *st, char *list) {
-  for (char *save = NULL, *name = list ? strtok_r(list, ",", &save) : NULL; name;
-       name = strtok_r(NULL, ",", &save)) {
-    int dup = 0;
-    for (int u = 0; u < st->used; u++) dup |= strcmp(st->want[u], name) == 0;
-    if (dup) continue; /* the target may be listed as a feature too */
-    if (st->used == LSTMD_MAX_COLUMNS) {
-      lstmd_errorf("too many feature columns (at most %d)", LSTMD_MAX_COLUMNS - 1);
-      return LSTMD_EINVAL;
-    }
-    if (strlen(name) >= LSTMD_MAX_NAME_BYTES) {
-      lstmd_errorf("column name '%s' is longer than %d bytes", name, LSTMD_MAX_NAME_BYTES - 1);
-      return LSTMD_EINVAL;
-    }
-    st->want[st->used++] = name;
+/* One column name from the command line (--target, or an item of --features) into out: without
+ * the spaces and TABs around it, as libcsv gives an unquoted header cell, so `--features 'temp_c,
+ * humidity'` names the columns of a header "temp_c, humidity". Empty or too long: refused naming
+ * the option and its whole value. */
+static int take_name(const char *option, const char *value, const char *item, size_t len,
+                     char out[LSTMD_MAX_NAME_BYTES]) {
+  const char *name;
+  len = lstmd_csv_trim(item, len, &name);
+  if (len == 0 || len >= LSTMD_MAX_NAME_BYTES) {
+    lstmd_errorf("%s '%s': %s", option, value,
+                 len ? "a column name longer than 63 bytes" : "an empty column name");
+    return LSTMD_EINVAL;
   }
+  memcpy(out, name, len);
+  out[len] = '\0';
   return LSTMD_OK;
 }
 
-int lstmd_csv_parse_file(struct lstmd_csv_pos *pos, void (*on_field)(void *, size_t, void *),
-                         void (*on_record)(int, void *), void *ctx) {
-  FILE *f = fopen(pos->input, "r");
-  if (!f) {
-    lstmd_errorf("%s: cannot open input: %s", pos->input, strerror(errno));
-    return LSTMD_EIO;
+/* The model's input columns: the target, then each of the comma-separated `features` (NULL or
+ * blank: none), into info->names with st->want pointing at them. A feature that is the target,
+ * or one listed twice, is one input column all the same: the README has the inputs as the target
+ * followed by the features, so the target is there already; a warning says it was not added
+ * again (the data are what was asked for, the column count is not what the list suggests). */
+static int parse_names(struct csv_state *st, struct lstmd_dataset_info *info, const char *target,
+                       const char *features) {
+  LSTMD_TRY(take_name("--target", target, target, strlen(target), info->names[0]));
+  st->want[0] = info->names[0];
+  st->used = 1;
+  const char *blank;
+  if (!features || lstmd_csv_trim(features, strlen(features), &blank) == 0) return LSTMD_OK;
+  for (const char *item = features;;) {
+    const char *comma = strchr(item, ',');
+    const size_t len = comma ? (size_t)(comma - item) : strlen(item);
+    char name[LSTMD_MAX_NAME_BYTES];
+    LSTMD_TRY(take_name("--features", features, item, len, name));
+    int u = 0;
+    while (u < st->used && strcmp(st->want[u], name) != 0) u++;
+    if (u == 0)
+      fprintf(stderr, "lstmd: warning: --features names '%s', the --target: the target is always "
+              "the model's first input, so it is not added again\n", name);
+    else if (u < st->used)
+      fprintf(stderr, "lstmd: warning: --features names '%s' twice: it is one input column\n",
+              name);
+    else if (st->used == LSTMD_MAX_COLUMNS) {
+      lstmd_errorf("--features: too many columns (at most %d)", LSTMD_MAX_COLUMNS - 1);
+      return LSTMD_EINVAL;
+    } else {
+      memcpy(info->names[st->used], name, sizeof name);
+      st->want[st->used] = info->names[st->used];
+      st->used++;
+    }
+    if (!comma) return LSTMD_OK;
+    item = comma + 1;
   }
-  struct csv_parser p;
-  if (csv_init(&p, CSV_STRICT | CSV_STRICT_FINI | CSV_APPEND_NULL) != 0) {
-    fclose(f);
-    return LSTMD_ENOMEM;
+}
+
+/* What the seasonal-naive baseline needs (series_tf.c: y[t+k] = y[t+k−P·⌈k/P⌉], y[t] where that
+ * row is before the split's first row): a row and the row P−k before it in one split. A season
+ * of at least the training split's rows has no such pair in any window of it: refused. One of at
+ * least the validation split's rows has none where evaluations score (eval, the eval lines,
+ * metrics.jsonl): mse_seasonal would be mse_persistence; a warning, as prepare's other split
+ * warnings, since predict --baselines reads whole input files. */
+static int check_season(const char *input, int season, size_t rows, size_t train_rows,
+                        size_t val_rows) {
+  if (season > 0 && (size_t)season >= train_rows) {
+    lstmd_errorf("%s: --season %d is not shorter than the training split (%zu of %zu rows): no "
+                 "window holds a row and the row a season before it, so the seasonal-naive "
+                 "forecast would be persistence everywhere (--season is rows per cycle: 24 for "
+                 "hourly rows with a daily cycle)", input, season, train_rows, rows);
+    return LSTMD_EINVAL;
   }
-  char *line = NULL;
-  size_t cap = 0;
-  ssize_t n;
-  while (!pos->failed && (n = getline(&line, &cap, f)) > 0) {
-    pos->line++;
-    if (csv_parse(&p, line, (size_t)n, on_field, on_record, ctx) != (size_t)n)
-      lstmd_csv_fail(pos, "malformed CSV: %s", csv_strerror(csv_error(&p)));
+  if (season > 0 && val_rows > 0 && (size_t)season >= val_rows) {
+    const double f = ceil(1000.0 * (double)(season + 1) / (double)rows) / 1000.0; /* P + 1 rows */
+    char fix[64] = "more rows";
+    if (f <= 0.5) snprintf(fix, sizeof fix, "a --val-fraction of at least %.3f", f);
+    fprintf(stderr, "lstmd: warning: --season %d is not shorter than the validation split (%zu "
+            "rows): evaluations' seasonal-naive forecast would equal persistence at every step; "
+            "one cycle there needs %s\n", season, val_rows, fix);
   }
-  /* no line++: what fini completes is the last line's record (a file without a final newline) */
-  if (!pos->failed && csv_fini(&p, on_field, on_record, ctx) != 0)
-    lstmd_csv_fail(pos, "malformed CSV at end of file: %s", csv_strerror(csv_error(&p)));
-  csv_free(&p);
-  free(line);
-  int read_error = ferror(f);
-  fclose(f);
-  if (read_error) {
-    lstmd_errorf("%s: read failed", pos->input);
-    return LSTMD_EIO;
-  }
-  return pos->failed ? LSTMD_EFORMAT : LSTMD_OK;
+  return LSTMD_OK;
 }
 
 static int parse_csv(struct csv_state *st) {
@@ -255,11 +257,9 @@ int lstmd_csv_read_columns(const char *path, const char *const *names, int n, fl
 
 int lstmd_prepare_series(const char *input, const char *out_dir, const char *target,
                          const char *features, int horizon, double val_fraction, int season) {
-  struct csv_state st = {.pos = {.input = input}, .used = 1, .want = {target}};
-  char *list = features ? strdup(features) : NULL;
-  int rc = strlen(target) >= LSTMD_MAX_NAME_BYTES ? LSTMD_EINVAL : LSTMD_OK;
-  if (rc) lstmd_errorf("target column name is longer than %d bytes", LSTMD_MAX_NAME_BYTES - 1);
-  if (!rc) rc = parse_feature_list(&st, list);
+  struct csv_state st = {.pos = {.input = input}};
+  struct lstmd_dataset_info *info = calloc(1, sizeof *info);
+  int rc = info ? parse_names(&st, info, target, features) : LSTMD_ENOMEM;
   if (!rc) rc = parse_csv(&st);
   size_t val_rows = (size_t)(val_fraction * (double)st.rows), train_rows = st.rows - val_rows;
   if (!rc && train_rows < (size_t)horizon + 2) {
@@ -267,25 +267,22 @@ int lstmd_prepare_series(const char *input, const char *out_dir, const char *tar
                  st.rows, train_rows, horizon + 2);
     rc = LSTMD_EFORMAT;
   }
-  struct lstmd_dataset_info *info = calloc(1, sizeof *info);
-  if (!rc && !info) rc = LSTMD_ENOMEM;
+  if (!rc) rc = check_season(input, season, st.rows, train_rows, val_rows);
   if (!rc) {
     info->kind = LSTMD_DATASET_SERIES;
-    info->width = st.used;
+    info->width = st.used; /* info->names: parse_names */
     info->horizon = horizon;
     info->season = season;
-    for (int u = 0; u < st.used; u++) snprintf(info->names[u], LSTMD_MAX_NAME_BYTES, "%s", st.want[u]);
     column_stats(st.values, train_rows, st.used, info);
     rc = write_splits(out_dir, info, st.values, train_rows, val_rows);
   }
   if (!rc)
     fprintf(stderr, "lstmd: prepared series %s: %zu rows × %d columns (target '%s'), horizon %d, "
-            "season %d, train %zu, val %zu -> %s\n", input, st.rows, st.used, target, horizon,
-            season, train_rows, val_rows, out_dir);
+            "season %d, train %zu, val %zu -> %s\n", input, st.rows, st.used, info->names[0],
+            horizon, season, train_rows, val_rows, out_dir);
   if (!rc) lstmd_prepare_warn_short(out_dir, "rows", train_rows, val_rows, horizon);
   free_header(&st);
   free(st.values);
-  free(list);
   free(info);
   return rc;
 }
