@@ -285,10 +285,53 @@ static const char *strip_inline_comment(const char *value, char *buf, size_t n) 
   return buf;
 }
 
+/* A value in double quotes keeps what inih would trim or cut (spaces at either end, a ' #' or
+ * ' ;'), with the escapes \n, \t, \" and \\ (a sample prime of "The " or "\n"); after the
+ * closing quote only spaces and a comment may follow. NULL with *err set when malformed. */
+static const char *unquote(const char *raw, char *buf, size_t n, const char **err) {
+  size_t len = 0;
+  const char *p = raw + 1;
+  for (; *p && *p != '"'; p++) {
+    char ch = *p;
+    if (ch == '\\') {
+      const char next = *++p;
+      ch = next == 'n' ? '\n' : next == 't' ? '\t' : next == '"' || next == '\\' ? next : 0;
+      if (!ch) {
+        *err = "a quoted value has an escape other than \\n, \\t, \\\" or \\\\";
+        return NULL;
+      }
+    }
+    if (len + 1 >= n) {
+      *err = "a quoted value is too long";
+      return NULL;
+    }
+    buf[len++] = ch;
+  }
+  buf[len] = '\0';
+  if (*p != '"') {
+    *err = "a quoted value has no closing '\"'";
+    return NULL;
+  }
+  for (p++; *p == ' ' || *p == '\t'; p++) {
+  }
+  if (*p && *p != '#' && *p != ';') {
+    *err = "text after a quoted value's closing '\"' (only a comment may follow)";
+    return NULL;
+  }
+  return buf;
+}
+
 static int on_ini_pair(void *user, const char *section, const char *name, const char *raw) {
   struct ini_ctx *ctx = user;
   char err[384], value_buf[1100], dotted[192];
-  const char *value = strip_inline_comment(raw, value_buf, sizeof value_buf);
+  const char *why = NULL;
+  const char *value = raw[0] == '"' ? unquote(raw, value_buf, sizeof value_buf, &why)
+                                    : strip_inline_comment(raw, value_buf, sizeof value_buf);
+  if (!value) {
+    if (!ctx->first_error[0])
+      snprintf(ctx->first_error, sizeof ctx->first_error, "%s.%s: %s", section, name, why);
+    return 0;
+  }
   if (!section[0]) { /* inih hands keys before the first [section] over with an empty one */
     const char *home = NULL; /* the section that has a key of that name, if one does */
     for (int i = 0; i < kKeyCount && !home; i++)

@@ -168,11 +168,28 @@ printf 'a\tabab\nb\tbaba\na\taab\nb\tbba\n' > "$TMP/clf.tsv"
     --set train.run_dir="$TMP/clf-run" >/dev/null 2>&1 || bad "a classifier to refuse as a teacher"
 refused distill.teacher "it is a classifier (model.kind classify), the dataset is text" \
   --set distill.teacher="$TMP/clf-run/latest.safetensors"
+# an int8 model as the teacher: the loader's reason printed once, with the key in front
+"$LSTMD" quantize --checkpoint "$T" --out "$TMP/teacher.int8.safetensors" >/dev/null 2>&1 ||
+  bad "quantize the teacher"
+refused distill.teacher "an int8 model made by" --set distill.teacher="$TMP/teacher.int8.safetensors"
+n_int8=$(grep -c "an int8 model made by" "$TMP/refused$n_refused/log")
+[[ $n_int8 -eq 1 ]] && ok "an int8 teacher's reason printed once" ||
+  bad "an int8 teacher's reason printed $n_int8 times, want 1"
 refused prune.target_sparsity model.stages "${prune[@]}" --set model.stages=2
 refused prune.tensors bias "${prune[@]}" --set prune.tensors=head.weight,lstm.bias_ih_l0
 refused prune.end_step begin_step "${prune[@]}" --set prune.end_step=2
 refused prune.tensors "a layer-norm gain" "${prune[@]}" --set model.layer_norm=true \
   --set prune.tensors=lstm.weight_hh_l0,lstm.ln_c_weight_l0
+
+# prune.end_step past train.steps: a warning saying where the last mask update leaves the
+# sparsity, which the run's own prune line confirms
+run p-short "$LSTMD" train "${base[@]}" "${prune[@]}" --set prune.end_step=20 ||
+  bad "pruned run with end_step past steps: $(tail -2 "$TMP/p-short/log")"
+warned=$(sed -n 's/^lstmd: warning: prune.end_step 20 is past train.steps 8: the last mask update, after step \([0-9]*\), leaves sparsity \([0-9.]*\), not.*/\1 \2/p' "$TMP/p-short/log")
+logged=$(sed -n 's/^lstmd: prune step \([0-9]*\): target sparsity \([0-9.]*\),.*/\1 \2/p' "$TMP/p-short/log" | tail -1)
+if [[ -n $warned && $warned == "$logged" ]]; then
+  ok "prune.end_step past train.steps: warned '$warned', the last update logged '$logged'"
+else bad "prune.end_step past train.steps: warned '$warned', last update logged '$logged'"; fi
 
 # ---- through the daemon ----
 S=$TMP/serve

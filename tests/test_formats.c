@@ -235,6 +235,21 @@ static void test_config(void) {
   write_bytes(path_in("ok.ini"), ini, strlen(ini));
   check_true("ini file", lstmd_config_load_ini(&c, path_in("ok.ini")) == 0 && c.seq_len == 64 &&
                              c.steps == 5 && !strcmp(c.data_path, "/x"));
+  /* quoted values keep their spaces and a ' #', with \n, \t, \" and \\ escapes */
+  const char *quoted = "[train]\nsample_prime = \"def \"  # a comment\n[distill]\nteacher = "
+                       "\"a #b\\n\\t\\\"\\\\\"\n";
+  write_bytes(path_in("quoted.ini"), quoted, strlen(quoted));
+  check_true("ini quoted values", lstmd_config_load_ini(&c, path_in("quoted.ini")) == 0 &&
+                                      !strcmp(c.sample_prime, "def ") &&
+                                      !strcmp(c.distill_teacher, "a #b\n\t\"\\"));
+  static const char *const kBadQuotes[] = {"[train]\nsample_prime = \"open\n",
+                                          "[train]\nsample_prime = \"a\" b\n",
+                                          "[train]\nsample_prime = \"\\q\"\n"};
+  for (int i = 0; i < 3; i++) {
+    write_bytes(path_in("badq.ini"), kBadQuotes[i], strlen(kBadQuotes[i]));
+    check_true("ini malformed quoted value rejected", lstmd_config_load_ini(&c, path_in("badq.ini")) != 0);
+  }
+  memset(c.distill_teacher, 0, sizeof c.distill_teacher); /* bytes past the NUL too: memcmp below */
   const char *bad = "[data]\nseq_len = 64\n[model]\nwidth = 3\n";
   write_bytes(path_in("bad.ini"), bad, strlen(bad));
   check_true("ini unknown key rejected", lstmd_config_load_ini(&c, path_in("bad.ini")) != 0);

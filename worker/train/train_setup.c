@@ -22,6 +22,7 @@
 #include "trainer_run.h"
 #include "val_watch.h"
 #include "worker/model/infer.h"
+#include "worker/model/prune.h"
 
 static char *dataset_identity(const struct run *r) {
   char *s;
@@ -76,12 +77,22 @@ static int load_teacher(struct run *r) {
   const char *path = r->cfg->distill_teacher;
   struct lstmd_data_meta meta;
   lstmd_last_error_clear();
+  /* The loader's last message names the file and the fault: it is printed once, with the key in
+   * front (and so is what a daemon job's reason shows); its earlier lines as they were. */
+  char held[2048];
+  lstmd_errors_capture(held, sizeof held);
   const int loaded = lstmd_checkpoint_load_model(path, &r->teacher, &meta);
-  if (loaded) { /* the loader's message names the file and the fault; repeat it with the key, the
-                 * last message being what a daemon job's reason shows */
-    char why[768];
-    lstmd_last_error(why, sizeof why);
-    lstmd_errorf("distill.teacher: %s", why[0] ? why : path);
+  lstmd_errors_capture(NULL, 0);
+  char said[768];
+  lstmd_last_error(said, sizeof said);
+  size_t before = strlen(held);
+  if (loaded && before && held[before - 1] == '\n') { /* the last line is `said` */
+    const char *nl = memrchr(held, '\n', before - 1);
+    before = nl ? (size_t)(nl - held) + 1 : 0;
+  }
+  fwrite(held, 1, before, stderr);
+  if (loaded) {
+    lstmd_errorf("distill.teacher: %s", said[0] ? said : path);
     return loaded;
   }
   const struct lstmd_dataset_info *t = &meta.info, *d = &r->train.info;
@@ -119,8 +130,8 @@ static int load_teacher(struct run *r) {
              lstmd_series_target_name(r->train.tf.target),
              lstmd_window_norm_name(r->train.tf.window_norm));
   if (!why[0]) return LSTMD_OK;
-  lstmd_errorf("distill.teacher: %s: %s; the teacher must share the student's vocabulary or "
-               "series inputs", path, why);
+  lstmd_errorf("distill.teacher: %s: %s; the teacher must share the student's vocabulary, or "
+               "its series inputs, normalisation, target and window normalisation", path, why);
   return LSTMD_ECONFIG;
 }
 
@@ -210,6 +221,22 @@ static int build(struct run *r) {
   /* Keys that are valid but change nothing here: said once, so a typo'd plan is noticed. */
   if (r->rank == 0 && cfg->prune.tensors[0] && cfg->prune.target_sparsity <= 0.0f)
     lstmd_errorf("warning: prune.tensors is set but prune.target_sparsity is 0: no pruning");
+  if (r->rank == 0 && cfg->prune.target_sparsity > 0.0f && cfg->prune.end_step > cfg->steps) {
+    /* the schedule's ramp ends after the run: say where the last mask update leaves it */
+    const struct lstmd_prune_config *pc = &cfg->prune;
+    long last = cfg->steps < pc->begin_step ? 0 /* none */
+                : pc->begin_step + (cfg->steps - pc->begin_step) / pc->frequency * pc->frequency;
+    if (last >= 1 && !lstmd_prune_due(pc, last)) last = 0;
+    if (last < 1)
+      lstmd_errorf("warning: prune.end_step %ld is past train.steps %ld, and no mask update falls "
+                   "within the run: nothing is pruned (raise train.steps or lower prune.end_step "
+                   "and prune.begin_step)", cfg->prune.end_step, cfg->steps);
+    else
+      lstmd_errorf("warning: prune.end_step %ld is past train.steps %ld: the last mask update, "
+                   "after step %ld, leaves sparsity %.4f, not prune.target_sparsity %.4g (raise "
+                   "train.steps or lower prune.end_step)", cfg->prune.end_step, cfg->steps, last,
+                   lstmd_prune_sparsity_at(&cfg->prune, last), cfg->prune.target_sparsity);
+  }
   if (r->rank == 0 && cfg->dropout > 0.0f && cfg->layers == 1)
     lstmd_errorf("warning: model.dropout acts between LSTM layers; with model.layers = 1 it "
                  "changes nothing");
