@@ -659,6 +659,16 @@ done
 cases=$((cases + 1))
 cmp -s "$DATA/seattle-temps.csv" "$TMP/same.csv" && [[ -L $TMP/same-link.csv ]] ||
   fail "predict: --out the --input" "the input file was changed"
+# ... and quantize/export onnx with --out naming the --checkpoint
+cp "$CKPT" "$TMP/same.safetensors"
+for cmd in quantize "export onnx"; do
+  # shellcheck disable=SC2086
+  check "$cmd: --out is the --checkpoint" --file "$TMP/same.safetensors" \
+    --has "--out '$TMP/./same.safetensors' is the --checkpoint file" -- \
+    "$LSTMD" $cmd --checkpoint "$TMP/same.safetensors" --out "$TMP/./same.safetensors"
+done
+cases=$((cases + 1))
+cmp -s "$CKPT" "$TMP/same.safetensors" || fail "quantize/export: --out the --checkpoint" "the checkpoint was changed"
 
 # ---------------------------------------------------------------- usage
 # Every subcommand's --help and -h: its usage on stdout, exit 0 (the subcommands are read from
