@@ -129,6 +129,11 @@ static int read_lines(const char *path, const struct lstmd_data_meta *meta, stru
     lineno++;
     if (buf[len - 1] == '\n') len--;
     if (len > 0 && buf[len - 1] == '\r') len--;
+    const size_t bom = lineno == 1 ? lstmd_utf8_bom_len(buf, (size_t)len) : 0;
+    if (bom) {
+      memmove(buf, buf + bom, (size_t)len - bom);
+      len -= (ssize_t)bom;
+    }
     if (len == 0 || len > LSTMD_MAX_SEQ_BYTES) {
       lstmd_errorf("%s:%ld: %s", path, lineno, len ? "longer than 4096 bytes" : "empty line");
       rc = LSTMD_EFORMAT;

@@ -4,7 +4,8 @@
 #     an independent Python decoder checks the header (kind, dtype, width = longest text, classes,
 #     header CRC-32C), the labels in ascending byte order, the byte vocabulary, and that the
 #     records of both splits hold exactly the input's (label, text) pairs, zero-padded;
-#  2. the same file twice gives the same bytes (the shuffle has a fixed seed);
+#  2. the same file twice gives the same bytes (the shuffle has a fixed seed), and so does the
+#     file with a UTF-8 byte order mark in front;
 #  3. bad lines exit 2 naming FILE:LINE and leave no output folder; a record whose label id is
 #     out of range (payload CRC recomputed) is refused by the reader's verify;
 #  4. model.bidirectional and model.pool on a text LM or a forecasting series exit 2 naming them
@@ -24,6 +25,9 @@ printf 'fr\tbonjour\nen\thello\r\nde\thallo Welt\nen\tworld\nde\tKatze\nfr\tchat
 grep -q "12 sequences, 4 classes" log || fail "summary line: $(cat log)"
 "$LSTMD" prepare classify --input in.tsv --out d2 --val-fraction 0.25 2>/dev/null
 cmp -s d/train.bin d2/train.bin && cmp -s d/val.bin d2/val.bin || fail "two runs differ"
+printf '\xef\xbb\xbf' | cat - in.tsv > bom.tsv # a UTF-8 byte order mark: skipped, same dataset
+"$LSTMD" prepare classify --input bom.tsv --out d3 --val-fraction 0.25 2>/dev/null
+cmp -s d/train.bin d3/train.bin && cmp -s d/val.bin d3/val.bin || fail "a byte order mark changed the dataset"
 
 python3 - in.tsv d <<'PY' || FAIL=1
 import struct, sys

@@ -82,6 +82,10 @@ if "$LSTMD" classify --checkpoint run/latest.safetensors --input q.txt > q.out 2
    awk -F'\t' 'NF != 2 || $2 < 0.5 || $2 > 1 { exit 1 }' q.out; then
   ok "classify: $(tr '\t\n' ': ' < q.out)"
 else bad "classify: $(cat q.out err)"; fi
+printf '\xef\xbb\xbf' | cat - q.txt > qbom.txt # a UTF-8 byte order mark: skipped, same output
+if "$LSTMD" classify --checkpoint run/latest.safetensors --input qbom.txt > qbom.out 2>err &&
+   cmp -s q.out qbom.out; then ok "classify: a byte order mark in front changes nothing"
+else bad "classify with a byte order mark: $(cat qbom.out err | head -3)"; fi
 printf 'aeiou\nae!\n' > q2.txt
 "$LSTMD" classify --checkpoint run/latest.safetensors --input q2.txt > /dev/null 2> err; rc=$?
 [[ $rc == 2 ]] && grep -q "q2.txt:2: byte 0x21 at column 3 never occurs" err && ok "unknown byte: $(cat err)" \

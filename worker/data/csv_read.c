@@ -15,7 +15,6 @@
 #include "kernels/status.h"
 #include "prepare.h"
 
-static const char kBom[3] = {'\xef', '\xbb', '\xbf'};
 
 void lstmd_csv_fail(struct lstmd_csv_pos *pos, const char *fmt, ...) {
   if (!pos->failed) {
@@ -132,7 +131,7 @@ int lstmd_csv_parse_file(struct lstmd_csv_pos *pos, void (*on_field)(void *, siz
      * parser it is three bytes of an unquoted first field, so a quoted first header cell behind
      * it ("\xef\xbb\xbf\"timestamp\"") is a quote inside an unquoted field, refused in strict
      * mode, and an unquoted one would keep the mark in its name. */
-    size_t skip = pos->line == 1 && n >= 3 && !memcmp(line, kBom, 3) ? 3 : 0;
+    size_t skip = pos->line == 1 ? lstmd_utf8_bom_len(line, (size_t)n) : 0;
     const size_t len = (size_t)n - skip;
     const size_t took = csv_parse(&p, line + skip, len, relay_field, relay_record, &r);
     if (took != len && !pos->failed) parse_error(pos, &p, line + skip, len, took, skip);

@@ -9,6 +9,14 @@
 
 #include "dataset.h"
 
+/* 3 when p (n bytes) starts with a UTF-8 byte order mark (what Excel and Notepad write in front
+ * of "UTF-8" text files), else 0: the readers skip it on a file's first line, where it would
+ * otherwise become part of the first cell, label or sequence. */
+static inline size_t lstmd_utf8_bom_len(const char *p, size_t n) {
+  return n >= 3 && (unsigned char)p[0] == 0xef && (unsigned char)p[1] == 0xbb &&
+                 (unsigned char)p[2] == 0xbf ? 3 : 0;
+}
+
 /* Byte-level text: the vocabulary is the set of byte values present, ascending; the last
  * floor(val_fraction × size) bytes are the validation split. Writes DIR/train.bin and
  * DIR/val.bin atomically. Returns 0 or a negative status after printing a message naming the

@@ -122,7 +122,8 @@ static int read_tsv(struct tsv_state *st) {
     lineno++;
     if (line[n - 1] == '\n') n--;
     if (n > 0 && line[n - 1] == '\r') n--;
-    rc = add_line(st, lineno, line, (size_t)n);
+    const size_t bom = lineno == 1 ? lstmd_utf8_bom_len(line, (size_t)n) : 0;
+    rc = add_line(st, lineno, line + bom, (size_t)n - bom);
   }
   int read_error = ferror(f);
   free(line);
