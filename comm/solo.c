@@ -29,6 +29,7 @@
 #include <math.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -46,24 +47,51 @@ struct beat {
 /* The root's beating thread. */
 struct beater {
   struct lstmd_comm *c;
-  double period_s;
-  struct beat msg; /* constant while the thread runs: the buffer of every send */
+  double period_s, timeout_s;
+  const char *what;
+  struct beat msg, last;     /* the buffers of every send: they outlive the requests */
+  MPI_Request *req, *req_last; /* per rank: its beat / last beat in flight, or MPI_REQUEST_NULL */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int stop, status;
 };
 
-/* One beat to every other rank; waits for the sends (small: buffered at once, even by a
- * receiver that is stopped, so this does not block on one). */
-static int send_beats(struct lstmd_comm *c, const struct beat *msg) {
+/* One beat to every other rank whose previous one has gone out. A rank that is stopped takes
+ * none, and is sent no more: its buffers filling must not hold up the others' beats. */
+static int send_beats(struct beater *b) {
+  struct lstmd_comm *c = b->c;
   for (int r = 0; r < c->size; r++) {
     if (r == c->rank) continue;
-    MPI_Request q;
-    LSTMD_CHECK_MPI(MPI_Isend(msg, (int)sizeof *msg, MPI_BYTE, r, kBeatTag, c->world, &q));
-    for (;;) {
-      int done = 0;
-      LSTMD_CHECK_MPI(MPI_Test(&q, &done, MPI_STATUS_IGNORE));
+    int done = 1;
+    if (b->req[r] != MPI_REQUEST_NULL) LSTMD_CHECK_MPI(MPI_Test(&b->req[r], &done, MPI_STATUS_IGNORE));
+    if (done)
+      LSTMD_CHECK_MPI(MPI_Isend(&b->msg, (int)sizeof b->msg, MPI_BYTE, r, kBeatTag, c->world, &b->req[r]));
+  }
+  return LSTMD_OK;
+}
+
+/* The last beat to every other rank, and every beat in flight finished: bounded by timeout_s
+ * (a rank that takes none that long is stopped or hung: the job ends naming it, as a wait does). */
+static int send_last(struct beater *b) {
+  struct lstmd_comm *c = b->c;
+  for (int r = 0; r < c->size; r++)
+    if (r != c->rank)
+      LSTMD_CHECK_MPI(MPI_Isend(&b->last, (int)sizeof b->last, MPI_BYTE, r, kBeatTag, c->world,
+                                &b->req_last[r]));
+  const double began = lstmd_now_s();
+  for (int r = 0; r < c->size; r++) {
+    for (int done = 0;;) {
+      LSTMD_CHECK_MPI(MPI_Test(&b->req[r], &done, MPI_STATUS_IGNORE));
+      if (done) LSTMD_CHECK_MPI(MPI_Test(&b->req_last[r], &done, MPI_STATUS_IGNORE));
       if (done) break;
+      if (b->timeout_s > 0 && lstmd_now_s() - began > b->timeout_s) {
+        char stuck[512];
+        lstmd_errorf("rank %d (%s): %s: rank %d took no heartbeat for %.1f s (train.comm_timeout_s "
+                     "%g s): it may be stopped or hung%s; ending the job", c->world_rank, c->host,
+                     b->what, r, lstmd_now_s() - began, b->timeout_s,
+                     lstmd_peers_describe_stuck(stuck, sizeof stuck));
+        lstmd_comm_abort(c, 1);
+      }
       lstmd_sleep_us(100);
     }
   }
@@ -75,7 +103,7 @@ static void *beat_loop(void *arg) {
   pthread_mutex_lock(&b->mu);
   while (!b->stop) {
     pthread_mutex_unlock(&b->mu);
-    const int rc = send_beats(b->c, &b->msg);
+    const int rc = send_beats(b);
     pthread_mutex_lock(&b->mu);
     if (rc) {
       b->status = rc;
@@ -89,13 +117,26 @@ static void *beat_loop(void *arg) {
   return NULL;
 }
 
-/* The root: work while beating, then the last beat. Returns work's status (or its own failure). */
+/* The root: work while beating, then the last beat. Returns work's status (or its own failure:
+ * LSTMD_ENOMEM without a beating thread, voted like any other, so that no waiting rank times out
+ * on a root that is only slow; LSTMD_ECOMM when a send failed, which ends the job). */
 static int root_work(struct lstmd_comm *c, int64_t epoch, double timeout_s, const char *what,
                      int my_status, int (*work)(void *), void *ctx) {
-  struct beater b = {.c = c, .msg = {epoch, 0}};
+  struct beater b = {.c = c, .timeout_s = timeout_s, .what = what, .msg = {epoch, 0},
+                     .last = {epoch, 1}};
   /* a quarter of the waiters' bound, so a beat or two may be late without ending the job; at
    * most a second (the messages are 16 bytes) */
   b.period_s = timeout_s > 0 ? fmin(timeout_s / 4, 1.0) : 1.0;
+  b.req = malloc(2 * (size_t)c->size * sizeof *b.req);
+  if (!b.req) { /* the last beats must still go: one at a time, from here */
+    lstmd_errorf("rank %d: out of memory for %s's heartbeats", c->rank, what);
+    for (int r = 0; r < c->size; r++)
+      if (r != c->rank)
+        LSTMD_CHECK_MPI(MPI_Send(&b.last, (int)sizeof b.last, MPI_BYTE, r, kBeatTag, c->world));
+    return LSTMD_ENOMEM;
+  }
+  b.req_last = b.req + c->size;
+  for (int r = 0; r < 2 * c->size; r++) b.req[r] = MPI_REQUEST_NULL;
   pthread_mutex_init(&b.mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -103,12 +144,13 @@ static int root_work(struct lstmd_comm *c, int64_t epoch, double timeout_s, cons
   pthread_cond_init(&b.cv, &ca);
   pthread_condattr_destroy(&ca);
   pthread_t t;
-  /* without the thread the work still runs: only a frozen root then goes unnoticed */
-  const int beating = my_status == LSTMD_OK && pthread_create(&t, NULL, beat_loop, &b) == 0;
-  if (my_status == LSTMD_OK && !beating)
-    lstmd_errorf("rank %d: no heartbeat thread for %s: the others' wait is bounded by %g s of it",
-                 c->rank, what, timeout_s);
-  int rc = my_status ? my_status : work(ctx);
+  int rc = my_status;
+  const int beating = !rc && pthread_create(&t, NULL, beat_loop, &b) == 0;
+  if (!rc && !beating) {
+    lstmd_errorf("rank %d: no heartbeat thread for %s (out of threads)", c->rank, what);
+    rc = LSTMD_ENOMEM;
+  }
+  if (!rc) rc = work(ctx);
   if (beating) {
     pthread_mutex_lock(&b.mu);
     b.stop = 1;
@@ -118,9 +160,9 @@ static int root_work(struct lstmd_comm *c, int64_t epoch, double timeout_s, cons
   }
   pthread_cond_destroy(&b.cv);
   pthread_mutex_destroy(&b.mu);
-  const struct beat last = {epoch, 1};
-  const int sent = send_beats(c, &last);
-  if (sent) return sent; /* LSTMD_ECOMM: the others may wait in vain; the caller ends the job */
+  const int sent = send_last(&b);
+  free(b.req);
+  if (sent) return sent;
   if (beating && b.status) return b.status;
   return rc;
 }

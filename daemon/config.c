@@ -531,11 +531,37 @@ int lstmd_config_validate(const struct lstmd_train_config *c) {
   return rc;
 }
 
+/* A text value as an INI file would need it: in quotes with escapes (unquote's) when it has
+ * spaces at either end, a control character, a quote, a backslash, a ' #' or ' ;', else bare. */
+static void print_text(FILE *out, const char *v) {
+  const size_t n = strlen(v);
+  int quote = n && (v[0] == ' ' || v[n - 1] == ' ' || v[0] == '"');
+  for (size_t i = 0; i < n && !quote; i++)
+    quote = (unsigned char)v[i] < 32 || v[i] == '\\' || v[i] == '"' ||
+            ((v[i] == '#' || v[i] == ';') && i && (v[i - 1] == ' ' || v[i - 1] == '\t'));
+  if (!quote) {
+    fputs(v, out);
+    return;
+  }
+  fputc('"', out);
+  for (size_t i = 0; i < n; i++) {
+    const char ch = v[i];
+    if (ch == '\n') fputs("\\n", out);
+    else if (ch == '\t') fputs("\\t", out);
+    else if (ch == '"' || ch == '\\') fprintf(out, "\\%c", ch);
+    else fputc(ch, out);
+  }
+  fputc('"', out);
+}
+
 void lstmd_config_print(const struct lstmd_train_config *c, FILE *out) {
   char buf[1100];
   for (int i = 0; i < kKeyCount; i++) {
     format_value(c, &kKeys[i], buf, sizeof buf);
-    fprintf(out, "  %s.%s = %s\n", kKeys[i].section, kKeys[i].key, buf);
+    fprintf(out, "  %s.%s = ", kKeys[i].section, kKeys[i].key);
+    if (kKeys[i].type == CFG_STRING) print_text(out, buf);
+    else fputs(buf, out);
+    fputc('\n', out);
   }
 }
 

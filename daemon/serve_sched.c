@@ -70,7 +70,7 @@ struct lstmd_sched {
 };
 
 static void fatal(struct lstmd_sched *s, const char *what, int rc) {
-  lstmd_errorf("lstmd: scheduler: %s failed (%s); ending the daemon (a restart resumes every job)",
+  lstmd_errorf("scheduler: %s failed (%s); ending the daemon (a restart resumes every job)",
                what, lstmd_strerror(rc));
   lstmd_comm_abort(s->c.world, 1);
 }
@@ -246,7 +246,7 @@ static int take_reports(struct lstmd_sched *s) {
     n++;
     struct lstmd_serve_report r;
     if (bytes != sizeof r) {
-      lstmd_errorf("lstmd: scheduler: a report of %zu bytes (expected %zu); dropped", bytes, sizeof r);
+      lstmd_errorf("scheduler: a report of %zu bytes (expected %zu); dropped", bytes, sizeof r);
       free(buf);
       continue;
     }
@@ -400,7 +400,7 @@ int lstmd_sched_start(const struct lstmd_serve_comms *comms, struct lstmd_jobs *
   memcpy(s->node, node, (size_t)world * sizeof *node);
   int rc = pthread_create(&s->thread, NULL, sched_main, s);
   if (rc) {
-    lstmd_errorf("lstmd: serve: cannot start the scheduler thread: %s", strerror(rc));
+    lstmd_errorf("serve: cannot start the scheduler thread: %s", strerror(rc));
     lstmd_gate_destroy(s->gate);
     free(s->node);
     free(s->busy);

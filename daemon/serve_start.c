@@ -248,7 +248,7 @@ int lstmd_gate_poll(struct lstmd_start_gate *g, lstmd_gate_decided_fn decided, v
     if (ok) memcpy(&a, buf, sizeof a);
     free(buf);
     if (!ok || a.kind != kServeStart) { /* an exit answer comes only in lstmd_gate_farewell */
-      lstmd_errorf("lstmd: scheduler: an unexpected answer of %zu bytes from rank %d; dropped",
+      lstmd_errorf("scheduler: an unexpected answer of %zu bytes from rank %d; dropped",
                    bytes, src);
       continue;
     }

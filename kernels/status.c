@@ -12,6 +12,7 @@ static char g_label[128]; /* written once, before any thread that reads it start
 static const char *g_program = "lstmd"; /* likewise: the prefix of every message */
 static char *g_capture;                   /* lstmd_errors_capture: the lines held, or NULL */
 static size_t g_capture_len, g_capture_cap;
+static pthread_t g_capture_thread;        /* only its messages are held */
 
 const char *lstmd_strerror(int status) {
   switch (status) {
@@ -39,14 +40,17 @@ void lstmd_verrorf(const char *fmt, va_list ap) {
   char msg[sizeof g_last];
   vsnprintf(msg, sizeof msg, fmt, ap);
   pthread_mutex_lock(&g_last_mu);
-  if (g_capture) { /* held whole lines only; what does not fit is dropped, and says so */
+  /* Held whole lines only, and only the capturing thread's (a daemon's server and scheduler
+   * threads print as ever); a line that does not fit goes to stderr at once. */
+  int held = 0;
+  if (g_capture && pthread_equal(pthread_self(), g_capture_thread)) {
     const int n = snprintf(g_capture + g_capture_len, g_capture_cap - g_capture_len, "%s: %s\n",
                            g_program, msg);
-    if (n >= 0 && (size_t)n < g_capture_cap - g_capture_len) g_capture_len += (size_t)n;
+    held = n >= 0 && (size_t)n < g_capture_cap - g_capture_len;
+    if (held) g_capture_len += (size_t)n;
     else g_capture[g_capture_len] = '\0';
-  } else {
-    fprintf(stderr, "%s: %s\n", g_program, msg);
   }
+  if (!held) fprintf(stderr, "%s: %s\n", g_program, msg);
   memcpy(g_last, msg, sizeof g_last);
   pthread_mutex_unlock(&g_last_mu);
 }
@@ -69,6 +73,7 @@ void lstmd_set_program_name(const char *name) { g_program = name; }
 void lstmd_errors_capture(char *buf, size_t n) {
   pthread_mutex_lock(&g_last_mu);
   g_capture = n ? buf : NULL;
+  g_capture_thread = pthread_self();
   g_capture_cap = n;
   g_capture_len = 0;
   if (g_capture) g_capture[0] = '\0';

@@ -51,10 +51,11 @@ void lstmd_verrorf(const char *fmt, va_list ap);
  * reports such as the reason a daemon job failed. */
 void lstmd_last_error(char *buf, size_t n);
 void lstmd_last_error_clear(void);
-/* From now on lstmd_errorf writes its lines ("lstmd: ...\n") into buf (n bytes, kept
- * NUL-terminated; a line that does not fit is dropped) instead of stderr, until called again
- * with n = 0. For a launcher's ranks, which print one copy of the errors they share
- * (cli_train.c). */
+/* From now on lstmd_errorf, called on this thread, writes its lines ("lstmd: ...\n") into buf
+ * (n bytes, kept NUL-terminated; a line that does not fit goes to stderr) instead of stderr,
+ * until called again with n = 0; other threads print as ever. For a launcher's ranks, which
+ * print one copy of the errors they share (cli_train.c), and for a loader's message repeated
+ * with a config key (train_setup.c). */
 void lstmd_errors_capture(char *buf, size_t n);
 
 /* Who this process is in messages about failed library calls (check.h): "rank R (host)". Set

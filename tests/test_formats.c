@@ -242,6 +242,18 @@ static void test_config(void) {
   check_true("ini quoted values", lstmd_config_load_ini(&c, path_in("quoted.ini")) == 0 &&
                                       !strcmp(c.sample_prime, "def ") &&
                                       !strcmp(c.distill_teacher, "a #b\n\t\"\\"));
+  { /* and the effective-config dump writes them back in that form */
+    char *dump = NULL;
+    size_t dump_len = 0;
+    FILE *mem = open_memstream(&dump, &dump_len);
+    if (mem) lstmd_config_print(&c, mem);
+    if (mem) fclose(mem);
+    check_true("dump quotes what needs it",
+               dump && strstr(dump, "  train.sample_prime = \"def \"\n") &&
+                   strstr(dump, "  distill.teacher = \"a #b\\n\\t\\\"\\\\\"\n") &&
+                   strstr(dump, "  train.run_dir = runs/default\n"));
+    free(dump);
+  }
   static const char *const kBadQuotes[] = {"[train]\nsample_prime = \"open\n",
                                           "[train]\nsample_prime = \"a\" b\n",
                                           "[train]\nsample_prime = \"\\q\"\n"};

@@ -636,11 +636,26 @@ static int clf_evaluate(struct gpu_engine *g, const struct lstmd_dataset *ds, do
  * lstmd_engine_combine_eval_sums and are added in chunk order, so the loss does not depend on
  * the number of ranks (infer.h's lstmd_evaluate_shared, as the CPU engine does it). Inference
  * mode; the carried training state is left alone. A classifier is scored on rank 0. */
+struct clf_work {
+  struct gpu_engine *g;
+  const struct lstmd_dataset *ds;
+  double *mean_loss, *accuracy;
+  uint64_t *sequences;
+};
+static int clf_work(void *ctx) {
+  const struct clf_work *w = ctx;
+  return clf_evaluate(w->g, w->ds, w->mean_loss, w->sequences, w->accuracy);
+}
+
 static int gpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *ds, double *mean_loss,
                         uint64_t *tokens, double *accuracy) {
   struct gpu_engine *g = gpu_of(e);
-  if (e->model->shape.kind == LSTMD_MODEL_CLASSIFY)
-    return e->rank == 0 ? clf_evaluate(g, ds, mean_loss, tokens, accuracy) : LSTMD_OK;
+  if (e->model->shape.kind == LSTMD_MODEL_CLASSIFY) { /* rank 0 alone, the others waiting for it
+                                                       * as for a checkpoint write (comm.h) */
+    struct clf_work w = {g, ds, mean_loss, accuracy, tokens};
+    return lstmd_comm_solo(e->comm, 0, clf_work, &w, LSTMD_OK, NULL, e->cfg.comm_timeout_s,
+                           "rank 0's classifier evaluation");
+  }
   const int T = g->base.cfg.seq_len, B = g->base.cfg.batch;
   const uint64_t n = lstmd_window_count(ds, T), count = (n + (uint64_t)B - 1) / (uint64_t)B;
   if (n == 0 || count > INT_MAX) { /* the same on every rank: no collective below */

@@ -83,16 +83,18 @@ static int load_teacher(struct run *r) {
   lstmd_errors_capture(held, sizeof held);
   const int loaded = lstmd_checkpoint_load_model(path, &r->teacher, &meta);
   lstmd_errors_capture(NULL, 0);
-  char said[768];
-  lstmd_last_error(said, sizeof said);
   size_t before = strlen(held);
-  if (loaded && before && held[before - 1] == '\n') { /* the last line is `said` */
-    const char *nl = memrchr(held, '\n', before - 1);
+  const char *said = path; /* the last held line, past its "lstmd: " */
+  if (loaded && before && held[before - 1] == '\n') {
+    held[before - 1] = '\0';
+    const char *nl = strrchr(held, '\n');
     before = nl ? (size_t)(nl - held) + 1 : 0;
+    said = held + before;
+    if (!strncmp(said, "lstmd: ", 7)) said += 7;
   }
   fwrite(held, 1, before, stderr);
   if (loaded) {
-    lstmd_errorf("distill.teacher: %s", said[0] ? said : path);
+    lstmd_errorf("distill.teacher: %s", said);
     return loaded;
   }
   const struct lstmd_dataset_info *t = &meta.info, *d = &r->train.info;

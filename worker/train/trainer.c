@@ -158,8 +158,8 @@ static int evaluate_now(struct run *r, int *events) {
     verdict.watch = r->progress.watch;
     verdict.events = lstmd_val_watch_update(&verdict.watch, &rules, step, loss);
   }
-  /* Every rank waits here, without a bound, until rank 0 has evaluated: the next step's waits
-   * (with train.comm_timeout_s) then never include an evaluation however long it takes. */
+  /* Every rank is here once the (collective) evaluation is done: the next step's waits then
+   * never include an evaluation however long it takes. */
   if (r->world > 1 && lstmd_comm_bcast(r->comm, &verdict, sizeof verdict, 0)) return LSTMD_ECOMM;
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "evaluation", t0, lstmd_now_s(), NULL);
   if (verdict.ok == 0.0) return LSTMD_OK;
@@ -214,19 +214,12 @@ static void write_sample(struct run *r, float temperature, uint64_t seed, const 
   free(text);
 }
 
-/* Collective (the engine brings rank 0's host model up to date; voted); rank 0 then samples
- * train.sample_length bytes after train.sample_prime greedily and at temperature 0.8, seeded by
- * train.seed and the step (so a resumed run draws the same; the seed is in samples.txt). A
- * sample that cannot be written is reported, and training goes on. */
-static int sample_now(struct run *r) {
-  int rc = r->engine->ops->sync_host(r->engine, NULL, &r->progress); /* p: its step in messages */
-  if (rc == LSTMD_ECOMM) return rc;
-  rc = lstmd_comm_agree(r->comm, rc, NULL);
-  if (rc) {
-    if (rc != LSTMD_ECOMM) r->failure_agreed = 1;
-    return rc;
-  }
-  if (r->rank != 0) return LSTMD_OK;
+/* Rank 0, alone (lstmd_comm_solo's work): train.sample_length bytes after train.sample_prime,
+ * greedily and at temperature 0.8, seeded by train.seed and the step (so a resumed run draws the
+ * same; the seed is in samples.txt). A sample that cannot be written is reported, and training
+ * goes on. */
+static int sample_work(void *ctx) {
+  struct run *r = ctx;
   const double t0 = lstmd_now_s();
   /* 63 bits, so that `lstmd sample --seed` takes it and reproduces the sample */
   const uint64_t seed =
@@ -237,6 +230,18 @@ static int sample_now(struct run *r) {
     lstmd_metrics_note(&r->metrics, "%s/samples.txt: cannot write", r->cfg->run_dir);
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "sample", t0, lstmd_now_s(), NULL);
   return LSTMD_OK;
+}
+
+/* Collective: the engine brings rank 0's host model up to date, then rank 0 samples while the
+ * others wait (bounded by its silence, not by the sample's length: a long sample is work rank 0
+ * does alone, like a checkpoint write), and all vote. */
+static int sample_now(struct run *r) {
+  int rc = r->engine->ops->sync_host(r->engine, NULL, &r->progress); /* p: its step in messages */
+  if (rc == LSTMD_ECOMM) return rc;
+  rc = lstmd_comm_solo(r->comm, 0, sample_work, r, rc, NULL, r->cfg->comm_timeout_s,
+                       "rank 0's text sample");
+  if (rc && rc != LSTMD_ECOMM) r->failure_agreed = 1;
+  return rc;
 }
 
 struct step_times {
@@ -667,14 +672,20 @@ int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_jso
                   .val.fd = -1, .run_lock = -1, .hooks = hooks ? hooks : &kNoHooks};
   r.rank = comm ? lstmd_comm_rank(comm) : 0;
   r.world = comm ? lstmd_comm_size(comm) : 1;
-  /* Every wait of the run that names no bound of its own gets train.comm_timeout_s (comm.h), so
-   * a rank that freezes anywhere (not only inside a step) ends the job instead of hanging it;
-   * rank 0's long work alone is lstmd_comm_solo's, bounded by its silence. */
-  lstmd_comm_set_wait_limit(comm, cfg->comm_timeout_s);
+  /* Every wait of the run that names no bound of its own gets one (comm.h), so a rank that
+   * freezes anywhere (not only inside a step) ends the job instead of hanging it; rank 0's long
+   * work alone is lstmd_comm_solo's, bounded by its silence. During set-up the ranks may differ
+   * by more than a step's time for good reasons (device start-up, rank 0 choosing cuDNN's
+   * algorithms, each rank reading a teacher at its file system's speed): there the bound is at
+   * least kSetupWaitS, so that a small train.comm_timeout_s (set to notice a frozen rank in
+   * seconds) does not end a healthy start. */
+  enum { kSetupWaitS = 600 };
+  lstmd_comm_set_wait_limit(comm, cfg->comm_timeout_s > kSetupWaitS ? cfg->comm_timeout_s : kSetupWaitS);
   int rc = lstmd_run_setup(&r, resume_path); /* the same status on every rank */
   if (!rc) rc = open_outputs(&r, resume_path);
   if (!rc) rc = lstmd_trace_open(cfg->trace_path, comm, &r.trace); /* agreed on too */
   if (!rc) r.engine->trace = r.trace;
+  lstmd_comm_set_wait_limit(comm, cfg->comm_timeout_s);
   /* so far every failure was agreed on by all ranks, but a failed collective (a vote included) */
   *all_know = rc != 0 && rc != LSTMD_ECOMM;
   if (!rc) {
