@@ -126,6 +126,13 @@ int lstmd_comm_create_group(struct lstmd_comm *c, const int *ranks, int n, int t
 /* Point-to-point messages of any size up to 2^31−1 bytes (control messages, not data): a send
  * that waits (sleeping) until the buffer may be reused. Returns 0 or LSTMD_ECOMM. */
 int lstmd_comm_send_msg(struct lstmd_comm *c, int dest, int tag, const void *buf, size_t bytes);
+/* The same, without waiting: the send goes on in the background while buf stays untouched
+ * (a message of several KiB waits for its receiver to take it, and one that is frozen would hold
+ * the caller). lstmd_comm_send_test says whether it is done, and frees *out when it is. */
+struct lstmd_comm_send;
+int lstmd_comm_isend_msg(struct lstmd_comm *c, int dest, int tag, const void *buf, size_t bytes,
+                         struct lstmd_comm_send **out);
+int lstmd_comm_send_test(struct lstmd_comm_send *s, int *done);
 /* Receives the next message from source (-1: any) with tag (-1: any) on c, waiting at most
  * wait_s seconds (0: only a look; < 0: forever), polling with sleeps that grow to max_sleep_ms.
  * On a message: *buf (malloc'd, caller frees; NULL for an empty one), *bytes, and *src / *tag_out

@@ -23,6 +23,10 @@ struct lstmd_comm {
   char host[MPI_MAX_PROCESSOR_NAME];
 };
 
+struct lstmd_comm_send { /* lstmd_comm_isend_msg's */
+  MPI_Request req;
+};
+
 /* lstmd_comm_gatherv with the piece size as a parameter (1 ≤ piece ≤ 2^30 bytes), so tests can
  * exercise the splitting of blocks into pieces with small ones. */
 int lstmd_comm_gatherv_pieces(struct lstmd_comm *c, const void *in, size_t bytes, void *out,

@@ -232,6 +232,31 @@ int lstmd_comm_send_msg(struct lstmd_comm *c, int dest, int tag, const void *buf
   return wait_request(c, &r);
 }
 
+int lstmd_comm_isend_msg(struct lstmd_comm *c, int dest, int tag, const void *buf, size_t bytes,
+                         struct lstmd_comm_send **out) {
+  *out = NULL;
+  if (bytes > INT_MAX) {
+    lstmd_errorf("a control message of %zu bytes is too large", bytes);
+    return LSTMD_EINVAL;
+  }
+  struct lstmd_comm_send *s = malloc(sizeof *s);
+  if (!s) return LSTMD_ENOMEM;
+  if (LSTMD_MPI_FAILED(MPI_Isend(buf, (int)bytes, MPI_BYTE, dest, tag, c->world, &s->req))) {
+    free(s);
+    return LSTMD_ECOMM;
+  }
+  *out = s;
+  return LSTMD_OK;
+}
+
+int lstmd_comm_send_test(struct lstmd_comm_send *s, int *done) {
+  *done = 1;
+  if (!s) return LSTMD_OK;
+  if (LSTMD_MPI_FAILED(MPI_Test(&s->req, done, MPI_STATUS_IGNORE))) return LSTMD_ECOMM;
+  if (*done) free(s);
+  return LSTMD_OK;
+}
+
 int lstmd_comm_recv_msg(struct lstmd_comm *c, int source, int tag, double wait_s,
                         double max_sleep_ms, void **buf, size_t *bytes, int *src, int *tag_out) {
   *buf = NULL;

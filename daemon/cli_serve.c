@@ -177,6 +177,15 @@ static void agent_job(const struct lstmd_serve_comms *c, const struct lstmd_serv
   struct lstmd_serve_answer ready = {.kind = kServeStart, .job_id = cmd->job_id,
                                      .start_id = cmd->start_id};
   int rc = lstmd_comm_send_msg(c->up, 0, kServeAnswer, &ready, sizeof ready);
+  /* A test hook: LSTMD_SERVE_FREEZE_AFTER_READY=R stops world rank R (SIGSTOP) right after its
+   * first answer, inside the window rationale 5 of serve_start.c leaves open, so a test can see
+   * that the scheduler and the other jobs go on meanwhile. */
+  static int froze;
+  const char *hook = getenv("LSTMD_SERVE_FREEZE_AFTER_READY");
+  if (!rc && hook && !froze && atoi(hook) == me) {
+    froze = 1;
+    raise(SIGSTOP);
+  }
   uint8_t *msg = NULL;
   size_t bytes = 0;
   if (!rc) rc = lstmd_comm_recv_msg(c->down, 0, kServeVerdict, -1, 20, (void **)&msg, &bytes, NULL, NULL);

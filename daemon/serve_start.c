@@ -33,8 +33,9 @@
  *    others wait). A rank that was only slow comes back with its late answer, and its job starts
  *    again, so a deadline too short costs a restart, not a job. Tests pass a few seconds.
  * 5. The window left open: a member that freezes after its answer and before (or inside)
- *    MPI_Comm_create_group still hangs the other members there, and this thread's send of the
- *    "go" to it (several KiB, by rendezvous) waits until it runs again. It is the few
+ *    MPI_Comm_create_group still hangs the other members there (their job stays at step 0). The
+ *    "go" (several KiB, by rendezvous) is sent without waiting and progressed by each poll, so
+ *    this thread, and the other jobs, go on meanwhile. It is the few
  *    milliseconds between its answer and its call; closing it would need a create_group that can
  *    time out, which MPI does not have. Once the job trains, train.comm_timeout_s bounds its
  *    waits.
@@ -61,8 +62,16 @@ struct start { /* an open start: offered, not yet settled */
   double deadline_s;
 };
 
+struct going { /* a settled start's "go", on its way to the members (rationale 5) */
+  uint8_t *go; /* the buffer of every send: freed when the last one is done */
+  struct lstmd_comm_send **sends;
+  int n;
+};
+
 struct lstmd_start_gate {
   struct lstmd_serve_comms c;
+  struct going *going;
+  size_t n_going;
   struct lstmd_jobs *jobs;
   int world, n_unresponsive;
   int *usable;
@@ -123,9 +132,35 @@ int lstmd_gate_create(const struct lstmd_serve_comms *c, struct lstmd_jobs *jobs
   return LSTMD_OK;
 }
 
+/* The "go" sends in flight: each one done is freed, and a going with none left. */
+static int progress_going(struct lstmd_start_gate *g) {
+  for (size_t i = 0; i < g->n_going;) {
+    struct going *w = &g->going[i];
+    int left = 0;
+    for (int m = 0; m < w->n; m++) {
+      int done = 1;
+      if (w->sends[m] && lstmd_comm_send_test(w->sends[m], &done)) return LSTMD_ECOMM;
+      if (done) w->sends[m] = NULL;
+      else left++;
+    }
+    if (left) {
+      i++;
+      continue;
+    }
+    free(w->go);
+    free(w->sends);
+    g->going[i] = g->going[--g->n_going];
+  }
+  return LSTMD_OK;
+}
+
 void lstmd_gate_destroy(struct lstmd_start_gate *g) {
   if (!g) return;
   while (g->n_open) drop_start(g, 0);
+  /* a "go" still in flight (to a frozen rank: the world is being aborted) keeps its buffer */
+  (void)progress_going(g);
+  for (size_t i = 0; i < g->n_going; i++) free(g->going[i].sends);
+  free(g->going);
   free(g->open);
   free(g->usable);
   free(g->hosts);
@@ -188,10 +223,19 @@ static int on_ready(struct lstmd_start_gate *g, int src, const struct lstmd_serv
   st->ready[k] = 1;
   for (int m = 0; m < st->n; m++)
     if (!st->ready[m]) return LSTMD_OK;
-  for (int m = 0; m < st->n; m++) { /* every member answered: each is listening */
-    const int rc = lstmd_comm_send_msg(g->c.down, st->ranks[m], kServeVerdict, st->go, st->go_bytes);
-    if (rc) return rc;
+  /* every member answered: each is listening. The sends go on in the background (progressed by
+   * lstmd_gate_poll), so a member that froze since its answer holds up only its own job. */
+  struct going *more = realloc(g->going, (g->n_going + 1) * sizeof *more);
+  struct lstmd_comm_send **sends = more ? calloc((size_t)st->n, sizeof *sends) : NULL;
+  if (more) g->going = more;
+  if (!sends) return LSTMD_ENOMEM;
+  for (int m = 0; m < st->n; m++) {
+    const int rc = lstmd_comm_isend_msg(g->c.down, st->ranks[m], kServeVerdict, st->go,
+                                        st->go_bytes, &sends[m]);
+    if (rc) return rc; /* the caller ends the daemon: what was posted stays posted */
   }
+  g->going[g->n_going++] = (struct going){.go = st->go, .sends = sends, .n = st->n};
+  st->go = NULL; /* the going owns it now */
   const uint64_t job = st->job_id;
   drop_start(g, i);
   decided(ctx, job, 1, NULL);
@@ -235,6 +279,7 @@ static int abandon(struct lstmd_start_gate *g, size_t i, lstmd_gate_decided_fn d
 
 int lstmd_gate_poll(struct lstmd_start_gate *g, lstmd_gate_decided_fn decided, void *ctx) {
   int taken = 0;
+  if (progress_going(g)) return LSTMD_ECOMM;
   for (;;) {
     void *buf;
     size_t bytes;
@@ -271,7 +316,7 @@ const int *lstmd_gate_usable(const struct lstmd_start_gate *g) {
 }
 
 int lstmd_gate_waiting(const struct lstmd_start_gate *g) {
-  return (int)g->n_open + g->n_unresponsive;
+  return (int)g->n_open + (int)g->n_going + g->n_unresponsive;
 }
 
 int lstmd_gate_farewell(struct lstmd_start_gate *g, int exit_code) {
