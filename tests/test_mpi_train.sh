@@ -180,6 +180,21 @@ if [[ $rc -ne 0 && $rc -ne 124 && -n $msg ]] && grep -q "rank 0 (pid [0-9]* on [
   ok "rank 0 frozen in its checkpoint write: the job ended in ${took} s, exit $rc: $msg ... rank 0 is stopped"
 else bad "rank 0 frozen in its checkpoint write: exit $rc after ${took} s: $(grep -v '^  ' "$TMP/ck-freeze.log" | tail -3)"; fi
 
+# ... and rank 0's text sample, work it does alone like a checkpoint write: two samples that
+#     take longer than comm_timeout_s (H 512, 2000 bytes each) on a step that also writes a
+#     checkpoint (step 2 of 3). It ended the job before ("no sign of life from rank 0" in the
+#     checkpoint's wait); now the others wait for it (exit 0).
+t0=$SECONDS
+timeout 90 mpirun -np 2 "$LSTMD" train "${common[@]}" --set model.hidden=512 --set data.batch_size=2 \
+  --set train.steps=3 --set train.sample_every=2 --set train.checkpoint_every=2 \
+  --set train.sample_length=2000 --set train.comm_timeout_s=1 --set train.run_dir="$TMP/long-sample" \
+  >/dev/null 2>"$TMP/long-sample.log"
+rc=$?
+took=$((SECONDS - t0))
+if [[ $rc -eq 0 && $(wc -c <"$TMP/long-sample/samples.txt") -ge 4000 ]]; then
+  ok "samples longer than comm_timeout_s 1 (the run took ${took} s): waited for, exit 0"
+else bad "long samples with comm_timeout_s 1: exit $rc after ${took} s: $(grep -v '^  ' "$TMP/long-sample.log" | grep -i 'rank' | tail -2)"; fi
+
 # 1c. the step timeline: one track per rank, all-reduce overlapping backward
 timeout 120 mpirun -np 2 "$LSTMD" train "${acc[@]}" --set data.batch_size=4 --set train.threads=2 \
   --set train.run_dir="$TMP/traced" --trace "$TMP/trace.json" >/dev/null 2>"$TMP/trace.log" || bad "traced run"

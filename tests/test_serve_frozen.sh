@@ -10,7 +10,9 @@
 #     runs on 0-2 and SUCCEEDS; shutdown ends in bounded time with exit 0;
 #  3. a new daemon, rank 2 stopped and marked unresponsive, a 2-rank job running: shutdown ends
 #     within a bound (non-zero: the world is aborted, rank 2 named), and a restarted daemon lists
-#     both jobs and runs them to SUCCEEDED.
+#     both jobs and runs them to SUCCEEDED;
+#  4. on `mpirun -np 4`, rank 2 frozen right after answering a start (a test hook): that job waits
+#     at step 0 while a 1-rank job beside it SUCCEEDS (the scheduler is not held by its "go").
 set -u
 LSTMD=$(realpath "${1:?usage: test_serve_frozen.sh LSTMD LSTMCTL SOURCE_DIR}")
 CTL=$(realpath "${2:?}")
@@ -133,6 +135,33 @@ wait_for 30 state_is "$wide" SUCCEEDED && wait_for 30 state_is "$long" CANCELLED
   || bad "after restart: $wide $(field "$wide" state), $long $(field "$long" state)"
 ctl shutdown >/dev/null
 ends_within 20 && [[ $RC == 0 ]] || bad "final shutdown: exit ${RC:-timeout}"
+
+# 4. a member frozen right after it answered (the window of serve_start.c's rationale 5, by the
+#    test hook LSTMD_SERVE_FREEZE_AFTER_READY): its job stays at step 0, but the scheduler goes
+#    on. The config is made larger than Open MPI's 4 KiB eager limit (long paths), so that the
+#    "go" goes by rendezvous and a blocking send of it would hold the scheduler: a 1-rank job
+#    beside it must run and SUCCEED. After SIGCONT the stuck job runs too.
+rm -rf "$TMP/state"
+deep=$(printf 'd%.0s' $(seq 200)); deep="$deep/$deep/$deep/$deep"
+mkdir -p "$TMP/$deep" && cp -r "$TMP/ds" "$TMP/$deep/ds"
+LSTMD_SERVE_FREEZE_AFTER_READY=2 mpirun -np 4 "$LSTMD" serve --socket "$SOCK" --state-dir "$TMP/state" \
+  --data-root "$TMP" --start-timeout "$DEADLINE" >>"$TMP/serve.log" 2>&1 &
+SERVE_PID=$!
+wait_for 40 test -S "$SOCK" && wait_for 20 ctl list >/dev/null || { bad "np 4 daemon did not start"; exit 1; }
+big=(--set data.path="$deep/ds" --set train.run_dir="$deep/run")
+stuck=$(sub "${big[@]}" --set resources.ranks=3 --name stuck)
+wait_for 20 state_is "$stuck" RUNNING
+STOPPED=$(rank_pid 2)
+beside=$(sub "${big[@]}" --set train.run_dir="$deep/run2" --set train.steps=50 --set resources.ranks=1 --name beside)
+if wait_for 30 state_is "$beside" SUCCEEDED && [[ $(field "$stuck" state) == RUNNING ]] &&
+   [[ -n $STOPPED && $(awk '/^State:/ {print $2}' "/proc/$STOPPED/status") == T ]]; then
+  ok "rank 2 frozen after its answer: job $stuck waits at step $(field "$stuck" step), job $beside beside it SUCCEEDED"
+else bad "a member frozen after its answer: $stuck $(field "$stuck" state), $beside $(field "$beside" state), rank 2 pid '$STOPPED'"; fi
+[[ -n $STOPPED ]] && kill -CONT "$STOPPED"; STOPPED=
+wait_for 30 state_is "$stuck" SUCCEEDED && ok "after SIGCONT job $stuck SUCCEEDED" \
+  || bad "job $stuck after SIGCONT: $(field "$stuck" state)"
+ctl shutdown >/dev/null
+ends_within 20 && [[ $RC == 0 ]] || bad "np 4 shutdown: exit ${RC:-timeout}"
 
 if ((fails)); then echo "--- serve.log (tail)"; tail -40 "$TMP/serve.log"; echo "$fails check(s) failed"; exit 1; fi
 echo "all checks passed"
