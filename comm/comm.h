@@ -50,7 +50,8 @@ int lstmd_comm_allreduce_max_f64(struct lstmd_comm *c, double *buf, int n);
  * lstmd_comm_solo's, bounded by the silence of the working rank instead. */
 int lstmd_comm_allreduce_sum_f64_within(struct lstmd_comm *c, double *buf, int n,
                                          double timeout_s, const char *what);
-/* A bound on every wait on c (and on the communicators made from it afterwards) that names none:
+/* A bound on every wait on c (and on the communicators made from c after the first call: they
+ * follow c's limit as it changes) that names none:
  * a collective unfinished `seconds` after it began ends the job with a message, as the _within
  * calls do (0: none, the default). A training run sets its train.comm_timeout_s, so that no rank
  * that freezes anywhere in the run leaves the others waiting; the waits that may legitimately

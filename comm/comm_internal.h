@@ -18,7 +18,11 @@ struct lstmd_comm {
   int local_rank, local_size; /* of the process (copied into sub-communicators) */
   int we_initialized; /* MPI_Init was ours, so MPI_Finalize is too */
   int is_sub;         /* made by lstmd_comm_split: freed by lstmd_comm_free */
-  double wait_limit_s; /* lstmd_comm_set_wait_limit (0: none); copied into sub-communicators */
+  double wait_limit_s; /* lstmd_comm_set_wait_limit (0: none) */
+  /* whose wait_limit_s bounds this one's waits: itself once set, else its parent's owner (a
+   * pipeline's communicators follow the run's limit as it changes after set-up); NULL: none.
+   * An owner outlives the communicators made from it. */
+  const struct lstmd_comm *limit_owner;
   int64_t solo_epoch; /* lstmd_comm_solo calls made on it (solo.c: late heartbeats are dropped) */
   char host[MPI_MAX_PROCESSOR_NAME];
 };

@@ -47,8 +47,9 @@ enum { kPiece = 1 << 30 };
  * stopped peer must not hang this rank). */
 static int wait_requests_within(const struct lstmd_comm *c, int n, MPI_Request *r,
                                 long max_sleep_ns, double timeout_s, const char *what) {
-  if (timeout_s <= 0 && c && c->wait_limit_s > 0) { /* a run's bound on every wait (comm.h) */
-    timeout_s = c->wait_limit_s;
+  const double limit = c && c->limit_owner ? c->limit_owner->wait_limit_s : 0.0;
+  if (timeout_s <= 0 && limit > 0) { /* a run's bound on every wait (comm.h) */
+    timeout_s = limit;
     if (!what) what = "a collective of the run";
   }
   long sleep_ns = 1000;
@@ -177,7 +178,7 @@ static int wrap_sub(struct lstmd_comm *c, MPI_Comm w, struct lstmd_comm **out) {
   s->world = w;
   s->grads = g;
   s->world_rank = c->world_rank;
-  s->wait_limit_s = c->wait_limit_s;
+  s->limit_owner = c->limit_owner; /* the parent's limit, now and as it changes */
   s->local = MPI_COMM_NULL;
   s->local_rank = c->local_rank;
   s->local_size = c->local_size;
@@ -303,7 +304,9 @@ void lstmd_comm_free(struct lstmd_comm *sub) {
 }
 
 void lstmd_comm_set_wait_limit(struct lstmd_comm *c, double seconds) {
-  if (c) c->wait_limit_s = seconds > 0 ? seconds : 0.0;
+  if (!c) return;
+  c->wait_limit_s = seconds > 0 ? seconds : 0.0;
+  c->limit_owner = c; /* its own from now on, and that of the communicators made from it */
 }
 
 int lstmd_comm_rank(const struct lstmd_comm *c) { return c->rank; }
