@@ -34,6 +34,7 @@
 
 #include "comm/comm.h"
 #include "comm/peers.h"
+#include "kernels/clock.h"
 #include "kernels/status.h"
 #include "worker/engine/gpu_backend.h"
 #include "worker/io/durable.h"
@@ -276,10 +277,13 @@ static void send_exit_all(const struct lstmd_serve_comms *c, int exit_code, doub
   const int world = lstmd_comm_size(c->world);
   for (int r = 1; r < world; r++)
     if (lstmd_comm_send_msg(c->down, r, kServeCmd, &bye, sizeof bye)) lstmd_comm_abort(c->world, 1);
+  const double deadline = lstmd_now_s() + timeout_s; /* for all the answers together */
   for (int r = 1; r < world; r++) { /* no start was sent: every answer is an exit's */
     void *buf = NULL;
     size_t bytes;
-    const int rc = lstmd_comm_recv_msg(c->up, -1, kServeAnswer, timeout_s, 20, &buf, &bytes, NULL, NULL);
+    const double left = deadline - lstmd_now_s();
+    const int rc = lstmd_comm_recv_msg(c->up, -1, kServeAnswer, left > 0 ? left : 0, 20, &buf,
+                                       &bytes, NULL, NULL);
     free(buf);
     if (rc) {
       lstmd_errorf("serve: %d rank(s) did not answer the exit command within %g s; aborting",
