@@ -2,7 +2,8 @@
 # test_serve_sched.sh, test_forecast.sh): the MPI environment, a fresh $TMP with the daemon's
 # socket $SOCK and state in $TMP/state, a cleanup on exit (the daemon's ranks killed, $TMP
 # removed; a test with more to undo defines serve_cleanup_extra), running `mpirun -np 2 lstmd
-# serve` and lstmctl against it, and the ok/bad failure count `fails`. Set LSTMD and CTL first.
+# serve` and lstmctl against it, the small text job most of them submit (text_job), and the ok/bad
+# failure count `fails`. Set LSTMD, CTL and SRC first.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm=isolated
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 TMP=$(mktemp -d)
@@ -34,4 +35,14 @@ stop_daemon() { # waits for the daemon to exit; returns its status
   local end=$((SECONDS + 60))
   while kill -0 "$SERVE_PID" 2>/dev/null && ((SECONDS < end)); do sleep 0.2; done
   wait "$SERVE_PID"; local rc=$?; SERVE_PID=; return $rc
+}
+text_job() { # text_job BYTES HIDDEN STEPS LOG_EVERY EVAL_EVERY CHECKPOINT_EVERY [INI LINE...]:
+  # $TMP/ds from the corpus' first BYTES, and $TMP/job.ini, a small text model on it
+  head -c "$1" "$SRC/data/fortunes.txt" > "$TMP/small.txt"
+  "$LSTMD" prepare text --input "$TMP/small.txt" --out "$TMP/ds" 2>/dev/null || bad "prepare"
+  printf '[data]\npath = ds\nseq_len = 16\nbatch_size = 4\n[model]\nembed = 8\nhidden = %s\n[train]\nsteps = %s\nlog_every = %s\neval_every = %s\ncheckpoint_every = %s\nthreads = 1\n' \
+    "$2" "$3" "$4" "$5" "$6" > "$TMP/job.ini"
+  shift 6
+  local line
+  for line in "$@"; do echo "$line" >> "$TMP/job.ini"; done
 }

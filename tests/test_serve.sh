@@ -28,23 +28,7 @@ meta_step() { # the step a checkpoint holds
 }
 running_step() { [[ $(field "$1" state) == RUNNING && $(field "$1" step) -gt 0 ]]; }
 
-head -c 400000 "$SRC/data/fortunes.txt" > "$TMP/small.txt"
-"$LSTMD" prepare text --input "$TMP/small.txt" --out "$TMP/ds" 2>/dev/null || bad "prepare"
-cat > "$TMP/job.ini" <<EOF
-[data]
-path = ds
-seq_len = 16
-batch_size = 4
-[model]
-embed = 8
-hidden = 32
-[train]
-steps = 40
-log_every = 10
-eval_every = 20
-checkpoint_every = 10
-threads = 1
-EOF
+text_job 400000 32 40 10 20 10
 long=(--config "$TMP/job.ini" --set train.steps=1000000 --set train.checkpoint_every=0)
 
 # 1. submit, watch, cancel, list

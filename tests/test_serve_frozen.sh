@@ -48,23 +48,7 @@ state_is() { [[ $(field "$1" state) == "$2" ]]; }
 logged() { grep -q -- "$1" "$TMP/serve.log"; }
 now_ms() { date +%s%3N; }
 
-head -c 100000 "$SRC/data/fortunes.txt" > "$TMP/small.txt"
-"$LSTMD" prepare text --input "$TMP/small.txt" --out "$TMP/ds" 2>/dev/null || bad "prepare"
-cat > "$TMP/job.ini" <<EOF
-[data]
-path = ds
-seq_len = 16
-batch_size = 4
-[model]
-embed = 8
-hidden = 16
-[train]
-steps = 300
-log_every = 100
-eval_every = 0
-checkpoint_every = 100
-threads = 1
-EOF
+text_job 100000 16 300 100 0 100
 host=$(hostname)
 
 # 1. rank 2 frozen while idle

@@ -33,23 +33,7 @@ running_step() { [[ $(field "$1" state) == RUNNING && $(field "$1" step) -gt 0 ]
 # message LOG: the "lstmd:" lines of a refused start (not the ones mpirun adds)
 message() { grep '^lstmd:' "$1" | head -2 | tr '\n' ' '; }
 
-head -c 200000 "$SRC/data/fortunes.txt" > "$TMP/small.txt"
-"$LSTMD" prepare text --input "$TMP/small.txt" --out "$TMP/ds" 2>/dev/null || bad "prepare"
-cat > "$TMP/job.ini" <<EOF
-[data]
-path = ds
-seq_len = 16
-batch_size = 4
-[model]
-embed = 8
-hidden = 32
-[train]
-steps = 1000000
-log_every = 1
-eval_every = 0
-checkpoint_every = 0
-threads = 1
-EOF
+text_job 200000 32 1000000 1 0 0
 port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$TMP/token"; chmod 600 "$TMP/token"
 echo wrong-token-of-sufficient-length > "$TMP/wrong"

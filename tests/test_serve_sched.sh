@@ -49,25 +49,7 @@ same() { # same A B: model tensors bitwise equal
   $PY "$SRC/tests/compare_checkpoints.py" "$1" "$2" --rtol 0
 }
 
-head -c 400000 "$SRC/data/fortunes.txt" > "$TMP/small.txt"
-"$LSTMD" prepare text --input "$TMP/small.txt" --out "$TMP/ds" 2>/dev/null || bad "prepare"
-cat > "$TMP/job.ini" <<EOF
-[data]
-path = ds
-seq_len = 16
-batch_size = 4
-[model]
-embed = 8
-hidden = 32
-[train]
-steps = 1500
-log_every = 100
-eval_every = 0
-checkpoint_every = 250
-threads = 1
-[resources]
-ranks = 1
-EOF
+text_job 400000 32 1500 100 0 250 '[resources]' 'ranks = 1'
 alone() { # alone DIR [--set ...]: the job by itself, one process
   local dir=$1; shift
   "$LSTMD" train --config "$TMP/job.ini" --set data.path="$TMP/ds" --set train.run_dir="$dir" "$@" \
