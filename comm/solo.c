@@ -31,7 +31,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <stdint.h>
-#include <string.h>
 #include <time.h>
 
 #include "kernels/check.h"

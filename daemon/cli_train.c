@@ -1,6 +1,4 @@
 /* cli_train.c — `lstmd train`: config file + overrides → effective config → training run. */
-#include <dirent.h>
-#include <fcntl.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +10,7 @@
 #include "comm/peers.h"
 #include "kernels/status.h"
 #include "worker/train/trainer.h"
+#include "worker/train/val_watch.h"
 #include "blas_setup.h"
 #include "cli.h"
 #include "config.h"
@@ -60,15 +59,13 @@ static int launched_ranks(void) {
 /* Collective: whether any rank's config failed (the vote), and rank 0 prints each distinct set of
  * held messages once, naming the ranks that had it unless every rank did (a config file that
  * differs between nodes shows as such). Returns the vote's status. */
-static int messages_once(struct lstmd_comm *comm, int my_rc, const char *held) {
+static int messages_once(struct lstmd_comm *comm, int my_rc, const char *held, size_t n) {
   const int rank = lstmd_comm_rank(comm), world = lstmd_comm_size(comm);
-  const size_t n = 4096;
   const int agreed = lstmd_comm_agree(comm, my_rc, NULL);
   if (agreed == LSTMD_ECOMM) lstmd_comm_abort(comm, 1);
-  char *mine = calloc(1, n), *all = rank == 0 ? malloc(n * (size_t)world) : NULL;
-  if (!mine || (rank == 0 && !all)) lstmd_comm_abort(comm, 1); /* the others are in the gather */
-  snprintf(mine, n, "%s", held);
-  if (lstmd_comm_gather(comm, mine, n, all, 0)) lstmd_comm_abort(comm, 1);
+  char *all = rank == 0 ? malloc(n * (size_t)world) : NULL;
+  if (rank == 0 && !all) lstmd_comm_abort(comm, 1); /* the others are in the gather */
+  if (lstmd_comm_gather(comm, held, n, all, 0)) lstmd_comm_abort(comm, 1);
   for (int i = 0; rank == 0 && i < world; i++) {
     const char *text = all + (size_t)i * n;
     int seen = !text[0], same = 0;
@@ -84,7 +81,6 @@ static int messages_once(struct lstmd_comm *comm, int my_rc, const char *held) {
     fputs(text, stderr);
   }
   free(all);
-  free(mine);
   return agreed;
 }
 
@@ -92,20 +88,8 @@ static int messages_once(struct lstmd_comm *comm, int my_rc, const char *held) {
  * metrics to that run's and replace its latest and best checkpoints (a user trial lost a
  * finished run's best model that way): refused, saying how to go on. */
 static int run_dir_unused(const char *run_dir) {
-  DIR *d = opendir(run_dir);
-  if (!d) return LSTMD_OK; /* not made yet (or unreadable: the run's own set-up says so) */
-  char found[300] = "";
-  for (struct dirent *e; !found[0] && (e = readdir(d));) {
-    long step;
-    char tail[32];
-    struct stat st; /* a file (latest is another name of a step file, so those are enough) */
-    if ((!strcmp(e->d_name, "best.safetensors") ||
-         (sscanf(e->d_name, "step-%ld%31s", &step, tail) == 2 && !strcmp(tail, ".safetensors"))) &&
-        fstatat(dirfd(d), e->d_name, &st, 0) == 0 && S_ISREG(st.st_mode))
-      snprintf(found, sizeof found, "%s", e->d_name);
-  }
-  closedir(d);
-  if (!found[0]) return LSTMD_OK;
+  char found[300];
+  if (!lstmd_run_dir_checkpoint(run_dir, found, sizeof found)) return LSTMD_OK;
   lstmd_errorf("train.run_dir %s already holds a run (%s): a fresh run there would mix its "
                "metrics with that run's and replace its checkpoints. To continue that run: add "
                "--resume; to start over: choose another train.run_dir, or remove that one first",
@@ -142,7 +126,7 @@ int lstmd_cmd_train(int argc, char **argv) {
   struct lstmd_train_config cfg;
   /* Under a launcher every rank reads the config: hold its mistakes until the ranks can agree on
    * who prints them (messages_once). */
-  char held[4096];
+  char held[4096] = ""; /* the same size on every rank: it is gathered whole */
   const int hold = launched_ranks() > 1;
   if (hold) lstmd_errors_capture(held, sizeof held);
   rc = load_config(&cfg, config_path, &sets, device);
@@ -158,7 +142,7 @@ int lstmd_cmd_train(int argc, char **argv) {
     return lstmd_exit_code(config_rc ? config_rc : rc);
   }
   const int rank = lstmd_comm_rank(comm), world = lstmd_comm_size(comm);
-  if (hold && (rc = messages_once(comm, config_rc, held))) {
+  if (hold && (rc = messages_once(comm, config_rc, held, sizeof held))) {
     lstmd_comm_finalize(comm);
     return lstmd_exit_code(rc);
   }

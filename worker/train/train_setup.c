@@ -232,12 +232,12 @@ static int build(struct run *r) {
     if (last < 1)
       lstmd_errorf("warning: prune.end_step %ld is past train.steps %ld, and no mask update falls "
                    "within the run: nothing is pruned (raise train.steps or lower prune.end_step "
-                   "and prune.begin_step)", cfg->prune.end_step, cfg->steps);
+                   "and prune.begin_step)", pc->end_step, cfg->steps);
     else
       lstmd_errorf("warning: prune.end_step %ld is past train.steps %ld: the last mask update, "
                    "after step %ld, leaves sparsity %.4f, not prune.target_sparsity %.4g (raise "
-                   "train.steps or lower prune.end_step)", cfg->prune.end_step, cfg->steps, last,
-                   lstmd_prune_sparsity_at(&cfg->prune, last), cfg->prune.target_sparsity);
+                   "train.steps or lower prune.end_step)", pc->end_step, cfg->steps, last,
+                   lstmd_prune_sparsity_at(pc, last), pc->target_sparsity);
   }
   if (r->rank == 0 && cfg->dropout > 0.0f && cfg->layers == 1)
     lstmd_errorf("warning: model.dropout acts between LSTM layers; with model.layers = 1 it "

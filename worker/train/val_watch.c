@@ -60,6 +60,21 @@ static int same_file(const struct stat *a, const struct stat *b) {
   return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
 }
 
+int lstmd_run_dir_checkpoint(const char *run_dir, char *found, size_t n) {
+  if (n) found[0] = '\0';
+  DIR *d = opendir(run_dir);
+  if (!d) return 0;
+  int has = 0;
+  for (struct dirent *e; !has && (e = readdir(d));) {
+    struct stat st; /* a file: latest is another name of a step file, so those are enough */
+    has = (!strcmp(e->d_name, "best.safetensors") || step_of(e->d_name) >= 0) &&
+          fstatat(dirfd(d), e->d_name, &st, 0) == 0 && S_ISREG(st.st_mode);
+    if (has && n) snprintf(found, n, "%s", e->d_name);
+  }
+  closedir(d);
+  return has;
+}
+
 int lstmd_keep_checkpoints(const char *run_dir, long keep, long latest_step) {
   if (keep < 0) return 0;
   DIR *d = opendir(run_dir);

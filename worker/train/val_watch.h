@@ -33,6 +33,10 @@ int lstmd_val_watch_update(struct lstmd_val_watch *w, const struct lstmd_watch_r
 /* Nonzero when the state already says stop (a run resumed from its early stop's checkpoint). */
 int lstmd_val_watch_stopped(const struct lstmd_val_watch *w, const struct lstmd_watch_rules *r);
 
+/* Whether run_dir holds a checkpoint file: best.safetensors or a step-<N>.safetensors (a regular
+ * file; latest is another name of a step file). Its name goes to found (n bytes); a run dir that
+ * cannot be listed (not made yet) holds none. */
+int lstmd_run_dir_checkpoint(const char *run_dir, char *found, size_t n);
 /* train.keep_checkpoints: keeps the `keep` newest <run_dir>/step-<N>.safetensors files (highest
  * N) and deletes the others, but never the file that latest.safetensors or best.safetensors is
  * (the same inode) nor step-<latest_step> (by name too, where links are copies); a protected
