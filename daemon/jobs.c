@@ -222,7 +222,7 @@ void lstmd_jobs_set_post(struct lstmd_jobs *t, lstmd_jobs_post_fn fn, void *ctx)
 }
 
 uint8_t *lstmd_jobs_submit(struct lstmd_jobs *t, const Lstmd__JobSpec *spec, const char *run_dir,
-                           long total_steps, const struct lstmd_job_resources *res, size_t *len) {
+                           const char *holds_run, long total_steps, const struct lstmd_job_resources *res, size_t *len) {
   pthread_mutex_lock(&t->mu);
   if (t->draining) {
     pthread_mutex_unlock(&t->mu);
@@ -246,6 +246,23 @@ uint8_t *lstmd_jobs_submit(struct lstmd_jobs *t, const Lstmd__JobSpec *spec, con
     pthread_mutex_unlock(&t->mu);
     return lstmd_frame_pack_error(LSTMD__ERROR_CODE__INVALID_JOB, msg, len);
   }
+  /* As `lstmd train` (cli_train.c): a fresh run into a run dir with another run's checkpoints
+   * would mix the metrics and replace that run's latest and best; resuming needs a run dir that
+   * is not this job's new one. */
+  if ((run_dir && holds_run && !spec->resume) || (!run_dir && spec->resume)) {
+    char msg[1400];
+    if (run_dir)
+      snprintf(msg, sizeof msg,
+               "train.run_dir %s already holds a run (%s): a fresh job there would mix its metrics "
+               "with that run's and replace its checkpoints. To continue that run: submit with "
+               "--resume; to start over: choose another train.run_dir, or remove that one first",
+               run_dir, holds_run);
+    else
+      snprintf(msg, sizeof msg, "--resume continues the run in the job's train.run_dir, and this "
+               "job sets none (it would get a new one): add --set train.run_dir=DIR");
+    pthread_mutex_unlock(&t->mu);
+    return lstmd_frame_pack_error(LSTMD__ERROR_CODE__INVALID_JOB, msg, len);
+  }
   char dir[1200];
   const uint64_t id = t->next_id;
   if (run_dir) snprintf(dir, sizeof dir, "%s", run_dir);
@@ -258,6 +275,7 @@ uint8_t *lstmd_jobs_submit(struct lstmd_jobs *t, const Lstmd__JobSpec *spec, con
   draft.settings = spec->settings;
   draft.run_dir = dir;
   draft.total_steps = total_steps;
+  draft.resume = spec->resume;
   draft.val_loss = draft.val_bpc = NAN;
   draft.submitted_ms = now_ms();
   draft.ranks = res ? (uint32_t)res->ranks : 1;

@@ -68,14 +68,16 @@ void lstmd_jobs_set_post(struct lstmd_jobs *t, lstmd_jobs_post_fn post, void *ct
 
 /* Queues a job with the given (already validated) spec and resources (NULL: one rank, priority
  * 0, no limit, preemptible). run_dir: where it trains, or NULL for
- * <state_dir>/runs/job-<id>. Returns a Response{job} frame, or a Response{error} frame when the
- * journal cannot be written or the daemon is draining. */
+ * <state_dir>/runs/job-<id>; holds_run: a checkpoint already in run_dir (its file name), or NULL
+ * when it holds none. Returns a Response{job} frame, or a Response{error} frame when the journal
+ * cannot be written, the daemon is draining, run_dir is a live job's, or the spec is a fresh
+ * run into a run dir that holds one (or resumes with no run_dir of its own). */
 struct lstmd_job_resources {
   int ranks, priority, preemptible; /* ranks resolved: 1..world */
   double time_limit_s;              /* 0: none */
 };
 uint8_t *lstmd_jobs_submit(struct lstmd_jobs *t, const Lstmd__JobSpec *spec, const char *run_dir,
-                           long total_steps, const struct lstmd_job_resources *res, size_t *len);
+                           const char *holds_run, long total_steps, const struct lstmd_job_resources *res, size_t *len);
 /* Response{job} / Response{jobs} / Response{error: NOT_FOUND} frames. */
 uint8_t *lstmd_jobs_get(struct lstmd_jobs *t, uint64_t id, size_t *len);
 uint8_t *lstmd_jobs_list(struct lstmd_jobs *t, size_t *len);

@@ -30,8 +30,9 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: lstmctl [--socket PATH | --tcp HOST:PORT --token-file F] [--json] COMMAND [ARGS]\n"
           "  submit --config JOB.ini [--set section.key=value ...] [--name NAME] [--no-preempt]\n"
-          "                       queue a job; prints its id on the last line (resources.ranks,\n"
-          "                       .priority, .time_limit_s pick its ranks, order and limit)\n"
+          "         [--resume]    queue a job; prints its id on the last line (resources.ranks,\n"
+          "                       .priority, .time_limit_s pick its ranks, order and limit);\n"
+          "                       --resume continues the run in its train.run_dir\n"
           "  status ID            one job: ranks, priority, place in line and why it waits\n"
           "  list                 all jobs, oldest first\n"
           "  top [--once]         running jobs and the world's busy/free ranks (refreshing on a\n"
@@ -68,13 +69,14 @@ static json_t *job_json(const Lstmd__Job *j) {
   json_t *settings = json_object();
   for (size_t i = 0; i < j->n_settings; i++)
     json_object_set_new(settings, j->settings[i]->key, json_string(j->settings[i]->value));
-  json_t *o = json_pack("{s:I, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:b}",
+  json_t *o = json_pack("{s:I, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:b, s:b}",
                         "id", (json_int_t)j->id, "name", j->name, "state",
                         lstmd_job_state_name(j->state), "reason", j->reason, "run_dir", j->run_dir,
                         "step", (json_int_t)j->step, "total_steps", (json_int_t)j->total_steps,
                         "submitted_ms", (json_int_t)j->submitted_ms, "started_ms",
                         (json_int_t)j->started_ms, "finished_ms", (json_int_t)j->finished_ms,
-                        "attempts", (int)j->attempts, "cancel_requested", j->cancel_requested);
+                        "attempts", (int)j->attempts, "cancel_requested", j->cancel_requested,
+                        "resume", j->resume);
   /* NaN (nothing measured yet) becomes null */
   json_object_set_new(o, "loss", j->step ? json_real(j->loss) : json_null());
   json_object_set_new(o, "val_loss", isfinite(j->val_loss) ? json_real(j->val_loss) : json_null());
@@ -152,7 +154,8 @@ static void print_job(const Lstmd__Job *j) {
   if (isfinite(j->val_loss)) printf(", val loss %.4f", j->val_loss);
   if (isfinite(j->val_bpc)) printf(" (%.3f bpc)", j->val_bpc);
   if (j->has_val_accuracy) printf(", val accuracy %.4f", j->val_accuracy);
-  printf("\n  run dir %s, attempts %u\n", j->run_dir, j->attempts);
+  printf("\n  run dir %s%s, attempts %u\n", j->run_dir,
+         j->resume ? " (continuing the run there)" : "", j->attempts);
   fflush(stdout);
 }
 
@@ -253,6 +256,7 @@ struct ctl_args {
   uint64_t id;         /* status, cancel, watch, logs */
   int once, follow;    /* top, logs */
   const char *name;    /* submit */
+  int resume;          /* submit --resume */
   struct settings_list settings; /* submit: the config file's, then --set's, then --no-preempt */
 };
 
@@ -275,6 +279,7 @@ static int parse_submit(int argc, char **argv, struct ctl_args *a) {
     if (!strcmp(arg, "--config") && v) config = argv[++i];
     else if (!strcmp(arg, "--name") && v) a->name = argv[++i];
     else if (!strcmp(arg, "--no-preempt")) no_preempt = 1;
+    else if (!strcmp(arg, "--resume")) a->resume = 1;
     else if (!strcmp(arg, "--set") && v) {
       const char *eq = strchr(v, '=');
       if (!eq || eq == v) {
@@ -307,6 +312,7 @@ static int parse_submit(int argc, char **argv, struct ctl_args *a) {
 static int cmd_submit(struct lstmd_ctl *c, const struct ctl_args *a) {
   Lstmd__JobSpec spec = LSTMD__JOB_SPEC__INIT;
   spec.name = (char *)a->name;
+  spec.resume = a->resume;
   spec.n_settings = a->settings.n;
   spec.settings = a->settings.v;
   Lstmd__SubmitJob submit = LSTMD__SUBMIT_JOB__INIT;

@@ -39,6 +39,7 @@
 #include "kernels/clock.h"
 #include "kernels/status.h"
 #include "worker/train/trainer.h"
+#include "worker/train/val_watch.h"
 #include "config.h"
 #include "frame.h"
 #include "sched.h"
@@ -86,10 +87,17 @@ static char *job_payload(const Lstmd__Job *job, const char *data_root, size_t *l
                              err, errlen))
     return NULL;
   snprintf(cfg.run_dir, sizeof cfg.run_dir, "%s", job->run_dir);
-  char resume[1200] = "";
-  if (job->attempts > 1) { /* started before: continue from its last checkpoint, if any */
+  char resume[1200] = "", found[300];
+  if (job->attempts > 1 || job->resume) { /* its own run, or the one it continues, if any */
     snprintf(resume, sizeof resume, "%s/latest.safetensors", job->run_dir);
     if (access(resume, F_OK) != 0) resume[0] = '\0';
+  } else if (lstmd_run_dir_checkpoint(job->run_dir, found, sizeof found)) {
+    /* Checked at submission too; a run (a job's default run dir left from an older journal, or
+     * `lstmd train` by hand) may have been written there while this one waited. */
+    snprintf(err, errlen, "train.run_dir %s now holds a run (%s) that this fresh job would mix "
+             "its metrics with and replace the checkpoints of: submit it again with --resume to "
+             "continue that run, or with another train.run_dir", job->run_dir, found);
+    return NULL;
   }
   char *json = lstmd_config_to_json(&cfg), *payload = NULL;
   if (json && asprintf(&payload, "%s%c%s", json, '\0', resume) >= 0)

@@ -19,6 +19,7 @@
 #include "arena.h"
 #include "frame.h"
 #include "serve_job.h"
+#include "worker/train/val_watch.h"
 
 enum {
   kReadChunk = 64 << 10,
@@ -285,8 +286,10 @@ static void handle_request(struct conn *c, const uint8_t *payload, size_t n) {
         const struct lstmd_job_resources res = {
             .ranks = cfg.res_ranks ? cfg.res_ranks : s->cfg.world, .priority = cfg.res_priority,
             .preemptible = cfg.res_preemptible, .time_limit_s = cfg.res_time_limit_s};
-        reply = lstmd_jobs_submit(s->jobs, spec, has_run_dir ? cfg.run_dir : NULL, cfg.steps, &res,
-                                  &len);
+        char found[300]; /* a checkpoint already in the run dir: refused unless spec->resume */
+        const int holds = has_run_dir && lstmd_run_dir_checkpoint(cfg.run_dir, found, sizeof found);
+        reply = lstmd_jobs_submit(s->jobs, spec, has_run_dir ? cfg.run_dir : NULL,
+                                  holds ? found : NULL, cfg.steps, &res, &len);
       }
       break;
     }

@@ -215,7 +215,7 @@ static void test_journal_and_jobs(void) {
   Lstmd__Response *l = list_reply(&t);
   check_true("status: an empty list", l && l->kind_case == LSTMD__RESPONSE__KIND_JOBS && l->jobs->n_jobs == 0);
   lstmd__response__free_unpacked(l, NULL);
-  for (int i = 0; i < 3; i++) free(lstmd_jobs_submit(&t, &spec, NULL, 100, NULL, &len));
+  for (int i = 0; i < 3; i++) free(lstmd_jobs_submit(&t, &spec, NULL, NULL, 100, NULL, &len));
   l = list_reply(&t);
   check_true("status: submitted jobs are listed", l && l->jobs->n_jobs == 3 && l->jobs->jobs[2]->id == 3);
   lstmd__response__free_unpacked(l, NULL);
@@ -273,7 +273,7 @@ static void test_journal_and_jobs(void) {
    * where a reader that skipped the CRC would still decode it): its CRC fails and it is dropped,
    * so job 4 does not exist; a reader that trusted it would list 4 jobs. */
   int reopened = lstmd_jobs_open(&t, dir) == 0 && t.n == 3;
-  free(lstmd_jobs_submit(&t, &spec, NULL, 100, NULL, &len));
+  free(lstmd_jobs_submit(&t, &spec, NULL, NULL, 100, NULL, &len));
   reopened &= t.n == 4 && t.v[3]->id == 4 && t.v[3]->state == LSTMD__JOB_STATE__QUEUED;
   lstmd_jobs_close(&t);
   check_true("journal: job 4 submitted, appended", reopened);
@@ -339,7 +339,8 @@ static void test_journal_damaged_inside(void) {
   spec.name = "m";
   size_t len;
   int opened = lstmd_jobs_open(&t, dir) == 0;
-  for (int i = 0; opened && i < 4; i++) free(lstmd_jobs_submit(&t, &spec, NULL, 100, NULL, &len));
+  for (int i = 0; opened && i < 4; i++)
+    free(lstmd_jobs_submit(&t, &spec, NULL, NULL, 100, NULL, &len));
   if (opened) lstmd_jobs_close(&t);
   snprintf(runs, sizeof runs, "%s/runs", dir);
   mkdir(runs, 0700);

@@ -18,7 +18,10 @@
 #     weights of the same `mpirun -np 2 lstmd train` run (bitwise); cancelling it then exits 2
 #     ("had already ended"), cancelling a cancelled job again exits 0;
 #  6. a job submitted into the train.run_dir of a job that has not ended is refused (exit 2,
-#     naming that job), and accepted once that job has ended.
+#     naming that job); once that job has ended (with a checkpoint), a fresh job there is refused
+#     and one with --resume accepted; a fresh job whose empty run dir gets a checkpoint while it
+#     waits is FAILED at its start; `submit --resume` with no train.run_dir is refused, and into the
+#     finished pipeline job's run dir it continues that run from its last step.
 set -u
 LSTMD=$(realpath "${1:?usage: test_serve_ops.sh LSTMD LSTMCTL SOURCE_DIR}")
 CTL=$(realpath "${2:?}")
@@ -161,15 +164,41 @@ for spelled in ./shared shared/; do
     ok "a second job in job $a's run dir ($spelled) refused: $(tail -1 <<<"$out")" ||
     bad "shared run dir ($spelled): exit $rc: $out"
 done
+# a fresh job queued behind A into an empty run dir, where a run appears while it waits
+c=$(ctl submit --config "$TMP/job.ini" --set train.run_dir=later --name C | tail -1)
+mkdir -p "$TMP/later" && cp "$TMP/pipe-job/step-6.safetensors" "$TMP/later/"
 ctl cancel "$a" >/dev/null
 state_is() { [[ $(field "$1" state) == "$2" ]]; }
+if wait_for 30 state_is "$c" FAILED && [[ $(field "$c" reason) == *"now holds a run (step-6.safetensors)"*"--resume"* ]]; then
+  ok "a run written into a queued fresh job's run dir: FAILED at its start: $(field "$c" reason | cut -c1-90)..."
+else bad "queued job $c whose run dir got a checkpoint: $(ctl status "$c")"; fi
 if wait_for 30 state_is "$a" CANCELLED; then
-  b=$(ctl submit --config "$TMP/job.ini" --set train.run_dir=shared --name B 2>&1 | tail -1)
-  [[ $(field "$b" state) =~ QUEUED|RUNNING ]] && ok "accepted once job $a has ended (job $b)" ||
+  # A wrote a checkpoint as it stopped: a fresh job there is refused, one that continues it is not
+  out=$(ctl submit --config "$TMP/job.ini" --set train.run_dir=shared 2>&1); rc=$?
+  [[ $rc == 2 && $out == *"shared already holds a run (step-"*"submit with --resume"* ]] &&
+    ok "a fresh job into cancelled job $a's run dir refused (it holds A's checkpoint)" ||
+    bad "fresh job into the cancelled job's run dir: exit $rc: $out"
+  b=$(ctl submit --config "$TMP/job.ini" --set train.run_dir=shared --name B --resume 2>&1 | tail -1)
+  [[ $(field "$b" state) =~ QUEUED|RUNNING ]] && ok "--resume accepted once job $a has ended (job $b)" ||
     bad "after job $a ended: $b"
   ctl cancel "$b" >/dev/null
   ctl cancel "$a" >/dev/null && ok "cancel of a job already cancelled: exit 0" || bad "second cancel of job $a"
 else bad "job $a not cancelled: $(ctl status "$a")"; fi
+wait_for 30 state_is "$b" CANCELLED || bad "job $b not cancelled: $(ctl status "$b")"
+# the finished pipeline job's run dir: fresh refused, --resume continues it
+out=$(ctl submit --config "$TMP/job.ini" "${pipe[@]}" --set train.run_dir=pipe-job 2>&1); rc=$?
+[[ $rc == 2 && $out == *"pipe-job already holds a run (step-"*"submit with --resume"* ]] &&
+  ok "a fresh job into a finished job's run dir refused: $(tail -1 <<<"$out" | cut -c1-100)..." ||
+  bad "fresh job into pipe-job: exit $rc: $out"
+out=$(ctl submit --config "$TMP/job.ini" --resume 2>&1); rc=$?
+[[ $rc == 2 && $out == *"--resume continues the run in the job's train.run_dir, and this job sets none"* ]] &&
+  ok "--resume without train.run_dir refused: $(tail -1 <<<"$out")" || bad "--resume without a run dir: exit $rc: $out"
+r=$(ctl submit --config "$TMP/job.ini" "${pipe[@]}" --set train.run_dir=pipe-job --set train.steps=9 --resume \
+    --name more | tail -1)
+if ctl watch "$r" >/dev/null 2>&1 && [[ $(field "$r" state) == SUCCEEDED && -f $TMP/pipe-job/step-9.safetensors ]] &&
+   grep -q "resumed from .*pipe-job/latest.safetensors at step 6" "$TMP/serve.log"; then
+  ok "submit --resume into the finished job's run dir: resumed at step 6, SUCCEEDED at step 9"
+else bad "--resume job $r: $(ctl status "$r"); $(grep -m1 "resumed from .*pipe-job" "$TMP/serve.log")"; fi
 
 ctl shutdown >/dev/null; stop_daemon || bad "final shutdown"
 ( cd "$TMP" && mpirun -np 2 "$LSTMD" train --config job.ini "${pipe[@]}" --set train.run_dir=pipe-job-cli \
