@@ -266,6 +266,35 @@ void lstmd_config_defaults(struct lstmd_train_config *c) {
   for (int i = 0; i < kKeyCount; i++) set_value(c, &kKeys[i], kKeys[i].def, err, sizeof err);
 }
 
+/* inih reads a line into a fixed buffer (200 bytes in Debian's build) and hands the rest of a
+ * longer one over as a line of its own: a long data.path would be cut short and the error
+ * reported a line late, or not at all. This reader stops at such a line instead, so it is
+ * reported as itself. */
+struct ini_reader {
+  FILE *f;
+  int line;        /* lines handed to inih so far */
+  size_t too_long; /* length of the line that did not fit (0: none) */
+  int max;         /* the longest line inih takes, newline excluded */
+};
+
+static char *read_ini_line(char *str, int num, void *stream) {
+  struct ini_reader *r = stream;
+  if (!fgets(str, num, r->f)) return NULL;
+  size_t n = strlen(str);
+  if (n + 1 == (size_t)num && str[n - 1] != '\n' && !feof(r->f)) { /* the buffer is full */
+    int c = fgetc(r->f);
+    if (c != '\n' && c != EOF) {
+      while (c != '\n' && c != EOF) c = fgetc(r->f), n++;
+      r->too_long = n;
+      r->max = num - 1;
+      r->line++;
+      return NULL;
+    }
+  }
+  r->line++;
+  return str;
+}
+
 struct ini_ctx {
   lstmd_config_pair_fn fn;
   void *user;
@@ -353,8 +382,16 @@ int lstmd_config_read_ini(const char *path, lstmd_config_pair_fn fn, void *user)
   /* inih stops at a read error as at the end of the file: a directory (fopen succeeds, the read
    * fails with EISDIR) would pass for an empty config. Pipes (--config <(...)) are fine. */
   FILE *f = fopen(path, "r");
-  int line = f ? ini_parse_file(f, on_ini_pair, &ctx) : -1;
+  struct ini_reader reader = {.f = f};
+  int line = f ? ini_parse_stream(read_ini_line, &reader, on_ini_pair, &ctx) : -1;
   if (f && line >= 0 && ferror(f)) line = -1;
+  if (line == 0 && reader.too_long) {
+    fclose(f);
+    lstmd_errorf("%s:%d: the line is %zu characters long, and config files take lines of at most "
+                 "%d: give a longer value on the command line (--set section.key=value)",
+                 path, reader.line, reader.too_long, reader.max);
+    return LSTMD_ECONFIG;
+  }
   const int saved = errno;
   if (f) fclose(f);
   if (line < 0) {

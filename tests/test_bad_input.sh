@@ -487,6 +487,14 @@ printf 'hidden = 8\n[data]\nseq_len = 4\n' >"$TMP/nosection.ini"
 check "train: a key before any [section]" --file "$TMP/nosection.ini" \
   --has "nosection.ini:1: 'hidden' comes before any [section] header (under [model] it would be a key)" -- \
   "$LSTMD" train --config "$TMP/nosection.ini"
+# inih's line buffer (200 bytes): a longer line is refused as itself, not cut and misread
+printf '[data]\nseq_len = 4\npath = /%0230d\n[train]\nsteps = 1\n' 0 >"$TMP/longline.ini"
+check "train: a config line longer than inih's buffer" --file "$TMP/longline.ini" \
+  --has "longline.ini:3: the line is 238 characters long, and config files take lines of at most 199" -- \
+  "$LSTMD" train --config "$TMP/longline.ini"
+printf '[data]\nseq_len = 4%188s\nbogus = 1\n' '' >"$TMP/fullline.ini" # line 2: 199 characters
+check "train: a config line of 199 characters is read" --file "$TMP/fullline.ini" \
+  --has "fullline.ini:3: unknown config key 'data.bogus'" -- "$LSTMD" train --config "$TMP/fullline.ini"
 check "train: nonexistent config file" --file "$TMP/no-such.ini" \
   --has "no-such.ini: cannot read config file: No such file or directory" -- \
   "$LSTMD" train --config "$TMP/no-such.ini"
