@@ -9,7 +9,9 @@
 # the field that differs and no other guarded field, and writes no checkpoint. The same checkpoint
 # resumes with the config it was written with; a resume names the settings it changed (a
 # changed train.seed goes on, but says so); one at or past train.steps says there is nothing
-# to train. A fresh run (no --resume) into a run dir that holds a run is refused.
+# to train. A fresh run (no --resume) into a run dir that holds a run is refused. Numbers in the
+# effective config are printed shortest-first, and a checkpoint with the older %.9g texts of the
+# same values resumes without naming them as changed.
 set -u
 LSTMD=$(realpath "${1:?usage: test_resume_guards.sh LSTMD_BINARY SOURCE_DIR}")
 SRC=$(realpath "${2:?}")
@@ -92,6 +94,33 @@ if [[ $rc -eq 0 && $(changes "$TMP/seed.log") == "train.steps 2 → 4, train.see
    grep -q "train.seed 1 → 7" "$TMP/seed/train.log"; then
   ok "a resume with another train.seed goes on and says so (also in train.log): '$(changes "$TMP/seed.log")'"
 else bad "a resume with another train.seed: exit $rc, changed settings '$(changes "$TMP/seed.log")'"; fi
+
+# The effective config prints each number as its shortest exact text (0.002, not 0.00200000009)
+grep -qx "  optim.lr = 0.002" "$TMP/same.log" && grep -qx "  optim.eps = 1e-08" "$TMP/same.log" &&
+  ok "the effective config prints optim.lr = 0.002, optim.eps = 1e-08" ||
+  bad "effective config numbers: $(grep -e '  optim.lr =' -e '  optim.eps =' "$TMP/same.log" | tr '\n' ' ')"
+# A checkpoint written before numbers were printed shortest-first holds float settings as
+# "0.00200000009" (%.9g): the same settings, so again only train.steps is named.
+python3 - "$CK" "$TMP/old-style.safetensors" <<'EOF2' || bad "rewriting the config as %.9g"
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+(n,) = struct.unpack("<Q", raw[:8])
+head = json.loads(raw[8:8 + n])
+cfg = json.loads(head["__metadata__"]["config"])
+for k in ("optim.lr", "optim.beta1", "optim.beta2", "optim.eps", "optim.momentum"):
+    cfg[k] = "%.9g" % struct.unpack("<f", struct.pack("<f", float(cfg[k])))[0]
+assert cfg["optim.lr"] != "0.002" and "." in cfg["optim.beta1"], cfg["optim.lr"]
+head["__metadata__"]["config"] = json.dumps(cfg, separators=(",", ":"))
+h = json.dumps(head, separators=(",", ":")).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(h)) + h + raw[8 + n:])
+EOF2
+"$LSTMD" train "${base[@]}" --set train.run_dir="$TMP/old-style" --resume "$TMP/old-style.safetensors" \
+  >/dev/null 2>"$TMP/old-style.log"
+rc=$?
+if [[ $rc -eq 0 && $(changes "$TMP/old-style.log") == "train.steps 2 → 4" ]]; then
+  ok "a checkpoint with %.9g numbers (optim.lr 0.00200000009) resumes naming only train.steps"
+else bad "%.9g checkpoint: exit $rc, changed settings '$(changes "$TMP/old-style.log")', want 'train.steps 2 → 4'"; fi
 
 # A layer-normalised checkpoint: refused by the plain config, resumed by its own.
 "$LSTMD" train "${base[@]}" --set model.layer_norm=true --set train.steps=2 \

@@ -19,6 +19,17 @@ static int cannot_change_weights(const char *key) {
   return !strncmp(key, "resources.", 10);
 }
 
+/* Whether two settings' texts say the same. Numbers by value: checkpoints written before the
+ * config printed its numbers shortest-first hold a float setting as "0.00200000009", and the
+ * same setting reads "0.002" now; as floats (every number setting is at most double, and a
+ * change below float precision changes nothing) they are one value. */
+static int same_setting(const char *a, const char *b) {
+  if (!strcmp(a, b)) return 1;
+  char *end_a, *end_b;
+  const double x = strtod(a, &end_a), y = strtod(b, &end_b);
+  return *a && *b && !*end_a && !*end_b && (float)x == (float)y;
+}
+
 char *lstmd_resume_changes(const char *was_json, const char *now_json) {
   json_t *was = json_loads(was_json, 0, NULL), *now = json_loads(now_json, 0, NULL);
   char *out = NULL;
@@ -30,7 +41,7 @@ char *lstmd_resume_changes(const char *was_json, const char *now_json) {
   if (f) json_object_foreach(now, key, value) {
       const char *a = json_string_value(json_object_get(was, key)), *b = json_string_value(value);
       /* a key the checkpoint lacks came with a later version: it had its default then */
-      if (!a || !b || cannot_change_weights(key) || !strcmp(a, b)) continue;
+      if (!a || !b || cannot_change_weights(key) || same_setting(a, b)) continue;
       fprintf(f, "%s%s %s → %s", n++ ? ", " : "", key, a, b);
     }
   if (f) fclose(f);
