@@ -16,6 +16,13 @@
 #include "worker/io/durable.h"
 
 static const char kMagic[8] = {'L', 'S', 'T', 'M', 'D', 'D', 'A', 'T'};
+/* The series fill record after the statistics (dataset.h). Why there and not a new field or
+ * version: the fixed 64 bytes are all taken, and what follows the statistics has always been
+ * zero padding, covered by the header CRC and never read, so an lstmd from before it still
+ * opens such a file (version 1, the same checks), and a file from before it, all zeros there,
+ * reads as "not filled". A file prepared without --missing is byte for byte what it was. */
+static const char kFillTag[4] = {'F', 'I', 'L', 'L'};
+enum { kFillRecordBytes = 16 };
 /* Version 2 marks the files an lstmd without numeric classify records cannot read (dtype 4);
  * everything else is still written as version 1, byte for byte what it was. */
 enum { kVersion = 1, kVersionNumeric = 2, kFixedHeaderBytes = 64, kDtypeU8 = 1, kDtypeF32 = 2,
@@ -87,6 +94,12 @@ static size_t encode_header(const struct lstmd_dataset_info *info, uint8_t *buf)
     n += 4 * (size_t)info->width;
     memcpy(buf + n, info->std, 4 * (size_t)info->width);
     n += 4 * (size_t)info->width;
+    if (info->missing != LSTMD_MISSING_ERROR) { /* the fill record: decode_fill */
+      memcpy(buf + n, kFillTag, 4);
+      put_u32(buf + n + 4, (uint32_t)info->missing);
+      put_u64(buf + n + 8, info->missing_filled);
+      n += kFillRecordBytes;
+    }
   }
   size_t header_bytes = (n + 63) / 64 * 64;
   memcpy(buf, kMagic, 8);
@@ -164,6 +177,20 @@ static int decode_names(struct lstmd_dataset_info *info, int count, const uint8_
   return 0;
 }
 
+/* The series fill record at buf[n] (encode_header), when its tag is there: a method other than
+ * previous or linear is a corrupt header. No tag (zero padding, or no room): not filled. */
+static int decode_fill(struct lstmd_dataset_info *info, const uint8_t *buf, size_t n,
+                       size_t header_bytes) {
+  info->missing = LSTMD_MISSING_ERROR;
+  info->missing_filled = 0;
+  if (n + kFillRecordBytes > header_bytes || memcmp(buf + n, kFillTag, 4) != 0) return 0;
+  const uint32_t method = get_u32(buf + n + 4);
+  if (method != LSTMD_MISSING_PREVIOUS && method != LSTMD_MISSING_LINEAR) return -1;
+  info->missing = (int)method;
+  info->missing_filled = get_u64(buf + n + 8);
+  return 0;
+}
+
 /* Decodes and checks the variable part of the header (vocabulary, labels or column table). */
 static int decode_tables(struct lstmd_dataset_info *info, const uint8_t *buf, size_t header_bytes) {
   size_t n = kFixedHeaderBytes;
@@ -189,7 +216,7 @@ static int decode_tables(struct lstmd_dataset_info *info, const uint8_t *buf, si
   memcpy(info->std, buf + n + 4 * (size_t)info->width, 4 * (size_t)info->width);
   for (int c = 0; c < info->width; c++)
     if (!(info->std[c] > 0.0f) || info->mean[c] != info->mean[c]) return -1;
-  return 0;
+  return decode_fill(info, buf, n + 8 * (size_t)info->width, header_bytes);
 }
 
 int lstmd_dataset_open(const char *path, struct lstmd_dataset *ds) {
@@ -334,6 +361,7 @@ int lstmd_dataset_open_dir(const char *dir, struct lstmd_dataset *train, struct 
               a->vocab_size != b->vocab_size || memcmp(a->vocab, b->vocab, 256) ||
               memcmp(a->names, b->names, sizeof a->names) || a->horizon != b->horizon ||
               a->season != b->season || a->numeric != b->numeric ||
+              a->missing != b->missing || a->missing_filled != b->missing_filled ||
               memcmp(a->mean, b->mean, sizeof a->mean) || memcmp(a->std, b->std, sizeof a->std))) {
     lstmd_errorf("%s: train.bin and val.bin come from different preparations", dir);
     rc = LSTMD_EFORMAT;

@@ -19,12 +19,15 @@
  *      every value of the training split, so a global normalisation); the payload is count
  *      records of raw f32 values (finite)
  *      series: width × (u8 length + name bytes), then f32 mean[width], f32 std[width]
- *      (training-split statistics; column 0 is the target), zero padding to header_bytes. */
+ *      (training-split statistics; column 0 is the target), then, only when prepare filled
+ *      missing values (--missing previous|linear), the fill record: "FILL", u32 method
+ *      (enum lstmd_missing), u64 values filled; zero padding to header_bytes. */
 #ifndef LSTMD_DATASET_H
 #define LSTMD_DATASET_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "worker/io/durable.h"
 #include "series_tf.h"
@@ -34,6 +37,20 @@ enum lstmd_dataset_kind { LSTMD_DATASET_TEXT = 1, LSTMD_DATASET_SERIES = 2, LSTM
 #define LSTMD_MAX_COLUMNS 64
 #define LSTMD_MAX_NAME_BYTES 64 /* including the NUL */
 #define LSTMD_MAX_SEASON 1000000 /* prepare --season: at most this many rows */
+
+/* `--missing` of prepare series and predict: what a missing CSV field becomes (csv_missing.c).
+ * Inline here, not in csv_missing.c, as the checkpoint code (which the loader fuzzers build
+ * without the data sources) names it too. */
+enum lstmd_missing { LSTMD_MISSING_ERROR = 0, LSTMD_MISSING_PREVIOUS = 1, LSTMD_MISSING_LINEAR = 2 };
+static inline const char *lstmd_missing_name(int m) {
+  return m == LSTMD_MISSING_PREVIOUS ? "previous" : m == LSTMD_MISSING_LINEAR ? "linear" : "error";
+}
+/* The method named text, or -1. */
+static inline int lstmd_missing_parse(const char *text) {
+  for (int m = LSTMD_MISSING_ERROR; m <= LSTMD_MISSING_LINEAR; m++)
+    if (strcmp(text, lstmd_missing_name(m)) == 0) return m;
+  return -1;
+}
 
 struct lstmd_dataset_info {
   int kind;
@@ -47,6 +64,9 @@ struct lstmd_dataset_info {
   int season;                    /* series: seasonal period P in rows (prepare --season), 0 = none */
   int numeric;                   /* classify: 1 when records hold f32 values (dtype 4; vocab_size
                                   * 0, mean[0]/std[0] the training split's), 0 for byte ids */
+  int missing;                   /* series: how prepare filled missing CSV values (enum
+                                  * lstmd_missing; 0: it did not, or a file from before) */
+  uint64_t missing_filled;       /* series: how many values it filled (both splits together) */
   char names[LSTMD_MAX_COLUMNS][LSTMD_MAX_NAME_BYTES]; /* series column names, or classify:
                                                        * the label of each class id */
   float mean[LSTMD_MAX_COLUMNS]; /* series: training-split mean of each column; numeric
