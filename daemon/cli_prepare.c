@@ -16,7 +16,7 @@ static int need(const char *cmd, const char *name, const char *value) {
 int lstmd_cmd_prepare(int argc, char **argv) {
   const char *kind = argc > 2 ? argv[2] : "";
   const char *input = NULL, *out = NULL, *vf = "0.05", *target = NULL, *features = NULL,
-             *horizon = "1", *season = "0";
+             *horizon = "1", *season = "0", *missing = "error";
   int help = 0;
   if (!strcmp(kind, "text")) {
     struct lstmd_opt opts[] = {{"input", &input}, {"out", &out}, {"val-fraction", &vf},
@@ -35,13 +35,18 @@ int lstmd_cmd_prepare(int argc, char **argv) {
   if (!strcmp(kind, "series")) {
     struct lstmd_opt opts[] = {{"input", &input},       {"out", &out},         {"target", &target},
                                {"features", &features}, {"horizon", &horizon}, {"val-fraction", &vf},
-                               {"season", &season},     {"help", NULL, &help}};
-    int rc = lstmd_parse_opts("prepare series", argc, argv, 3, opts, 8);
+                               {"season", &season},     {"missing", &missing},
+                               {"help", NULL, &help}};
+    int rc = lstmd_parse_opts("prepare series", argc, argv, 3, opts, 9);
     if (rc || help) {
       fprintf(help ? stdout : stderr,
               "usage: lstmd prepare series --input FILE.csv --target COL [--features A,B,...]\n"
               "                            [--horizon K] --out DIR [--val-fraction F] [--season P]\n"
-              "--season P: rows per seasonal cycle, for the seasonal-naive baseline (0: none)\n");
+              "                            [--missing error|previous|linear]\n"
+              "--season P: rows per seasonal cycle, for the seasonal-naive baseline (0: none)\n"
+              "--missing: a field that is empty, NA, N/A, NaN or null refuses the file (error, the\n"
+              "  default), takes the last value before it (previous) or the straight line between\n"
+              "  its neighbours (linear); a gap at either end takes the nearest value\n");
       return rc;
     }
     double f;
@@ -52,7 +57,13 @@ int lstmd_cmd_prepare(int argc, char **argv) {
         (rc = lstmd_opt_long("prepare series", "horizon", horizon, 1, 4096, &k)) ||
         (rc = lstmd_opt_long("prepare series", "season", season, 0, LSTMD_MAX_SEASON, &p)))
       return rc;
-    return lstmd_exit_code(lstmd_prepare_series(input, out, target, features, (int)k, f, (int)p));
+    const int m = lstmd_missing_parse(missing);
+    if (m < 0) {
+      lstmd_errorf("prepare series: --missing '%s' is not one of error previous linear", missing);
+      return 2;
+    }
+    return lstmd_exit_code(
+        lstmd_prepare_series(input, out, target, features, (int)k, f, (int)p, m));
   }
   if (!strcmp(kind, "classify")) {
     const char *label_column = NULL, *header = NULL; /* defaults: 1 and auto (--series only) */

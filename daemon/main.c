@@ -75,7 +75,7 @@ static void usage(FILE *out) {
           "usage:\n"
           "  lstmd prepare text     --input FILE --out DIR [--val-fraction F]\n"
           "  lstmd prepare series   --input FILE.csv --target COL [--features A,B,...] [--horizon K]\n"
-          "                         --out DIR [--val-fraction F] [--season P]\n"
+          "                         --out DIR [--val-fraction F] [--season P] [--missing error|previous|linear]\n"
           "  lstmd prepare classify --input FILE.tsv --out DIR [--val-fraction F]   (label<TAB>text per line)\n"
           "  lstmd prepare classify --series --input FILE.csv --out DIR [--val-fraction F]\n"
           "                         [--label-column N|last] [--header auto|yes|no]   (a label, N numbers per row)\n"

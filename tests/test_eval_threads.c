@@ -112,7 +112,7 @@ static int prepare_inputs(void) {
   for (int i = 0; i < 3000; i++) fprintf(f, "%.4f,%.4f\n", sin(0.1 * i) + 0.01 * (i % 7), cos(0.05 * i));
   fclose(f);
   snprintf(out, sizeof out, "%s/series", g_dir);
-  if (lstmd_prepare_series(path, out, "x", "y", 3, 0.5, 0)) return -1;
+  if (lstmd_prepare_series(path, out, "x", "y", 3, 0.5, 0, LSTMD_MISSING_ERROR)) return -1;
   snprintf(path, sizeof path, "%s/classify.tsv", g_dir);
   if (!(f = fopen(path, "w"))) return -1;
   static const char *const kLabels[] = {"gate", "cell", "rank"};

@@ -79,14 +79,34 @@ int lstmd_classify_write(const char *out_dir, const struct lstmd_dataset_info *i
  * `horizon` target values. The last floor(val_fraction × rows) rows are the validation split;
  * mean/std of each column over the training split are stored in both headers, and `season`
  * (rows per seasonal cycle of the seasonal-naive baseline, 0: none). */
+/* `missing` (enum lstmd_missing, dataset.h): what a missing field (lstmd_csv_is_missing) of a
+ * used column becomes: refused naming its line and column (LSTMD_MISSING_ERROR), or filled
+ * before the split (lstmd_csv_fill_missing) and the method recorded in both headers. */
 int lstmd_prepare_series(const char *input, const char *out_dir, const char *target,
-                         const char *features, int horizon, double val_fraction, int season);
+                         const char *features, int horizon, double val_fraction, int season,
+                         int missing);
 
 /* Reads the named columns of a CSV file with a header (other columns ignored; every used field
- * must be a finite number). *values is rows × n floats (malloc'd, caller frees). Errors are
- * printed with file and line. */
-int lstmd_csv_read_columns(const char *path, const char *const *names, int n, float **values,
-                           size_t *rows);
+ * must be a finite number, or missing and filled by `missing` as prepare series fills it; how:
+ * the words the fill report puts after the count, e.g. "--missing linear"). *values is rows × n
+ * floats (malloc'd, caller frees). Errors are printed with file and line. */
+int lstmd_csv_read_columns(const char *path, const char *const *names, int n, int missing,
+                           const char *how, float **values, size_t *rows);
+
+/* ---- missing values in a series CSV (csv_missing.c) ---- */
+
+/* 1 when the field text[0, len) is a missing value: empty (blanks only), or NA, N/A, NaN or
+ * null in any case; 0 for anything else (a number, or a bad value the caller refuses). */
+int lstmd_csv_is_missing(const char *text, size_t len);
+/* values: rows × width with NaN where a field was missing; fills every NaN by method
+ * (LSTMD_MISSING_PREVIOUS: the last value before it in its column, LINEAR: the straight line
+ * between the values either side; a run at the start of a column takes the column's first
+ * value, one at the end its last, under both) and prints one line on stderr naming the count of
+ * each column that had gaps (nothing when none; how: in the line's parentheses). A column with
+ * no value at all: an error naming it (LSTMD_EFORMAT). *filled (may be NULL): the count. */
+int lstmd_csv_fill_missing(const char *input, float *values, size_t rows, int width,
+                           const char *const *names, int method, const char *how,
+                           uint64_t *filled);
 
 /* ---- CSV reading shared by the preparations, predict and classify (csv_read.c) ---- */
 

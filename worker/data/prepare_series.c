@@ -24,6 +24,7 @@ struct csv_state {
   const char *want[LSTMD_MAX_COLUMNS];
   int col_of_used[LSTMD_MAX_COLUMNS]; /* header index of each used column */
   float row[LSTMD_MAX_COLUMNS];
+  int missing;        /* enum lstmd_missing: refuse a missing field, or keep it as NaN to fill */
   float *values;      /* rows × used */
   size_t rows, cap_rows;
 };
@@ -48,6 +49,18 @@ static void on_field(void *data, size_t len, void *ctx) {
   }
   for (int u = 0; u < st->used; u++) {
     if (st->col_of_used[u] != f) continue;
+    if (lstmd_csv_is_missing(text, len)) { /* csv_missing.c fills the NaN after the last row */
+      if (st->missing != LSTMD_MISSING_ERROR) {
+        st->row[u] = NAN;
+        continue;
+      }
+      const char *s;
+      const int blank = lstmd_csv_trim(text, len, &s) == 0;
+      fail(st, "column '%s': a missing value (%s%.40s%s); --missing previous (the last value "
+           "before it) or --missing linear (interpolated) fills such gaps", st->want[u],
+           blank ? "an empty field" : "'", blank ? "" : text, blank ? "" : "'");
+      return;
+    }
     if (lstmd_csv_number(text, len, &st->row[u]) != 0) {
       fail(st, "column '%s': '%.40s' is not a finite number", st->want[u], text);
       return;
@@ -182,13 +195,17 @@ static int check_season(const char *input, int season, size_t rows, size_t train
   return LSTMD_OK;
 }
 
-static int parse_csv(struct csv_state *st) {
+/* Parses the file and fills its missing values (st->missing; how: for the report line). */
+static int parse_csv(struct csv_state *st, const char *how, uint64_t *filled) {
   LSTMD_TRY(lstmd_csv_parse_file(&st->pos, on_field, on_record, st));
   if (st->record == 0) {
     lstmd_errorf("%s: input is empty", st->pos.input);
     return LSTMD_EFORMAT;
   }
-  return LSTMD_OK;
+  *filled = 0;
+  if (st->missing == LSTMD_MISSING_ERROR) return LSTMD_OK; /* no NaN: a gap was refused */
+  return lstmd_csv_fill_missing(st->pos.input, st->values, st->rows, st->used, st->want,
+                                st->missing, how, filled);
 }
 
 static void column_stats(const float *v, size_t rows, int width, struct lstmd_dataset_info *info) {
@@ -236,15 +253,16 @@ static void free_header(struct csv_state *st) {
   free(st->header);
 }
 
-int lstmd_csv_read_columns(const char *path, const char *const *names, int n, float **values,
-                           size_t *rows) {
+int lstmd_csv_read_columns(const char *path, const char *const *names, int n, int missing,
+                           const char *how, float **values, size_t *rows) {
   if (n < 1 || n > LSTMD_MAX_COLUMNS) {
     lstmd_errorf("%s: %d columns requested, at most %d", path, n, LSTMD_MAX_COLUMNS);
     return LSTMD_EINVAL;
   }
-  struct csv_state st = {.pos = {.input = path}, .used = n};
+  struct csv_state st = {.pos = {.input = path}, .used = n, .missing = missing};
   for (int u = 0; u < n; u++) st.want[u] = names[u];
-  int rc = parse_csv(&st);
+  uint64_t filled;
+  int rc = parse_csv(&st, how, &filled);
   free_header(&st);
   if (rc) {
     free(st.values);
@@ -256,11 +274,18 @@ int lstmd_csv_read_columns(const char *path, const char *const *names, int n, fl
 }
 
 int lstmd_prepare_series(const char *input, const char *out_dir, const char *target,
-                         const char *features, int horizon, double val_fraction, int season) {
-  struct csv_state st = {.pos = {.input = input}};
+                         const char *features, int horizon, double val_fraction, int season,
+                         int missing) {
+  struct csv_state st = {.pos = {.input = input}, .missing = missing};
   struct lstmd_dataset_info *info = calloc(1, sizeof *info);
   int rc = info ? parse_names(&st, info, target, features) : LSTMD_ENOMEM;
-  if (!rc) rc = parse_csv(&st);
+  char how[32];
+  snprintf(how, sizeof how, "--missing %s", lstmd_missing_name(missing));
+  uint64_t filled = 0;
+  /* The gaps are filled over the whole file, before the split: a series is one sequence, so the
+   * first validation rows may take (previous) or lean on (linear) the last training values,
+   * and a gap just before the split is interpolated towards the first validation value. */
+  if (!rc) rc = parse_csv(&st, how, &filled);
   size_t val_rows = (size_t)(val_fraction * (double)st.rows), train_rows = st.rows - val_rows;
   if (!rc && train_rows < (size_t)horizon + 2) {
     lstmd_errorf("%s: %zu data rows leave %zu for training; need at least horizon + 2 = %d", input,
@@ -273,6 +298,8 @@ int lstmd_prepare_series(const char *input, const char *out_dir, const char *tar
     info->width = st.used; /* info->names: parse_names */
     info->horizon = horizon;
     info->season = season;
+    info->missing = missing; /* recorded even when nothing was filled: predict's default */
+    info->missing_filled = filled;
     column_stats(st.values, train_rows, st.used, info);
     rc = write_splits(out_dir, info, st.values, train_rows, val_rows);
   }

@@ -449,7 +449,8 @@ int lstmd_predict(const struct lstmd_infer_model *im, const struct lstmd_data_me
   for (int c = 0; c < info->width; c++) names[c] = info->names[c];
   float *rows = NULL;
   size_t n = 0;
-  LSTMD_TRY(lstmd_csv_read_columns(input_csv, names, info->width, &rows, &n));
+  LSTMD_TRY(lstmd_csv_read_columns(input_csv, names, info->width, LSTMD_MISSING_ERROR,
+                                   "--missing error", &rows, &n));
   if (n == 0) {
     lstmd_errorf("%s: no data rows", input_csv);
     free(rows);

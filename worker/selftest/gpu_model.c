@@ -847,7 +847,7 @@ static void test_evaluate(int text) {
     else fprintf(f, "%.5f,%.5f\n", sin(i * 0.1), cos(i * 0.37));
   }
   fclose(f);
-  int rc = text ? lstmd_prepare_text(in, out, 0.5) : lstmd_prepare_series(in, out, "a", "b", 2, 0.5, 0);
+  int rc = text ? lstmd_prepare_text(in, out, 0.5) : lstmd_prepare_series(in, out, "a", "b", 2, 0.5, 0, LSTMD_MISSING_ERROR);
   struct lstmd_dataset train = {.fd = -1}, val = {.fd = -1};
   if (!rc) rc = lstmd_dataset_open_dir(out, &train, &val, 1);
   struct lstmd_model_shape s = {.kind = text ? LSTMD_MODEL_TEXT : LSTMD_MODEL_SERIES,
