@@ -122,18 +122,21 @@ int lstmd_cmd_sample(int argc, char **argv) {
 }
 
 int lstmd_cmd_predict(int argc, char **argv) {
-  const char *ckpt = NULL, *input = NULL, *out = NULL, *batch_text = "64";
+  const char *ckpt = NULL, *input = NULL, *out = NULL, *batch_text = "64", *missing_text = NULL;
   int help = 0, baselines = 0;
   struct lstmd_opt opts[] = {{"checkpoint", &ckpt}, {"input", &input}, {"out", &out},
                              {"batch", &batch_text}, {"baselines", NULL, &baselines},
-                             {"help", NULL, &help}};
-  int rc = lstmd_parse_opts("predict", argc, argv, 2, opts, 6);
+                             {"missing", &missing_text}, {"help", NULL, &help}};
+  int rc = lstmd_parse_opts("predict", argc, argv, 2, opts, 7);
   if (rc || help) {
     fprintf(help ? stdout : stderr,
             "usage: lstmd predict --checkpoint CKPT --input FILE.csv --out FILE.csv [--batch N]"
             " [--baselines]\n"
+            "                     [--missing error|previous|linear]\n"
             "Writes, for every input row, the forecast of the next K target values; --baselines\n"
-            "adds the persistence and (with a season) seasonal-naive forecasts as columns.\n");
+            "adds the persistence and (with a season) seasonal-naive forecasts as columns.\n"
+            "--missing: what an empty, NA, N/A, NaN or null field becomes, as in prepare series\n"
+            "  (default: what the model's training data was prepared with, else error).\n");
     return rc;
   }
   long batch;
@@ -142,6 +145,11 @@ int lstmd_cmd_predict(int argc, char **argv) {
       (rc = lstmd_opt_not_same_file("predict", "input", input, "out", out)) ||
       (rc = lstmd_opt_long("predict", "batch", batch_text, 1, 65536, &batch)))
     return rc;
+  const int missing = missing_text ? lstmd_missing_parse(missing_text) : -1;
+  if (missing_text && missing < 0) {
+    lstmd_errorf("predict: --missing '%s' is not one of error previous linear", missing_text);
+    return 2;
+  }
   lstmd_cpu_set_blas_threads(0);
   struct lstmd_infer_model m;
   struct lstmd_data_meta meta;
@@ -150,7 +158,7 @@ int lstmd_cmd_predict(int argc, char **argv) {
     lstmd_infer_model_destroy(&m);
     return rc;
   }
-  rc = lstmd_predict(&m, &meta, ckpt, input, out, (int)batch, baselines);
+  rc = lstmd_predict(&m, &meta, ckpt, input, out, (int)batch, baselines, missing);
   lstmd_infer_model_destroy(&m);
   return lstmd_exit_code(rc);
 }

@@ -84,6 +84,7 @@ static void usage(FILE *out) {
           "  lstmd eval     --checkpoint CKPT --data DIR [--batch N]        (one JSON line on stdout)\n"
           "  lstmd sample   --checkpoint CKPT [--prime TEXT] [--length N] [--temperature T] [--seed S]\n"
           "  lstmd predict  --checkpoint CKPT --input FILE.csv --out FILE.csv [--batch N] [--baselines]\n"
+          "                 [--missing error|previous|linear]\n"
           "  lstmd classify --checkpoint CKPT --input FILE                  (a classifier: label<TAB>p per line)\n"
           "  lstmd quantize --checkpoint CKPT --out INT8 [--calibrate DIR]  (int8 model for eval/sample/predict)\n"
           "  lstmd export onnx --checkpoint CKPT --out MODEL.onnx [--opset N] [--int8]   (an ONNX graph)\n"

@@ -73,6 +73,10 @@ static void add_data_meta(struct meta_list *l, const struct lstmd_data_meta *d) 
     meta_addf(l, "series.season", "%d", info->season);
     meta_addf(l, "series.target", "%s", lstmd_series_target_name(d->tf.target));
     meta_addf(l, "series.window_norm", "%s", lstmd_window_norm_name(d->tf.window_norm));
+    /* only from data prepared with --missing previous|linear, so every other checkpoint is
+     * what it was; predict's default --missing */
+    if (info->missing != LSTMD_MISSING_ERROR)
+      meta_addf(l, "series.missing", "%s", lstmd_missing_name(info->missing));
   }
   meta_addf(l, "data.pair_id", "%016" PRIx64, info->pair_id);
   meta_addf(l, "data.seq_len", "%d", d->seq_len);
@@ -303,6 +307,7 @@ static int read_data_meta(const struct lstmd_st_file *f, const char *path,
   const char *season = lstmd_st_meta_get(f, "series.season");
   const char *target = lstmd_st_meta_get(f, "series.target");
   const char *norm = lstmd_st_meta_get(f, "series.window_norm");
+  const char *missing = lstmd_st_meta_get(f, "series.missing");
   if (ok && season) {
     char *end;
     long p = strtol(season, &end, 10);
@@ -318,6 +323,11 @@ static int read_data_meta(const struct lstmd_st_file *f, const char *path,
   }
   if (ok && norm && (d->tf.window_norm = lstmd_window_norm_parse(norm)) < 0) {
     lstmd_errorf("%s: metadata 'series.window_norm' is '%s', not none, last or mean", path, norm);
+    ok = 0;
+  }
+  if (ok && missing && (info->missing = lstmd_missing_parse(missing)) < 0) {
+    lstmd_errorf("%s: metadata 'series.missing' is '%s', not error, previous or linear", path,
+                 missing);
     ok = 0;
   }
   json_decref(names);

@@ -439,7 +439,7 @@ static int predict_chunk(struct runner *r, const struct lstmd_data_meta *d, cons
 
 int lstmd_predict(const struct lstmd_infer_model *im, const struct lstmd_data_meta *d,
                   const char *ckpt_name, const char *input_csv, const char *out_csv, int batch,
-                  int baselines) {
+                  int baselines, int missing) {
   const struct lstmd_dataset_info *info = &d->info;
   if (model_shape(im)->kind != LSTMD_MODEL_SERIES) {
     lstmd_errorf("%s: a text model; predict needs a series model (use sample)", ckpt_name);
@@ -449,8 +449,14 @@ int lstmd_predict(const struct lstmd_infer_model *im, const struct lstmd_data_me
   for (int c = 0; c < info->width; c++) names[c] = info->names[c];
   float *rows = NULL;
   size_t n = 0;
-  LSTMD_TRY(lstmd_csv_read_columns(input_csv, names, info->width, LSTMD_MISSING_ERROR,
-                                   "--missing error", &rows, &n));
+  /* Without --missing, the gaps are handled as they were when the training data was prepared:
+   * a model trained on filled series forecasts from series filled the same way. */
+  const int recorded = missing < 0;
+  if (recorded) missing = info->missing;
+  char how[64];
+  snprintf(how, sizeof how, "--missing %s%s", lstmd_missing_name(missing),
+           recorded ? ", as the model's data was prepared" : "");
+  LSTMD_TRY(lstmd_csv_read_columns(input_csv, names, info->width, missing, how, &rows, &n));
   if (n == 0) {
     lstmd_errorf("%s: no data rows", input_csv);
     free(rows);

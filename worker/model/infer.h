@@ -96,8 +96,11 @@ int lstmd_sample(const struct lstmd_infer_model *im, const struct lstmd_data_met
  * sees T rows; rows [0, n mod T) are one shorter window), `batch` windows at a time (the output
  * does not depend on it), with the model's target and window_norm undone. Writes out_csv atomically:
  * "row,<target>+1,...,<target>+K", with `baselines` then persistence+1..K and (a season P in the
- * data) seasonalP+1..K, the naive forecasts of series_tf.h in the target's units. */
+ * data) seasonalP+1..K, the naive forecasts of series_tf.h in the target's units. missing (enum
+ * lstmd_missing, or -1: the one d->info records, the way the training data was prepared): what a
+ * missing CSV field becomes, as in prepare series. */
 int lstmd_predict(const struct lstmd_infer_model *im, const struct lstmd_data_meta *d, const char *ckpt_name,
-                  const char *input_csv, const char *out_csv, int batch, int baselines);
+                  const char *input_csv, const char *out_csv, int batch, int baselines,
+                  int missing);
 
 #endif
