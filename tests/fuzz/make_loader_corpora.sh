@@ -8,11 +8,15 @@
 #                   layer-normalised; SGD, which the target's AdamW resume refuses), a wrong
 #                   format tag, a truncation
 #   corpus-dataset  the dataset reader (tests/fuzz_dataset.c): splits of `lstmd prepare` (text,
-#                   series, classify by bytes and by values), a bad magic, a truncation
+#                   series, series with a fill record (--missing), classify by bytes and by
+#                   values), a bad magic, a truncation
 #   corpus-prepare  `lstmd prepare` itself (tests/fuzz_prepare.c): user files behind a first byte
 #                   0-3 picking text, series, classify, classify --series; one accepted and one
 #                   refused of each but text; for series also Excel's dialect (a byte order mark,
-#                   a quoted header, CRLF: accepted) and a ';'-delimited file (refused)
+#                   a quoted header, CRLF: accepted) and a ';'-delimited file (refused); first
+#                   bytes 4 and 5 are series with --missing previous and linear: a file with
+#                   every kind of gap token (accepted by each) and one whose x is all gaps
+#                   (refused)
 # Run again after changing a file format:
 #   tests/fuzz/make_loader_corpora.sh build/lstmd tests/fuzz
 set -eu
@@ -69,6 +73,18 @@ awk 'BEGIN { print "date,temp,x"; for (i = 0; i < 80; i++) printf "d%d,%.1f,%d\n
 { printf '\1\xef\xbb\xbf'; sed '1s/.*/"date","temp","x"/' series-x.csv | sed 's/$/\r/'; } \
   >"$P/series-bom-quoted-crlf"
 { printf '\1'; tr ',' ';' <series-x.csv; } >"$P/series-semicolon"
+# gaps: a leading and a trailing run, empty, NA, N/A, NaN, nan, null (any case, blanks around)
+awk -F, 'BEGIN { split("|NA|n/a|NaN|nan|NULL| na ", gap, "|") }
+  NR == 1 { print; next }
+  { if (NR == 2 || NR == 3 || NR == 81) $2 = ""; else if (NR % 9 == 0) $2 = gap[1 + NR % 7];
+    if (NR % 11 == 0) $3 = gap[1 + NR % 7]; print }' OFS=, series-x.csv >series-gaps.csv
+{ printf '\4'; cat series-gaps.csv; } >"$P/series-gaps-previous"
+{ printf '\5'; cat series-gaps.csv; } >"$P/series-gaps-linear"
+{ printf '\5'; awk -F, 'NR > 1 { $3 = "NA" } { print }' OFS=, series-x.csv; } >"$P/series-x-all-missing"
+# and a split with the fill record after its statistics, for the dataset reader
+"$LSTMD" prepare series --input series-gaps.csv --target temp --features x --horizon 2 \
+  --missing linear --out sg 2>/dev/null
+cp sg/val.bin "$D/series-filled-val.bin"
 { printf '\2'; cat cls.tsv; } >"$P/classify"
 { printf '\2'; grep '^en' cls.tsv; } >"$P/classify-one-label"
 { printf '\3'; cat cls.csv; } >"$P/classify-series"
