@@ -10,9 +10,12 @@ static pthread_mutex_t g_last_mu = PTHREAD_MUTEX_INITIALIZER;
 static char g_last[1024];
 static char g_label[128]; /* written once, before any thread that reads it starts */
 static const char *g_program = "lstmd"; /* likewise: the prefix of every message */
-static char *g_capture;                   /* lstmd_errors_capture: the lines held, or NULL */
-static size_t g_capture_len, g_capture_cap;
-static pthread_t g_capture_thread;        /* only its messages are held */
+/* lstmd_errors_capture's state is the calling thread's own (thread-local): one thread's capture
+ * holds only its lines, and another thread's capture, begun or ended meanwhile, neither takes
+ * them nor ends it (one shared capture with the owner's thread id did both: a second thread's
+ * capture replaced the first, and its end ended the first; tests/test_errors_capture.c). */
+static _Thread_local char *g_capture;     /* the lines held, or NULL */
+static _Thread_local size_t g_capture_len, g_capture_cap;
 
 const char *lstmd_strerror(int status) {
   switch (status) {
@@ -43,7 +46,7 @@ void lstmd_verrorf(const char *fmt, va_list ap) {
   /* Held whole lines only, and only the capturing thread's (a daemon's server and scheduler
    * threads print as ever); a line that does not fit goes to stderr at once. */
   int held = 0;
-  if (g_capture && pthread_equal(pthread_self(), g_capture_thread)) {
+  if (g_capture) {
     const int n = snprintf(g_capture + g_capture_len, g_capture_cap - g_capture_len, "%s: %s\n",
                            g_program, msg);
     held = n >= 0 && (size_t)n < g_capture_cap - g_capture_len;
@@ -70,14 +73,11 @@ void lstmd_last_error_clear(void) {
 
 void lstmd_set_program_name(const char *name) { g_program = name; }
 
-void lstmd_errors_capture(char *buf, size_t n) {
-  pthread_mutex_lock(&g_last_mu);
+void lstmd_errors_capture(char *buf, size_t n) { /* this thread's state only: no lock */
   g_capture = n ? buf : NULL;
-  g_capture_thread = pthread_self();
   g_capture_cap = n;
   g_capture_len = 0;
   if (g_capture) g_capture[0] = '\0';
-  pthread_mutex_unlock(&g_last_mu);
 }
 
 void lstmd_errorf(const char *fmt, ...) {

@@ -53,7 +53,8 @@ void lstmd_last_error(char *buf, size_t n);
 void lstmd_last_error_clear(void);
 /* From now on lstmd_errorf, called on this thread, writes its lines ("lstmd: ...\n") into buf
  * (n bytes, kept NUL-terminated; a line that does not fit goes to stderr) instead of stderr,
- * until called again with n = 0; other threads print as ever. For a launcher's ranks, which
+ * until called again with n = 0 on this thread; other threads print as ever, and each thread's
+ * capture is its own (one thread's begin or end leaves another's alone). For a launcher's ranks, which
  * print one copy of the errors they share (cli_train.c), and for a loader's message repeated
  * with a config key (train_setup.c). */
 void lstmd_errors_capture(char *buf, size_t n);
