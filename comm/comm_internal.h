@@ -1,5 +1,5 @@
-/* comm_internal.h — the MPI communicator's insides, shared by comm_mpi.c, reducer.c and p2p.c
- * only (and tests/test_comm.c, for lstmd_comm_gatherv_pieces). */
+/* comm_internal.h — the MPI communicator's insides, shared by comm_mpi.c, reducer.c, p2p.c and
+ * solo.c only (and tests/test_comm.c, for lstmd_comm_gatherv_pieces and the heartbeat tag). */
 #ifndef LSTMD_COMM_INTERNAL_H
 #define LSTMD_COMM_INTERNAL_H
 
@@ -26,6 +26,10 @@ struct lstmd_comm {
   int64_t solo_epoch; /* lstmd_comm_solo calls made on it (solo.c: late heartbeats are dropped) */
   char host[MPI_MAX_PROCESSOR_NAME];
 };
+
+/* solo.c's heartbeats travel point-to-point on a communicator's `world` with this tag, which
+ * nothing else there uses (here so that tests/test_comm.c can check none is left behind). */
+enum { LSTMD_SOLO_BEAT_TAG = 30001 };
 
 struct lstmd_comm_send { /* lstmd_comm_isend_msg's */
   MPI_Request req;

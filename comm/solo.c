@@ -37,7 +37,7 @@
 #include "kernels/clock.h"
 #include "peers.h"
 
-enum { kBeatTag = 30001 };
+enum { kBeatTag = LSTMD_SOLO_BEAT_TAG };
 
 struct beat {
   int64_t epoch, last;

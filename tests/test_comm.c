@@ -3,7 +3,11 @@
  * doubles, broadcast, gather, the reducer thread's buckets that split a buffer unevenly,
  * sub-communicators (lstmd_comm_split) with collectives and a reducer on them, and gatherv of
  * blocks of 0, 1 and 1000003 bytes at scattered displacements, in pieces of 2^30, 4096 and 1000
- * bytes, at displacements beyond 2^32 (a sparse mapping), with a size mismatch. With
+ * bytes, at displacements beyond 2^32 (a sparse mapping), with a size mismatch; a control
+ * message sent with lstmd_comm_isend_msg to a rank that is not receiving yet (the sender goes on
+ * at once); lstmd_comm_solo (comm/solo.c): a root working 3 times its waiters' bound is waited
+ * for (its heartbeats), and hundreds of calls back to back, some failing by the vote, with
+ * every call's beats taken by that call alone and none left behind. With
  * LSTMD_TEST_BIG_GATHERV=1 rank 1 also sends a block of 2^31 + 5 bytes (2 GiB of memory on
  * root; not in ctest). */
 #include <stdint.h>
@@ -195,6 +199,107 @@ static void test_gatherv(struct lstmd_comm *c, int rank, int world) {
   }
 }
 
+/* lstmd_comm_isend_msg (the daemon's "go" with the job's config, several KiB): rank 0 sends
+ * 1 MiB (far above any eager limit: it moves only once the receiver takes it) to rank 1, which
+ * sleeps 0.5 s before it receives. The post must return at once, not when rank 1 receives (a
+ * blocking send to a frozen rank held the scheduler), and the send completes after rank 1 took
+ * it, with the bytes intact. */
+static void test_isend_msg(struct lstmd_comm *c, int rank, int world) {
+  if (world < 2) return;
+  enum { kTag = 77 };
+  const size_t bytes = 1u << 20;
+  lstmd_comm_barrier(c);
+  if (rank == 0) {
+    unsigned char *msg = malloc(bytes);
+    for (size_t i = 0; i < bytes; i++) msg[i] = (unsigned char)(i * 13 + 5);
+    struct lstmd_comm_send *s = NULL;
+    const double t0 = lstmd_now_s();
+    int ok = lstmd_comm_isend_msg(c, 1, kTag, msg, bytes, &s) == 0 && s;
+    const double posted = lstmd_now_s() - t0;
+    int done = 0;
+    while (ok && !done && lstmd_now_s() - t0 < 10.0) {
+      ok = lstmd_comm_send_test(s, &done) == 0;
+      if (!done) lstmd_sleep_us(1000);
+    }
+    printf("  isend of 1 MiB to a rank asleep for 0.5 s: returned after %.1f ms, done after "
+           "%.0f ms\n", 1e3 * posted, 1e3 * (lstmd_now_s() - t0));
+    check_true("isend_msg: returns at once (< 100 ms) while the receiver is not receiving",
+               ok && posted < 0.1);
+    check_true("isend_msg: the send completes once the receiver took it", ok && done);
+    free(msg);
+  } else if (rank == 1) {
+    lstmd_sleep_us(500000);
+    void *buf = NULL;
+    size_t got = 0;
+    int src = -1, tag = -1;
+    int ok = lstmd_comm_recv_msg(c, 0, kTag, 10.0, 2.0, &buf, &got, &src, &tag) == 0 &&
+             got == bytes && src == 0 && tag == kTag;
+    for (size_t i = 0; ok && i < bytes; i++) ok = ((unsigned char *)buf)[i] == (unsigned char)(i * 13 + 5);
+    free(buf);
+    check_true("isend_msg: 1 MiB received whole", ok);
+  }
+  lstmd_comm_barrier(c);
+}
+
+/* lstmd_comm_solo's work in test_solo: sleep `us`, return `status`. */
+struct solo_work {
+  long us;
+  int status;
+};
+static int solo_work(void *ctx) {
+  const struct solo_work *w = ctx;
+  if (w->us) lstmd_sleep_us(w->us);
+  return w->status;
+}
+
+/* lstmd_comm_solo (comm/solo.c; rank 0's checkpoint writes): the waiting ranks' bound is the
+ * root's silence, not the length of its work, and each call takes its own heartbeats only.
+ * (a) the root works 0.9 s with a bound of 0.3 s (beats every 75 ms): every rank must return 0.
+ * (b) 400 calls back to back, roots 0 then the last rank, work of 0 (most: the root is beating
+ *     for the next call while a waiter still finishes this one, the race solo.c's rationale 2
+ *     describes: a waiter that took the next call's beats, its last one among them, would wait
+ *     in that call for a last beat that never comes and end the job after 0.3 s of "silence")
+ *     or 0.2 s (several beats), every 7th failing (LSTMD_EWRITE): each call's vote must be right
+ *     on every rank (the root named as the failed rank).
+ * (c) after them, no heartbeat is left unreceived on any rank (the communicator can be freed). */
+static void test_solo(struct lstmd_comm *c, int world) {
+  if (world < 2) return;
+  const double bound = 0.3;
+  struct solo_work slow = {900000, LSTMD_OK};
+  int failed = 7;
+  const double t0 = lstmd_now_s();
+  int rc = lstmd_comm_solo(c, 0, solo_work, &slow, LSTMD_OK, &failed, bound, "the test's slow work");
+  printf("  a root working 0.9 s, bound 0.3 s: the call took %.2f s\n", lstmd_now_s() - t0);
+  check_true("solo: a root working 3x the bound is waited for (heartbeats)", rc == 0 && failed == -1);
+
+  enum { kCalls = 400 };
+  int bad = 0, first_bad = -1;
+  const double t1 = lstmd_now_s();
+  for (int k = 0; k < kCalls; k++) {
+    const int root = k < kCalls / 2 ? 0 : world - 1;
+    struct solo_work w = {k % 40 == 5 ? 200000 : 0, k % 7 == 3 ? LSTMD_EWRITE : LSTMD_OK};
+    failed = 7;
+    rc = lstmd_comm_solo(c, root, solo_work, &w, LSTMD_OK, &failed, bound, "the test's solo call");
+    const int want = w.status ? LSTMD_EWRITE : LSTMD_OK;
+    if (rc != want || failed != (w.status ? root : -1)) {
+      if (first_bad < 0) first_bad = k;
+      bad++;
+    }
+  }
+  printf("  %d solo calls back to back in %.2f s: %d wrong vote(s)%s", kCalls, lstmd_now_s() - t1,
+         bad, first_bad >= 0 ? "" : "\n");
+  if (first_bad >= 0) printf(", the first at call %d\n", first_bad);
+  check_true("solo: 400 calls back to back, each vote right on every rank", bad == 0);
+
+  lstmd_comm_barrier(c); /* every beat sent before it has arrived by now, or is on its way: */
+  lstmd_sleep_us(50000);  /* give a stray one time to land before the probe */
+  int stray = 0;
+  MPI_Iprobe(MPI_ANY_SOURCE, LSTMD_SOLO_BEAT_TAG, c->world, &stray, MPI_STATUS_IGNORE);
+  double strays = stray;
+  lstmd_comm_allreduce_sum_f64(c, &strays, 1);
+  check_true("solo: no heartbeat left unreceived on any rank after the calls", strays == 0);
+}
+
 int main(int argc, char **argv) {
   struct lstmd_comm *c;
   if (lstmd_comm_init(&argc, &argv, &c)) return 1;
@@ -266,6 +371,8 @@ int main(int argc, char **argv) {
   free(g);
   test_split(c, rank, world);
   test_gatherv(c, rank, world);
+  test_isend_msg(c, rank, world);
+  test_solo(c, world);
   check_true("barrier", lstmd_comm_barrier(c) == 0);
   int failed = check_summary(rank == 0 ? "test_comm (rank 0)" : "test_comm");
   double f = failed;
