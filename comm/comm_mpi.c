@@ -48,7 +48,8 @@ enum { kPiece = 1 << 30 };
 static int wait_requests_within(const struct lstmd_comm *c, int n, MPI_Request *r,
                                 long max_sleep_ns, double timeout_s, const char *what) {
   const double limit = c && c->limit_owner ? c->limit_owner->wait_limit_s : 0.0;
-  if (timeout_s <= 0 && limit > 0) { /* a run's bound on every wait (comm.h) */
+  const int from_limit = timeout_s <= 0 && limit > 0;
+  if (from_limit) { /* a run's bound on every wait (comm.h) */
     timeout_s = limit;
     if (!what) what = "a collective of the run";
   }
@@ -62,9 +63,12 @@ static int wait_requests_within(const struct lstmd_comm *c, int n, MPI_Request *
     lstmd_peers_check_while_waiting(began, what ? what : "the other ranks (a collective)");
     if (timeout_s > 0 && lstmd_now_s() - began > timeout_s) {
       char stuck[512];
-      lstmd_errorf("rank %d (%s): %s unfinished after %.1f s (its limit, from "
-                   "train.comm_timeout_s: %g s): a rank may be stopped or hung%s; ending the job",
+      /* the run's wait limit is train.comm_timeout_s but during set-up (trainer.c): say so,
+       * or a set-up wait of 600 s would be reported as a comm_timeout_s the user never set */
+      lstmd_errorf("rank %d (%s): %s unfinished after %.1f s (its limit: %g s, from "
+                   "train.comm_timeout_s%s): a rank may be stopped or hung%s; ending the job",
                    c->world_rank, c->host, what, lstmd_now_s() - began, timeout_s,
+                   from_limit ? ", at least 600 s during set-up" : "",
                    lstmd_peers_describe_stuck(stuck, sizeof stuck));
       lstmd_comm_abort((struct lstmd_comm *)c, 1);
     }

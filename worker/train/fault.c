@@ -33,10 +33,11 @@ static void parse(void) {
                  : !strcmp(kind, "eval_freeze") ? LSTMD_FAULT_EVAL_FREEZE
                  : !strcmp(kind, "ckpt_freeze") ? LSTMD_FAULT_CKPT_FREEZE
                  : !strcmp(kind, "ckpt_slow")  ? LSTMD_FAULT_CKPT_SLOW
+                 : !strcmp(kind, "setup_freeze") ? LSTMD_FAULT_SETUP_FREEZE
                                                : LSTMD_FAULT_NONE;
   if (g_fault.kind == LSTMD_FAULT_NONE) {
     lstmd_errorf("LSTMD_FAULT='%s' ignored: the kinds are nan_grad, nan_update, stop, slow, "
-                 "eval_freeze, ckpt_freeze and ckpt_slow", v);
+                 "eval_freeze, ckpt_freeze, ckpt_slow and setup_freeze", v);
     return;
   }
   g_fault.step = step;

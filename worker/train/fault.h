@@ -20,6 +20,10 @@
  *               (rank 0 writes): the others' wait for the write must end the job
  *   ckpt_slow   the checkpoint write of step STEP takes 2 × train.comm_timeout_s longer (a
  *               sleep before it), as a slow file system would: the others must keep waiting
+ * A kind that happens during set-up, before step 1, is given as @1 (another STEP never comes):
+ *   setup_freeze  this rank stops itself (SIGSTOP) as set-up begins: the others' first
+ *               collective of the set-up must end the job at the set-up bound (trainer.c; tests
+ *               shorten it with LSTMD_SETUP_WAIT_S), naming the stopped rank
  * With the variable unset nothing happens and the cost is one integer compare per step.
  *
  * LSTMD_VAL_LOSSES="L1,L2,..." scripts the validation losses rank 0 reports (and every rank then
@@ -38,7 +42,8 @@ enum lstmd_fault {
   LSTMD_FAULT_SLOW,
   LSTMD_FAULT_EVAL_FREEZE,
   LSTMD_FAULT_CKPT_FREEZE,
-  LSTMD_FAULT_CKPT_SLOW
+  LSTMD_FAULT_CKPT_SLOW,
+  LSTMD_FAULT_SETUP_FREEZE
 };
 
 /* Nonzero when `kind` is configured for `step` on `rank` (slow: for every step from STEP on). A malformed variable is reported once

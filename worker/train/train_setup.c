@@ -9,6 +9,7 @@
  * 3. Parameters come from rank 0 (initialised or resumed) by broadcast, so the ranks start from
  *    bit-identical weights and stay so (same reduced gradients, same update). */
 #define _GNU_SOURCE
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "kernels/status.h"
 #include "worker/engine/device_select.h"
 #include "worker/engine/engine.h"
+#include "fault.h"
 #include "resume_changes.h"
 #include "trainer_run.h"
 #include "val_watch.h"
@@ -514,6 +516,7 @@ static int load_work(void *ctx) {
 }
 
 int lstmd_run_setup(struct run *r, const char *resume_path) {
+  if (lstmd_fault_due(LSTMD_FAULT_SETUP_FREEZE, 1, r->rank)) raise(SIGSTOP); /* a test's (fault.h) */
   int rc = plan_grid(r); /* voted */
   if (!rc) rc = build(r);
   rc = lstmd_comm_agree(r->comm, rc, NULL);

@@ -677,10 +677,27 @@ int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_jso
    * work alone is lstmd_comm_solo's, bounded by its silence. During set-up the ranks may differ
    * by more than a step's time for good reasons (device start-up, rank 0 choosing cuDNN's
    * algorithms, each rank reading a teacher at its file system's speed): there the bound is at
-   * least kSetupWaitS, so that a small train.comm_timeout_s (set to notice a frozen rank in
+   * least 600 s, so that a small train.comm_timeout_s (set to notice a frozen rank in
    * seconds) does not end a healthy start. */
-  enum { kSetupWaitS = 600 };
-  lstmd_comm_set_wait_limit(comm, cfg->comm_timeout_s > kSetupWaitS ? cfg->comm_timeout_s : kSetupWaitS);
+  double setup_wait_s = 600;
+  /* A test hook, read here only: LSTMD_SETUP_WAIT_S=S puts S seconds in place of the 600, so that
+   * a test can see a rank frozen during set-up (LSTMD_FAULT=setup_freeze@1) end the job in
+   * seconds, and see the bound is max(comm_timeout_s, it), without waiting 10 minutes. Said on
+   * stderr, so a run never has it unnoticed. */
+  const char *hook = getenv("LSTMD_SETUP_WAIT_S");
+  if (hook && *hook) {
+    char *end;
+    const double s = strtod(hook, &end);
+    if (*end || !(s > 0)) {
+      lstmd_errorf("LSTMD_SETUP_WAIT_S='%s' ignored: expected seconds > 0", hook);
+    } else {
+      setup_wait_s = s;
+      if (r.rank == 0)
+        lstmd_errorf("LSTMD_SETUP_WAIT_S: set-up waits are bounded by max(train.comm_timeout_s, "
+                     "%g s), not 600 s (a test hook)", s);
+    }
+  }
+  lstmd_comm_set_wait_limit(comm, cfg->comm_timeout_s > setup_wait_s ? cfg->comm_timeout_s : setup_wait_s);
   int rc = lstmd_run_setup(&r, resume_path); /* the same status on every rank */
   if (!rc) rc = open_outputs(&r, resume_path);
   if (!rc) rc = lstmd_trace_open(cfg->trace_path, comm, &r.trace); /* agreed on too */
