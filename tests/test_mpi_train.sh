@@ -8,7 +8,7 @@
 #     the validation loss shared by 2 and 3 ranks = 1 rank's; a rank frozen (SIGSTOP) as the
 #     shared evaluation begins ends the job within the bound instead of hanging it; a rank frozen
 #     in set-up ends it at the set-up bound (max(comm_timeout_s, 600 s), shortened by a test
-#     hook), naming it;
+#     hook), naming it; a rank short of memory in set-up stops every rank by the vote;
 #  2. a rank killed with SIGKILL: mpirun and every rank exit within 15 s, non-zero; lstmd's own
 #     message names the lost rank (KNOWN BUG, reported as XFAIL: see there); the last checkpoint
 #     is whole; --resume reaches bitwise the weights of a run that was never interrupted;
@@ -219,6 +219,21 @@ setup_freeze() { # setup_freeze COMM_TIMEOUT HOOK EXPECTED_BOUND
 }
 setup_freeze 1 3 3
 setup_freeze 4 2 4
+
+# 1f. a rank short of memory (LSTMD_FAULT=workspace_oom@1:1: rank 1's training workspaces get
+#     LSTMD_ENOMEM in set-up, engine_cpu.c): the failure is voted, so every rank stops at once and
+#     exits 1 (no abort, no wait running out), rank 1 says what it lacked and rank 0 why all stop
+t0=$SECONDS
+LSTMD_FAULT=workspace_oom@1:1 timeout 40 mpirun -np 2 "$LSTMD" train "${common[@]}" --set train.steps=4 \
+  --set data.batch_size=4 --set train.run_dir="$TMP/oom" >/dev/null 2>"$TMP/oom.log"
+rc=$?
+took=$((SECONDS - t0))
+if [[ $rc -eq 1 && $took -lt 20 && ! -e $TMP/oom ]] &&
+   grep -q "^lstmd: rank 1: out of memory for the training workspaces" "$TMP/oom.log" &&
+   grep -q "^lstmd: stopping every rank: rank 1 could not set up its training (out of memory)" "$TMP/oom.log" &&
+   ! grep -q "MPI_ABORT\|unfinished\|no sign of life" "$TMP/oom.log"; then
+  ok "rank 1 out of memory in set-up: every rank exit 1 after ${took} s, voted: $(grep -o 'rank 1: out of memory[^(]*' "$TMP/oom.log")"
+else bad "rank 1 out of memory in set-up: exit $rc after ${took} s: $(grep '^lstmd' "$TMP/oom.log" | grep -v 'effective config\|device auto' | tail -3)"; fi
 
 # 1c. the step timeline: one track per rank, all-reduce overlapping backward
 timeout 120 mpirun -np 2 "$LSTMD" train "${acc[@]}" --set data.batch_size=4 --set train.threads=2 \

@@ -45,6 +45,7 @@
 #include "worker/model/classify.h"
 #include "worker/model/infer.h"
 #include "worker/model/optim.h"
+#include "worker/train/fault.h"
 
 enum { kMaxSlices = 256 };
 
@@ -344,8 +345,10 @@ int lstmd_engine_cpu_create(const struct lstmd_engine *base, struct lstmd_engine
     s->cols = cfg->batch / n + (i < cfg->batch % n);
     col += s->cols;
     const int clf = m->shape.kind == LSTMD_MODEL_CLASSIFY;
-    rc = clf ? lstmd_clf_workspace_create(m, cfg->seq_len, s->cols, &s->cws)
-             : lstmd_workspace_create(m, cfg->seq_len, s->cols, cfg->dropout, &s->ws);
+    rc = lstmd_fault_due(LSTMD_FAULT_WORKSPACE_OOM, 1, base->rank) /* a test's (fault.h) */
+             ? LSTMD_ENOMEM
+         : clf ? lstmd_clf_workspace_create(m, cfg->seq_len, s->cols, &s->cws)
+               : lstmd_workspace_create(m, cfg->seq_len, s->cols, cfg->dropout, &s->ws);
     if (rc) break;
     c->n_slices = i + 1;
     s->grads = i == 0 ? m->grads : aligned_alloc(64, grad_bytes);

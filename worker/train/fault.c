@@ -34,10 +34,11 @@ static void parse(void) {
                  : !strcmp(kind, "ckpt_freeze") ? LSTMD_FAULT_CKPT_FREEZE
                  : !strcmp(kind, "ckpt_slow")  ? LSTMD_FAULT_CKPT_SLOW
                  : !strcmp(kind, "setup_freeze") ? LSTMD_FAULT_SETUP_FREEZE
+                 : !strcmp(kind, "workspace_oom") ? LSTMD_FAULT_WORKSPACE_OOM
                                                : LSTMD_FAULT_NONE;
   if (g_fault.kind == LSTMD_FAULT_NONE) {
     lstmd_errorf("LSTMD_FAULT='%s' ignored: the kinds are nan_grad, nan_update, stop, slow, "
-                 "eval_freeze, ckpt_freeze, ckpt_slow and setup_freeze", v);
+                 "eval_freeze, ckpt_freeze, ckpt_slow, setup_freeze and workspace_oom", v);
     return;
   }
   g_fault.step = step;

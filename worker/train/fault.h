@@ -20,10 +20,12 @@
  *               (rank 0 writes): the others' wait for the write must end the job
  *   ckpt_slow   the checkpoint write of step STEP takes 2 × train.comm_timeout_s longer (a
  *               sleep before it), as a slow file system would: the others must keep waiting
- * A kind that happens during set-up, before step 1, is given as @1 (another STEP never comes):
+ * Two kinds happen during set-up, before step 1, and are given as @1 (another STEP never comes):
  *   setup_freeze  this rank stops itself (SIGSTOP) as set-up begins: the others' first
  *               collective of the set-up must end the job at the set-up bound (trainer.c; tests
  *               shorten it with LSTMD_SETUP_WAIT_S), naming the stopped rank
+ *   workspace_oom this rank's CPU engine gets LSTMD_ENOMEM for its training workspaces, as a
+ *               failed malloc would (engine_cpu.c): the set-up's vote must stop every rank
  * With the variable unset nothing happens and the cost is one integer compare per step.
  *
  * LSTMD_VAL_LOSSES="L1,L2,..." scripts the validation losses rank 0 reports (and every rank then
@@ -43,7 +45,8 @@ enum lstmd_fault {
   LSTMD_FAULT_EVAL_FREEZE,
   LSTMD_FAULT_CKPT_FREEZE,
   LSTMD_FAULT_CKPT_SLOW,
-  LSTMD_FAULT_SETUP_FREEZE
+  LSTMD_FAULT_SETUP_FREEZE,
+  LSTMD_FAULT_WORKSPACE_OOM
 };
 
 /* Nonzero when `kind` is configured for `step` on `rank` (slow: for every step from STEP on). A malformed variable is reported once

@@ -518,8 +518,16 @@ static int load_work(void *ctx) {
 int lstmd_run_setup(struct run *r, const char *resume_path) {
   if (lstmd_fault_due(LSTMD_FAULT_SETUP_FREEZE, 1, r->rank)) raise(SIGSTOP); /* a test's (fault.h) */
   int rc = plan_grid(r); /* voted */
-  if (!rc) rc = build(r);
-  rc = lstmd_comm_agree(r->comm, rc, NULL);
+  int failed = -1;
+  if (!rc) {
+    const int built = build(r);
+    rc = lstmd_comm_agree(r->comm, built, &failed);
+    /* the failing rank said why; rank 0 says why every rank stops (a rank short of memory
+     * alone ended the others with no word of it) */
+    if (rc && !built && rc != LSTMD_ECOMM && r->rank == 0)
+      lstmd_errorf("stopping every rank: rank %d could not set up its training (%s)", failed,
+                   lstmd_strerror(rc));
+  }
   if (!rc && r->world > 1) rc = check_plan(r);
   if (!rc)
     rc = lstmd_comm_solo(r->comm, 0, check_data, r, LSTMD_OK, NULL, r->cfg->comm_timeout_s,
