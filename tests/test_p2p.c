@@ -3,8 +3,8 @@
  * reverse order (so pipeline ranks differ from world ranks): 64 MB sends posted before any
  * receive in both directions of a chain, thousands of small messages whose tags and directions
  * must each land in their own buffer, count mismatches reported with both ranks, progress of a
- * send while its sender computes without MPI, an idle engine's CPU, and a reducer whose peers
- * withhold a bucket (with one bucket in the queue, and with the queue full). Modes run by
+ * send while its sender computes without MPI (done within half the compute, one retry), an idle
+ * engine's CPU, and a reducer whose peers withhold a bucket (with one bucket in the queue, and with the queue full). Modes run by
  * tests/test_p2p_deadline.sh, which expect the job to die:
  *   --deadline      a receive whose sender stops itself (SIGSTOP): the deadline ends the job
  *   --sub-deadline  the same for a bounded all-reduce on a reversed sub-communicator
@@ -173,35 +173,66 @@ static void test_mismatch(struct lstmd_p2p *p, int s, int S) {
   check_true("p2p: after mismatches the next message is fine; a handle waited twice is refused", ok);
 }
 
-/* 7. Stage 0 Isends 8 MB to stage 1, then computes 500 ms without MPI; stage 1, whose receive was
- * posted first, must see it complete within 100 ms of the send's start. */
-static void test_progress(struct lstmd_comm *world, struct lstmd_p2p *p, int s) {
+/* 7. Stage 0 Isends 8 MB to stage 1, then computes kCompute = 500 ms without MPI; stage 1, whose
+ * receive was posted first, must see the transfer done well inside that compute. Without the
+ * progress thread it completes only when the sender calls MPI again, at the compute's end
+ * (>= 500 ms), so the bound is half the compute: 250 ms. It was 100 ms, which measures the
+ * thread's speed (8-45 ms here, p2p.c rationale 3) rather than whether it runs, and failed once
+ * under ASan with other tests beside it (156.9 ms). A miss is tried once more (a loaded host may
+ * deschedule the thread for a while, but not twice in a row for most of the compute), so a
+ * failure is two transfers that waited for the compute. Every rank takes part in the retry's
+ * vote (a broadcast from stage 1). */
+enum { kProgressTries = 2 };
+static const double kCompute = 0.5;
+static int progress_once(struct lstmd_comm *world, struct lstmd_p2p *p, int s, int tag,
+                         double *took) {
   const size_t bytes = 8u << 20;
   char *buf = s <= 1 ? malloc(bytes) : NULL;
   lstmd_p2p_req r;
   int ok = 1;
-  if (s == 1) ok &= lstmd_p2p_irecv(p, LSTMD_P2P_UP, 0, 100, buf, bytes, "8 MB", &r) == 0;
+  *took = 0;
+  if (s == 1) ok &= lstmd_p2p_irecv(p, LSTMD_P2P_UP, 0, tag, buf, bytes, "8 MB", &r) == 0;
   if (s == 0) memset(buf, 3, bytes);
   ok &= lstmd_comm_barrier(world) == 0;
   double t0 = 0;
   if (s == 0) {
     t0 = lstmd_now_s();
-    ok &= lstmd_p2p_isend(p, LSTMD_P2P_UP, 1, 100, buf, bytes, "8 MB", &r) == 0;
+    ok &= lstmd_p2p_isend(p, LSTMD_P2P_UP, 1, tag, buf, bytes, "8 MB", &r) == 0;
     volatile double x = 1.0;
-    while (lstmd_now_s() - t0 < 0.5) x = x * 1.0000001 + 1e-9; /* compute, no MPI */
-    ok &= lstmd_p2p_isend(p, LSTMD_P2P_UP, 1, 101, &t0, sizeof t0, "the start time", &r) == 0;
+    while (lstmd_now_s() - t0 < kCompute) x = x * 1.0000001 + 1e-9; /* compute, no MPI */
+    ok &= lstmd_p2p_isend(p, LSTMD_P2P_UP, 1, tag + 1, &t0, sizeof t0, "the start time", &r) == 0;
     ok &= lstmd_p2p_wait_all(p, NULL) == 0;
-    check_true("p2p progress: sender", ok);
   } else if (s == 1) {
     ok &= lstmd_p2p_wait(p, r, NULL) == 0;
     const double t_done = lstmd_now_s();
-    ok &= lstmd_p2p_irecv(p, LSTMD_P2P_UP, 0, 101, &t0, sizeof t0, "the start time", &r) == 0 &&
+    ok &= lstmd_p2p_irecv(p, LSTMD_P2P_UP, 0, tag + 1, &t0, sizeof t0, "the start time", &r) == 0 &&
           lstmd_p2p_wait(p, r, NULL) == 0 && buf[bytes - 1] == 3;
-    printf("  8 MB received %.1f ms after the send began (sender computing 500 ms)\n", 1e3 * (t_done - t0));
-    check_true("p2p progress: 8 MB done < 100 ms into the sender's 500 ms compute",
-               ok && t_done - t0 < 0.1);
+    *took = t_done - t0;
   }
   free(buf);
+  return ok;
+}
+
+static void test_progress(struct lstmd_comm *world, struct lstmd_p2p *p, int s) {
+  const int stage1 = lstmd_comm_size(world) - 2; /* world rank of stage 1 (reversed order) */
+  int ok = 1;
+  for (int attempt = 0; attempt < kProgressTries; attempt++) {
+    double took = 0;
+    ok = progress_once(world, p, s, 100 + 2 * attempt, &took);
+    int again = 0;
+    if (s == 1) {
+      printf("  8 MB received %.1f ms after the send began (sender computing %.0f ms)%s\n",
+             1e3 * took, 1e3 * kCompute,
+             ok && took >= kCompute / 2 && attempt + 1 < kProgressTries ? ": trying once more" : "");
+      again = ok && took >= kCompute / 2;
+      ok &= took < kCompute / 2;
+    }
+    if (s == 0) check_true("p2p progress: sender", ok);
+    lstmd_comm_bcast(world, &again, sizeof again, stage1);
+    if (!again) break;
+  }
+  if (s == 1)
+    check_true("p2p progress: 8 MB done within half the sender's 500 ms compute (2 tries)", ok);
 }
 
 static double cpu_s(void) {
