@@ -395,6 +395,18 @@ int lstmd_comm_agree_within(struct lstmd_comm *c, int my_status, int *failed_ran
   return my_status ? my_status : vote.status;
 }
 
+int lstmd_comm_agree_alloc(struct lstmd_comm *c, int ok, size_t bytes, const char *what) {
+  int failed = -1;
+  const int rc = lstmd_comm_agree(c, ok ? LSTMD_OK : LSTMD_ENOMEM, &failed);
+  const int rank = c ? c->rank : 0;
+  if (!ok)
+    lstmd_errorf("rank %d (%s): out of memory for %s (%zu bytes)", rank, c ? c->host : "-", what,
+                 bytes);
+  else if (rc == LSTMD_ENOMEM && failed >= 0 && rank == 0)
+    lstmd_errorf("stopping every rank: rank %d is out of memory for %s", failed, what);
+  return rc;
+}
+
 int lstmd_comm_bcast(struct lstmd_comm *c, void *buf, size_t bytes, int root) {
   for (size_t off = 0; off < bytes; off += kPiece) {
     int count = bytes - off < kPiece ? (int)(bytes - off) : kPiece;

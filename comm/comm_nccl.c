@@ -80,7 +80,8 @@ static int find_shared_gpu(const struct peer *all, int n, char *why, size_t len)
 int lstmd_nccl_probe_gpus(struct lstmd_comm *c, int *shared, char *why, size_t len) {
   struct peer me, *all = calloc((size_t)c->size, sizeof *all);
   /* agreed first: a rank without its buffer must not leave the others in the all-gather */
-  const int rc = lstmd_comm_agree(c, all ? LSTMD_OK : LSTMD_ENOMEM, NULL);
+  const int rc = lstmd_comm_agree_alloc(c, all != NULL, (size_t)c->size * sizeof *all,
+                                       "the GPU probe's table of ranks");
   if (rc) {
     free(all);
     return rc;
@@ -205,7 +206,7 @@ int lstmd_nccl_create(struct lstmd_comm *c, size_t max_count, double timeout_s,
    * status from the same vote: a rank returning early would pair its caller's next vote with
    * one of these, and leave the others in a vote it never joins. */
   struct lstmd_nccl *n = calloc(1, sizeof *n);
-  const int agreed = lstmd_comm_agree(c, n ? LSTMD_OK : LSTMD_ENOMEM, NULL);
+  const int agreed = lstmd_comm_agree_alloc(c, n != NULL, sizeof *n, "the NCCL communicator");
   if (agreed) {
     free(n);
     return agreed;

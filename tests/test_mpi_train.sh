@@ -235,6 +235,22 @@ if [[ $rc -eq 1 && $took -lt 20 && ! -e $TMP/oom ]] &&
   ok "rank 1 out of memory in set-up: every rank exit 1 after ${took} s, voted: $(grep -o 'rank 1: out of memory[^(]*' "$TMP/oom.log")"
 else bad "rank 1 out of memory in set-up: exit $rc after ${took} s: $(grep '^lstmd' "$TMP/oom.log" | grep -v 'effective config\|device auto' | tail -3)"; fi
 
+# 1g. a rank short of memory at a checkpoint (LSTMD_FAULT=state_oom@1:1: rank 1 gets none for the
+#     carried state a stream-order checkpoint gathers): voted, every rank exits 1 at the first
+#     checkpoint, rank 1 saying what it lacked and rank 0 which rank stopped them all
+t0=$SECONDS
+LSTMD_FAULT=state_oom@1:1 timeout 40 mpirun -np 2 "$LSTMD" train "${common[@]}" --set train.steps=4 \
+  --set data.batch_size=4 --set data.order=stream --set train.checkpoint_every=2 \
+  --set train.run_dir="$TMP/oom-state" >/dev/null 2>"$TMP/oom-state.log"
+rc=$?
+took=$((SECONDS - t0))
+if [[ $rc -eq 1 && $took -lt 20 && ! -e $TMP/oom-state/step-2.safetensors ]] &&
+   grep -q "^lstmd: rank 1 ([^)]*): out of memory for the carried state to checkpoint ([0-9]* bytes)" "$TMP/oom-state.log" &&
+   grep -q "^lstmd: stopping every rank: rank 1 is out of memory for the carried state to checkpoint" "$TMP/oom-state.log" &&
+   ! grep -q "MPI_ABORT\|unfinished\|no sign of life" "$TMP/oom-state.log"; then
+  ok "rank 1 out of memory at a checkpoint: every rank exit 1 after ${took} s: $(grep -o 'rank 1 ([^)]*): out of memory[^(]*' "$TMP/oom-state.log")"
+else bad "rank 1 out of memory at a checkpoint: exit $rc after ${took} s: $(grep '^lstmd' "$TMP/oom-state.log" | grep -v 'effective config\|device auto' | tail -3)"; fi
+
 # 1c. the step timeline: one track per rank, all-reduce overlapping backward
 timeout 120 mpirun -np 2 "$LSTMD" train "${acc[@]}" --set data.batch_size=4 --set train.threads=2 \
   --set train.run_dir="$TMP/traced" --trace "$TMP/trace.json" >/dev/null 2>"$TMP/trace.log" || bad "traced run"

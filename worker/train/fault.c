@@ -35,10 +35,11 @@ static void parse(void) {
                  : !strcmp(kind, "ckpt_slow")  ? LSTMD_FAULT_CKPT_SLOW
                  : !strcmp(kind, "setup_freeze") ? LSTMD_FAULT_SETUP_FREEZE
                  : !strcmp(kind, "workspace_oom") ? LSTMD_FAULT_WORKSPACE_OOM
+                 : !strcmp(kind, "state_oom")  ? LSTMD_FAULT_STATE_OOM
                                                : LSTMD_FAULT_NONE;
   if (g_fault.kind == LSTMD_FAULT_NONE) {
     lstmd_errorf("LSTMD_FAULT='%s' ignored: the kinds are nan_grad, nan_update, stop, slow, "
-                 "eval_freeze, ckpt_freeze, ckpt_slow, setup_freeze and workspace_oom", v);
+                 "eval_freeze, ckpt_freeze, ckpt_slow, setup_freeze, workspace_oom and state_oom", v);
     return;
   }
   g_fault.step = step;

@@ -26,6 +26,9 @@
  *               shorten it with LSTMD_SETUP_WAIT_S), naming the stopped rank
  *   workspace_oom this rank's CPU engine gets LSTMD_ENOMEM for its training workspaces, as a
  *               failed malloc would (engine_cpu.c): the set-up's vote must stop every rank
+ * One kind is given as @1 and happens at every checkpoint of a stream-order run:
+ *   state_oom   this rank's CPU engine gets no memory for the carried state it gathers for a
+ *               checkpoint (engine_cpu.c): the vote must stop every rank, naming this one
  * With the variable unset nothing happens and the cost is one integer compare per step.
  *
  * LSTMD_VAL_LOSSES="L1,L2,..." scripts the validation losses rank 0 reports (and every rank then
@@ -46,7 +49,8 @@ enum lstmd_fault {
   LSTMD_FAULT_CKPT_FREEZE,
   LSTMD_FAULT_CKPT_SLOW,
   LSTMD_FAULT_SETUP_FREEZE,
-  LSTMD_FAULT_WORKSPACE_OOM
+  LSTMD_FAULT_WORKSPACE_OOM,
+  LSTMD_FAULT_STATE_OOM
 };
 
 /* Nonzero when `kind` is configured for `step` on `rank` (slow: for every step from STEP on). A malformed variable is reported once

@@ -41,12 +41,13 @@ static char *dataset_identity(const struct run *r) {
  * in that broadcast. */
 static int check_plan(struct run *r) {
   char *mine = dataset_identity(r), *plan = NULL;
-  int rc = lstmd_comm_agree(r->comm, mine ? LSTMD_OK : LSTMD_ENOMEM, NULL);
+  int rc = lstmd_comm_agree_alloc(r->comm, mine != NULL, 200, "the dataset's identity");
   const size_t cfg_len = strlen(r->config_json), id_len = mine ? strlen(mine) : 0;
   uint64_t lens[2] = {cfg_len, id_len};
   if (!rc) rc = lstmd_comm_bcast(r->comm, lens, sizeof lens, 0);
   if (!rc) plan = malloc(lens[0] + lens[1] + 2);
-  if (!rc) rc = lstmd_comm_agree(r->comm, plan ? LSTMD_OK : LSTMD_ENOMEM, NULL);
+  if (!rc) rc = lstmd_comm_agree_alloc(r->comm, plan != NULL, lens[0] + lens[1] + 2,
+                                       "rank 0's config and dataset identity");
   if (!rc && r->rank == 0) {
     memcpy(plan, r->config_json, cfg_len + 1);
     memcpy(plan + cfg_len + 1, mine, id_len + 1);
