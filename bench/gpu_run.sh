@@ -79,8 +79,9 @@ selftest_gpu() {
 # pipeline engine, the GPU run the GPU one with its stages' transfers through host memory).
 # shellcheck disable=SC2317 # called through check
 train_vs_cpu() {
-  local p=$1 np=$2 dir=$TMP/train-$1-$2-$#
-  shift 2
+  local p=$1 np=$2 dir
+  dir=$(mktemp -d "$TMP/train-$1-$2-XXXXXX") || return 1 # each call its own run dirs: lstmd train
+  shift 2                                                 # refuses a fresh run into a used one
   local common=(--set data.path="$TMP/ds" --set data.seq_len=64 --set data.batch_size=16
                 --set model.embed=32 --set model.hidden=256 --set model.layers=2
                 --set train.steps=20 --set train.log_every=1 --set train.eval_every=10
