@@ -276,6 +276,7 @@ uint8_t *lstmd_jobs_submit(struct lstmd_jobs *t, const Lstmd__JobSpec *spec, con
   draft.run_dir = dir;
   draft.total_steps = total_steps;
   draft.resume = spec->resume;
+  draft.continues = spec->continues;
   draft.val_loss = draft.val_bpc = NAN;
   draft.submitted_ms = now_ms();
   draft.ranks = res ? (uint32_t)res->ranks : 1;
@@ -315,6 +316,14 @@ static uint8_t *not_found(uint64_t id, size_t *len) {
   char msg[64];
   snprintf(msg, sizeof msg, "no job %llu", (unsigned long long)id);
   return lstmd_frame_pack_error(LSTMD__ERROR_CODE__NOT_FOUND, msg, len);
+}
+
+Lstmd__Job *lstmd_jobs_copy(struct lstmd_jobs *t, uint64_t id) {
+  pthread_mutex_lock(&t->mu);
+  const Lstmd__Job *job = lookup(t, id);
+  Lstmd__Job *copy = job ? copy_job(job) : NULL;
+  pthread_mutex_unlock(&t->mu);
+  return copy;
 }
 
 uint8_t *lstmd_jobs_get(struct lstmd_jobs *t, uint64_t id, size_t *len) {

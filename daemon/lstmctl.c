@@ -30,9 +30,11 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: lstmctl [--socket PATH | --tcp HOST:PORT --token-file F] [--json] COMMAND [ARGS]\n"
           "  submit --config JOB.ini [--set section.key=value ...] [--name NAME] [--no-preempt]\n"
-          "         [--resume]    queue a job; prints its id on the last line (resources.ranks,\n"
+          "         [--resume | --continue ID]\n"
+          "                       queue a job; prints its id on the last line (resources.ranks,\n"
           "                       .priority, .time_limit_s pick its ranks, order and limit);\n"
-          "                       --resume continues the run in its train.run_dir\n"
+          "                       --resume continues the run in its train.run_dir, --continue ID\n"
+          "                       the run of ended job ID (its settings, then these; its run dir)\n"
           "  status ID            one job: ranks, priority, place in line and why it waits\n"
           "  list                 all jobs, oldest first\n"
           "  top [--once]         running jobs and the world's busy/free ranks (refreshing on a\n"
@@ -77,6 +79,8 @@ static json_t *job_json(const Lstmd__Job *j) {
                         (json_int_t)j->started_ms, "finished_ms", (json_int_t)j->finished_ms,
                         "attempts", (int)j->attempts, "cancel_requested", j->cancel_requested,
                         "resume", j->resume);
+  json_object_set_new(o, "continues", j->continues ? json_integer((json_int_t)j->continues)
+                                                  : json_null());
   /* NaN (nothing measured yet) becomes null */
   json_object_set_new(o, "loss", j->step ? json_real(j->loss) : json_null());
   json_object_set_new(o, "val_loss", isfinite(j->val_loss) ? json_real(j->val_loss) : json_null());
@@ -156,6 +160,7 @@ static void print_job(const Lstmd__Job *j) {
   if (j->has_val_accuracy) printf(", val accuracy %.4f", j->val_accuracy);
   printf("\n  run dir %s%s, attempts %u\n", j->run_dir,
          j->resume ? " (continuing the run there)" : "", j->attempts);
+  if (j->continues) printf("  continues job %llu\n", (unsigned long long)j->continues);
   fflush(stdout);
 }
 
@@ -257,13 +262,15 @@ struct ctl_args {
   int once, follow;    /* top, logs */
   const char *name;    /* submit */
   int resume;          /* submit --resume */
+  uint64_t continues;  /* submit --continue ID */
   struct settings_list settings; /* submit: the config file's, then --set's, then --no-preempt */
 };
 
 /* submit's options that take a value (the next argument, which main must not read as one of
  * its own options). */
 static int submit_takes_value(const char *arg) {
-  return !strcmp(arg, "--config") || !strcmp(arg, "--name") || !strcmp(arg, "--set");
+  return !strcmp(arg, "--config") || !strcmp(arg, "--name") || !strcmp(arg, "--set") ||
+         !strcmp(arg, "--continue");
 }
 
 /* submit's options into a->settings (the file first, then --set, as with lstmd train).
@@ -280,6 +287,17 @@ static int parse_submit(int argc, char **argv, struct ctl_args *a) {
     else if (!strcmp(arg, "--name") && v) a->name = argv[++i];
     else if (!strcmp(arg, "--no-preempt")) no_preempt = 1;
     else if (!strcmp(arg, "--resume")) a->resume = 1;
+    else if (!strcmp(arg, "--continue") && v) {
+      char *end;
+      errno = 0;
+      const unsigned long long id = strtoull(v, &end, 10);
+      if (errno || *end || end == v || id == 0 || v[0] == '-') {
+        fprintf(stderr, "lstmctl: submit --continue %s: expected a job id\n", v);
+        rc = kExitUsage;
+      }
+      a->continues = id;
+      i++;
+    }
     else if (!strcmp(arg, "--set") && v) {
       const char *eq = strchr(v, '=');
       if (!eq || eq == v) {
@@ -301,8 +319,9 @@ static int parse_submit(int argc, char **argv, struct ctl_args *a) {
   for (size_t i = 0; i < sets.n && !rc; i++)
     if (add_setting(&a->settings, sets.v[i]->key, sets.v[i]->value)) rc = kExitJob;
   if (!rc && no_preempt && add_setting(&a->settings, "resources.preemptible", "0")) rc = kExitJob;
-  if (!rc && !config && !sets.n) {
-    fprintf(stderr, "lstmctl: submit needs --config JOB.ini and/or --set options\n");
+  if (!rc && !config && !sets.n && !a->continues) {
+    fprintf(stderr, "lstmctl: submit needs --config JOB.ini and/or --set options (or --continue "
+            "ID)\n");
     rc = kExitUsage;
   }
   settings_free(&sets);
@@ -313,6 +332,7 @@ static int cmd_submit(struct lstmd_ctl *c, const struct ctl_args *a) {
   Lstmd__JobSpec spec = LSTMD__JOB_SPEC__INIT;
   spec.name = (char *)a->name;
   spec.resume = a->resume;
+  spec.continues = a->continues;
   spec.n_settings = a->settings.n;
   spec.settings = a->settings.v;
   Lstmd__SubmitJob submit = LSTMD__SUBMIT_JOB__INIT;

@@ -1,12 +1,17 @@
-/* serve_job.c — job settings to a training config (see serve_job.h). */
+/* serve_job.c — job settings to a training config, and a submission answered (see
+ * serve_job.h). */
 #include "serve_job.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/status.h"
 #include "access.h"
 #include "config.h"
+#include "frame.h"
+#include "jobs.h"
+#include "worker/train/val_watch.h"
 
 int lstmd_serve_job_config(Lstmd__Setting *const *settings, size_t n, const char *data_root,
                            int world, struct lstmd_train_config *cfg, int *has_run_dir, char *err,
@@ -54,4 +59,80 @@ int lstmd_serve_job_config(Lstmd__Setting *const *settings, size_t n, const char
     memcpy(cfg->run_dir, dir, sizeof dir);
   }
   return LSTMD_OK;
+}
+
+static uint8_t *invalid(const char *msg, size_t *len) {
+  return lstmd_frame_pack_error(LSTMD__ERROR_CODE__INVALID_JOB, msg, len);
+}
+
+/* Checked and queued; run_dir: where it trains when it is not the settings' (a continued job's,
+ * which may be the daemon's own <state_dir>/runs/job-N, outside the data root). */
+static uint8_t *submit_checked(struct lstmd_jobs *jobs, const Lstmd__JobSpec *spec,
+                               const char *run_dir, const char *data_root, int world,
+                               size_t *len) {
+  struct lstmd_train_config cfg;
+  int has_run_dir;
+  char err[1600];
+  if (lstmd_serve_job_config(spec->settings, spec->n_settings, data_root, world, &cfg,
+                             &has_run_dir, err, sizeof err))
+    return invalid(err, len);
+  const struct lstmd_job_resources res = {
+      .ranks = cfg.res_ranks ? cfg.res_ranks : world, .priority = cfg.res_priority,
+      .preemptible = cfg.res_preemptible, .time_limit_s = cfg.res_time_limit_s};
+  if (!run_dir && has_run_dir) run_dir = cfg.run_dir;
+  char found[300]; /* a checkpoint already in the run dir: refused unless spec->resume */
+  const int holds = run_dir && lstmd_run_dir_checkpoint(run_dir, found, sizeof found);
+  return lstmd_jobs_submit(jobs, spec, run_dir, holds ? found : NULL, cfg.steps, &res, len);
+}
+
+/* spec->continues: the job it names must have ended; the new one gets its settings and then
+ * spec's (so --set changes what it should: a longer time limit, more steps, a lower rate), its
+ * run dir (spec may not name another) and its name unless spec gives one, and resumes from its
+ * latest.safetensors. Why not "resubmit with the same settings and --resume": a job without
+ * train.run_dir trains in the daemon's own state dir, which a job's settings cannot name. */
+static uint8_t *submit_continued(struct lstmd_jobs *jobs, const Lstmd__JobSpec *spec,
+                                 const char *data_root, int world, size_t *len) {
+  Lstmd__Job *old = lstmd_jobs_copy(jobs, spec->continues);
+  char msg[1400];
+  if (!old) {
+    snprintf(msg, sizeof msg, "no job %llu to continue", (unsigned long long)spec->continues);
+    return lstmd_frame_pack_error(LSTMD__ERROR_CODE__NOT_FOUND, msg, len);
+  }
+  uint8_t *reply = NULL;
+  if (old->state == LSTMD__JOB_STATE__QUEUED || old->state == LSTMD__JOB_STATE__RUNNING) {
+    snprintf(msg, sizeof msg, "job %llu has not ended (%s): cancel it (it stops with a "
+             "checkpoint) or wait for it, then continue it", (unsigned long long)old->id,
+             lstmd_job_state_name(old->state));
+    reply = invalid(msg, len);
+  }
+  for (size_t i = 0; !reply && i < spec->n_settings; i++)
+    if (!strcmp(spec->settings[i]->key, "train.run_dir")) {
+      snprintf(msg, sizeof msg, "train.run_dir: a job that continues job %llu trains in its run "
+               "dir, %s (leave train.run_dir out, or submit a new job with --resume)",
+               (unsigned long long)old->id, old->run_dir);
+      reply = invalid(msg, len);
+    }
+  const size_t n = old->n_settings + spec->n_settings;
+  Lstmd__Setting **merged = reply ? NULL : malloc((n ? n : 1) * sizeof *merged);
+  if (!reply && !merged)
+    reply = lstmd_frame_pack_error(LSTMD__ERROR_CODE__INTERNAL, "out of memory", len);
+  if (!reply) {
+    memcpy(merged, old->settings, old->n_settings * sizeof *merged);
+    memcpy(merged + old->n_settings, spec->settings, spec->n_settings * sizeof *merged);
+    Lstmd__JobSpec next = *spec;
+    next.settings = merged;
+    next.n_settings = n;
+    next.resume = 1;
+    if (!next.name || !*next.name) next.name = old->name;
+    reply = submit_checked(jobs, &next, old->run_dir, data_root, world, len);
+  }
+  free(merged);
+  lstmd__job__free_unpacked(old, NULL);
+  return reply;
+}
+
+uint8_t *lstmd_serve_submit(struct lstmd_jobs *jobs, const Lstmd__JobSpec *spec,
+                            const char *data_root, int world, size_t *len) {
+  return spec->continues ? submit_continued(jobs, spec, data_root, world, len)
+                         : submit_checked(jobs, spec, NULL, data_root, world, len);
 }

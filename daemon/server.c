@@ -19,7 +19,6 @@
 #include "arena.h"
 #include "frame.h"
 #include "serve_job.h"
-#include "worker/train/val_watch.h"
 
 enum {
   kReadChunk = 64 << 10,
@@ -275,24 +274,9 @@ static void handle_request(struct conn *c, const uint8_t *payload, size_t n) {
   uint8_t *reply = NULL;
   size_t len = 0;
   switch (r->kind_case) {
-    case LSTMD__REQUEST__KIND_SUBMIT: {
-      struct lstmd_train_config cfg;
-      int has_run_dir;
-      const Lstmd__JobSpec *spec = r->submit->spec;
-      if (lstmd_serve_job_config(spec->settings, spec->n_settings, s->cfg.data_root, s->cfg.world,
-                                 &cfg, &has_run_dir, err, sizeof err))
-        reply = lstmd_frame_pack_error(LSTMD__ERROR_CODE__INVALID_JOB, err, &len);
-      else {
-        const struct lstmd_job_resources res = {
-            .ranks = cfg.res_ranks ? cfg.res_ranks : s->cfg.world, .priority = cfg.res_priority,
-            .preemptible = cfg.res_preemptible, .time_limit_s = cfg.res_time_limit_s};
-        char found[300]; /* a checkpoint already in the run dir: refused unless spec->resume */
-        const int holds = has_run_dir && lstmd_run_dir_checkpoint(cfg.run_dir, found, sizeof found);
-        reply = lstmd_jobs_submit(s->jobs, spec, has_run_dir ? cfg.run_dir : NULL,
-                                  holds ? found : NULL, cfg.steps, &res, &len);
-      }
+    case LSTMD__REQUEST__KIND_SUBMIT:
+      reply = lstmd_serve_submit(s->jobs, r->submit->spec, s->cfg.data_root, s->cfg.world, &len);
       break;
-    }
     case LSTMD__REQUEST__KIND_GET: reply = lstmd_jobs_get(s->jobs, r->get->id, &len); break;
     case LSTMD__REQUEST__KIND_LIST: reply = lstmd_jobs_list(s->jobs, &len); break;
     case LSTMD__REQUEST__KIND_CANCEL: reply = lstmd_jobs_cancel(s->jobs, r->cancel->id, &len); break;

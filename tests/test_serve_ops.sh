@@ -21,7 +21,10 @@
 #     naming that job); once that job has ended (with a checkpoint), a fresh job there is refused
 #     and one with --resume accepted; a fresh job whose empty run dir gets a checkpoint while it
 #     waits is FAILED at its start; `submit --resume` with no train.run_dir is refused, and into the
-#     finished pipeline job's run dir it continues that run from its last step.
+#     finished pipeline job's run dir it continues that run from its last step;
+#  7. `submit --continue ID`: the drained-then-cancelled job of 4 (run dir in the daemon's state
+#     dir) is continued from its last checkpoint with more steps, to SUCCEEDED in the same run
+#     dir; --continue of a job that has not ended, of no job, or with a train.run_dir is refused.
 set -u
 LSTMD=$(realpath "${1:?usage: test_serve_ops.sh LSTMD LSTMCTL SOURCE_DIR}")
 CTL=$(realpath "${2:?}")
@@ -199,6 +202,25 @@ if ctl watch "$r" >/dev/null 2>&1 && [[ $(field "$r" state) == SUCCEEDED && -f $
    grep -q "resumed from .*pipe-job/latest.safetensors at step 6" "$TMP/serve.log"; then
   ok "submit --resume into the finished job's run dir: resumed at step 6, SUCCEEDED at step 9"
 else bad "--resume job $r: $(ctl status "$r"); $(grep -m1 "resumed from .*pipe-job" "$TMP/serve.log")"; fi
+
+# 7. --continue: job j of 4 (cancelled; its run dir is STATE/runs/job-j, which no setting can name)
+stop=$(field "$j" step)
+k=$(ctl submit --continue "$j" --set train.steps=$((stop + 2)) | tail -1)
+if ctl watch "$k" >/dev/null 2>&1 && [[ $(field "$k" state) == SUCCEEDED && $(field "$k" run_dir) == "$TMP/state/runs/job-$j" &&
+   -f $TMP/state/runs/job-$j/step-$((stop + 2)).safetensors && $(field "$k" continues) == "$j" ]] &&
+   grep -q "resumed from .*runs/job-$j/latest.safetensors at step $stop" "$TMP/serve.log"; then
+  ok "submit --continue $j: job $k resumed job $j's run at step $stop, SUCCEEDED at step $((stop + 2)) in its run dir"
+else bad "--continue $j (cancelled at step $stop): $(ctl status "$k" 2>&1); $(grep "job $k" "$TMP/serve.log" | tail -2)"; fi
+l=$(ctl submit --config "$TMP/job.ini" --name long | tail -1)
+out=$(ctl submit --continue "$l" 2>&1); rc=$?
+[[ $rc == 2 && $out == *"job $l has not ended ("*"): cancel it"* ]] && ok "--continue of a job that has not ended: exit 2: $out" ||
+  bad "--continue of live job $l: exit $rc: $out"
+ctl cancel "$l" >/dev/null
+out=$(ctl submit --continue 9999 2>&1); rc=$?
+[[ $rc == 4 && $out == *"no job 9999 to continue"* ]] && ok "--continue of no job: exit 4: $out" || bad "--continue 9999: exit $rc: $out"
+out=$(ctl submit --continue "$j" --set train.run_dir=elsewhere 2>&1); rc=$?
+[[ $rc == 2 && $out == *"train.run_dir: a job that continues job $j trains in its run dir"* ]] &&
+  ok "--continue with a train.run_dir: exit 2" || bad "--continue with train.run_dir: exit $rc: $out"
 
 ctl shutdown >/dev/null; stop_daemon || bad "final shutdown"
 ( cd "$TMP" && mpirun -np 2 "$LSTMD" train --config job.ini "${pipe[@]}" --set train.run_dir=pipe-job-cli \
