@@ -122,6 +122,15 @@ if [[ $rc -eq 0 && $(changes "$TMP/old-style.log") == "train.steps 2 → 4" ]]; 
   ok "a checkpoint with %.9g numbers (optim.lr 0.00200000009) resumes naming only train.steps"
 else bad "%.9g checkpoint: exit $rc, changed settings '$(changes "$TMP/old-style.log")', want 'train.steps 2 → 4'"; fi
 
+# Whole numbers are compared as they are written: a seed 1 apart at 1.7e9 (one float) is a change
+"$LSTMD" train "${base[@]}" --set train.seed=1732690000 --set train.steps=2 \
+  --set train.run_dir="$TMP/bigseed" >/dev/null 2>"$TMP/bigseed.log" || bad "big seed run: $(tail -2 "$TMP/bigseed.log")"
+"$LSTMD" train "${base[@]}" --set train.seed=1732690001 --set train.run_dir="$TMP/bigseed2" \
+  --resume "$TMP/bigseed/step-2.safetensors" >/dev/null 2>"$TMP/bigseed2.log"
+if [[ $(changes "$TMP/bigseed2.log") == "train.steps 2 → 4, train.seed 1732690000 → 1732690001" ]]; then
+  ok "a seed changed by 1 at 1.7e9 is named: '$(changes "$TMP/bigseed2.log")'"
+else bad "seed 1732690000 → 1732690001: changed settings '$(changes "$TMP/bigseed2.log")'"; fi
+
 # A layer-normalised checkpoint: refused by the plain config, resumed by its own.
 "$LSTMD" train "${base[@]}" --set model.layer_norm=true --set train.steps=2 \
   --set train.run_dir="$TMP/base_ln" >/dev/null 2>"$TMP/base_ln.log" \

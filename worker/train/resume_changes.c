@@ -19,12 +19,17 @@ static int cannot_change_weights(const char *key) {
   return !strncmp(key, "resources.", 10);
 }
 
-/* Whether two settings' texts say the same. Numbers by value: checkpoints written before the
- * config printed its numbers shortest-first hold a float setting as "0.00200000009", and the
- * same setting reads "0.002" now; as floats (every number setting is at most double, and a
- * change below float precision changes nothing) they are one value. */
+/* Whether two settings' texts say the same. Fractional numbers by value: checkpoints written
+ * before the config printed its numbers shortest-first hold a float setting as
+ * "0.00200000009", and the same setting reads "0.002" now; as floats (every fractional setting
+ * is at most double, and a change below float precision changes nothing) they are one value.
+ * Whole numbers (seeds, steps: printed as integers, always alike) by their text: a float cannot
+ * tell 1732690000 from 1732690001. */
+static int fractional(const char *s) { return strpbrk(s, ".eE") != NULL; }
+
 static int same_setting(const char *a, const char *b) {
   if (!strcmp(a, b)) return 1;
+  if (!fractional(a) && !fractional(b)) return 0;
   char *end_a, *end_b;
   const double x = strtod(a, &end_a), y = strtod(b, &end_b);
   return *a && *b && !*end_a && !*end_b && (float)x == (float)y;
