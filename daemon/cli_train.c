@@ -1,9 +1,7 @@
 /* cli_train.c — `lstmd train`: config file + overrides → effective config → training run. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "comm/comm.h"
@@ -114,7 +112,8 @@ int lstmd_cmd_train(int argc, char **argv) {
            "                   [--trace FILE] [--device auto|cpu|cuda]\n"
            "  --trace FILE    Chrome trace (chrome://tracing, Perfetto) of every step on every rank\n"
            "  --device D      the same as --set train.device=D, applied after the other --set\n"
-           "  --resume        continue from <train.run_dir>/latest.safetensors (fresh start if none)\n"
+           "  --resume        continue from <train.run_dir>/latest.safetensors (or its newest\n"
+           "                  step-N.safetensors; a fresh start if it holds no checkpoint)\n"
            "  --resume CKPT   continue from the given checkpoint\n\n");
     lstmd_config_help(stdout);
     return 0;
@@ -153,15 +152,20 @@ int lstmd_cmd_train(int argc, char **argv) {
     return lstmd_exit_code(rc);
   }
   if (resume && !*resume) { /* rank 0's answer is the one that counts (train_setup.c) */
-    snprintf(latest, sizeof latest, "%s/latest.safetensors", cfg.run_dir);
-    struct stat st; /* anything under that name but nothing at all (a dangling link, a loop, no
-                     * permission) is loaded, and the loader says what is wrong with it */
-    if (lstat(latest, &st) == 0 || errno != ENOENT) {
-      resume = latest;
-    } else {
-      if (rank == 0) fprintf(stderr, "lstmd: no %s yet: starting a fresh run\n", latest);
-      resume = NULL;
+    char why[1400];
+    const int found = lstmd_run_dir_resume_point(cfg.run_dir, latest, sizeof latest, why,
+                                                 sizeof why);
+    if ((rc = lstmd_comm_agree(comm, rank == 0 && found < 0 ? LSTMD_ECONFIG : LSTMD_OK, NULL))) {
+      if (rank == 0) lstmd_errorf("%s", why);
+      lstmd_comm_finalize(comm);
+      return lstmd_exit_code(rc);
     }
+    if (found > 0 && rank == 0 && !strstr(latest, "/latest.safetensors"))
+      fprintf(stderr, "lstmd: no %s/latest.safetensors: resuming from the newest step "
+              "checkpoint there, %s\n", cfg.run_dir, latest);
+    if (found == 0 && rank == 0)
+      fprintf(stderr, "lstmd: no %s/latest.safetensors yet: starting a fresh run\n", cfg.run_dir);
+    resume = found > 0 ? latest : NULL;
   }
   if (rank == 0) {
     lstmd_blas_warn_weak_kernels();

@@ -154,6 +154,27 @@ if [[ $rc -eq 2 && -n $msg && $(sums "$TMP/base") == "$before" ]]; then
   ok "a fresh run into a used run dir: exit 2, nothing changed: ${msg:0:120}..."
 else bad "a fresh run into a used run dir: exit $rc, files changed: $([[ $(sums "$TMP/base") != "$before" ]] && echo yes || echo no): $(grep '^lstmd' "$TMP/reuse.log" | tail -2)"; fi
 
+# --resume with no latest.safetensors: the newest step file (a crash between writing the first
+# one and naming it latest), not a fresh run over them; only a best.safetensors: refused
+"$LSTMD" train "${base[@]}" --set train.checkpoint_every=2 --set train.run_dir="$TMP/nolatest" \
+  >/dev/null 2>"$TMP/nolatest.log" || bad "nolatest run: $(tail -2 "$TMP/nolatest.log")"
+rm -f "$TMP/nolatest/latest.safetensors"
+"$LSTMD" train "${base[@]}" --set train.steps=6 --set train.run_dir="$TMP/nolatest" --resume \
+  >/dev/null 2>"$TMP/nolatest2.log"
+rc=$?
+if [[ $rc -eq 0 ]] && grep -q "resuming from the newest step checkpoint there, .*nolatest/step-4.safetensors" "$TMP/nolatest2.log" &&
+   grep -q "resumed from .*nolatest/step-4.safetensors at step 4" "$TMP/nolatest2.log" && [[ -f $TMP/nolatest/step-6.safetensors ]]; then
+  ok "--resume without latest.safetensors goes on from the newest step file (step 4 → 6)"
+else bad "--resume without latest: exit $rc: $(grep '^lstmd' "$TMP/nolatest2.log" | grep -v 'effective config\|device auto' | head -3)"; fi
+mkdir -p "$TMP/bestonly" && cp "$TMP/nolatest/best.safetensors" "$TMP/bestonly/" 2>/dev/null ||
+  cp "$TMP/nolatest/step-4.safetensors" "$TMP/bestonly/best.safetensors"
+"$LSTMD" train "${base[@]}" --set train.run_dir="$TMP/bestonly" --resume >/dev/null 2>"$TMP/bestonly.log"
+rc=$?
+if [[ $rc -eq 2 ]] && grep -q "^lstmd: train.run_dir .*bestonly holds best.safetensors but no latest.safetensors or step checkpoint to resume from" "$TMP/bestonly.log" &&
+   [[ $(ls "$TMP/bestonly") == best.safetensors ]]; then
+  ok "--resume into a run dir with only best.safetensors: exit 2, nothing written"
+else bad "--resume with only best: exit $rc, files '$(ls "$TMP/bestonly" | tr '\n' ' ')': $(grep '^lstmd' "$TMP/bestonly.log" | grep -v 'effective config\|device auto' | head -2)"; fi
+
 # A checkpoint at or past train.steps: exit 0, saying there is nothing to train, and no new step
 "$LSTMD" train "${base[@]}" --set train.steps=1 --set train.run_dir="$TMP/past" --resume "$TMP/base/step-2.safetensors" \
   >/dev/null 2>"$TMP/past.log"

@@ -75,6 +75,32 @@ int lstmd_run_dir_checkpoint(const char *run_dir, char *found, size_t n) {
   return has;
 }
 
+int lstmd_run_dir_resume_point(const char *run_dir, char *path, size_t n, char *why,
+                               size_t why_len) {
+  struct stat st; /* anything under latest's name but nothing at all (a dangling link, a loop,
+                   * no permission) is taken, and the loader says what is wrong with it */
+  snprintf(path, n, "%s/latest.safetensors", run_dir);
+  if (lstat(path, &st) == 0 || errno != ENOENT) return 1;
+  long newest = -1;
+  DIR *d = opendir(run_dir);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    const long s = step_of(e->d_name);
+    if (s > newest && fstatat(dirfd(d), e->d_name, &st, 0) == 0 && S_ISREG(st.st_mode)) newest = s;
+  }
+  if (d) closedir(d);
+  if (newest >= 0) {
+    snprintf(path, n, "%s/step-%ld.safetensors", run_dir, newest);
+    return 1;
+  }
+  char found[300];
+  if (n) path[0] = '\0';
+  if (!lstmd_run_dir_checkpoint(run_dir, found, sizeof found)) return 0;
+  snprintf(why, why_len, "train.run_dir %s holds %s but no latest.safetensors or step checkpoint "
+           "to resume from: resume from %s/%s by name to go on from that model, or choose another "
+           "train.run_dir (a fresh run there would replace it)", run_dir, found, run_dir, found);
+  return -1;
+}
+
 int lstmd_keep_checkpoints(const char *run_dir, long keep, long latest_step) {
   if (keep < 0) return 0;
   DIR *d = opendir(run_dir);
