@@ -1,12 +1,16 @@
-/* csv_missing.c — gaps in the numeric columns of a series CSV (`--missing` of `prepare series`
- * and `predict`): which fields count as missing, and filling them once the whole file is read.
+/* csv_missing.c — gaps in the numbers of a CSV (`--missing` of `prepare series`, `predict`,
+ * `prepare classify --series` and `classify`): which fields count as missing, the refusal of the
+ * default (error), filling them, and the one stderr line that reports what was filled.
  *
- * Why the fill runs after parsing rather than field by field: `linear` needs the next value seen
- * in the column, and a gap at the start of a column (under either method) takes the first value
- * seen, so both need the column's later rows. The reader (prepare_series.c) stores NaN for a
- * missing field; NaN is free as a marker because lstmd_csv_number refuses every non-finite
- * number, so no value read from the file can be one. */
+ * A sequence is filled along its own values and never across two: for a forecasting series
+ * (prepare_series.c) the whole file is one sequence per column, so the fill runs over each
+ * column once every row is read (`linear` needs the next value seen in the column, and a gap at
+ * the start of a column, under either method, the first value seen); for series classification
+ * (prepare_classify_series.c) each row is a sequence of its own, filled as soon as it is read.
+ * The readers store NaN for a missing field; NaN is free as a marker because lstmd_csv_number
+ * refuses every non-finite number, so no value read from the file can be one. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <strings.h>
 
@@ -24,53 +28,95 @@ int lstmd_csv_is_missing(const char *text, size_t len) {
   return 0;
 }
 
-/* Column c (stride width) of rows: fills the NaNs, which are neither all of it nor none. */
-static void fill_column(float *v, size_t rows, int width, int c, int method) {
-  const size_t w = (size_t)width;
-  size_t first = 0;
-  while (isnan(v[first * w + c])) first++;
-  for (size_t r = 0; r < first; r++) v[r * w + c] = v[first * w + c]; /* a leading run */
-  size_t last = first; /* the last row with a value so far */
-  for (size_t r = first + 1; r < rows; r++) {
-    if (isnan(v[r * w + c])) continue;
-    if (r > last + 1) { /* the run last+1 .. r−1 lies between two values */
-      const double a = v[last * w + c], b = v[r * w + c], span = (double)(r - last);
-      for (size_t g = last + 1; g < r; g++)
-        v[g * w + c] = method == LSTMD_MISSING_PREVIOUS
-                           ? (float)a
-                           : (float)(a + (b - a) * ((double)(g - last) / span));
+void lstmd_csv_missing_refuse(struct lstmd_csv_pos *pos, const char *column, const char *text,
+                              size_t len) {
+  const char *s;
+  const int blank = lstmd_csv_trim(text, len, &s) == 0;
+  lstmd_csv_fail(pos, "%s: a missing value (%s%.40s%s); --missing previous (the last value "
+                 "before it) or --missing linear (interpolated) fills such gaps", column,
+                 blank ? "an empty field" : "'", blank ? "" : text, blank ? "" : "'");
+}
+
+size_t lstmd_missing_fill(float *v, size_t n, size_t stride, int method) {
+  size_t gaps = 0, first = n;
+  for (size_t i = 0; i < n; i++)
+    if (isnan(v[i * stride])) gaps++;
+    else if (first == n) first = i;
+  if (gaps == 0 || gaps == n) return gaps; /* nothing to fill, or nothing to fill it from */
+  for (size_t i = 0; i < first; i++) v[i * stride] = v[first * stride]; /* a leading run */
+  size_t last = first; /* the last step with a value so far */
+  for (size_t i = first + 1; i < n; i++) {
+    if (isnan(v[i * stride])) continue;
+    if (i > last + 1) { /* the run last+1 .. i−1 lies between two values */
+      const double a = v[last * stride], b = v[i * stride], span = (double)(i - last);
+      for (size_t g = last + 1; g < i; g++)
+        v[g * stride] = method == LSTMD_MISSING_PREVIOUS
+                            ? (float)a
+                            : (float)(a + (b - a) * ((double)(g - last) / span));
     }
-    last = r;
+    last = i;
   }
-  for (size_t r = last + 1; r < rows; r++) v[r * w + c] = v[last * w + c]; /* a trailing run */
+  for (size_t i = last + 1; i < n; i++) v[i * stride] = v[last * stride]; /* a trailing run */
+  return gaps;
+}
+
+/* Appends to r->text what vsnprintf makes of fmt, cut at the buffer's end. */
+static void report_append(struct lstmd_fill_report *r, const char *fmt, va_list ap) {
+  if (r->len + 1 >= sizeof r->text) return;
+  const int k = vsnprintf(r->text + r->len, sizeof r->text - r->len, fmt, ap);
+  if (k > 0) r->len += (size_t)k;
+  if (r->len >= sizeof r->text) r->len = sizeof r->text - 1;
+}
+
+static void report_appendf(struct lstmd_fill_report *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  report_append(r, fmt, ap);
+  va_end(ap);
+}
+
+void lstmd_fill_report_add(struct lstmd_fill_report *r, size_t max_listed, uint64_t count,
+                           const char *fmt, ...) {
+  r->total += count;
+  r->places++;
+  if (r->listed >= max_listed) return;
+  r->listed++;
+  if (r->len) report_appendf(r, ", ");
+  va_list ap;
+  va_start(ap, fmt);
+  report_append(r, fmt, ap);
+  va_end(ap);
+  report_appendf(r, " %llu", (unsigned long long)count);
+}
+
+void lstmd_fill_report_print(const struct lstmd_fill_report *r, const char *input,
+                             const char *how, const char *where, const char *more) {
+  if (r->total == 0) return;
+  fprintf(stderr, "lstmd: %s: filled %llu missing values (%s)%s: %s", input,
+          (unsigned long long)r->total, how, where, r->text);
+  if (r->places > r->listed) fprintf(stderr, ", and %zu more %s", r->places - r->listed, more);
+  fputc('\n', stderr);
 }
 
 int lstmd_csv_fill_missing(const char *input, float *values, size_t rows, int width,
                            const char *const *names, int method, const char *how,
                            uint64_t *filled) {
-  size_t gaps[LSTMD_MAX_COLUMNS] = {0};
-  uint64_t total = 0;
-  for (int c = 0; c < width; c++) {
-    for (size_t r = 0; r < rows; r++) gaps[c] += isnan(values[r * (size_t)width + c]) != 0;
-    if (rows > 0 && gaps[c] == rows) {
+  /* the columns first: one that is all gaps refuses the file before anything is filled */
+  for (int c = 0; c < width && rows > 0; c++) {
+    size_t gaps = 0;
+    for (size_t r = 0; r < rows; r++) gaps += isnan(values[r * (size_t)width + c]) != 0;
+    if (gaps == rows) {
       lstmd_errorf("%s: column '%s' is missing in every one of its %zu rows: there is no value "
                    "to fill its gaps from", input, names[c], rows);
       return LSTMD_EFORMAT;
     }
-    total += gaps[c];
   }
-  if (filled) *filled = total;
-  if (total == 0) return LSTMD_OK;
-  char line[LSTMD_MAX_COLUMNS * (LSTMD_MAX_NAME_BYTES + 32)];
-  size_t k = 0;
-  for (int c = 0; c < width; c++) {
-    if (gaps[c] == 0) continue;
-    /* the method only ever sees columns with a gap and a value (checked above) */
-    fill_column(values, rows, width, c, method);
-    k += (size_t)snprintf(line + k, sizeof line - k, "%s'%s' %zu", k ? ", " : "", names[c],
-                          gaps[c]);
+  struct lstmd_fill_report report = {0};
+  for (int c = 0; c < width; c++) { /* each column is one sequence, filled along its rows */
+    const size_t gaps = lstmd_missing_fill(values + c, rows, (size_t)width, method);
+    if (gaps) lstmd_fill_report_add(&report, LSTMD_MAX_COLUMNS, gaps, "'%s'", names[c]);
   }
-  fprintf(stderr, "lstmd: %s: filled %llu missing values (%s): %s\n", input,
-          (unsigned long long)total, how, line);
+  if (filled) *filled = report.total;
+  lstmd_fill_report_print(&report, input, how, "", "columns");
   return LSTMD_OK;
 }

@@ -93,17 +93,44 @@ int lstmd_prepare_series(const char *input, const char *out_dir, const char *tar
 int lstmd_csv_read_columns(const char *path, const char *const *names, int n, int missing,
                            const char *how, float **values, size_t *rows);
 
-/* ---- missing values in a series CSV (csv_missing.c) ---- */
+/* ---- missing values in a CSV's numbers (csv_missing.c) ---- */
 
 /* 1 when the field text[0, len) is a missing value: empty (blanks only), or NA, N/A, NaN or
  * null in any case; 0 for anything else (a number, or a bad value the caller refuses). */
 int lstmd_csv_is_missing(const char *text, size_t len);
-/* values: rows × width with NaN where a field was missing; fills every NaN by method
- * (LSTMD_MISSING_PREVIOUS: the last value before it in its column, LINEAR: the straight line
- * between the values either side; a run at the start of a column takes the column's first
- * value, one at the end its last, under both) and prints one line on stderr naming the count of
- * each column that had gaps (nothing when none; how: in the line's parentheses). A column with
- * no value at all: an error naming it (LSTMD_EFORMAT). *filled (may be NULL): the count. */
+/* --missing error's refusal of the missing field text (NUL-terminated, len bytes) at pos:
+ * "FILE:LINE: <column>: a missing value ('NA'); --missing previous (...) or --missing linear
+ * (...) fills such gaps" (column: how the reader names it, e.g. "column 'y'", "column 3"). */
+struct lstmd_csv_pos;
+void lstmd_csv_missing_refuse(struct lstmd_csv_pos *pos, const char *column, const char *text,
+                              size_t len);
+/* One sequence: the n values v[0], v[stride], ..., v[(n−1)·stride], NaN where a field was
+ * missing. Fills every NaN by method (LSTMD_MISSING_PREVIOUS: the last value before it,
+ * LINEAR: the straight line between the values either side; a run at the start takes the
+ * sequence's first value, one at the end its last, under both) and returns how many there
+ * were; when all n are NaN it fills nothing and returns n (the caller refuses: no value). */
+size_t lstmd_missing_fill(float *v, size_t n, size_t stride, int method);
+/* The one stderr line that says what was filled: "lstmd: FILE: filled T missing values
+ * (HOW)WHERE: A n, B m[, and K more MORE]", one item per sequence (a column, a row) that had
+ * gaps, at most max_listed of them named. */
+struct lstmd_fill_report {
+  uint64_t total; /* values filled */
+  size_t places;  /* sequences with a gap */
+  size_t listed;  /* of them named in text */
+  size_t len;
+  char text[LSTMD_MAX_COLUMNS * (LSTMD_MAX_NAME_BYTES + 32)];
+};
+/* Counts one sequence's count gaps; names it as fmt makes it, then the count. */
+void lstmd_fill_report_add(struct lstmd_fill_report *r, size_t max_listed, uint64_t count,
+                           const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Prints the line (nothing when nothing was filled). */
+void lstmd_fill_report_print(const struct lstmd_fill_report *r, const char *input,
+                             const char *how, const char *where, const char *more);
+/* prepare series and predict: values rows × width with NaN where a field was missing, each
+ * column one sequence; fills every NaN by method (lstmd_missing_fill) and prints the report
+ * line, naming the count of each column that had gaps (how: in the line's parentheses). A
+ * column with no value at all: an error naming it (LSTMD_EFORMAT). *filled (may be NULL): the
+ * count. */
 int lstmd_csv_fill_missing(const char *input, float *values, size_t rows, int width,
                            const char *const *names, int method, const char *how,
                            uint64_t *filled);

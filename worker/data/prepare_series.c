@@ -54,11 +54,9 @@ static void on_field(void *data, size_t len, void *ctx) {
         st->row[u] = NAN;
         continue;
       }
-      const char *s;
-      const int blank = lstmd_csv_trim(text, len, &s) == 0;
-      fail(st, "column '%s': a missing value (%s%.40s%s); --missing previous (the last value "
-           "before it) or --missing linear (interpolated) fills such gaps", st->want[u],
-           blank ? "an empty field" : "'", blank ? "" : text, blank ? "" : "'");
+      char column[LSTMD_MAX_NAME_BYTES + 16];
+      snprintf(column, sizeof column, "column '%s'", st->want[u]);
+      lstmd_csv_missing_refuse(&st->pos, column, text, len);
       return;
     }
     if (lstmd_csv_number(text, len, &st->row[u]) != 0) {
