@@ -16,11 +16,12 @@
 #include "worker/io/durable.h"
 
 static const char kMagic[8] = {'L', 'S', 'T', 'M', 'D', 'D', 'A', 'T'};
-/* The series fill record after the statistics (dataset.h). Why there and not a new field or
- * version: the fixed 64 bytes are all taken, and what follows the statistics has always been
- * zero padding, covered by the header CRC and never read, so an lstmd from before it still
- * opens such a file (version 1, the same checks), and a file from before it, all zeros there,
- * reads as "not filled". A file prepared without --missing is byte for byte what it was. */
+/* The fill record after the statistics of a series or numeric classify header (dataset.h). Why
+ * there and not a new field or version: the fixed 64 bytes are all taken, and what follows the
+ * statistics has always been zero padding, covered by the header CRC and never read, so an
+ * lstmd from before it still opens such a file (the same version, the same checks), and a file
+ * from before it, all zeros there, reads as "not filled". A file prepared without --missing is
+ * byte for byte what it was. */
 static const char kFillTag[4] = {'F', 'I', 'L', 'L'};
 enum { kFillRecordBytes = 16 };
 /* Version 2 marks the files an lstmd without numeric classify records cannot read (dtype 4);
@@ -75,6 +76,15 @@ static size_t encode_names(const struct lstmd_dataset_info *info, int n, uint8_t
   return k;
 }
 
+/* The fill record at buf (decode_fill), when prepare filled gaps; its length. */
+static size_t encode_fill(const struct lstmd_dataset_info *info, uint8_t *buf) {
+  if (info->missing == LSTMD_MISSING_ERROR) return 0;
+  memcpy(buf, kFillTag, 4);
+  put_u32(buf + 4, (uint32_t)info->missing);
+  put_u64(buf + 8, info->missing_filled);
+  return kFillRecordBytes;
+}
+
 /* Serialises the header into buf (MAX_HEADER_BYTES); returns its padded length. */
 static size_t encode_header(const struct lstmd_dataset_info *info, uint8_t *buf) {
   memset(buf, 0, MAX_HEADER_BYTES);
@@ -87,6 +97,7 @@ static size_t encode_header(const struct lstmd_dataset_info *info, uint8_t *buf)
       memcpy(buf + n, &info->mean[0], 4);
       memcpy(buf + n + 4, &info->std[0], 4);
       n += 8;
+      n += encode_fill(info, buf + n);
     }
   } else {
     n += encode_names(info, info->width, buf + n);
@@ -94,12 +105,7 @@ static size_t encode_header(const struct lstmd_dataset_info *info, uint8_t *buf)
     n += 4 * (size_t)info->width;
     memcpy(buf + n, info->std, 4 * (size_t)info->width);
     n += 4 * (size_t)info->width;
-    if (info->missing != LSTMD_MISSING_ERROR) { /* the fill record: decode_fill */
-      memcpy(buf + n, kFillTag, 4);
-      put_u32(buf + n + 4, (uint32_t)info->missing);
-      put_u64(buf + n + 8, info->missing_filled);
-      n += kFillRecordBytes;
-    }
+    n += encode_fill(info, buf + n);
   }
   size_t header_bytes = (n + 63) / 64 * 64;
   memcpy(buf, kMagic, 8);
@@ -177,7 +183,7 @@ static int decode_names(struct lstmd_dataset_info *info, int count, const uint8_
   return 0;
 }
 
-/* The series fill record at buf[n] (encode_header), when its tag is there: a method other than
+/* The fill record at buf[n] (encode_fill), when its tag is there: a method other than
  * previous or linear is a corrupt header. No tag (zero padding, or no room): not filled. */
 static int decode_fill(struct lstmd_dataset_info *info, const uint8_t *buf, size_t n,
                        size_t header_bytes) {
@@ -208,7 +214,8 @@ static int decode_tables(struct lstmd_dataset_info *info, const uint8_t *buf, si
     if (n + 8 > header_bytes) return -1;
     memcpy(&info->mean[0], buf + n, 4);
     memcpy(&info->std[0], buf + n + 4, 4);
-    return isfinite(info->mean[0]) && isfinite(info->std[0]) && info->std[0] > 0.0f ? 0 : -1;
+    if (!(isfinite(info->mean[0]) && isfinite(info->std[0]) && info->std[0] > 0.0f)) return -1;
+    return decode_fill(info, buf, n + 8, header_bytes);
   }
   if (decode_names(info, info->width, buf, &n, header_bytes) != 0) return -1;
   if (n + 8 * (size_t)info->width > header_bytes) return -1;

@@ -16,8 +16,9 @@
  *      ascending byte order (label id k is the k-th); the payload is count records of u8 token
  *      ids (the record layout: above lstmd_classify_record_bytes, below)
  *      classify dtype 4: no vocabulary; the labels as above, then f32 mean, f32 std (one of each:
- *      every value of the training split, so a global normalisation); the payload is count
- *      records of raw f32 values (finite)
+ *      every value of the training split, so a global normalisation), then, only when prepare
+ *      filled missing values (--missing previous|linear), the fill record as for series below;
+ *      zero padding to header_bytes; the payload is count records of raw f32 values (finite)
  *      series: width × (u8 length + name bytes), then f32 mean[width], f32 std[width]
  *      (training-split statistics; column 0 is the target), then, only when prepare filled
  *      missing values (--missing previous|linear), the fill record: "FILL", u32 method
@@ -38,7 +39,8 @@ enum lstmd_dataset_kind { LSTMD_DATASET_TEXT = 1, LSTMD_DATASET_SERIES = 2, LSTM
 #define LSTMD_MAX_NAME_BYTES 64 /* including the NUL */
 #define LSTMD_MAX_SEASON 1000000 /* prepare --season: at most this many rows */
 
-/* `--missing` of prepare series and predict: what a missing CSV field becomes (csv_missing.c).
+/* `--missing` of prepare series, predict, prepare classify --series and classify: what a
+ * missing CSV field becomes (csv_missing.c).
  * Inline here, not in csv_missing.c, as the checkpoint code (which the loader fuzzers build
  * without the data sources) names it too. */
 enum lstmd_missing { LSTMD_MISSING_ERROR = 0, LSTMD_MISSING_PREVIOUS = 1, LSTMD_MISSING_LINEAR = 2 };
@@ -64,9 +66,11 @@ struct lstmd_dataset_info {
   int season;                    /* series: seasonal period P in rows (prepare --season), 0 = none */
   int numeric;                   /* classify: 1 when records hold f32 values (dtype 4; vocab_size
                                   * 0, mean[0]/std[0] the training split's), 0 for byte ids */
-  int missing;                   /* series: how prepare filled missing CSV values (enum
-                                  * lstmd_missing; 0: it did not, or a file from before) */
-  uint64_t missing_filled;       /* series: how many values it filled (both splits together) */
+  int missing;                   /* series, numeric classify: how prepare filled missing CSV
+                                  * values (enum lstmd_missing; 0: it did not, or a file from
+                                  * before) */
+  uint64_t missing_filled;       /* series, numeric classify: how many values it filled (both
+                                  * splits together) */
   char names[LSTMD_MAX_COLUMNS][LSTMD_MAX_NAME_BYTES]; /* series column names, or classify:
                                                        * the label of each class id */
   float mean[LSTMD_MAX_COLUMNS]; /* series: training-split mean of each column; numeric
