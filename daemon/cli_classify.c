@@ -85,7 +85,8 @@ struct line {
 static int read_rows(const char *path, const struct lstmd_data_meta *meta, struct line **out,
                      size_t *n_out, float **values) {
   struct lstmd_csv_rows rows;
-  LSTMD_TRY(lstmd_csv_read_rows(path, -1, -1, meta->info.width, &rows));
+  LSTMD_TRY(lstmd_csv_read_rows(path, -1, -1, meta->info.width, LSTMD_MISSING_ERROR,
+                                "--missing error", &rows));
   struct line *lines = calloc(rows.rows, sizeof *lines);
   if (!lines) {
     lstmd_csv_rows_free(&rows);

@@ -66,23 +66,28 @@ int lstmd_cmd_prepare(int argc, char **argv) {
         lstmd_prepare_series(input, out, target, features, (int)k, f, (int)p, m));
   }
   if (!strcmp(kind, "classify")) {
-    const char *label_column = NULL, *header = NULL; /* defaults: 1 and auto (--series only) */
+    /* defaults: 1, auto and error (--series only) */
+    const char *label_column = NULL, *header = NULL, *missing_text = NULL;
     int series = 0;
     struct lstmd_opt opts[] = {{"input", &input},         {"out", &out},
                                {"val-fraction", &vf},     {"series", NULL, &series},
                                {"label-column", &label_column}, {"header", &header},
-                               {"help", NULL, &help}};
-    int rc = lstmd_parse_opts("prepare classify", argc, argv, 3, opts, 7);
+                               {"missing", &missing_text}, {"help", NULL, &help}};
+    int rc = lstmd_parse_opts("prepare classify", argc, argv, 3, opts, 8);
     if (rc || help) {
       fprintf(help ? stdout : stderr,
               "usage: lstmd prepare classify --input FILE.tsv --out DIR [--val-fraction F]\n"
               "       lstmd prepare classify --series --input FILE.csv --out DIR [--val-fraction F]\n"
               "                              [--label-column N|last] [--header auto|yes|no]\n"
+              "                              [--missing error|previous|linear]\n"
               "FILE.tsv: label<TAB>text per line (text is byte-level; labels any strings)\n"
               "--series: FILE.csv rows of one label and N numbers each (N the same in every row:\n"
               "  a univariate series of N steps); the label is column N (1-based, default 1) or\n"
               "  the last; --header auto takes the first line as a header when none of its\n"
-              "  value fields is a number\n");
+              "  value fields is a number; --missing: a value that is empty, NA, N/A, NaN or null\n"
+              "  refuses the file (error, the default), takes the last value before it in its row\n"
+              "  (previous) or the straight line between its neighbours in the row (linear); a\n"
+              "  row is one series, filled from its own values only\n");
       return rc;
     }
     double f;
@@ -92,8 +97,8 @@ int lstmd_cmd_prepare(int argc, char **argv) {
         (rc = lstmd_opt_double("prepare classify", "val-fraction", vf, 0.0, 0.5, &f)))
       return rc;
     if (!series) {
-      if (label_column || header) {
-        lstmd_errorf("prepare classify: --label-column and --header belong to --series");
+      if (label_column || header || missing_text) {
+        lstmd_errorf("prepare classify: --label-column, --header and --missing belong to --series");
         return 2;
       }
       return lstmd_exit_code(lstmd_prepare_classify(input, out, f));
@@ -109,7 +114,13 @@ int lstmd_cmd_prepare(int argc, char **argv) {
       lstmd_errorf("prepare classify: --header '%s' is not one of auto yes no", header);
       return 2;
     }
-    return lstmd_exit_code(lstmd_prepare_classify_series(input, out, f, (int)col, hdr));
+    const int m = missing_text ? lstmd_missing_parse(missing_text) : LSTMD_MISSING_ERROR;
+    if (m < 0) {
+      lstmd_errorf("prepare classify: --missing '%s' is not one of error previous linear",
+                   missing_text);
+      return 2;
+    }
+    return lstmd_exit_code(lstmd_prepare_classify_series(input, out, f, (int)col, hdr, m));
   }
   const int help_asked = !strcmp(kind, "--help") || !strcmp(kind, "-h");
   if (!help_asked) lstmd_errorf("prepare: expected 'text', 'series' or 'classify', got '%s'", kind);

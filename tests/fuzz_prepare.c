@@ -81,7 +81,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   switch (kind) {
     case 0: rc = lstmd_prepare_text(path, g_dir, 0.25); break;
     case 2: rc = lstmd_prepare_classify(path, g_dir, 0.34); break;
-    case 3: rc = lstmd_prepare_classify_series(path, g_dir, 0.34, 1, -1); break;
+    case 3:
+      rc = lstmd_prepare_classify_series(path, g_dir, 0.34, 1, -1, LSTMD_MISSING_ERROR);
+      break;
     default: rc = lstmd_prepare_series(path, g_dir, "temp", "x", 2, 0.25, 0, missing_of[kind]);
   }
   fuzz_loud();

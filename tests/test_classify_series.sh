@@ -109,10 +109,10 @@ badcase() { # NAME CONTENT EXPECTED [extra prepare args]
 badcase short 'a,1,2,3\nb,4,5\n' "short.csv:2: 2 values, the first row has 3"
 badcase long 'a,1,2\nb,4,5\na,1,2,3\n' "long.csv:3: 3 values, the first row has 2"
 badcase word 'a,1,2\nb,4,x\n' "word.csv:2: column 3: 'x' is not a finite number"
-badcase nan 'a,1,2\nb,nan,1\n' "nan.csv:2: column 2: 'nan' is not a finite number"
+badcase nan 'a,1,2\nb,nan,1\n' "nan.csv:2: column 2: a missing value ('nan'); --missing previous"
 badcase inf 'a,1,2\nb,1,-inf' "inf.csv:2: column 3: '-inf' is not a finite number"
 badcase huge 'a,1,2\nb,1,1e39\n' "huge.csv:2: column 3: '1e39' is not a finite number"
-badcase emptyvalue 'a,1,2\nb,,2\n' "emptyvalue.csv:2: column 2: '' is not a finite number"
+badcase emptyvalue 'a,1,2\nb,,2\n' "emptyvalue.csv:2: column 2: a missing value (an empty field); --missing previous"
 badcase emptylabel 'a,1,2\n,3,4\n' "emptylabel.csv:2: column 1: empty label"
 badcase mixed 'label,1,x\na,1,2\nb,3,4\n' "mixed.csv:1: the first line mixes numbers and names"
 badcase headerno 'label,t0,t1\na,1,2\nb,3,4\n' "headerno.csv:1: column 2: 't0' is not a finite number" --header no

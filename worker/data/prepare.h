@@ -36,9 +36,11 @@ int lstmd_prepare_classify(const char *input, const char *out_dir, double val_fr
  * some but not all: refused). Labels as the text path (1..63 bytes, 2..64 distinct, ids in
  * ascending byte order); the same fixed-seed shuffle and split. Records keep the raw values; the
  * mean and std of every value of the training split are stored (a global normalisation, applied
- * when records are read and by `lstmd classify`). Bad lines print file:line, LSTMD_EFORMAT. */
+ * when records are read and by `lstmd classify`). Bad lines print file:line, LSTMD_EFORMAT.
+ * missing (enum lstmd_missing): what a missing value becomes (lstmd_csv_read_rows: refused, or
+ * filled within its own row), the method recorded in both headers unless error. */
 int lstmd_prepare_classify_series(const char *input, const char *out_dir, double val_fraction,
-                                  int label_column, int header);
+                                  int label_column, int header, int missing);
 
 /* Warns on stderr (the preparation still succeeds) when a prepared text or series split is too
  * short for training at the default data.seq_len: an empty or short val.bin means lstmd train
@@ -166,18 +168,23 @@ size_t lstmd_csv_trim(const char *text, size_t len, const char **start);
 /* Rows of numbers with an optional label column (prepare_classify_series.c): label_column
  * 1-based, 0 the last, -1 none (labels all 0); header as lstmd_prepare_classify_series; expect
  * > 0: every row must hold that many values (else the first row's count, at most
- * LSTMD_MAX_SEQ_BYTES). Bad lines print FILE:LINE (LSTMD_EFORMAT); no rows is an error too.
- * Free with lstmd_csv_rows_free (also after a failure). */
+ * LSTMD_MAX_SEQ_BYTES). Each row is one sequence: a missing value (lstmd_csv_is_missing) is
+ * refused with --missing's hint (missing LSTMD_MISSING_ERROR) or filled along its own row
+ * (lstmd_missing_fill; never from another row), a row with no value at all refused naming
+ * its line, and one stderr line reports the fill (how: in its parentheses). Bad lines print
+ * FILE:LINE (LSTMD_EFORMAT); no rows is an error too. Free with lstmd_csv_rows_free (also
+ * after a failure). */
 struct lstmd_csv_rows {
-  float *values; /* rows × n_values, as written */
+  float *values; /* rows × n_values, as written (gaps filled) */
   int *labels;   /* rows: id in table (first-appearance order), 0 without a label column */
   size_t rows;
   int n_values;
   int header_seen;
+  uint64_t filled; /* missing values filled */
   struct lstmd_label_table table;
 };
-int lstmd_csv_read_rows(const char *path, int label_column, int header, int expect,
-                        struct lstmd_csv_rows *out);
+int lstmd_csv_read_rows(const char *path, int label_column, int header, int expect, int missing,
+                        const char *how, struct lstmd_csv_rows *out);
 void lstmd_csv_rows_free(struct lstmd_csv_rows *r);
 /* A CSV field (NUL-terminated, as libcsv's CSV_APPEND_NULL gives it) as a finite float (blanks
  * around it allowed): 0, or -1 if it is not. */

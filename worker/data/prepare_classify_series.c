@@ -3,7 +3,11 @@
  * series of N steps per row. Labels, shuffle, split and writer are the text path's
  * (prepare_classify.c); the training split's global mean/std go in the header. Bad lines: a
  * message naming file and line, exit 2, nothing written. The row reader is also what
- * `lstmd classify` reads a series classifier's input with (no label column). */
+ * `lstmd classify` reads a series classifier's input with (no label column).
+ *
+ * Missing values (`--missing`, csv_missing.c): each row is a sequence of its own, so a gap is
+ * filled along its row, from that row's values only, as soon as the row is read: the rows
+ * are independent series (and are shuffled), so nothing may flow from one into another. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdint.h>
@@ -21,6 +25,8 @@ struct rows_state {
   int header;       /* 1 yes, 0 no, -1 detect from the first line */
   int expect;       /* values per row the caller requires (0: the first row's count) */
   int records;      /* records seen, a header included */
+  int missing;      /* enum lstmd_missing: refuse a missing value, or fill it within its row */
+  struct lstmd_fill_report report; /* the rows filled */
   /* the fields of the record being parsed: NUL-terminated texts at buf + off[k] */
   char *buf;
   size_t len, cap;
@@ -55,17 +61,25 @@ static void on_field(void *data, size_t len, void *ctx) {
 
 static const char *field(const struct rows_state *st, int k) { return st->buf + st->off[k]; }
 
-/* 1 when the first record is a header (header -1: none of its value fields is a number). */
+/* 1 when the first record is a header (header -1: none of its value fields is a number, and
+ * not all of them are missing values). A missing value (empty, NA, ...) is neither a number nor
+ * a name: a first row of numbers and gaps is data (refused or filled as --missing says), not a
+ * mix of numbers and names. */
 static int is_header(struct rows_state *st, int label_at) {
   if (st->header >= 0) return st->header;
-  if (st->nf - (label_at >= 0) < 1) return 0; /* no value fields: a bad row, said as one */
-  int numbers = 0;
+  const int values = st->nf - (label_at >= 0);
+  if (values < 1) return 0; /* no value fields: a bad row, said as one */
+  int numbers = 0, gaps = 0;
   float v;
-  for (int k = 0; k < st->nf; k++)
-    if (k != label_at) numbers += lstmd_csv_number(field(st, k), strlen(field(st, k)), &v) == 0;
-  if (numbers > 0 && numbers < st->nf - (label_at >= 0))
+  for (int k = 0; k < st->nf; k++) {
+    if (k == label_at) continue;
+    const char *text = field(st, k);
+    if (lstmd_csv_number(text, strlen(text), &v) == 0) numbers++;
+    else gaps += lstmd_csv_is_missing(text, strlen(text));
+  }
+  if (numbers > 0 && numbers + gaps < values)
     lstmd_csv_fail(&st->pos, "the first line mixes numbers and names: say --header yes or no");
-  return numbers == 0;
+  return numbers == 0 && gaps < values;
 }
 
 static int add_row(struct rows_state *st, int label_at) {
@@ -84,11 +98,40 @@ static int add_row(struct rows_state *st, int label_at) {
   for (int k = 0, j = 0; k < st->nf; k++) {
     if (k == label_at) continue;
     const char *text = field(st, k);
+    if (lstmd_csv_is_missing(text, strlen(text))) { /* filled below, within this row */
+      if (st->missing != LSTMD_MISSING_ERROR) {
+        row[j++] = NAN;
+        continue;
+      }
+      char column[32];
+      snprintf(column, sizeof column, "column %d", k + 1);
+      lstmd_csv_missing_refuse(&st->pos, column, text, strlen(text));
+      return 0;
+    }
     if (lstmd_csv_number(text, strlen(text), &row[j++]) != 0) {
       lstmd_csv_fail(&st->pos, "column %d: '%.40s' is not a finite number", k + 1, text);
       return 0;
     }
   }
+  /* the row is one sequence: its gaps are filled from its own values, never another row's */
+  const size_t gaps =
+      st->missing != LSTMD_MISSING_ERROR ? lstmd_missing_fill(row, (size_t)N, 1, st->missing) : 0;
+  if (gaps == (size_t)N) { /* the row's value columns: 1..nf but the label's */
+    char cols[64];
+    const int lo = label_at == 0 ? 2 : 1, hi = label_at == st->nf - 1 ? st->nf - 1 : st->nf;
+    if (N == 1) snprintf(cols, sizeof cols, "column %d", lo);
+    else if (label_at > 0 && label_at < st->nf - 1)
+      snprintf(cols, sizeof cols, "columns %d-%d but the label's %d", lo, hi, label_at + 1);
+    else snprintf(cols, sizeof cols, "columns %d-%d", lo, hi);
+    if (N == 1)
+      lstmd_csv_fail(&st->pos, "the row's one value (%s) is missing: there is no value to fill "
+                     "its gap from", cols);
+    else
+      lstmd_csv_fail(&st->pos, "every one of the row's %d values (%s) is missing: there is no "
+                     "value to fill its gaps from", N, cols);
+    return 0;
+  }
+  if (gaps) lstmd_fill_report_add(&st->report, 8, gaps, "line %ld:", st->pos.line);
   int id = 0;
   if (label_at >= 0) {
     const char *why, *label = field(st, label_at);
@@ -139,18 +182,27 @@ static void on_record(int term, void *ctx) {
   st->len = 0;
 }
 
-int lstmd_csv_read_rows(const char *path, int label_column, int header, int expect,
-                        struct lstmd_csv_rows *out) {
+int lstmd_csv_read_rows(const char *path, int label_column, int header, int expect, int missing,
+                        const char *how, struct lstmd_csv_rows *out) {
   memset(out, 0, sizeof *out);
-  struct rows_state st = {.pos = {.input = path}, .label_column = label_column, .header = header,
-                          .expect = expect, .out = out};
-  int rc = lstmd_csv_parse_file(&st.pos, on_field, on_record, &st);
-  free(st.buf);
-  free(st.off);
+  struct rows_state *st = calloc(1, sizeof *st); /* the report's ~6 KiB: not on the stack */
+  if (!st) return LSTMD_ENOMEM;
+  *st = (struct rows_state){.pos = {.input = path}, .label_column = label_column,
+                            .header = header, .expect = expect, .missing = missing, .out = out};
+  int rc = lstmd_csv_parse_file(&st->pos, on_field, on_record, st);
+  free(st->buf);
+  free(st->off);
   if (!rc && out->rows == 0) {
     lstmd_errorf("%s: no data rows", path);
     rc = LSTMD_EFORMAT;
   }
+  if (!rc) {
+    char where[64];
+    snprintf(where, sizeof where, " in %zu of %zu rows", st->report.places, out->rows);
+    lstmd_fill_report_print(&st->report, path, how, where, "rows");
+    out->filled = st->report.total;
+  }
+  free(st);
   if (rc) lstmd_csv_rows_free(out);
   return rc;
 }
@@ -196,10 +248,13 @@ static void global_stats(const struct lstmd_csv_rows *r, const size_t *order, si
 }
 
 int lstmd_prepare_classify_series(const char *input, const char *out_dir, double val_fraction,
-                                  int label_column, int header) {
+                                  int label_column, int header, int missing) {
   struct lstmd_csv_rows rows;
   struct lstmd_dataset_info *info = calloc(1, sizeof *info);
-  int rc = info ? lstmd_csv_read_rows(input, label_column, header, 0, &rows) : LSTMD_ENOMEM;
+  char how[32];
+  snprintf(how, sizeof how, "--missing %s", lstmd_missing_name(missing));
+  int rc = info ? lstmd_csv_read_rows(input, label_column, header, 0, missing, how, &rows)
+                : LSTMD_ENOMEM;
   if (rc) {
     free(info);
     return rc;
@@ -220,6 +275,8 @@ int lstmd_prepare_classify_series(const char *input, const char *out_dir, double
     info->kind = LSTMD_DATASET_CLASSIFY;
     info->numeric = 1;
     info->width = rows.n_values;
+    info->missing = missing; /* recorded even when nothing was filled: classify's default */
+    info->missing_filled = rows.filled;
     global_stats(&rows, order, train_n, info);
     struct writing w = {&rows, order};
     rc = lstmd_classify_write(out_dir, info, train_n, val_n, fill_series_record, &w);
