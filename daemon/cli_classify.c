@@ -80,13 +80,18 @@ struct line {
 };
 
 /* A series classifier's input: CSV rows of exactly the training rows' N values, no label column,
- * a header line detected as prepare does; each row normalised with the checkpoint's mean/std.
- * lines[i].x points into *values (the caller frees both). */
-static int read_rows(const char *path, const struct lstmd_data_meta *meta, struct line **out,
-                     size_t *n_out, float **values) {
+ * a header line detected as prepare does; missing values refused or filled within their row as
+ * `missing` says (-1: as the model's training data was prepared); each row normalised with the
+ * checkpoint's mean/std. lines[i].x points into *values (the caller frees both). */
+static int read_rows(const char *path, const struct lstmd_data_meta *meta, int missing,
+                     struct line **out, size_t *n_out, float **values) {
+  const int recorded = missing < 0;
+  if (recorded) missing = meta->info.missing;
+  char how[64];
+  snprintf(how, sizeof how, "--missing %s%s", lstmd_missing_name(missing),
+           recorded ? ", as the model's data was prepared" : "");
   struct lstmd_csv_rows rows;
-  LSTMD_TRY(lstmd_csv_read_rows(path, -1, -1, meta->info.width, LSTMD_MISSING_ERROR,
-                                "--missing error", &rows));
+  LSTMD_TRY(lstmd_csv_read_rows(path, -1, -1, meta->info.width, missing, how, &rows));
   struct line *lines = calloc(rows.rows, sizeof *lines);
   if (!lines) {
     lstmd_csv_rows_free(&rows);
@@ -180,20 +185,29 @@ static int read_lines(const char *path, const struct lstmd_data_meta *meta, stru
 }
 
 int lstmd_cmd_classify(int argc, char **argv) {
-  const char *ckpt = NULL, *input = NULL;
+  const char *ckpt = NULL, *input = NULL, *missing_text = NULL;
   int help = 0;
-  struct lstmd_opt opts[] = {{"checkpoint", &ckpt}, {"input", &input}, {"help", NULL, &help}};
-  int rc = lstmd_parse_opts("classify", argc, argv, 2, opts, 3);
+  struct lstmd_opt opts[] = {{"checkpoint", &ckpt}, {"input", &input},
+                             {"missing", &missing_text}, {"help", NULL, &help}};
+  int rc = lstmd_parse_opts("classify", argc, argv, 2, opts, 4);
   if (rc || help) {
     fprintf(help ? stdout : stderr,
-            "usage: lstmd classify --checkpoint CKPT --input FILE\n"
+            "usage: lstmd classify --checkpoint CKPT --input FILE [--missing error|previous|linear]\n"
             "Prints label<TAB>probability of the most probable class for every line of FILE\n"
             "(a series classifier: every row of FILE.csv, N numbers as in its training rows,\n"
-            "no label column; a header line is detected as prepare classify --series does).\n");
+            "no label column; a header line is detected as prepare classify --series does).\n"
+            "--missing (a series classifier): what an empty, NA, N/A, NaN or null value becomes,\n"
+            "  filled within its row as prepare classify --series fills it (default: what the\n"
+            "  model's training data was prepared with, else error).\n");
     return rc;
   }
   if (!ckpt || !input) {
     lstmd_errorf("classify: --%s is required", ckpt ? "input" : "checkpoint");
+    return 2;
+  }
+  const int missing = missing_text ? lstmd_missing_parse(missing_text) : -1;
+  if (missing_text && missing < 0) {
+    lstmd_errorf("classify: --missing '%s' is not one of error previous linear", missing_text);
     return 2;
   }
   lstmd_cpu_set_blas_threads(1);
@@ -206,12 +220,18 @@ int lstmd_cmd_classify(int argc, char **argv) {
     lstmd_model_destroy(m);
     return 2;
   }
+  if (missing_text && !meta.info.numeric) {
+    lstmd_errorf("classify: --missing is for a series classifier's CSV; %s classifies lines of "
+                 "text", ckpt);
+    lstmd_model_destroy(m);
+    return 2;
+  }
   struct line *lines = NULL;
   size_t n = 0;
   int longest = meta.info.width;
   float *values = NULL; /* series: the rows' values, lines[i].x point into them */
   struct lstmd_clf_workspace *ws = NULL;
-  rc = meta.info.numeric ? read_rows(input, &meta, &lines, &n, &values)
+  rc = meta.info.numeric ? read_rows(input, &meta, missing, &lines, &n, &values)
                          : read_lines(input, &meta, &lines, &n, &longest);
   if (!rc) rc = lstmd_clf_workspace_create(m, longest, 1, &ws);
   double probs[LSTMD_MAX_CLASSES];

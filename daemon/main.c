@@ -87,6 +87,7 @@ static void usage(FILE *out) {
           "  lstmd predict  --checkpoint CKPT --input FILE.csv --out FILE.csv [--batch N] [--baselines]\n"
           "                 [--missing error|previous|linear]\n"
           "  lstmd classify --checkpoint CKPT --input FILE                  (a classifier: label<TAB>p per line)\n"
+          "                 [--missing error|previous|linear]                (a series classifier's CSV)\n"
           "  lstmd quantize --checkpoint CKPT --out INT8 [--calibrate DIR]  (int8 model for eval/sample/predict)\n"
           "  lstmd export onnx --checkpoint CKPT --out MODEL.onnx [--opset N] [--int8]   (an ONNX graph)\n"
           "  lstmd serve    --socket PATH --state-dir DIR [--data-root DIR] [--listen [HOST:]PORT\n"

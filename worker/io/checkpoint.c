@@ -63,6 +63,10 @@ static void add_data_meta(struct meta_list *l, const struct lstmd_data_meta *d) 
     if (info->numeric) { /* a series classifier: the normalisation of its values */
       meta_add(l, "classify.mean", float_list(info->mean, 1));
       meta_add(l, "classify.std", float_list(info->std, 1));
+      /* only from data prepared with --missing previous|linear, as series.missing: classify's
+       * default --missing */
+      if (info->missing != LSTMD_MISSING_ERROR)
+        meta_addf(l, "classify.missing", "%s", lstmd_missing_name(info->missing));
     }
   } else if (info->kind == LSTMD_DATASET_SERIES) {
     json_t *a = json_array();
@@ -283,6 +287,12 @@ static int read_data_meta(const struct lstmd_st_file *f, const char *path,
     if (mean && std && !ok) lstmd_errorf("%s: malformed classify.mean/classify.std metadata", path);
     json_decref(mean);
     json_decref(std);
+    const char *missing = lstmd_st_meta_get(f, "classify.missing"); /* optional, as series' */
+    if (ok && missing && (info->missing = lstmd_missing_parse(missing)) < 0) {
+      lstmd_errorf("%s: metadata 'classify.missing' is '%s', not error, previous or linear", path,
+                   missing);
+      ok = 0;
+    }
     return ok ? LSTMD_OK : LSTMD_EFORMAT;
   }
   info->kind = LSTMD_DATASET_SERIES;
