@@ -9,14 +9,16 @@
 #                   format tag, a truncation
 #   corpus-dataset  the dataset reader (tests/fuzz_dataset.c): splits of `lstmd prepare` (text,
 #                   series, series with a fill record (--missing), classify by bytes and by
-#                   values), a bad magic, a truncation
+#                   values, by values with a fill record), a bad magic, a truncation
 #   corpus-prepare  `lstmd prepare` itself (tests/fuzz_prepare.c): user files behind a first byte
 #                   0-3 picking text, series, classify, classify --series; one accepted and one
 #                   refused of each but text; for series also Excel's dialect (a byte order mark,
 #                   a quoted header, CRLF: accepted) and a ';'-delimited file (refused); first
 #                   bytes 4 and 5 are series with --missing previous and linear: a file with
 #                   every kind of gap token (accepted by each) and one whose x is all gaps
-#                   (refused)
+#                   (refused); first bytes 6 and 7 are classify --series with --missing previous
+#                   and linear: rows with gaps at their start, inside and at their end (accepted
+#                   by each) and a row that is all gaps (refused)
 # Run again after changing a file format:
 #   tests/fuzz/make_loader_corpora.sh build/lstmd tests/fuzz
 set -eu
@@ -89,4 +91,15 @@ cp sg/val.bin "$D/series-filled-val.bin"
 { printf '\2'; grep '^en' cls.tsv; } >"$P/classify-one-label"
 { printf '\3'; cat cls.csv; } >"$P/classify-series"
 { printf '\3'; sed '3s/,4$/,x/' cls.csv; } >"$P/classify-series-bad-value"
+# classify --series gaps: every token, never a whole row (column c, value 3, stays)
+awk -F, 'BEGIN { split("|NA|n/a|NaN|nan|NULL| na ", gap, "|") }
+  { if (NR % 3 == 1) $2 = gap[1 + NR % 7]; if (NR % 4 == 2) $4 = gap[1 + (NR + 3) % 7];
+    if (NR % 5 == 0) $5 = gap[1 + (NR + 1) % 7]; print }' OFS=, cls.csv >cls-gaps.csv
+{ printf '\6'; cat cls-gaps.csv; } >"$P/classify-series-gaps-previous"
+{ printf '\7'; cat cls-gaps.csv; } >"$P/classify-series-gaps-linear"
+{ printf '\7'; sed '5s/^up,.*/up,NA,,null,N\/A/' cls.csv; } >"$P/classify-series-row-all-missing"
+# and a numeric classify split with the fill record after its mean and std
+"$LSTMD" prepare classify --series --input cls-gaps.csv --out csg --val-fraction 0.34 \
+  --missing linear 2>/dev/null
+cp csg/train.bin "$D/classify-values-filled.bin"
 ls -l "$Q" "$C" "$D" "$P"
