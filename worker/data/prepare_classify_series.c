@@ -187,8 +187,12 @@ int lstmd_csv_read_rows(const char *path, int label_column, int header, int expe
   memset(out, 0, sizeof *out);
   struct rows_state *st = calloc(1, sizeof *st); /* the report's ~6 KiB: not on the stack */
   if (!st) return LSTMD_ENOMEM;
-  *st = (struct rows_state){.pos = {.input = path}, .label_column = label_column,
-                            .header = header, .expect = expect, .missing = missing, .out = out};
+  st->pos.input = path;
+  st->label_column = label_column;
+  st->header = header;
+  st->expect = expect;
+  st->missing = missing;
+  st->out = out;
   int rc = lstmd_csv_parse_file(&st->pos, on_field, on_record, st);
   free(st->buf);
   free(st->off);
