@@ -215,6 +215,15 @@ static void test_tensorboard_records(void) {
                !strcmp(hex, want[k]));
     if (strcmp(hex, want[k])) printf("  got  %s\n  want %s\n", hex, want[k]);
   }
+  /* The SessionLog START record every run writes after file_version (tb_events.h), as
+   * TensorBoard's own RecordWriter frames Event(wall_time=1700000002, step=43,
+   * session_log=SessionLog(status=START)). */
+  const char *start = "0f000000000000006d532b090900008040fc54d941102b3a020801c5769887";
+  size_t ns = lstmd_tb_encode_session_start(rec[0], sizeof rec[0], 1700000002.0, 43);
+  char hex[300] = "";
+  for (size_t i = 0; i < ns; i++) sprintf(hex + 2 * i, "%02x", rec[0][i]);
+  check_true("tensorboard session START record, byte for byte", !strcmp(hex, start));
+  if (strcmp(hex, start)) printf("  got  %s\n  want %s\n", hex, start);
 }
 
 static void test_config(void) {

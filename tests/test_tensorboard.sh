@@ -70,3 +70,43 @@ print(f"test_tensorboard: passed ({len(loss)} train/loss and {len(val)} val/loss
       f"(e.g. step {want['samples/greedy'][0][0]} greedy {want['samples/greedy'][0][1]!r}), "
       f"read by tensorboard's EventAccumulator)")
 PY
+[[ $? -eq 0 ]] || exit 1
+
+# A run resumed from an earlier checkpoint of its run dir (as after a crash, or a kill -9, past
+# its last checkpoint): metrics.jsonl drops the records past the resume step, and the event file
+# of the resumed run starts with a SessionLog START there, so that TensorBoard drops the old
+# file's points from that step on. Without it TensorBoard showed the old and the new value at
+# steps 15 and 20. Checked with both of TensorBoard's accumulators, reading the run dir as
+# `tensorboard --logdir` does (the plugin one is what the TensorBoard server uses).
+tb_run() {
+  "$LSTMD" train --set data.path="$TMP/ds" --set data.seq_len=16 --set data.batch_size=4 \
+    --set model.hidden=32 --set train.steps=20 --set train.log_every=5 --set train.eval_every=10 \
+    --set train.checkpoint_every=10 --set train.run_dir="$TMP/back" "$@" 2>/dev/null
+}
+tb_run || exit 1
+sleep 1.1 # event file names hold the second they were made: the resumed run's sorts after
+tb_run --resume "$TMP/back/step-10.safetensors" || exit 1
+"$TMP/venv/bin/python" - "$TMP/back" <<'PY'
+import json, sys, collections
+from tensorboard.backend.event_processing import event_accumulator as ea
+from tensorboard.backend.event_processing import plugin_event_accumulator as pea
+from tensorboard.util import tensor_util
+run = sys.argv[1]
+records = [json.loads(l) for l in open(run + "/metrics.jsonl")]
+want = [(r["step"], r["loss"]) for r in records if "loss" in r]
+assert [s for s, _ in want] == [5, 10, 15, 20], want
+for name, mod in (("EventAccumulator", ea), ("plugin EventAccumulator", pea)):
+    acc = mod.EventAccumulator(run, size_guidance={ea.SCALARS: 0, ea.TENSORS: 0})
+    acc.Reload()
+    if mod is ea:
+        got = [(e.step, e.value) for e in acc.Scalars("train/loss")]
+    else:
+        got = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto)))
+               for e in acc.Tensors("train/loss")]
+    assert [s for s, _ in got] == [s for s, _ in want], \
+        f"{name}: train/loss steps {[s for s, _ in got]} (each once: {[s for s, _ in want]})"
+    for (s, v), (_, w) in zip(got, want):
+        assert abs(v - w) <= 1e-6 * max(1, abs(w)), (name, s, v, w)
+print("test_tensorboard: a run resumed from step 10 of 20 in its own run dir: train/loss at steps "
+      "5, 10, 15, 20 once each, with the resumed run's values, in both accumulators")
+PY

@@ -93,7 +93,9 @@ int lstmd_metrics_open(struct lstmd_metrics *mt, const char *run_dir, long resum
   snprintf(path, sizeof path, "%s/train.log", run_dir);
   mt->log = fopen(path, "a");
   if (mt->log) setvbuf(mt->log, NULL, _IOLBF, 0);
-  return lstmd_tb_open(&mt->tb, run_dir);
+  /* the event file's START marks where this run's points begin (tb_events.h): past the resume
+   * step, as for metrics.jsonl above */
+  return lstmd_tb_open(&mt->tb, run_dir, resume_step > 0 ? resume_step + 1 : 0);
 }
 
 void lstmd_metrics_close(struct lstmd_metrics *mt) {

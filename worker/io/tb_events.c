@@ -101,13 +101,28 @@ size_t lstmd_tb_encode_record(uint8_t *buf, size_t cap, double wall_time, long s
   return r.ok ? r.n : 0;
 }
 
+/* Event.session_log = 7: SessionLog {status = 1: START (1)} (tensorboard/compat/proto/event.proto).
+ * TensorBoard's accumulators purge, on such an event, every point already read for the run at
+ * this event's step or later (the plugin accumulator that `tensorboard` serves from does so for
+ * every START but the run's first). */
+size_t lstmd_tb_encode_session_start(uint8_t *buf, size_t cap, double wall_time, long step) {
+  uint8_t event[64];
+  struct pb e = {event, 0, sizeof event, 1};
+  put_wall_step(&e, wall_time, step);
+  const uint8_t session_log[2] = {0x08, 0x01}; /* SessionLog.status = START */
+  put_bytes_field(&e, 7, session_log, sizeof session_log);
+  struct pb r = {buf, 0, cap, e.ok};
+  put_record(&r, event, e.n);
+  return r.ok ? r.n : 0;
+}
+
 static double wall_now(void) {
   struct timeval tv;
   gettimeofday(&tv, NULL);
   return (double)tv.tv_sec + 1e-6 * (double)tv.tv_usec;
 }
 
-int lstmd_tb_open(struct lstmd_tb *tb, const char *run_dir) {
+int lstmd_tb_open(struct lstmd_tb *tb, const char *run_dir, long start_step) {
   char host[256] = "host", path[4096];
   gethostname(host, sizeof host - 1);
   snprintf(path, sizeof path, "%s/events.out.tfevents.%010ld.%s.%d", run_dir, (long)time(NULL),
@@ -119,6 +134,8 @@ int lstmd_tb_open(struct lstmd_tb *tb, const char *run_dir) {
   }
   uint8_t rec[256];
   size_t n = lstmd_tb_encode_record(rec, sizeof rec, wall_now(), 0, "brain.Event:2", 0, NULL, NULL);
+  fwrite(rec, 1, n, tb->f);
+  n = lstmd_tb_encode_session_start(rec, sizeof rec, wall_now(), start_step);
   fwrite(rec, 1, n, tb->f);
   fflush(tb->f);
   return LSTMD_OK;

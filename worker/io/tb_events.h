@@ -15,8 +15,13 @@ struct lstmd_tb {
 };
 
 /* Creates <run_dir>/events.out.tfevents.<unix time>.<host>.<pid> and writes the file_version
- * event. Returns 0 or LSTMD_EIO (message printed). */
-int lstmd_tb_open(struct lstmd_tb *tb, const char *run_dir);
+ * event, then a SessionLog START event at `start_step`: 0 for a fresh run, resume step + 1 for
+ * a resumed one. TensorBoard drops, on every START after a run's first, the points of the run's
+ * earlier event files at that step or later: what a crashed or rolled-back run logged past the
+ * checkpoint it resumed from (metrics.jsonl drops those records too). Without it, TensorBoard
+ * showed both the old and the resumed values at those steps. Returns 0 or LSTMD_EIO (message
+ * printed). */
+int lstmd_tb_open(struct lstmd_tb *tb, const char *run_dir, long start_step);
 /* One event at `step` holding n scalars tags[i] = values[i]; flushed. */
 void lstmd_tb_scalars(struct lstmd_tb *tb, long step, int n, const char *const *tags,
                       const float *values);
@@ -31,5 +36,7 @@ void lstmd_tb_close(struct lstmd_tb *tb);
 size_t lstmd_tb_encode_record(uint8_t *buf, size_t cap, double wall_time, long step,
                               const char *file_version, int n, const char *const *tags,
                               const float *values);
+/* Encodes one TFRecord of an Event {wall_time, step, session_log {status START}}. For tests. */
+size_t lstmd_tb_encode_session_start(uint8_t *buf, size_t cap, double wall_time, long step);
 
 #endif
