@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon/config.h"
@@ -226,6 +227,40 @@ static void test_tensorboard_records(void) {
   if (strcmp(hex, start)) printf("  got  %s\n  want %s\n", hex, start);
 }
 
+/* Two event files opened by one process in one run dir within a second (lstmd serve's rank 0: a
+ * job preempted and resumed in the second it started) must not share a name: the second used to
+ * empty the first ("wb"). The names this second and the next would give are taken by sentinel
+ * files first, so the clash is certain whenever the open happens; they must stay untouched and
+ * the new file must be another one, holding the file_version and START records. */
+static void test_tensorboard_no_clobber(void) {
+  char dir[300], host[256] = "host", name[2][1200];
+  snprintf(dir, sizeof dir, "%s/tb", g_dir);
+  mkdir(dir, 0755);
+  gethostname(host, sizeof host - 1);
+  const long now = (long)time(NULL);
+  for (int k = 0; k < 2; k++) {
+    snprintf(name[k], sizeof name[k], "%s/events.out.tfevents.%010ld.%s.%d", dir, now + k, host,
+             (int)getpid());
+    write_bytes(name[k], "sentinel", 8);
+  }
+  struct lstmd_tb tb;
+  int rc = lstmd_tb_open(&tb, dir, 7);
+  lstmd_tb_close(&tb);
+  unsigned char buf[256];
+  int kept = 1;
+  for (int k = 0; k < 2; k++)
+    kept &= read_bytes(name[k], buf, sizeof buf) == 8 && !memcmp(buf, "sentinel", 8);
+  size_t n = 0; /* the open's second is this one or, rarely, the next */
+  for (int k = 0; k < 2 && n == 0; k++) {
+    char suffixed[sizeof name[0] + 8];
+    snprintf(suffixed, sizeof suffixed, "%.1190s.1", name[k]);
+    n = read_bytes(suffixed, buf, sizeof buf);
+  }
+  check_true("tensorboard: an event file name already taken is left alone (the new one gets .1)",
+             rc == 0 && kept && n > 40);
+  if (!kept) printf("  an existing event file of the same second, host and pid was overwritten\n");
+}
+
 static void test_config(void) {
   struct lstmd_train_config c;
   lstmd_config_defaults(&c);
@@ -290,6 +325,7 @@ int main(void) {
   test_dataset();
   test_hostile_checkpoint();
   test_tensorboard_records();
+  test_tensorboard_no_clobber();
   test_config();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "tb_events.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
@@ -125,11 +127,24 @@ static double wall_now(void) {
 int lstmd_tb_open(struct lstmd_tb *tb, const char *run_dir, long start_step) {
   char host[256] = "host", path[4096];
   gethostname(host, sizeof host - 1);
-  snprintf(path, sizeof path, "%s/events.out.tfevents.%010ld.%s.%d", run_dir, (long)time(NULL),
-           host, (int)getpid());
-  tb->f = fopen(path, "wb");
+  /* The name is TensorBoard's: time, host, pid. One process may open several in the same run dir
+   * within a second: `lstmd serve`'s rank 0 runs every job, and a job preempted and resumed in
+   * the second it started (a short job of a higher priority) opened its second attempt's file
+   * under the first one's name; "wb" emptied it, and TensorBoard lost the first attempt's points
+   * (metrics.jsonl kept them). So the file is created exclusively, and a name already taken gets
+   * a suffix .1, .2, ...: it sorts after the plain name, in the order TensorBoard reads them. */
+  int n0 = snprintf(path, sizeof path, "%s/events.out.tfevents.%010ld.%s.%d", run_dir,
+                    (long)time(NULL), host, (int)getpid());
+  int fd = -1;
+  for (int k = 0; k < 1000 && n0 > 0 && (size_t)n0 < sizeof path - 8; k++) {
+    if (k) snprintf(path + n0, sizeof path - (size_t)n0, ".%d", k);
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0 || errno != EEXIST) break;
+  }
+  tb->f = fd >= 0 ? fdopen(fd, "wb") : NULL;
   if (!tb->f) {
-    lstmd_errorf("%s: cannot create the TensorBoard event file", path);
+    lstmd_errorf("%s: cannot create the TensorBoard event file: %s", path, strerror(errno));
+    if (fd >= 0) close(fd);
     return LSTMD_EWRITE;
   }
   uint8_t rec[256];

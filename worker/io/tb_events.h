@@ -14,7 +14,9 @@ struct lstmd_tb {
   FILE *f;
 };
 
-/* Creates <run_dir>/events.out.tfevents.<unix time>.<host>.<pid> and writes the file_version
+/* Creates <run_dir>/events.out.tfevents.<unix time>.<host>.<pid> (exclusively: a name already
+ * taken, by an earlier open of this process in the same second, gets a suffix .1, .2, ...;
+ * tb_events.c) and writes the file_version
  * event, then a SessionLog START event at `start_step`: 0 for a fresh run, resume step + 1 for
  * a resumed one. TensorBoard drops, on every START after a run's first, the points of the run's
  * earlier event files at that step or later: what a crashed or rolled-back run logged past the
