@@ -198,7 +198,9 @@ touch "$B/lib/hwloc/.keep"
 # ---- 5. lstmd's own files
 S=$B/share/lstmd
 mkdir -p "$S/examples" "$S/data" "$S/slurm" "$S/proto" "$S/bench"
-cp "$src"/deploy/examples/*.ini "$src/deploy/demo.ini" "$S/examples/"
+# the configs, and the scripts their headers name to make and run them (language_id.sh,
+# wave_shapes.sh and .py: they find lstmd on PATH and their config beside themselves)
+cp "$src"/deploy/examples/*.{ini,sh,py} "$src/deploy/demo.ini" "$S/examples/"
 # `lstmd selftest --bench` runs share/lstmd/bench/bench_gpu.sh (its data: ../data/fortunes.txt)
 cp "$src"/bench/{bench_gpu.sh,torch_lstm_gpu_peer.py,gemm_rate_cuda.c} "$S/bench/"
 cp "$src"/data/{fortunes.txt,fortunes-LICENSE.txt,seattle-temps.csv,README.md} "$S/data/"

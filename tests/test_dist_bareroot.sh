@@ -245,6 +245,16 @@ while IFS= read -r -d '' l; do
   elif [[ ! -e $l ]]; then bad "${l#"$B"/} is a dangling link"; fi
 done < <(find "$B" -type l -print0)
 ((fails == before)) && ok "$elfs ELF files: \$ORIGIN run paths, every needed library in the bundle or the base"
+# The example configs' headers name the scripts that make and run them (deploy/examples/*.sh,
+# *.py): each must be in the bundle beside its config (share/lstmd/examples).
+before=$fails
+for ini in "$B"/share/lstmd/examples/*.ini; do
+  for script in $(grep -o 'deploy/examples/[A-Za-z0-9_.-]*\.\(sh\|py\)' "$ini" | sort -u); do
+    [[ -f $B/share/lstmd/examples/${script##*/} ]] \
+      || bad "share/lstmd/examples/${ini##*/} names $script, which the bundle lacks"
+  done
+done
+((fails == before)) && ok "every script an example config names is in share/lstmd/examples"
 
 # 3. the bare root: .debs unpacked (the installed version, else apt's candidate when the archive
 #    no longer has it); offline, the installed packages' files are copied instead
