@@ -342,6 +342,24 @@ static int cmd_submit(struct lstmd_ctl *c, const struct ctl_args *a) {
   req.submit = &submit;
   int rc;
   Lstmd__Response *resp = roundtrip(c, &req, &rc);
+  if (resp && resp->kind_case == LSTMD__RESPONSE__KIND_JOB &&
+      ((a->resume && !resp->job->resume) || (a->continues && !resp->job->continues))) {
+    /* A daemon older than --resume/--continue drops the field it does not know (protobuf) and
+     * queues a fresh job, which would train over the run it was meant to continue. */
+    const uint64_t id = resp->job->id;
+    Lstmd__CancelJob cancel = LSTMD__CANCEL_JOB__INIT;
+    cancel.id = id;
+    Lstmd__Request creq = LSTMD__REQUEST__INIT;
+    creq.kind_case = LSTMD__REQUEST__KIND_CANCEL;
+    creq.cancel = &cancel;
+    int crc;
+    roundtrip(c, &creq, &crc);
+    fprintf(stderr, "lstmctl: the daemon does not know %s (it is older than this lstmctl) and "
+            "queued job %llu as a fresh run; cancelled it%s\n",
+            a->continues ? "--continue" : "--resume", (unsigned long long)id,
+            crc ? " -- check it with lstmctl status" : "");
+    return kExitUsage;
+  }
   if (resp && resp->kind_case == LSTMD__RESPONSE__KIND_JOB) {
     if (g_json) print_json(job_json(resp->job));
     else printf("submitted job %llu (%s)\n%llu\n", (unsigned long long)resp->job->id,
@@ -560,6 +578,7 @@ static int cmd_logs(struct lstmd_ctl *c, uint64_t id, int follow) {
   int state = resp->job->state;
   FILE *f = NULL;
   char buf[4096];
+  int lost = 0; /* the daemon stopped answering while we followed: its status, not 0 */
   for (int polls = 0;; polls++) {
     if (!f) f = fopen(path, "r");
     size_t n;
@@ -571,17 +590,20 @@ static int cmd_logs(struct lstmd_ctl *c, uint64_t id, int follow) {
     usleep(200000);
     if (polls % 5 == 4) { /* once a second: has it ended? (then one last read) */
       resp = ask(c, LSTMD__REQUEST__KIND_GET, id, &rc);
-      if (!resp) break;
-      state = resp->job->state;
+      if (!resp) {
+        lost = rc;
+        break;
       }
+      state = resp->job->state;
+    }
   }
   if (!f) {
     if (!follow) fprintf(stderr, "lstmctl: %s: %s (has job %llu started?)\n", path, strerror(errno),
                          (unsigned long long)id);
-    return follow ? kExitOk : kExitJob;
+    return lost ? lost : follow ? kExitOk : kExitJob;
   }
   fclose(f);
-  return kExitOk;
+  return lost ? lost : kExitOk;
 }
 
 /* The arguments of a command other than submit: the job id of status, cancel, watch and logs,

@@ -24,7 +24,9 @@
 #     finished pipeline job's run dir it continues that run from its last step;
 #  7. `submit --continue ID`: the drained-then-cancelled job of 4 (run dir in the daemon's state
 #     dir) is continued from its last checkpoint with more steps, to SUCCEEDED in the same run
-#     dir; --continue of a job that has not ended, of no job, or with a train.run_dir is refused.
+#     dir; --continue of a job that has not ended, of no job, or with a train.run_dir is refused;
+#  8. a daemon older than --resume/--continue (a fake one in Python that, as protobuf does, drops
+#     the field it does not know and queues a fresh job): lstmctl cancels that job and exits 2.
 set -u
 LSTMD=$(realpath "${1:?usage: test_serve_ops.sh LSTMD LSTMCTL SOURCE_DIR}")
 CTL=$(realpath "${2:?}")
@@ -130,8 +132,16 @@ else bad "the first daemon after the second ones: alive=$(kill -0 "$SERVE_PID" 2
 # 4. SIGUSR1 to mpirun drains: checkpoint, QUEUED, exit 0; a restart resumes the job
 j=$(ctl submit --config "$TMP/job.ini" --name drained | tail -1)
 wait_for 60 running_step "$j" || bad "job $j did not start: $(ctl status "$j")"
+ctl logs "$j" --follow >"$TMP/follow.log" 2>&1 &
+FOLLOW=$!
+sleep 0.5
 kill -USR1 "$SERVE_PID"
 stop_daemon; rc=$?
+# the follower of a job the daemon drained (still QUEUED) loses the daemon: exit 3, not 0
+( sleep 15; kill "$FOLLOW" 2>/dev/null ) &
+wait "$FOLLOW" 2>/dev/null; frc=$?
+[[ $frc == 3 ]] && ok "logs --follow when the daemon goes away: exit 3 ($(tail -1 "$TMP/follow.log"))" ||
+  bad "logs --follow when the daemon goes away: exit $frc: $(tail -2 "$TMP/follow.log")"
 line=$(grep "job $j: QUEUED: interrupted by a shutdown at step" "$TMP/serve.log")
 step=$(grep -o "at step [0-9]*" <<<"$line" | grep -o "[0-9]*$")
 ck=$(/usr/bin/python3 "$SRC/tests/ckpt_meta.py" "$TMP/state/runs/job-$j/latest.safetensors" 2>/dev/null)
@@ -221,6 +231,46 @@ out=$(ctl submit --continue 9999 2>&1); rc=$?
 out=$(ctl submit --continue "$j" --set train.run_dir=elsewhere 2>&1); rc=$?
 [[ $rc == 2 && $out == *"train.run_dir: a job that continues job $j trains in its run dir"* ]] &&
   ok "--continue with a train.run_dir: exit 2" || bad "--continue with train.run_dir: exit $rc: $out"
+
+# 8. an older daemon: it answers every submit with a fresh job 41 (no resume, no continues)
+/usr/bin/python3 - "$SRC/tests" "$TMP/old.sock" >"$TMP/old.log" 2>&1 <<'EOF_PY' &
+import os, socket, struct, sys
+sys.path.insert(0, sys.argv[1])
+import lstmd_wire as w
+srv = socket.socket(socket.AF_UNIX)
+srv.bind(sys.argv[2]); srv.listen(4); srv.settimeout(30)
+print("listening", flush=True)
+def recv_exact(c, n):
+    b = b""
+    while len(b) < n:
+        chunk = c.recv(n - len(b))
+        if not chunk: return None
+        b += chunk
+    return b
+for _ in range(4):
+    try: c, _ = srv.accept()
+    except socket.timeout: break
+    while True:
+        head = recv_exact(c, 4)
+        if head is None: break
+        req = recv_exact(c, struct.unpack(">I", head)[0])
+        kinds = [f for f, _, _ in w.fields(req)]
+        state = 5 if w.CANCEL in kinds else 1
+        print("request", "cancel" if w.CANCEL in kinds else "submit" if w.SUBMIT in kinds else kinds, flush=True)
+        c.sendall(w.frame(w.ld(w.R_JOB, w.vi(1, 41) + w.vi(3, state))))
+    c.close()
+EOF_PY
+OLD=$!
+wait_for 10 grep -q listening "$TMP/old.log"
+for opt in "--resume" "--continue 3"; do
+  # shellcheck disable=SC2086 # the option and its value
+  out=$("$CTL" --socket "$TMP/old.sock" submit --set data.path=ds --set train.run_dir=x $opt 2>&1); rc=$?
+  [[ $rc == 2 && $out == *"does not know ${opt% *} (it is older than this lstmctl) and queued job 41 as a fresh run; cancelled it"* ]] &&
+    ok "an older daemon and submit $opt: exit 2, job cancelled: $out" || bad "older daemon, submit $opt: exit $rc: $out"
+done
+[[ $(grep -c "request cancel" "$TMP/old.log") == 2 ]] && ok "the older daemon got a cancel for each" ||
+  bad "older daemon's requests: $(tr '\n' ' ' <"$TMP/old.log")"
+kill "$OLD" 2>/dev/null; wait "$OLD" 2>/dev/null
 
 ctl shutdown >/dev/null; stop_daemon || bad "final shutdown"
 ( cd "$TMP" && mpirun -np 2 "$LSTMD" train --config job.ini "${pipe[@]}" --set train.run_dir=pipe-job-cli \
