@@ -279,29 +279,36 @@ void lstmd_config_defaults(struct lstmd_train_config *c) {
 /* inih reads a line into a fixed buffer (200 bytes in Debian's build) and hands the rest of a
  * longer one over as a line of its own: a long data.path would be cut short and the error
  * reported a line late, or not at all. This reader stops at such a line instead, so it is
- * reported as itself. */
+ * reported as itself. It reads byte by byte, so that a NUL inside a line (which would cut it
+ * short for inih's string functions) is seen and refused too, and a Windows line end's '\r'
+ * does not count towards the length. */
 struct ini_reader {
   FILE *f;
   int line;        /* lines handed to inih so far */
   size_t too_long; /* length of the line that did not fit (0: none) */
   int max;         /* the longest line inih takes, newline excluded */
+  int nul;         /* the line stopped at holds a NUL byte */
 };
 
 static char *read_ini_line(char *str, int num, void *stream) {
   struct ini_reader *r = stream;
-  if (!fgets(str, num, r->f)) return NULL;
-  size_t n = strlen(str);
-  if (n + 1 == (size_t)num && str[n - 1] != '\n' && !feof(r->f)) { /* the buffer is full */
-    int c = fgetc(r->f);
-    if (c != '\n' && c != EOF) {
-      while (c != '\n' && c != EOF) c = fgetc(r->f), n++;
-      r->too_long = n;
-      r->max = num - 1;
-      r->line++;
-      return NULL;
-    }
+  size_t n = 0, len = 0; /* bytes kept in str, bytes in the line (without its '\n') */
+  int c, last = 0;
+  while ((c = getc(r->f)) != EOF && c != '\n') {
+    if (n + 1 < (size_t)num) str[n++] = (char)c;
+    r->nul |= c == 0;
+    last = c;
+    len++;
   }
+  if (c == EOF && (len == 0 || ferror(r->f))) return NULL;
   r->line++;
+  const size_t shown = len - (last == '\r'); /* a '\r' beyond the room is dropped: inih trims it */
+  if (r->nul || shown > (size_t)num - 1) {
+    r->too_long = r->nul ? 0 : shown;
+    r->max = num - 1;
+    return NULL;
+  }
+  str[n] = '\0';
   return str;
 }
 
@@ -395,11 +402,14 @@ int lstmd_config_read_ini(const char *path, lstmd_config_pair_fn fn, void *user)
   struct ini_reader reader = {.f = f};
   int line = f ? ini_parse_stream(read_ini_line, &reader, on_ini_pair, &ctx) : -1;
   if (f && line >= 0 && ferror(f)) line = -1;
-  if (line == 0 && reader.too_long) {
+  if (line == 0 && (reader.too_long || reader.nul)) {
     fclose(f);
-    lstmd_errorf("%s:%d: the line is %zu characters long, and config files take lines of at most "
-                 "%d: give a longer value on the command line (--set section.key=value)",
-                 path, reader.line, reader.too_long, reader.max);
+    if (reader.nul)
+      lstmd_errorf("%s:%d: the line holds a NUL byte (is this a text file?)", path, reader.line);
+    else
+      lstmd_errorf("%s:%d: the line is %zu characters long, and config files take lines of at "
+                   "most %d: give a longer value on the command line (--set section.key=value)",
+                   path, reader.line, reader.too_long, reader.max);
     return LSTMD_ECONFIG;
   }
   const int saved = errno;

@@ -495,6 +495,12 @@ check "train: a config line longer than inih's buffer" --file "$TMP/longline.ini
 printf '[data]\nseq_len = 4%188s\nbogus = 1\n' '' >"$TMP/fullline.ini" # line 2: 199 characters
 check "train: a config line of 199 characters is read" --file "$TMP/fullline.ini" \
   --has "fullline.ini:3: unknown config key 'data.bogus'" -- "$LSTMD" train --config "$TMP/fullline.ini"
+printf '[data]\r\nseq_len = 4%188s\r\nbogus = 1\r\n' '' >"$TMP/crlfline.ini" # 199 + '\r'
+check "train: a 199-character line with a Windows line end is read" --file "$TMP/crlfline.ini" \
+  --has "crlfline.ini:3: unknown config key 'data.bogus'" -- "$LSTMD" train --config "$TMP/crlfline.ini"
+printf '[data]\nseq_len = 4\000%0230d\n' 0 >"$TMP/nulline.ini"
+check "train: a config line with a NUL byte" --file "$TMP/nulline.ini" \
+  --has "nulline.ini:2: the line holds a NUL byte" -- "$LSTMD" train --config "$TMP/nulline.ini"
 check "train: nonexistent config file" --file "$TMP/no-such.ini" \
   --has "no-such.ini: cannot read config file: No such file or directory" -- \
   "$LSTMD" train --config "$TMP/no-such.ini"

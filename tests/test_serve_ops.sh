@@ -180,6 +180,7 @@ done
 # a fresh job queued behind A into an empty run dir, where a run appears while it waits
 c=$(ctl submit --config "$TMP/job.ini" --set train.run_dir=later --name C | tail -1)
 mkdir -p "$TMP/later" && cp "$TMP/pipe-job/step-6.safetensors" "$TMP/later/"
+wait_for 60 running_step "$a" || bad "job $a did not start: $(ctl status "$a")" # so its cancel checkpoints
 ctl cancel "$a" >/dev/null
 state_is() { [[ $(field "$1" state) == "$2" ]]; }
 if wait_for 30 state_is "$c" FAILED && [[ $(field "$c" reason) == *"now holds a run (step-6.safetensors)"*"--resume"* ]]; then
