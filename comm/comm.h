@@ -55,8 +55,10 @@ int lstmd_comm_allreduce_sum_f64_within(struct lstmd_comm *c, double *buf, int n
  * a collective unfinished `seconds` after it began ends the job with a message, as the _within
  * calls do (0: none, the default). A training run sets its train.comm_timeout_s, so that no rank
  * that freezes anywhere in the run leaves the others waiting; the waits that may legitimately
- * last longer are lstmd_comm_solo's. A daemon's idle waits use communicators without one. */
-void lstmd_comm_set_wait_limit(struct lstmd_comm *c, double seconds);
+ * last longer are lstmd_comm_solo's. A daemon's idle waits use communicators without one.
+ * `source` says where the limit comes from, for that message ("train.comm_timeout_s"; kept by
+ * reference: a string constant). */
+void lstmd_comm_set_wait_limit(struct lstmd_comm *c, double seconds, const char *source);
 /* The agreement vote, the one way ranks decide together whether to go on: every rank passes its
  * own status (0: fine) and learns whether any rank failed, so that all of them go on or all
  * stop at the same point and none is left waiting in a collective. Returns 0 when every rank

@@ -19,6 +19,7 @@ struct lstmd_comm {
   int we_initialized; /* MPI_Init was ours, so MPI_Finalize is too */
   int is_sub;         /* made by lstmd_comm_split: freed by lstmd_comm_free */
   double wait_limit_s; /* lstmd_comm_set_wait_limit (0: none) */
+  const char *wait_limit_source; /* where it comes from, for the message (a string constant) */
   /* whose wait_limit_s bounds this one's waits: itself once set, else its parent's owner (a
    * pipeline's communicators follow the run's limit as it changes after set-up); NULL: none.
    * An owner outlives the communicators made from it. */

@@ -63,12 +63,13 @@ static int wait_requests_within(const struct lstmd_comm *c, int n, MPI_Request *
     lstmd_peers_check_while_waiting(began, what ? what : "the other ranks (a collective)");
     if (timeout_s > 0 && lstmd_now_s() - began > timeout_s) {
       char stuck[512];
-      /* the run's wait limit is train.comm_timeout_s but during set-up (trainer.c): say so,
-       * or a set-up wait of 600 s would be reported as a comm_timeout_s the user never set */
-      lstmd_errorf("rank %d (%s): %s unfinished after %.1f s (its limit: %g s, from "
-                   "train.comm_timeout_s%s): a rank may be stopped or hung%s; ending the job",
-                   c->world_rank, c->host, what, lstmd_now_s() - began, timeout_s,
-                   from_limit ? ", at least 600 s during set-up" : "",
+      /* where the limit comes from (trainer.c: train.comm_timeout_s, or during set-up a bound
+       * of its own): a set-up wait of 600 s reported as a comm_timeout_s the user never set
+       * would mislead */
+      const char *source = from_limit ? c->limit_owner->wait_limit_source : NULL;
+      lstmd_errorf("rank %d (%s): %s unfinished after %.1f s (its limit: %g s%s%s): a rank may be "
+                   "stopped or hung%s; ending the job", c->world_rank, c->host, what,
+                   lstmd_now_s() - began, timeout_s, source ? ", " : "", source ? source : "",
                    lstmd_peers_describe_stuck(stuck, sizeof stuck));
       lstmd_comm_abort((struct lstmd_comm *)c, 1);
     }
@@ -307,9 +308,10 @@ void lstmd_comm_free(struct lstmd_comm *sub) {
   lstmd_comm_finalize(sub); /* frees its communicators; we_initialized is 0, so no MPI_Finalize */
 }
 
-void lstmd_comm_set_wait_limit(struct lstmd_comm *c, double seconds) {
+void lstmd_comm_set_wait_limit(struct lstmd_comm *c, double seconds, const char *source) {
   if (!c) return;
   c->wait_limit_s = seconds > 0 ? seconds : 0.0;
+  c->wait_limit_source = source;
   c->limit_owner = c; /* its own from now on, and that of the communicators made from it */
 }
 

@@ -213,7 +213,8 @@ setup_freeze() { # setup_freeze COMM_TIMEOUT HOOK EXPECTED_BOUND
   pkill -9 -f "$d" 2>/dev/null
   got=$(grep -o "rank 0 ([^)]*): a collective of the run unfinished after [0-9.]* s" "$d.log" | head -1)
   if [[ $rc -ne 0 && $rc -ne 124 && $got =~ after\ $3\.[0-9]\ s$ ]] &&
-     grep -q "rank 1 (pid [0-9]* on [^)]*) is stopped" "$d.log"; then
+     grep -q "rank 1 (pid [0-9]* on [^)]*) is stopped" "$d.log" &&
+     grep -q "(its limit: $3 s, the set-up's: max(train.comm_timeout_s, LSTMD_SETUP_WAIT_S))" "$d.log"; then
     ok "rank 1 frozen in set-up (comm_timeout_s $1, set-up bound $2 s): ended in ${took} s, exit $rc: $got ... rank 1 is stopped"
   else bad "rank 1 frozen in set-up (comm_timeout_s $1, set-up bound $2 s): want the job ended after $3.x s naming rank 1; exit $rc after ${took} s: $(grep -v '^  ' "$d.log" | grep 'rank' | tail -3)"; fi
 }

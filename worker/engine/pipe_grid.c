@@ -220,8 +220,9 @@ int lstmd_pipe_gather_state(const struct lstmd_pipe_grid *g, const struct lstmd_
   }
   float *send = malloc(2 * mine * sizeof(float));
   float *all = e->rank == 0 ? malloc(total) : NULL;
-  int rc = lstmd_comm_agree(e->comm, !counts || !send || (e->rank == 0 && !all) ? LSTMD_ENOMEM
-                                                                                 : LSTMD_OK, NULL);
+  int rc = lstmd_comm_agree_alloc(e->comm, counts && send && (e->rank != 0 || all),
+                                  2 * mine * sizeof(float) + (e->rank == 0 ? total : 0),
+                                  "the carried state to checkpoint");
   if (!rc) {
     memcpy(send, state_h, mine * sizeof(float));
     memcpy(send + mine, state_c, mine * sizeof(float));

@@ -41,7 +41,7 @@ static char *dataset_identity(const struct run *r) {
  * in that broadcast. */
 static int check_plan(struct run *r) {
   char *mine = dataset_identity(r), *plan = NULL;
-  int rc = lstmd_comm_agree_alloc(r->comm, mine != NULL, 200, "the dataset's identity");
+  int rc = lstmd_comm_agree_alloc(r->comm, mine != NULL, 96, "the dataset's identity");
   const size_t cfg_len = strlen(r->config_json), id_len = mine ? strlen(mine) : 0;
   uint64_t lens[2] = {cfg_len, id_len};
   if (!rc) rc = lstmd_comm_bcast(r->comm, lens, sizeof lens, 0);

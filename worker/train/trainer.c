@@ -688,7 +688,7 @@ int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_jso
   if (hook && *hook) {
     char *end;
     const double s = strtod(hook, &end);
-    if (*end || !(s > 0)) {
+    if (*end || !(s > 0) || !isfinite(s)) {
       lstmd_errorf("LSTMD_SETUP_WAIT_S='%s' ignored: expected seconds > 0", hook);
     } else {
       setup_wait_s = s;
@@ -697,12 +697,15 @@ int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_jso
                      "%g s), not 600 s (a test hook)", s);
     }
   }
-  lstmd_comm_set_wait_limit(comm, cfg->comm_timeout_s > setup_wait_s ? cfg->comm_timeout_s : setup_wait_s);
+  lstmd_comm_set_wait_limit(comm, cfg->comm_timeout_s > setup_wait_s ? cfg->comm_timeout_s : setup_wait_s,
+                            setup_wait_s == 600 ? "the set-up's: max(train.comm_timeout_s, 600 s)"
+                                                : "the set-up's: max(train.comm_timeout_s, "
+                                                  "LSTMD_SETUP_WAIT_S)");
   int rc = lstmd_run_setup(&r, resume_path); /* the same status on every rank */
   if (!rc) rc = open_outputs(&r, resume_path);
   if (!rc) rc = lstmd_trace_open(cfg->trace_path, comm, &r.trace); /* agreed on too */
   if (!rc) r.engine->trace = r.trace;
-  lstmd_comm_set_wait_limit(comm, cfg->comm_timeout_s);
+  lstmd_comm_set_wait_limit(comm, cfg->comm_timeout_s, "train.comm_timeout_s");
   /* so far every failure was agreed on by all ranks, but a failed collective (a vote included) */
   *all_know = rc != 0 && rc != LSTMD_ECOMM;
   if (!rc) {
