@@ -6,6 +6,7 @@
 #     hand (every token: empty, NA, N/A, NaN, nan, null in any case; runs at both ends), stderr
 #     one line with the count per column, the fill record ("FILL", method, count) after the
 #     statistics in both headers; a file without gaps: no line, and without --missing no record;
+#     blank lines are skipped with one warning naming the first (none for trailing ones);
 #  3. a column that is all gaps exits 2 naming it; a token that is neither a number nor a gap
 #     exits 2 naming its line and column, under every method;
 #  4. predict: the checkpoint of a run on data prepared with --missing linear records it
@@ -102,6 +103,16 @@ prep --input "$TMP/full.csv" --out "$TMP/d-none" 2>/dev/null
 [[ $(fill_record "$TMP/d-full/train.bin") == "2 0" && $(fill_record "$TMP/d-none/val.bin") == none ]] \
   && ! grep -q filled "$TMP/err" && ok "no gaps: no fill line; the method recorded with 0 filled; without --missing no record" \
   || bad "no gaps: records '$(fill_record "$TMP/d-full/train.bin")' / '$(fill_record "$TMP/d-none/val.bin")', stderr $(cat "$TMP/err")"
+
+# blank lines are skipped (as pandas does), with a warning when data follows them: in a
+# one-column file they are where values are missing; none for a blank line at the end
+printf 'y\n1\n2\n\n4\n5\n\n\n7\n8\n\n' >"$TMP/blank.csv"
+"$LSTMD" prepare series --target y --horizon 1 --val-fraction 0.25 --input "$TMP/blank.csv" --out "$TMP/d-blank" 2>"$TMP/err"; rc=$?
+[[ $rc == 0 && $(grep -c "blank line" "$TMP/err") == 1 ]] &&
+  grep -q "blank.csv: 3 blank lines skipped (the first: line 4), as pandas does; where a value is missing in a one-column file, write NA" "$TMP/err" &&
+  grep -q "prepared series .*: 6 rows" "$TMP/err" &&
+  ok "blank lines: skipped, one warning naming the first" ||
+  bad "blank lines: exit $rc, $(cat "$TMP/err")"
 
 # 3. a column with no value at all; a token that is not a gap
 awk -F, 'NR > 1 { $3 = "NA" } { print }' OFS=, "$TMP/gaps.csv" | sed 's/^0,,/0,5,/' >"$TMP/allx.csv"

@@ -125,8 +125,19 @@ int lstmd_csv_parse_file(struct lstmd_csv_pos *pos, void (*on_field)(void *, siz
   char *line = NULL;
   size_t cap = 0;
   ssize_t n;
+  long blank = 0, blank_first = 0, pending = 0, pending_first = 0; /* pending: none after yet */
   while (!pos->failed && (n = getline(&line, &cap, f)) > 0) {
     pos->line++;
+    /* pstate 0 is libcsv's ROW_NOT_BEGUN: outside a record (a blank line inside a quoted field
+     * is that field's text) */
+    const int empty = (n == 1 && line[0] == '\n') || (n == 2 && line[0] == '\r' && line[1] == '\n');
+    if (empty && p.pstate == 0) {
+      if (!pending++) pending_first = pos->line;
+      continue;
+    }
+    if (pending && !blank) blank_first = pending_first;
+    blank += pending;
+    pending = 0;
     /* A UTF-8 byte order mark (Excel's "CSV UTF-8") goes before libcsv sees the line: to the
      * parser it is three bytes of an unquoted first field, so a quoted first header cell behind
      * it ("\xef\xbb\xbf\"timestamp\"") is a quote inside an unquoted field, refused in strict
@@ -147,6 +158,10 @@ int lstmd_csv_parse_file(struct lstmd_csv_pos *pos, void (*on_field)(void *, siz
     else
       lstmd_csv_fail(pos, "cannot read the CSV: %s", csv_strerror(csv_error(&p)));
   }
+  if (!pos->failed && blank)
+    fprintf(stderr, "lstmd: warning: %s: %ld blank line%s skipped (the first: line %ld), as pandas "
+            "does; where a value is missing in a one-column file, write NA there (--missing)\n",
+            pos->input, blank, blank == 1 ? "" : "s", blank_first);
   csv_free(&p);
   free(line);
   int read_error = ferror(f);

@@ -158,8 +158,10 @@ void lstmd_csv_fail(struct lstmd_csv_pos *pos, const char *fmt, ...)
 /* Parses pos->input with libcsv (strict), line by line, calling on_field(data, len, ctx) and
  * on_record(term, ctx); a UTF-8 byte order mark at the start of the file is dropped first.
  * Unquoted fields come without the spaces and TABs around them (libcsv's default). A malformed
- * line is reported naming the field, byte and cause. LSTMD_EIO (open/read, printed),
- * LSTMD_EFORMAT when pos failed. */
+ * line is reported naming the field, byte and cause. Blank lines between records are skipped,
+ * as pandas' read_csv does (libcsv passes them over), with one warning naming the first when
+ * data follows them: in a one-column file a blank line is where a value is missing. LSTMD_EIO
+ * (open/read, printed), LSTMD_EFORMAT when pos failed. */
 int lstmd_csv_parse_file(struct lstmd_csv_pos *pos, void (*on_field)(void *, size_t, void *),
                          void (*on_record)(int, void *), void *ctx);
 /* text[0, len) without the spaces and TABs around it, as the parser gives an unquoted field:
