@@ -110,6 +110,14 @@ static int validate(const Lstmd__Request *r, int *code, char *err, size_t n) {
         snprintf(err, n, "submit: job name is not valid UTF-8");
         return -1;
       }
+      /* Names reach every user's terminal in lstmctl list/status/top: no line breaks or escape
+       * sequences (a shared daemon's one user could otherwise write into another's terminal) */
+      for (const unsigned char *c = (const unsigned char *)spec->name; *c; c++)
+        if (*c < 0x20 || *c == 0x7f) {
+          snprintf(err, n, "submit: job name holds a control character (byte 0x%02x at %zu): "
+                   "names are one line of printable text", *c, (size_t)(c - (const unsigned char *)spec->name));
+          return -1;
+        }
       if (spec->n_settings > LSTMD_MAX_SETTINGS) {
         snprintf(err, n, "submit: %zu settings (at most %d)", spec->n_settings, LSTMD_MAX_SETTINGS);
         return -1;

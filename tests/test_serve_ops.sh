@@ -25,6 +25,7 @@
 #  7. `submit --continue ID`: the drained-then-cancelled job of 4 (run dir in the daemon's state
 #     dir) is continued from its last checkpoint with more steps, to SUCCEEDED in the same run
 #     dir; --continue of a job that has not ended, of no job, or with a train.run_dir is refused;
+#     a job name with control characters is refused (it would reach other users' terminals);
 #  8. a daemon older than --resume/--continue (a fake one in Python that, as protobuf does, drops
 #     the field it does not know and queues a fresh job): lstmctl cancels that job and exits 2.
 set -u
@@ -232,6 +233,9 @@ out=$(ctl submit --continue 9999 2>&1); rc=$?
 out=$(ctl submit --continue "$j" --set train.run_dir=elsewhere 2>&1); rc=$?
 [[ $rc == 2 && $out == *"train.run_dir: a job that continues job $j trains in its run dir"* ]] &&
   ok "--continue with a train.run_dir: exit 2" || bad "--continue with train.run_dir: exit $rc: $out"
+out=$(ctl submit --config "$TMP/job.ini" --name "$(printf 'a\nb\033[31mred')" 2>&1); rc=$?
+[[ $rc == 2 && $out == *"job name holds a control character (byte 0x0a at 1)"* ]] &&
+  ok "a job name with a line break and an escape sequence: exit 2: $out" || bad "control characters in a name: exit $rc: $out"
 
 # 8. an older daemon: it answers every submit with a fresh job 41 (no resume, no continues)
 /usr/bin/python3 - "$SRC/tests" "$TMP/old.sock" >"$TMP/old.log" 2>&1 <<'EOF_PY' &
