@@ -464,16 +464,18 @@ Lstmd__Job *lstmd_jobs_start(struct lstmd_jobs *t, uint64_t id, const int *ranks
   return copy;
 }
 
-void lstmd_jobs_set_waiting(struct lstmd_jobs *t, uint64_t id, uint32_t position, const char *why) {
+int lstmd_jobs_set_waiting(struct lstmd_jobs *t, uint64_t id, uint32_t position, const char *why) {
   pthread_mutex_lock(&t->mu);
   const size_t i = index_of(t, id);
-  if (i < t->n && t->v[i]->state == LSTMD__JOB_STATE__QUEUED &&
-      (t->v[i]->queue_position != position || strcmp(t->v[i]->waiting, why))) {
+  const int changed = i < t->n && t->v[i]->state == LSTMD__JOB_STATE__QUEUED &&
+                      (t->v[i]->queue_position != position || strcmp(t->v[i]->waiting, why));
+  if (changed) {
     touch(t, i);
     t->v[i]->queue_position = position;
     set_str(&t->v[i]->waiting, why);
   }
   pthread_mutex_unlock(&t->mu);
+  return changed;
 }
 
 void lstmd_jobs_progress(struct lstmd_jobs *t, uint64_t id, long step, long total, double loss,

@@ -111,8 +111,8 @@ void lstmd_jobs_wait(struct lstmd_jobs *t, uint64_t seen, long timeout_ms);
  * with lstmd__job__free_unpacked), or NULL if it is no longer queued. */
 Lstmd__Job *lstmd_jobs_start(struct lstmd_jobs *t, uint64_t id, const int *ranks, int n);
 /* A queued job's place in line and why it waits (shown by status/list; not journaled; the
- * cached replies change only when these do). */
-void lstmd_jobs_set_waiting(struct lstmd_jobs *t, uint64_t id, uint32_t position, const char *why);
+ * cached replies change only when these do). Returns whether they changed. */
+int lstmd_jobs_set_waiting(struct lstmd_jobs *t, uint64_t id, uint32_t position, const char *why);
 void lstmd_jobs_progress(struct lstmd_jobs *t, uint64_t id, long step, long total, double loss,
                          double lr, double grad_norm, double tokens_per_s, double elapsed_s,
                          double eta_s);

@@ -361,13 +361,21 @@ static void *sched_main(void *arg) {
     if (!e) fatal(s, "a snapshot of the job table", LSTMD_ENOMEM);
     due_stops(s, e, n, draining);
     size_t kept = 0;
-    for (size_t i = 0; i < n; i++) { /* a job restored from the journal of a larger world fails */
-      if (!e[i].running && (e[i].ranks < 1 || e[i].ranks > s->world)) {
+    for (size_t i = 0; i < n; i++) {
+      /* A job restored from the journal of a larger world (a daemon restarted on fewer ranks,
+       * a requeued serve.sbatch with a smaller allocation) waits, out of the plan, for a daemon
+       * that has its ranks: failing it would end its run for good, and its checkpoints are
+       * there to go on from. One with no ranks at all is a damaged record: it fails. */
+      if (!e[i].running && e[i].ranks < 1) {
+        static const char kWhy[] = "resources.ranks: the job's record asks for no ranks";
+        fprintf(stderr, "lstmd: job %llu: FAILED: %s\n", (unsigned long long)e[i].id, kWhy);
+        lstmd_jobs_finish(s->jobs, e[i].id, LSTMD__JOB_STATE__FAILED, -1, kWhy, 0, 0);
+      } else if (!e[i].running && e[i].ranks > s->world) {
         char why[200];
-        snprintf(why, sizeof why, "resources.ranks: it needs %d ranks; this daemon has %d",
-                 e[i].ranks, s->world);
-        fprintf(stderr, "lstmd: job %llu: FAILED: %s\n", (unsigned long long)e[i].id, why);
-        lstmd_jobs_finish(s->jobs, e[i].id, LSTMD__JOB_STATE__FAILED, -1, why, 0, 0);
+        snprintf(why, sizeof why, "needs %d ranks and this daemon has %d: it starts when the "
+                 "daemon runs on %d or more (or cancel it)", e[i].ranks, s->world, e[i].ranks);
+        if (lstmd_jobs_set_waiting(s->jobs, e[i].id, 0, why))
+          fprintf(stderr, "lstmd: job %llu: QUEUED: %s\n", (unsigned long long)e[i].id, why);
       } else {
         e[kept++] = e[i];
       }

@@ -25,8 +25,9 @@ wait_for() { # wait_for SECONDS COMMAND...: polls until the command succeeds
   local end=$((SECONDS + $1)); shift
   until "$@" 2>/dev/null; do ((SECONDS < end)) || return 1; sleep 0.2; done
 }
-start_daemon() { # start_daemon [serve options...]: returns once it answers (or fails the test)
-  mpirun -np 2 "$LSTMD" serve --socket "$SOCK" --state-dir "$TMP/state" --data-root "$TMP" "$@" \
+start_daemon() { # start_daemon [serve options...]: returns once it answers (or fails the test);
+  # on SERVE_NP ranks (default 2)
+  mpirun -np "${SERVE_NP:-2}" "$LSTMD" serve --socket "$SOCK" --state-dir "$TMP/state" --data-root "$TMP" "$@" \
     >>"$TMP/serve.log" 2>&1 &
   SERVE_PID=$!
   wait_for 30 test -S "$SOCK" && wait_for 10 ctl list >/dev/null || { bad "daemon did not start: $(tail -5 "$TMP/serve.log")"; exit 1; }

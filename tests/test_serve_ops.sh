@@ -11,8 +11,9 @@
 #  3. a second daemon on the same --state-dir, or on the same --socket, is refused (exit 2, a
 #     message saying why) and the first one is unharmed: its socket is there and it answers;
 #  4. SIGUSR1 to mpirun (systemd's KillSignal): the running job checkpoints and goes back to
-#     QUEUED, the daemon exits 0 and removes its socket; restarted, the daemon resumes the job
-#     from that checkpoint (attempt 2);
+#     QUEUED, the daemon exits 0 and removes its socket; restarted on 1 rank, the daemon keeps
+#     the 2-rank job QUEUED saying why; restarted on 2, it resumes the job from that checkpoint
+#     (attempt 2);
 #  5. pipeline stages through the daemon: model.stages=3 on the 2-rank daemon is refused at
 #     submission naming the key (exit 2); a model.stages=2 job runs to SUCCEEDED and ends with the
 #     weights of the same `mpirun -np 2 lstmd train` run (bitwise); cancelling it then exits 2
@@ -149,6 +150,12 @@ ck=$(/usr/bin/python3 "$SRC/tests/ckpt_meta.py" "$TMP/state/runs/job-$j/latest.s
 if [[ $rc == 0 && -n $step && $ck == "$step" && ! -e $SOCK ]]; then
   ok "SIGUSR1 to mpirun: job $j checkpointed at step $step and QUEUED again, daemon exit 0, socket removed"
 else bad "SIGUSR1 drain: daemon exit $rc, log line '${line}', checkpoint step '${ck}', socket $([[ -e $SOCK ]] && echo left || echo removed)"; fi
+# restarted on 1 rank, the 2-rank job waits (QUEUED, saying why) rather than failing for good
+SERVE_NP=1 start_daemon
+waits_for_ranks() { [[ $(field "$j" state) == QUEUED && $(field "$j" waiting) == *"needs 2 ranks and this daemon has 1"* ]]; }
+if wait_for 20 waits_for_ranks; then ok "a 1-rank daemon keeps the 2-rank job QUEUED: $(field "$j" waiting)"
+else bad "the 2-rank job on a 1-rank daemon: $(ctl status "$j")"; fi
+ctl shutdown >/dev/null; stop_daemon || bad "the 1-rank daemon's shutdown"
 start_daemon
 if wait_for 60 running_step "$j" && [[ $(field "$j" attempts) == 2 ]] &&
    wait_for 30 grep -q "resumed from .*job-$j/latest.safetensors at step $step" "$TMP/serve.log"; then
