@@ -25,39 +25,58 @@ static long long file_bytes(const char *path) {
   return stat(path, &st) == 0 ? (long long)st.st_size : -1;
 }
 
-/* Scores both models on DIR's validation split; prints the comparison as JSON fields. */
-static int calibrate(const char *dir, struct lstmd_model *fp32, const char *qpath,
-                     const struct lstmd_data_meta *meta) {
+/* Opens DIR/val.bin for --calibrate and checks it against the checkpoint — before anything is
+ * written, so that a wrong DIR exits 2 with no --out file made or replaced and nothing on stdout
+ * (it used to be checked after the int8 file was written and its JSON half printed). Only
+ * val.bin is read, as `lstmd eval` reads it. An --out that is one of DIR's splits is refused:
+ * the rename would replace the dataset being scored with the int8 model. */
+static int open_calibration(const char *dir, const char *out, const struct lstmd_data_meta *meta,
+                            struct lstmd_dataset *val) {
+  char path[4096];
+  const char *split[2] = {"train.bin", "val.bin"};
+  for (int k = 0; k < 2; k++) {
+    snprintf(path, sizeof path, "%s/%s", dir, split[k]);
+    if (lstmd_opt_not_same_file("quantize", "calibrate", path, "out", out)) return LSTMD_EINVAL;
+  }
+  int rc = lstmd_dataset_open(path, val); /* path: DIR/val.bin */
+  if (!rc) rc = lstmd_dataset_verify(val);
+  if (!rc) rc = lstmd_check_compatible(meta, val);
+  if (rc) {
+    lstmd_dataset_close(val);
+    return rc;
+  }
+  char why[320];
+  if (lstmd_series_use_model_stats(meta, val, why, sizeof why) >= 0)
+    fprintf(stderr, "lstmd: note: %s was prepared with other statistics than the checkpoint was "
+            "trained with (%s); scoring with the checkpoint's\n", path, why);
+  return LSTMD_OK;
+}
+
+/* Scores both models on the validation split; appends the comparison as JSON fields to buf. */
+static int calibrate(const struct lstmd_dataset *val, struct lstmd_model *fp32, const char *qpath,
+                     const struct lstmd_data_meta *meta, char *buf, size_t cap) {
   struct lstmd_infer_model a = {fp32, NULL}, b = {NULL, NULL};
   struct lstmd_data_meta qmeta;
   LSTMD_TRY(lstmd_qcheckpoint_load(qpath, &b.int8, &qmeta)); /* the file as users will load it */
-  struct lstmd_dataset train, val;
-  int rc = lstmd_dataset_open_dir(dir, &train, &val, 1);
   double la = 0, lb = 0;
   uint64_t tokens = 0;
-  if (!rc) {
-    rc = lstmd_check_compatible(meta, &val);
-    char why[320];
-    if (!rc && lstmd_series_use_model_stats(meta, &val, why, sizeof why) >= 0)
-      fprintf(stderr, "lstmd: note: %s/val.bin was prepared with other statistics than the "
-              "checkpoint was trained with (%s); scoring with the checkpoint's\n", dir, why);
-    if (!rc && (qmeta.tf.target != meta->tf.target || qmeta.tf.window_norm != meta->tf.window_norm)) {
-      lstmd_errorf("%s: its model.target/data.window_norm differ from the checkpoint's", qpath);
-      rc = LSTMD_EFORMAT;
-    }
-    if (!rc) rc = lstmd_infer_evaluate(&a, &val, meta->seq_len, meta->batch, &la, &tokens);
-    if (!rc) rc = lstmd_infer_evaluate(&b, &val, meta->seq_len, meta->batch, &lb, &tokens);
-    lstmd_dataset_close(&train);
-    lstmd_dataset_close(&val);
+  int rc = LSTMD_OK;
+  if (qmeta.tf.target != meta->tf.target || qmeta.tf.window_norm != meta->tf.window_norm) {
+    lstmd_errorf("%s: its model.target/data.window_norm differ from the checkpoint's", qpath);
+    rc = LSTMD_EFORMAT;
   }
+  if (!rc) rc = lstmd_infer_evaluate(&a, val, meta->seq_len, meta->batch, &la, &tokens);
+  if (!rc) rc = lstmd_infer_evaluate(&b, val, meta->seq_len, meta->batch, &lb, &tokens);
   lstmd_infer_model_destroy(&b);
   if (rc) return rc;
+  size_t n = strlen(buf);
   if (meta->info.kind == LSTMD_DATASET_TEXT)
-    printf(",\"fp32_bpc\":%.6f,\"int8_bpc\":%.6f,\"delta_bpc\":%.6f", la / M_LN2, lb / M_LN2,
-           (lb - la) / M_LN2);
+    n += snprintf(buf + n, cap - n, ",\"fp32_bpc\":%.6f,\"int8_bpc\":%.6f,\"delta_bpc\":%.6f",
+                  la / M_LN2, lb / M_LN2, (lb - la) / M_LN2);
   else
-    printf(",\"fp32_mse\":%.6f,\"int8_mse\":%.6f,\"mse_change\":%.6f", la, lb, lb / la - 1.0);
-  printf(",\"tokens\":%llu", (unsigned long long)tokens);
+    n += snprintf(buf + n, cap - n, ",\"fp32_mse\":%.6f,\"int8_mse\":%.6f,\"mse_change\":%.6f",
+                  la, lb, lb / la - 1.0);
+  snprintf(buf + n, cap - n, ",\"tokens\":%llu", (unsigned long long)tokens);
   return LSTMD_OK;
 }
 
@@ -89,13 +108,22 @@ int lstmd_cmd_quantize(int argc, char **argv) {
     lstmd_model_destroy(m);
     return rc;
   }
+  struct lstmd_dataset val = {.fd = -1};
+  if (dir && (rc = open_calibration(dir, out, &meta, &val))) {
+    lstmd_model_destroy(m);
+    return lstmd_exit_code(rc);
+  }
+  /* The JSON line is printed whole, once everything succeeded: a failure leaves stdout empty. */
+  char line[4096 + 512];
   rc = lstmd_qcheckpoint_save(out, m, &meta, ckpt);
   if (!rc) {
-    printf("{\"out\":\"%s\",\"bytes\":%lld,\"fp32_bytes\":%lld,\"int8_kernel\":\"%s\"", out,
-           file_bytes(out), file_bytes(ckpt), lstmd_cpu_qkernel_name(lstmd_cpu_qkernel()));
-    if (dir) rc = calibrate(dir, m, out, &meta);
-    printf("}\n");
+    snprintf(line, sizeof line, "{\"out\":\"%s\",\"bytes\":%lld,\"fp32_bytes\":%lld,"
+             "\"int8_kernel\":\"%s\"", out, file_bytes(out), file_bytes(ckpt),
+             lstmd_cpu_qkernel_name(lstmd_cpu_qkernel()));
+    if (dir) rc = calibrate(&val, m, out, &meta, line, sizeof line);
+    if (!rc) printf("%s}\n", line);
   }
+  if (dir) lstmd_dataset_close(&val);
   lstmd_model_destroy(m);
   return lstmd_exit_code(rc);
 }

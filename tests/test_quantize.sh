@@ -88,6 +88,15 @@ expect2 "train --resume from an int8 file" qt.safetensors "int8" -- \
 [[ ! -e rr/latest.safetensors ]] || fail "train --resume from an int8 file" "wrote a checkpoint"
 expect2 "quantize an int8 file" qt.safetensors "int8" -- \
   "$LSTMD" quantize --checkpoint qt.safetensors --out again.safetensors
+# --calibrate DIR is checked before --out is written: a DIR that cannot score the model leaves
+# no file and no JSON, and an --out that is one of DIR's splits is refused, the dataset intact.
+expect2 "quantize --calibrate with a series DIR for a text model" "series/val.bin" -- \
+  "$LSTMD" quantize --checkpoint $CT --out never.safetensors --calibrate series
+[[ ! -e never.safetensors ]] || fail "quantize --calibrate with a wrong DIR" "wrote never.safetensors"
+cp text/val.bin val-before.bin
+expect2 "quantize --out DIR/val.bin --calibrate DIR" "--calibrate" -- \
+  "$LSTMD" quantize --checkpoint $CT --out text/val.bin --calibrate text
+cmp -s val-before.bin text/val.bin || fail "quantize --out DIR/val.bin" "text/val.bin was replaced"
 
 # st_rewrite SRC DST OP [ARGS]: a valid safetensors file with one change. OPs: drop-last NAME,
 # set NAME INDEX VALUE (an F32 element), delete NAME, to-f32 NAME (an I8 tensor as F32), tag T.
