@@ -143,6 +143,8 @@ int lstmd_cmd_predict(int argc, char **argv) {
   if ((rc = require("predict", "checkpoint", ckpt)) || (rc = require("predict", "input", input)) ||
       (rc = require("predict", "out", out)) ||
       (rc = lstmd_opt_not_same_file("predict", "input", input, "out", out)) ||
+      /* and not the model either: the CSV would replace the checkpoint it is forecast with */
+      (rc = lstmd_opt_not_same_file("predict", "checkpoint", ckpt, "out", out)) ||
       (rc = lstmd_opt_long("predict", "batch", batch_text, 1, 65536, &batch)))
     return rc;
   const int missing = missing_text ? lstmd_missing_parse(missing_text) : -1;

@@ -683,6 +683,14 @@ for cmd in quantize "export onnx"; do
 done
 cases=$((cases + 1))
 cmp -s "$CKPT" "$TMP/same.safetensors" || fail "quantize/export: --out the --checkpoint" "the checkpoint was changed"
+# ... and predict with --out naming the --checkpoint (a swapped argument wrote the CSV over it)
+cp "$SCKPT" "$TMP/same-series.safetensors"
+check "predict: --out is the --checkpoint" --file "$TMP/same-series.safetensors" \
+  --has "--out '$TMP/./same-series.safetensors' is the --checkpoint file" -- \
+  "$LSTMD" predict --checkpoint "$TMP/same-series.safetensors" --input "$DATA/seattle-temps.csv" \
+  --out "$TMP/./same-series.safetensors"
+cases=$((cases + 1))
+cmp -s "$SCKPT" "$TMP/same-series.safetensors" || fail "predict: --out the --checkpoint" "the checkpoint was changed"
 
 # ---------------------------------------------------------------- usage
 # Every subcommand's --help and -h: its usage on stdout, exit 0 (the subcommands are read from
