@@ -168,6 +168,16 @@ grep -q "this run stopped early" "$TMP/full/log" && cmp -s "$R/step-40.safetenso
   && [[ $(meta "$R/latest.safetensors") == 40 ]] \
   && ok "resume of the early-stopped run: '$(grep -o 'this run stopped early.*' "$TMP/full/log")', step-40 unchanged" \
   || bad "resume of the early-stopped run: $(tail -3 "$TMP/full/log")"
+# --resume PATH of another run dir's step-30 (best 25, in that dir): this run dir has no
+# best.safetensors, so the messages must not name one there (they said run/best.safetensors)
+run fork "$LSTMD" train "${base[@]}" "${watch[@]}" --resume "$R/step-30.safetensors" ||
+  bad "resume into another run dir: $(tail -2 "$TMP/fork/log")"
+if [[ ! -e $TMP/fork/run/best.safetensors ]] \
+   && grep -q "warning: the best val_loss so far, 2.8000 at step 25, is not in run, which has no best.safetensors" "$TMP/fork/log" \
+   && grep -q "stopped early at step 40: run/step-40.safetensors; best val_loss 2.8000 at step 25: not in run," "$TMP/fork/log" \
+   && ! grep -q "run/best.safetensors" "$TMP/fork/log"; then
+  ok "resumed into another run dir: '$(grep -o 'best val_loss so far.*' "$TMP/fork/log")'"
+else bad "resume into another run dir names a best.safetensors it lacks: $(grep 'stopped early' "$TMP/fork/log")"; fi
 
 # ---- 3. two ranks stop together ----
 if (cd "$TMP" && mkdir -p mpi && cd mpi && timeout 120 mpirun -np 2 "$LSTMD" train "${base[@]}" \

@@ -260,14 +260,14 @@ void lstmd_metrics_lr_cut(struct lstmd_metrics *mt, long step, double lr_scale, 
 }
 
 void lstmd_metrics_early_stop(struct lstmd_metrics *mt, long step, double best_loss,
-                              long best_step, long evals_since_best) {
+                              long best_step, long evals_since_best, const char *where) {
   fprintf(mt->jsonl, "{\"step\":%ld,\"event\":\"early_stop\",\"best_val_loss\":%.6f,"
           "\"best_step\":%ld,\"evals_since_best\":%ld}\n", step, best_loss, best_step,
           evals_since_best);
   flush_record(mt);
   lstmd_metrics_note(mt, "eval step %ld: early stop: no new best val_loss in %ld evaluation%s "
-                     "(best %.4f at step %ld, best.safetensors)", step, evals_since_best,
-                     evals_since_best == 1 ? "" : "s", best_loss, best_step);
+                     "(best %.4f at step %ld, %s)", step, evals_since_best,
+                     evals_since_best == 1 ? "" : "s", best_loss, best_step, where);
 }
 
 void lstmd_metrics_note(struct lstmd_metrics *mt, const char *fmt, ...) {

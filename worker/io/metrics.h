@@ -72,8 +72,9 @@ void lstmd_metrics_prune(struct lstmd_metrics *mt, long step, double target, int
 void lstmd_metrics_new_best(struct lstmd_metrics *mt, long step, double best_loss);
 void lstmd_metrics_lr_cut(struct lstmd_metrics *mt, long step, double lr_scale, double peak_lr,
                           double next_lr, long plateau_patience);
+/* where: the file holding the best model, as the note line names it ("best.safetensors"). */
 void lstmd_metrics_early_stop(struct lstmd_metrics *mt, long step, double best_loss,
-                              long best_step, long evals_since_best);
+                              long best_step, long evals_since_best, const char *where);
 /* A message line on stderr that does not tear the live progress line. */
 void lstmd_metrics_note(struct lstmd_metrics *mt, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

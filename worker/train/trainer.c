@@ -117,6 +117,7 @@ static int save_checkpoint(struct run *r, enum save_kind kind) {
  * written. Rank 0 records it. */
 static int save_best(struct run *r, int step_file_written) {
   LSTMD_TRY(save_checkpoint(r, step_file_written ? SAVE_BEST_LINK : SAVE_BEST));
+  r->best_astray = 0;
   if (r->rank == 0) lstmd_metrics_new_best(&r->metrics, r->progress.step, r->progress.watch.best_loss);
   return LSTMD_OK;
 }
@@ -126,6 +127,39 @@ static struct lstmd_watch_rules watch_rules(const struct lstmd_train_config *cfg
       .patience = cfg->early_stop_patience, .min_delta = cfg->early_stop_min_delta,
       .plateau = cfg->optim.schedule == LSTMD_SCHEDULE_PLATEAU,
       .plateau_patience = cfg->plateau_patience, .plateau_factor = cfg->plateau_factor};
+}
+
+/* Rank 0: how the messages name the best model's file. Normally <run_dir>/best.safetensors; a
+ * resumed run whose run dir's best.safetensors is not the watch's best (best_astray) says so
+ * instead of naming a file that is missing or holds another step's model. */
+static const char *best_where(const struct run *r, char *buf, size_t n) {
+  if (!r->best_astray) {
+    snprintf(buf, n, "%s/best.safetensors", r->cfg->run_dir);
+  } else if (r->best_file_step < -1) { /* lstmd_st_open said why */
+    snprintf(buf, n, "not in %s/best.safetensors, which cannot be read", r->cfg->run_dir);
+  } else if (r->best_file_step < 0) {
+    snprintf(buf, n, "not in %s, which has no best.safetensors (the run that evaluated it wrote "
+             "it)", r->cfg->run_dir);
+  } else {
+    snprintf(buf, n, "not in %s/best.safetensors, which holds step %ld", r->cfg->run_dir,
+             r->best_file_step);
+  }
+  return buf;
+}
+
+/* Rank 0, at the start of a resumed run: whether the run dir's best.safetensors is the model of
+ * the best val_loss the checkpoint carries; if not, a warning, and the messages say so until
+ * the next new best writes it. */
+static void check_best_file(struct run *r) {
+  const struct lstmd_val_watch *w = &r->progress.watch;
+  if (r->rank != 0 || !r->resumed || !isfinite(w->best_loss)) return;
+  r->best_file_step = lstmd_best_file_step(r->cfg->run_dir);
+  r->best_astray = r->best_file_step != w->best_step;
+  char where[4400];
+  if (r->best_astray)
+    lstmd_metrics_note(&r->metrics, "warning: the best val_loss so far, %.4f at step %ld, is %s; "
+                       "best.safetensors is written there at the next new best", w->best_loss,
+                       w->best_step, best_where(r, where, sizeof where));
 }
 
 /* Collective (the engine's evaluate, then one broadcast from rank 0). Rank 0 records the
@@ -180,8 +214,10 @@ static int evaluate_now(struct run *r, int *events) {
       lstmd_metrics_lr_cut(&r->metrics, step, w->lr_scale, r->optim->cfg.lr,
                            lstmd_optim_lr(&r->optim->cfg, r->optim->step), rules.plateau_patience);
   }
+  char where[4400];
   if ((*events & LSTMD_WATCH_STOP) && r->rank == 0)
-    lstmd_metrics_early_stop(&r->metrics, step, w->best_loss, w->best_step, w->since_best);
+    lstmd_metrics_early_stop(&r->metrics, step, w->best_loss, w->best_step, w->since_best,
+                             r->best_astray ? best_where(r, where, sizeof where) : "best.safetensors");
   return LSTMD_OK;
 }
 
@@ -504,6 +540,7 @@ static int train_loop(struct run *r) {
   const struct lstmd_watch_rules rules = watch_rules(cfg);
   /* resumed from the checkpoint of an early stop: finished (with a larger patience it goes on) */
   int early = lstmd_val_watch_stopped(&r->progress.watch, &rules), stop = early;
+  check_best_file(r);
   int final_best = 0; /* a new best at the last step, saved with the final checkpoint */
   if (early && r->rank == 0)
     lstmd_metrics_note(&r->metrics, "step %ld: this run stopped early (no new best val_loss in "
@@ -583,11 +620,12 @@ static int train_loop(struct run *r) {
                   : r->progress.step < cfg->steps ? LSTMD_END_REQUESTED
                                                   : LSTMD_END_DONE;
   if (r->hooks->on_end) r->hooks->on_end(r->hooks->ctx, r->progress.step, how);
+  char where[4400];
   if (how == LSTMD_END_EARLY_STOP)
     lstmd_metrics_note(&r->metrics, "stopped early at step %ld: %s/step-%ld.safetensors; best "
-                       "val_loss %.4f at step %ld: %s/best.safetensors", r->progress.step,
+                       "val_loss %.4f at step %ld: %s", r->progress.step,
                        cfg->run_dir, r->progress.step, r->progress.watch.best_loss,
-                       r->progress.watch.best_step, cfg->run_dir);
+                       r->progress.watch.best_step, best_where(r, where, sizeof where));
   else if (how == LSTMD_END_REQUESTED)
     lstmd_metrics_note(&r->metrics, "stopped at step %ld on request; checkpoint %s/latest.safetensors%s",
                        r->progress.step, cfg->run_dir,

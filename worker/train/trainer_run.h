@@ -40,6 +40,11 @@ struct run {
   int run_lock;                         /* rank 0: <run_dir>/.lstmd.lock held (lstmd_run_dir_lock), or -1 */
   const struct lstmd_train_hooks *hooks; /* never NULL (an empty set when none was given) */
   int has_val, resumed;
+  /* rank 0, resumed: the watch's best val_loss is not the model in <run_dir>/best.safetensors
+   * (none there, or another step's: val_watch.h lstmd_best_file_step), until the next new best
+   * writes it; what the file holds then (-1: none), for the messages that name it */
+  int best_astray;
+  long best_file_step;
   char *resume_changes; /* rank 0, resumed: the settings changed since the checkpoint (resume_changes.h) */
   int has_baselines;                      /* rank 0, series: `baselines` holds the val split's */
   struct lstmd_series_baselines baselines;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "kernels/status.h"
+#include "worker/io/safetensors.h"
 
 void lstmd_val_watch_init(struct lstmd_val_watch *w) {
   *w = (struct lstmd_val_watch){.best_loss = INFINITY, .lr_scale = 1.0};
@@ -146,4 +147,19 @@ int lstmd_keep_checkpoints(const char *run_dir, long keep, long latest_step) {
   }
   free(steps);
   return deleted;
+}
+
+long lstmd_best_file_step(const char *run_dir) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/best.safetensors", run_dir);
+  struct stat st;
+  if (stat(path, &st) != 0) return -1;
+  struct lstmd_st_file *f;
+  if (lstmd_st_open(path, &f)) return -2;
+  const char *v = lstmd_st_meta_get(f, "train.step"); /* owned by f: parsed before closing it */
+  char *end = NULL;
+  long step = v ? strtol(v, &end, 10) : -2;
+  if (!v || end == v || *end != '\0' || step < 0) step = -2;
+  lstmd_st_close(f);
+  return step;
 }

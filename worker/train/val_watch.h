@@ -33,6 +33,14 @@ int lstmd_val_watch_update(struct lstmd_val_watch *w, const struct lstmd_watch_r
 /* Nonzero when the state already says stop (a run resumed from its early stop's checkpoint). */
 int lstmd_val_watch_stopped(const struct lstmd_val_watch *w, const struct lstmd_watch_rules *r);
 
+/* The step <run_dir>/best.safetensors was written at (its metadata train.step), or -1 when there
+ * is no such file. A resumed run's watch names its best step, but the run dir's best.safetensors
+ * need not be that checkpoint: --resume PATH from another run dir (whose best.safetensors holds
+ * it), or from a step before a best that the old run wrote later. The trainer compares the two
+ * so that it does not announce a best.safetensors that is missing or another model. A file that
+ * exists but cannot be read gives -2 (with the reader's message). */
+long lstmd_best_file_step(const char *run_dir);
+
 /* Whether run_dir holds a checkpoint file: best.safetensors or a step-<N>.safetensors (a regular
  * file; latest is another name of a step file). Its name goes to found (n bytes); a run dir that
  * cannot be listed (not made yet) holds none. */
