@@ -648,6 +648,10 @@ out=$("$LSTMD" pipe-predict --help 2>&1) && grep -q "usage: lstmd pipe-predict" 
   fail "pipe-predict --help" "not exit 0 with the usage: $out"
 check "eval: text checkpoint on series data" --file "$TMP/good-series" -- \
   "$LSTMD" eval --checkpoint "$CKPT" --data "$TMP/good-series"
+# --data naming the split file instead of its folder: the message says what is wanted
+check "eval: --data is val.bin, not its folder" --file "$TMP/good-series/val.bin" \
+  --has "name the folder \`lstmd prepare --out\` wrote" -- \
+  "$LSTMD" eval --checkpoint "$SCKPT" --data "$TMP/good-series/val.bin"
 
 # ---------------------------------------------------------------- predict on bad CSVs
 check "predict: text checkpoint" --file "$CKPT" --clean-dir "$TMP/p1" -- \

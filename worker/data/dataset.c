@@ -230,7 +230,12 @@ int lstmd_dataset_open(const char *path, struct lstmd_dataset *ds) {
   memset(ds, 0, sizeof *ds);
   ds->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: refused below, no wait */
   if (ds->fd < 0) {
-    lstmd_errorf("%s: cannot open dataset: %s", path, strerror(errno));
+    /* ENOTDIR: the folder part is a file — usually the split itself given as data.path,
+     * --data or --calibrate (DIR/val.bin/val.bin); say what is wanted. */
+    const int e = errno;
+    lstmd_errorf("%s: cannot open dataset: %s%s", path, strerror(e),
+                 e == ENOTDIR ? " (name the folder `lstmd prepare --out` wrote, which holds "
+                                "train.bin and val.bin, not a file)" : "");
     return LSTMD_EIO;
   }
   ds->path = strdup(path);
