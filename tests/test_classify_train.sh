@@ -153,6 +153,14 @@ for kv in data.order=stream model.stages=2 model.dropout=0.1; do
     ok "$kv refused: $(grep -m1 "lstmd: $key" err)"
   else bad "$kv: rc $rc $(tail -2 err)"; fi
 done
+# early stopping with a validation split of no sequence: the reason is the split, not a window
+"$LSTMD" prepare classify --input syn.tsv --out noval --val-fraction 0 2>/dev/null || bad "prepare noval"
+"$LSTMD" train "${common[@]}" --set data.path=noval --set train.steps=1 --set train.run_dir=rn \
+  --set train.eval_every=1 --set train.early_stop_patience=2 >/dev/null 2>err; rc=$?
+if [[ $rc == 2 ]] && grep -q "validation split of noval is too short to evaluate (it holds no sequence)" err \
+   && ! grep "too short" err | grep -q "seq_len"; then
+  ok "early stopping without validation sequences: $(grep -m1 'too short' err)"
+else bad "early stopping without validation sequences: rc $rc $(grep -m1 "lstmd: train" err)"; fi
 # --device last: --device cpu in common would override it (CUDA_VISIBLE_DEVICES is empty here)
 "$LSTMD" train "${common[@]}" --set train.steps=1 --set train.run_dir=rc --device cuda \
   >/dev/null 2>err; rc=$?

@@ -386,11 +386,17 @@ static int build(struct run *r) {
   /* As train.eval_every = 0 is refused with these (config.c), so is a split with nothing to
    * evaluate: the same on every rank (same dataset header); rank 0 says why. */
   if (!r->has_val && (cfg->early_stop_patience > 0 || cfg->optim.schedule == LSTMD_SCHEDULE_PLATEAU)) {
+    /* a classify split is sequences, not windows: data.seq_len means nothing to it */
+    char why[96];
+    if (r->val.info.kind == LSTMD_DATASET_CLASSIFY)
+      snprintf(why, sizeof why, "it holds no sequence");
+    else
+      snprintf(why, sizeof why, "no whole window of data.seq_len %d", T);
     if (r->rank == 0)
       lstmd_errorf("%s: needs evaluations during the run, but the validation split of %s is too "
-                   "short to evaluate (no whole window of data.seq_len %d); prepare it with a "
-                   "larger --val-fraction", cfg->early_stop_patience > 0
-                   ? "train.early_stop_patience" : "optim.schedule", cfg->data_path, T);
+                   "short to evaluate (%s); prepare it with a larger --val-fraction",
+                   cfg->early_stop_patience > 0 ? "train.early_stop_patience" : "optim.schedule",
+                   cfg->data_path, why);
     return LSTMD_ECONFIG;
   }
   return LSTMD_OK;
