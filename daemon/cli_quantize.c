@@ -8,6 +8,7 @@
  * the difference (bpc for text, the relative change of MSE for series). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -23,6 +24,27 @@
 static long long file_bytes(const char *path) {
   struct stat st;
   return stat(path, &st) == 0 ? (long long)st.st_size : -1;
+}
+
+/* s as a JSON string, quotes included (malloc'd, NULL without memory): --out is printed in the
+ * JSON line, and a path holding '"', '\\' or a control byte made that line invalid JSON. */
+static char *json_quoted(const char *s) {
+  char *q = malloc(6 * strlen(s) + 3), *p = q;
+  if (!q) return NULL;
+  *p++ = '"';
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+    if (*c == '"' || *c == '\\') {
+      *p++ = '\\';
+      *p++ = (char)*c;
+    } else if (*c < 0x20) {
+      p += sprintf(p, "\\u%04x", *c);
+    } else {
+      *p++ = (char)*c;
+    }
+  }
+  *p++ = '"';
+  *p = '\0';
+  return q;
 }
 
 /* Opens DIR/val.bin for --calibrate and checks it against the checkpoint — before anything is
@@ -114,15 +136,18 @@ int lstmd_cmd_quantize(int argc, char **argv) {
     return lstmd_exit_code(rc);
   }
   /* The JSON line is printed whole, once everything succeeded: a failure leaves stdout empty. */
-  char line[4096 + 512];
-  rc = lstmd_qcheckpoint_save(out, m, &meta, ckpt);
+  char *quoted = json_quoted(out);
+  const size_t cap = (quoted ? strlen(quoted) : 0) + 512;
+  char *line = quoted ? malloc(cap) : NULL;
+  rc = line ? lstmd_qcheckpoint_save(out, m, &meta, ckpt) : LSTMD_ENOMEM;
   if (!rc) {
-    snprintf(line, sizeof line, "{\"out\":\"%s\",\"bytes\":%lld,\"fp32_bytes\":%lld,"
-             "\"int8_kernel\":\"%s\"", out, file_bytes(out), file_bytes(ckpt),
-             lstmd_cpu_qkernel_name(lstmd_cpu_qkernel()));
-    if (dir) rc = calibrate(&val, m, out, &meta, line, sizeof line);
+    snprintf(line, cap, "{\"out\":%s,\"bytes\":%lld,\"fp32_bytes\":%lld,\"int8_kernel\":\"%s\"",
+             quoted, file_bytes(out), file_bytes(ckpt), lstmd_cpu_qkernel_name(lstmd_cpu_qkernel()));
+    if (dir) rc = calibrate(&val, m, out, &meta, line, cap);
     if (!rc) printf("%s}\n", line);
   }
+  free(line);
+  free(quoted);
   if (dir) lstmd_dataset_close(&val);
   lstmd_model_destroy(m);
   return lstmd_exit_code(rc);

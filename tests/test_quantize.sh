@@ -49,6 +49,11 @@ echo "     series: $(cat qs.json)"
 d=$(json qs.json mse_change)
 python3 -c "import sys; sys.exit(abs($d) <= 0.02)" && fail "series int8 MSE within 2%" "change $d" ||
   ok "series int8 MSE within 2% of fp32 (change $d)"
+# the JSON line stays JSON whatever --out is called (a '"' or '\' in it was printed raw)
+odd='q"t\x.safetensors'
+run "$LSTMD" quantize --checkpoint $CT --out "$odd"
+[[ $(json "$TMP/out" out 2>&1) == "$odd" ]] && ok "JSON line with --out '$odd'" ||
+  fail "JSON line with --out '$odd'" "$(cat "$TMP/out")"
 [[ $(stat -c %s qt.safetensors) -lt $(($(stat -c %s $CT) / 3)) ]] && ok "int8 file < 1/3 of the checkpoint" ||
   fail "int8 file size" "$(stat -c %s qt.safetensors) vs $(stat -c %s $CT)"
 
