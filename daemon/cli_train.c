@@ -1,7 +1,9 @@
 /* cli_train.c — `lstmd train`: config file + overrides → effective config → training run. */
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "comm/comm.h"
@@ -95,6 +97,30 @@ static int run_dir_unused(const char *run_dir) {
   return LSTMD_ECONFIG;
 }
 
+/* The same harm by another road: --resume CKPT of another directory's checkpoint into a run dir
+ * that holds a run of its own appended the resumed run's metrics to that run's and replaced its
+ * latest and best.safetensors (a trial lost a classifier's best model to a text run that way).
+ * A checkpoint of the run dir itself (going back to an earlier step) is that run's to resume, and
+ * an empty run dir is a branch; only the mix is refused. Directories are compared as files. */
+static int resume_into_other_run(const char *run_dir, const char *resume) {
+  char found[300];
+  if (!resume || !*resume || !lstmd_run_dir_checkpoint(run_dir, found, sizeof found))
+    return LSTMD_OK;
+  char *copy = strdup(resume);
+  if (!copy) return LSTMD_ENOMEM;
+  struct stat a, b;
+  const int same = stat(dirname(copy), &a) == 0 && stat(run_dir, &b) == 0 &&
+                   a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+  free(copy);
+  if (same) return LSTMD_OK;
+  lstmd_errorf("train.run_dir %s already holds a run (%s), and --resume %s is not one of its "
+               "checkpoints: resuming there would mix its metrics with that run's and replace "
+               "its checkpoints. To branch from %s: choose another train.run_dir (an empty one); "
+               "to continue the run in %s: --resume alone, or one of its own step files",
+               run_dir, found, resume, resume, run_dir);
+  return LSTMD_ECONFIG;
+}
+
 int lstmd_cmd_train(int argc, char **argv) {
   const char *config_path = NULL, *resume = NULL, *trace = NULL, *device = NULL;
   int help = 0;
@@ -146,8 +172,10 @@ int lstmd_cmd_train(int argc, char **argv) {
     return lstmd_exit_code(rc);
   }
   /* Rank 0 only: the run dir is its business (the others may not even see it). Voted on. */
-  if (!resume && (rc = lstmd_comm_agree(comm, rank == 0 ? run_dir_unused(cfg.run_dir) : LSTMD_OK,
-                                        NULL))) {
+  if ((rc = lstmd_comm_agree(comm, rank != 0 ? LSTMD_OK
+                                   : !resume  ? run_dir_unused(cfg.run_dir)
+                                              : resume_into_other_run(cfg.run_dir, resume),
+                             NULL))) {
     lstmd_comm_finalize(comm);
     return lstmd_exit_code(rc);
   }

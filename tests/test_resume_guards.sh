@@ -175,6 +175,25 @@ if [[ $rc -eq 2 ]] && grep -q "^lstmd: train.run_dir .*bestonly holds best.safet
   ok "--resume into a run dir with only best.safetensors: exit 2, nothing written"
 else bad "--resume with only best: exit $rc, files '$(ls "$TMP/bestonly" | tr '\n' ' ')': $(grep '^lstmd' "$TMP/bestonly.log" | grep -v 'effective config\|device auto' | head -2)"; fi
 
+# --resume CKPT of another directory into a run dir that holds a run is refused the same way (it
+# appended to that run's metrics and replaced its best.safetensors); nothing there changes. A
+# checkpoint of the run dir itself still resumes there.
+cp -a "$TMP/base" "$TMP/held"
+"$LSTMD" train "${base[@]}" --set train.steps=2 --set train.seed=9 --set train.run_dir="$TMP/mine" \
+  >/dev/null 2>"$TMP/mine.log" || bad "second run: $(tail -2 "$TMP/mine.log")"
+before=$(sums "$TMP/held")
+"$LSTMD" train "${base[@]}" --set train.run_dir="$TMP/held" --resume "$TMP/mine/step-2.safetensors" \
+  >/dev/null 2>"$TMP/mix.log"
+rc=$?
+msg=$(grep "^lstmd: train.run_dir .*held already holds a run (.*), and --resume .* is not one of its checkpoints" "$TMP/mix.log")
+if [[ $rc -eq 2 && -n $msg && $(sums "$TMP/held") == "$before" ]]; then
+  ok "--resume of another dir's checkpoint into a used run dir: exit 2, nothing changed: ${msg:0:120}..."
+else bad "--resume of another dir's checkpoint into a used run dir: exit $rc, files changed: $([[ $(sums "$TMP/held") != "$before" ]] && echo yes || echo no): $(grep '^lstmd' "$TMP/mix.log" | tail -2)"; fi
+"$LSTMD" train "${base[@]}" --set train.run_dir="$TMP/held" --resume "$TMP/held/step-2.safetensors" \
+  >/dev/null 2>"$TMP/own.log" && [[ -f $TMP/held/step-4.safetensors ]] \
+  && ok "--resume of the run dir's own step file goes on there (step 2 → 4)" \
+  || bad "--resume of the run dir's own step file: $(grep '^lstmd' "$TMP/own.log" | tail -2)"
+
 # A checkpoint at or past train.steps: exit 0, saying there is nothing to train, and no new step
 "$LSTMD" train "${base[@]}" --set train.steps=1 --set train.run_dir="$TMP/past" --resume "$TMP/base/step-2.safetensors" \
   >/dev/null 2>"$TMP/past.log"
