@@ -26,8 +26,12 @@ static int connect_unix(const char *path, char *err, size_t n) {
   strcpy(addr.sun_path, path);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
-    snprintf(err, n, "cannot connect to %s: %s%s", path, strerror(errno),
-             errno == ENOENT || errno == ECONNREFUSED ? " (is `lstmd serve` running?)" : "");
+    const int e = errno;
+    snprintf(err, n, "cannot connect to %s: %s%s", path, strerror(e),
+             e == ENOENT || e == ECONNREFUSED ? " (is `lstmd serve` running?)"
+             : e == EACCES ? " (the socket is its owner's, and its group's with `lstmd serve "
+                             "--socket-group`: ask for that group)"
+                           : "");
     if (fd >= 0) close(fd);
     return -1;
   }

@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <dirent.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,6 +166,15 @@ static uint64_t next_free_id(const struct lstmd_jobs *t) {
   return next;
 }
 
+/* Whether run_dir (resolved, as lstmd_path_inside gives it) lies in <state_dir>/runs. */
+static int in_daemon_runs(const struct lstmd_jobs *t, const char *run_dir) {
+  char runs[sizeof t->state_dir + 8], real[PATH_MAX];
+  snprintf(runs, sizeof runs, "%s/runs", t->state_dir);
+  if (!realpath(runs, real)) return 0;
+  const size_t n = strlen(real);
+  return !strncmp(run_dir, real, n) && (run_dir[n] == '/' || run_dir[n] == '\0');
+}
+
 int lstmd_jobs_open(struct lstmd_jobs *t, const char *state_dir) {
   memset(t, 0, sizeof *t);
   pthread_mutex_init(&t->mu, NULL);
@@ -243,6 +253,17 @@ uint8_t *lstmd_jobs_submit(struct lstmd_jobs *t, const Lstmd__JobSpec *spec, con
              (unsigned long long)o->id, o->name && *o->name ? " '" : "",
              o->name && *o->name ? o->name : "", o->name && *o->name ? "'" : "",
              lstmd_job_state_name(o->state));
+    pthread_mutex_unlock(&t->mu);
+    return lstmd_frame_pack_error(LSTMD__ERROR_CODE__INVALID_JOB, msg, len);
+  }
+  /* <state_dir>/runs is where the daemon makes its jobs' own run dirs: a job naming one there
+   * could take the one a later job's id gets (that job then fails: "in use by another run") or
+   * an ended job's; --continue reaches an ended job's run dir the intended way. */
+  if (run_dir && !spec->continues && in_daemon_runs(t, run_dir)) {
+    char msg[1400];
+    snprintf(msg, sizeof msg, "train.run_dir %s is inside %s/runs, where the daemon makes its "
+             "jobs' own run dirs: choose one elsewhere (to continue an ended job's run: lstmctl "
+             "submit --continue ID)", run_dir, t->state_dir);
     pthread_mutex_unlock(&t->mu);
     return lstmd_frame_pack_error(LSTMD__ERROR_CODE__INVALID_JOB, msg, len);
   }
