@@ -328,6 +328,26 @@ static int parse_submit(int argc, char **argv, struct ctl_args *a) {
   return rc;
 }
 
+/* A GetJob, CancelJob (by id) or ListJobs round trip; the response belongs to c (valid until the
+ * next one). */
+static Lstmd__Response *ask(struct lstmd_ctl *c, int kind, uint64_t id, int *rc) {
+  Lstmd__Request req = LSTMD__REQUEST__INIT;
+  Lstmd__GetJob get = LSTMD__GET_JOB__INIT;
+  Lstmd__CancelJob cancel = LSTMD__CANCEL_JOB__INIT;
+  Lstmd__ListJobs list = LSTMD__LIST_JOBS__INIT;
+  if (kind == LSTMD__REQUEST__KIND_GET) {
+    get.id = id;
+    req.get = &get;
+  } else if (kind == LSTMD__REQUEST__KIND_CANCEL) {
+    cancel.id = id;
+    req.cancel = &cancel;
+  } else {
+    req.list = &list;
+  }
+  req.kind_case = kind;
+  return roundtrip(c, &req, rc);
+}
+
 static int cmd_submit(struct lstmd_ctl *c, const struct ctl_args *a) {
   Lstmd__JobSpec spec = LSTMD__JOB_SPEC__INIT;
   spec.name = (char *)a->name;
@@ -347,13 +367,8 @@ static int cmd_submit(struct lstmd_ctl *c, const struct ctl_args *a) {
     /* A daemon older than --resume/--continue drops the field it does not know (protobuf) and
      * queues a fresh job, which would train over the run it was meant to continue. */
     const uint64_t id = resp->job->id;
-    Lstmd__CancelJob cancel = LSTMD__CANCEL_JOB__INIT;
-    cancel.id = id;
-    Lstmd__Request creq = LSTMD__REQUEST__INIT;
-    creq.kind_case = LSTMD__REQUEST__KIND_CANCEL;
-    creq.cancel = &cancel;
     int crc;
-    roundtrip(c, &creq, &crc);
+    ask(c, LSTMD__REQUEST__KIND_CANCEL, id, &crc);
     fprintf(stderr, "lstmctl: the daemon does not know %s (it is older than this lstmctl) and "
             "queued job %llu as a fresh run; cancelled it%s\n",
             a->continues ? "--continue" : "--resume", (unsigned long long)id,
@@ -489,21 +504,6 @@ static int cmd_watch(struct lstmd_ctl *c, uint64_t id) {
 }
 
 /* ---- top and logs ---- */
-
-/* A GetJob or ListJobs round trip; the response belongs to c (valid until the next one). */
-static Lstmd__Response *ask(struct lstmd_ctl *c, int kind, uint64_t id, int *rc) {
-  Lstmd__Request req = LSTMD__REQUEST__INIT;
-  Lstmd__GetJob get = LSTMD__GET_JOB__INIT;
-  Lstmd__ListJobs list = LSTMD__LIST_JOBS__INIT;
-  if (kind == LSTMD__REQUEST__KIND_GET) {
-    get.id = id;
-    req.get = &get;
-  } else {
-    req.list = &list;
-  }
-  req.kind_case = kind;
-  return roundtrip(c, &req, rc);
-}
 
 static void eta_text(double s, char *out, size_t n) {
   if (!isfinite(s) || s <= 0) snprintf(out, n, "-");
