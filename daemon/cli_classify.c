@@ -163,8 +163,10 @@ static int read_lines(const char *path, const struct lstmd_data_meta *meta, stru
     for (ssize_t i = 0; i < len && !rc; i++) {
       ids[i] = id_of[(unsigned char)buf[i]];
       if (ids[i] < 0) {
-        lstmd_errorf("%s:%ld: byte 0x%02x at column %zd never occurs in the training data", path,
-                     lineno, (unsigned char)buf[i], i + 1);
+        lstmd_errorf("%s:%ld: byte 0x%02x at column %zd never occurs in the training data%s", path,
+                     lineno, (unsigned char)buf[i], i + 1,
+                     buf[i] == '\t' ? " (a TAB: classify reads one text per line, without the "
+                                      "label<TAB> of prepare classify's input)" : "");
         rc = LSTMD_EFORMAT;
       }
     }

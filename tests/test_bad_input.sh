@@ -389,6 +389,14 @@ cp -r "$TMP/good-text" "$TMP/d-trunc-val"
 truncate -s -100 "$TMP/d-trunc-val/val.bin"
 check "eval: truncated val.bin" --file "$TMP/d-trunc-val/val.bin" -- \
   "$LSTMD" eval --checkpoint "$CKPT" --data "$TMP/d-trunc-val"
+# what users give instead of a checkpoint: an exported ONNX model, a dataset split
+"$LSTMD" export onnx --checkpoint "$CKPT" --out "$TMP/model.onnx" >/dev/null 2>&1 || fail "export onnx" "for the wrong-kind checks"
+check "eval: an ONNX model as --checkpoint" --file "$TMP/model.onnx" \
+  --has "it looks like an ONNX model (lstmd export onnx writes those from a checkpoint)" -- \
+  "$LSTMD" eval --checkpoint "$TMP/model.onnx" --data "$TMP/good-text"
+check "eval: a dataset split as --checkpoint" --file "$TMP/good-text/val.bin" \
+  --has "it is an lstmd dataset split (lstmd prepare's)" -- \
+  "$LSTMD" eval --checkpoint "$TMP/good-text/val.bin" --data "$TMP/good-text"
 mkdir "$TMP/d-onlytrain"
 cp "$TMP/good-text/train.bin" "$TMP/d-onlytrain/"
 check "eval: data dir without val.bin" --file "$TMP/d-onlytrain/val.bin" -- \

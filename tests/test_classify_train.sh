@@ -90,6 +90,10 @@ printf 'aeiou\nae!\n' > q2.txt
 "$LSTMD" classify --checkpoint run/latest.safetensors --input q2.txt > /dev/null 2> err; rc=$?
 [[ $rc == 2 ]] && grep -q "q2.txt:2: byte 0x21 at column 3 never occurs" err && ok "unknown byte: $(cat err)" \
   || bad "unknown byte: rc $rc $(cat err)"
+printf 'a\taeiou\n' > q4.txt # prepare classify's label<TAB>text, given to classify
+"$LSTMD" classify --checkpoint run/latest.safetensors --input q4.txt > /dev/null 2> err; rc=$?
+[[ $rc == 2 ]] && grep -q "q4.txt:1: byte 0x09 at column 2 never occurs in the training data (a TAB: classify reads one text per line, without the label<TAB>" err &&
+  ok "a label<TAB>text line: $(cat err)" || bad "label<TAB>text to classify: rc $rc $(cat err)"
 : > q3.txt
 "$LSTMD" classify --checkpoint run/latest.safetensors --input q3.txt > /dev/null 2> err; rc=$?
 [[ $rc == 2 ]] && grep -q "q3.txt: no lines to classify" err && ok "empty input: $(cat err)" \

@@ -160,9 +160,15 @@ int lstmd_st_open(const char *path, struct lstmd_st_file **out) {
     ST_FAIL("%s: not a safetensors file (shorter than 8 bytes)", path);
   uint64_t n = 0;
   for (int i = 7; i >= 0; i--) n = n << 8 | prefix[i];
+  /* What users hand over instead, by their first bytes: a dataset split, an exported ONNX
+   * model (a protobuf ModelProto: field 1, ir_version, a small varint, then field 2 or 8) */
+  const char *what = !memcmp(prefix, "LSTMDDAT", 8) ? ": it is an lstmd dataset split (lstmd prepare's)"
+                     : prefix[0] == 0x08 && prefix[1] < 0x80 && (prefix[2] == 0x12 || prefix[2] == 0x42)
+                         ? ": it looks like an ONNX model (lstmd export onnx writes those from a checkpoint)"
+                         : "";
   if (n > kMaxHeaderBytes || 8 + n > (uint64_t)st.st_size)
-    ST_FAIL("%s: not a safetensors file or truncated (header length %llu, file %lld bytes)", path,
-            (unsigned long long)n, (long long)st.st_size);
+    ST_FAIL("%s: not a safetensors file or truncated (header length %llu, file %lld bytes)%s", path,
+            (unsigned long long)n, (long long)st.st_size, what);
   char *text = malloc(n + 1);
   if (!text || lstmd_read_at(f->fd, text, n, 8) != 0) {
     free(text);
