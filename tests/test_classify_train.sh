@@ -74,6 +74,10 @@ PY
 "$LSTMD" eval --checkpoint run/latest.safetensors --data syn0 > /dev/null 2> err; rc=$?
 [[ $rc == 2 ]] && grep -q "syn0/val.bin: no sequences to score" err && ok "eval of an empty split: exit 2" \
   || bad "empty split: rc $rc $(cat err)"
+head -2 syn.tsv > two.tsv # 2 sequences, 5% for validation: none
+"$LSTMD" prepare classify --input two.tsv --out two 2> err; rc=$?
+[[ $rc == 2 ]] && grep -q "two.tsv: 2 sequences give 2 for training and 0 for validation; need at least one in each (a larger --val-fraction, or --val-fraction 0" err &&
+  ok "too few sequences for a validation split: exit 2 with the --val-fraction hint" || bad "2 sequences: rc $rc $(cat err)"
 
 # 2. classify
 printf 'aeiou\n1234\nABCD\n' > q.txt

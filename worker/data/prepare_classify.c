@@ -68,7 +68,9 @@ int lstmd_classify_split(const char *input, size_t n, double val_fraction, size_
   *train_n = n - *val_n;
   if (*train_n > 0 && !(val_fraction > 0 && *val_n == 0)) return LSTMD_OK;
   lstmd_errorf("%s: %zu sequences give %zu for training and %zu for validation; need at least "
-               "one in each", input, n, *train_n, *val_n);
+               "one in each%s", input, n, *train_n, *val_n,
+               *val_n == 0 ? " (a larger --val-fraction, or --val-fraction 0 for no validation "
+                             "split at all)" : " (more sequences, or a smaller --val-fraction)");
   return LSTMD_EFORMAT;
 }
 
