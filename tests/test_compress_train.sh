@@ -190,6 +190,9 @@ logged=$(sed -n 's/^lstmd: prune step \([0-9]*\): target sparsity \([0-9.]*\),.*
 if [[ -n $warned && $warned == "$logged" ]]; then
   ok "prune.end_step past train.steps: warned '$warned', the last update logged '$logged'"
 else bad "prune.end_step past train.steps: warned '$warned', last update logged '$logged'"; fi
+# said before train.log opened, and written there too (a daemon job's user reads that file)
+[[ $(grep -c "^lstmd: warning: prune.end_step 20 is past train.steps 8" "$TMP/p-short/run/train.log") == 1 ]] &&
+  ok "the set-up warning is in train.log too" || bad "set-up warning in train.log: $(head -3 "$TMP/p-short/run/train.log")"
 
 # ---- through the daemon ----
 S=$TMP/serve

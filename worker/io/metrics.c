@@ -270,6 +270,15 @@ void lstmd_metrics_early_stop(struct lstmd_metrics *mt, long step, double best_l
                      evals_since_best == 1 ? "" : "s", best_loss, best_step, where);
 }
 
+void lstmd_metrics_log_only(struct lstmd_metrics *mt, const char *lines) {
+  for (const char *p = lines; mt && mt->log && p && *p;) {
+    const char *nl = strchr(p, '\n');
+    const int n = nl ? (int)(nl - p) : (int)strlen(p);
+    fprintf(mt->log, "lstmd: %.*s\n", n, p);
+    p += n + (nl != NULL);
+  }
+}
+
 void lstmd_metrics_note(struct lstmd_metrics *mt, const char *fmt, ...) {
   if (mt && mt->line_open) fputc('\n', stderr);
   if (mt) mt->line_open = 0;

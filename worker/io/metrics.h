@@ -75,6 +75,9 @@ void lstmd_metrics_lr_cut(struct lstmd_metrics *mt, long step, double lr_scale, 
 /* where: the file holding the best model, as the note line names it ("best.safetensors"). */
 void lstmd_metrics_early_stop(struct lstmd_metrics *mt, long step, double best_loss,
                               long best_step, long evals_since_best, const char *where);
+/* Lines ("...\n" each) for train.log alone, each as "lstmd: ...": what was said on stderr
+ * before the log opened. */
+void lstmd_metrics_log_only(struct lstmd_metrics *mt, const char *lines);
 /* A message line on stderr that does not tear the live progress line. */
 void lstmd_metrics_note(struct lstmd_metrics *mt, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

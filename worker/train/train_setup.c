@@ -10,6 +10,7 @@
  *    bit-identical weights and stay so (same reduced gradients, same update). */
 #define _GNU_SOURCE
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,6 +197,24 @@ static int check_classify(const struct run *r) {
   return LSTMD_OK;
 }
 
+/* Rank 0's set-up warning: on stderr now, and kept for train.log (describe_run, trainer.c),
+ * which opens later: a daemon job's user reads that file (lstmctl logs), not the daemon's
+ * stderr. */
+static void setup_warn(struct run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void setup_warn(struct run *r, const char *fmt, ...) {
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  lstmd_errorf("warning: %s", line);
+  char *all = NULL;
+  if (asprintf(&all, "%swarning: %s\n", r->setup_warnings ? r->setup_warnings : "", line) >= 0) {
+    free(r->setup_warnings);
+    r->setup_warnings = all;
+  }
+}
+
 static int build(struct run *r) {
   const struct lstmd_train_config *cfg = r->cfg;
   const char *ln_gpu_why = !cfg->layer_norm ? NULL
@@ -222,10 +241,10 @@ static int build(struct run *r) {
     return LSTMD_ECONFIG;
   }
   if (backend == LSTMD_DEVICE_CPU && cfg->precision != LSTMD_PRECISION_FP32 && r->rank == 0)
-    lstmd_errorf("train.precision applies to the GPU backend; the CPU backend trains in fp32");
+    setup_warn(r, "train.precision applies to the GPU backend; the CPU backend trains in fp32");
   /* Keys that are valid but change nothing here: said once, so a typo'd plan is noticed. */
   if (r->rank == 0 && cfg->prune.tensors[0] && cfg->prune.target_sparsity <= 0.0f)
-    lstmd_errorf("warning: prune.tensors is set but prune.target_sparsity is 0: no pruning");
+    setup_warn(r, "prune.tensors is set but prune.target_sparsity is 0: no pruning");
   if (r->rank == 0 && cfg->prune.target_sparsity > 0.0f && cfg->prune.end_step > cfg->steps) {
     /* the schedule's ramp ends after the run: say where the last mask update leaves it */
     const struct lstmd_prune_config *pc = &cfg->prune;
@@ -233,17 +252,17 @@ static int build(struct run *r) {
                 : pc->begin_step + (cfg->steps - pc->begin_step) / pc->frequency * pc->frequency;
     if (last >= 1 && !lstmd_prune_due(pc, last)) last = 0;
     if (last < 1)
-      lstmd_errorf("warning: prune.end_step %ld is past train.steps %ld, and no mask update falls "
+      setup_warn(r, "prune.end_step %ld is past train.steps %ld, and no mask update falls "
                    "within the run: nothing is pruned (raise train.steps or lower prune.end_step "
                    "and prune.begin_step)", pc->end_step, cfg->steps);
     else
-      lstmd_errorf("warning: prune.end_step %ld is past train.steps %ld: the last mask update, "
+      setup_warn(r, "prune.end_step %ld is past train.steps %ld: the last mask update, "
                    "after step %ld, leaves sparsity %.4f, not prune.target_sparsity %.4g (raise "
                    "train.steps or lower prune.end_step)", pc->end_step, cfg->steps, last,
                    lstmd_prune_sparsity_at(pc, last), pc->target_sparsity);
   }
   if (r->rank == 0 && cfg->dropout > 0.0f && cfg->layers == 1)
-    lstmd_errorf("warning: model.dropout acts between LSTM layers; with model.layers = 1 it "
+    setup_warn(r, "model.dropout acts between LSTM layers; with model.layers = 1 it "
                  "changes nothing");
   /* The layer-normalised LSTM's GPU path (kernels/cuda/lstm_ln_cuda.h) is fp32/tf32 only, with
    * no dropout and no pipeline stages yet. */
@@ -582,6 +601,7 @@ void lstmd_run_free(struct run *r) {
   lstmd_model_destroy(r->teacher);
   lstmd_model_destroy(r->model);
   free(r->resume_changes);
+  free(r->setup_warnings);
   free(r->progress.state_h);
   free(r->progress.state_c);
   lstmd_dataset_close(&r->train);

@@ -642,6 +642,7 @@ static void describe_run(struct run *r, const char *resume_path) {
   for (int i = 0; i < r->model->n_tensors; i++) params += r->model->tensors[i].count;
   char engine[1024];
   r->engine->ops->describe(r->engine, engine, sizeof engine);
+  lstmd_metrics_log_only(&r->metrics, r->setup_warnings); /* said on stderr before the log opened */
   lstmd_metrics_note(&r->metrics, "compute: %s; %d rank%s, global batch %d windows", engine,
                      r->world, r->world == 1 ? "" : "s", r->global_batch);
   lstmd_metrics_note(&r->metrics, "data: %s, %llu training %s%s, model %zu parameters",

@@ -46,6 +46,8 @@ struct run {
   int best_astray;
   long best_file_step;
   char *resume_changes; /* rank 0, resumed: the settings changed since the checkpoint (resume_changes.h) */
+  char *setup_warnings; /* rank 0: set-up's warnings ("warning: ...\n" lines), printed before
+                         * train.log opens and written there once it has (lstmctl logs) */
   int has_baselines;                      /* rank 0, series: `baselines` holds the val split's */
   struct lstmd_series_baselines baselines;
   int failure_agreed; /* the failure being returned was voted on by every rank */
