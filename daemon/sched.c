@@ -110,6 +110,30 @@ static size_t needs_ranks(char *why, size_t n, int ranks, int free_now, int unus
   return k < 0 ? 0 : (size_t)k < n ? (size_t)k : n - 1;
 }
 
+/* "; held by job 12 (not preemptible, no time limit), job 15 (priority 9, no time limit)": the
+ * running jobs that keep the head waiting with no start in sight (none can be preempted for it
+ * and none has a time limit to end by), so that a user sees whom to ask. At most 3, then "…". */
+static void held_by(char *why, size_t n, const struct lstmd_sched_job *jobs, size_t count) {
+  size_t k = strlen(why);
+  int listed = 0;
+  for (size_t i = 0; i < count && k + 1 < n; i++) {
+    const struct lstmd_sched_job *j = &jobs[i];
+    if (!j->running) continue;
+    if (listed == 3) {
+      snprintf(why + k, n - k, ", …");
+      return;
+    }
+    char what[64];
+    if (!j->preemptible) snprintf(what, sizeof what, "not preemptible");
+    else snprintf(what, sizeof what, "priority %d", j->priority);
+    const int w = snprintf(why + k, n - k, "%s job %llu (%s%s)", listed ? "," : "; held by",
+                           (unsigned long long)j->id, what,
+                           j->time_limit_s > 0 ? "" : ", no time limit");
+    k = w < 0 ? k : k + (size_t)w < n ? k + (size_t)w : n - 1;
+    listed++;
+  }
+}
+
 /* The head job could not start: preempt just enough lower-priority running jobs, if that makes
  * room. Returns 1 if it did (or a preemption for it is already under way), else 0. */
 static int preempt_for(struct lstmd_sched_job *head, struct lstmd_sched_job *jobs, size_t n,
@@ -206,6 +230,8 @@ int lstmd_sched_plan(int world, const int *node, int *busy, const int *usable, d
       const size_t k = needs_ranks(j->why, sizeof j->why, j->ranks, free_now, unusable);
       if (isfinite(shadow))
         snprintf(j->why + k, sizeof j->why - k, "; reserved start in %.0f s", shadow - now_s);
+      else
+        held_by(j->why, sizeof j->why, jobs, n);
       continue;
     }
     /* behind the head: EASY backfill */

@@ -34,7 +34,7 @@ struct lstmd_sched_job {
   int *assign;          /* caller's buffer of `ranks` ints: START: the world ranks, ascending */
   uint64_t preempt_for; /* PREEMPT: the job it makes room for */
   int position;         /* queued and not started: 1 = next in line */
-  char why[160];        /* queued and not started: why it waits */
+  char why[320];        /* queued and not started: why it waits */
 };
 
 /* Plans one round. world: ranks; node[r]: a node number per rank (ranks with the same number

@@ -167,10 +167,10 @@ int main(void) {
         {.id = 14, .ranks = 1, .priority = 0, .assign = a2}};
     v[0].preemptible = 0;
     lstmd_sched_plan(2, node, busy, NULL, 1, v, 3);
-    char got[400];
+    char got[1024];
     snprintf(got, sizeof got, "%d:%s | %d:%s", v[1].position, v[1].why, v[2].position, v[2].why);
-    const char *want = "1:needs 2 ranks, 1 free | 2:behind job 13 (priority 5); no time limit, so "
-                       "not backfilled";
+    const char *want = "1:needs 2 ranks, 1 free; held by job 12 (not preemptible, no time limit) | "
+                       "2:behind job 13 (priority 5); no time limit, so not backfilled";
     check("why waiting: ranks short, and behind the head", !strcmp(got, want), got, want);
   }
   {
@@ -181,7 +181,7 @@ int main(void) {
         {.id = 21, .ranks = 1, .priority = 0, .assign = a1}};
     v[0].preemptible = 0;
     lstmd_sched_plan(2, node, busy, NULL, 1, v, 2);
-    const char *want = "needs 1 rank, 0 free";
+    const char *want = "needs 1 rank, 0 free; held by job 20 (not preemptible, no time limit)";
     check("why waiting: one rank, singular", !strcmp(v[1].why, want), v[1].why, want);
   }
   {
@@ -193,7 +193,7 @@ int main(void) {
                                    {.id = 31, .ranks = 2, .assign = a1},
                                    {.id = 32, .ranks = 1, .assign = a2}};
     lstmd_sched_plan(3, node, busy, usable, 1, v, 3);
-    char got[400];
+    char got[1024];
     snprintf(got, sizeof got, "%d %d,%d | %d:%s | %d:%s | busy %d%d%d", v[1].action, a1[0], a1[1],
              v[0].position, v[0].why, v[2].position, v[2].why, busy[0], busy[1], busy[2]);
     const char *want = "1 0,1 | 1:needs 3 ranks, only 2 usable (1 unresponsive) | 2:needs 1 rank, "

@@ -98,6 +98,9 @@ p1=$(sub --set resources.ranks=2 --set train.steps=100 --set resources.priority=
 sleep 0.3
 pos=$(for j in $p5a $p5b $p1 $p0; do printf '%s ' "$(field "$j" queue_position)"; done)
 [[ $pos == "1 2 3 4 " ]] && ok "queue positions in policy order: $pos" || bad "positions: '$pos'"
+w=$(field "$p5a" waiting) # the head: nothing to preempt, no time limit to wait for
+[[ $w == "needs 2 ranks, 0 free; held by job $blocker (not preemptible, no time limit)" ]] &&
+  ok "status says what holds the head job $p5a: $w" || bad "head waiting: '$w'"
 w=$(field "$p5b" waiting)
 [[ $w == "behind job $p5a (priority 5); no time limit, so not backfilled" || $w == "needs 2 ranks, 0 free" ]] \
   && ok "status says why job $p5b waits: $w" || bad "waiting: '$w'"
