@@ -69,7 +69,8 @@ void lstmd_comm_set_wait_limit(struct lstmd_comm *c, double seconds, const char 
  * my_status. */
 int lstmd_comm_agree(struct lstmd_comm *c, int my_status, int *failed_rank);
 /* The vote on an allocation that a collective after it needs (ok: this rank has its memory):
- * a rank without it prints "rank R (host): out of memory for WHAT (N bytes)", and rank 0 names
+ * a rank without it prints "rank R (host): out of memory for WHAT (N bytes)" (bytes 0: unknown,
+ * left out), and rank 0 names
  * that rank to the log ("stopping every rank: ..."), so that a job that stops for it does not
  * stop in silence. Returns as lstmd_comm_agree. */
 int lstmd_comm_agree_alloc(struct lstmd_comm *c, int ok, size_t bytes, const char *what);

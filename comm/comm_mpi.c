@@ -401,9 +401,9 @@ int lstmd_comm_agree_alloc(struct lstmd_comm *c, int ok, size_t bytes, const cha
   int failed = -1;
   const int rc = lstmd_comm_agree(c, ok ? LSTMD_OK : LSTMD_ENOMEM, &failed);
   const int rank = c ? c->rank : 0;
-  if (!ok)
-    lstmd_errorf("rank %d (%s): out of memory for %s (%zu bytes)", rank, c ? c->host : "-", what,
-                 bytes);
+  char size[48] = "";
+  if (bytes) snprintf(size, sizeof size, " (%zu bytes)", bytes);
+  if (!ok) lstmd_errorf("rank %d (%s): out of memory for %s%s", rank, c ? c->host : "-", what, size);
   else if (rc == LSTMD_ENOMEM && failed >= 0 && rank == 0)
     lstmd_errorf("stopping every rank: rank %d is out of memory for %s", failed, what);
   return rc;

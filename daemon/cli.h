@@ -44,6 +44,9 @@ int lstmd_parse_opts(const char *cmd, int argc, char **argv, int first, struct l
                      int n_opts);
 /* Strict numbers for option values: whole string, within [lo, hi]; message + 2 on failure. */
 int lstmd_opt_long(const char *cmd, const char *name, const char *text, long lo, long hi, long *out);
+/* s as a JSON string, quotes included ('"', '\\' and control bytes escaped), written to f: for
+ * the names and paths the commands' JSON lines carry. */
+void lstmd_json_put_string(FILE *f, const char *s);
 int lstmd_opt_double(const char *cmd, const char *name, const char *text, double lo, double hi,
                      double *out);
 /* 2 after a message naming both options when `out` is the file `in` (the same device and

@@ -54,12 +54,8 @@ int lstmd_classify_eval_print(const struct lstmd_model *m, const struct lstmd_da
            res->sequences ? (double)res->correct / (double)res->sequences : 0.0,
            (unsigned long long)res->sequences);
     for (int k = 0; k < C; k++) { /* labels are 1..63 bytes without TAB/newline; escape JSON */
-      printf("%s\"", k ? "," : "");
-      for (const unsigned char *p = (const unsigned char *)a->names[k]; *p; p++)
-        if (*p == '"' || *p == '\\') printf("\\%c", *p);
-        else if (*p < 0x20) printf("\\u%04x", *p);
-        else putchar(*p);
-      putchar('"');
+      if (k) putchar(',');
+      lstmd_json_put_string(stdout, a->names[k]);
     }
     printf("],\"confusion\":[");
     for (int k = 0; k < C; k++) {

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/stat.h>
 
 #include "kernels/status.h"
@@ -106,4 +107,13 @@ void lstmd_on_stop_signals(void (*handler)(int sig)) {
   sigemptyset(&sa.sa_mask);
   const int sigs[] = {SIGINT, SIGTERM, SIGUSR1};
   for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
+}
+
+void lstmd_json_put_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++)
+    if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
+    else if (*c < 0x20) fprintf(f, "\\u%04x", *c);
+    else fputc(*c, f);
+  fputc('"', f);
 }

@@ -29,21 +29,15 @@ static long long file_bytes(const char *path) {
 /* s as a JSON string, quotes included (malloc'd, NULL without memory): --out is printed in the
  * JSON line, and a path holding '"', '\\' or a control byte made that line invalid JSON. */
 static char *json_quoted(const char *s) {
-  char *q = malloc(6 * strlen(s) + 3), *p = q;
-  if (!q) return NULL;
-  *p++ = '"';
-  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-    if (*c == '"' || *c == '\\') {
-      *p++ = '\\';
-      *p++ = (char)*c;
-    } else if (*c < 0x20) {
-      p += sprintf(p, "\\u%04x", *c);
-    } else {
-      *p++ = (char)*c;
-    }
+  char *q = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&q, &n);
+  if (!f) return NULL;
+  lstmd_json_put_string(f, s);
+  if (fclose(f) != 0) {
+    free(q);
+    return NULL;
   }
-  *p++ = '"';
-  *p = '\0';
   return q;
 }
 

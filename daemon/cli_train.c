@@ -188,7 +188,7 @@ int lstmd_cmd_train(int argc, char **argv) {
       lstmd_comm_finalize(comm);
       return lstmd_exit_code(rc);
     }
-    if (found > 0 && rank == 0 && !strstr(latest, "/latest.safetensors"))
+    if (found == 2 && rank == 0)
       fprintf(stderr, "lstmd: no %s/latest.safetensors: resuming from the newest step "
               "checkpoint there, %s\n", cfg.run_dir, latest);
     if (found == 0 && rank == 0)

@@ -232,7 +232,8 @@ void lstmd_jobs_set_post(struct lstmd_jobs *t, lstmd_jobs_post_fn fn, void *ctx)
 }
 
 uint8_t *lstmd_jobs_submit(struct lstmd_jobs *t, const Lstmd__JobSpec *spec, const char *run_dir,
-                           const char *holds_run, long total_steps, const struct lstmd_job_resources *res, size_t *len) {
+                           const char *holds_run, long total_steps,
+                           const struct lstmd_job_resources *res, size_t *len) {
   pthread_mutex_lock(&t->mu);
   if (t->draining) {
     pthread_mutex_unlock(&t->mu);

@@ -77,7 +77,8 @@ struct lstmd_job_resources {
   double time_limit_s;              /* 0: none */
 };
 uint8_t *lstmd_jobs_submit(struct lstmd_jobs *t, const Lstmd__JobSpec *spec, const char *run_dir,
-                           const char *holds_run, long total_steps, const struct lstmd_job_resources *res, size_t *len);
+                           const char *holds_run, long total_steps,
+                           const struct lstmd_job_resources *res, size_t *len);
 /* A copy of job id (free with lstmd__job__free_unpacked), or NULL when there is none. */
 Lstmd__Job *lstmd_jobs_copy(struct lstmd_jobs *t, uint64_t id);
 /* Response{job} / Response{jobs} / Response{error: NOT_FOUND} frames. */

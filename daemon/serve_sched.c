@@ -89,9 +89,10 @@ static char *job_payload(const Lstmd__Job *job, const char *data_root, size_t *l
   snprintf(cfg.run_dir, sizeof cfg.run_dir, "%s", job->run_dir);
   char resume[1200] = "", found[300];
   if (job->attempts > 1 || job->resume) { /* its own run, or the one it continues, if any */
-    if (lstmd_run_dir_resume_point(job->run_dir, resume, sizeof resume, err, errlen) < 0)
-      return NULL;
-    if (resume[0] && !strstr(resume, "/latest.safetensors"))
+    const int found_at =
+        lstmd_run_dir_resume_point(job->run_dir, resume, sizeof resume, err, errlen);
+    if (found_at < 0) return NULL;
+    if (found_at == 2)
       fprintf(stderr, "lstmd: job %llu: no latest.safetensors in its run dir: resuming from the "
               "newest step checkpoint there, %s\n", (unsigned long long)job->id, resume);
   } else if (lstmd_run_dir_checkpoint(job->run_dir, found, sizeof found)) {

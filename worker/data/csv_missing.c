@@ -101,19 +101,14 @@ void lstmd_fill_report_print(const struct lstmd_fill_report *r, const char *inpu
 int lstmd_csv_fill_missing(const char *input, float *values, size_t rows, int width,
                            const char *const *names, int method, const char *how,
                            uint64_t *filled) {
-  /* the columns first: one that is all gaps refuses the file before anything is filled */
-  for (int c = 0; c < width && rows > 0; c++) {
-    size_t gaps = 0;
-    for (size_t r = 0; r < rows; r++) gaps += isnan(values[r * (size_t)width + c]) != 0;
-    if (gaps == rows) {
+  struct lstmd_fill_report report = {0};
+  for (int c = 0; c < width; c++) { /* each column is one sequence, filled along its rows */
+    const size_t gaps = lstmd_missing_fill(values + c, rows, (size_t)width, method);
+    if (rows > 0 && gaps == rows) { /* left as it is; the caller frees values, writes nothing */
       lstmd_errorf("%s: column '%s' is missing in every one of its %zu rows: there is no value "
                    "to fill its gaps from", input, names[c], rows);
       return LSTMD_EFORMAT;
     }
-  }
-  struct lstmd_fill_report report = {0};
-  for (int c = 0; c < width; c++) { /* each column is one sequence, filled along its rows */
-    const size_t gaps = lstmd_missing_fill(values + c, rows, (size_t)width, method);
     if (gaps) lstmd_fill_report_add(&report, LSTMD_MAX_COLUMNS, gaps, "'%s'", names[c]);
   }
   if (filled) *filled = report.total;

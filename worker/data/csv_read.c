@@ -125,17 +125,19 @@ int lstmd_csv_parse_file(struct lstmd_csv_pos *pos, void (*on_field)(void *, siz
   char *line = NULL;
   size_t cap = 0;
   ssize_t n;
-  long blank = 0, blank_first = 0, pending = 0, pending_first = 0; /* pending: none after yet */
+  /* blank lines with data after them, the first blank line, blank lines with none after yet
+   * (trailing ones are not worth a warning) */
+  long blank = 0, blank_first = 0, pending = 0;
   while (!pos->failed && (n = getline(&line, &cap, f)) > 0) {
     pos->line++;
     /* pstate 0 is libcsv's ROW_NOT_BEGUN: outside a record (a blank line inside a quoted field
      * is that field's text) */
     const int empty = (n == 1 && line[0] == '\n') || (n == 2 && line[0] == '\r' && line[1] == '\n');
     if (empty && p.pstate == 0) {
-      if (!pending++) pending_first = pos->line;
+      pending++;
+      if (!blank_first) blank_first = pos->line;
       continue;
     }
-    if (pending && !blank) blank_first = pending_first;
     blank += pending;
     pending = 0;
     /* A UTF-8 byte order mark (Excel's "CSV UTF-8") goes before libcsv sees the line: to the

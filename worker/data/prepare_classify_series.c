@@ -98,20 +98,24 @@ static int add_row(struct rows_state *st, int label_at) {
   for (int k = 0, j = 0; k < st->nf; k++) {
     if (k == label_at) continue;
     const char *text = field(st, k);
-    if (lstmd_csv_is_missing(text, strlen(text))) { /* filled below, within this row */
-      if (st->missing != LSTMD_MISSING_ERROR) {
-        row[j++] = NAN;
-        continue;
-      }
-      char column[32];
-      snprintf(column, sizeof column, "column %d", k + 1);
-      lstmd_csv_missing_refuse(&st->pos, column, text, strlen(text));
-      return 0;
+    const size_t len = strlen(text);
+    /* a number first (nearly every field is one); a gap token is never one */
+    if (lstmd_csv_number(text, len, &row[j]) == 0) {
+      j++;
+      continue;
     }
-    if (lstmd_csv_number(text, strlen(text), &row[j++]) != 0) {
+    if (!lstmd_csv_is_missing(text, len)) {
       lstmd_csv_fail(&st->pos, "column %d: '%.40s' is not a finite number", k + 1, text);
       return 0;
     }
+    if (st->missing != LSTMD_MISSING_ERROR) { /* filled below, within this row */
+      row[j++] = NAN;
+      continue;
+    }
+    char column[32];
+    snprintf(column, sizeof column, "column %d", k + 1);
+    lstmd_csv_missing_refuse(&st->pos, column, text, len);
+    return 0;
   }
   /* the row is one sequence: its gaps are filled from its own values, never another row's */
   const size_t gaps =

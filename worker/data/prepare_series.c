@@ -49,20 +49,20 @@ static void on_field(void *data, size_t len, void *ctx) {
   }
   for (int u = 0; u < st->used; u++) {
     if (st->col_of_used[u] != f) continue;
-    if (lstmd_csv_is_missing(text, len)) { /* csv_missing.c fills the NaN after the last row */
-      if (st->missing != LSTMD_MISSING_ERROR) {
-        st->row[u] = NAN;
-        continue;
-      }
-      char column[LSTMD_MAX_NAME_BYTES + 16];
-      snprintf(column, sizeof column, "column '%s'", st->want[u]);
-      lstmd_csv_missing_refuse(&st->pos, column, text, len);
-      return;
-    }
-    if (lstmd_csv_number(text, len, &st->row[u]) != 0) {
+    /* a number first (nearly every field is one); a gap token is never one */
+    if (lstmd_csv_number(text, len, &st->row[u]) == 0) continue;
+    if (!lstmd_csv_is_missing(text, len)) {
       fail(st, "column '%s': '%.40s' is not a finite number", st->want[u], text);
       return;
     }
+    if (st->missing != LSTMD_MISSING_ERROR) { /* csv_missing.c fills the NaN after the last row */
+      st->row[u] = NAN;
+      continue;
+    }
+    char column[LSTMD_MAX_NAME_BYTES + 16];
+    snprintf(column, sizeof column, "column '%s'", st->want[u]);
+    lstmd_csv_missing_refuse(&st->pos, column, text, len);
+    return;
   }
 }
 

@@ -136,11 +136,14 @@ int lstmd_tb_open(struct lstmd_tb *tb, const char *run_dir, long start_step) {
   int n0 = snprintf(path, sizeof path, "%s/events.out.tfevents.%010ld.%s.%d", run_dir,
                     (long)time(NULL), host, (int)getpid());
   int fd = -1;
-  for (int k = 0; k < 1000 && n0 > 0 && (size_t)n0 < sizeof path - 8; k++) {
+  errno = n0 > 0 && (size_t)n0 < sizeof path - 8 ? 0 : ENAMETOOLONG; /* no try: say why */
+  for (int k = 0; k < 1000 && !errno; k++) {
     if (k) snprintf(path + n0, sizeof path - (size_t)n0, ".%d", k);
     fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0 || errno != EEXIST) break;
+    errno = 0;
   }
+  if (fd < 0 && !errno) errno = EEXIST; /* 1000 names taken */
   tb->f = fd >= 0 ? fdopen(fd, "wb") : NULL;
   if (!tb->f) {
     lstmd_errorf("%s: cannot create the TensorBoard event file: %s", path, strerror(errno));

@@ -42,7 +42,7 @@ static char *dataset_identity(const struct run *r) {
  * in that broadcast. */
 static int check_plan(struct run *r) {
   char *mine = dataset_identity(r), *plan = NULL;
-  int rc = lstmd_comm_agree_alloc(r->comm, mine != NULL, 96, "the dataset's identity");
+  int rc = lstmd_comm_agree_alloc(r->comm, mine != NULL, 0, "the dataset's identity");
   const size_t cfg_len = strlen(r->config_json), id_len = mine ? strlen(mine) : 0;
   uint64_t lens[2] = {cfg_len, id_len};
   if (!rc) rc = lstmd_comm_bcast(r->comm, lens, sizeof lens, 0);
@@ -253,17 +253,17 @@ static int build(struct run *r) {
     if (last >= 1 && !lstmd_prune_due(pc, last)) last = 0;
     if (last < 1)
       setup_warn(r, "prune.end_step %ld is past train.steps %ld, and no mask update falls "
-                   "within the run: nothing is pruned (raise train.steps or lower prune.end_step "
-                   "and prune.begin_step)", pc->end_step, cfg->steps);
+                 "within the run: nothing is pruned (raise train.steps or lower prune.end_step "
+                 "and prune.begin_step)", pc->end_step, cfg->steps);
     else
       setup_warn(r, "prune.end_step %ld is past train.steps %ld: the last mask update, "
-                   "after step %ld, leaves sparsity %.4f, not prune.target_sparsity %.4g (raise "
-                   "train.steps or lower prune.end_step)", pc->end_step, cfg->steps, last,
-                   lstmd_prune_sparsity_at(pc, last), pc->target_sparsity);
+                 "after step %ld, leaves sparsity %.4f, not prune.target_sparsity %.4g (raise "
+                 "train.steps or lower prune.end_step)", pc->end_step, cfg->steps, last,
+                 lstmd_prune_sparsity_at(pc, last), pc->target_sparsity);
   }
   if (r->rank == 0 && cfg->dropout > 0.0f && cfg->layers == 1)
     setup_warn(r, "model.dropout acts between LSTM layers; with model.layers = 1 it "
-                 "changes nothing");
+                  "changes nothing");
   /* The layer-normalised LSTM's GPU path (kernels/cuda/lstm_ln_cuda.h) is fp32/tf32 only, with
    * no dropout and no pipeline stages yet. */
   if (ln_gpu_why && backend == LSTMD_DEVICE_CUDA) {

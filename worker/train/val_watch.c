@@ -91,7 +91,7 @@ int lstmd_run_dir_resume_point(const char *run_dir, char *path, size_t n, char *
   if (d) closedir(d);
   if (newest >= 0) {
     snprintf(path, n, "%s/step-%ld.safetensors", run_dir, newest);
-    return 1;
+    return 2;
   }
   char found[300];
   if (n) path[0] = '\0';

@@ -47,10 +47,11 @@ long lstmd_best_file_step(const char *run_dir);
 int lstmd_run_dir_checkpoint(const char *run_dir, char *found, size_t n);
 /* Where a resume of run_dir goes on from: its latest.safetensors; without one (a crash between
  * writing the first step file and naming it latest, or latest removed by hand) its newest
- * step-<N>.safetensors, rather than a fresh run over them. Returns 1 with the file in path (n
- * bytes), 0 when run_dir holds no checkpoint (a fresh start), -1 when it holds only a
+ * step-<N>.safetensors, rather than a fresh run over them. Returns 1 (latest) or 2 (the newest
+ * step file) with the file in path (n bytes), 0 when run_dir holds no checkpoint (a fresh
+ * start), -1 when it holds only a
  * best.safetensors (why says so: resuming from the best model is the user's call); path is ""
- * unless 1. */
+ * unless 1 or 2. */
 int lstmd_run_dir_resume_point(const char *run_dir, char *path, size_t n, char *why,
                                size_t why_len);
 /* train.keep_checkpoints: keeps the `keep` newest <run_dir>/step-<N>.safetensors files (highest
