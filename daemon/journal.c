@@ -167,12 +167,22 @@ int lstmd_journal_append(struct lstmd_journal *j, const Lstmd__Job *job) {
   size_t len;
   uint8_t *rec = encode_record(job, &len);
   if (!rec) return LSTMD_ENOMEM;
-  /* O_APPEND + one write: a crash leaves at most one torn record at the end, which replay drops. */
-  ssize_t wrote = write(j->fd, rec, len);
+  /* O_APPEND: a crash leaves at most one torn record at the end, which replay drops. A short
+   * write (a full disk, a file size limit) is followed by another for the rest, whose failure
+   * gives the reason (ENOSPC, EFBIG) the message names. */
+  size_t done = 0;
+  while (done < len) {
+    const ssize_t wrote = write(j->fd, rec + done, len - done);
+    if (wrote > 0) {
+      done += (size_t)wrote;
+    } else if (wrote == 0 || errno != EINTR) {
+      if (wrote == 0) errno = EIO; /* a regular file does not do that; never say "Success" */
+      break;
+    }
+  }
   free(rec);
-  if (wrote != (ssize_t)len || fdatasync(j->fd) != 0) {
-    lstmd_errorf("%s: cannot append to the job journal: %s", j->path,
-                 wrote < 0 || wrote == (ssize_t)len ? strerror(errno) : "short write");
+  if (done < len || fdatasync(j->fd) != 0) {
+    lstmd_errorf("%s: cannot append to the job journal: %s", j->path, strerror(errno));
     if (ftruncate(j->fd, j->size) != 0) /* so that later records are not hidden behind it */
       lstmd_errorf("%s: cannot cut back a torn record: %s", j->path, strerror(errno));
     return LSTMD_EIO;

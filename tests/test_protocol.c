@@ -1,12 +1,15 @@
 /* test_protocol.c — the daemon's pure parts: frame boundaries (every split of a stream of
  * frames, lying and oversize prefixes), request validation, the job journal (replay, a torn or
- * corrupt tail, compaction), the job table's states, path confinement (.., symlinks), the
+ * corrupt tail, compaction, an append cut short by a full disk), the job table's states, path confinement (.., symlinks), the
  * token compare, and the arena that holds unpacked messages. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -370,6 +373,47 @@ static void test_journal_damaged_inside(void) {
   check_true("journal: the damaged file is kept aside", system(cmd) == 0);
 }
 
+/* An append the disk cannot take (here a file size limit, as a full disk does it: the first
+ * write is short, the next fails): the message names the reason the system gave, not "short
+ * write", and the record is cut back, so the journal ends where it did. */
+static void test_journal_append_fails(void) {
+  char dir[256], path[300];
+  snprintf(dir, sizeof dir, "%s/full", g_dir);
+  mkdir(dir, 0700);
+  snprintf(path, sizeof path, "%s/jobs.journal", dir);
+  struct lstmd_jobs t;
+  Lstmd__JobSpec spec = LSTMD__JOB_SPEC__INIT;
+  spec.name = "a job whose record does not fit in the few bytes the file may still grow by";
+  size_t len;
+  if (lstmd_jobs_open(&t, dir) != 0) {
+    check_true("journal: open for the full-disk case", 0);
+    return;
+  }
+  free(lstmd_jobs_submit(&t, &spec, NULL, NULL, 100, NULL, &len));
+  struct stat before, after;
+  struct rlimit old, cap;
+  const int ok = stat(path, &before) == 0 && getrlimit(RLIMIT_FSIZE, &old) == 0;
+  cap = old;
+  cap.rlim_cur = ok ? (rlim_t)before.st_size + 16 : 0;
+  signal(SIGXFSZ, SIG_IGN); /* the write fails with EFBIG instead of killing the process */
+  char msg[512] = "";
+  int rc = 0;
+  if (ok && setrlimit(RLIMIT_FSIZE, &cap) == 0) {
+    lstmd_errors_capture(msg, sizeof msg);
+    rc = lstmd_journal_append(&t.journal, t.v[0]);
+    lstmd_errors_capture(NULL, 0);
+    setrlimit(RLIMIT_FSIZE, &old);
+  }
+  signal(SIGXFSZ, SIG_DFL);
+  char what[700];
+  snprintf(what, sizeof what, "journal: a full disk is named (%s): rc %d, message: %s",
+           strerror(EFBIG), rc, msg);
+  check_true(what, rc == LSTMD_EIO && strstr(msg, strerror(EFBIG)) && !strstr(msg, "short write"));
+  check_true("journal: a record the disk could not take is cut back",
+             stat(path, &after) == 0 && after.st_size == before.st_size);
+  lstmd_jobs_close(&t);
+}
+
 static void test_paths_and_tokens(void) {
   char root[256], out[4096], err[512], p[512];
   snprintf(root, sizeof root, "%s/root", g_dir);
@@ -470,6 +514,7 @@ int main(void) {
   test_requests();
   test_journal_and_jobs();
   test_journal_damaged_inside();
+  test_journal_append_fails();
   test_paths_and_tokens();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
