@@ -84,6 +84,10 @@ static void report(struct leader *l, struct lstmd_serve_report *r) {
   }
 }
 
+static void hook_begin(void *ctx, long step, long total_steps) {
+  struct lstmd_serve_report r = {.kind = kReportBegin, .step = step, .total_steps = total_steps};
+  report(ctx, &r);
+}
 static void hook_step(void *ctx, const struct lstmd_step_report *s) {
   struct lstmd_serve_report r = {.kind = kReportStep, .step = s->step,
                                  .total_steps = s->total_steps, .loss = s->loss, .lr = s->lr,
@@ -224,7 +228,7 @@ static void agent_job(const struct lstmd_serve_comms *c, const struct lstmd_serv
   }
   const int leader = lstmd_comm_rank(job) == 0;
   struct leader l = {.c = c, .job_id = cmd->job_id};
-  struct lstmd_train_hooks hooks = {.ctx = &l, .on_step = hook_step, .on_eval = hook_eval,
+  struct lstmd_train_hooks hooks = {.ctx = &l, .on_begin = hook_begin, .on_step = hook_step, .on_eval = hook_eval,
                                     .stop_requested = hook_stop, .on_end = hook_end};
   struct outcome o;
   run_job(job, payload, leader ? &hooks : NULL, &o);

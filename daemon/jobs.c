@@ -467,6 +467,7 @@ Lstmd__Job *lstmd_jobs_start(struct lstmd_jobs *t, uint64_t id, const int *ranks
     job->state = LSTMD__JOB_STATE__RUNNING;
     job->attempts++;
     job->started_ms = now_ms();
+    job->tokens_per_s = job->eta_s = 0.0; /* the last attempt's; this one has none yet */
     job->cancel_requested = 0;
     job->queue_position = 0;
     set_str(&job->waiting, "");
@@ -498,6 +499,17 @@ int lstmd_jobs_set_waiting(struct lstmd_jobs *t, uint64_t id, uint32_t position,
   }
   pthread_mutex_unlock(&t->mu);
   return changed;
+}
+
+void lstmd_jobs_begin(struct lstmd_jobs *t, uint64_t id, long step, long total) {
+  pthread_mutex_lock(&t->mu);
+  Lstmd__Job *job = find(t, id);
+  if (job) {
+    job->step = step;
+    job->total_steps = total;
+    job->tokens_per_s = job->eta_s = 0.0;
+  }
+  pthread_mutex_unlock(&t->mu);
 }
 
 void lstmd_jobs_progress(struct lstmd_jobs *t, uint64_t id, long step, long total, double loss,

@@ -114,6 +114,9 @@ Lstmd__Job *lstmd_jobs_start(struct lstmd_jobs *t, uint64_t id, const int *ranks
 /* A queued job's place in line and why it waits (shown by status/list; not journaled; the
  * cached replies change only when these do). Returns whether they changed. */
 int lstmd_jobs_set_waiting(struct lstmd_jobs *t, uint64_t id, uint32_t position, const char *why);
+/* Its training loop began at step (a resumed run's checkpoint step): status and list show that
+ * step, and no rate until the first log step of this attempt. */
+void lstmd_jobs_begin(struct lstmd_jobs *t, uint64_t id, long step, long total);
 void lstmd_jobs_progress(struct lstmd_jobs *t, uint64_t id, long step, long total, double loss,
                          double lr, double grad_norm, double tokens_per_s, double elapsed_s,
                          double eta_s);

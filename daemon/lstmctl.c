@@ -549,7 +549,7 @@ static void print_top(const Lstmd__JobList *l) {
     snprintf(step, sizeof step, "%lld/%lld", (long long)j->step, (long long)j->total_steps);
     printf("%-5llu %-12.12s %-9s %4d %17s ", (unsigned long long)j->id, j->name, where,
            j->priority, step);
-    if (j->step) printf("%8.4f %10.0f %8s\n", j->loss, j->tokens_per_s, eta);
+    if (has_progress(j)) printf("%8.4f %10.0f %8s\n", j->loss, j->tokens_per_s, eta);
     else printf("%8s %10s %8s\n", "-", "-", "-");
   }
   fflush(stdout);

@@ -268,6 +268,8 @@ static int take_reports(struct lstmd_sched *s) {
     if (r.kind == kReportStep)
       lstmd_jobs_progress(s->jobs, r.job_id, (long)r.step, (long)r.total_steps, r.loss, r.lr,
                           r.grad_norm, r.tokens_per_s, r.elapsed_s, r.eta_s);
+    else if (r.kind == kReportBegin)
+      lstmd_jobs_begin(s->jobs, r.job_id, (long)r.step, (long)r.total_steps);
     else if (r.kind == kReportEval)
       lstmd_jobs_eval(s->jobs, r.job_id, (long)r.step, r.val_loss, r.val_bpc, r.val_accuracy);
     else if (r.kind == kReportDone) {

@@ -24,7 +24,7 @@ struct lstmd_serve_comms {
 
 enum { kServeCmd = 1, kServeStop = 2, kServeReport = 3, kServeAnswer = 4, kServeVerdict = 5 };
 enum { kServeStart = 1, kServeExit = 2 };
-enum { kReportStep = 1, kReportEval = 2, kReportDone = 3 };
+enum { kReportStep = 1, kReportEval = 2, kReportDone = 3, kReportBegin = 4 };
 
 /* kServeCmd: kind kServeStart, an offer of a start (job_id, start_id: this start of the job, the
  * scheduler's count) that the agent answers before it is sent the job itself, with the go; or
@@ -61,7 +61,7 @@ struct lstmd_serve_report {
   int32_t kind;
   int32_t rc, failed_rank, signalled, ended, how; /* kReportDone; failed_rank: world rank or -1 */
   uint64_t job_id;
-  int64_t step, total_steps;
+  int64_t step, total_steps; /* kReportBegin: the step training starts from, and the last */
   double loss, lr, grad_norm, tokens_per_s, elapsed_s, eta_s, val_loss, val_bpc;
   double val_accuracy; /* kReportEval: NAN except for classifiers */
   char reason[1024]; /* kReportDone with rc != 0 */

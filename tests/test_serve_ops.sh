@@ -25,7 +25,9 @@
 #     finished pipeline job's run dir it continues that run from its last step;
 #  7. `submit --continue ID`: the drained-then-cancelled job of 4 (run dir in the daemon's state
 #     dir) is continued from its last checkpoint with more steps, to SUCCEEDED in the same run
-#     dir; --continue of a job that has not ended, of no job, or with a train.run_dir is refused;
+#     dir; continued again, before its first log step status and top show the step it resumed
+#     from and no rate; --continue of a job that has not ended, of no job, or with a train.run_dir
+#     is refused;
 #     a job name with control characters is refused (it would reach other users' terminals), so
 #     is a train.run_dir inside the state dir's runs/ (the daemon's own run dirs);
 #  8. a daemon older than --resume/--continue (a fake one in Python that, as protobuf does, drops
@@ -232,6 +234,16 @@ if ctl watch "$k" >/dev/null 2>&1 && [[ $(field "$k" state) == SUCCEEDED && $(fi
    grep -q "resumed from .*runs/job-$j/latest.safetensors at step $stop" "$TMP/serve.log"; then
   ok "submit --continue $j: job $k resumed job $j's run at step $stop, SUCCEEDED at step $((stop + 2)) in its run dir"
 else bad "--continue $j (cancelled at step $stop): $(ctl status "$k" 2>&1); $(grep "job $k" "$TMP/serve.log" | tail -2)"; fi
+# ... continued again, with no log step to come: status and top show the step it resumed from,
+# not step 0, and no rate (the last attempt's rate is not this one's)
+m=$(ctl submit --continue "$k" --set train.steps=100000000 --set train.log_every=100000000 | tail -1)
+at_step() { [[ $(field "$1" state) == RUNNING && $(field "$1" step) == "$2" ]]; }
+if wait_for 60 at_step "$m" $((stop + 2)) && st=$(ctl status "$m") && [[ $st == *"step $((stop + 2)) of 100000000"$'\n'* ]] &&
+   [[ $(ctl top --once | awk -v id="$m" '$1 == id {print $5, $6, $7, $8}') == "$((stop + 2))/100000000 - - -" ]]; then
+  ok "a resumed job before its first log step: status and top show step $((stop + 2)), no rate"
+else bad "job $m resumed at step $((stop + 2)): $(ctl status "$m"); $(ctl top --once | tail -2)"; fi
+ctl cancel "$m" >/dev/null
+wait_for 60 state_is "$m" CANCELLED || bad "job $m not cancelled: $(ctl status "$m")"
 l=$(ctl submit --config "$TMP/job.ini" --name long | tail -1)
 out=$(ctl submit --continue "$l" 2>&1); rc=$?
 [[ $rc == 2 && $out == *"job $l has not ended ("*"): cancel it"* ]] && ok "--continue of a job that has not ended: exit 2: $out" ||

@@ -550,6 +550,8 @@ static int train_loop(struct run *r) {
     lstmd_metrics_note(&r->metrics, "step %ld: the checkpoint is at or past train.steps %ld; "
                        "nothing to train (raise train.steps to go on)", r->progress.step,
                        (long)cfg->steps);
+  if (r->rank == 0 && r->hooks->on_begin)
+    r->hooks->on_begin(r->hooks->ctx, r->progress.step, (long)cfg->steps);
   while (r->progress.step < cfg->steps && !stop) {
     double loss = 0.0, grad_norm = 0.0;
     LSTMD_TRY(train_step(r, &loss, &grad_norm, &stop, &tm));

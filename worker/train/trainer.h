@@ -16,6 +16,8 @@ enum lstmd_train_end { LSTMD_END_DONE = 0, LSTMD_END_REQUESTED = 1, LSTMD_END_EA
  * member may be NULL. Called on the training thread, so they must be quick. */
 struct lstmd_train_hooks {
   void *ctx;
+  /* Once, as the training loop begins: the step it starts from (a resume's checkpoint step). */
+  void (*on_begin)(void *ctx, long step, long total_steps);
   void (*on_step)(void *ctx, const struct lstmd_step_report *rep); /* each log step */
   /* bpc: NAN except for text models; accuracy: NAN except for classifiers */
   void (*on_eval)(void *ctx, long step, double val_loss, double val_bpc, double val_accuracy);
