@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/numtext.h"
 #include "kernels/status.h"
 #include "worker/data/batcher.h"
 #include "worker/data/series_tf.h"
@@ -246,16 +247,6 @@ static int set_value(struct lstmd_train_config *c, const struct cfg_key *k, cons
   return LSTMD_ECONFIG;
 }
 
-/* The shortest %g text that reads back as the same number: 0.002 rather than the float's
- * 0.00200000009, and still exact, so a config written out and read back is the same config. */
-static void format_shortest(double v, int is_float, char *buf, size_t n) {
-  for (int digits = is_float ? 6 : 15;; digits++) {
-    snprintf(buf, n, "%.*g", digits, v);
-    const double back = strtod(buf, NULL);
-    if (digits >= (is_float ? 9 : 17) || (is_float ? (float)back == (float)v : back == v)) return;
-  }
-}
-
 static void format_value(const struct lstmd_train_config *c, const struct cfg_key *k, char *buf,
                          size_t n) {
   const char *field = (const char *)c + k->offset;
@@ -265,8 +256,8 @@ static void format_value(const struct lstmd_train_config *c, const struct cfg_ke
     case CFG_U64: snprintf(buf, n, "%" PRIu64, *(const uint64_t *)field); break;
     case CFG_INT: snprintf(buf, n, "%d", *(const int *)field); break;
     case CFG_LONG: snprintf(buf, n, "%ld", *(const long *)field); break;
-    case CFG_FLOAT: format_shortest(*(const float *)field, 1, buf, n); break;
-    case CFG_DOUBLE: format_shortest(*(const double *)field, 0, buf, n); break;
+    case CFG_FLOAT: lstmd_format_shortest(*(const float *)field, 1, buf, n); break;
+    case CFG_DOUBLE: lstmd_format_shortest(*(const double *)field, 0, buf, n); break;
   }
 }
 

@@ -81,12 +81,12 @@ want_events='5 0.002
 {"best_val_loss": 2.9, "event": "new_best", "step": 10}
 15 0.002
 20 0.002
-{"event": "lr_cut", "lr_scale": 0.5, "next_lr": 0.00100000005, "peak_lr": 0.00100000005, "step": 20}
+{"event": "lr_cut", "lr_scale": 0.5, "next_lr": 0.001, "peak_lr": 0.001, "step": 20}
 25 0.001
 {"best_val_loss": 2.8, "event": "new_best", "step": 25}
 30 0.001
 35 0.001
-{"event": "lr_cut", "lr_scale": 0.25, "next_lr": 0.000500000024, "peak_lr": 0.000500000024, "step": 35}
+{"event": "lr_cut", "lr_scale": 0.25, "next_lr": 0.0005, "peak_lr": 0.0005, "step": 35}
 40 0.0005
 {"best_step": 25, "best_val_loss": 2.8, "evals_since_best": 3, "event": "early_stop", "step": 40}'
 got=$(events full)

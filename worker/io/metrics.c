@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "kernels/numtext.h"
 #include "kernels/status.h"
 #include "durable.h"
 #include "worker/model/model.h" /* enum lstmd_model_kind */
@@ -247,8 +248,12 @@ void lstmd_metrics_new_best(struct lstmd_metrics *mt, long step, double best_los
 
 void lstmd_metrics_lr_cut(struct lstmd_metrics *mt, long step, double lr_scale, double peak_lr,
                           double next_lr, long plateau_patience) {
-  fprintf(mt->jsonl, "{\"step\":%ld,\"event\":\"lr_cut\",\"lr_scale\":%.9g,\"peak_lr\":%.9g,"
-          "\"next_lr\":%.9g}\n", step, lr_scale, peak_lr, next_lr);
+  char scale[32], peak[32], next[32]; /* the learning rates are floats: 0.001, not 0.00100000005 */
+  lstmd_format_shortest(lr_scale, 0, scale, sizeof scale);
+  lstmd_format_shortest(peak_lr, 1, peak, sizeof peak);
+  lstmd_format_shortest(next_lr, 1, next, sizeof next);
+  fprintf(mt->jsonl, "{\"step\":%ld,\"event\":\"lr_cut\",\"lr_scale\":%s,\"peak_lr\":%s,"
+          "\"next_lr\":%s}\n", step, scale, peak, next);
   flush_record(mt);
   lstmd_metrics_note(mt, "eval step %ld: plateau (%ld evaluation%s without a new best val_loss): "
                      "learning rate scaled to %.6g of optim.lr (peak %.6g, next update %.6g)",
