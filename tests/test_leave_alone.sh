@@ -7,7 +7,8 @@
 #      new bests at 5, 10, 25 and best.safetensors = step 25, train.keep_checkpoints 2 leaving
 #      exactly step-30 and step-40, metrics.jsonl's new_best / lr_cut / early_stop records; a best
 #      at a checkpoint step is that step file under a second name, which keep-N never deletes;
-#      early_stop_min_delta: a loss lower by less than the delta is no new best (stop at 25);
+#      early_stop_min_delta: a loss lower by less than the delta is no new best (stop at 25); a
+#      series model's losses below 0.0001 keep their digits in the notes (not "0.0000");
 #   2. resume bitwise: a simulated crash after a sample that the last checkpoint does not cover
 #      (samples.txt cut back to the checkpoint's train.samples_bytes); the same run stopped (LSTMD_FAULT=stop@K) at K = 22 (after a cut: the lr
 #      scale), 32 (one evaluation into a plateau: its counter) and 37 (two evaluations without a
@@ -112,6 +113,18 @@ LSTMD_VAL_LOSSES=3.0,2.95,2.9,2.89,2.85,2.0 run delta "$LSTMD" train "${base[@]}
 [[ $(meta "$TMP/delta/run/latest.safetensors") == 25 && $(meta "$TMP/delta/run/best.safetensors") == 15 ]] \
   && ok "early_stop_min_delta 0.06: new bests at 5 and 15 only, stop at 25" \
   || bad "min_delta: stopped at $(meta "$TMP/delta/run/latest.safetensors"), best $(meta "$TMP/delta/run/best.safetensors")"
+
+# a series model's losses can lie far below 0.0001: its notes give them to 6 decimals, as its
+# eval lines do, so a new best does not read "0.0000" (and two bests do not read the same)
+"$LSTMD" prepare series --input "$SRC/data/seattle-temps.csv" --target temp --horizon 2 --out "$TMP/sds" \
+  2>/dev/null || bad "prepare series"
+LSTMD_VAL_LOSSES=0.00005,0.00002,0.00003,0.00004 run tiny "$LSTMD" train "${base[@]}" --set data.path="$TMP/sds" \
+  --set train.steps=100 --set train.early_stop_patience=2 --set train.checkpoint_every=0 \
+  || bad "series run with tiny losses: $(tail -2 "$TMP/tiny/log")"
+if grep -q "new best val_loss 0.000050;" "$TMP/tiny/log" && grep -q "new best val_loss 0.000020;" "$TMP/tiny/log" &&
+   grep -q "(best 0.000020 at step 10," "$TMP/tiny/log" && grep -q "best val_loss 0.000020 at step 10:" "$TMP/tiny/log"; then
+  ok "series losses below 0.0001 in the notes: $(grep -m1 -o 'new best val_loss 0.000020' "$TMP/tiny/log"), early stop (best 0.000020 ...)"
+else bad "tiny series losses: $(grep -E 'best|stopped' "$TMP/tiny/log" | head -4)"; fi
 
 # best at a checkpoint step is another name of that step's file (no second write), and keep-N
 # never deletes it: best at 10 (checkpoints every 10, keep 1) leaves step-10 beside step-30

@@ -169,8 +169,11 @@ void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report
   lstmd_tb_scalars(&mt->tb, r->step, 7, tags, values);
 }
 
+int lstmd_metrics_loss_decimals(int model_kind) { return model_kind == LSTMD_MODEL_TEXT ? 4 : 6; }
+
 void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, double accuracy,
                         int model_kind, const struct lstmd_series_baselines *b) {
+  mt->loss_decimals = lstmd_metrics_loss_decimals(model_kind);
   if (model_kind == LSTMD_MODEL_TEXT) {
     lstmd_metrics_note(mt, "eval step %ld: val_loss %.4f, val_bpc %.4f", step, val_loss,
                        val_loss / M_LN2);
@@ -242,8 +245,8 @@ void lstmd_metrics_new_best(struct lstmd_metrics *mt, long step, double best_los
   fprintf(mt->jsonl, "{\"step\":%ld,\"event\":\"new_best\",\"best_val_loss\":%.6f}\n", step,
           best_loss);
   flush_record(mt);
-  lstmd_metrics_note(mt, "eval step %ld: new best val_loss %.4f; best.safetensors written", step,
-                     best_loss);
+  lstmd_metrics_note(mt, "eval step %ld: new best val_loss %.*f; best.safetensors written", step,
+                     mt->loss_decimals ? mt->loss_decimals : 4, best_loss);
 }
 
 void lstmd_metrics_lr_cut(struct lstmd_metrics *mt, long step, double lr_scale, double peak_lr,
@@ -271,8 +274,9 @@ void lstmd_metrics_early_stop(struct lstmd_metrics *mt, long step, double best_l
           evals_since_best);
   flush_record(mt);
   lstmd_metrics_note(mt, "eval step %ld: early stop: no new best val_loss in %ld evaluation%s "
-                     "(best %.4f at step %ld, %s)", step, evals_since_best,
-                     evals_since_best == 1 ? "" : "s", best_loss, best_step, where);
+                     "(best %.*f at step %ld, %s)", step, evals_since_best,
+                     evals_since_best == 1 ? "" : "s", mt->loss_decimals ? mt->loss_decimals : 4,
+                     best_loss, best_step, where);
 }
 
 void lstmd_metrics_log_only(struct lstmd_metrics *mt, const char *lines) {

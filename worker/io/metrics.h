@@ -15,7 +15,12 @@ struct lstmd_metrics {
   int line_open; /* a progress line without newline is on screen */
   FILE *log;     /* train.log beside metrics.jsonl: the progress lines and notes, as printed */
   int failed;    /* a record of metrics.jsonl could not be written (errno; said once) */
+  int loss_decimals; /* of val_loss in notes, as the last eval line printed it (0: none yet) */
 };
+
+/* Decimals of a val_loss in notes: 4 for text models (bpc beside it), 6 for classifiers and
+ * series, whose losses may be far below 0.0001 (a new best must not read as "0.0000"). */
+int lstmd_metrics_loss_decimals(int model_kind);
 
 /* Nonzero once a metrics.jsonl record failed to reach the file (a full disk): the trainer then
  * stops at the step with a checkpoint and exits 1 (trainer.c). */

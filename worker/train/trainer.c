@@ -625,8 +625,9 @@ static int train_loop(struct run *r) {
   char where[4400];
   if (how == LSTMD_END_EARLY_STOP)
     lstmd_metrics_note(&r->metrics, "stopped early at step %ld: %s/step-%ld.safetensors; best "
-                       "val_loss %.4f at step %ld: %s", r->progress.step,
-                       cfg->run_dir, r->progress.step, r->progress.watch.best_loss,
+                       "val_loss %.*f at step %ld: %s", r->progress.step,
+                       cfg->run_dir, r->progress.step,
+                       lstmd_metrics_loss_decimals(r->model->shape.kind), r->progress.watch.best_loss,
                        r->progress.watch.best_step, best_where(r, where, sizeof where));
   else if (how == LSTMD_END_REQUESTED)
     lstmd_metrics_note(&r->metrics, "stopped at step %ld on request; checkpoint %s/latest.safetensors%s",
