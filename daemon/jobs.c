@@ -140,9 +140,47 @@ static void post(struct lstmd_jobs *t, const Lstmd__Job *job, const Lstmd__Metri
   if (frame) t->post(t->post_ctx, job->id, final, frame, len);
 }
 
+/* A change the journal could not take (a full disk) is not dropped: the job's id is kept, and its
+ * latest record is appended again at every later change and every scheduler round, until the
+ * disk takes it. Until then a restarted daemon would show the job's earlier state (a job that
+ * ended would run again from its last checkpoint), so the log says which jobs wait. */
+static void keep_unjournaled(struct lstmd_jobs *t, const Lstmd__Job *job) {
+  for (size_t i = 0; i < t->n_unjournaled; i++)
+    if (t->unjournaled[i] == job->id) return;
+  uint64_t *grown = realloc(t->unjournaled, (t->n_unjournaled + 1) * sizeof *grown);
+  if (!grown) return; /* the journal's own message stands */
+  t->unjournaled = grown;
+  t->unjournaled[t->n_unjournaled++] = job->id;
+  fprintf(stderr, "lstmd: job %llu: its change to %s is not in the job journal yet; it is written "
+          "once the journal's disk takes it (a daemon restarted before that shows its earlier "
+          "state)\n", (unsigned long long)job->id, lstmd_job_state_name(job->state));
+}
+
+/* Appends the latest record of every job kept by keep_unjournaled, quietly (each failure was
+ * told once). Returns how many are still waiting. */
+static size_t journal_kept(struct lstmd_jobs *t) {
+  if (!t->n_unjournaled) return 0;
+  char quiet[1024];
+  size_t done = 0;
+  lstmd_errors_capture(quiet, sizeof quiet);
+  while (done < t->n_unjournaled) {
+    const Lstmd__Job *job = lookup(t, t->unjournaled[done]);
+    if (job && lstmd_journal_append(&t->journal, job) != 0) break;
+    done++;
+  }
+  lstmd_errors_capture(NULL, 0);
+  t->n_unjournaled -= done;
+  memmove(t->unjournaled, t->unjournaled + done, t->n_unjournaled * sizeof *t->unjournaled);
+  if (done && !t->n_unjournaled)
+    fprintf(stderr, "lstmd: %s: the job journal took the %zu record%s it could not before\n",
+            t->journal.path, done, done == 1 ? "" : "s");
+  return t->n_unjournaled;
+}
+
 /* Journals and announces a state change (lock held). */
 static int changed(struct lstmd_jobs *t, Lstmd__Job *job) {
-  int rc = lstmd_journal_append(&t->journal, job);
+  const int rc = journal_kept(t) ? LSTMD_EIO : lstmd_journal_append(&t->journal, job);
+  if (rc) keep_unjournaled(t, job);
   post(t, job, NULL);
   return rc;
 }
@@ -205,6 +243,17 @@ int lstmd_jobs_open(struct lstmd_jobs *t, const char *state_dir) {
 }
 
 void lstmd_jobs_close(struct lstmd_jobs *t) {
+  if (t->journal.fd >= 0 && journal_kept(t)) {
+    fprintf(stderr, "lstmd: %s: %zu job change%s never reached the job journal (a full disk?); "
+            "after a restart these jobs show their earlier state:", t->journal.path,
+            t->n_unjournaled, t->n_unjournaled == 1 ? "" : "s");
+    for (size_t i = 0; i < t->n_unjournaled; i++)
+      fprintf(stderr, " %llu", (unsigned long long)t->unjournaled[i]);
+    fputc('\n', stderr);
+  }
+  free(t->unjournaled);
+  t->unjournaled = NULL;
+  t->n_unjournaled = 0;
   for (size_t i = 0; i < t->n; i++) {
     lstmd__job__free_unpacked(t->v[i], NULL);
     if (t->job_replies) free(t->job_replies[i].frame); /* NULL when open ran out of memory */
@@ -420,6 +469,7 @@ uint64_t lstmd_jobs_drain(struct lstmd_jobs *t) {
 uint64_t lstmd_jobs_snapshot(struct lstmd_jobs *t, struct lstmd_jobs_entry **out, size_t *n,
                              int *draining) {
   pthread_mutex_lock(&t->mu);
+  journal_kept(t);
   *out = calloc(t->n ? t->n : 1, sizeof **out);
   *n = 0;
   for (size_t i = 0; *out && i < t->n; i++) {
@@ -440,6 +490,7 @@ uint64_t lstmd_jobs_snapshot(struct lstmd_jobs *t, struct lstmd_jobs_entry **out
 
 void lstmd_jobs_wait(struct lstmd_jobs *t, uint64_t seen, long timeout_ms) {
   pthread_mutex_lock(&t->mu);
+  if (t->n_unjournaled && (timeout_ms < 0 || timeout_ms > 2000)) timeout_ms = 2000; /* retry */
   if (timeout_ms < 0) {
     while (t->requests == seen) pthread_cond_wait(&t->wake, &t->mu);
   } else if (t->requests == seen) {

@@ -55,6 +55,8 @@ struct lstmd_jobs {
   size_t n_unresponsive;
   int draining;
   struct lstmd_journal journal;
+  uint64_t *unjournaled; /* jobs whose last change the journal could not take (a full disk): */
+  size_t n_unjournaled;  /* their records are written again at every change and snapshot */
   char state_dir[1024];
   lstmd_jobs_post_fn post;
   void *post_ctx;

@@ -1,6 +1,6 @@
 /* test_protocol.c — the daemon's pure parts: frame boundaries (every split of a stream of
  * frames, lying and oversize prefixes), request validation, the job journal (replay, a torn or
- * corrupt tail, compaction, an append cut short by a full disk), the job table's states, path confinement (.., symlinks), the
+ * corrupt tail, compaction, an append cut short by a full disk and written again later), the job table's states, path confinement (.., symlinks), the
  * token compare, and the arena that holds unpacked messages. */
 #define _GNU_SOURCE
 #include <math.h>
@@ -411,7 +411,40 @@ static void test_journal_append_fails(void) {
   check_true(what, rc == LSTMD_EIO && strstr(msg, strerror(EFBIG)) && !strstr(msg, "short write"));
   check_true("journal: a record the disk could not take is cut back",
              stat(path, &after) == 0 && after.st_size == before.st_size);
+
+  /* A job that ends while the disk is full: its end is kept, and written when the disk takes
+   * it (here: the next snapshot, as the scheduler's round does it), so a restarted daemon does
+   * not run an ended job again. */
+  const int ranks[1] = {0};
+  Lstmd__Job *run = lstmd_jobs_start(&t, 1, ranks, 1);
+  int kept = 0;
+  if (run && stat(path, &before) == 0) {
+    cap.rlim_cur = (rlim_t)before.st_size + 16;
+    signal(SIGXFSZ, SIG_IGN);
+    lstmd_errors_capture(msg, sizeof msg);
+    if (setrlimit(RLIMIT_FSIZE, &cap) == 0) {
+      lstmd_jobs_finish(&t, 1, LSTMD__JOB_STATE__SUCCEEDED, 10, "done", 1000, 0);
+      kept = t.n_unjournaled == 1;
+      setrlimit(RLIMIT_FSIZE, &old);
+    }
+    lstmd_errors_capture(NULL, 0);
+    signal(SIGXFSZ, SIG_DFL);
+    struct lstmd_jobs_entry *e = NULL;
+    size_t ne = 0;
+    int draining = 0;
+    lstmd_jobs_snapshot(&t, &e, &ne, &draining);
+    free(e);
+  }
+  if (run) lstmd__job__free_unpacked(run, NULL);
+  const size_t waiting = t.n_unjournaled;
   lstmd_jobs_close(&t);
+  const int reopened = lstmd_jobs_open(&t, dir) == 0;
+  snprintf(what, sizeof what, "journal: an end the full disk could not take is kept (%d) and "
+           "written later: after a restart job 1 is %s (want SUCCEEDED), %zu waiting", kept,
+           reopened && t.n ? lstmd_job_state_name(t.v[0]->state) : "?", waiting);
+  check_true(what, kept && waiting == 0 && reopened && t.n == 1 &&
+                       t.v[0]->state == LSTMD__JOB_STATE__SUCCEEDED);
+  if (reopened) lstmd_jobs_close(&t);
 }
 
 static void test_paths_and_tokens(void) {
