@@ -49,6 +49,10 @@ int lstmd_opt_long(const char *cmd, const char *name, const char *text, long lo,
 void lstmd_json_put_string(FILE *f, const char *s);
 int lstmd_opt_double(const char *cmd, const char *name, const char *text, double lo, double hi,
                      double *out);
+/* --missing's value text as an enum lstmd_missing (worker/data/dataset.h) in *out: error,
+ * previous or linear; NULL (not given) dflt. Anything else: "CMD: --missing 'X' is not one of
+ * error previous linear" and 2. */
+int lstmd_opt_missing(const char *cmd, const char *text, int dflt, int *out);
 /* 2 after a message naming both options when `out` is the file `in` (the same device and
  * inode: another spelling, a symlink or a hard link of it); 0 otherwise, also when either is
  * missing. */

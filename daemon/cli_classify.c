@@ -81,11 +81,8 @@ struct line {
  * checkpoint's mean/std. lines[i].x points into *values (the caller frees both). */
 static int read_rows(const char *path, const struct lstmd_data_meta *meta, int missing,
                      struct line **out, size_t *n_out, float **values) {
-  const int recorded = missing < 0;
-  if (recorded) missing = meta->info.missing;
-  char how[64];
-  snprintf(how, sizeof how, "--missing %s%s", lstmd_missing_name(missing),
-           recorded ? ", as the model's data was prepared" : "");
+  char how[LSTMD_MISSING_HOW_BYTES];
+  missing = lstmd_missing_how(missing, meta->info.missing, how);
   struct lstmd_csv_rows rows;
   LSTMD_TRY(lstmd_csv_read_rows(path, -1, -1, meta->info.width, missing, how, &rows));
   struct line *lines = calloc(rows.rows, sizeof *lines);
@@ -203,11 +200,8 @@ int lstmd_cmd_classify(int argc, char **argv) {
     lstmd_errorf("classify: --%s is required", ckpt ? "input" : "checkpoint");
     return 2;
   }
-  const int missing = missing_text ? lstmd_missing_parse(missing_text) : -1;
-  if (missing_text && missing < 0) {
-    lstmd_errorf("classify: --missing '%s' is not one of error previous linear", missing_text);
-    return 2;
-  }
+  int missing; /* -1: as the model's training data was prepared */
+  if ((rc = lstmd_opt_missing("classify", missing_text, -1, &missing))) return rc;
   lstmd_cpu_set_blas_threads(1);
   struct lstmd_model *m = NULL;
   struct lstmd_data_meta meta;

@@ -141,18 +141,16 @@ int lstmd_cmd_predict(int argc, char **argv) {
     return rc;
   }
   long batch;
+  int missing;
   if ((rc = require("predict", "checkpoint", ckpt)) || (rc = require("predict", "input", input)) ||
       (rc = require("predict", "out", out)) ||
       (rc = lstmd_opt_not_same_file("predict", "input", input, "out", out)) ||
       /* and not the model either: the CSV would replace the checkpoint it is forecast with */
       (rc = lstmd_opt_not_same_file("predict", "checkpoint", ckpt, "out", out)) ||
-      (rc = lstmd_opt_long("predict", "batch", batch_text, 1, 65536, &batch)))
+      (rc = lstmd_opt_long("predict", "batch", batch_text, 1, 65536, &batch)) ||
+      /* -1: as the model's training data was prepared */
+      (rc = lstmd_opt_missing("predict", missing_text, -1, &missing)))
     return rc;
-  const int missing = missing_text ? lstmd_missing_parse(missing_text) : -1;
-  if (missing_text && missing < 0) {
-    lstmd_errorf("predict: --missing '%s' is not one of error previous linear", missing_text);
-    return 2;
-  }
   lstmd_cpu_set_blas_threads(0);
   struct lstmd_infer_model m;
   struct lstmd_data_meta meta;

@@ -1,5 +1,5 @@
-/* cli_opts.c — what the subcommands share: the option parser, strict number parsing, the check
- * that an output is not an input, the exit codes and the stop signals. */
+/* cli_opts.c — what the subcommands share: the option parser, strict number parsing, --missing,
+ * the check that an output is not an input, the exit codes and the stop signals. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "kernels/status.h"
+#include "worker/data/dataset.h"
 #include "cli.h"
 
 int lstmd_parse_opts(const char *cmd, int argc, char **argv, int first, struct lstmd_opt *opts,
@@ -72,6 +73,13 @@ int lstmd_opt_double(const char *cmd, const char *name, const char *text, double
   }
   *out = v;
   return 0;
+}
+
+int lstmd_opt_missing(const char *cmd, const char *text, int dflt, int *out) {
+  *out = text ? lstmd_missing_parse(text) : dflt;
+  if (*out >= 0 || !text) return 0;
+  lstmd_errorf("%s: --missing '%s' is not one of error previous linear", cmd, text);
+  return 2;
 }
 
 int lstmd_opt_not_same_file(const char *cmd, const char *in_name, const char *in,

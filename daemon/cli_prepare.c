@@ -16,7 +16,7 @@ static int need(const char *cmd, const char *name, const char *value) {
 int lstmd_cmd_prepare(int argc, char **argv) {
   const char *kind = argc > 2 ? argv[2] : "";
   const char *input = NULL, *out = NULL, *vf = "0.05", *target = NULL, *features = NULL,
-             *horizon = "1", *season = "0", *missing = "error";
+             *horizon = "1", *season = "0", *missing_text = NULL;
   int help = 0;
   if (!strcmp(kind, "text")) {
     struct lstmd_opt opts[] = {{"input", &input}, {"out", &out}, {"val-fraction", &vf},
@@ -35,7 +35,7 @@ int lstmd_cmd_prepare(int argc, char **argv) {
   if (!strcmp(kind, "series")) {
     struct lstmd_opt opts[] = {{"input", &input},       {"out", &out},         {"target", &target},
                                {"features", &features}, {"horizon", &horizon}, {"val-fraction", &vf},
-                               {"season", &season},     {"missing", &missing},
+                               {"season", &season},     {"missing", &missing_text},
                                {"help", NULL, &help}};
     int rc = lstmd_parse_opts("prepare series", argc, argv, 3, opts, 9);
     if (rc || help) {
@@ -51,23 +51,20 @@ int lstmd_cmd_prepare(int argc, char **argv) {
     }
     double f;
     long k, p;
+    int m;
     if ((rc = need("prepare series", "input", input)) || (rc = need("prepare series", "out", out)) ||
         (rc = need("prepare series", "target", target)) ||
         (rc = lstmd_opt_double("prepare series", "val-fraction", vf, 0.0, 0.5, &f)) ||
         (rc = lstmd_opt_long("prepare series", "horizon", horizon, 1, 4096, &k)) ||
-        (rc = lstmd_opt_long("prepare series", "season", season, 0, LSTMD_MAX_SEASON, &p)))
+        (rc = lstmd_opt_long("prepare series", "season", season, 0, LSTMD_MAX_SEASON, &p)) ||
+        (rc = lstmd_opt_missing("prepare series", missing_text, LSTMD_MISSING_ERROR, &m)))
       return rc;
-    const int m = lstmd_missing_parse(missing);
-    if (m < 0) {
-      lstmd_errorf("prepare series: --missing '%s' is not one of error previous linear", missing);
-      return 2;
-    }
     return lstmd_exit_code(
         lstmd_prepare_series(input, out, target, features, (int)k, f, (int)p, m));
   }
   if (!strcmp(kind, "classify")) {
     /* defaults: 1, auto and error (--series only) */
-    const char *label_column = NULL, *header = NULL, *missing_text = NULL;
+    const char *label_column = NULL, *header = NULL;
     int series = 0;
     struct lstmd_opt opts[] = {{"input", &input},         {"out", &out},
                                {"val-fraction", &vf},     {"series", NULL, &series},
@@ -114,12 +111,9 @@ int lstmd_cmd_prepare(int argc, char **argv) {
       lstmd_errorf("prepare classify: --header '%s' is not one of auto yes no", header);
       return 2;
     }
-    const int m = missing_text ? lstmd_missing_parse(missing_text) : LSTMD_MISSING_ERROR;
-    if (m < 0) {
-      lstmd_errorf("prepare classify: --missing '%s' is not one of error previous linear",
-                   missing_text);
-      return 2;
-    }
+    int m;
+    if ((rc = lstmd_opt_missing("prepare classify", missing_text, LSTMD_MISSING_ERROR, &m)))
+      return rc;
     return lstmd_exit_code(lstmd_prepare_classify_series(input, out, f, (int)col, hdr, m));
   }
   const int help_asked = !strcmp(kind, "--help") || !strcmp(kind, "-h");

@@ -89,6 +89,13 @@ void lstmd_fill_report_add(struct lstmd_fill_report *r, size_t max_listed, uint6
   report_appendf(r, " %llu", (unsigned long long)count);
 }
 
+int lstmd_missing_how(int asked, int prepared, char how[LSTMD_MISSING_HOW_BYTES]) {
+  const int method = asked >= 0 ? asked : prepared;
+  snprintf(how, LSTMD_MISSING_HOW_BYTES, "--missing %s%s", lstmd_missing_name(method),
+           asked >= 0 ? "" : ", as the model's data was prepared");
+  return method;
+}
+
 void lstmd_fill_report_print(const struct lstmd_fill_report *r, const char *input,
                              const char *how, const char *where, const char *more) {
   if (r->total == 0) return;

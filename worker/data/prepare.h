@@ -112,6 +112,12 @@ void lstmd_csv_missing_refuse(struct lstmd_csv_pos *pos, const char *column, con
  * sequence's first value, one at the end its last, under both) and returns how many there
  * were; when all n are NaN it fills nothing and returns n (the caller refuses: no value). */
 size_t lstmd_missing_fill(float *v, size_t n, size_t stride, int method);
+/* The method a reader fills by, and its words for the fill report's parentheses (how): asked,
+ * the --missing given (an enum lstmd_missing), "--missing linear"; asked -1 (none given: predict
+ * and classify), the method the model's data was prepared with (prepared), "--missing linear,
+ * as the model's data was prepared". Returns the method. */
+#define LSTMD_MISSING_HOW_BYTES 64
+int lstmd_missing_how(int asked, int prepared, char how[LSTMD_MISSING_HOW_BYTES]);
 /* The one stderr line that says what was filled: "lstmd: FILE: filled T missing values
  * (HOW)WHERE: A n, B m[, and K more MORE]", one item per sequence (a column, a row) that had
  * gaps, at most max_listed of them named. */

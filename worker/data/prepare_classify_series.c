@@ -259,8 +259,8 @@ int lstmd_prepare_classify_series(const char *input, const char *out_dir, double
                                   int label_column, int header, int missing) {
   struct lstmd_csv_rows rows;
   struct lstmd_dataset_info *info = calloc(1, sizeof *info);
-  char how[32];
-  snprintf(how, sizeof how, "--missing %s", lstmd_missing_name(missing));
+  char how[LSTMD_MISSING_HOW_BYTES];
+  lstmd_missing_how(missing, missing, how);
   int rc = info ? lstmd_csv_read_rows(input, label_column, header, 0, missing, how, &rows)
                 : LSTMD_ENOMEM;
   if (rc) {

@@ -277,8 +277,8 @@ int lstmd_prepare_series(const char *input, const char *out_dir, const char *tar
   struct csv_state st = {.pos = {.input = input}, .missing = missing};
   struct lstmd_dataset_info *info = calloc(1, sizeof *info);
   int rc = info ? parse_names(&st, info, target, features) : LSTMD_ENOMEM;
-  char how[32];
-  snprintf(how, sizeof how, "--missing %s", lstmd_missing_name(missing));
+  char how[LSTMD_MISSING_HOW_BYTES];
+  lstmd_missing_how(missing, missing, how);
   uint64_t filled = 0;
   /* The gaps are filled over the whole file, before the split: a series is one sequence, so the
    * first validation rows may take (previous) or lean on (linear) the last training values,

@@ -451,11 +451,8 @@ int lstmd_predict(const struct lstmd_infer_model *im, const struct lstmd_data_me
   size_t n = 0;
   /* Without --missing, the gaps are handled as they were when the training data was prepared:
    * a model trained on filled series forecasts from series filled the same way. */
-  const int recorded = missing < 0;
-  if (recorded) missing = info->missing;
-  char how[64];
-  snprintf(how, sizeof how, "--missing %s%s", lstmd_missing_name(missing),
-           recorded ? ", as the model's data was prepared" : "");
+  char how[LSTMD_MISSING_HOW_BYTES];
+  missing = lstmd_missing_how(missing, info->missing, how);
   LSTMD_TRY(lstmd_csv_read_columns(input_csv, names, info->width, missing, how, &rows, &n));
   if (n == 0) {
     lstmd_errorf("%s: no data rows", input_csv);
