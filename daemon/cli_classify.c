@@ -43,10 +43,7 @@ int lstmd_classify_eval_print(const struct lstmd_model *m, const struct lstmd_da
   /* a series classifier's values are normalised as in its training (a split prepared from
    * another file has its own mean and std in the header) */
   struct lstmd_dataset scored = *val;
-  if (a->numeric) {
-    scored.info.mean[0] = a->mean[0];
-    scored.info.std[0] = a->std[0];
-  }
+  lstmd_series_use_model_stats(meta, &scored, NULL, 0);
   int rc = lstmd_clf_evaluate(m, &scored, batch, res);
   if (!rc) {
     const int C = res->classes;

@@ -322,6 +322,12 @@ int lstmd_check_compatible(const struct lstmd_data_meta *d, const struct lstmd_d
 int lstmd_series_use_model_stats(const struct lstmd_data_meta *d, struct lstmd_dataset *ds,
                                  char *why, size_t why_len) {
   ds->tf = d->tf; /* the windows as the model was trained on them */
+  if (ds->info.kind == LSTMD_DATASET_CLASSIFY && d->info.kind == LSTMD_DATASET_CLASSIFY &&
+      ds->info.numeric && d->info.numeric) { /* one mean and std of every value */
+    ds->info.mean[0] = d->info.mean[0];
+    ds->info.std[0] = d->info.std[0];
+    return -1;
+  }
   if (ds->info.kind != LSTMD_DATASET_SERIES || d->info.kind != LSTMD_DATASET_SERIES) return -1;
   const int c = lstmd_series_stats_differ(&d->info, &ds->info, why, why_len);
   memcpy(ds->info.mean, d->info.mean, sizeof ds->info.mean);
