@@ -149,9 +149,12 @@ struct lstmd_csv_pos {
   const char *input;    /* the file */
   long line;            /* line being parsed (1-based) */
   int failed;           /* an error was reported: the callbacks do nothing more */
-  /* kept by lstmd_csv_parse_file for its messages (zero them, as `{.input = path}` does) */
-  int field;            /* fields done in the record being parsed */
-  long records;         /* records done */
+  /* kept by lstmd_csv_parse_file (zero them, as `{.input = path}` does), for its messages and
+   * the callbacks' counts: */
+  int field;            /* fields of the record being parsed, the one on_field is given
+                         * included (its index: field − 1); in on_record, the record's count */
+  long records;         /* records done before the one being parsed (0 in the first's
+                         * callbacks: the header, where a file has one) */
   long record_end_line; /* the line the last record done ended on (0: none yet) */
   char looks_delimited; /* ';' or TAB: the first record was one field holding it, or a
                          * quoted first field was followed by it */

@@ -24,10 +24,10 @@ struct rows_state {
   int label_column; /* 1-based; 0: the last; -1: none */
   int header;       /* 1 yes, 0 no, -1 detect from the first line */
   int expect;       /* values per row the caller requires (0: the first row's count) */
-  int records;      /* records seen, a header included */
   int missing;      /* enum lstmd_missing: refuse a missing value, or fill it within its row */
   struct lstmd_fill_report report; /* the rows filled */
-  /* the fields of the record being parsed: NUL-terminated texts at buf + off[k] */
+  /* the fields of the record being parsed: NUL-terminated texts at buf + off[k], k < nf (nf is
+   * pos.field once the record is complete; this is the buffer's own count) */
   char *buf;
   size_t len, cap;
   size_t *off;
@@ -151,14 +151,13 @@ static int add_row(struct rows_state *st, int label_at) {
 /* One record of the CSV (its fields in st->buf): a header, or a row of [label +] N values. */
 static void take_record(struct rows_state *st) {
   const int nf = st->nf, labelled = st->label_column >= 0;
-  st->records++;
   const int label_at = !labelled ? -1 : st->label_column ? st->label_column - 1 : nf - 1;
   if (label_at >= nf) {
     lstmd_csv_fail(&st->pos, "%d field%s, the label is column %d (--label-column)", nf,
                    nf == 1 ? "" : "s", label_at + 1);
     return;
   }
-  if (st->records == 1 && is_header(st, label_at)) {
+  if (st->pos.records == 0 && is_header(st, label_at)) { /* the first record */
     st->out->header_seen = 1;
     return;
   }

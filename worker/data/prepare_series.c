@@ -15,9 +15,7 @@
 #include "prepare.h"
 
 struct csv_state {
-  struct lstmd_csv_pos pos; /* file, line being parsed, failed */
-  int field;          /* index of the next field in the current record */
-  int record;         /* records seen, header included */
+  struct lstmd_csv_pos pos; /* file, line, fields and records (the header first), failed */
   int header_fields;  /* fields in the header */
   char **header;      /* header names */
   int used;           /* used columns: target first, then features */
@@ -34,9 +32,9 @@ struct csv_state {
 static void on_field(void *data, size_t len, void *ctx) {
   struct csv_state *st = ctx;
   if (st->pos.failed) return;
-  int f = st->field++;
+  const int f = st->pos.field - 1; /* this field's index in its record */
   const char *text = data ? data : ""; /* a byte order mark is gone: lstmd_csv_parse_file */
-  if (st->record == 0) {
+  if (st->pos.records == 0) {
     char **h = realloc(st->header, (size_t)(f + 1) * sizeof *h);
     if (!h) {
       fail(st, "out of memory");
@@ -89,9 +87,8 @@ static void on_record(int term, void *ctx) {
   (void)term;
   struct csv_state *st = ctx;
   if (st->pos.failed) return;
-  int fields = st->field;
-  st->field = 0;
-  if (st->record++ == 0) return resolve_columns(st);
+  const int fields = st->pos.field;
+  if (st->pos.records == 0) return resolve_columns(st);
   if (fields != st->header_fields)
     {
       fail(st, "%d fields, the header has %d (ragged CSV)", fields, st->header_fields);
@@ -196,7 +193,7 @@ static int check_season(const char *input, int season, size_t rows, size_t train
 /* Parses the file and fills its missing values (st->missing; how: for the report line). */
 static int parse_csv(struct csv_state *st, const char *how, uint64_t *filled) {
   LSTMD_TRY(lstmd_csv_parse_file(&st->pos, on_field, on_record, st));
-  if (st->record == 0) {
+  if (st->pos.records == 0) {
     lstmd_errorf("%s: input is empty", st->pos.input);
     return LSTMD_EFORMAT;
   }
