@@ -49,6 +49,13 @@ static char *float_list(const float *v, int n) {
   return json_text(a);
 }
 
+/* series.missing / classify.missing (key): how prepare filled the data's gaps, written only for
+ * data prepared with --missing previous|linear, so every other checkpoint is what it was;
+ * predict's and classify's default --missing (read_missing_meta). */
+static void add_missing_meta(struct meta_list *l, const char *key, int missing) {
+  if (missing != LSTMD_MISSING_ERROR) meta_addf(l, key, "%s", lstmd_missing_name(missing));
+}
+
 static void add_data_meta(struct meta_list *l, const struct lstmd_data_meta *d) {
   const struct lstmd_dataset_info *info = &d->info;
   if (info->kind != LSTMD_DATASET_SERIES && !info->numeric) {
@@ -63,10 +70,7 @@ static void add_data_meta(struct meta_list *l, const struct lstmd_data_meta *d) 
     if (info->numeric) { /* a series classifier: the normalisation of its values */
       meta_add(l, "classify.mean", float_list(info->mean, 1));
       meta_add(l, "classify.std", float_list(info->std, 1));
-      /* only from data prepared with --missing previous|linear, as series.missing: classify's
-       * default --missing */
-      if (info->missing != LSTMD_MISSING_ERROR)
-        meta_addf(l, "classify.missing", "%s", lstmd_missing_name(info->missing));
+      add_missing_meta(l, "classify.missing", info->missing);
     }
   } else if (info->kind == LSTMD_DATASET_SERIES) {
     json_t *a = json_array();
@@ -77,10 +81,7 @@ static void add_data_meta(struct meta_list *l, const struct lstmd_data_meta *d) 
     meta_addf(l, "series.season", "%d", info->season);
     meta_addf(l, "series.target", "%s", lstmd_series_target_name(d->tf.target));
     meta_addf(l, "series.window_norm", "%s", lstmd_window_norm_name(d->tf.window_norm));
-    /* only from data prepared with --missing previous|linear, so every other checkpoint is
-     * what it was; predict's default --missing */
-    if (info->missing != LSTMD_MISSING_ERROR)
-      meta_addf(l, "series.missing", "%s", lstmd_missing_name(info->missing));
+    add_missing_meta(l, "series.missing", info->missing);
   }
   meta_addf(l, "data.pair_id", "%016" PRIx64, info->pair_id);
   meta_addf(l, "data.seq_len", "%d", d->seq_len);
@@ -236,6 +237,17 @@ static json_t *meta_list(const struct lstmd_st_file *f, const char *path, const 
   return a;
 }
 
+/* add_missing_meta's key into *missing; without it (data prepared without --missing, or a file
+ * from before the key) *missing is left as it is. LSTMD_EFORMAT after a message when it names
+ * no method. */
+static int read_missing_meta(const struct lstmd_st_file *f, const char *path, const char *key,
+                             int *missing) {
+  const char *text = lstmd_st_meta_get(f, key);
+  if (!text || (*missing = lstmd_missing_parse(text)) >= 0) return LSTMD_OK;
+  lstmd_errorf("%s: metadata '%s' is '%s', not error, previous or linear", path, key, text);
+  return LSTMD_EFORMAT;
+}
+
 static int read_data_meta(const struct lstmd_st_file *f, const char *path,
                           const struct lstmd_model_shape *s, struct lstmd_data_meta *d) {
   memset(d, 0, sizeof *d);
@@ -287,12 +299,7 @@ static int read_data_meta(const struct lstmd_st_file *f, const char *path,
     if (mean && std && !ok) lstmd_errorf("%s: malformed classify.mean/classify.std metadata", path);
     json_decref(mean);
     json_decref(std);
-    const char *missing = lstmd_st_meta_get(f, "classify.missing"); /* optional, as series' */
-    if (ok && missing && (info->missing = lstmd_missing_parse(missing)) < 0) {
-      lstmd_errorf("%s: metadata 'classify.missing' is '%s', not error, previous or linear", path,
-                   missing);
-      ok = 0;
-    }
+    ok = ok && read_missing_meta(f, path, "classify.missing", &info->missing) == LSTMD_OK;
     return ok ? LSTMD_OK : LSTMD_EFORMAT;
   }
   info->kind = LSTMD_DATASET_SERIES;
@@ -317,7 +324,6 @@ static int read_data_meta(const struct lstmd_st_file *f, const char *path,
   const char *season = lstmd_st_meta_get(f, "series.season");
   const char *target = lstmd_st_meta_get(f, "series.target");
   const char *norm = lstmd_st_meta_get(f, "series.window_norm");
-  const char *missing = lstmd_st_meta_get(f, "series.missing");
   if (ok && season) {
     char *end;
     long p = strtol(season, &end, 10);
@@ -335,11 +341,7 @@ static int read_data_meta(const struct lstmd_st_file *f, const char *path,
     lstmd_errorf("%s: metadata 'series.window_norm' is '%s', not none, last or mean", path, norm);
     ok = 0;
   }
-  if (ok && missing && (info->missing = lstmd_missing_parse(missing)) < 0) {
-    lstmd_errorf("%s: metadata 'series.missing' is '%s', not error, previous or linear", path,
-                 missing);
-    ok = 0;
-  }
+  ok = ok && read_missing_meta(f, path, "series.missing", &info->missing) == LSTMD_OK;
   json_decref(names);
   json_decref(mean);
   json_decref(std);
