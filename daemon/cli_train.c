@@ -84,16 +84,13 @@ static int messages_once(struct lstmd_comm *comm, int my_rc, const char *held, s
   return agreed;
 }
 
-/* A fresh run (no --resume) into a run dir that holds another run's checkpoints would append its
- * metrics to that run's and replace its latest and best checkpoints (a user trial lost a
- * finished run's best model that way): refused, saying how to go on. */
+/* A fresh run (no --resume) into a run dir that holds another run's checkpoints: refused, saying
+ * how to go on (lstmd_run_dir_fresh_refusal, as the daemon refuses such a job). */
 static int run_dir_unused(const char *run_dir) {
-  char found[300];
+  char found[300], msg[1600];
   if (!lstmd_run_dir_checkpoint(run_dir, found, sizeof found)) return LSTMD_OK;
-  lstmd_errorf("train.run_dir %s already holds a run (%s): a fresh run there would mix its "
-               "metrics with that run's and replace its checkpoints. To continue that run: add "
-               "--resume; to start over: choose another train.run_dir, or remove that one first",
-               run_dir, found);
+  lstmd_run_dir_fresh_refusal(msg, sizeof msg, run_dir, found, LSTMD_FRESH_TRAIN);
+  lstmd_errorf("%s", msg);
   return LSTMD_ECONFIG;
 }
 

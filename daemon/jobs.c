@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "kernels/status.h"
+#include "worker/train/val_watch.h"
 #include "frame.h"
 
 enum { kMaxAttempts = 3 };
@@ -323,11 +324,7 @@ uint8_t *lstmd_jobs_submit(struct lstmd_jobs *t, const Lstmd__JobSpec *spec, con
   if ((run_dir && holds_run && !spec->resume) || (!run_dir && spec->resume)) {
     char msg[1400];
     if (run_dir)
-      snprintf(msg, sizeof msg,
-               "train.run_dir %s already holds a run (%s): a fresh job there would mix its metrics "
-               "with that run's and replace its checkpoints. To continue that run: submit with "
-               "--resume; to start over: choose another train.run_dir, or remove that one first",
-               run_dir, holds_run);
+      lstmd_run_dir_fresh_refusal(msg, sizeof msg, run_dir, holds_run, LSTMD_FRESH_SUBMIT);
     else
       snprintf(msg, sizeof msg, "--resume continues the run in the job's train.run_dir, and this "
                "job sets none (it would get a new one): add --set train.run_dir=DIR");

@@ -98,9 +98,7 @@ static char *job_payload(const Lstmd__Job *job, const char *data_root, size_t *l
   } else if (lstmd_run_dir_checkpoint(job->run_dir, found, sizeof found)) {
     /* Checked at submission too; a run (a job's default run dir left from an older journal, or
      * `lstmd train` by hand) may have been written there while this one waited. */
-    snprintf(err, errlen, "train.run_dir %s now holds a run (%s) that this fresh job would mix "
-             "its metrics with and replace the checkpoints of: submit it again with --resume to "
-             "continue that run, or with another train.run_dir", job->run_dir, found);
+    lstmd_run_dir_fresh_refusal(err, errlen, job->run_dir, found, LSTMD_FRESH_START);
     return NULL;
   }
   char *json = lstmd_config_to_json(&cfg), *payload = NULL;

@@ -7,6 +7,8 @@
 #ifndef LSTMD_VAL_WATCH_H
 #define LSTMD_VAL_WATCH_H
 
+#include <stdio.h>
+
 #include "worker/io/checkpoint.h"
 
 struct lstmd_watch_rules {
@@ -45,6 +47,30 @@ long lstmd_best_file_step(const char *run_dir);
  * file; latest is another name of a step file). Its name goes to found (n bytes); a run dir that
  * cannot be listed (not made yet) holds none. */
 int lstmd_run_dir_checkpoint(const char *run_dir, char *found, size_t n);
+/* Who refuses a fresh run (no --resume) into a run dir that holds a run's checkpoints, for
+ * lstmd_run_dir_fresh_refusal's words. */
+enum lstmd_fresh_run {
+  LSTMD_FRESH_TRAIN,  /* lstmd train */
+  LSTMD_FRESH_SUBMIT, /* the daemon, at a job's submission */
+  LSTMD_FRESH_START,  /* the daemon, at the job's start: the checkpoint appeared while it waited */
+};
+/* The refusal, into out (n bytes): "train.run_dir DIR already holds a run (FOUND): a fresh run
+ * there would mix its metrics with that run's and replace its checkpoints. To continue that
+ * run: add --resume; to start over: choose another train.run_dir, or remove that one first",
+ * found being lstmd_run_dir_checkpoint's file name; a job's in the daemon's words. Refused, as
+ * such a run appends its metrics to that run's and replaces its latest and best checkpoints (a
+ * user trial lost a finished run's best model that way). Inline, as the daemon's job table
+ * (jobs.c, which the protocol tests build without the training sources) writes it too. */
+static inline void lstmd_run_dir_fresh_refusal(char *out, size_t n, const char *run_dir,
+                                               const char *found, enum lstmd_fresh_run who) {
+  const int job = who != LSTMD_FRESH_TRAIN, start = who == LSTMD_FRESH_START;
+  snprintf(out, n, "train.run_dir %s %s a run (%s): a fresh %s there would mix its metrics with "
+           "that run's and replace its checkpoints. To continue that run: %s --resume; to start "
+           "over: %s another train.run_dir, or remove that one first", run_dir,
+           start ? "now holds" : "already holds", found, job ? "job" : "run",
+           !job ? "add" : start ? "submit it again with" : "submit with",
+           start ? "submit it again with" : "choose");
+}
 /* Where a resume of run_dir goes on from: its latest.safetensors; without one (a crash between
  * writing the first step file and naming it latest, or latest removed by hand) its newest
  * step-<N>.safetensors, rather than a fresh run over them. Returns 1 (latest) or 2 (the newest
