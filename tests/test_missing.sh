@@ -36,20 +36,10 @@ for split in ("train", "val"):
         print(" ".join(repr(v) for v in struct.unpack_from(f"<{width}f", raw, hb + 4 * width * r)))
 PYEOF
 }
-# fill_record FILE: "METHOD COUNT" of the fill record after a series header's statistics, or "none"
+# fill_record FILE: "METHOD COUNT" of its header's fill record, or "none" (tests/dataset_crc.py)
 fill_record() {
-$PY - "$1" <<'PYEOF'
-import struct, sys
-raw = open(sys.argv[1], "rb").read()
-hb, width = struct.unpack_from("<I", raw, 20)[0], struct.unpack_from("<I", raw, 32)[0]
-n = 64
-for _ in range(width): n += 1 + raw[n]
-n += 8 * width
-if n + 16 <= hb and raw[n:n + 4] == b"FILL":
-    print(*struct.unpack_from("<IQ", raw, n + 4))
-else:
-    print("none" if not any(raw[n:hb]) else "garbage")
-PYEOF
+  PYTHONPATH=$SRC/tests $PY -c 'import sys, dataset_crc
+print(dataset_crc.fill_record(open(sys.argv[1], "rb").read()))' "$1"
 }
 prep() { "$LSTMD" prepare series --target y --features x --horizon 1 --val-fraction 0.25 "$@"; }
 
