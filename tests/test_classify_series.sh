@@ -15,7 +15,8 @@
 #     accuracy at the last step; the checkpoint has no embedding, lstm.weight_ih_l0 [4H,1] and the
 #     normalisation;
 #  4. `lstmd classify` prints label<TAB>p for every CSV row (right on ≥ 0.85 of fresh rows); a row
-#     of the wrong length exits 2 naming FILE:LINE;
+#     of the wrong length exits 2 naming FILE:LINE; `lstmd eval` of a split prepared from another
+#     file notes that its statistics differ from the model's (its own split: no note);
 #  5. mpirun -np 2 × batch 4 = 1 rank × batch 8 (bidirectional, last; updates within 1e-5);
 #  6. a series classifier job through `lstmd serve` + lstmctl (2 ranks) SUCCEEDED with the weights
 #     of the same run under mpirun, bit for bit.
@@ -253,6 +254,15 @@ assert right >= 0.85, right
 print('%d rows, %.3f right, e.g. %s' % (len(out), right, '\t'.join(out[0])))
 PY
 ); then ok "classify: $msg"; else bad "classify: ${msg:-} $(cat err)"; fi
+# eval of a split prepared from other data (its own mean and std): scored with the model's, and
+# said so; the model's own split: no note
+$PY "$GEN" 200 --length 48 --noise 0.2 --seed 98 $SHAPES > new.csv
+"$LSTMD" prepare classify --series --input new.csv --out dnew --val-fraction 0.5 2>/dev/null || bad "prepare new.csv"
+"$LSTMD" eval --checkpoint run/latest.safetensors --data dnew > /dev/null 2>err || bad "eval of dnew: $(cat err)"
+"$LSTMD" eval --checkpoint run/latest.safetensors --data d > /dev/null 2>err0
+grep -q "note: dnew.* was prepared with other statistics than the classifier was trained with (mean .* in the checkpoint, .* in the dataset); scoring with the checkpoint's" err &&
+  ! grep -q "other statistics" err0 && ok "eval of another file's split: $(grep -o 'other statistics.*' err | cut -c1-90)..." ||
+  bad "eval of another file's split says nothing of its statistics: $(cat err) / $(cat err0)"
 printf '1,2,3\n' > q3.csv
 "$LSTMD" classify --checkpoint run/latest.safetensors --input q3.csv > /dev/null 2> err; rc=$?
 [[ $rc == 2 ]] && grep -q "q3.csv:1: 3 values, the model was trained on rows of 48" err \

@@ -324,9 +324,14 @@ int lstmd_series_use_model_stats(const struct lstmd_data_meta *d, struct lstmd_d
   ds->tf = d->tf; /* the windows as the model was trained on them */
   if (ds->info.kind == LSTMD_DATASET_CLASSIFY && d->info.kind == LSTMD_DATASET_CLASSIFY &&
       ds->info.numeric && d->info.numeric) { /* one mean and std of every value */
+    const int differ = ds->info.mean[0] != d->info.mean[0] || ds->info.std[0] != d->info.std[0];
+    if (differ && why_len)
+      snprintf(why, why_len, "mean %.9g, std %.9g in the checkpoint, %.9g, %.9g in the dataset",
+               (double)d->info.mean[0], (double)d->info.std[0], (double)ds->info.mean[0],
+               (double)ds->info.std[0]);
     ds->info.mean[0] = d->info.mean[0];
     ds->info.std[0] = d->info.std[0];
-    return -1;
+    return differ ? 0 : -1;
   }
   if (ds->info.kind != LSTMD_DATASET_SERIES || d->info.kind != LSTMD_DATASET_SERIES) return -1;
   const int c = lstmd_series_stats_differ(&d->info, &ds->info, why, why_len);

@@ -80,8 +80,8 @@ int lstmd_check_compatible(const struct lstmd_data_meta *d, const struct lstmd_d
  * Call after lstmd_check_compatible. Returns the first column whose statistics differed (why
  * says which, both values: lstmd_series_stats_differ), or -1. A series classifier's split
  * (numeric classify) takes the checkpoint's one mean and std the same way (as `lstmd classify`
- * normalises its rows), and -1 is returned for it; of a text split only the (unused) tf is
- * set. */
+ * normalises its rows): 0 when they differed, else -1; of a text split only the (unused) tf is
+ * set (-1). */
 int lstmd_series_use_model_stats(const struct lstmd_data_meta *d, struct lstmd_dataset *ds,
                                  char *why, size_t why_len);
 
