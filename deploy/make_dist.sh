@@ -251,19 +251,22 @@ if [ -n "${BASH_VERSION:-}" ]; then
 elif [ -n "${ZSH_VERSION:-}" ]; then
   eval '_lstmd_env=${(%):-%x}'
 else
+  # sh, dash, ksh: a sourced file cannot learn its own path
   _lstmd_env=${LSTMD_HOME:+$LSTMD_HOME/env.sh}
+  _lstmd_why="; this shell does not tell env.sh where it is: set LSTMD_HOME to the bundle's folder first"
 fi
 case $_lstmd_env in
   */*) _lstmd_env=${_lstmd_env%/*} ;;
   *) _lstmd_env=. ;;
 esac
-if ! LSTMD_HOME=$(cd "$_lstmd_env" 2>/dev/null && pwd -P) || [ ! -x "$LSTMD_HOME/bin/lstmd" ]; then
-  echo "env.sh: cannot find the lstmd bundle (looked in '$_lstmd_env'); set LSTMD_HOME" >&2
-  unset _lstmd_env
+# LSTMD_HOME is set only once the folder is found: a failed try leaves it as it was
+if ! _lstmd_home=$(cd "$_lstmd_env" 2>/dev/null && pwd -P) || [ ! -x "$_lstmd_home/bin/lstmd" ]; then
+  echo "env.sh: cannot find the lstmd bundle (no bin/lstmd in '$_lstmd_env')${_lstmd_why:-; set LSTMD_HOME}" >&2
+  unset _lstmd_env _lstmd_home _lstmd_why
   return 1
 fi
-unset _lstmd_env
-export LSTMD_HOME
+export LSTMD_HOME="$_lstmd_home"
+unset _lstmd_env _lstmd_home _lstmd_why
 export PATH="$LSTMD_HOME/bin${PATH:+:$PATH}"
 # Open MPI and PMIx look for their plugins, help texts and settings in the folders Debian
 # configured (/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3, /etc/openmpi, /usr/lib/x86_64-

@@ -5,7 +5,8 @@
 #  2. statically: every ELF file in it has an $ORIGIN-relative DT_RPATH (and no DT_RUNPATH), and
 #     each library it needs is in the bundle where that run path looks, or is part of glibc,
 #     libstdc++, libgcc_s or zlib (the GPU module's CUDA libraries excepted); no base or CUDA
-#     library is bundled, no symlink points outside the bundle;
+#     library is bundled, no symlink points outside the bundle; then (dist_deploy_checks.sh) env.sh
+#     in a POSIX sh;
 #  3. a root file system of only libc6, libgcc-s1, libstdc++6, zlib1g, bash and libtinfo6 (which
 #     bash needs) — unpacked .debs, no apt, no coreutils — with the tarball unpacked at an unusual
 #     path; entered with chroot in its own mount and PID namespaces (mounts and processes end with
@@ -208,9 +209,9 @@ else bad "tarball is $((size / 1024 / 1024)) MB, over 60 MB"; fi
 # 2. static checks on the unpacked bundle
 base_re='^(libc|libm|libmvec|libdl|libpthread|librt|libutil|libresolv|libanl|ld-linux-x86-64|libgcc_s|libstdc\+\+|libz)\.so\.[0-9]+$'
 cuda_re='^lib(cuda|cudart|cublas|cublasLt|cudnn[A-Za-z_]*|nccl|nvrtc|nvJitLink)\.so(\.[0-9]+)*$'
-mkdir "$TMP/static"
-tar -C "$TMP/static" -xzf "$tarball"
-B=$TMP/static/lstmd-$version-linux-x86_64
+mkdir "$TMP/un packed"
+tar -C "$TMP/un packed" -xzf "$tarball"
+B="$TMP/un packed/lstmd-$version-linux-x86_64"
 elfs=0 before=$fails
 while IFS= read -r -d '' f; do
   [[ $(head -c 4 "$f" | od -An -c | tr -d ' ') == 177ELF ]] || continue
@@ -255,6 +256,9 @@ for ini in "$B"/share/lstmd/examples/*.ini; do
   done
 done
 ((fails == before)) && ok "every script an example config names is in share/lstmd/examples"
+# the bundle's scripts (tests/dist_deploy_checks.sh)
+source "$(dirname "$0")/dist_deploy_checks.sh"
+check_deploy_scripts "$B" "$TMP/scripts"
 
 # 3. the bare root: .debs unpacked (the installed version, else apt's candidate when the archive
 #    no longer has it); offline, the installed packages' files are copied instead
