@@ -6,7 +6,7 @@
 #     each library it needs is in the bundle where that run path looks, or is part of glibc,
 #     libstdc++, libgcc_s or zlib (the GPU module's CUDA libraries excepted); no base or CUDA
 #     library is bundled, no symlink points outside the bundle; then (dist_deploy_checks.sh) env.sh
-#     in a POSIX sh;
+#     in a POSIX sh, the Slurm scripts run by hand as in a batch job;
 #  3. a root file system of only libc6, libgcc-s1, libstdc++6, zlib1g, bash and libtinfo6 (which
 #     bash needs) — unpacked .debs, no apt, no coreutils — with the tarball unpacked at an unusual
 #     path; entered with chroot in its own mount and PID namespaces (mounts and processes end with
@@ -256,7 +256,7 @@ for ini in "$B"/share/lstmd/examples/*.ini; do
   done
 done
 ((fails == before)) && ok "every script an example config names is in share/lstmd/examples"
-# the bundle's scripts (tests/dist_deploy_checks.sh)
+# env.sh in sh, the Slurm scripts run by hand as in a batch job (tests/dist_deploy_checks.sh)
 source "$(dirname "$0")/dist_deploy_checks.sh"
 check_deploy_scripts "$B" "$TMP/scripts"
 
