@@ -9,8 +9,8 @@
 #              lib/lstmd/liblstmd_gpu.so the GPU backend module when the build has one
 #   etc/       the bundle's Open MPI and PMIx defaults (read instead of the host's)
 #   share/     Open MPI's and PMIx's help texts; share/lstmd/ example configs, the demo corpus,
-#              Slurm scripts and proto/lstmd.proto; share/doc/<package>/copyright of every
-#              Debian package a file was taken from, and share/lstmd/BUNDLED listing them
+#              Slurm scripts, the systemd unit and proto/lstmd.proto; share/doc/<package>/copyright
+#              of every Debian package a file was taken from, and share/lstmd/BUNDLED listing them
 #   env.sh     to source: PATH and the variables that point Open MPI and PMIx at the bundle
 #
 # Everything is copied from the Debian packages installed on this build machine (the ones the
@@ -197,7 +197,7 @@ touch "$B/lib/hwloc/.keep"
 
 # ---- 5. lstmd's own files
 S=$B/share/lstmd
-mkdir -p "$S/examples" "$S/data" "$S/slurm" "$S/proto" "$S/bench"
+mkdir -p "$S/examples" "$S/data" "$S/slurm" "$S/systemd" "$S/proto" "$S/bench"
 # the configs, and the scripts their headers name to make and run them (language_id.sh,
 # wave_shapes.sh and .py: they find lstmd on PATH and their config beside themselves)
 cp "$src"/deploy/examples/*.{ini,sh,py} "$src/deploy/demo.ini" "$S/examples/"
@@ -205,6 +205,8 @@ cp "$src"/deploy/examples/*.{ini,sh,py} "$src/deploy/demo.ini" "$S/examples/"
 cp "$src"/bench/{bench_gpu.sh,torch_lstm_gpu_peer.py,gemm_rate_cuda.c} "$S/bench/"
 cp "$src"/data/{fortunes.txt,fortunes-LICENSE.txt,seattle-temps.csv,README.md} "$S/data/"
 cp "$src"/deploy/slurm/{train,serve}.sbatch "$S/slurm/"
+# the unit runs the bundle at /opt/lstmd; its install lines name this version's tarball
+sed "s/<version>/$version/g" "$src/deploy/systemd/lstmd.service" >"$S/systemd/lstmd.service"
 cp "$src/proto/lstmd.proto" "$S/proto/"
 cp "$src/README.md" "$S/"
 

@@ -5,7 +5,9 @@
 #  - share/lstmd/slurm/{train,serve}.sbatch with the SLURM_* variables a batch job has and a stand-in
 #    srun that runs its one task here: the default LSTMD is the bundle's when only LSTMD_HOME is
 #    set (env.sh sourced before sbatch), the task gets env.sh's Open MPI variables when only LSTMD
-#    is set, lstmd trains / serves, and serve.sbatch's "e.g. ssh HOST ..." line works as pasted.
+#    is set, lstmd trains / serves, and serve.sbatch's "e.g. ssh HOST ..." line works as pasted;
+#  - share/lstmd/systemd/lstmd.service passes `systemd-analyze verify` (where it is installed).
+# (The unit's ExecStart= itself runs in the bare root: test_dist_bareroot.sh.)
 #
 #   check_deploy_scripts BUNDLE WORK   (BUNDLE unpacked at a path with a space; WORK a scratch dir)
 check_deploy_scripts() {
@@ -20,6 +22,7 @@ check_deploy_scripts() {
     true
   [[ $out == "$B/bin/lstmd" ]] && ok "env.sh in sh with LSTMD_HOME set: lstmd is $out" ||
     bad "env.sh in sh with LSTMD_HOME set: '$out'"
+
   # srun as train.sbatch and serve.sbatch call it, for one task: the options dropped, the task run
   # here with the environment it was given (whose Open MPI variables it records)
   cat >"$W/bin/srun" <<'EOF'
@@ -65,4 +68,9 @@ EOF
   for _ in $(seq 100); do kill -0 "$serve" 2>/dev/null || break; sleep 0.2; done
   if kill "$serve" 2>/dev/null; then bad "serve.sbatch did not end after lstmctl shutdown"; fi
 
+  if command -v systemd-analyze >/dev/null; then
+    if out=$(systemd-analyze verify "$B/share/lstmd/systemd/lstmd.service" 2>&1); then
+      ok "systemd-analyze verify share/lstmd/systemd/lstmd.service"
+    else bad "systemd-analyze verify share/lstmd/systemd/lstmd.service: $out"; fi
+  fi
 }

@@ -6,7 +6,7 @@
 #     each library it needs is in the bundle where that run path looks, or is part of glibc,
 #     libstdc++, libgcc_s or zlib (the GPU module's CUDA libraries excepted); no base or CUDA
 #     library is bundled, no symlink points outside the bundle; then (dist_deploy_checks.sh) env.sh
-#     in a POSIX sh, the Slurm scripts run by hand as in a batch job;
+#     in a POSIX sh, the Slurm scripts run by hand as in a batch job, `systemd-analyze verify`;
 #  3. a root file system of only libc6, libgcc-s1, libstdc++6, zlib1g, bash and libtinfo6 (which
 #     bash needs) — unpacked .debs, no apt, no coreutils — with the tarball unpacked at an unusual
 #     path; entered with chroot in its own mount and PID namespaces (mounts and processes end with
@@ -14,7 +14,9 @@
 #     alone: `lstmd --version`, `lstmd doctor` (its libraries are the bundle's), `lstmd prepare
 #     text` on the bundled corpus, `mpirun -np 2 lstmd train` for a few steps (checkpoint and
 #     metrics written, 2 ranks), `lstmd sample` (a one-rank MPI world), `lstmd serve` under
-#     mpirun with a job submitted and watched to SUCCEEDED through lstmctl, then shut down.
+#     mpirun with a job submitted and watched to SUCCEEDED through lstmctl, then shut down; the
+#     systemd unit's ExecStart= as systemd runs it (user lstmd, its environment, the bundle at
+#     /opt/lstmd) serving the socket with group lstmd, and its KillSignal= draining it (exit 0).
 # The .debs are cached in CACHE_DIR; offline, the installed packages' files are copied instead.
 # Needs root (chroot, mount, unshare): exit 77 (skipped) where those are refused.
 #
@@ -166,6 +168,43 @@ EOF
     else bad "the daemon exited $? after lstmctl shutdown: $(why "$W/serve.out")"; fi
   elif kill -0 "$serve" 2>/dev/null; then bad "lstmd serve did not answer lstmctl within 30 s: $(why "$W/serve.out")"
   else bad "lstmd serve exited before answering: $(why "$W/serve.out")"; fi
+
+  # The bundle's systemd unit as systemd runs it: ExecStart= (its lines joined) with Environment=
+  # and systemd's PATH only, as User=/Group= lstmd, in WorkingDirectory=; the bundle at /opt/lstmd,
+  # the link its install lines make. KillSignal= (SIGUSR1), which `systemctl stop` sends to that
+  # process alone (KillMode=mixed), must drain the daemon: exit 0.
+  unit=$root$bundle/share/lstmd/systemd/lstmd.service
+  mkdir -p "$root/opt" "$root"/{run/lstmd,var/lib/lstmd,srv/lstmd}
+  ln -sfn "$bundle" "$root/opt/lstmd"
+  echo 'lstmd:x:990:990::/var/lib/lstmd:/bin/bash' >>"$root/etc/passwd"
+  echo 'lstmd:x:990:' >>"$root/etc/group"
+  chown 990:990 "$root"/{run/lstmd,var/lib/lstmd,srv/lstmd}
+  exec_start=$(sed -n '/^ExecStart=/,/[^\\]$/p' "$unit" | sed 's/^ExecStart=//; s/\\$//' | tr '\n' ' ')
+  mapfile -t unit_env < <(sed -n 's/^Environment=//p' "$unit")
+  workdir=$(sed -n 's/^WorkingDirectory=//p' "$unit")
+  timeout 90 env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+    HOME=/var/lib/lstmd USER=lstmd LOGNAME=lstmd OMPI_MCA_rmaps_base_oversubscribe=1 "${unit_env[@]}" \
+    "$chroot" --userspec=990:990 "$root" /bin/bash -c "cd '$workdir' && echo \$\$ >/tmp/unit.pid && exec $exec_start" \
+    >"$W/unit.out" 2>&1 &
+  unit_pid=$!
+  up=0
+  for _ in $(seq 150); do
+    if [[ -S $root/run/lstmd/lstmd.sock ]] && in_root "lstmctl --socket /run/lstmd/lstmd.sock list" >/dev/null 2>&1; then
+      up=1; break
+    fi
+    kill -0 "$unit_pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  if ((up)) && [[ $(stat -c '%g %a' "$root/run/lstmd/lstmd.sock") == '990 660' ]]; then
+    ok "the systemd unit's ExecStart= (as lstmd, systemd's environment) serves /run/lstmd/lstmd.sock, group lstmd"
+    kill -USR1 "$(cat "$root/tmp/unit.pid")"
+    for _ in $(seq 150); do kill -0 "$unit_pid" 2>/dev/null || break; sleep 0.2; done
+    if kill -0 "$unit_pid" 2>/dev/null; then bad "the unit's daemon did not stop within 30 s of SIGUSR1"
+    elif wait "$unit_pid"; then ok "SIGUSR1 (the unit's KillSignal=) to its main process: the daemon drained, exit 0"
+    else bad "the unit's daemon exited $? after SIGUSR1: $(why "$W/unit.out")"; fi
+  else
+    bad "the systemd unit's ExecStart= '$exec_start': no daemon on /run/lstmd/lstmd.sock: $(why "$W/unit.out")"
+  fi
   exit $((fails > 0))
 fi
 
@@ -256,7 +295,7 @@ for ini in "$B"/share/lstmd/examples/*.ini; do
   done
 done
 ((fails == before)) && ok "every script an example config names is in share/lstmd/examples"
-# env.sh in sh, the Slurm scripts run by hand as in a batch job (tests/dist_deploy_checks.sh)
+# env.sh in sh, the Slurm scripts run by hand as in a batch job, the systemd unit verified
 source "$(dirname "$0")/dist_deploy_checks.sh"
 check_deploy_scripts "$B" "$TMP/scripts"
 
