@@ -9,7 +9,7 @@
  * the host-staged fallback, and with two or more GPUs once more with a GPU each (NCCL). The ctest
  * `gpu` tests run `lstmd selftest --gpu --only GROUP`, so there is one implementation. Without a
  * usable GPU (no device, or the GPU backend not loaded) every GPU group is one SKIP with why.
- * --out DIR keeps the whole output in DIR/selftest-<gpu or cpu>-<date>.txt; --bench adds
+ * --out DIR keeps the whole output in DIR/selftest-<gpu or cpu>-<date>[-N].txt; --bench adds
  * bench/bench_gpu.sh (from share/lstmd/bench in a release) and writes its results file,
  * gpu-<gpu>-<date>.txt, there too (default: the current directory). Both are meant to be
  * committed under bench/results/ as the record that a GPU build was verified. */
@@ -107,11 +107,14 @@ static void today(char *date, size_t n) {
 }
 
 /* --out: stdout and stderr from here on also go to DIR/selftest-<machine>-<date>.txt, through
- * tee(1) (children, such as the two mpirun ranks, write there too). Returns the tee's pid. */
+ * tee(1) (children, such as the two mpirun ranks, write there too); a name taken by an earlier
+ * run gets -2, -3, ... before .txt, so no report replaces another. Returns the tee's pid. */
 static pid_t tee_output(const char *dir, const char *machine) {
   char path[PATH_MAX + 300], date[16];
   today(date, sizeof date);
   snprintf(path, sizeof path, "%s/selftest-%s-%s.txt", dir, machine, date);
+  for (int k = 2; k < 1000 && access(path, F_OK) == 0; k++)
+    snprintf(path, sizeof path, "%s/selftest-%s-%s-%d.txt", dir, machine, date, k);
   int fd[2];
   if (pipe(fd)) return -1;
   fflush(NULL);

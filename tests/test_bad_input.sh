@@ -643,6 +643,12 @@ check "train --resume: latest.safetensors a symlink loop (not a fresh start)" \
   "$LSTMD" train --set data.path="$TMP/good-text" --set train.run_dir="$TMP/run-loop" "${TINY[@]}" --resume
 check "selftest: --out a folder that does not exist" --has "--out $TMP/no-such-out: no such folder" -- \
   "$LSTMD" selftest --only cpu --out "$TMP/no-such-out"
+# a second report the same day goes beside the first, not over it
+mkdir -p "$TMP/st-out"
+for i in 1 2; do "$LSTMD" selftest --only kernels --out "$TMP/st-out" >/dev/null 2>&1; done
+cases=$((cases + 1))
+st=$(cd "$TMP/st-out" && ls)
+[[ $(wc -l <<<"$st") == 2 && $st == *"-2.txt"* ]] || fail "selftest --out twice the same day" "left: $st"
 check "pipe-predict: --stages 0" --has "--stages '0' must be an integer in [1, 16]" -- \
   "$LSTMD" pipe-predict --stages 0
 check "pipe-predict: 9 stage counts" --has "at most 8 stage counts" -- \
