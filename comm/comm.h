@@ -14,7 +14,9 @@ struct lstmd_comm; /* opaque; one per process, plus any made by lstmd_comm_split
 /* MPI_Init_thread(MPI_THREAD_MULTIPLE); rank and size of MPI_COMM_WORLD; local rank from
  * MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). Returns 0 or LSTMD_ECOMM with a message. */
 int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out);
-/* MPI_Finalize (after all requests are done). NULL is fine. */
+/* MPI_Finalize (after all requests are done). NULL is fine. With a wait limit set on c
+ * (lstmd_comm_set_wait_limit: a run's train.comm_timeout_s), an MPI_Finalize unfinished that long
+ * (a peer stopped after the last collective) prints why and ends the process with exit code 1. */
 void lstmd_comm_finalize(struct lstmd_comm *c);
 /* Ends the whole job now (MPI_Abort on MPI_COMM_WORLD), from any rank, whichever communicator
  * (world or a sub-communicator) it is given. */

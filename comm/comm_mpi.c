@@ -29,6 +29,8 @@
 
 #include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -141,14 +143,52 @@ int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out) {
   return LSTMD_OK;
 }
 
+/* MPI_Finalize waits for every rank (Open MPI 4: a PMIx fence), unbounded: a peer stopped after
+ * the run's last collective (SIGSTOP, a frozen node) held this rank there forever, its run done
+ * and its checkpoint written (a user trial). With a wait limit set (a run's), a watchdog thread
+ * ends the process once MPI_Finalize has taken longer than it, naming a stopped or lost peer of
+ * this host. _exit, not MPI_Abort, which could wait on the finalize in progress: the launcher
+ * sees a rank end without finalizing and ends the others, the stopped one included. */
+struct finalize_watch {
+  const struct lstmd_comm *c;
+  double limit_s;
+  atomic_int done;
+};
+
+static void *finalize_watchdog(void *arg) {
+  struct finalize_watch *w = arg;
+  const double began = lstmd_now_s();
+  while (!atomic_load(&w->done)) {
+    if (lstmd_now_s() - began > w->limit_s) {
+      char stuck[512];
+      lstmd_errorf("rank %d (%s): MPI_Finalize unfinished after %.1f s (its limit: %g s, %s): a "
+                   "rank may be stopped or hung%s; exiting without it (this rank's run had ended)",
+                   w->c->world_rank, w->c->host, lstmd_now_s() - began, w->limit_s,
+                   w->c->wait_limit_source ? w->c->wait_limit_source : "the run's wait limit",
+                   lstmd_peers_describe_stuck(stuck, sizeof stuck));
+      _exit(1);
+    }
+    lstmd_sleep_us(10000);
+  }
+  return NULL;
+}
+
 void lstmd_comm_finalize(struct lstmd_comm *c) {
   if (!c) return;
   if (c->local && c->local != MPI_COMM_NULL) MPI_Comm_free(&c->local); /* NULL on a sub */
   if (c->world && c->world != MPI_COMM_NULL) MPI_Comm_free(&c->world);
   if (c->grads && c->grads != MPI_COMM_NULL) MPI_Comm_free(&c->grads);
   if (c->we_initialized) {
-    lstmd_peers_free();
+    struct finalize_watch w = {.c = c, .limit_s = c->wait_limit_s};
+    pthread_t watchdog;
+    const int watched = c->size > 1 && w.limit_s > 0 &&
+                        pthread_create(&watchdog, NULL, finalize_watchdog, &w) == 0;
     MPI_Finalize();
+    if (watched) {
+      atomic_store(&w.done, 1);
+      pthread_join(watchdog, NULL);
+    }
+    lstmd_peers_free(); /* after: the watchdog names the peers */
   }
   free(c);
 }

@@ -1,5 +1,6 @@
 /* cli_train.c — `lstmd train`: config file + overrides → effective config → training run. */
 #include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "comm/comm.h"
 #include "comm/peers.h"
 #include "kernels/status.h"
+#include "worker/train/fault.h"
 #include "worker/train/trainer.h"
 #include "worker/train/val_watch.h"
 #include "blas_setup.h"
@@ -213,6 +215,7 @@ int lstmd_cmd_train(int argc, char **argv) {
     lstmd_errorf("rank %d (%s) stops the job: %s", rank, lstmd_comm_host(comm), lstmd_strerror(rc));
     lstmd_comm_abort(comm, lstmd_exit_code(rc));
   }
-  lstmd_comm_finalize(comm);
+  if (lstmd_fault_due(LSTMD_FAULT_FINALIZE_FREEZE, 1, rank)) raise(SIGSTOP); /* a test's (fault.h) */
+  lstmd_comm_finalize(comm); /* bounded by train.comm_timeout_s (comm.h) */
   return lstmd_exit_code(rc);
 }

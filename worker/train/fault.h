@@ -29,6 +29,10 @@
  * One kind is given as @1 and happens at every checkpoint of a stream-order run:
  *   state_oom   this rank's CPU engine gets no memory for the carried state it gathers for a
  *               checkpoint (engine_cpu.c): the vote must stop every rank, naming this one
+ * One kind happens after the run, given as @1:
+ *   finalize_freeze  this rank stops itself (SIGSTOP) after the run's last collective, as
+ *               `lstmd train` begins MPI_Finalize (cli_train.c): the others' MPI_Finalize must
+ *               not wait for it forever (comm.h, lstmd_comm_finalize)
  * With the variable unset nothing happens and the cost is one integer compare per step.
  *
  * LSTMD_VAL_LOSSES="L1,L2,..." scripts the validation losses rank 0 reports (and every rank then
@@ -50,7 +54,8 @@ enum lstmd_fault {
   LSTMD_FAULT_CKPT_SLOW,
   LSTMD_FAULT_SETUP_FREEZE,
   LSTMD_FAULT_WORKSPACE_OOM,
-  LSTMD_FAULT_STATE_OOM
+  LSTMD_FAULT_STATE_OOM,
+  LSTMD_FAULT_FINALIZE_FREEZE
 };
 
 /* Nonzero when `kind` is configured for `step` on `rank` (slow: for every step from STEP on). A malformed variable is reported once

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# test_rank_faults.sh — faults of one rank under `mpirun lstmd train` that the other tests of
+# failures (test_mpi_train, test_pipeline, test_checkpoint_fail) do not reach:
+#  1. a rank stopped (SIGSTOP) after the run's last collective, as it begins MPI_Finalize
+#     (LSTMD_FAULT=finalize_freeze@1:1; 2 pipeline stages, train.comm_timeout_s 3): rank 0 had
+#     written the final checkpoint and printed "done", then waited in MPI_Finalize forever (user
+#     trial). Now it ends within seconds naming the stopped rank, no process is left, and the
+#     final checkpoint is whole.
+set -u
+LSTMD=$(realpath "${1:?usage: test_rank_faults.sh LSTMD_BINARY SOURCE_DIR}")
+SRC=$(realpath "${2:?}")
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm=isolated
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+TMP=$(mktemp -d)
+trap 'pkill -CONT -f "$TMP" 2>/dev/null; pkill -9 -f "$TMP" 2>/dev/null; rm -rf "$TMP"' EXIT
+fails=0
+ok() { echo "ok    $*"; }
+bad() { echo "FAIL  $*"; fails=$((fails + 1)); }
+
+head -c 100000 "$SRC/data/fortunes.txt" > "$TMP/small.txt"
+"$LSTMD" prepare text --input "$TMP/small.txt" --out "$TMP/ds" 2>/dev/null || bad "prepare"
+args=(train --set data.path="$TMP/ds" --set data.seq_len=16 --set data.batch_size=4 --set model.embed=8
+      --set model.hidden=16 --set model.layers=2 --set train.threads=1 --set train.eval_every=0
+      --set train.log_every=0 --set train.steps=4 --set train.checkpoint_every=2
+      --set train.comm_timeout_s=3 --set train.run_dir="$TMP/run")
+
+# 1. rank 1 frozen as MPI_Finalize begins
+t0=$SECONDS
+LSTMD_FAULT=finalize_freeze@1:1 timeout 40 mpirun -np 2 "$LSTMD" "${args[@]}" --set model.stages=2 \
+  >/dev/null 2>"$TMP/err.log"
+rc=$? took=$((SECONDS - t0))
+left=$(pgrep -f "$TMP" | wc -l)
+if [[ $rc -ne 124 && $took -le 20 && $left -eq 0 ]]; then ok "finalize_freeze: every rank ended in ${took}s, none left"
+else bad "finalize_freeze: rc=$rc after ${took}s, $left process(es) left (a hang in MPI_Finalize?)"; fi
+msg=$(grep -m1 '^lstmd: rank 0 .*MPI_Finalize unfinished after .*rank 1 (pid [0-9]* on .*) is stopped' "$TMP/err.log")
+[[ -n $msg ]] && ok "finalize_freeze: ${msg#lstmd: }" \
+  || bad "finalize_freeze: no line naming the stopped rank 1: $(grep '^lstmd:' "$TMP/err.log" | tail -2)"
+grep -q '^lstmd: done: ' "$TMP/err.log" && s=$(/usr/bin/python3 "$SRC/tests/ckpt_meta.py" "$TMP/run/latest.safetensors" 2>&1) \
+  && [[ $s == 4 ]] && "$LSTMD" eval --checkpoint "$TMP/run/latest.safetensors" --data "$TMP/ds" >/dev/null 2>&1 \
+  && ok "finalize_freeze: the run finished and latest.safetensors is the whole step 4" \
+  || bad "finalize_freeze: the run did not finish, or latest.safetensors is not a whole step 4 ($s)"
+
+[[ $fails -eq 0 ]] && echo "test_rank_faults: passed" || echo "test_rank_faults: $fails FAILED"
+exit $((fails > 0))
