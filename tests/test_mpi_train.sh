@@ -15,8 +15,8 @@
 #  3. a checkpoint of N=2 resumes on N=1 with the same global batch (updates within 1e-5);
 #  4. SIGUSR1 to mpirun (forwarded to every rank) and SIGTERM to the ranks: the step finishes,
 #     a checkpoint is written, exit 0;
-#  5. ranks with different configs, or datasets, or a --trace file one rank cannot open, stop
-#     with an error on every rank, not a hang; a config mistake is printed once, naming the ranks
+#  5. ranks with different configs (the differing setting named, both values), or datasets, or a
+#     --trace file one rank cannot open, stop with an error on every rank, not a hang; a config mistake is printed once, naming the ranks
 #     that made it unless all did.
 # Every equivalence runs with optim.clip_norm=0: a clip (default 1) rescales the gradient to a
 # fixed norm and so hides any uniform error in its scale. Equivalences compare updates (p - p0,
@@ -346,7 +346,7 @@ timeout 60 mpirun -np 1 "$LSTMD" train "${common[@]}" --set data.batch_size=4 --
   --set train.steps=5 --set model.hidden=64 --set train.run_dir="$TMP/mismatch" >/dev/null 2>"$TMP/mm.log"
 rc=$?
 took=$(($(date +%s) - t0))
-if [[ $rc -ne 0 && $rc -ne 124 ]] && grep -q "rank 1 .*config differs" "$TMP/mm.log" &&
+if [[ $rc -ne 0 && $rc -ne 124 ]] && grep -q "rank 1 .*config differs from rank 0's (model.hidden 64 here, 32 on rank 0)" "$TMP/mm.log" &&
    grep -q "ranks disagree" "$TMP/mm.log"; then
   ok "mismatched configs: error on every rank after ${took}s (status $rc)"
 else bad "mismatched configs: rc=$rc: $(tail -3 "$TMP/mm.log")"; fi

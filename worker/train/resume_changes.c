@@ -35,7 +35,9 @@ static int same_setting(const char *a, const char *b) {
   return *a && *b && !*end_a && !*end_b && (float)x == (float)y;
 }
 
-char *lstmd_resume_changes(const char *was_json, const char *now_json) {
+/* The settings of `now` whose text in `was` differs (same_setting), each written as `fmt` with
+ * the key, was's value and now's, ", " between them; `all` 0 leaves out cannot_change_weights. */
+static char *differences(const char *was_json, const char *now_json, int all, const char *fmt) {
   json_t *was = json_loads(was_json, 0, NULL), *now = json_loads(now_json, 0, NULL);
   char *out = NULL;
   size_t len = 0;
@@ -46,8 +48,9 @@ char *lstmd_resume_changes(const char *was_json, const char *now_json) {
   if (f) json_object_foreach(now, key, value) {
       const char *a = json_string_value(json_object_get(was, key)), *b = json_string_value(value);
       /* a key the checkpoint lacks came with a later version: it had its default then */
-      if (!a || !b || cannot_change_weights(key) || same_setting(a, b)) continue;
-      fprintf(f, "%s%s %s → %s", n++ ? ", " : "", key, a, b);
+      if (!a || !b || (!all && cannot_change_weights(key)) || same_setting(a, b)) continue;
+      if (n++) fputs(", ", f);
+      fprintf(f, fmt, key, a, b);
     }
   if (f) fclose(f);
   json_decref(was);
@@ -57,4 +60,12 @@ char *lstmd_resume_changes(const char *was_json, const char *now_json) {
     return NULL;
   }
   return out;
+}
+
+char *lstmd_resume_changes(const char *was_json, const char *now_json) {
+  return differences(was_json, now_json, 0, "%s %s → %s");
+}
+
+char *lstmd_config_differences(const char *rank0_json, const char *mine_json) {
+  return differences(rank0_json, mine_json, 1, "%1$s %3$s here, %2$s on rank 0");
 }

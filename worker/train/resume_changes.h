@@ -16,4 +16,8 @@
  * parse (a checkpoint without a config says nothing). malloc'd. */
 char *lstmd_resume_changes(const char *was_json, const char *now_json);
 
+/* For a rank whose effective config is not rank 0's (train_setup.c): every setting that differs,
+ * paths included, as "key MINE here, RANK0'S on rank 0, ...". NULL as above. malloc'd. */
+char *lstmd_config_differences(const char *rank0_json, const char *mine_json);
+
 #endif

@@ -56,8 +56,11 @@ static int check_plan(struct run *r) {
   if (!rc) rc = lstmd_comm_bcast(r->comm, plan, lens[0] + lens[1] + 2, 0);
   int differs = 0;
   if (!rc && strcmp(plan, r->config_json) != 0) {
-    lstmd_errorf("rank %d (%s): its config differs from rank 0's; every rank must run the same "
-                 "command with the same config file", r->rank, lstmd_comm_host(r->comm));
+    char *how = lstmd_config_differences(plan, r->config_json); /* NULL: say only that */
+    lstmd_errorf("rank %d (%s): its config differs from rank 0's%s%s%s; every rank must run the "
+                 "same command with the same config file", r->rank, lstmd_comm_host(r->comm),
+                 how ? " (" : "", how ? how : "", how ? ")" : "");
+    free(how);
     differs = 1;
   }
   if (!rc && strcmp(plan + lens[0] + 1, mine) != 0) {
