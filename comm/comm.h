@@ -14,6 +14,14 @@ struct lstmd_comm; /* opaque; one per process, plus any made by lstmd_comm_split
 /* MPI_Init_thread(MPI_THREAD_MULTIPLE); rank and size of MPI_COMM_WORLD; local rank from
  * MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). Returns 0 or LSTMD_ECOMM with a message. */
 int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out);
+/* Before lstmd_comm_init: an MPI_Init unfinished after `seconds` (a rank stopped in its start-up
+ * holds every rank there) prints why and ends the process with exit code 1; the communicator
+ * then starts with this wait limit (lstmd_comm_set_wait_limit). `source` names it in messages (a
+ * string constant). 0: unbounded, as without the call. */
+void lstmd_comm_set_init_limit(double seconds, const char *source);
+/* The world rank the launcher gave this process (its environment), before MPI_Init can say; -1
+ * when none did. */
+int lstmd_comm_launcher_rank(void);
 /* MPI_Finalize (after all requests are done). NULL is fine. With a wait limit set on c
  * (lstmd_comm_set_wait_limit: a run's train.comm_timeout_s), an MPI_Finalize unfinished that long
  * (a peer stopped after the last collective) prints why and ends the process with exit code 1. */

@@ -88,6 +88,68 @@ static int wait_requests(const struct lstmd_comm *c, int n, MPI_Request *r) {
 
 static int wait_request(const struct lstmd_comm *c, MPI_Request *r) { return wait_requests(c, 1, r); }
 
+/* MPI_Init and MPI_Finalize wait for every rank (Open MPI 4: PMIx fences), unbounded: a peer
+ * stopped (SIGSTOP, a frozen node) in its start-up, or after the run's last collective, held the
+ * others there forever (user trials; at the end the run was done and its checkpoint written).
+ * With a limit, a watchdog thread ends the process once the call has taken longer, naming a
+ * stopped or lost peer of this host where it can (after MPI_Init's all-gather of the process
+ * table). _exit, not MPI_Abort, which could wait on the call in progress: the launcher sees a
+ * rank end without finalizing and ends the others, the stopped one included. */
+struct mpi_watch {
+  const char *call, *exiting; /* "MPI_Init"; the message's end: how this rank leaves */
+  int rank;                 /* world rank, -1 unknown */
+  const char *host, *source;
+  double limit_s;
+  atomic_int done;
+  pthread_t thread;
+  int running;
+};
+
+static void *mpi_watchdog(void *arg) {
+  struct mpi_watch *w = arg;
+  const double began = lstmd_now_s();
+  while (!atomic_load(&w->done)) {
+    if (lstmd_now_s() - began > w->limit_s) {
+      char stuck[512], who[MPI_MAX_PROCESSOR_NAME + 32] = "";
+      if (w->rank >= 0) snprintf(who, sizeof who, "rank %d (%s): ", w->rank, w->host);
+      lstmd_errorf("%s%s unfinished after %.1f s (its limit: %g s, %s): a rank may be stopped or "
+                   "hung%s; %s", who, w->call, lstmd_now_s() - began, w->limit_s, w->source,
+                   lstmd_peers_describe_stuck(stuck, sizeof stuck), w->exiting);
+      _exit(1);
+    }
+    lstmd_sleep_us(10000);
+  }
+  return NULL;
+}
+
+/* No watchdog without a limit, or when the thread cannot be made (the call is then unbounded). */
+static void watch_begin(struct mpi_watch *w) {
+  w->running = w->limit_s > 0 && pthread_create(&w->thread, NULL, mpi_watchdog, w) == 0;
+}
+
+static void watch_end(struct mpi_watch *w) {
+  if (!w->running) return;
+  atomic_store(&w->done, 1);
+  pthread_join(w->thread, NULL);
+}
+
+static double g_init_limit_s;
+static const char *g_init_limit_source;
+
+void lstmd_comm_set_init_limit(double seconds, const char *source) {
+  g_init_limit_s = seconds > 0 ? seconds : 0.0;
+  g_init_limit_source = source;
+}
+
+int lstmd_comm_launcher_rank(void) {
+  static const char *const kVars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
+  for (size_t i = 0; i < sizeof kVars / sizeof *kVars; i++) {
+    const char *v = getenv(kVars[i]);
+    if (v && *v) return atoi(v);
+  }
+  return -1;
+}
+
 int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out) {
   *out = NULL;
   struct lstmd_comm *c = calloc(1, sizeof *c);
@@ -101,7 +163,14 @@ int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out) {
      * spawns, so it needs no orted: isolated singletons clean up before exit. A launcher's
      * ranks are not singletons and ignore it; a user's own setting wins. */
     setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+    char host[MPI_MAX_PROCESSOR_NAME] = "";
+    gethostname(host, sizeof host - 1);
+    struct mpi_watch w = {.call = "MPI_Init", .exiting = "exiting before the run began", .rank = lstmd_comm_launcher_rank(),
+                          .host = host, .limit_s = g_init_limit_s, .source = g_init_limit_source};
+    watch_begin(&w);
+    const int init_rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    watch_end(&w);
+    if (init_rc != MPI_SUCCESS) {
       lstmd_errorf("MPI_Init_thread failed");
       free(c);
       return LSTMD_ECOMM;
@@ -135,6 +204,8 @@ int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out) {
     return LSTMD_ECOMM;
   }
   c->world_rank = c->rank;
+  if (g_init_limit_s > 0) /* until the caller sets its own */
+    lstmd_comm_set_wait_limit(c, g_init_limit_s, g_init_limit_source);
   lstmd_set_process_label(c->rank, c->host);
   if (lstmd_peers_init()) /* only a loss of the lost-peer check (peers.h): warn, go on */
     lstmd_errorf("rank %d: the process table of this host's ranks could not be made; a lost "
@@ -143,51 +214,20 @@ int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out) {
   return LSTMD_OK;
 }
 
-/* MPI_Finalize waits for every rank (Open MPI 4: a PMIx fence), unbounded: a peer stopped after
- * the run's last collective (SIGSTOP, a frozen node) held this rank there forever, its run done
- * and its checkpoint written (a user trial). With a wait limit set (a run's), a watchdog thread
- * ends the process once MPI_Finalize has taken longer than it, naming a stopped or lost peer of
- * this host. _exit, not MPI_Abort, which could wait on the finalize in progress: the launcher
- * sees a rank end without finalizing and ends the others, the stopped one included. */
-struct finalize_watch {
-  const struct lstmd_comm *c;
-  double limit_s;
-  atomic_int done;
-};
-
-static void *finalize_watchdog(void *arg) {
-  struct finalize_watch *w = arg;
-  const double began = lstmd_now_s();
-  while (!atomic_load(&w->done)) {
-    if (lstmd_now_s() - began > w->limit_s) {
-      char stuck[512];
-      lstmd_errorf("rank %d (%s): MPI_Finalize unfinished after %.1f s (its limit: %g s, %s): a "
-                   "rank may be stopped or hung%s; exiting without it (this rank's run had ended)",
-                   w->c->world_rank, w->c->host, lstmd_now_s() - began, w->limit_s,
-                   w->c->wait_limit_source ? w->c->wait_limit_source : "the run's wait limit",
-                   lstmd_peers_describe_stuck(stuck, sizeof stuck));
-      _exit(1);
-    }
-    lstmd_sleep_us(10000);
-  }
-  return NULL;
-}
-
 void lstmd_comm_finalize(struct lstmd_comm *c) {
   if (!c) return;
   if (c->local && c->local != MPI_COMM_NULL) MPI_Comm_free(&c->local); /* NULL on a sub */
   if (c->world && c->world != MPI_COMM_NULL) MPI_Comm_free(&c->world);
   if (c->grads && c->grads != MPI_COMM_NULL) MPI_Comm_free(&c->grads);
   if (c->we_initialized) {
-    struct finalize_watch w = {.c = c, .limit_s = c->wait_limit_s};
-    pthread_t watchdog;
-    const int watched = c->size > 1 && w.limit_s > 0 &&
-                        pthread_create(&watchdog, NULL, finalize_watchdog, &w) == 0;
+    struct mpi_watch w = {.call = "MPI_Finalize",
+                          .exiting = "exiting without it (this rank's work had ended)",
+                          .rank = c->world_rank, .host = c->host,
+                          .limit_s = c->size > 1 ? c->wait_limit_s : 0.0,
+                          .source = c->wait_limit_source ? c->wait_limit_source : "its wait limit"};
+    watch_begin(&w);
     MPI_Finalize();
-    if (watched) {
-      atomic_store(&w.done, 1);
-      pthread_join(watchdog, NULL);
-    }
+    watch_end(&w);
     lstmd_peers_free(); /* after: the watchdog names the peers */
   }
   free(c);

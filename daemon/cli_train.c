@@ -161,6 +161,12 @@ int lstmd_cmd_train(int argc, char **argv) {
   char latest[1100];
   struct lstmd_comm *comm;
   const int config_rc = rc;
+  const char *setup_source; /* MPI_Init and the votes below: the set-up's bound (trainer.h) */
+  const double setup_wait_s = lstmd_setup_wait_limit(config_rc ? 0 : cfg.comm_timeout_s,
+                                                     &setup_source, 0);
+  lstmd_comm_set_init_limit(setup_wait_s, setup_source);
+  if (lstmd_fault_due(LSTMD_FAULT_INIT_FREEZE, 1, lstmd_comm_launcher_rank()))
+    raise(SIGSTOP); /* a test's (fault.h) */
   if ((rc = lstmd_comm_init(&argc, &argv, &comm))) {
     if (hold) fputs(held, stderr);
     return lstmd_exit_code(config_rc ? config_rc : rc);

@@ -6,6 +6,9 @@
 #     written the final checkpoint and printed "done", then waited in MPI_Finalize forever (user
 #     trial). Now it ends within seconds naming the stopped rank, no process is left, and the
 #     final checkpoint is whole.
+#  2. a rank stopped before MPI_Init (LSTMD_FAULT=init_freeze@1:1; the set-up bound shortened to
+#     3 s by LSTMD_SETUP_WAIT_S): rank 0 waited in MPI_Init forever (user trial: SIGSTOP 0.25 s
+#     after mpirun started). Now it ends at the set-up bound, naming MPI_Init, none left.
 set -u
 LSTMD=$(realpath "${1:?usage: test_rank_faults.sh LSTMD_BINARY SOURCE_DIR}")
 SRC=$(realpath "${2:?}")
@@ -39,6 +42,18 @@ grep -q '^lstmd: done: ' "$TMP/err.log" && s=$(/usr/bin/python3 "$SRC/tests/ckpt
   && [[ $s == 4 ]] && "$LSTMD" eval --checkpoint "$TMP/run/latest.safetensors" --data "$TMP/ds" >/dev/null 2>&1 \
   && ok "finalize_freeze: the run finished and latest.safetensors is the whole step 4" \
   || bad "finalize_freeze: the run did not finish, or latest.safetensors is not a whole step 4 ($s)"
+
+# 2. rank 1 frozen before MPI_Init
+t0=$SECONDS
+LSTMD_FAULT=init_freeze@1:1 LSTMD_SETUP_WAIT_S=3 timeout 40 mpirun -np 2 "$LSTMD" "${args[@]}" \
+  --set train.run_dir="$TMP/run2" >/dev/null 2>"$TMP/err2.log"
+rc=$? took=$((SECONDS - t0))
+left=$(pgrep -f "$TMP" | wc -l)
+if [[ $rc -ne 124 && $rc -ne 0 && $took -le 20 && $left -eq 0 ]]; then ok "init_freeze: every rank ended in ${took}s, none left"
+else bad "init_freeze: rc=$rc after ${took}s, $left process(es) left (a hang in MPI_Init?)"; fi
+msg=$(grep -m1 "^lstmd: rank 0 .*MPI_Init unfinished after .*(its limit: 3 s, the set-up's: max(train.comm_timeout_s, LSTMD_SETUP_WAIT_S))" "$TMP/err2.log")
+[[ -n $msg ]] && ok "init_freeze: ${msg#lstmd: }" \
+  || bad "init_freeze: no MPI_Init line from rank 0: $(grep '^lstmd:' "$TMP/err2.log" | tail -2)"
 
 [[ $fails -eq 0 ]] && echo "test_rank_faults: passed" || echo "test_rank_faults: $fails FAILED"
 exit $((fails > 0))

@@ -36,12 +36,13 @@ static void parse(void) {
                  : !strcmp(kind, "setup_freeze") ? LSTMD_FAULT_SETUP_FREEZE
                  : !strcmp(kind, "workspace_oom") ? LSTMD_FAULT_WORKSPACE_OOM
                  : !strcmp(kind, "state_oom")  ? LSTMD_FAULT_STATE_OOM
+                 : !strcmp(kind, "init_freeze") ? LSTMD_FAULT_INIT_FREEZE
                  : !strcmp(kind, "finalize_freeze") ? LSTMD_FAULT_FINALIZE_FREEZE
                                                : LSTMD_FAULT_NONE;
   if (g_fault.kind == LSTMD_FAULT_NONE) {
     lstmd_errorf("LSTMD_FAULT='%s' ignored: the kinds are nan_grad, nan_update, stop, slow, "
-                 "eval_freeze, ckpt_freeze, ckpt_slow, setup_freeze, workspace_oom, state_oom and "
-                 "finalize_freeze", v);
+                 "eval_freeze, ckpt_freeze, ckpt_slow, setup_freeze, workspace_oom, state_oom, "
+                 "init_freeze and finalize_freeze", v);
     return;
   }
   g_fault.step = step;

@@ -706,21 +706,7 @@ static int open_outputs(struct run *r, const char *resume_path) {
   return lstmd_comm_agree(r->comm, local, NULL);
 }
 
-int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_json,
-                    const char *resume_path, struct lstmd_comm *comm,
-                    const struct lstmd_train_hooks *hooks, int *all_know) {
-  static const struct lstmd_train_hooks kNoHooks;
-  struct run r = {.cfg = cfg, .config_json = config_json, .comm = comm, .train.fd = -1,
-                  .val.fd = -1, .run_lock = -1, .hooks = hooks ? hooks : &kNoHooks};
-  r.rank = comm ? lstmd_comm_rank(comm) : 0;
-  r.world = comm ? lstmd_comm_size(comm) : 1;
-  /* Every wait of the run that names no bound of its own gets one (comm.h), so a rank that
-   * freezes anywhere (not only inside a step) ends the job instead of hanging it; rank 0's long
-   * work alone is lstmd_comm_solo's, bounded by its silence. During set-up the ranks may differ
-   * by more than a step's time for good reasons (device start-up, rank 0 choosing cuDNN's
-   * algorithms, each rank reading a teacher at its file system's speed): there the bound is at
-   * least 600 s, so that a small train.comm_timeout_s (set to notice a frozen rank in
-   * seconds) does not end a healthy start. */
+double lstmd_setup_wait_limit(double comm_timeout_s, const char **source, int say) {
   double setup_wait_s = 600;
   /* A test hook, read here only: LSTMD_SETUP_WAIT_S=S puts S seconds in place of the 600, so that
    * a test can see a rank frozen during set-up (LSTMD_FAULT=setup_freeze@1) end the job in
@@ -731,18 +717,33 @@ int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_jso
     char *end;
     const double s = strtod(hook, &end);
     if (*end || !(s > 0) || !isfinite(s)) {
-      lstmd_errorf("LSTMD_SETUP_WAIT_S='%s' ignored: expected seconds > 0", hook);
+      if (say) lstmd_errorf("LSTMD_SETUP_WAIT_S='%s' ignored: expected seconds > 0", hook);
     } else {
       setup_wait_s = s;
-      if (r.rank == 0)
+      if (say)
         lstmd_errorf("LSTMD_SETUP_WAIT_S: set-up waits are bounded by max(train.comm_timeout_s, "
                      "%g s), not 600 s (a test hook)", s);
     }
   }
-  lstmd_comm_set_wait_limit(comm, cfg->comm_timeout_s > setup_wait_s ? cfg->comm_timeout_s : setup_wait_s,
-                            setup_wait_s == 600 ? "the set-up's: max(train.comm_timeout_s, 600 s)"
-                                                : "the set-up's: max(train.comm_timeout_s, "
-                                                  "LSTMD_SETUP_WAIT_S)");
+  *source = setup_wait_s == 600 ? "the set-up's: max(train.comm_timeout_s, 600 s)"
+                                : "the set-up's: max(train.comm_timeout_s, LSTMD_SETUP_WAIT_S)";
+  return comm_timeout_s > setup_wait_s ? comm_timeout_s : setup_wait_s;
+}
+
+int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_json,
+                    const char *resume_path, struct lstmd_comm *comm,
+                    const struct lstmd_train_hooks *hooks, int *all_know) {
+  static const struct lstmd_train_hooks kNoHooks;
+  struct run r = {.cfg = cfg, .config_json = config_json, .comm = comm, .train.fd = -1,
+                  .val.fd = -1, .run_lock = -1, .hooks = hooks ? hooks : &kNoHooks};
+  r.rank = comm ? lstmd_comm_rank(comm) : 0;
+  r.world = comm ? lstmd_comm_size(comm) : 1;
+  /* Every wait of the run that names no bound of its own gets one (comm.h), so a rank that
+   * freezes anywhere (not only inside a step) ends the job instead of hanging it; rank 0's long
+   * work alone is lstmd_comm_solo's, bounded by its silence. During set-up: trainer.h. */
+  const char *setup_source;
+  const double setup_wait_s = lstmd_setup_wait_limit(cfg->comm_timeout_s, &setup_source, r.rank == 0);
+  lstmd_comm_set_wait_limit(comm, setup_wait_s, setup_source);
   int rc = lstmd_run_setup(&r, resume_path); /* the same status on every rank */
   if (!rc) rc = open_outputs(&r, resume_path);
   if (!rc) rc = lstmd_trace_open(cfg->trace_path, comm, &r.trace); /* agreed on too */

@@ -42,6 +42,14 @@ int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_jso
                     const char *resume_path, struct lstmd_comm *comm,
                     const struct lstmd_train_hooks *hooks, int *all_know);
 
+/* The bound on the waits of a run's set-up (and of `lstmd train`'s MPI_Init and start-up votes
+ * before it): max(comm_timeout_s, 600 s). There the ranks may differ by more than a step's time
+ * for good reasons (device start-up, rank 0 choosing cuDNN's algorithms, each rank reading a
+ * teacher at its file system's speed), so a small train.comm_timeout_s (set to notice a frozen
+ * rank in seconds) does not end a healthy start. The test hook LSTMD_SETUP_WAIT_S replaces the
+ * 600 (said on stderr when `say`). *source: the bound's name for messages (a constant). */
+double lstmd_setup_wait_limit(double comm_timeout_s, const char **source, int say);
+
 /* Async-signal-safe: asks the running training loop to stop after the current step, write a
  * checkpoint and return. */
 void lstmd_train_request_stop(void);
