@@ -637,6 +637,15 @@ check "eval: a FIFO as val.bin" --has "fifo-data/val.bin: not a regular file" --
 check "train --resume: a FIFO as the checkpoint" --has "fifo.safetensors: not a regular file" -- \
   "$LSTMD" train --set data.path="$TMP/good-text" --set train.run_dir="$TMP/run-cfg" "${TINY[@]}" \
   --resume "$TMP/fifo.safetensors"
+# a truncated latest.safetensors (and its step file, the same file): the message names the newest
+# whole checkpoint beside it to go on from
+setup "$LSTMD" train --set data.path="$TMP/good-text" --set train.run_dir="$TMP/run-trunc" "${TINY[@]}" \
+  --set train.steps=4 --set train.checkpoint_every=2
+truncate -s 100 "$TMP/run-trunc/latest.safetensors"
+check "train --resume: latest.safetensors truncated" --has "not a safetensors file or truncated" \
+  --has "the newest other checkpoint beside it is $TMP/run-trunc/step-2.safetensors: to go on from there, --resume $TMP/run-trunc/step-2.safetensors" -- \
+  "$LSTMD" train --set data.path="$TMP/good-text" --set train.run_dir="$TMP/run-trunc" "${TINY[@]}" \
+  --set train.steps=6 --resume
 mkdir -p "$TMP/run-loop" && ln -s loop "$TMP/run-loop/latest.safetensors" && ln -s latest.safetensors "$TMP/run-loop/loop"
 check "train --resume: latest.safetensors a symlink loop (not a fresh start)" \
   --has "run-loop/latest.safetensors: cannot open checkpoint: Too many levels of symbolic links" -- \

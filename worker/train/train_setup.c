@@ -541,7 +541,13 @@ struct load_work {
 };
 static int load_work(void *ctx) {
   const struct load_work *w = ctx;
-  return load_checkpoint(w->r, w->path);
+  const int rc = load_checkpoint(w->r, w->path);
+  char older[4200];
+  if ((rc == LSTMD_EFORMAT || rc == LSTMD_ECRC || rc == LSTMD_EIO) &&
+      lstmd_run_dir_older_checkpoint(w->path, older, sizeof older))
+    lstmd_errorf("%s cannot be resumed from; the newest other checkpoint beside it is %s: to go "
+                 "on from there, --resume %s", w->path, older, older);
+  return rc;
 }
 
 int lstmd_run_setup(struct run *r, const char *resume_path) {

@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,6 +101,30 @@ int lstmd_run_dir_resume_point(const char *run_dir, char *path, size_t n, char *
            "to resume from: resume from %s/%s by name to go on from that model, or choose another "
            "train.run_dir (a fresh run there would replace it)", run_dir, found, run_dir, found);
   return -1;
+}
+
+int lstmd_run_dir_older_checkpoint(const char *ckpt, char *out, size_t n) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", ckpt);
+  char *slash = strrchr(dir, '/');
+  const char *name = slash ? slash + 1 : ckpt;
+  if (slash) *slash = '\0';
+  else snprintf(dir, sizeof dir, ".");
+  const long below = step_of(name) >= 0 ? step_of(name) : LONG_MAX;
+  struct stat self, st;
+  const int has_self = stat(ckpt, &self) == 0;
+  long newest = -1;
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    const long s = step_of(e->d_name);
+    if (s > newest && s < below && fstatat(dirfd(d), e->d_name, &st, 0) == 0 &&
+        S_ISREG(st.st_mode) && !(has_self && same_file(&st, &self)))
+      newest = s;
+  }
+  if (d) closedir(d);
+  if (newest < 0) return 0;
+  snprintf(out, n, "%s/step-%ld.safetensors", dir, newest);
+  return 1;
 }
 
 int lstmd_keep_checkpoints(const char *run_dir, long keep, long latest_step) {

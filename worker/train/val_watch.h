@@ -80,6 +80,11 @@ static inline void lstmd_run_dir_fresh_refusal(char *out, size_t n, const char *
  * unless 1 or 2. */
 int lstmd_run_dir_resume_point(const char *run_dir, char *path, size_t n, char *why,
                                size_t why_len);
+/* The newest step-<N>.safetensors beside the checkpoint ckpt that is another file than it (latest
+ * is another name of its step file, so that one is passed over), and older than ckpt when ckpt
+ * is itself a step file: where a resume can go on from when ckpt is damaged. Returns 1 with its
+ * path in out (n bytes), else 0. */
+int lstmd_run_dir_older_checkpoint(const char *ckpt, char *out, size_t n);
 /* train.keep_checkpoints: keeps the `keep` newest <run_dir>/step-<N>.safetensors files (highest
  * N) and deletes the others, but never the file that latest.safetensors or best.safetensors is
  * (the same inode) nor step-<latest_step> (by name too, where links are copies); a protected
