@@ -23,8 +23,9 @@ void lstmd_comm_set_init_limit(double seconds, const char *source);
  * when none did. */
 int lstmd_comm_launcher_rank(void);
 /* MPI_Finalize (after all requests are done). NULL is fine. With a wait limit set on c
- * (lstmd_comm_set_wait_limit: a run's train.comm_timeout_s), an MPI_Finalize unfinished that long
- * (a peer stopped after the last collective) prints why and ends the process with exit code 1. */
+ * (lstmd_comm_set_wait_limit: `lstmd train` sets the set-up's bound), an MPI_Finalize unfinished
+ * that long (a peer stopped after the last collective) prints why and ends the process with exit
+ * code 1. */
 void lstmd_comm_finalize(struct lstmd_comm *c);
 /* Ends the whole job now (MPI_Abort on MPI_COMM_WORLD), from any rank, whichever communicator
  * (world or a sub-communicator) it is given. */

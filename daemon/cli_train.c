@@ -9,6 +9,7 @@
 
 #include "comm/comm.h"
 #include "comm/peers.h"
+#include "kernels/clock.h"
 #include "kernels/status.h"
 #include "worker/train/fault.h"
 #include "worker/train/trainer.h"
@@ -222,6 +223,13 @@ int lstmd_cmd_train(int argc, char **argv) {
     lstmd_comm_abort(comm, lstmd_exit_code(rc));
   }
   if (lstmd_fault_due(LSTMD_FAULT_FINALIZE_FREEZE, 1, rank)) raise(SIGSTOP); /* a test's (fault.h) */
-  lstmd_comm_finalize(comm); /* bounded by train.comm_timeout_s (comm.h) */
+  if (lstmd_fault_due(LSTMD_FAULT_FINALIZE_SLOW, 1, rank))
+    lstmd_sleep_us((long)(2e6 * cfg.comm_timeout_s));
+  /* MPI_Finalize waits for every rank, and the ranks come to it at their own pace after the
+   * run's last collective (rank 0 closes its metrics files, every rank tears its engine down):
+   * bounded, as MPI_Init is, by the set-up's bound, not the run's comm_timeout_s (which may be
+   * 1 s: a healthy run whose rank 0 closed train.log on a slow disk failed at its end). */
+  lstmd_comm_set_wait_limit(comm, setup_wait_s, setup_source);
+  lstmd_comm_finalize(comm);
   return lstmd_exit_code(rc);
 }

@@ -2,11 +2,16 @@
 # test_rank_faults.sh — faults of one rank under `mpirun lstmd train` that the other tests of
 # failures (test_mpi_train, test_pipeline, test_checkpoint_fail) do not reach:
 #  1. a rank stopped (SIGSTOP) after the run's last collective, as it begins MPI_Finalize
-#     (LSTMD_FAULT=finalize_freeze@1:1; 2 pipeline stages, train.comm_timeout_s 3): rank 0 had
+#     (LSTMD_FAULT=finalize_freeze@1:1; 2 pipeline stages; MPI_Finalize's bound, the set-up's,
+#     shortened to 3 s by LSTMD_SETUP_WAIT_S): rank 0 had
 #     written the final checkpoint and printed "done", then waited in MPI_Finalize forever (user
 #     trial). Now it ends within seconds naming the stopped rank, no process is left, and the
 #     final checkpoint is whole.
-#  2. a rank stopped before MPI_Init (LSTMD_FAULT=init_freeze@1:1; the set-up bound shortened to
+#  2. but a rank that comes to MPI_Finalize late in a healthy run, past train.comm_timeout_s
+#     (LSTMD_FAULT=finalize_slow@1:0: rank 0 6 s late with comm_timeout_s 3, as a slow close of
+#     train.log on NFS made it in a review), is waited for: exit 0 (the bound was comm_timeout_s,
+#     and the finished run failed);
+#  3. a rank stopped before MPI_Init (LSTMD_FAULT=init_freeze@1:1; the set-up bound shortened to
 #     3 s by LSTMD_SETUP_WAIT_S): rank 0 waited in MPI_Init forever (user trial: SIGSTOP 0.25 s
 #     after mpirun started). Now it ends at the set-up bound, naming MPI_Init, none left.
 set -u
@@ -29,7 +34,7 @@ args=(train --set data.path="$TMP/ds" --set data.seq_len=16 --set data.batch_siz
 
 # 1. rank 1 frozen as MPI_Finalize begins
 t0=$SECONDS
-LSTMD_FAULT=finalize_freeze@1:1 timeout 40 mpirun -np 2 "$LSTMD" "${args[@]}" --set model.stages=2 \
+LSTMD_FAULT=finalize_freeze@1:1 LSTMD_SETUP_WAIT_S=3 timeout 40 mpirun -np 2 "$LSTMD" "${args[@]}" --set model.stages=2 \
   >/dev/null 2>"$TMP/err.log"
 rc=$? took=$((SECONDS - t0))
 left=$(pgrep -f "$TMP" | wc -l)
@@ -43,7 +48,15 @@ grep -q '^lstmd: done: ' "$TMP/err.log" && s=$(/usr/bin/python3 "$SRC/tests/ckpt
   && ok "finalize_freeze: the run finished and latest.safetensors is the whole step 4" \
   || bad "finalize_freeze: the run did not finish, or latest.safetensors is not a whole step 4 ($s)"
 
-# 2. rank 1 frozen before MPI_Init
+# 2. rank 0 late to MPI_Finalize, within the bound
+LSTMD_FAULT=finalize_slow@1:0 LSTMD_SETUP_WAIT_S=30 timeout 60 mpirun -np 2 "$LSTMD" "${args[@]}" \
+  --set train.run_dir="$TMP/run3" >/dev/null 2>"$TMP/err3.log"
+rc=$?
+[[ $rc == 0 ]] && ! grep -q "MPI_Finalize unfinished" "$TMP/err3.log" &&
+  ok "finalize_slow: rank 0 6 s late to MPI_Finalize (comm_timeout_s 3): waited for, exit 0" ||
+  bad "finalize_slow: exit $rc: $(grep '^lstmd:' "$TMP/err3.log" | tail -2)"
+
+# 3. rank 1 frozen before MPI_Init
 t0=$SECONDS
 LSTMD_FAULT=init_freeze@1:1 LSTMD_SETUP_WAIT_S=3 timeout 40 mpirun -np 2 "$LSTMD" "${args[@]}" \
   --set train.run_dir="$TMP/run2" >/dev/null 2>"$TMP/err2.log"

@@ -38,11 +38,12 @@ static void parse(void) {
                  : !strcmp(kind, "state_oom")  ? LSTMD_FAULT_STATE_OOM
                  : !strcmp(kind, "init_freeze") ? LSTMD_FAULT_INIT_FREEZE
                  : !strcmp(kind, "finalize_freeze") ? LSTMD_FAULT_FINALIZE_FREEZE
+                 : !strcmp(kind, "finalize_slow") ? LSTMD_FAULT_FINALIZE_SLOW
                                                : LSTMD_FAULT_NONE;
   if (g_fault.kind == LSTMD_FAULT_NONE) {
     lstmd_errorf("LSTMD_FAULT='%s' ignored: the kinds are nan_grad, nan_update, stop, slow, "
                  "eval_freeze, ckpt_freeze, ckpt_slow, setup_freeze, workspace_oom, state_oom, "
-                 "init_freeze and finalize_freeze", v);
+                 "init_freeze, finalize_freeze and finalize_slow", v);
     return;
   }
   g_fault.step = step;

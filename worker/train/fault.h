@@ -29,13 +29,16 @@
  * One kind is given as @1 and happens at every checkpoint of a stream-order run:
  *   state_oom   this rank's CPU engine gets no memory for the carried state it gathers for a
  *               checkpoint (engine_cpu.c): the vote must stop every rank, naming this one
- * Two kinds happen outside the run, in `lstmd train` (cli_train.c), given as @1:
+ * Three kinds happen outside the run, in `lstmd train` (cli_train.c), given as @1:
  *   init_freeze      this rank (the launcher's rank number) stops itself (SIGSTOP) before
  *               MPI_Init: the others' MPI_Init must end at the set-up bound (comm.h,
  *               lstmd_comm_set_init_limit; LSTMD_SETUP_WAIT_S shortens it)
  *   finalize_freeze  this rank stops itself (SIGSTOP) after the run's last collective, as
  *               `lstmd train` begins MPI_Finalize: the others' MPI_Finalize must not wait for
  *               it forever (comm.h, lstmd_comm_finalize)
+ *   finalize_slow    this rank begins MPI_Finalize 2 × train.comm_timeout_s late, as a slow
+ *               close of its files (rank 0's train.log on NFS) or a slow device teardown would
+ *               make it: the others' MPI_Finalize must wait for it (a healthy run exits 0)
  * With the variable unset nothing happens and the cost is one integer compare per step.
  *
  * LSTMD_VAL_LOSSES="L1,L2,..." scripts the validation losses rank 0 reports (and every rank then
@@ -59,7 +62,8 @@ enum lstmd_fault {
   LSTMD_FAULT_WORKSPACE_OOM,
   LSTMD_FAULT_STATE_OOM,
   LSTMD_FAULT_INIT_FREEZE,
-  LSTMD_FAULT_FINALIZE_FREEZE
+  LSTMD_FAULT_FINALIZE_FREEZE,
+  LSTMD_FAULT_FINALIZE_SLOW
 };
 
 /* Nonzero when `kind` is configured for `step` on `rank` (slow: for every step from STEP on). A malformed variable is reported once
