@@ -142,15 +142,17 @@ static void post(struct lstmd_jobs *t, const Lstmd__Job *job, const Lstmd__Metri
 }
 
 /* A change the journal could not take (a full disk) is not dropped: the job's id is kept, and its
- * latest record is appended again at every later change and every scheduler round, until the
- * disk takes it. Until then a restarted daemon would show the job's earlier state (a job that
+ * latest record is appended again at a later change or scheduler round, every 2 s at most, until
+ * the disk takes it. Until then a restarted daemon would show the job's earlier state (a job that
  * ended would run again from its last checkpoint), so the log says which jobs wait. */
+enum { kJournalRetryMs = 2000 };
 static void keep_unjournaled(struct lstmd_jobs *t, const Lstmd__Job *job) {
   for (size_t i = 0; i < t->n_unjournaled; i++)
     if (t->unjournaled[i] == job->id) return;
   uint64_t *grown = realloc(t->unjournaled, (t->n_unjournaled + 1) * sizeof *grown);
   if (!grown) return; /* the journal's own message stands */
   t->unjournaled = grown;
+  if (!t->n_unjournaled) t->journal_retry_ms = now_ms() + kJournalRetryMs;
   t->unjournaled[t->n_unjournaled++] = job->id;
   fprintf(stderr, "lstmd: job %llu: its change to %s is not in the job journal yet; it is written "
           "once the journal's disk takes it (a daemon restarted before that shows its earlier "
@@ -158,18 +160,17 @@ static void keep_unjournaled(struct lstmd_jobs *t, const Lstmd__Job *job) {
 }
 
 /* Appends the latest record of every job kept by keep_unjournaled, quietly (each failure was
- * told once). Returns how many are still waiting. */
-static size_t journal_kept(struct lstmd_jobs *t) {
-  if (!t->n_unjournaled) return 0;
-  char quiet[1024];
+ * told once), at most every kJournalRetryMs unless forced (the scheduler's rounds come every few
+ * milliseconds while a job runs). Returns how many are still waiting. */
+static size_t journal_kept(struct lstmd_jobs *t, int force) {
+  if (!t->n_unjournaled || (!force && now_ms() < t->journal_retry_ms)) return t->n_unjournaled;
   size_t done = 0;
-  lstmd_errors_capture(quiet, sizeof quiet);
   while (done < t->n_unjournaled) {
     const Lstmd__Job *job = lookup(t, t->unjournaled[done]);
-    if (job && lstmd_journal_append(&t->journal, job) != 0) break;
+    if (job && lstmd_journal_append(&t->journal, job, 1) != 0) break;
     done++;
   }
-  lstmd_errors_capture(NULL, 0);
+  t->journal_retry_ms = now_ms() + kJournalRetryMs;
   t->n_unjournaled -= done;
   memmove(t->unjournaled, t->unjournaled + done, t->n_unjournaled * sizeof *t->unjournaled);
   if (done && !t->n_unjournaled)
@@ -180,7 +181,7 @@ static size_t journal_kept(struct lstmd_jobs *t) {
 
 /* Journals and announces a state change (lock held). */
 static int changed(struct lstmd_jobs *t, Lstmd__Job *job) {
-  const int rc = journal_kept(t) ? LSTMD_EIO : lstmd_journal_append(&t->journal, job);
+  const int rc = journal_kept(t, 0) ? LSTMD_EIO : lstmd_journal_append(&t->journal, job, 0);
   if (rc) keep_unjournaled(t, job);
   post(t, job, NULL);
   return rc;
@@ -238,13 +239,13 @@ int lstmd_jobs_open(struct lstmd_jobs *t, const char *state_dir) {
       /* run_ms keeps only the finished attempts: when the daemon died is not known (the time
        * since started_ms would count its downtime against resources.time_limit_s) */
     }
-    LSTMD_TRY(lstmd_journal_append(&t->journal, job));
+    LSTMD_TRY(lstmd_journal_append(&t->journal, job, 0));
   }
   return LSTMD_OK;
 }
 
 void lstmd_jobs_close(struct lstmd_jobs *t) {
-  if (t->journal.fd >= 0 && journal_kept(t)) {
+  if (t->journal.fd >= 0 && journal_kept(t, 1)) {
     fprintf(stderr, "lstmd: %s: %zu job change%s never reached the job journal (a full disk?); "
             "after a restart these jobs show their earlier state:", t->journal.path,
             t->n_unjournaled, t->n_unjournaled == 1 ? "" : "s");
@@ -363,7 +364,7 @@ uint8_t *lstmd_jobs_submit(struct lstmd_jobs *t, const Lstmd__JobSpec *spec, con
   uint8_t *reply = NULL;
   if (!caches) {
     reply = lstmd_frame_pack_error(LSTMD__ERROR_CODE__INTERNAL, "out of memory", len);
-  } else if (lstmd_journal_append(&t->journal, job) != 0) {
+  } else if (lstmd_journal_append(&t->journal, job, 0) != 0) {
     reply = lstmd_frame_pack_error(LSTMD__ERROR_CODE__INTERNAL,
                                    "the daemon could not write its job journal (see its log)", len);
   } else {
@@ -466,7 +467,7 @@ uint64_t lstmd_jobs_drain(struct lstmd_jobs *t) {
 uint64_t lstmd_jobs_snapshot(struct lstmd_jobs *t, struct lstmd_jobs_entry **out, size_t *n,
                              int *draining) {
   pthread_mutex_lock(&t->mu);
-  journal_kept(t);
+  journal_kept(t, 0);
   *out = calloc(t->n ? t->n : 1, sizeof **out);
   *n = 0;
   for (size_t i = 0; *out && i < t->n; i++) {
@@ -487,7 +488,8 @@ uint64_t lstmd_jobs_snapshot(struct lstmd_jobs *t, struct lstmd_jobs_entry **out
 
 void lstmd_jobs_wait(struct lstmd_jobs *t, uint64_t seen, long timeout_ms) {
   pthread_mutex_lock(&t->mu);
-  if (t->n_unjournaled && (timeout_ms < 0 || timeout_ms > 2000)) timeout_ms = 2000; /* retry */
+  if (t->n_unjournaled && (timeout_ms < 0 || timeout_ms > kJournalRetryMs))
+    timeout_ms = kJournalRetryMs; /* the next retry of journal_kept */
   if (timeout_ms < 0) {
     while (t->requests == seen) pthread_cond_wait(&t->wake, &t->mu);
   } else if (t->requests == seen) {

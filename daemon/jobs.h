@@ -56,7 +56,8 @@ struct lstmd_jobs {
   int draining;
   struct lstmd_journal journal;
   uint64_t *unjournaled; /* jobs whose last change the journal could not take (a full disk): */
-  size_t n_unjournaled;  /* their records are written again at every change and snapshot */
+  size_t n_unjournaled;  /* their records are written again at a change or snapshot, */
+  int64_t journal_retry_ms; /* from this time on (Unix ms): every 2 s at most */
   char state_dir[1024];
   lstmd_jobs_post_fn post;
   void *post_ctx;

@@ -163,7 +163,7 @@ int lstmd_journal_open(struct lstmd_journal *j, const char *dir, Lstmd__Job ***j
   return rc;
 }
 
-int lstmd_journal_append(struct lstmd_journal *j, const Lstmd__Job *job) {
+int lstmd_journal_append(struct lstmd_journal *j, const Lstmd__Job *job, int quiet) {
   size_t len;
   uint8_t *rec = encode_record(job, &len);
   if (!rec) return LSTMD_ENOMEM;
@@ -180,10 +180,12 @@ int lstmd_journal_append(struct lstmd_journal *j, const Lstmd__Job *job) {
       break;
     }
   }
+  const int failed = done < len || fdatasync(j->fd) != 0, err = errno;
   free(rec);
-  if (done < len || fdatasync(j->fd) != 0) {
-    lstmd_errorf("%s: cannot append to the job journal: %s", j->path, strerror(errno));
-    if (ftruncate(j->fd, j->size) != 0) /* so that later records are not hidden behind it */
+  if (failed) {
+    if (!quiet) lstmd_errorf("%s: cannot append to the job journal: %s", j->path, strerror(err));
+    /* so that later records are not hidden behind it */
+    if (ftruncate(j->fd, j->size) != 0 && !quiet)
       lstmd_errorf("%s: cannot cut back a torn record: %s", j->path, strerror(errno));
     return LSTMD_EIO;
   }

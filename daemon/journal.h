@@ -25,8 +25,9 @@ struct lstmd_journal {
  * free each with lstmd__job__free_unpacked and the array with free), compacts it and opens it
  * for appending. Returns 0 or a negative status with a message naming the file. */
 int lstmd_journal_open(struct lstmd_journal *j, const char *dir, Lstmd__Job ***jobs, size_t *n);
-/* Appends the job's current record and syncs it. Returns 0 or LSTMD_EIO. */
-int lstmd_journal_append(struct lstmd_journal *j, const Lstmd__Job *job);
+/* Appends the job's current record and syncs it. Returns 0 or LSTMD_EIO, after saying why unless
+ * quiet (a retry of a failure already told: jobs.c). */
+int lstmd_journal_append(struct lstmd_journal *j, const Lstmd__Job *job, int quiet);
 void lstmd_journal_close(struct lstmd_journal *j);
 
 #endif
