@@ -6,6 +6,7 @@
 #    srun that runs its one task here: the default LSTMD is the bundle's when only LSTMD_HOME is
 #    set (env.sh sourced before sbatch), the task gets env.sh's Open MPI variables when only LSTMD
 #    is set, lstmd trains / serves, and serve.sbatch's "e.g. ssh HOST ..." line works as pasted;
+#    an lstmd outside a bundle does not get an env.sh of its folder's parent sourced;
 #  - share/lstmd/systemd/lstmd.service passes `systemd-analyze verify` (where it is installed).
 # (The unit's ExecStart= itself runs in the bare root: test_dist_bareroot.sh.)
 #
@@ -47,6 +48,14 @@ EOF
   if ((rc == 0)) && [[ -s $W/run/step-4.safetensors && $(cat "$W/srun.env" 2>/dev/null) == "$want" ]]; then
     ok "train.sbatch with LSTMD_HOME only: the bundle's lstmd trained, its task had env.sh's variables"
   else bad "train.sbatch with LSTMD_HOME only: exit $rc, task env '$(cat "$W/srun.env" 2>/dev/null)': $(tail -2 "$W/train.sbatch.out")"; fi
+
+  # an lstmd outside a bundle (here ~/bin/lstmd): an env.sh in its folder's parent is not sourced
+  mkdir -p "$W/home/bin" && ln -sf "$B/bin/lstmd" "$W/home/bin/lstmd"
+  printf 'touch "%s/stray-env-sourced"\n' "$W" >"$W/home/env.sh"
+  slurm_job LSTMD="$W/home/bin/lstmd" CONFIG="$W/job.ini" RUN="$W/run-home" \
+    bash "$B/share/lstmd/slurm/train.sbatch" >"$W/train-home.out" 2>&1
+  [[ ! -e $W/stray-env-sourced ]] && ok "train.sbatch with LSTMD=~/bin/lstmd: ~/env.sh (no bundle's) not sourced" ||
+    bad "train.sbatch sourced $W/home/env.sh, which is no bundle's"
 
   rm -f "$W/srun.env"
   slurm_job LSTMD="$B/bin/lstmd" STATE_DIR="$W/state" DATA_ROOT="$W" SOCKET="$W/s.sock" \
