@@ -252,7 +252,7 @@ void lstmd_metrics_new_best(struct lstmd_metrics *mt, long step, double best_los
 void lstmd_metrics_lr_cut(struct lstmd_metrics *mt, long step, double lr_scale, double peak_lr,
                           double next_lr, long plateau_patience) {
   char scale[32], peak[32], next[32]; /* the learning rates are floats: 0.001, not 0.00100000005 */
-  lstmd_format_shortest(lr_scale, 0, scale, sizeof scale);
+  lstmd_format_shortest(lr_scale, 1, scale, sizeof scale); /* 0.01, not 0.010000000000000002 */
   lstmd_format_shortest(peak_lr, 1, peak, sizeof peak);
   lstmd_format_shortest(next_lr, 1, next, sizeof next);
   fprintf(mt->jsonl, "{\"step\":%ld,\"event\":\"lr_cut\",\"lr_scale\":%s,\"peak_lr\":%s,"
