@@ -167,20 +167,22 @@ if [[ $rc -eq 0 && -n $step && -e run-usr1/step-$step.safetensors ]]; then
 else bad "SIGUSR1: exit $rc, step '$step': $(tail -3 log-usr1)"; fi
 
 # kill -9 of the stage-1 rank mid-run: every rank ends within 15 s, lstmd names the lost rank
+# (the ranks are found by their config's full path: another run of this test on the machine,
+# in another folder, must not be taken for them)
 : >cfg-kill.ini
-"$MPIEXEC" -np 2 "$LSTMD" train --config cfg-kill.ini "${common[@]}" --set data.path=text \
+"$MPIEXEC" -np 2 "$LSTMD" train --config "$TMP/cfg-kill.ini" "${common[@]}" --set data.path=text \
   --set data.order=stream --set data.batch_size=8 --set model.stages=2 --set train.time_chunks=4 \
   --set train.steps=100000 --set train.checkpoint_every=5 --set train.run_dir=run-kill >log-kill 2>&1 &
 mp=$!
 for _ in $(seq 300); do [[ -e run-kill/step-10.safetensors ]] && break; sleep 0.1; done
-victim=$(pgrep -f -- "cfg-kill.ini" | while read -r p; do
+victim=$(pgrep -f -- "$TMP/cfg-kill.ini" | while read -r p; do
   tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && echo "$p"; done | head -1)
 t0=$(date +%s)
 [[ -n $victim ]] && kill -9 "$victim"
 wait $mp
 rc=$?
 dt=$(($(date +%s) - t0))
-left=$(pgrep -f -- "cfg-kill.ini" | grep -v "^$mp$" | tr '\n' ' ')
+left=$(pgrep -f -- "$TMP/cfg-kill.ini" | grep -v "^$mp$" | tr '\n' ' ')
 if [[ -n $victim && $rc -ne 0 && $dt -le 15 && -z $left ]] &&
    grep -q '^lstmd: .*rank 1 .*\(gone\|died\|lost\)' log-kill; then
   ok "kill -9 of stage 1: all ranks ended in ${dt}s: $(grep -m1 '^lstmd: .*rank 1 ' log-kill | cut -c1-120)"
@@ -201,12 +203,12 @@ else bad "kill: no whole latest checkpoint to resume ($latest, step '$kstep')"; 
 
 # kill -STOP of stage 1 with a 5 s timeout: the other rank ends naming the awaited peer and item
 : >cfg-stop.ini
-"$MPIEXEC" -np 2 "$LSTMD" train --config cfg-stop.ini "${common[@]}" --set data.path=text \
+"$MPIEXEC" -np 2 "$LSTMD" train --config "$TMP/cfg-stop.ini" "${common[@]}" --set data.path=text \
   --set data.batch_size=8 --set model.stages=2 --set train.time_chunks=4 --set train.steps=100000 \
   --set train.checkpoint_every=0 --set train.comm_timeout_s=5 --set train.run_dir=run-stop >log-stop 2>&1 &
 mp=$!
 for _ in $(seq 200); do grep -q '^step ' log-stop && break; sleep 0.1; done
-victim=$(pgrep -f -- "cfg-stop.ini" | while read -r p; do
+victim=$(pgrep -f -- "$TMP/cfg-stop.ini" | while read -r p; do
   tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && echo "$p"; done | head -1)
 t0=$(date +%s)
 [[ -n $victim ]] && kill -STOP "$victim"
