@@ -233,6 +233,14 @@ check "export onnx: --out in a missing folder" --has "$TMP/no-dir/m.onnx: cannot
   "$LSTMD" export onnx --checkpoint "$CKPT" --out "$TMP/no-dir/m.onnx"
 check "quantize: --out in a missing folder" --has "$TMP/no-dir/m.int8: cannot create" --exit 1 -- \
   "$LSTMD" quantize --checkpoint "$CKPT" --out "$TMP/no-dir/m.int8"
+# An --out that is a FIFO (as /dev/null is a device): the temp file renamed over it replaced it
+# with a regular file (user trial: `export onnx --out /dev/full` left /dev/full a 250 kB file).
+mkfifo "$TMP/fifo-out"
+check "export onnx: --out a FIFO" --has "$TMP/fifo-out: is a FIFO" --exit 1 -- \
+  "$LSTMD" export onnx --checkpoint "$CKPT" --out "$TMP/fifo-out"
+check "predict: --out a FIFO" --has "$TMP/fifo-out: is a FIFO" --exit 1 -- \
+  "$LSTMD" predict --checkpoint "$SCKPT" --input "$DATA/seattle-temps.csv" --out "$TMP/fifo-out"
+[[ -p $TMP/fifo-out ]] || fail "--out a FIFO" "$TMP/fifo-out is no longer a FIFO: $(stat -c %F "$TMP/fifo-out")"
 check "export onnx: a layer_norm checkpoint" --file "$LNCKPT" --has "model.layer_norm" \
   --clean-dir "$TMP/x-ln" -- "$LSTMD" export onnx --checkpoint "$LNCKPT" --out "$TMP/x-ln/m.onnx"
 st_edit "$LNCKPT" "$TMP/ln-meta.safetensors" '"model.layer_norm":"1"' '"model.layer_norm":"7"'

@@ -30,9 +30,26 @@ static int fsync_parent_dir(const char *path) {
   return rc;
 }
 
+static const char *file_kind(mode_t mode) {
+  return S_ISDIR(mode)    ? "a directory"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISBLK(mode)  ? "a block device"
+         : S_ISFIFO(mode) ? "a FIFO"
+         : S_ISSOCK(mode) ? "a socket"
+                          : "not a regular file";
+}
+
 int lstmd_durable_open(struct lstmd_durable *w, const char *path) {
   memset(w, 0, sizeof *w);
   w->fd = -1;
+  /* The rename at commit replaces the name, not what it points at: over /dev/null (or a FIFO, a
+   * symlink to one) it would put a regular file in the device's place. */
+  struct stat st;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    lstmd_errorf("%s: is %s; lstmd writes a new regular file and renames it into place, which "
+                 "would replace it: name a file", path, file_kind(st.st_mode));
+    return LSTMD_EWRITE;
+  }
   if (asprintf(&w->tmp_path, "%s" TEMP_INFIX "%d", path, (int)getpid()) < 0) {
     w->tmp_path = NULL;
     return LSTMD_ENOMEM;
