@@ -15,6 +15,7 @@
 
 int lstmd_parse_opts(const char *cmd, int argc, char **argv, int first, struct lstmd_opt *opts,
                      int n_opts) {
+  const char *given[64] = {NULL}; /* each value option's first value: one given twice is refused */
   for (int i = first; i < argc; i++) {
     const char *arg = argv[i];
     if (!strcmp(arg, "-h")) arg = "--help"; /* an unknown option where there is no --help */
@@ -42,8 +43,18 @@ int lstmd_parse_opts(const char *cmd, int argc, char **argv, int first, struct l
       lstmd_errorf("%s: option --%s needs a value", cmd, o->name);
       return 2;
     }
-    if (o->on_value) o->on_value(o->ctx, value);
-    else *o->value = value ? value : "";
+    if (o->on_value) {
+      o->on_value(o->ctx, value);
+      continue;
+    }
+    const long k = o - opts;
+    if (k < 64 && given[k]) { /* the last one silently won: --config a.ini --config b.ini */
+      lstmd_errorf("%s: --%s given twice ('%s', then '%s'); it takes one", cmd, o->name, given[k],
+                   value ? value : "");
+      return 2;
+    }
+    if (k < 64) given[k] = value ? value : "";
+    *o->value = value ? value : "";
   }
   return 0;
 }

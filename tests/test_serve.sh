@@ -77,7 +77,8 @@ py_world='import json,sys; print(json.load(sys.stdin)["world"])'
   ok "list --socket S --json: options after the command" || bad "list --socket S --json"
 # extra or unknown arguments: exit 2 naming them, before the daemon is asked anything
 for line in "list junk|junk" "shutdown now|now" "status $a 7|7" "watch $a x|x" "top --every 2|--every" \
-    "logs $a 3|3" "logs $a --json|--json" "cancel|cancel" "status|status"; do
+    "logs $a 3|3" "logs $a --json|--json" "cancel|cancel" "status|status" \
+    "submit --config x.ini --config y.ini|--config given twice ('x.ini', then 'y.ini')"; do
   IFS='|' read -r args want <<<"$line"
   msg=$(ctl $args 2>&1 >/dev/null); rc=$?
   [[ $rc == 2 && $msg == "lstmctl: "*"$want"* ]] && ok "lstmctl $args: exit 2: $msg" || bad "lstmctl $args: rc=$rc '$msg'"
