@@ -7,7 +7,8 @@
 #     to 1 rank (batch 4): weights within 1e-5 and the masks identical (a rank that masked
 #     differently would compute other gradients); a resume between two pruning steps (from
 #     step 4: its masks loaded and kept through step 5, then step 6's) ending byte for byte as the
-#     uninterrupted run;
+#     uninterrupted run; a resume with prune.target_sparsity 0, or a prune.tensors without some
+#     of the checkpoint's masks, warning (stderr and train.log) that those masks are dropped;
 #   distillation: alpha 0 equal to training without a teacher bit for bit, alpha 0.5 not (text;
 #     series: alpha 0 and 1); a resume with a teacher byte for byte; a teacher of another
 #     vocabulary, another horizon, another normalisation (the column and both values) or another
@@ -94,6 +95,20 @@ run p3 "$LSTMD" train "${base[@]}" "${prune[@]}" --resume ../p1/run/step-4.safet
 cmp -s "$TMP/p1/run/step-8.safetensors" "$TMP/p3/run/step-8.safetensors" \
   && ok "resume at step 4 (its masks; step 5 must keep them) across the pruning step 6: step 8 byte for byte" \
   || bad "pruned resume differs: $("$PY" "$SRC/tests/compare_checkpoints.py" "$TMP/p3/run/step-8.safetensors" "$TMP/p1/run/step-8.safetensors" --rtol 0 2>&1)"
+grep -q 'holds pruning masks' "$TMP/p3/log" && bad "a resume with the same prune settings warns of dropped masks"
+# a resume that no longer prunes (or prunes fewer tensors) drops the checkpoint's masks, and
+# their weights grow back: said on stderr and in train.log, naming them (user trial: silent)
+run p4 "$LSTMD" train "${base[@]}" "${prune[@]}" --set prune.target_sparsity=0 \
+  --resume ../p1/run/step-4.safetensors || bad "unpruned resume: $(tail -2 "$TMP/p4/log")"
+run p5 "$LSTMD" train "${base[@]}" "${prune[@]}" --set prune.tensors=head.weight \
+  --resume ../p1/run/step-4.safetensors || bad "head-only resume: $(tail -2 "$TMP/p5/log")"
+w4=$(grep 'warning: .*holds pruning masks' "$TMP/p4/log")
+w5=$(grep 'warning: .*holds pruning masks' "$TMP/p5/run/train.log")
+[[ $w4 == *"step-4.safetensors holds pruning masks of lstm.weight_ih_l0 (sparsity 0.6"*"head.weight (sparsity 0.6"*"), and this run prunes nothing"* &&
+   $w5 == *"lstm.weight_hh_l1 (sparsity 0.6"*"), and this run prunes only prune.tensors = head.weight"* &&
+   $w5 != *"head.weight (sparsity"* ]] \
+  && ok "a resume dropping the checkpoint's masks warns: $w4" \
+  || bad "dropped masks not said: stderr '$w4', train.log '$w5'"
 
 # ---- distillation ----
 run teacher "$LSTMD" train "${base[@]}" --set model.hidden=24 --set model.layers=3 --set train.steps=6 \

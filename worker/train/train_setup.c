@@ -16,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "comm/comm.h"
 #include "kernels/status.h"
 #include "worker/engine/device_select.h"
@@ -443,6 +445,38 @@ static int check_data(void *ctx) {
   return LSTMD_OK;
 }
 
+/* Rank 0, resuming: the checkpoint's pruning masks that this run does not prune with (a
+ * prune.tensors without them, or prune.target_sparsity 0) are dropped, and the weights they held
+ * at zero train again. Said, naming them: a resume that fine-tunes a pruned model means to keep
+ * them, and the changed-settings line alone did not say that the sparsity would be lost. */
+static void warn_dropped_masks(struct run *r, const char *path) {
+  char *json = NULL, *list = NULL;
+  size_t len = 0;
+  if (lstmd_checkpoint_sparsity_json(path, &json) != LSTMD_OK || !json) return;
+  json_t *masks = json_loads(json, 0, NULL);
+  FILE *f = json_is_object(masks) ? open_memstream(&list, &len) : NULL;
+  int n = 0;
+  const char *name;
+  json_t *sparsity;
+  if (f) json_object_foreach(masks, name, sparsity) {
+      int kept = 0;
+      for (int i = 0; r->prune && i < r->prune->n; i++)
+        kept |= !strcmp(r->model->tensors[r->prune->tensor[i]].name, name);
+      if (!kept)
+        fprintf(f, "%s%s (sparsity %.4g)", n++ ? ", " : "", name, json_number_value(sparsity));
+    }
+  if (f) fclose(f);
+  if (n)
+    setup_warn(r, "%s holds pruning masks of %s, and this run prunes %s%s: those masks are "
+               "dropped and the weights they held at zero train again; to keep them zero, resume "
+               "with the prune settings that wrote them (past prune.end_step the masks only hold)",
+               path, list, r->prune ? "only prune.tensors = " : "nothing (prune.target_sparsity 0)",
+               r->prune ? r->cfg->prune.tensors : "");
+  free(list);
+  json_decref(masks);
+  free(json);
+}
+
 /* Rank 0: loads the checkpoint after checking that it belongs to this data and batch. */
 static int load_checkpoint(struct run *r, const char *path) {
   struct lstmd_model *saved;
@@ -484,6 +518,7 @@ static int load_checkpoint(struct run *r, const char *path) {
   LSTMD_TRY(lstmd_checkpoint_load_train(path, r->model, r->optim, &r->progress, &was));
   r->resume_changes = lstmd_resume_changes(was, r->config_json);
   free(was);
+  warn_dropped_masks(r, path);
   return LSTMD_OK;
 }
 
