@@ -183,10 +183,11 @@ printf 'a\tabab\nb\tbaba\na\taab\nb\tbba\n' > "$TMP/clf.tsv"
     --set train.run_dir="$TMP/clf-run" >/dev/null 2>&1 || bad "a classifier to refuse as a teacher"
 refused distill.teacher "it is a classifier (model.kind classify), the dataset is text" \
   --set distill.teacher="$TMP/clf-run/latest.safetensors"
-# an int8 model as the teacher: the loader's reason printed once, with the key in front
+# an int8 model as the teacher: the loader's reason printed once, with the key in front, saying
+# that distill.teacher needs the fp32 checkpoint (it named train --resume and quantize only)
 "$LSTMD" quantize --checkpoint "$T" --out "$TMP/teacher.int8.safetensors" >/dev/null 2>&1 ||
   bad "quantize the teacher"
-refused distill.teacher "an int8 model made by" --set distill.teacher="$TMP/teacher.int8.safetensors"
+refused distill.teacher "distill.teacher and quantize need the fp32 checkpoint" --set distill.teacher="$TMP/teacher.int8.safetensors"
 n_int8=$(grep -c "an int8 model made by" "$TMP/refused$n_refused/log")
 [[ $n_int8 -eq 1 ]] && ok "an int8 teacher's reason printed once" ||
   bad "an int8 teacher's reason printed $n_int8 times, want 1"

@@ -353,8 +353,8 @@ static int read_shape(const struct lstmd_st_file *f, const char *path, const cha
   const char *fmt = lstmd_st_meta_get(f, "format");
   if (fmt && !strcmp(fmt, LSTMD_INT8_TAG) && strcmp(tag, LSTMD_INT8_TAG) != 0) {
     lstmd_errorf("%s: an int8 model made by `lstmd quantize` (metadata 'format' is %s): only "
-                 "eval, sample and predict take it; train --resume and quantize need the fp32 "
-                 "checkpoint it was made from", path, fmt);
+                 "eval, sample and predict take it; train --resume, distill.teacher and quantize "
+                 "need the fp32 checkpoint it was made from", path, fmt);
     return LSTMD_EFORMAT;
   }
   if (!fmt || strcmp(fmt, tag) != 0) {
