@@ -13,6 +13,8 @@
 #     series: alpha 0 and 1); a resume with a teacher byte for byte; a teacher of another
 #     vocabulary, another horizon, another normalisation (the column and both values) or another
 #     kind refused (exit 2, naming distill.teacher and what differs);
+#   set-up warnings: prune.end_step past train.steps, no mask update within the run, the last
+#     update short of the target (end_step - begin_step not a multiple of frequency);
 #   refusals (exit 2 naming the key): model.stages 2, a bias or a layer-norm gain in
 #     prune.tensors, prune.end_step not after begin_step;
 #   the daemon: a job with [prune] and [distill] submitted with lstmctl succeeds with its pruning
@@ -209,6 +211,19 @@ else bad "prune.end_step past train.steps: warned '$warned', last update logged 
 # said before train.log opened, and written there too (a daemon job's user reads that file)
 [[ $(grep -c "^lstmd: warning: prune.end_step 20 is past train.steps 8" "$TMP/p-short/run/train.log") == 1 ]] &&
   ok "the set-up warning is in train.log too" || bad "set-up warning in train.log: $(head -3 "$TMP/p-short/run/train.log")"
+# a schedule whose updates miss the ramp's end within the run (user trial: begin_step 0 and a
+# frequency past end_step pruned nothing, silently): nothing pruned, or the target not reached
+run p-never "$LSTMD" train "${base[@]}" "${prune[@]}" --set prune.begin_step=0 --set prune.frequency=7 ||
+  bad "pruned run with no update: $(tail -2 "$TMP/p-never/log")"
+grep -q "^lstmd: warning: no mask update of the run prunes anything: .*nothing is pruned" "$TMP/p-never/run/train.log" &&
+  ! grep -q "^lstmd: prune step" "$TMP/p-never/log" && ok "no mask update in the run: warned" ||
+  bad "no mask update in the run: $(grep -e warning -e 'prune step' "$TMP/p-never/log")"
+run p-odd "$LSTMD" train "${base[@]}" "${prune[@]}" --set prune.begin_step=1 ||
+  bad "pruned run, end - begin not a multiple: $(tail -2 "$TMP/p-odd/log")"
+warned=$(sed -n 's/^lstmd: warning: the last mask update, after step \([0-9]*\), leaves sparsity \([0-9.]*\), not prune.target_sparsity 0.75: prune.end_step − prune.begin_step (5) is not a multiple of prune.frequency 2$/\1 \2/p' "$TMP/p-odd/log")
+logged=$(sed -n 's/^lstmd: prune step \([0-9]*\): target sparsity \([0-9.]*\),.*/\1 \2/p' "$TMP/p-odd/log" | tail -1)
+[[ -n $warned && $warned == "$logged" ]] && ok "end - begin not a multiple of frequency: warned '$warned'" ||
+  bad "end - begin not a multiple of frequency: warned '$warned', last update logged '$logged'"
 
 # ---- through the daemon ----
 S=$TMP/serve

@@ -250,21 +250,35 @@ static int build(struct run *r) {
   /* Keys that are valid but change nothing here: said once, so a typo'd plan is noticed. */
   if (r->rank == 0 && cfg->prune.tensors[0] && cfg->prune.target_sparsity <= 0.0f)
     setup_warn(r, "prune.tensors is set but prune.target_sparsity is 0: no pruning");
-  if (r->rank == 0 && cfg->prune.target_sparsity > 0.0f && cfg->prune.end_step > cfg->steps) {
-    /* the schedule's ramp ends after the run: say where the last mask update leaves it */
+  if (r->rank == 0 && cfg->prune.target_sparsity > 0.0f) {
+    /* where the run's last mask update (steps count from 1) leaves the sparsity, when that is
+     * short of the target: the ramp ends after the run, or no update falls within it at all
+     * (prune.frequency past end_step - begin_step, with begin_step 0 never a step) */
     const struct lstmd_prune_config *pc = &cfg->prune;
-    long last = cfg->steps < pc->begin_step ? 0 /* none */
-                : pc->begin_step + (cfg->steps - pc->begin_step) / pc->frequency * pc->frequency;
+    const long until = pc->end_step < cfg->steps ? pc->end_step : cfg->steps;
+    long last = until < pc->begin_step ? 0 /* none */
+                : pc->begin_step + (until - pc->begin_step) / pc->frequency * pc->frequency;
     if (last >= 1 && !lstmd_prune_due(pc, last)) last = 0;
-    if (last < 1)
+    if (pc->end_step > cfg->steps && last < 1)
       setup_warn(r, "prune.end_step %ld is past train.steps %ld, and no mask update falls "
                  "within the run: nothing is pruned (raise train.steps or lower prune.end_step "
                  "and prune.begin_step)", pc->end_step, cfg->steps);
-    else
+    else if (pc->end_step > cfg->steps)
       setup_warn(r, "prune.end_step %ld is past train.steps %ld: the last mask update, "
                  "after step %ld, leaves sparsity %.4f, not prune.target_sparsity %.4g (raise "
                  "train.steps or lower prune.end_step)", pc->end_step, cfg->steps, last,
                  lstmd_prune_sparsity_at(pc, last), pc->target_sparsity);
+    else if (last < 1 || lstmd_prune_sparsity_at(pc, last) <= 0.0)
+      setup_warn(r, "no mask update of the run prunes anything: updates come after steps "
+                 "prune.begin_step %ld + k·prune.frequency %ld up to prune.end_step %ld (steps "
+                 "count from 1; the update at begin_step has sparsity 0): nothing is pruned "
+                 "(lower prune.frequency to at most prune.end_step − prune.begin_step)",
+                 pc->begin_step, pc->frequency, pc->end_step);
+    else if (lstmd_prune_sparsity_at(pc, last) < pc->target_sparsity)
+      setup_warn(r, "the last mask update, after step %ld, leaves sparsity %.4f, not "
+                 "prune.target_sparsity %.4g: prune.end_step − prune.begin_step (%ld) is not a "
+                 "multiple of prune.frequency %ld", last, lstmd_prune_sparsity_at(pc, last),
+                 pc->target_sparsity, pc->end_step - pc->begin_step, pc->frequency);
   }
   if (r->rank == 0 && cfg->dropout > 0.0f && cfg->layers == 1)
     setup_warn(r, "model.dropout acts between LSTM layers; with model.layers = 1 it "
