@@ -10,7 +10,8 @@
 #     uninterrupted run; a resume with prune.target_sparsity 0, or a prune.tensors without some
 #     of the checkpoint's masks, warning (stderr and train.log) that those masks are dropped;
 #   distillation: alpha 0 equal to training without a teacher bit for bit, alpha 0.5 not (text;
-#     series: alpha 0 and 1); a resume with a teacher byte for byte; a teacher of another
+#     series: alpha 0 and 1); a resume with a teacher byte for byte, one with another teacher
+#     warning (the checkpoint's distill.teacher_crc32c); a teacher of another
 #     vocabulary, another horizon, another normalisation (the column and both values) or another
 #     kind refused (exit 2, naming distill.teacher and what differs);
 #   set-up warnings: prune.end_step past train.steps, no mask update within the run, the last
@@ -132,6 +133,14 @@ run kd-resume "$LSTMD" train "${base[@]}" --set distill.teacher="$T" --set disti
   || bad "distilled resume: $(tail -2 "$TMP/kd-resume/log")"
 cmp -s "$TMP/kd/run/step-8.safetensors" "$TMP/kd-resume/run/step-8.safetensors" \
   && ok "distilled resume at step 3: step 8 byte for byte" || bad "distilled resume differs"
+grep -q "is not the model" "$TMP/kd-resume/log" && bad "a resume with the same teacher warns of another"
+# the checkpoint knows its teacher: a resume distilling from another model (the same path
+# retrained meanwhile, here another file) warns, naming both CRCs (user trial: silent)
+run kd-other "$LSTMD" train "${base[@]}" --set distill.teacher="$TMP/plain/run/step-8.safetensors" \
+  --set distill.alpha=0.5 --set distill.temperature=2 --resume ../kd/run/step-3.safetensors \
+  || bad "resume with another teacher: $(tail -2 "$TMP/kd-other/log")"
+w=$(grep "^lstmd: warning: distill.teacher .* is not the model ../kd/run/step-3.safetensors was distilled from (its parameters' CRC-32C is [0-9a-f]\{8\}, the checkpoint's teacher's [0-9a-f]\{8\})" "$TMP/kd-other/run/train.log")
+[[ -n $w ]] && ok "a resume with another teacher warns: $w" || bad "another teacher at resume not said: $(grep warning "$TMP/kd-other/log")"
 
 # series: the MSE form of the loss through the binary
 "$LSTMD" prepare series --input "$SRC/data/seattle-temps.csv" --target temp --horizon 2 \

@@ -181,6 +181,8 @@ int lstmd_checkpoint_save(const char *path, const struct lstmd_model *m,
     meta_addf(&l, "train.plateau_bad_evals", "%ld", w->plateau_bad);
     meta_addf(&l, "train.lr_scale", "%.17g", w->lr_scale);
     meta_addf(&l, "train.samples_bytes", "%ld", progress->samples_bytes);
+    if (progress->teacher_crc32c)
+      meta_addf(&l, "distill.teacher_crc32c", "%08x", (unsigned)progress->teacher_crc32c);
     if (progress->loss_scale > 0.0) { /* fp16 on a GPU: the dynamic loss scale resumes too */
       meta_addf(&l, "train.loss_scale", "%.9g", progress->loss_scale);
       meta_addf(&l, "train.loss_scale_good_steps", "%ld", progress->loss_scale_good_steps);
@@ -648,6 +650,8 @@ int lstmd_checkpoint_load_train(const char *path, struct lstmd_model *m, struct 
     p->loss_scale_good_steps = scale_good;
     p->watch = watch;
     p->samples_bytes = samples_bytes;
+    const char *crc = lstmd_st_meta_get(f, "distill.teacher_crc32c"); /* optional: only to compare */
+    p->teacher_crc32c = crc ? (uint32_t)strtoul(crc, NULL, 16) : 0;
   }
   lstmd_st_close(f);
   return rc;

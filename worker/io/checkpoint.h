@@ -60,6 +60,9 @@ struct lstmd_train_progress {
   struct lstmd_val_watch watch; /* all zero (lr_scale 0) is saved as a fresh watch */
   long samples_bytes;         /* rank 0: length of <run_dir>/samples.txt at this checkpoint (a
                                * resume cuts the file back to it); metadata train.samples_bytes */
+  uint32_t teacher_crc32c;    /* distillation: CRC-32C of the teacher's parameters (0: no teacher);
+                               * metadata distill.teacher_crc32c, so that a resume can tell that
+                               * distill.teacher's file now holds another model */
 };
 
 /* Writes <path> atomically. optim and progress may be NULL (model-only export).

@@ -140,7 +140,11 @@ static int load_teacher(struct run *r) {
              lstmd_window_norm_name(meta.tf.window_norm),
              lstmd_series_target_name(r->train.tf.target),
              lstmd_window_norm_name(r->train.tf.window_norm));
-  if (!why[0]) return LSTMD_OK;
+  if (!why[0]) {
+    r->progress.teacher_crc32c =
+        lstmd_crc32c(0, r->teacher->params, r->teacher->n_params * sizeof(float)) | 1; /* not 0 */
+    return LSTMD_OK;
+  }
   lstmd_errorf("distill.teacher: %s: %s; the teacher must share the student's vocabulary, or "
                "its series inputs, normalisation, target and window normalisation", path, why);
   return LSTMD_ECONFIG;
@@ -529,7 +533,16 @@ static int load_checkpoint(struct run *r, const char *path) {
     return LSTMD_ECONFIG;
   }
   char *was = NULL;
+  const uint32_t teacher_now = r->progress.teacher_crc32c;
   LSTMD_TRY(lstmd_checkpoint_load_train(path, r->model, r->optim, &r->progress, &was));
+  /* the same distill.teacher path may hold another model now (a teacher trained on meanwhile) */
+  if (teacher_now && r->progress.teacher_crc32c && r->progress.teacher_crc32c != teacher_now)
+    setup_warn(r, "distill.teacher %s is not the model %s was distilled from (its parameters' "
+               "CRC-32C is %08x, the checkpoint's teacher's %08x): the resumed run learns from "
+               "other soft targets, and equals a run that never stopped only with the same "
+               "teacher", r->cfg->distill_teacher, path, (unsigned)teacher_now,
+               (unsigned)r->progress.teacher_crc32c);
+  r->progress.teacher_crc32c = teacher_now;
   r->resume_changes = lstmd_resume_changes(was, r->config_json);
   free(was);
   warn_dropped_masks(r, path);
