@@ -603,8 +603,15 @@ static int cmd_logs(struct lstmd_ctl *c, uint64_t id, int follow) {
     }
   }
   if (!f) {
-    if (!follow) fprintf(stderr, "lstmctl: %s: %s (has job %llu started?)\n", path, strerror(errno),
-                         (unsigned long long)id);
+    const int err = errno;
+    if (!follow && (state == LSTMD__JOB_STATE__FAILED || state == LSTMD__JOB_STATE__CANCELLED))
+      /* it ended before its run opened the log (a refused teacher, a missing dataset) */
+      fprintf(stderr, "lstmctl: job %llu %s before it wrote %s: %s\n", (unsigned long long)id,
+              lstmd_job_state_name(state), path,
+              resp->job->reason && resp->job->reason[0] ? resp->job->reason : "(no reason given)");
+    else if (!follow)
+      fprintf(stderr, "lstmctl: %s: %s (has job %llu started?)\n", path, strerror(err),
+              (unsigned long long)id);
     return lost ? lost : follow ? kExitOk : kExitJob;
   }
   fclose(f);

@@ -19,7 +19,8 @@
 #   refusals (exit 2 naming the key): model.stages 2, a bias or a layer-norm gain in
 #     prune.tensors, prune.end_step not after begin_step;
 #   the daemon: a job with [prune] and [distill] submitted with lstmctl succeeds with its pruning
-#     records, and so does one with model.layer_norm=true (masks on no LN gain); a teacher outside --data-root and a bad prune.tensors are refused at submission.
+#     records, and so does one with model.layer_norm=true (masks on no LN gain); `lstmctl logs` of
+#     a job whose teacher was refused at its start names the reason; a teacher outside --data-root and a bad prune.tensors are refused at submission.
 set -u
 LSTMD=$(realpath "${1:?usage: test_compress_train.sh LSTMD_BINARY SOURCE_DIR LSTMCTL_BINARY}")
 SRC=$(realpath "${2:?}")
@@ -275,6 +276,13 @@ fi
 msg=$(ctl submit "${job[@]}" --set distill.teacher=/etc/hostname 2>&1)
 [[ $? == 2 ]] && grep -q 'distill.teacher:.*outside the data root' <<<"$msg" \
   && ok "lstmctl: a teacher outside --data-root refused: $msg" || bad "teacher outside the root: $msg"
+# a teacher that does not fit fails the job before its train.log exists: `lstmctl logs` says the
+# job failed and why (it asked "has job N started?", user trial)
+id=$(ctl submit "${job[@]}" --set data.path="$TMP/digits" --set distill.teacher="$T" 2>&1 | tail -1)
+ctl watch "$id" >/dev/null 2>&1
+msg=$(ctl logs "$id" 2>&1)
+[[ $msg == "lstmctl: job $id FAILED before it wrote "*"/train.log: "*"distill.teacher: "*"vocabulary"* ]] \
+  && ok "lstmctl logs of a job failed before its log: $msg" || bad "logs of a job failed early: $msg"
 msg=$(ctl submit "${job[@]}" "${prune[@]}" --set prune.tensors=embed.weight 2>&1)
 [[ $? == 2 ]] && grep -q 'prune.tensors' <<<"$msg" && ok "lstmctl: prune.tensors=embed.weight refused" \
   || bad "prune.tensors at submission: $msg"
