@@ -634,6 +634,10 @@ check "sample: series checkpoint" --file "$SCKPT" -- \
 # pipe-predict's options are checked before any GPU is looked for
 check "pipe-predict: more stages than layers" --has "--stages 9" -- \
   "$LSTMD" pipe-predict --layers 8 --stages 2,9
+# a run dir given as the checkpoint: the file to name (it said only "not a regular file")
+check "eval: a run dir as the checkpoint" \
+  --has "$TMP/run-text/: a directory, not a checkpoint file: name one in it (a run dir's newest is $TMP/run-text/latest.safetensors)" -- \
+  "$LSTMD" eval --checkpoint "$TMP/run-text/" --data "$TMP/good-text"
 # a FIFO where a file belongs: refused at once, not a wait for a writer that never comes
 mkfifo "$TMP/fifo.safetensors"
 check "eval: a FIFO as the checkpoint" --has "fifo.safetensors: not a regular file" -- \

@@ -154,6 +154,11 @@ int lstmd_st_open(const char *path, struct lstmd_st_file **out) {
   }
   struct stat st;
   uint8_t prefix[8];
+  int dir_len = (int)strlen(path);
+  while (dir_len > 1 && path[dir_len - 1] == '/') dir_len--;
+  if (fstat(f->fd, &st) == 0 && S_ISDIR(st.st_mode)) /* a run dir, given for its checkpoint */
+    ST_FAIL("%s: a directory, not a checkpoint file: name one in it (a run dir's newest is "
+            "%.*s/latest.safetensors)", path, dir_len, path);
   if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode))
     ST_FAIL("%s: not a regular file", path);
   if (st.st_size < 8 || lstmd_read_at(f->fd, prefix, 8, 0) != 0)
