@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_checkpoint_fail.sh — rank 0 cannot write a checkpoint, under `mpirun -np 2 lstmd train`:
-#  a. the checkpoint of step 4 cannot be renamed into place (a directory holds its name; this
-#     fails for root too), after the one of step 2 was written;
+#  a. the checkpoint of step 4 cannot be written (a directory holds its name, refused before its
+#     temp file is written; the rename onto it would fail for root too), after the one of step 2
+#     was written;
 #  b. latest.safetensors cannot be replaced (an immutable file, chattr +i; skipped where chattr
 #     does not work): the first checkpoint's link fails.
 # Every rank stops within seconds (no hang, no process left), rank 0 names the file and why, the
@@ -53,9 +54,9 @@ check() {
   fi
 }
 
-# a. a directory where step-4.safetensors goes: the rename onto it fails (EISDIR), even for root
+# a. a directory where step-4.safetensors goes: refused (the rename onto it would fail, EISDIR)
 mkdir -p "$TMP/a/run/step-4.safetensors/x"
-check a "step-4.safetensors.*Is a directory" 2
+check a "step-4.safetensors: is a directory, not a file" 2
 
 # b. latest.safetensors immutable: replacing it fails (EPERM), even for root
 mkdir -p "$TMP/b/run"

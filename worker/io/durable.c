@@ -46,8 +46,9 @@ int lstmd_durable_open(struct lstmd_durable *w, const char *path) {
    * symlink to one) it would put a regular file in the device's place. */
   struct stat st;
   if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-    lstmd_errorf("%s: is %s; lstmd writes a new regular file and renames it into place, which "
-                 "would replace it: name a file", path, file_kind(st.st_mode));
+    lstmd_errorf("%s: is %s, not a file: lstmd writes a new file and renames it into place, "
+                 "which would replace it (remove it, or name another path)", path,
+                 file_kind(st.st_mode));
     return LSTMD_EWRITE;
   }
   if (asprintf(&w->tmp_path, "%s" TEMP_INFIX "%d", path, (int)getpid()) < 0) {
