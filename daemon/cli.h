@@ -36,6 +36,8 @@ struct lstmd_opt {
   int optional_value;  /* value may be absent (next arg starts with "--" or is missing) */
   void (*on_value)(void *ctx, const char *value);
   void *ctx;
+  int once;            /* given twice is refused (exit 2): --config, whose second file would
+                        * silently replace the first one's settings; other options: the last wins */
 };
 
 /* Parses argv[first..argc) against opts ("-h" is read as "--help"). Unknown options, missing

@@ -125,7 +125,7 @@ int lstmd_cmd_train(int argc, char **argv) {
   const char *config_path = NULL, *resume = NULL, *trace = NULL, *device = NULL;
   int help = 0;
   struct set_list sets = {0};
-  struct lstmd_opt opts[] = {{"config", &config_path},
+  struct lstmd_opt opts[] = {{"config", &config_path, .once = 1},
                              {"set", NULL, NULL, 0, on_set, &sets},
                              {"resume", &resume, NULL, 1},
                              {"trace", &trace},

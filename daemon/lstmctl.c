@@ -283,13 +283,12 @@ static int parse_submit(int argc, char **argv, struct ctl_args *a) {
   a->name = "";
   for (int i = 0; i < argc && !rc; i++) {
     const char *arg = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    const char **once = !strcmp(arg, "--config") ? &config
-                        : !strcmp(arg, "--name")   ? &a->name : NULL;
-    if (once && v && *once && **once) { /* the last one silently won */
-      fprintf(stderr, "lstmctl: submit: %s given twice ('%s', then '%s'); it takes one\n", arg,
-              *once, v);
+    if (!strcmp(arg, "--config") && v && config) { /* the second file replaced the first */
+      fprintf(stderr, "lstmctl: submit: --config given twice ('%s', then '%s'); it takes one "
+              "(put the settings in one file, or add them with --set)\n", config, v);
       rc = kExitUsage;
-    } else if (once && v) *once = argv[++i];
+    } else if (!strcmp(arg, "--config") && v) config = argv[++i];
+    else if (!strcmp(arg, "--name") && v) a->name = argv[++i];
     else if (!strcmp(arg, "--no-preempt")) no_preempt = 1;
     else if (!strcmp(arg, "--resume")) a->resume = 1;
     else if (!strcmp(arg, "--continue") && v) {
