@@ -205,6 +205,9 @@ int lstmd_cmd_train(int argc, char **argv) {
     lstmd_blas_warn_weak_kernels();
     fprintf(stderr, "lstmd: effective config:\n");
     lstmd_config_print(&cfg, stderr);
+    char inert[600];
+    if (lstmd_config_inert_keys(&cfg, inert, sizeof inert))
+      fprintf(stderr, "lstmd: note: %s\n", inert);
   }
   char *json = lstmd_config_to_json(&cfg);
   if (!json) {

@@ -248,6 +248,47 @@ static int set_value(struct lstmd_train_config *c, const struct cfg_key *k, cons
 }
 
 static void format_value(const struct lstmd_train_config *c, const struct cfg_key *k, char *buf,
+                         size_t n);
+
+static int differs(const struct lstmd_train_config *a, const struct lstmd_train_config *b,
+                   const struct cfg_key *k) {
+  char x[1200], y[1200];
+  format_value(a, k, x, sizeof x);
+  format_value(b, k, y, sizeof y);
+  return strcmp(x, y) != 0;
+}
+
+int lstmd_config_inert_keys(const struct lstmd_train_config *c, char *out, size_t n) {
+  static const struct { const char *section, *on; } kSwitched[] = {
+      {"distill", "teacher"}, {"prune", "target_sparsity"}};
+  struct lstmd_train_config *d = malloc(sizeof *d);
+  int count = 0;
+  size_t used = 0;
+  if (n) out[0] = '\0';
+  if (!d) return 0;
+  lstmd_config_defaults(d);
+  for (size_t s = 0; s < sizeof kSwitched / sizeof kSwitched[0]; s++) {
+    const struct cfg_key *on = find_key(kSwitched[s].section, kSwitched[s].on);
+    if (differs(c, d, on)) continue; /* switched on: its keys act */
+    char keys[512] = "";
+    int nk = 0;
+    for (int i = 0; i < kKeyCount; i++) {
+      const struct cfg_key *k = &kKeys[i];
+      if (k == on || strcmp(k->section, on->section) || !differs(c, d, k)) continue;
+      const size_t len = strlen(keys);
+      snprintf(keys + len, sizeof keys - len, "%s%s.%s", nk++ ? ", " : "", k->section, k->key);
+    }
+    if (nk && used < n)
+      used += (size_t)snprintf(out + used, n - used, "%s%s %s no effect without %s.%s",
+                               used ? "; " : "", keys, nk == 1 ? "has" : "have", on->section,
+                               on->key);
+    count += nk;
+  }
+  free(d);
+  return count;
+}
+
+static void format_value(const struct lstmd_train_config *c, const struct cfg_key *k, char *buf,
                          size_t n) {
   const char *field = (const char *)c + k->offset;
   switch (k->type) {

@@ -30,6 +30,12 @@ int lstmd_config_load_json(struct lstmd_train_config *c, const char *json_text);
 /* Checks what single keys cannot: required keys present. _check writes the reason into err. */
 int lstmd_config_validate(const struct lstmd_train_config *c);
 int lstmd_config_check(const struct lstmd_train_config *c, char *err, size_t n);
+/* Settings that do nothing as configured: those of [distill] without distill.teacher, those of
+ * [prune] without prune.target_sparsity (a value other than the default there: a user who set
+ * distill.alpha and forgot the teacher trained plainly without a word). Writes e.g.
+ * "distill.alpha has no effect without distill.teacher" into out (n bytes; ""), returns the
+ * number of such keys. */
+int lstmd_config_inert_keys(const struct lstmd_train_config *c, char *out, size_t n);
 /* "section.key = value" lines. */
 void lstmd_config_print(const struct lstmd_train_config *c, FILE *out);
 /* JSON object text of every key (malloc'd; NULL on allocation failure or a value that is not

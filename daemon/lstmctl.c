@@ -352,6 +352,20 @@ static Lstmd__Response *ask(struct lstmd_ctl *c, int kind, uint64_t id, int *rc)
   return roundtrip(c, &req, rc);
 }
 
+/* The job's settings that do nothing as configured (config.h, lstmd_config_inert_keys), as
+ * `lstmd train` notes them; the daemon accepted them. */
+static void note_inert_settings(const Lstmd__Job *job) {
+  struct lstmd_train_config *cfg = malloc(sizeof *cfg);
+  if (!cfg) return;
+  lstmd_config_defaults(cfg);
+  char err[512], inert[600];
+  for (size_t i = 0; i < job->n_settings; i++)
+    lstmd_config_set_key(cfg, job->settings[i]->key, job->settings[i]->value, err, sizeof err);
+  if (lstmd_config_inert_keys(cfg, inert, sizeof inert))
+    fprintf(stderr, "lstmctl: note: job %llu: %s\n", (unsigned long long)job->id, inert);
+  free(cfg);
+}
+
 static int cmd_submit(struct lstmd_ctl *c, const struct ctl_args *a) {
   Lstmd__JobSpec spec = LSTMD__JOB_SPEC__INIT;
   spec.name = (char *)a->name;
@@ -383,6 +397,7 @@ static int cmd_submit(struct lstmd_ctl *c, const struct ctl_args *a) {
     if (g_json) print_json(job_json(resp->job));
     else printf("submitted job %llu (%s)\n%llu\n", (unsigned long long)resp->job->id,
                 lstmd_job_state_name(resp->job->state), (unsigned long long)resp->job->id);
+    note_inert_settings(resp->job);
   }
   return rc;
 }

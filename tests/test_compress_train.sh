@@ -15,7 +15,9 @@
 #     vocabulary, another horizon, another normalisation (the column and both values) or another
 #     kind refused (exit 2, naming distill.teacher and what differs);
 #   set-up warnings: prune.end_step past train.steps, no mask update within the run, the last
-#     update short of the target (end_step - begin_step not a multiple of frequency);
+#     update short of the target (end_step - begin_step not a multiple of frequency); a note of
+#     [distill] settings without distill.teacher and [prune] ones without a target (lstmd train
+#     and lstmctl submit);
 #   refusals (exit 2 naming the key): model.stages 2, a bias or a layer-norm gain in
 #     prune.tensors, prune.end_step not after begin_step;
 #   the daemon: a job with [prune] and [distill] submitted with lstmctl succeeds with its pruning
@@ -234,6 +236,13 @@ warned=$(sed -n 's/^lstmd: warning: the last mask update, after step \([0-9]*\),
 logged=$(sed -n 's/^lstmd: prune step \([0-9]*\): target sparsity \([0-9.]*\),.*/\1 \2/p' "$TMP/p-odd/log" | tail -1)
 [[ -n $warned && $warned == "$logged" ]] && ok "end - begin not a multiple of frequency: warned '$warned'" ||
   bad "end - begin not a multiple of frequency: warned '$warned', last update logged '$logged'"
+# settings that do nothing as configured: [distill] without a teacher, [prune] without a target
+# (user trial: distill.alpha=0.3 trained plainly without a word); none for a run that prunes
+run inert "$LSTMD" train "${base[@]}" --set distill.alpha=0.3 --set prune.end_step=50 --set prune.power=2 ||
+  bad "run with inert settings: $(tail -2 "$TMP/inert/log")"
+want="lstmd: note: distill.alpha has no effect without distill.teacher; prune.end_step, prune.power have no effect without prune.target_sparsity"
+grep -qxF "$want" "$TMP/inert/log" && ! grep -q "no effect without" "$TMP/p-short/log" &&
+  ok "inert settings noted: ${want#lstmd: note: }" || bad "inert settings: $(grep -e note -e 'no effect' "$TMP/inert/log")"
 
 # ---- through the daemon ----
 S=$TMP/serve
@@ -273,6 +282,9 @@ PYEOF
 else
   bad "lstmctl layer_norm job: ${msg:-} $(cat "$S/submit-ln.err" "$S/watch-ln.log" | tail -2)"
 fi
+msg=$(ctl submit "${job[@]}" --set distill.temperature=4 2>&1 >/dev/null)
+[[ $msg == "lstmctl: note: job "*": distill.temperature has no effect without distill.teacher" ]] &&
+  ok "lstmctl submit notes an inert setting: $msg" || bad "lstmctl submit, distill.temperature alone: '$msg'"
 msg=$(ctl submit "${job[@]}" --set distill.teacher=/etc/hostname 2>&1)
 [[ $? == 2 ]] && grep -q 'distill.teacher:.*outside the data root' <<<"$msg" \
   && ok "lstmctl: a teacher outside --data-root refused: $msg" || bad "teacher outside the root: $msg"
