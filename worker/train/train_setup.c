@@ -251,9 +251,8 @@ static int build(struct run *r) {
   }
   if (backend == LSTMD_DEVICE_CPU && cfg->precision != LSTMD_PRECISION_FP32 && r->rank == 0)
     setup_warn(r, "train.precision applies to the GPU backend; the CPU backend trains in fp32");
-  /* Keys that are valid but change nothing here: said once, so a typo'd plan is noticed. */
-  if (r->rank == 0 && cfg->prune.tensors[0] && cfg->prune.target_sparsity <= 0.0f)
-    setup_warn(r, "prune.tensors is set but prune.target_sparsity is 0: no pruning");
+  /* Keys that are valid but change nothing (prune.* without a target, distill.* without a
+   * teacher): lstmd train and lstmctl submit note them (lstmd_config_inert_keys, config.h). */
   if (r->rank == 0 && cfg->prune.target_sparsity > 0.0f) {
     /* where the run's last mask update (steps count from 1) leaves the sparsity, when that is
      * short of the target: the ramp ends after the run, or no update falls within it at all
