@@ -17,6 +17,7 @@
 
 #include "config.h"
 #include "ctl_client.h"
+#include "ctl_print.h"
 #include "frame.h"
 #include "kernels/status.h"
 
@@ -52,120 +53,8 @@ static void usage(FILE *out) {
           "unreachable; 4 no such job; 5 wrong token.\n");
 }
 
-/* ---- printing ---- */
-
-/* "4-7", "0,2-3": a job's ranks (empty when it has none yet). */
-static void ranks_text(const Lstmd__Job *j, char *out, size_t len) {
-  size_t at = 0;
-  out[0] = '\0';
-  for (size_t i = 0; i < j->n_assigned_ranks && at < len; i++) {
-    size_t k = i;
-    while (k + 1 < j->n_assigned_ranks && j->assigned_ranks[k + 1] == j->assigned_ranks[k] + 1) k++;
-    at += (size_t)snprintf(out + at, len - at, "%s%u", i ? "," : "", j->assigned_ranks[i]);
-    if (k > i && at < len) at += (size_t)snprintf(out + at, len - at, "-%u", j->assigned_ranks[k]);
-    i = k;
-  }
-}
-
-static json_t *job_json(const Lstmd__Job *j) {
-  json_t *settings = json_object();
-  for (size_t i = 0; i < j->n_settings; i++)
-    json_object_set_new(settings, j->settings[i]->key, json_string(j->settings[i]->value));
-  json_t *o = json_pack("{s:I, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:b, s:b}",
-                        "id", (json_int_t)j->id, "name", j->name, "state",
-                        lstmd_job_state_name(j->state), "reason", j->reason, "run_dir", j->run_dir,
-                        "step", (json_int_t)j->step, "total_steps", (json_int_t)j->total_steps,
-                        "submitted_ms", (json_int_t)j->submitted_ms, "started_ms",
-                        (json_int_t)j->started_ms, "finished_ms", (json_int_t)j->finished_ms,
-                        "attempts", (int)j->attempts, "cancel_requested", j->cancel_requested,
-                        "resume", j->resume);
-  json_object_set_new(o, "continues", j->continues ? json_integer((json_int_t)j->continues)
-                                                  : json_null());
-  /* NaN (nothing measured yet) becomes null */
-  json_object_set_new(o, "loss", j->step ? json_real(j->loss) : json_null());
-  json_object_set_new(o, "val_loss", isfinite(j->val_loss) ? json_real(j->val_loss) : json_null());
-  json_object_set_new(o, "val_bpc", isfinite(j->val_bpc) ? json_real(j->val_bpc) : json_null());
-  json_object_set_new(o, "val_accuracy", j->has_val_accuracy ? json_real(j->val_accuracy) : json_null());
-  json_object_set_new(o, "tokens_per_s", json_real(j->tokens_per_s));
-  char where[256];
-  ranks_text(j, where, sizeof where);
-  json_t *assigned = json_array();
-  for (size_t i = 0; i < j->n_assigned_ranks; i++) json_array_append_new(assigned, json_integer(j->assigned_ranks[i]));
-  json_object_set_new(o, "ranks", json_integer(j->ranks));
-  json_object_set_new(o, "assigned_ranks", assigned);
-  json_object_set_new(o, "ranks_text", json_string(where));
-  json_object_set_new(o, "priority", json_integer(j->priority));
-  json_object_set_new(o, "time_limit_s", json_real(j->time_limit_s));
-  json_object_set_new(o, "preemptible", json_boolean(!j->no_preempt));
-  json_object_set_new(o, "preemptions", json_integer(j->preemptions));
-  json_object_set_new(o, "queue_position", json_integer(j->queue_position));
-  json_object_set_new(o, "waiting", json_string(j->waiting));
-  json_object_set_new(o, "run_ms", json_integer(j->run_ms));
-  json_object_set_new(o, "eta_s", json_real(isfinite(j->eta_s) ? j->eta_s : 0.0));
-  json_object_set_new(o, "settings", settings);
-  return o;
-}
-
-static void print_json(json_t *o) {
-  char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
-  if (text) puts(text);
-  free(text);
-  json_decref(o);
-  fflush(stdout);
-}
-
-/* Whether a training record has reached the daemon for this job: a job resumed or preempted
- * before its first one has a step (from its checkpoint) but no loss or rate yet. */
-static int has_progress(const Lstmd__Job *j) { return j->step > 0 && j->tokens_per_s > 0; }
-
-static void print_job_line(const Lstmd__Job *j) {
-  char where[256], pos[16] = "-";
-  ranks_text(j, where, sizeof where);
-  if (j->state == LSTMD__JOB_STATE__QUEUED && j->queue_position)
-    snprintf(pos, sizeof pos, "%u", j->queue_position);
-  printf("%-5llu %-10s %-9s %5u %4d %4s %7lld/%-7lld", (unsigned long long)j->id,
-         lstmd_job_state_name(j->state), j->state == LSTMD__JOB_STATE__RUNNING ? where : "-",
-         j->ranks, j->priority, pos, (long long)j->step, (long long)j->total_steps);
-  if (has_progress(j)) printf(" loss %.4f", j->loss);
-  if (isfinite(j->val_loss)) printf(" val %.4f", j->val_loss);
-  if (j->has_val_accuracy) printf(" acc %.4f", j->val_accuracy);
-  if (j->name[0]) printf("  %s", j->name);
-  if (j->state == LSTMD__JOB_STATE__QUEUED && j->waiting[0]) printf("  [waits: %s]", j->waiting);
-  if (j->reason[0]) printf("  (%s)", j->reason);
-  putchar('\n');
-}
-
-static void print_job(const Lstmd__Job *j) {
-  if (g_json) {
-    print_json(job_json(j));
-    return;
-  }
-  printf("job %llu%s%s: %s\n", (unsigned long long)j->id, j->name[0] ? " " : "", j->name,
-         lstmd_job_state_name(j->state));
-  if (j->reason[0]) printf("  %s\n", j->reason);
-  char where[256];
-  ranks_text(j, where, sizeof where);
-  printf("  %u rank%s%s%s, priority %d%s", j->ranks, j->ranks == 1 ? "" : "s",
-         where[0] ? (j->state == LSTMD__JOB_STATE__RUNNING ? " on " : ", last on ") : "", where,
-         j->priority, j->no_preempt ? ", not preemptible" : "");
-  if (j->time_limit_s > 0) printf(", time limit %g s", j->time_limit_s);
-  if (j->preemptions) printf(", preempted %u time%s", j->preemptions, j->preemptions == 1 ? "" : "s");
-  putchar('\n');
-  if (j->state == LSTMD__JOB_STATE__QUEUED && j->queue_position)
-    printf("  queue position %u: %s\n", j->queue_position, j->waiting);
-  printf("  step %lld of %lld", (long long)j->step, (long long)j->total_steps);
-  if (has_progress(j)) printf(", loss %.4f, %.0f tokens/s", j->loss, j->tokens_per_s);
-  if (isfinite(j->val_loss)) printf(", val loss %.4f", j->val_loss);
-  if (isfinite(j->val_bpc)) printf(" (%.3f bpc)", j->val_bpc);
-  if (j->has_val_accuracy) printf(", val accuracy %.4f", j->val_accuracy);
-  printf("\n  run dir %s%s, attempts %u\n", j->run_dir,
-         j->resume ? " (continuing the run there)" : "", j->attempts);
-  if (j->continues) printf("  continues job %llu\n", (unsigned long long)j->continues);
-  fflush(stdout);
-}
-
 static int error_exit(const Lstmd__Error *e) {
-  if (g_json) print_json(json_pack("{s:s, s:i}", "error", e->message, "code", e->code));
+  if (g_json) lstmctl_print_json(json_pack("{s:s, s:i}", "error", e->message, "code", e->code));
   else fprintf(stderr, "lstmctl: %s\n", e->message);
   switch (e->code) {
     case LSTMD__ERROR_CODE__NOT_FOUND: return kExitNotFound;
@@ -394,7 +283,7 @@ static int cmd_submit(struct lstmd_ctl *c, const struct ctl_args *a) {
     return kExitUsage;
   }
   if (resp && resp->kind_case == LSTMD__RESPONSE__KIND_JOB) {
-    if (g_json) print_json(job_json(resp->job));
+    if (g_json) lstmctl_print_json(lstmctl_job_json(resp->job));
     else printf("submitted job %llu (%s)\n%llu\n", (unsigned long long)resp->job->id,
                 lstmd_job_state_name(resp->job->state), (unsigned long long)resp->job->id);
     note_inert_settings(resp->job);
@@ -427,7 +316,7 @@ static int cmd_simple(struct lstmd_ctl *c, const char *cmd, uint64_t id) {
   Lstmd__Response *resp = roundtrip(c, &req, &rc);
   if (!resp) return rc;
   if (resp->kind_case == LSTMD__RESPONSE__KIND_JOB) {
-    print_job(resp->job);
+    lstmctl_print_job(resp->job, g_json);
     const int st = resp->job->state;
     if (req.kind_case == LSTMD__REQUEST__KIND_CANCEL &&
         (st == LSTMD__JOB_STATE__SUCCEEDED || st == LSTMD__JOB_STATE__FAILED)) {
@@ -438,16 +327,17 @@ static int cmd_simple(struct lstmd_ctl *c, const char *cmd, uint64_t id) {
   } else if (resp->kind_case == LSTMD__RESPONSE__KIND_JOBS) {
     if (g_json) {
       json_t *a = json_array();
-      for (size_t i = 0; i < resp->jobs->n_jobs; i++) json_array_append_new(a, job_json(resp->jobs->jobs[i]));
-      print_json(a);
+      for (size_t i = 0; i < resp->jobs->n_jobs; i++)
+        json_array_append_new(a, lstmctl_job_json(resp->jobs->jobs[i]));
+      lstmctl_print_json(a);
     } else {
       printf("%-5s %-10s %-9s %5s %4s %4s %15s\n", "ID", "STATE", "RANKS", "NEED", "PRI", "POS",
              "STEP");
-      for (size_t i = 0; i < resp->jobs->n_jobs; i++) print_job_line(resp->jobs->jobs[i]);
+      for (size_t i = 0; i < resp->jobs->n_jobs; i++) lstmctl_print_job_line(resp->jobs->jobs[i]);
     }
   } else if (resp->kind_case == LSTMD__RESPONSE__KIND_SHUTDOWN) {
     uint64_t running = resp->shutdown->running_job;
-    if (g_json) print_json(json_pack("{s:b, s:I}", "draining", 1, "running_job", (json_int_t)running));
+    if (g_json) lstmctl_print_json(json_pack("{s:b, s:I}", "draining", 1, "running_job", (json_int_t)running));
     else if (running) printf("daemon draining: checkpointing job %llu, then stopping\n", (unsigned long long)running);
     else printf("daemon draining: no job running; stopping\n");
   } else {
@@ -455,20 +345,6 @@ static int cmd_simple(struct lstmd_ctl *c, const char *cmd, uint64_t id) {
     rc = kExitUnreachable;
   }
   return rc;
-}
-
-static void print_metrics(uint64_t id, const Lstmd__Metrics *m) {
-  if (m->is_eval) {
-    printf("job %llu step %lld: val loss %.4f", (unsigned long long)id, (long long)m->step, m->val_loss);
-    if (isfinite(m->val_bpc)) printf(" (%.3f bpc)", m->val_bpc);
-    if (m->has_val_accuracy) printf(", accuracy %.4f", m->val_accuracy);
-    putchar('\n');
-  } else {
-    printf("job %llu step %lld/%lld: loss %.4f lr %.3g grad norm %.3g %.0f tokens/s eta %.0f s\n",
-           (unsigned long long)id, (long long)m->step, (long long)m->total_steps, m->loss, m->lr,
-           m->grad_norm, m->tokens_per_s, m->eta_s);
-  }
-  fflush(stdout);
 }
 
 static int cmd_watch(struct lstmd_ctl *c, uint64_t id) {
@@ -490,7 +366,9 @@ static int cmd_watch(struct lstmd_ctl *c, uint64_t id) {
                             : ev->kind_case == LSTMD__EVENT__KIND_STATE ? ev->state : NULL;
     if (g_json) {
       json_t *o = json_pack("{s:I}", "job_id", (json_int_t)ev->job_id);
-      if (job) json_object_set_new(o, ev->kind_case == LSTMD__EVENT__KIND_RESULT ? "result" : "state", job_json(job));
+      if (job)
+        json_object_set_new(o, ev->kind_case == LSTMD__EVENT__KIND_RESULT ? "result" : "state",
+                            lstmctl_job_json(job));
       else if (ev->metrics) {
         json_t *mo = json_pack("{s:I, s:I, s:b, s:f, s:f, s:f, s:f}",
           "step", (json_int_t)ev->metrics->step, "total_steps", (json_int_t)ev->metrics->total_steps,
@@ -502,13 +380,13 @@ static int cmd_watch(struct lstmd_ctl *c, uint64_t id) {
                                                     : json_null());
         json_object_set_new(o, "metrics", mo);
       }
-      print_json(o);
+      lstmctl_print_json(o);
     } else if (job) {
       printf("job %llu: %s%s%s\n", (unsigned long long)job->id, lstmd_job_state_name(job->state),
              job->reason[0] ? ": " : "", job->reason);
       fflush(stdout);
     } else if (ev->metrics) {
-      print_metrics(ev->job_id, ev->metrics);
+      lstmctl_print_metrics(ev->job_id, ev->metrics);
     }
     if (ev->kind_case == LSTMD__EVENT__KIND_RESULT) {
       return job->state == LSTMD__JOB_STATE__SUCCEEDED ? kExitOk : kExitJob;
@@ -524,56 +402,6 @@ static int cmd_watch(struct lstmd_ctl *c, uint64_t id) {
 
 /* ---- top and logs ---- */
 
-static void eta_text(double s, char *out, size_t n) {
-  if (!isfinite(s) || s <= 0) snprintf(out, n, "-");
-  else if (s >= 3600) snprintf(out, n, "%ldh%02ldm", (long)s / 3600, (long)s / 60 % 60);
-  else snprintf(out, n, "%ldm%02lds", (long)s / 60, (long)s % 60);
-}
-
-/* One snapshot of the running jobs and the world's ranks. */
-static void print_top(const Lstmd__JobList *l) {
-  int busy = 0, queued = 0;
-  for (size_t i = 0; i < l->n_jobs; i++) {
-    if (l->jobs[i]->state == LSTMD__JOB_STATE__RUNNING) busy += (int)l->jobs[i]->n_assigned_ranks;
-    queued += l->jobs[i]->state == LSTMD__JOB_STATE__QUEUED;
-  }
-  /* unresponsive ranks (they did not answer a start command) are neither busy nor free */
-  const int silent = (int)l->n_unresponsive_ranks;
-  if (g_json) {
-    json_t *running = json_array(), *unresponsive = json_array();
-    for (size_t i = 0; i < l->n_jobs; i++)
-      if (l->jobs[i]->state == LSTMD__JOB_STATE__RUNNING) json_array_append_new(running, job_json(l->jobs[i]));
-    for (int i = 0; i < silent; i++)
-      json_array_append_new(unresponsive, json_integer(l->unresponsive_ranks[i]));
-    print_json(json_pack("{s:i, s:i, s:i, s:o, s:i, s:o}", "world", (int)l->world, "busy", busy,
-                         "free", (int)l->world - busy - silent, "unresponsive", unresponsive,
-                         "queued", queued, "running", running));
-    return;
-  }
-  printf("world %u ranks: %d busy, %d free", l->world, busy, (int)l->world - busy - silent);
-  if (silent) {
-    printf(", %d unresponsive (", silent);
-    for (int i = 0; i < silent; i++) printf("%s%u", i ? "," : "", l->unresponsive_ranks[i]);
-    printf(")");
-  }
-  printf("; %d job%s queued\n", queued, queued == 1 ? "" : "s");
-  printf("%-5s %-12s %-9s %4s %17s %8s %10s %8s\n", "ID", "NAME", "RANKS", "PRI", "STEP", "LOSS",
-         "TOK/S", "ETA");
-  for (size_t i = 0; i < l->n_jobs; i++) {
-    const Lstmd__Job *j = l->jobs[i];
-    if (j->state != LSTMD__JOB_STATE__RUNNING) continue;
-    char where[256], eta[32], step[48];
-    ranks_text(j, where, sizeof where);
-    eta_text(j->eta_s, eta, sizeof eta);
-    snprintf(step, sizeof step, "%lld/%lld", (long long)j->step, (long long)j->total_steps);
-    printf("%-5llu %-12.12s %-9s %4d %17s ", (unsigned long long)j->id, j->name, where,
-           j->priority, step);
-    if (has_progress(j)) printf("%8.4f %10.0f %8s\n", j->loss, j->tokens_per_s, eta);
-    else printf("%8s %10s %8s\n", "-", "-", "-");
-  }
-  fflush(stdout);
-}
-
 static int cmd_top(struct lstmd_ctl *c, int once) {
   once = once || g_json || !isatty(STDOUT_FILENO);
   for (;;) {
@@ -581,7 +409,7 @@ static int cmd_top(struct lstmd_ctl *c, int once) {
     Lstmd__Response *resp = ask(c, LSTMD__REQUEST__KIND_LIST, 0, &rc);
     if (!resp) return rc;
     if (!once) printf("\033[H\033[2J");
-    print_top(resp->jobs);
+    lstmctl_print_top(resp->jobs, g_json);
     if (once) return kExitOk;
     sleep(1);
   }
