@@ -15,6 +15,23 @@ static struct {
 } g_fault;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
+/* LSTMD_FAULT's KIND names, indexed by enum lstmd_fault. */
+static const char *const kKindNames[LSTMD_FAULT_COUNT] = {
+    [LSTMD_FAULT_NAN_GRAD] = "nan_grad",
+    [LSTMD_FAULT_NAN_UPDATE] = "nan_update",
+    [LSTMD_FAULT_STOP] = "stop",
+    [LSTMD_FAULT_SLOW] = "slow",
+    [LSTMD_FAULT_EVAL_FREEZE] = "eval_freeze",
+    [LSTMD_FAULT_CKPT_FREEZE] = "ckpt_freeze",
+    [LSTMD_FAULT_CKPT_SLOW] = "ckpt_slow",
+    [LSTMD_FAULT_SETUP_FREEZE] = "setup_freeze",
+    [LSTMD_FAULT_WORKSPACE_OOM] = "workspace_oom",
+    [LSTMD_FAULT_STATE_OOM] = "state_oom",
+    [LSTMD_FAULT_INIT_FREEZE] = "init_freeze",
+    [LSTMD_FAULT_FINALIZE_FREEZE] = "finalize_freeze",
+    [LSTMD_FAULT_FINALIZE_SLOW] = "finalize_slow",
+};
+
 static void parse(void) {
   const char *v = getenv("LSTMD_FAULT");
   if (!v || !*v) return;
@@ -26,24 +43,18 @@ static void parse(void) {
     lstmd_errorf("LSTMD_FAULT='%s' ignored: expected KIND@STEP[:RANK]", v);
     return;
   }
-  g_fault.kind = !strcmp(kind, "nan_grad")     ? LSTMD_FAULT_NAN_GRAD
-                 : !strcmp(kind, "nan_update") ? LSTMD_FAULT_NAN_UPDATE
-                 : !strcmp(kind, "stop")       ? LSTMD_FAULT_STOP
-                 : !strcmp(kind, "slow")       ? LSTMD_FAULT_SLOW
-                 : !strcmp(kind, "eval_freeze") ? LSTMD_FAULT_EVAL_FREEZE
-                 : !strcmp(kind, "ckpt_freeze") ? LSTMD_FAULT_CKPT_FREEZE
-                 : !strcmp(kind, "ckpt_slow")  ? LSTMD_FAULT_CKPT_SLOW
-                 : !strcmp(kind, "setup_freeze") ? LSTMD_FAULT_SETUP_FREEZE
-                 : !strcmp(kind, "workspace_oom") ? LSTMD_FAULT_WORKSPACE_OOM
-                 : !strcmp(kind, "state_oom")  ? LSTMD_FAULT_STATE_OOM
-                 : !strcmp(kind, "init_freeze") ? LSTMD_FAULT_INIT_FREEZE
-                 : !strcmp(kind, "finalize_freeze") ? LSTMD_FAULT_FINALIZE_FREEZE
-                 : !strcmp(kind, "finalize_slow") ? LSTMD_FAULT_FINALIZE_SLOW
-                                               : LSTMD_FAULT_NONE;
+  for (int k = LSTMD_FAULT_NONE + 1; k < LSTMD_FAULT_COUNT; k++)
+    if (!strcmp(kind, kKindNames[k])) g_fault.kind = (enum lstmd_fault)k;
   if (g_fault.kind == LSTMD_FAULT_NONE) {
-    lstmd_errorf("LSTMD_FAULT='%s' ignored: the kinds are nan_grad, nan_update, stop, slow, "
-                 "eval_freeze, ckpt_freeze, ckpt_slow, setup_freeze, workspace_oom, state_oom, "
-                 "init_freeze, finalize_freeze and finalize_slow", v);
+    char kinds[400] = "";
+    for (int k = LSTMD_FAULT_NONE + 1; k < LSTMD_FAULT_COUNT; k++) {
+      const size_t len = strlen(kinds);
+      snprintf(kinds + len, sizeof kinds - len, "%s%s", k == LSTMD_FAULT_NONE + 1 ? ""
+                                                        : k + 1 < LSTMD_FAULT_COUNT ? ", "
+                                                                                    : " and ",
+               kKindNames[k]);
+    }
+    lstmd_errorf("LSTMD_FAULT='%s' ignored: the kinds are %s", v, kinds);
     return;
   }
   g_fault.step = step;

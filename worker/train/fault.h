@@ -63,7 +63,8 @@ enum lstmd_fault {
   LSTMD_FAULT_STATE_OOM,
   LSTMD_FAULT_INIT_FREEZE,
   LSTMD_FAULT_FINALIZE_FREEZE,
-  LSTMD_FAULT_FINALIZE_SLOW
+  LSTMD_FAULT_FINALIZE_SLOW,
+  LSTMD_FAULT_COUNT
 };
 
 /* Nonzero when `kind` is configured for `step` on `rank` (slow: for every step from STEP on). A malformed variable is reported once
