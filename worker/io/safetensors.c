@@ -156,10 +156,11 @@ int lstmd_st_open(const char *path, struct lstmd_st_file **out) {
   uint8_t prefix[8];
   int dir_len = (int)strlen(path);
   while (dir_len > 1 && path[dir_len - 1] == '/') dir_len--;
-  if (fstat(f->fd, &st) == 0 && S_ISDIR(st.st_mode)) /* a run dir, given for its checkpoint */
+  const int stat_ok = fstat(f->fd, &st) == 0;
+  if (stat_ok && S_ISDIR(st.st_mode)) /* a run dir, given for its checkpoint */
     ST_FAIL("%s: a directory, not a checkpoint file: name one in it (a run dir's newest is "
             "%.*s/latest.safetensors)", path, dir_len, path);
-  if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode))
+  if (!stat_ok || !S_ISREG(st.st_mode))
     ST_FAIL("%s: not a regular file", path);
   if (st.st_size < 8 || lstmd_read_at(f->fd, prefix, 8, 0) != 0)
     ST_FAIL("%s: not a safetensors file (shorter than 8 bytes)", path);
