@@ -78,9 +78,11 @@ static int drop_records_after(const char *path, long step) {
   return lstmd_durable_commit(&out);
 }
 
-int lstmd_metrics_open(struct lstmd_metrics *mt, const char *run_dir, long resume_step) {
+int lstmd_metrics_open(struct lstmd_metrics *mt, const char *run_dir, long resume_step,
+                       int model_kind) {
   char path[4096];
   memset(mt, 0, sizeof *mt);
+  mt->loss_decimals = model_kind == LSTMD_MODEL_TEXT ? 4 : 6;
   mt->tty = isatty(STDERR_FILENO);
   snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
   if (resume_step > 0) LSTMD_TRY(drop_records_after(path, resume_step));
@@ -169,11 +171,8 @@ void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report
   lstmd_tb_scalars(&mt->tb, r->step, 7, tags, values);
 }
 
-int lstmd_metrics_loss_decimals(int model_kind) { return model_kind == LSTMD_MODEL_TEXT ? 4 : 6; }
-
 void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, double accuracy,
                         int model_kind, const struct lstmd_series_baselines *b) {
-  mt->loss_decimals = lstmd_metrics_loss_decimals(model_kind);
   if (model_kind == LSTMD_MODEL_TEXT) {
     lstmd_metrics_note(mt, "eval step %ld: val_loss %.4f, val_bpc %.4f", step, val_loss,
                        val_loss / M_LN2);
@@ -246,7 +245,7 @@ void lstmd_metrics_new_best(struct lstmd_metrics *mt, long step, double best_los
           best_loss);
   flush_record(mt);
   lstmd_metrics_note(mt, "eval step %ld: new best val_loss %.*f; best.safetensors written", step,
-                     mt->loss_decimals ? mt->loss_decimals : 4, best_loss);
+                     mt->loss_decimals, best_loss);
 }
 
 void lstmd_metrics_lr_cut(struct lstmd_metrics *mt, long step, double lr_scale, double peak_lr,
@@ -275,7 +274,7 @@ void lstmd_metrics_early_stop(struct lstmd_metrics *mt, long step, double best_l
   flush_record(mt);
   lstmd_metrics_note(mt, "eval step %ld: early stop: no new best val_loss in %ld evaluation%s "
                      "(best %.*f at step %ld, %s)", step, evals_since_best,
-                     evals_since_best == 1 ? "" : "s", mt->loss_decimals ? mt->loss_decimals : 4,
+                     evals_since_best == 1 ? "" : "s", mt->loss_decimals,
                      best_loss, best_step, where);
 }
 

@@ -15,12 +15,9 @@ struct lstmd_metrics {
   int line_open; /* a progress line without newline is on screen */
   FILE *log;     /* train.log beside metrics.jsonl: the progress lines and notes, as printed */
   int failed;    /* a record of metrics.jsonl could not be written (errno; said once) */
-  int loss_decimals; /* of val_loss in notes, as the last eval line printed it (0: none yet) */
+  int loss_decimals; /* of val_loss in notes, as the model's eval lines print it */
 };
 
-/* Decimals of a val_loss in notes: 4 for text models (bpc beside it), 6 for classifiers and
- * series, whose losses may be far below 0.0001 (a new best must not read as "0.0000"). */
-int lstmd_metrics_loss_decimals(int model_kind);
 
 /* Nonzero once a metrics.jsonl record failed to reach the file (a full disk): the trainer then
  * stops at the step with a checkpoint and exits 1 (trainer.c). */
@@ -50,8 +47,11 @@ struct lstmd_step_report {
 /* Opens <run_dir>/metrics.jsonl for appending and a new TensorBoard event file there. A run
  * that resumes at `resume_step` (0: a fresh start keeps the file as it is) first drops the
  * records of later steps, which the interrupted run logged after its last checkpoint, so the
- * file holds one history. Returns 0 or LSTMD_EIO. */
-int lstmd_metrics_open(struct lstmd_metrics *mt, const char *run_dir, long resume_step);
+ * file holds one history. model_kind (enum lstmd_model_kind) sets the decimals of val_loss in
+ * notes: 4 for text models (bpc beside it), 6 for classifiers and series, whose losses may be far
+ * below 0.0001 (a new best must not read "0.0000"). Returns 0 or LSTMD_EIO. */
+int lstmd_metrics_open(struct lstmd_metrics *mt, const char *run_dir, long resume_step,
+                       int model_kind);
 void lstmd_metrics_close(struct lstmd_metrics *mt);
 void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report *r);
 /* The naive forecasts' MSE on the validation windows (infer.h: lstmd_series_baseline_mse). */

@@ -627,7 +627,7 @@ static int train_loop(struct run *r) {
     lstmd_metrics_note(&r->metrics, "stopped early at step %ld: %s/step-%ld.safetensors; best "
                        "val_loss %.*f at step %ld: %s", r->progress.step,
                        cfg->run_dir, r->progress.step,
-                       lstmd_metrics_loss_decimals(r->model->shape.kind), r->progress.watch.best_loss,
+                       r->metrics.loss_decimals, r->progress.watch.best_loss,
                        r->progress.watch.best_step, best_where(r, where, sizeof where));
   else if (how == LSTMD_END_REQUESTED)
     lstmd_metrics_note(&r->metrics, "stopped at step %ld on request; checkpoint %s/latest.safetensors%s",
@@ -695,7 +695,8 @@ static int open_outputs(struct run *r, const char *resume_path) {
     const int orphans = !local && r->run_lock >= 0
                             ? lstmd_remove_orphan_temps(r->cfg->run_dir, &bytes) : 0;
     if (!local)
-      local = lstmd_metrics_open(&r->metrics, r->cfg->run_dir, r->resumed ? r->progress.step : 0);
+      local = lstmd_metrics_open(&r->metrics, r->cfg->run_dir, r->resumed ? r->progress.step : 0,
+                                 r->model->shape.kind);
     if (!local && r->cfg->sample_every) local = open_samples(r);
     if (!local) describe_run(r, resume_path);
     if (!local && orphans)
