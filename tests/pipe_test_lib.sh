@@ -4,7 +4,8 @@
 # shared small-model settings $common, and:
 #   run NAME NP DATA [--set ...]  trains in run-NAME on NP ranks (a config file named after the
 #                                 run puts NAME into every rank's argv, for pgrep); log in log-NAME
-#   equal NAME REF INIT TOL       run-NAME's step-6 against run-REF's, as updates from INIT
+#   equal NAME REF INIT TOL       run-NAME's step-6 against run-REF's, as updates from INIT, one
+#                                 float32 ulp per element allowed (compare_checkpoints.py --ulps)
 #   clip_equal NAME INIT          run-NAME = run-clip-ref (updates from INIT, 1e-5), and its logged
 #                                 grad_norm values those of clip-ref (tests/pipe_checks.py)
 #   layout_matches LABEL          run-wave4-stream's step-6 checkpoint has run-ref-stream's layout
@@ -46,7 +47,7 @@ run() {
 equal() {
   local msg
   if msg=$(compare "run-$1/step-6.safetensors" "run-$2/step-6.safetensors" --initial "$3" \
-           --rtol "$4" 2>&1); then
+           --rtol "$4" --ulps 1 2>&1); then
     ok "$1 = $2: $msg"
   else bad "$1 vs $2: $msg"; tail -3 "log-$1"; fi
 }
