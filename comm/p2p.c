@@ -50,6 +50,7 @@ struct lstmd_p2p {
   double timeout_s;
   int rank, size, world_rank;
   int *world_of;           /* [size]: the world rank of each rank of c (for messages) */
+  const char *noun;        /* what messages call c's ranks (lstmd_p2p_name_ranks); NULL: "rank" */
   pthread_t thread;
   int thread_started;
   pthread_mutex_t mu;      /* guards everything below but the thread's own arrays */
@@ -304,12 +305,19 @@ void lstmd_p2p_destroy(struct lstmd_p2p *p) {
 
 static const char *dir_name(int dir) { return dir == LSTMD_P2P_UP ? "up" : "down"; }
 
-/* "rank 2" or "rank 2 (world rank 5)" for rank r of c. */
-static void rank_name(const struct lstmd_p2p *p, int r, char *buf, size_t n) {
+/* Rank r of c for messages, with its host when host is not NULL: "rank 2 (host)" where c is the
+ * world, "rank 2 (world rank 5, host)" where it is not, "stage 2 (rank 5, host)" where c's ranks
+ * have a noun (lstmd_p2p_name_ranks). */
+static void rank_name(const struct lstmd_p2p *p, int r, const char *host, char *buf, size_t n) {
   const int w = r >= 0 && r < p->size ? p->world_of[r] : r;
-  if (w == r) snprintf(buf, n, "rank %d", r);
-  else snprintf(buf, n, "rank %d (world rank %d)", r, w);
+  const char *sep = host ? ", " : "", *h = host ? host : "";
+  if (p->noun) snprintf(buf, n, "%s %d (rank %d%s%s)", p->noun, r, w, sep, h);
+  else if (w != r) snprintf(buf, n, "rank %d (world rank %d%s%s)", r, w, sep, h);
+  else if (host) snprintf(buf, n, "rank %d (%s)", r, host);
+  else snprintf(buf, n, "rank %d", r);
 }
+
+void lstmd_p2p_name_ranks(struct lstmd_p2p *p, const char *noun) { p->noun = noun; }
 
 /* A free slot (under mu), growing the table (6). -1 when it cannot. */
 static int alloc_slot(struct lstmd_p2p *p) {
@@ -412,9 +420,9 @@ int lstmd_p2p_isend(struct lstmd_p2p *p, int dir, int peer, int tag, const void 
 static int finish(struct lstmd_p2p *p, int i) {
   struct slot *s = &p->slots[i];
   int rc = LSTMD_OK;
-  char me[64], peer[64];
-  rank_name(p, p->rank, me, sizeof me);
-  rank_name(p, s->peer, peer, sizeof peer);
+  char me[320], peer[64];
+  rank_name(p, p->rank, p->c->host, me, sizeof me);
+  rank_name(p, s->peer, NULL, peer, sizeof peer);
   if (s->mpi_error != MPI_SUCCESS) {
     char text[MPI_MAX_ERROR_STRING] = "";
     int len = 0;
@@ -422,14 +430,14 @@ static int finish(struct lstmd_p2p *p, int i) {
       snprintf(text, sizeof text, "out of memory in the p2p engine");
     else if (MPI_Error_string(s->mpi_error, text, &len) != MPI_SUCCESS)
       snprintf(text, sizeof text, "MPI error %d", s->mpi_error);
-    lstmd_errorf("%s (%s): p2p %s of %s %s %s failed (tag %d, %s, %zu bytes posted): %s%s", me,
-                 p->c->host, s->is_recv ? "receive" : "send", s->what, s->is_recv ? "from" : "to",
+    lstmd_errorf("%s: p2p %s of %s %s %s failed (tag %d, %s, %zu bytes posted): %s%s", me,
+                 s->is_recv ? "receive" : "send", s->what, s->is_recv ? "from" : "to",
                  peer, s->tag, dir_name(s->dir), s->bytes, text,
                  s->mpi_error == MPI_ERR_TRUNCATE ? " (the message is longer than the size posted)" : "");
     rc = LSTMD_ECOMM;
   } else if (s->is_recv && (s->got_bytes < 0 || (size_t)s->got_bytes != s->bytes)) {
-    lstmd_errorf("%s (%s): p2p receive of %s from %s: got %d bytes, expected %zu (tag %d, %s)", me,
-                 p->c->host, s->what, peer, s->got_bytes, s->bytes, s->tag, dir_name(s->dir));
+    lstmd_errorf("%s: p2p receive of %s from %s: got %d bytes, expected %zu (tag %d, %s)", me,
+                 s->what, peer, s->got_bytes, s->bytes, s->tag, dir_name(s->dir));
     rc = LSTMD_ECOMM;
   }
   free_slot(p, i);
@@ -438,14 +446,14 @@ static int finish(struct lstmd_p2p *p, int i) {
 
 /* Past the deadline (4): names what is unfinished, then ends the job. Called with mu held. */
 static void deadline_abort(struct lstmd_p2p *p, const int *slots, int n, int n_unfinished, double waited) {
-  char me[64], peer[64];
-  rank_name(p, p->rank, me, sizeof me);
+  char me[320], peer[64];
+  rank_name(p, p->rank, p->c->host, me, sizeof me);
   for (int k = 0; k < n; k++) {
     const struct slot *s = &p->slots[slots[k]];
-    rank_name(p, s->peer, peer, sizeof peer);
+    rank_name(p, s->peer, NULL, peer, sizeof peer);
     char stuck[512];
-    lstmd_errorf("%s (%s) waited %.1f s for %s %s %s (p2p %s, tag %d, %s, %zu bytes): not complete "
-                 "after train.comm_timeout_s = %g s%s; ending the job", me, p->c->host, waited,
+    lstmd_errorf("%s waited %.1f s for %s %s %s (p2p %s, tag %d, %s, %zu bytes): not complete "
+                 "after train.comm_timeout_s = %g s%s; ending the job", me, waited,
                  s->what, s->is_recv ? "from" : "to", peer, s->is_recv ? "receive" : "send", s->tag,
                  dir_name(s->dir), s->bytes, p->timeout_s,
                  lstmd_peers_describe_stuck(stuck, sizeof stuck));

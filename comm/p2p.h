@@ -27,12 +27,15 @@ int lstmd_p2p_create(struct lstmd_comm *c, double timeout_s, struct lstmd_p2p **
  * (then requests still in flight are abandoned, and their buffers must stay allocated until the
  * job ends); stops the thread, frees the communicators. NULL is fine. */
 void lstmd_p2p_destroy(struct lstmd_p2p *p);
+/* Names c's ranks in messages by `noun` (a string that must outlive p, e.g. "stage": "stage 1
+ * (rank 3)", rank 3 of the world) instead of "rank 1 (world rank 3)". Call before any post. */
+void lstmd_p2p_name_ranks(struct lstmd_p2p *p, const char *noun);
 
 typedef int lstmd_p2p_req; /* a handle; valid until waited for */
 
 /* Posts a receive of exactly `bytes` (< 2^31) into buf from rank `peer` of c, with a tag
  * (0..LSTMD_P2P_MAX_TAG; checked), in direction dir. `what` (copied, up to 111 chars) names the
- * item for messages, e.g. "activations of unit 0 chunk 3 (F) from stage 1". The buffer belongs
+ * item for messages, e.g. "activations (F) of unit 0 chunk 3" (the messages name the peer). The buffer belongs
  * to MPI until the request is waited for. The post is made at once on the calling thread, so
  * messages of one (direction, peer, tag) match in the order they are posted. Returns 0 and the
  * handle in *out, LSTMD_EINVAL (bad direction, peer, tag or size; nothing posted), LSTMD_ENOMEM

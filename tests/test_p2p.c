@@ -297,7 +297,9 @@ static void test_reducer_timeout(struct lstmd_comm *c, int rank, int world) {
 static int run_deadline(struct lstmd_comm *c, int rank) {
   struct lstmd_comm *pp;
   struct lstmd_p2p *p;
-  if (lstmd_comm_split(c, 0, rank, &pp) || lstmd_p2p_create(pp, 2.0, &p)) return 1;
+  /* stages in reverse (stage s is world rank 1 − s), so the message must map stage to rank */
+  if (lstmd_comm_split(c, 0, 1 - rank, &pp) || lstmd_p2p_create(pp, 2.0, &p)) return 1;
+  lstmd_p2p_name_ranks(p, "stage");
   if (rank == 0) {
     printf("deadline: rank 0 stops itself\n");
     fflush(stdout);
@@ -308,8 +310,8 @@ static int run_deadline(struct lstmd_comm *c, int rank) {
   if (rank == 1) {
     char x[64];
     lstmd_p2p_req r;
-    const char *what = "activations of unit 0 chunk 3 (F) from stage 0";
-    if (lstmd_p2p_irecv(p, LSTMD_P2P_UP, 0, 3, x, sizeof x, what, &r)) return 1;
+    if (lstmd_p2p_irecv(p, LSTMD_P2P_DOWN, 1, 3, x, sizeof x, "gradients (B) of unit 0 chunk 3", &r))
+      return 1;
     printf("deadline: rank 1 waiting\n");
     fflush(stdout);
     lstmd_p2p_wait(p, r, NULL);

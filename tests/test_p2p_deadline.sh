@@ -1,8 +1,9 @@
 #!/bin/bash
 # test_p2p_deadline.sh — failures that must end the whole job quickly, under mpirun -np 2:
-#  1. `test_p2p --deadline`: rank 0 stops itself (SIGSTOP) before sending; rank 1's p2p wait
-#     (train.comm_timeout_s = 2 s) must end the job within 2 + 1 s of the wait's start, naming
-#     the peer rank and the item, and mpirun must exit non-zero.
+#  1. `test_p2p --deadline`: rank 0 (stage 1 of a reversed pipeline) stops itself (SIGSTOP)
+#     before sending; rank 1's p2p wait (train.comm_timeout_s = 2 s) must end the job within
+#     2 + 1 s of the wait's start, naming both by stage and world rank (once each) and the item,
+#     and mpirun must exit non-zero.
 #  2. `test_p2p --sub-deadline`: the same for a bounded all-reduce on a sub-communicator whose
 #     ranks are the world's reversed: the message names the waiting rank by its world rank.
 #  3. `test_p2p --f32-deadline`: the same for the bounded float all-reduce (the GPU's
@@ -63,8 +64,8 @@ check "deadline: message after the timeout (lstmd: waited ${waited:-?} s), withi
   awk -v w="${waited:-0}" -v t="$t_msg" 'BEGIN { exit !(w >= 2.0 && t >= 1.9 && t <= 3.0) }'
 check "deadline: the job has ended within timeout + 1 s of the wait's start" \
   awk -v t="$t" 'BEGIN { exit !(t <= 3.0) }'
-check "deadline: message names the waiting rank, the peer rank, the item and the time" \
-  grep -q "rank 1 (.*) waited 2\.[0-9] s for activations of unit 0 chunk 3 (F) from stage 0 from rank 0 " \
+check "deadline: message names the waiting stage and rank, the item, the peer stage and rank, the time" \
+  grep -q "stage 0 (rank 1, [^)]*) waited 2\.[0-9] s for gradients (B) of unit 0 chunk 3 from stage 1 (rank 0) (p2p receive" \
   "$TMP/--deadline.log"
 check "deadline: the wait never returned" bash -c "! grep -q 'the wait returned' '$TMP/--deadline.log'"
 

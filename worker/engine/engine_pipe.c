@@ -222,6 +222,7 @@ static int pipe_start(struct lstmd_engine *e, const struct lstmd_optim *o,
   LSTMD_TRY(lstmd_comm_agree(e->comm, lstmd_comm_split(e->comm, p->g.d, p->g.s, &p->pp), NULL));
   LSTMD_TRY(lstmd_comm_agree(e->comm, lstmd_comm_split(e->comm, p->g.s, p->g.d, &p->dp), NULL));
   LSTMD_TRY(lstmd_comm_agree(e->comm, lstmd_p2p_create(p->pp, e->cfg.comm_timeout_s, &p->p2p), NULL));
+  lstmd_p2p_name_ranks(p->p2p, "stage"); /* the replica's pipeline communicator: rank = stage */
   if (p->g.D > 1) {
     LSTMD_TRY(lstmd_reducer_create(p->dp, &p->reducer)); /* local: setup votes on start() */
     lstmd_reducer_set_timeout(p->reducer, e->cfg.comm_timeout_s);
@@ -258,12 +259,12 @@ static int post_receives(struct pipe_engine *p, int u) {
   for (int k = 0; k < p->g.K; k++) {
     const int tag = lstmd_pipe_tag(u, k, p->g.K);
     if (!p->g.st.first) {
-      lstmd_pipe_describe_item(what, sizeof what, &p->g, LSTMD_P2P_UP, u, k, "from", p->g.s - 1);
+      lstmd_pipe_describe_item(what, sizeof what, LSTMD_P2P_UP, u, k);
       LSTMD_TRY(lstmd_p2p_irecv(p->p2p, LSTMD_P2P_UP, p->g.s - 1, tag, sl->act_in + k * below,
                                 below * sizeof(float), what, &p->recv_act[u * p->g.K + k]));
     }
     if (!p->g.st.last) {
-      lstmd_pipe_describe_item(what, sizeof what, &p->g, LSTMD_P2P_DOWN, u, k, "from", p->g.s + 1);
+      lstmd_pipe_describe_item(what, sizeof what, LSTMD_P2P_DOWN, u, k);
       LSTMD_TRY(lstmd_p2p_irecv(p->p2p, LSTMD_P2P_DOWN, p->g.s + 1, tag, sl->grad_in + k * above,
                                 above * sizeof(float), what, &p->recv_grad[u * p->g.K + k]));
     }
@@ -276,7 +277,7 @@ static int send_chunk(struct pipe_engine *p, struct pipe_slot *sl, int dir, int 
   const size_t chunk = chunk_floats(p, dir == LSTMD_P2P_UP ? p->g.st.rows_out : p->g.st.rows_in);
   const int peer = dir == LSTMD_P2P_UP ? p->g.s + 1 : p->g.s - 1;
   char what[128];
-  lstmd_pipe_describe_item(what, sizeof what, &p->g, dir, u, k, "to", peer);
+  lstmd_pipe_describe_item(what, sizeof what, dir, u, k);
   return lstmd_p2p_isend(p->p2p, dir, peer, lstmd_pipe_tag(u, k, p->g.K), buf + k * chunk,
                          chunk * sizeof(float), what, &sl->sends[sl->n_sends++]);
 }

@@ -81,7 +81,9 @@ int gpipe_start_transfers(struct gpipe_engine *p) {
     lstmd_errorf("warning: %s: pipeline stages exchange activations through host memory over "
                  "MPI (slower); give every rank its own GPU", why);
   LSTMD_TRY(lstmd_comm_agree(p->pp, gpipe_alloc_staged(p), NULL));
-  return lstmd_p2p_create(p->pp, p->base.cfg.comm_timeout_s, &p->p2p);
+  LSTMD_TRY(lstmd_p2p_create(p->pp, p->base.cfg.comm_timeout_s, &p->p2p));
+  lstmd_p2p_name_ranks(p->p2p, "stage"); /* the replica's pipeline communicator: rank = stage */
+  return LSTMD_OK;
 }
 
 size_t gpipe_msg_bytes(const struct gpipe_engine *p) { return (size_t)p->g.Tc * p->g.b * p->g.H * p->es; }
@@ -94,12 +96,12 @@ int gpipe_post_receives(struct gpipe_engine *p, int u) {
   for (int k = 0; k < p->g.K; k++) {
     const int tag = lstmd_pipe_tag(u, k, p->g.K);
     if (!p->g.st.first) {
-      lstmd_pipe_describe_item(what, sizeof what, &p->g, LSTMD_P2P_UP, u, k, "from", p->g.s - 1);
+      lstmd_pipe_describe_item(what, sizeof what, LSTMD_P2P_UP, u, k);
       LSTMD_TRY(lstmd_p2p_irecv(p->p2p, LSTMD_P2P_UP, p->g.s - 1, tag, (char *)sl->act_in + k * chunk,
                                 chunk, what, &p->recv_act[u * p->g.K + k]));
     }
     if (!p->g.st.last) {
-      lstmd_pipe_describe_item(what, sizeof what, &p->g, LSTMD_P2P_DOWN, u, k, "from", p->g.s + 1);
+      lstmd_pipe_describe_item(what, sizeof what, LSTMD_P2P_DOWN, u, k);
       LSTMD_TRY(lstmd_p2p_irecv(p->p2p, LSTMD_P2P_DOWN, p->g.s + 1, tag, (char *)sl->grad_in + k * chunk,
                                 chunk, what, &p->recv_grad[u * p->g.K + k]));
     }
@@ -127,7 +129,7 @@ int gpipe_flush_send(struct gpipe_engine *p) {
   LSTMD_CHECK_CUDA(cudaEventSynchronize(p->copied));
   const int peer = ps->dir == LSTMD_P2P_UP ? p->g.s + 1 : p->g.s - 1;
   char what[128];
-  lstmd_pipe_describe_item(what, sizeof what, &p->g, ps->dir, ps->u, ps->k, "to", peer);
+  lstmd_pipe_describe_item(what, sizeof what, ps->dir, ps->u, ps->k);
   struct gslot *sl = ps->slot;
   return lstmd_p2p_isend(p->p2p, ps->dir, peer, lstmd_pipe_tag(ps->u, ps->k, p->g.K), ps->host,
                          gpipe_msg_bytes(p), what, &sl->sends[sl->n_sends++]);
@@ -152,9 +154,8 @@ int gpipe_lane_receive(struct gpipe_engine *p, int i, int lane, void *dev) {
   if (op->unit >= p->g.P)
     LSTMD_CHECK_CUDA(cudaStreamWaitEvent(ls, p->op_done[p->w0_op[op->unit - p->g.P]], 0));
   char what[128];
-  lstmd_pipe_describe_item(what, sizeof what, &p->g,
-                           op->kind == LSTMD_PIPE_F ? LSTMD_P2P_UP : LSTMD_P2P_DOWN, op->unit,
-                           op->chunk, "from", op->recv_from);
+  lstmd_pipe_describe_item(what, sizeof what, op->kind == LSTMD_PIPE_F ? LSTMD_P2P_UP : LSTMD_P2P_DOWN,
+                           op->unit, op->chunk);
   LSTMD_TRY(lstmd_p2p_nccl_transfer(p->lanes, lane, dev, gpipe_msg_bytes(p), what));
   LSTMD_CHECK_CUDA(cudaEventRecord(p->recv_done[i], ls));
   LSTMD_CHECK_CUDA(cudaStreamWaitEvent(p->stream, p->recv_done[i], 0));
@@ -168,9 +169,8 @@ int gpipe_lane_send(struct gpipe_engine *p, int i, int lane, const void *dev, st
   LSTMD_CHECK_CUDA(cudaEventRecord(p->op_done[i], p->stream));
   LSTMD_CHECK_CUDA(cudaStreamWaitEvent(ls, p->op_done[i], 0));
   char what[128];
-  lstmd_pipe_describe_item(what, sizeof what, &p->g,
-                           op->kind == LSTMD_PIPE_F ? LSTMD_P2P_UP : LSTMD_P2P_DOWN, op->unit,
-                           op->chunk, "to", op->send_to);
+  lstmd_pipe_describe_item(what, sizeof what, op->kind == LSTMD_PIPE_F ? LSTMD_P2P_UP : LSTMD_P2P_DOWN,
+                           op->unit, op->chunk);
   LSTMD_TRY(lstmd_p2p_nccl_transfer(p->lanes, lane, (void *)dev, gpipe_msg_bytes(p), what));
   LSTMD_CHECK_CUDA(cudaEventRecord(sl->sent[lane == LSTMD_LANE_SEND_ACT ? 0 : 1], ls));
   return LSTMD_OK;

@@ -129,11 +129,9 @@ void lstmd_pipe_windows_free(const struct lstmd_pipe_grid *g, struct lstmd_batch
   free(reset);
 }
 
-void lstmd_pipe_describe_item(char *buf, size_t n, const struct lstmd_pipe_grid *g, int dir,
-                              int u, int k, const char *from_to, int peer_stage) {
-  snprintf(buf, n, "%s of unit %d chunk %d %s stage %d (rank %d)",
-           dir == LSTMD_P2P_UP ? "activations (F)" : "gradients (B)", u, k, from_to, peer_stage,
-           g->d * g->S + peer_stage);
+void lstmd_pipe_describe_item(char *buf, size_t n, int dir, int u, int k) {
+  snprintf(buf, n, "%s of unit %d chunk %d", dir == LSTMD_P2P_UP ? "activations (F)" : "gradients (B)",
+           u, k);
 }
 
 /* A trace event of item (u, k) on thread tid (see lstmd_pipe_trace_item). */

@@ -72,10 +72,9 @@ void lstmd_pipe_windows_free(const struct lstmd_pipe_grid *g, struct lstmd_batch
 /* Index of layer l's first tensor (lstm.weight_ih_l{l}); l = L gives the head's. */
 int lstmd_pipe_first_tensor_of_layer(const struct lstmd_model *m, int l);
 
-/* What a transfer carries, for messages: "activations (F) of unit 3 chunk 1 from stage 0
- * (rank 4)"; from_to: "from" for a receive's peer, "to" for a send's. */
-void lstmd_pipe_describe_item(char *buf, size_t n, const struct lstmd_pipe_grid *g, int dir,
-                              int u, int k, const char *from_to, int peer_stage);
+/* What a transfer carries, for messages: "activations (F) of unit 3 chunk 1" (the transfer's
+ * own messages name the peer stage: p2p.h, p2p_nccl.h). */
+void lstmd_pipe_describe_item(char *buf, size_t n, int dir, int u, int k);
 
 /* Both engines' trace events of item (u, k), args {"unit":u,"chunk":k}: its compute on thread
  * LSTMD_PIPE_TRACE_TID_ITEMS, named by its kind ("F", "B", "W"), and the main thread's waits for
