@@ -1,10 +1,17 @@
 /* test_model_stage.c — the model run as pipeline stages (worker/model/model_stage.h: layers cut
  * into S stages, the window into K time chunks, the batch into column slices, the messages
  * copied by worker/selftest/stage_driver.h) against the whole model (model.h) on the same weights, batch,
- * initial state and dropout key: the loss, every gradient tensor (norm-relative error ≤ 1e-6),
- * the final carried state (≤ 1e-6), and the dropout masks bit for bit. Text and series models,
+ * initial state and dropout key: the loss, every gradient tensor (norm-relative error ≤ 1e-6;
+ * ≤ 1e-4 with layer norm, see below), the final carried state (≤ 1e-6), and the dropout masks
+ * bit for bit. Text and series models,
  * S = 1, 2, 3, K = 1, 2, 4 and T, 1 or 2 slices, dropout on and off, and the deepest model
- * (LSTMD_MAX_LAYERS layers). */
+ * (LSTMD_MAX_LAYERS layers).
+ * Layer norm's gradients are ill-conditioned at this tiny shape (T 8, B 4, rows whose spread is
+ * small against their mean): the WHOLE model's gradients computed with OpenBLAS's Haswell and
+ * its SkylakeX kernels, both correct, differ by up to 1.9e-5 (ln_ih_weight_l0, on an AMD EPYC
+ * host), and stages against the whole model by 3.4e-6 with the Haswell kernels (2.5e-7 with
+ * SkylakeX or Prescott). A chunking mistake (a chunk's gradient lost or counted twice) is
+ * O(1/K), far above 1e-4. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,7 +90,7 @@ static void compare(const char *label, const struct lstmd_model_shape *shape, fl
     if (e > worst || e != e) worst = e, worst_name = x->name;
   }
   snprintf(what, sizeof what, "  ... gradients (worst %.2e: %s)", worst, worst_name);
-  check_true(what, worst <= 1e-6);
+  check_true(what, worst <= (shape->layer_norm ? 1e-4 : 1e-6));
   const double eh = norm_rel(r.h_end, h_whole, S), ec = norm_rel(r.c_end, c_whole, S);
   snprintf(what, sizeof what, "  ... final state (h %.2e, c %.2e)", eh, ec);
   check_true(what, eh <= 1e-6 && ec <= 1e-6);
