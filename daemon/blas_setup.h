@@ -9,9 +9,15 @@
 #ifndef LSTMD_BLAS_SETUP_H
 #define LSTMD_BLAS_SETUP_H
 
+#include <stddef.h>
+
 /* Call first thing in main. Returns only if no re-exec was needed (or it failed). */
 void lstmd_blas_select_kernels(char **argv);
-/* Warns on stderr when OPENBLAS_CORETYPE was preset to kernels weaker than this CPU supports. */
+/* 1 and the advice in buf when OPENBLAS_CORETYPE was preset (by the user, a module, a job
+ * script) to kernels weaker than this CPU runs (at the ISA lstmd uses, LSTMD_CPU_ISA included);
+ * 0 otherwise, also for a core name not known here. */
+int lstmd_blas_weak_kernels(char *buf, size_t n);
+/* The same advice as a note on stderr. */
 void lstmd_blas_warn_weak_kernels(void);
 
 #endif

@@ -23,6 +23,7 @@
 #include "kernels/status.h"
 #include "worker/engine/device_select.h"
 #include "worker/train/train_config.h"
+#include "blas_setup.h"
 #include "cli.h"
 #include "worker/engine/gpu_backend.h"
 #include "worker/io/paths.h"
@@ -83,6 +84,8 @@ static void cpu_lines(struct doctor *d) {
       forced && *forced ? forced : "");
   lstmd_cpu_blas_describe(buf, sizeof buf);
   say(d, "blas", "%s, %s", buf, loaded_path("libopenblas", path, sizeof path));
+  char why[256];
+  if (lstmd_blas_weak_kernels(why, sizeof why)) say(d, "blas note", "%s", why);
 }
 
 static void mpi_lines(struct doctor *d) {

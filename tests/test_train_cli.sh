@@ -265,12 +265,22 @@ if [[ $rc -eq 0 ]] && grep -q '^isa  *\(avx512\|avx2\|generic\) (this CPU has' <
    grep -q '^train.device  *auto -> \(cpu\|cuda\)' <<<"$doc"; then
   ok "doctor: exit 0; $(grep '^isa' <<<"$doc" | tr -s ' '); $(grep '^train.device' <<<"$doc" | cut -c15-40)…"
 else bad "doctor (exit $rc): $doc"; fi
-if json=$(LSTMD_CPU_ISA=generic "$LSTMD" doctor --json 2>/dev/null) &&
+# lstmd's own choice of OpenBLAS kernels: without a preset OPENBLAS_CORETYPE (some hosts set one)
+if json=$(env -u OPENBLAS_CORETYPE LSTMD_CPU_ISA=generic "$LSTMD" doctor --json 2>/dev/null) &&
    "$PY" -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["isa"].startswith("generic ("), d["isa"]
 assert "LSTMD_CPU_ISA=generic" in d["isa"] and "Prescott" in d["blas"] and d["can_train"] is True
 assert isinstance(d["gpus"], list) if "gpus" in d else "no GPU backend" in d["gpu"]' "$json"; then
   ok "doctor --json: parses; LSTMD_CPU_ISA=generic shows in isa and blas (Prescott)"
 else bad "doctor --json: $json"; fi
+# a preset OPENBLAS_CORETYPE weaker than the CPU (a module or job script set it): doctor says so;
+# one that is the CPU's own kernels: no note
+note=$(OPENBLAS_CORETYPE=Prescott "$LSTMD" doctor 2>&1 | grep '^blas note')
+best=$(env -u OPENBLAS_CORETYPE "$LSTMD" doctor 2>&1 | sed -n 's/^blas *OpenBLAS \([A-Za-z]*\) kernels.*/\1/p')
+same=$(OPENBLAS_CORETYPE=$best "$LSTMD" doctor 2>&1 | grep -c '^blas note')
+if [[ $best == Prescott ]]; then ok "doctor: blas note not checked (this CPU runs generic OpenBLAS kernels)"
+elif [[ $note == *"OPENBLAS_CORETYPE=Prescott is set, but this CPU has"*"picks $best"* && $same == 0 ]]; then
+  ok "doctor with OPENBLAS_CORETYPE=Prescott: $(tr -s ' ' <<<"$note" | cut -c1-120); with $best: none"
+else bad "doctor: weak preset kernels: note '$note', best '$best', notes with $best: $same"; fi
 gpus=$("$PY" -c 'import json,sys; print(len(json.loads(sys.argv[1]).get("gpus", [])))' "$json" 2>/dev/null)
 "$LSTMD" doctor --device cuda >"$TMP/doc_cuda" 2>&1; rc=$?
 if [[ $gpus == 0 && $rc -eq 1 ]] && grep -q '^train.device  *cuda: cannot: ' "$TMP/doc_cuda" ||
