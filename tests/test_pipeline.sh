@@ -88,16 +88,20 @@ run series-wave 2 series "${se[@]}" --set model.stages=2 --set train.time_chunks
 equal series-wave series-ref run-series-init/step-1.safetensors 1e-5
 
 # the layer-normalised LSTM (model.layer_norm): the stages run its kernels chunk by chunk.
-# Tolerance 1e-4: the LN gains sit near 1 (norm ~11 for 128 of them) and move by ~0.1 in these
+# Tolerance 3e-4: the LN gains sit near 1 (norm ~11 for 128 of them) and move by ~0.1 in these
 # 6 steps, so float32's rounding of the weights alone is ~1e-6 of the weight, ~1e-5 of the update
-# (one rank with its batch split over 2 threads differs from 1 thread by 8.6e-6 too).
+# (one rank with its batch split over 2 threads differs from 1 thread by 8.6e-6 too); and LN's
+# gradients are ill-conditioned (test_model_stage.c: two correct BLAS kernel sets give the whole
+# model's LN gradients 1.9e-5 apart), which six steps at lr 0.5 grow: on an AMD EPYC host with
+# OpenBLAS's Haswell kernels ln-1f1b came to 6.8e-5 (Release) and ln-wave to 1.03e-4 under ASan
+# (RelWithDebInfo). A chunk's gradient lost or doubled is O(1/K) of the update.
 ln=(--set data.order=stream --set data.batch_size=8 --set model.layer_norm=true)
 run ln-init 1 text "${ln[@]}" --set optim.lr=0 --set train.steps=1
 run ln-ref 1 text "${ln[@]}"
 run ln-wave 2 text "${ln[@]}" --set model.stages=2 --set train.time_chunks=4
 run ln-1f1b 2 text "${ln[@]}" --set model.stages=2 --set train.schedule=1f1b --set train.micro_batches=2
-equal ln-wave ln-ref run-ln-init/step-1.safetensors 1e-4
-equal ln-1f1b ln-ref run-ln-init/step-1.safetensors 1e-4
+equal ln-wave ln-ref run-ln-init/step-1.safetensors 3e-4
+equal ln-1f1b ln-ref run-ln-init/step-1.safetensors 3e-4
 
 # clipping by the global norm, firing every step
 cl=(--set data.order=shuffle --set data.batch_size=8 --set optim.clip_norm=0.01)
@@ -232,12 +236,16 @@ else bad "kill -STOP: victim '$victim', exit $rc after ${dt}s: $(grep '^lstmd:' 
 # evaluation starts with a gather of the stages' parameters, which waited without a bound): the
 # run's wait limit (train.comm_timeout_s, comm.h) ends the job naming the stopped rank
 t0=$(date +%s)
-LSTMD_FAULT=eval_freeze@2:1 timeout 60 "$MPIEXEC" -np 2 "$LSTMD" train "${common[@]}" --set data.path=text \
+# (a config file in $TMP names this run in every rank's argv: the pkill below must not reach another
+# test run's ranks, as a bare "run-evfreeze" pattern did when two suites ran at once)
+: >cfg-evfreeze.ini
+LSTMD_FAULT=eval_freeze@2:1 timeout 60 "$MPIEXEC" -np 2 "$LSTMD" train --config "$TMP/cfg-evfreeze.ini" \
+  "${common[@]}" --set data.path=text \
   --set data.batch_size=8 --set model.stages=2 --set train.time_chunks=4 --set train.steps=4 \
   --set train.eval_every=2 --set train.comm_timeout_s=3 --set train.run_dir=run-evfreeze >log-evfreeze 2>&1
 rc=$?
 dt=$(($(date +%s) - t0))
-pkill -KILL -f -- "run-evfreeze" 2>/dev/null
+pkill -KILL -f -- "$TMP/cfg-evfreeze.ini" 2>/dev/null
 if [[ $rc -ne 0 && $rc -ne 124 ]] && grep -q "rank 1 (pid [0-9]* on [^)]*) is stopped" log-evfreeze; then
   ok "stage 1 frozen as an evaluation begins: ended in ${dt}s: $(grep -m1 'is stopped' log-evfreeze | cut -c1-200)"
 else bad "stage 1 frozen in an evaluation: exit $rc after ${dt}s: $(grep '^lstmd:' log-evfreeze | tail -2)"; fi
