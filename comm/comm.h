@@ -79,6 +79,13 @@ void lstmd_comm_set_wait_limit(struct lstmd_comm *c, double seconds, const char 
  * broadcast root. A failure of the vote itself returns LSTMD_ECOMM. c == NULL or one rank:
  * my_status. */
 int lstmd_comm_agree(struct lstmd_comm *c, int my_status, int *failed_rank);
+/* Collective: the vote of lstmd_comm_agree on my_rc (failed_rank as there; a failed vote ends the
+ * job), then rank 0 prints the lines every rank held (n bytes each, NUL-terminated: what
+ * lstmd_errors_capture kept) each once: bare when every rank said it, else under a header
+ * naming the ranks that did ("lstmd: on ranks 1-3, 7:"). root_speaks: rank 0's lines that no
+ * other rank said are bare too (its notes for the whole job). Returns the vote's status. */
+int lstmd_comm_messages_once(struct lstmd_comm *comm, int my_rc, const char *held, size_t n,
+                             int root_speaks, int *failed_rank);
 /* The vote on an allocation that a collective after it needs (ok: this rank has its memory):
  * a rank without it prints "rank R (host): out of memory for WHAT (N bytes)" (bytes 0: unknown,
  * left out), and rank 0 names

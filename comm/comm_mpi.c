@@ -235,6 +235,7 @@ void lstmd_comm_finalize(struct lstmd_comm *c) {
 
 void lstmd_comm_abort(struct lstmd_comm *c, int exit_code) {
   (void)c; /* any communicator: the whole job ends (rationale 4) */
+  lstmd_errors_flush_held(); /* lines this thread held for lstmd_comm_messages_once */
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   _exit(exit_code); /* MPI_Abort should not return */
 }

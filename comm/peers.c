@@ -144,6 +144,7 @@ void lstmd_peers_check_while_waiting(double wait_began_s, const char *what) {
   lstmd_errorf("rank %d (%s): rank %d (pid %d on %s) is gone while waiting for %s; ending the "
                "job (resume from the last checkpoint)", g_rank, g_peers[g_rank].host, lost,
                g_peers[lost].pid, g_peers[lost].host, what);
+  lstmd_errors_flush_held();
   MPI_Abort(MPI_COMM_WORLD, 1);
   _exit(1);
 }

@@ -59,34 +59,6 @@ static int launched_ranks(void) {
   return 0;
 }
 
-/* Collective: whether any rank's config failed (the vote), and rank 0 prints each distinct set of
- * held messages once, naming the ranks that had it unless every rank did (a config file that
- * differs between nodes shows as such). Returns the vote's status. */
-static int messages_once(struct lstmd_comm *comm, int my_rc, const char *held, size_t n) {
-  const int rank = lstmd_comm_rank(comm), world = lstmd_comm_size(comm);
-  const int agreed = lstmd_comm_agree(comm, my_rc, NULL);
-  if (agreed == LSTMD_ECOMM) lstmd_comm_abort(comm, 1);
-  char *all = rank == 0 ? malloc(n * (size_t)world) : NULL;
-  if (rank == 0 && !all) lstmd_comm_abort(comm, 1); /* the others are in the gather */
-  if (lstmd_comm_gather(comm, held, n, all, 0)) lstmd_comm_abort(comm, 1);
-  for (int i = 0; rank == 0 && i < world; i++) {
-    const char *text = all + (size_t)i * n;
-    int seen = !text[0], same = 0;
-    for (int j = 0; j < i && !seen; j++) seen = !strcmp(text, all + (size_t)j * n);
-    if (seen) continue;
-    for (int j = i; j < world; j++) same += !strcmp(text, all + (size_t)j * n);
-    if (same < world) {
-      fprintf(stderr, "lstmd: on rank%s", same > 1 ? "s" : "");
-      for (int j = i, k = 0; j < world; j++)
-        if (!strcmp(text, all + (size_t)j * n)) fprintf(stderr, "%s %d", k++ ? "," : "", j);
-      fputs(":\n", stderr);
-    }
-    fputs(text, stderr);
-  }
-  free(all);
-  return agreed;
-}
-
 /* A fresh run (no --resume) into a run dir that holds another run's checkpoints: refused, saying
  * how to go on (lstmd_run_dir_fresh_refusal, as the daemon refuses such a job). */
 static int run_dir_unused(const char *run_dir) {
@@ -150,7 +122,7 @@ int lstmd_cmd_train(int argc, char **argv) {
   }
   struct lstmd_train_config cfg;
   /* Under a launcher every rank reads the config: hold its mistakes until the ranks can agree on
-   * who prints them (messages_once). */
+   * who prints them (lstmd_comm_messages_once). */
   char held[4096] = ""; /* the same size on every rank: it is gathered whole */
   const int hold = launched_ranks() > 1;
   if (hold) lstmd_errors_capture(held, sizeof held);
@@ -173,7 +145,7 @@ int lstmd_cmd_train(int argc, char **argv) {
     return lstmd_exit_code(config_rc ? config_rc : rc);
   }
   const int rank = lstmd_comm_rank(comm), world = lstmd_comm_size(comm);
-  if (hold && (rc = messages_once(comm, config_rc, held, sizeof held))) {
+  if (hold && (rc = lstmd_comm_messages_once(comm, config_rc, held, sizeof held, 0, NULL))) {
     lstmd_comm_finalize(comm);
     return lstmd_exit_code(rc);
   }

@@ -80,6 +80,39 @@ void lstmd_errors_capture(char *buf, size_t n) { /* this thread's state only: no
   if (g_capture) g_capture[0] = '\0';
 }
 
+void lstmd_errors_capture_begin(char *buf, size_t n, struct lstmd_errors_held *outer) {
+  *outer = (struct lstmd_errors_held){g_capture, g_capture_len, g_capture_cap};
+  lstmd_errors_capture(buf, n);
+}
+
+void lstmd_errors_capture_end(const struct lstmd_errors_held *outer) {
+  g_capture = outer->buf;
+  g_capture_len = outer->len;
+  g_capture_cap = outer->cap;
+}
+
+void lstmd_errors_put(const char *lines) {
+  const size_t n = strlen(lines);
+  pthread_mutex_lock(&g_last_mu);
+  if (g_capture && n < g_capture_cap - g_capture_len) {
+    memcpy(g_capture + g_capture_len, lines, n + 1);
+    g_capture_len += n;
+  } else {
+    fputs(lines, stderr);
+  }
+  pthread_mutex_unlock(&g_last_mu);
+}
+
+void lstmd_errors_flush_held(void) {
+  if (!g_capture || !g_capture_len) return;
+  pthread_mutex_lock(&g_last_mu);
+  fputs(g_capture, stderr);
+  fflush(stderr);
+  g_capture_len = 0;
+  g_capture[0] = '\0';
+  pthread_mutex_unlock(&g_last_mu);
+}
+
 void lstmd_errorf(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

@@ -58,6 +58,22 @@ void lstmd_last_error_clear(void);
  * print one copy of the errors they share (cli_train.c), and for a loader's message repeated
  * with a config key (train_setup.c). */
 void lstmd_errors_capture(char *buf, size_t n);
+/* A capture inside another (a loader's message reworded with its config key while the rank
+ * holds all its set-up lines for lstmd_comm_messages_once): _begin sets the outer capture (or
+ * none) aside in *outer and captures into buf as above; _end goes back to the outer one, with
+ * the lines it held before. */
+struct lstmd_errors_held {
+  char *buf;
+  size_t len, cap;
+};
+void lstmd_errors_capture_begin(char *buf, size_t n, struct lstmd_errors_held *outer);
+void lstmd_errors_capture_end(const struct lstmd_errors_held *outer);
+/* Whole lines as lstmd_errorf writes them ("lstmd: ...\n"), already formatted: into this
+ * thread's capture when one is on (and they fit), else to stderr. */
+void lstmd_errors_put(const char *lines);
+/* This thread's held lines to stderr now, the capture going on empty: a rank about to end the
+ * job (lstmd_comm_abort) says what it held. */
+void lstmd_errors_flush_held(void);
 
 /* Who this process is in messages about failed library calls (check.h): "rank R (host)". Set
  * once by the communicator at start-up; empty before. */

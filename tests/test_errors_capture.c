@@ -2,7 +2,10 @@
  * thread that asked for it, and only those: another thread's errors still reach stderr (a
  * daemon's scheduler thread must not go silent while rank 0's main thread holds a config's
  * messages), and a second thread's own capture, begun and ended while the first is active,
- * neither takes the first one's lines nor ends its capture.
+ * neither takes the first one's lines nor ends its capture. A capture inside another
+ * (lstmd_errors_capture_begin/_end: a rank's held set-up lines around a loader's reworded
+ * message) holds its own lines and gives the outer one back with what it held; lines put
+ * (lstmd_errors_put) go where lstmd_errorf's go; a flush prints the held lines once.
  *
  * The two threads take turns (a turn counter under a mutex), so the interleaving is the same on
  * every run. stderr is redirected to a temporary file to see what was printed. */
@@ -75,6 +78,19 @@ int main(void) {
   give_turn(5);
   wait_turn(6);
   pthread_join(b, NULL);
+  static char outer_buf[512], inner_buf[512];
+  struct lstmd_errors_held outer;
+  lstmd_errors_capture(outer_buf, sizeof outer_buf);
+  lstmd_errorf("N0 outer");
+  lstmd_errors_capture_begin(inner_buf, sizeof inner_buf, &outer);
+  lstmd_errorf("N1 inner");
+  lstmd_errors_capture_end(&outer);
+  lstmd_errors_put("lstmd: N2 put into outer\n");
+  lstmd_errorf("N3 outer again");
+  lstmd_errors_flush_held();
+  lstmd_errorf("N4 outer after the flush");
+  lstmd_errors_capture(NULL, 0);
+  lstmd_errors_put("lstmd: N5 put without a capture\n");
   fflush(stderr);
   dup2(saved, 2);
   close(saved);
@@ -100,5 +116,13 @@ int main(void) {
                  strstr(printed, "lstmd: A4b after A's capture\n") &&
                  strstr(printed, "lstmd: B5 after both\n"));
   check_true("capture: no held line also printed", !strstr(printed, "held by"));
+  check_true("nested: the inner capture holds its line only", !strcmp(inner_buf, "lstmd: N1 inner\n"));
+  check_true("nested: the outer capture, given back, held its lines and the put one until the "
+             "flush printed them once, in order",
+             strstr(printed, "lstmd: N0 outer\nlstmd: N2 put into outer\nlstmd: N3 outer again\n") &&
+                 !strstr(printed, "N1") && !strstr(printed, "N4"));
+  check_true("nested: after the flush the capture goes on",
+             !strcmp(outer_buf, "lstmd: N4 outer after the flush\n"));
+  check_true("put: without a capture, to stderr", strstr(printed, "lstmd: N5 put without a capture\n") != NULL);
   return check_summary("test_errors_capture");
 }

@@ -17,7 +17,8 @@
 #     a checkpoint is written, exit 0;
 #  5. ranks with different configs (the differing setting named, both values), or datasets, or a
 #     --trace file one rank cannot open, stop with an error on every rank, not a hang; a config mistake is printed once, naming the ranks
-#     that made it unless all did.
+#     that made it unless all did, and so is what the ranks find at set-up (a dataset or teacher
+#     path that does not open).
 # Every equivalence runs with optim.clip_norm=0: a clip (default 1) rescales the gradient to a
 # fixed norm and so hides any uniform error in its scale. Equivalences compare updates (p - p0,
 # compare_checkpoints.py --initial): the weights of a few steps differ from their start by a
@@ -389,6 +390,33 @@ if [[ $rc -eq 2 && $got == "lstmd: on rank 2: lstmd: $TMP/no-such.ini: cannot re
       $(grep -c "^lstmd: " "$TMP/cfg1.log") -eq 2 && ! -e $TMP/cfg1 ]]; then
   ok "a config file missing on rank 2 only: named once, exit 2, nothing trained"
 else bad "a config file missing on rank 2 only: exit $rc: $(grep '^lstmd' "$TMP/cfg1.log" | head -4)"; fi
+
+# ... and so is what every rank finds at set-up (a dataset or teacher path mistyped: 3 ranks had
+#     printed it 3 times), while one that only some ranks find (the dataset missing in their
+#     working folder) is printed once, under the ranks that found it (lstmd_comm_messages_once)
+for bad_path in "data.path=$TMP/no-such-ds:cannot open dataset" \
+                "distill.teacher=$TMP/no-such.safetensors:distill.teacher: .*cannot open checkpoint"; do
+  timeout 60 mpirun -np 3 "$LSTMD" train "${common[@]}" --set train.steps=1 --set "${bad_path%%:*}" \
+    --set train.run_dir="$TMP/setup1" >/dev/null 2>"$TMP/setup1.log"
+  rc=$?
+  n_err=$(grep -c "^lstmd: .*${bad_path#*:}" "$TMP/setup1.log")
+  if [[ $rc -eq 2 && $n_err -eq 1 ]] && ! grep -q "^lstmd: on rank" "$TMP/setup1.log"; then
+    ok "3 ranks, ${bad_path%%=*} mistyped: $(grep -m1 "${bad_path#*:}" "$TMP/setup1.log" | cut -c1-90), once, exit 2"
+  else bad "3 ranks, ${bad_path%%=*} mistyped: exit $rc, $n_err lines: $(grep '^lstmd' "$TMP/setup1.log" | grep -v -e effective -e OPENBLAS_CORETYPE | head -4)"; fi
+done
+mkdir -p "$TMP/wc"
+cp -r "$TMP/ds" "$TMP/wc/ds"
+mkdir -p "$TMP/wd"
+ds_rel=(--set data.path=ds --set data.seq_len=16 --set model.hidden=32 --set data.batch_size=4
+        --set train.steps=1 --set train.run_dir=run --set train.threads=1)
+timeout 60 mpirun -np 2 -wdir "$TMP/wc" "$LSTMD" train "${ds_rel[@]}" : -np 2 -wdir "$TMP/wd" "$LSTMD" train \
+  "${ds_rel[@]}" >/dev/null 2>"$TMP/setup2.log"
+rc=$?
+got=$(grep -A1 "^lstmd: on rank" "$TMP/setup2.log" | tr '\n' ' ')
+if [[ $rc -eq 2 && $got == "lstmd: on ranks 2, 3: lstmd: ds/train.bin: cannot open dataset"* &&
+      $(grep -c "cannot open dataset" "$TMP/setup2.log") -eq 1 ]]; then
+  ok "the dataset missing for ranks 2 and 3 only: $(tr -s ' ' <<<"$got" | cut -c1-90), once"
+else bad "the dataset missing for ranks 2 and 3 only: exit $rc: $(grep '^lstmd' "$TMP/setup2.log" | grep -v -e effective -e OPENBLAS_CORETYPE | head -5)"; fi
 
 # ... and ranks with the same config whose datasets differ (same relative path, other files)
 mkdir -p "$TMP/wa" "$TMP/wb"

@@ -89,9 +89,10 @@ static int load_teacher(struct run *r) {
   /* The loader's last message names the file and the fault: it is printed once, with the key in
    * front (and so is what a daemon job's reason shows); its earlier lines as they were. */
   char held[2048];
-  lstmd_errors_capture(held, sizeof held);
+  struct lstmd_errors_held outer; /* lstmd_run_setup's, on a launcher's ranks */
+  lstmd_errors_capture_begin(held, sizeof held, &outer);
   const int loaded = lstmd_checkpoint_load_model(path, &r->teacher, &meta);
-  lstmd_errors_capture(NULL, 0);
+  lstmd_errors_capture_end(&outer);
   size_t before = strlen(held);
   const char *said = path; /* the last held line, past its "lstmd: " */
   if (loaded && before && held[before - 1] == '\n') {
@@ -101,7 +102,10 @@ static int load_teacher(struct run *r) {
     said = held + before;
     if (!strncmp(said, "lstmd: ", 7)) said += 7;
   }
-  fwrite(held, 1, before, stderr);
+  const char kept = held[before];
+  held[before] = '\0';
+  lstmd_errors_put(held); /* the earlier lines, where lstmd_errorf's go */
+  held[before] = kept;
   if (loaded) {
     lstmd_errorf("distill.teacher: %s", said);
     return loaded;
@@ -616,8 +620,18 @@ int lstmd_run_setup(struct run *r, const char *resume_path) {
   int rc = plan_grid(r); /* voted */
   int failed = -1;
   if (!rc) {
+    /* Every rank opens the dataset and the teacher, so one bad path was printed once per rank:
+     * the ranks hold their lines, and rank 0 prints each once (lstmd_comm_messages_once). */
+    char held[4096]; /* the same size on every rank: it is gathered whole */
+    struct lstmd_errors_held outer;
+    if (r->world > 1) lstmd_errors_capture_begin(held, sizeof held, &outer);
     const int built = build(r);
-    rc = lstmd_comm_agree(r->comm, built, &failed);
+    if (r->world > 1) {
+      lstmd_errors_capture_end(&outer);
+      rc = lstmd_comm_messages_once(r->comm, built, held, sizeof held, 1, &failed);
+    } else {
+      rc = built;
+    }
     /* the failing rank said why; rank 0 says why every rank stops (a rank short of memory
      * alone ended the others with no word of it) */
     if (rc && !built && rc != LSTMD_ECOMM && r->rank == 0)
