@@ -158,8 +158,13 @@ ck=$($PY "$SRC/tests/ckpt_meta.py" "$(field "$t" run_dir)/latest.safetensors" 2>
 [[ $r == "time limit"* && -n $ck && $ck == "$st" ]] && ok "time limit: FAILED with a checkpoint at step $ck: $r" \
   || bad "time limit: reason '$r', step '$st', checkpoint '$ck'"
 
-# 6. a rank dies while two jobs run; the restart resumes both
-fresh 2
+# 6. a rank dies while two jobs run; the restart resumes both. The first daemon's jobs run 9 times
+# slower (LSTMD_FAULT=slow: each step sleeps 8 times its own compute), so that neither can finish
+# its 4000 steps in the second or so the daemon takes to end after the kill (on a fast host the
+# job on the surviving rank did: 'dead rank: rc 137, checkpoints '4000' '300''); the restarted
+# daemon runs at full speed.
+ctl shutdown >/dev/null 2>&1; stop_daemon; rm -rf "$TMP/state"
+LSTMD_FAULT=slow@1 start_np 2
 c1=$(sub --set train.steps=4000 --set train.checkpoint_every=100 --name c1)
 c2=$(sub --set train.steps=4000 --set train.checkpoint_every=100 --set train.seed=3 --name c2)
 d1=$(field "$c1" run_dir); d2=$(field "$c2" run_dir)
