@@ -210,7 +210,7 @@ static int check_classify(const struct run *r) {
   return LSTMD_OK;
 }
 
-/* Rank 0's set-up warning: on stderr now, and kept for train.log (describe_run, trainer.c),
+/* Rank 0's set-up warning: on stderr now, and kept for train.log (describe_run, trainer_save.c),
  * which opens later: a daemon job's user reads that file (lstmctl logs), not the daemon's
  * stderr. */
 static void setup_warn(struct run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -2,283 +2,33 @@
  * Each step: the step engine (worker/engine/engine.h) runs the grad_accum windows and sums the
  * gradients over the ranks, one all-reduce carries the loss and the votes (stop, failed reads),
  * then the same optimizer update on every rank. Rank 0 alone logs, evaluates (through the
- * engine) and writes checkpoints. The trainer reaches the engine through its table only. */
+ * engine) and writes checkpoints. The trainer reaches the engine through its table only.
+ * Here: the step, the step and straggler reports, the loop with its end-of-run notes, and the
+ * run's entry point; the evaluations are in trainer_eval.c, the checkpoints, samples and the
+ * run's outputs in trainer_save.c. */
 #define _GNU_SOURCE
 #include "trainer.h"
 
-#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "comm/comm.h"
 #include "kernels/clock.h"
-#include "kernels/cpu/dense_cpu.h"
 #include "kernels/status.h"
 #include "fault.h"
+#include "trainer_eval.h"
 #include "trainer_run.h"
+#include "trainer_save.h"
 #include "val_watch.h"
-#include "worker/io/durable.h"
 #include "worker/io/trace.h"
-#include "worker/model/infer.h"
 
 static volatile sig_atomic_t g_stop_requested;
 
 void lstmd_train_request_stop(void) { g_stop_requested = 1; }
-
-/* Rank 0, before writing: a checkpoint must never hold a non-finite value (an update can
- * overflow, or divide 0 by 0, before any loss shows it), so that resuming from the last one is
- * always possible. The sums are in double: finite for any finite floats. */
-static int check_finite(const struct run *r) {
-  const struct lstmd_optim *o = r->optim;
-  const char *bad = !isfinite(lstmd_cpu_sumsq(r->model->n_params, r->model->params)) ? "parameters"
-                    : !isfinite(lstmd_cpu_sumsq(o->n, o->m))                       ? "first moments"
-                    : o->v && !isfinite(lstmd_cpu_sumsq(o->n, o->v))              ? "second moments"
-                                                                                   : NULL;
-  if (!bad) return LSTMD_OK;
-  lstmd_errorf("step %ld: the %s after the update are not finite; not writing this checkpoint "
-               "(the last one written is whole). Lower optim.lr or set optim.clip_norm",
-               r->progress.step, bad);
-  return LSTMD_ENONFINITE;
-}
-
-/* What save_checkpoint writes: step-<N> (and latest, a link to it, then the old step files
- * train.keep_checkpoints does not keep are deleted); best.safetensors as a checkpoint of its own;
- * or best.safetensors as another name of the step-<N> just written (no second write). */
-enum save_kind { SAVE_STEP = 0, SAVE_BEST = 1, SAVE_BEST_LINK = 2 };
-
-/* Rank 0, alone (lstmd_comm_solo's work): checks and writes the checkpoint (SAVE_BEST_LINK:
- * links, nothing else). */
-struct save_work {
-  struct run *r;
-  enum save_kind kind;
-};
-
-static int write_checkpoint(void *ctx) {
-  struct run *r = ((struct save_work *)ctx)->r;
-  const enum save_kind kind = ((struct save_work *)ctx)->kind;
-  const struct lstmd_train_config *cfg = r->cfg;
-  char path[4096], latest[4096], best_path[4096];
-  snprintf(path, sizeof path, "%s/step-%ld.safetensors", cfg->run_dir, r->progress.step);
-  snprintf(best_path, sizeof best_path, "%s/best.safetensors", cfg->run_dir);
-  if (lstmd_fault_due(LSTMD_FAULT_CKPT_FREEZE, r->progress.step, r->rank)) raise(SIGSTOP);
-  if (lstmd_fault_due(LSTMD_FAULT_CKPT_SLOW, r->progress.step, r->rank))
-    lstmd_sleep_us((long)(2e6 * cfg->comm_timeout_s));
-  if (kind == SAVE_BEST_LINK) return lstmd_durable_link(path, best_path);
-  const int best = kind == SAVE_BEST;
-  LSTMD_TRY(check_finite(r));
-  snprintf(latest, sizeof latest, "%s/latest.safetensors", cfg->run_dir);
-  r->progress.cursor = lstmd_prefetch_cursor(r->prefetch);
-  if (r->samples) r->progress.samples_bytes = ftell(r->samples);
-  LSTMD_TRY(lstmd_checkpoint_save(best ? best_path : path, r->model, r->optim, &r->data_meta,
-                                  &r->progress, r->config_json));
-  if (best) return LSTMD_OK;
-  LSTMD_TRY(lstmd_durable_link(path, latest));
-  /* after latest names the new file: a crash between the two leaves one more file, never less */
-  lstmd_keep_checkpoints(cfg->run_dir, cfg->keep_checkpoints, r->progress.step);
-  return LSTMD_OK;
-}
-
-/* Collective: the engine gathers the carried state and brings rank 0's host copy up to date;
- * then rank 0 writes while the others wait (lstmd_comm_solo: their wait ends the job when rank
- * 0 is frozen for train.comm_timeout_s, not when its disk is slow), and all vote on the outcome,
- * so that every rank stops here together when rank 0 failed to check or write it. */
-static int save_checkpoint(struct run *r, enum save_kind kind) {
-  const double t0 = lstmd_now_s();
-  const int best = kind != SAVE_STEP;
-  int rc = LSTMD_OK;
-  if (kind != SAVE_BEST_LINK) {
-    const struct lstmd_engine_ops *ops = r->engine->ops;
-    if (r->progress.state_h) rc = ops->gather_state(r->engine, r->progress.state_h, r->progress.state_c);
-    if (!rc) rc = ops->sync_host(r->engine, r->optim, &r->progress);
-  }
-  if (rc == LSTMD_ECOMM) return rc; /* the ranks may be out of step: not agreed */
-  struct save_work w = {r, kind};
-  const int agreed = lstmd_comm_solo(r->comm, 0, write_checkpoint, &w, rc, NULL,
-                                     r->cfg->comm_timeout_s, best ? "rank 0's best checkpoint write"
-                                                                  : "rank 0's checkpoint write");
-  lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, best ? "best checkpoint" : "checkpoint", t0,
-                    lstmd_now_s(), NULL);
-  if (!agreed || agreed == LSTMD_ECOMM) return agreed;
-  r->failure_agreed = 1;
-  if (!rc && r->rank != 0)
-    lstmd_errorf("rank %d: stopping: rank 0 did not write the %scheckpoint of step %ld (%s)",
-                 r->rank, best ? "best " : "", r->progress.step, lstmd_strerror(agreed));
-  return agreed;
-}
-
-/* Collective, after a new best at this step (and after the step's sample, so that the file
- * holds what a step checkpoint would): best.safetensors, linked to step-<N> when that was just
- * written. Rank 0 records it. */
-static int save_best(struct run *r, int step_file_written) {
-  LSTMD_TRY(save_checkpoint(r, step_file_written ? SAVE_BEST_LINK : SAVE_BEST));
-  r->best_astray = 0;
-  if (r->rank == 0) lstmd_metrics_new_best(&r->metrics, r->progress.step, r->progress.watch.best_loss);
-  return LSTMD_OK;
-}
-
-static struct lstmd_watch_rules watch_rules(const struct lstmd_train_config *cfg) {
-  return (struct lstmd_watch_rules){
-      .patience = cfg->early_stop_patience, .min_delta = cfg->early_stop_min_delta,
-      .plateau = cfg->optim.schedule == LSTMD_SCHEDULE_PLATEAU,
-      .plateau_patience = cfg->plateau_patience, .plateau_factor = cfg->plateau_factor};
-}
-
-/* Rank 0: how the messages name the best model's file. Normally <run_dir>/best.safetensors; a
- * resumed run whose run dir's best.safetensors is not the watch's best (best_astray) says so
- * instead of naming a file that is missing or holds another step's model. */
-static const char *best_where(const struct run *r, char *buf, size_t n) {
-  if (!r->best_astray) {
-    snprintf(buf, n, "%s/best.safetensors", r->cfg->run_dir);
-  } else if (r->best_file_step < -1) { /* lstmd_st_open said why */
-    snprintf(buf, n, "not in %s/best.safetensors, which cannot be read", r->cfg->run_dir);
-  } else if (r->best_file_step < 0) {
-    snprintf(buf, n, "not in %s, which has no best.safetensors (the run that evaluated it wrote "
-             "it)", r->cfg->run_dir);
-  } else {
-    snprintf(buf, n, "not in %s/best.safetensors, which holds step %ld", r->cfg->run_dir,
-             r->best_file_step);
-  }
-  return buf;
-}
-
-/* Rank 0, at the start of a resumed run: whether the run dir's best.safetensors is the model of
- * the best val_loss the checkpoint carries; if not, a warning, and the messages say so until
- * the next new best writes it. */
-static void check_best_file(struct run *r) {
-  const struct lstmd_val_watch *w = &r->progress.watch;
-  if (r->rank != 0 || !r->resumed || !isfinite(w->best_loss)) return;
-  r->best_file_step = lstmd_best_file_step(r->cfg->run_dir);
-  r->best_astray = r->best_file_step != w->best_step;
-  char where[4400];
-  if (r->best_astray)
-    lstmd_metrics_note(&r->metrics, "warning: the best val_loss so far, %.4f at step %ld, is %s; "
-                       "best.safetensors is written there at the next new best", w->best_loss,
-                       w->best_step, best_where(r, where, sizeof where));
-}
-
-/* Collective (the engine's evaluate, then one broadcast from rank 0). Rank 0 records the
- * validation loss and updates the validation watch with it (val_watch.h); the broadcast gives
- * every rank rank 0's verdict and watch, so every rank takes the same decisions with no further
- * vote, even if their states had drifted: a plateau cut sets the optimizer's learning rate on
- * every rank here; *events gets LSTMD_WATCH_NEW_BEST (the caller writes best.safetensors) and
- * LSTMD_WATCH_STOP (every rank must stop at this step). A failed evaluation (rank 0 says why,
- * or names the rank whose share failed) decides nothing, as before the watch existed. */
-static int evaluate_now(struct run *r, int *events) {
-  *events = 0;
-  if (!r->has_val) return LSTMD_OK;
-  const struct lstmd_train_config *cfg = r->cfg;
-  const struct lstmd_watch_rules rules = watch_rules(cfg);
-  const long step = r->progress.step;
-  double loss = 0.0, accuracy = NAN; /* accuracy: classifiers only, rank 0 */
-  uint64_t tokens = 0;
-  const double t0 = lstmd_now_s();
-  if (lstmd_fault_due(LSTMD_FAULT_EVAL_FREEZE, step, r->rank)) raise(SIGSTOP);
-  int rc = r->engine->ops->evaluate(r->engine, &r->val, &loss, &tokens, &accuracy);
-  struct {
-    double ok, loss;
-    int64_t events;
-    struct lstmd_val_watch watch;
-  } verdict = {0};
-  if (r->rank == 0 && rc == 0) {
-    lstmd_fault_val_loss(step, cfg->eval_every, &loss);
-    verdict.ok = 1.0;
-    verdict.loss = loss;
-    verdict.watch = r->progress.watch;
-    verdict.events = lstmd_val_watch_update(&verdict.watch, &rules, step, loss);
-  }
-  /* Every rank is here once the (collective) evaluation is done: the next step's waits then
-   * never include an evaluation however long it takes. */
-  if (r->world > 1 && lstmd_comm_bcast(r->comm, &verdict, sizeof verdict, 0)) return LSTMD_ECOMM;
-  lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "evaluation", t0, lstmd_now_s(), NULL);
-  if (verdict.ok == 0.0) return LSTMD_OK;
-  loss = verdict.loss;
-  r->progress.watch = verdict.watch;
-  *events = (int)verdict.events;
-  const struct lstmd_val_watch *w = &r->progress.watch;
-  const int text = r->model->shape.kind == LSTMD_MODEL_TEXT;
-  if (r->rank == 0) {
-    lstmd_metrics_eval(&r->metrics, step, loss, accuracy, r->model->shape.kind,
-                       r->has_baselines ? &r->baselines : NULL);
-    if (r->hooks->on_eval)
-      r->hooks->on_eval(r->hooks->ctx, step, loss, text ? loss / M_LN2 : NAN, accuracy);
-  }
-  if (*events & LSTMD_WATCH_LR_CUT) {
-    r->optim->cfg.lr = (float)((double)cfg->optim.lr * w->lr_scale);
-    if (r->rank == 0)
-      lstmd_metrics_lr_cut(&r->metrics, step, w->lr_scale, r->optim->cfg.lr,
-                           lstmd_optim_lr(&r->optim->cfg, r->optim->step), rules.plateau_patience);
-  }
-  char where[4400];
-  if ((*events & LSTMD_WATCH_STOP) && r->rank == 0)
-    lstmd_metrics_early_stop(&r->metrics, step, w->best_loss, w->best_step, w->since_best,
-                             r->best_astray ? best_where(r, where, sizeof where) : "best.safetensors");
-  return LSTMD_OK;
-}
-
-/* Rank 0: one sample with lstmd sample's own code (infer.h) into samples.txt and TensorBoard. */
-static void write_sample(struct run *r, float temperature, uint64_t seed, const char *tag) {
-  const struct lstmd_train_config *cfg = r->cfg;
-  const long step = r->progress.step;
-  char *text = NULL;
-  size_t n = 0;
-  FILE *mem = open_memstream(&text, &n);
-  const struct lstmd_infer_model im = {.fp32 = r->model};
-  int rc = mem ? lstmd_sample(&im, &r->data_meta, "train.sample_prime", cfg->sample_prime,
-                              cfg->sample_length, temperature, seed, mem)
-               : LSTMD_ENOMEM;
-  if (mem) fclose(mem); /* text and n are final only now */
-  if (rc) {
-    lstmd_metrics_note(&r->metrics, "step %ld: no %s sample: %s", step, tag, lstmd_strerror(rc));
-  } else {
-    if (temperature > 0.0f)
-      fprintf(r->samples, "=== step %ld: temperature %.2g, seed %llu ===\n", step, temperature,
-              (unsigned long long)seed);
-    else
-      fprintf(r->samples, "=== step %ld: greedy (temperature 0) ===\n", step);
-    fwrite(text, 1, n, r->samples);
-    fputc('\n', r->samples);
-    char full_tag[64];
-    snprintf(full_tag, sizeof full_tag, "samples/%s", tag);
-    lstmd_tb_text(&r->metrics.tb, step, full_tag, text, n);
-  }
-  free(text);
-}
-
-/* Rank 0, alone (lstmd_comm_solo's work): train.sample_length bytes after train.sample_prime,
- * greedily and at temperature 0.8, seeded by train.seed and the step (so a resumed run draws the
- * same; the seed is in samples.txt). A sample that cannot be written is reported, and training
- * goes on. */
-static int sample_work(void *ctx) {
-  struct run *r = ctx;
-  const double t0 = lstmd_now_s();
-  /* 63 bits, so that `lstmd sample --seed` takes it and reproduces the sample */
-  const uint64_t seed =
-      (r->cfg->seed ^ ((uint64_t)r->progress.step * 0x9e3779b97f4a7c15ull)) & 0x7fffffffffffffffull;
-  write_sample(r, 0.0f, seed, "greedy");
-  write_sample(r, 0.8f, seed, "temperature_0.8");
-  if (fflush(r->samples) != 0)
-    lstmd_metrics_note(&r->metrics, "%s/samples.txt: cannot write", r->cfg->run_dir);
-  lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "sample", t0, lstmd_now_s(), NULL);
-  return LSTMD_OK;
-}
-
-/* Collective: the engine brings rank 0's host model up to date, then rank 0 samples while the
- * others wait (bounded by its silence, not by the sample's length: a long sample is work rank 0
- * does alone, like a checkpoint write), and all vote. */
-static int sample_now(struct run *r) {
-  int rc = r->engine->ops->sync_host(r->engine, NULL, &r->progress); /* p: its step in messages */
-  if (rc == LSTMD_ECOMM) return rc;
-  rc = lstmd_comm_solo(r->comm, 0, sample_work, r, rc, NULL, r->cfg->comm_timeout_s,
-                       "rank 0's text sample");
-  if (rc && rc != LSTMD_ECOMM) r->failure_agreed = 1;
-  return rc;
-}
 
 struct step_times {
   double data_s, compute_s, comm_s; /* waiting for batches, forward+backward, exposed all-reduce */
@@ -537,10 +287,10 @@ static int train_loop(struct run *r) {
   double t0 = lstmd_now_s(), interval_t0 = t0, interval_loss = 0.0;
   struct step_times tm = {0};
   long interval_steps = 0;
-  const struct lstmd_watch_rules rules = watch_rules(cfg);
+  const struct lstmd_watch_rules rules = lstmd_run_watch_rules(cfg);
   /* resumed from the checkpoint of an early stop: finished (with a larger patience it goes on) */
   int early = lstmd_val_watch_stopped(&r->progress.watch, &rules), stop = early;
-  check_best_file(r);
+  lstmd_run_check_best_file(r);
   int final_best = 0; /* a new best at the last step, saved with the final checkpoint */
   if (early && r->rank == 0)
     lstmd_metrics_note(&r->metrics, "step %ld: this run stopped early (no new best val_loss in "
@@ -577,16 +327,16 @@ static int train_loop(struct run *r) {
     }
     const double pause_t0 = lstmd_now_s(); /* evaluation and checkpoints are not training time */
     int events = 0;
-    if (cfg->eval_every && step % cfg->eval_every == 0) LSTMD_TRY(evaluate_now(r, &events));
-    if (events & LSTMD_WATCH_STOP) stop = early = 1; /* the same on every rank (evaluate_now) */
+    if (cfg->eval_every && step % cfg->eval_every == 0) LSTMD_TRY(lstmd_run_evaluate(r, &events));
+    if (events & LSTMD_WATCH_STOP) stop = early = 1; /* the same on every rank (trainer_eval.c) */
     /* also when stopping, so that a run resumed from this step has the same samples */
-    if (cfg->sample_every && step % cfg->sample_every == 0) LSTMD_TRY(sample_now(r));
+    if (cfg->sample_every && step % cfg->sample_every == 0) LSTMD_TRY(lstmd_run_sample(r));
     const int due = cfg->checkpoint_every && step % cfg->checkpoint_every == 0 &&
                     step != cfg->steps && !stop;
-    if (due) LSTMD_TRY(save_checkpoint(r, SAVE_STEP));
+    if (due) LSTMD_TRY(lstmd_run_save_checkpoint(r, SAVE_STEP));
     /* at the last step the step file comes after the loop: best then links to it, not a copy */
     if ((events & LSTMD_WATCH_NEW_BEST) && (step == cfg->steps || stop)) final_best = 1;
-    else if (events & LSTMD_WATCH_NEW_BEST) LSTMD_TRY(save_best(r, due));
+    else if (events & LSTMD_WATCH_NEW_BEST) LSTMD_TRY(lstmd_run_save_best(r, due));
     const double paused = lstmd_now_s() - pause_t0;
     interval_t0 += paused;
     t0 += paused;
@@ -602,9 +352,9 @@ static int train_loop(struct run *r) {
    * SIGKILL may be short (mpirun: odls_base_sigkill_timeout, 1 s by default; Slurm: KillWait). */
   int events = 0;
   if (!stop && !(cfg->eval_every && r->progress.step % cfg->eval_every == 0))
-    LSTMD_TRY(evaluate_now(r, &events));
-  LSTMD_TRY(save_checkpoint(r, SAVE_STEP));
-  if ((events & LSTMD_WATCH_NEW_BEST) || final_best) LSTMD_TRY(save_best(r, 1));
+    LSTMD_TRY(lstmd_run_evaluate(r, &events));
+  LSTMD_TRY(lstmd_run_save_checkpoint(r, SAVE_STEP));
+  if ((events & LSTMD_WATCH_NEW_BEST) || final_best) LSTMD_TRY(lstmd_run_save_best(r, 1));
   /* rank 0's metrics.jsonl failed (a full disk): the run stopped with its checkpoint, and every
    * rank exits 1 together */
   const int metrics_rc = lstmd_comm_agree(r->comm, r->rank == 0 && lstmd_metrics_failed(&r->metrics)
@@ -628,7 +378,7 @@ static int train_loop(struct run *r) {
                        "val_loss %.*f at step %ld: %s", r->progress.step,
                        cfg->run_dir, r->progress.step,
                        r->metrics.loss_decimals, r->progress.watch.best_loss,
-                       r->progress.watch.best_step, best_where(r, where, sizeof where));
+                       r->progress.watch.best_step, lstmd_run_best_where(r, where, sizeof where));
   else if (how == LSTMD_END_REQUESTED)
     lstmd_metrics_note(&r->metrics, "stopped at step %ld on request; checkpoint %s/latest.safetensors%s",
                        r->progress.step, cfg->run_dir,
@@ -637,74 +387,6 @@ static int train_loop(struct run *r) {
   else
     lstmd_metrics_note(&r->metrics, "done: %s/step-%ld.safetensors", cfg->run_dir, r->progress.step);
   return LSTMD_OK;
-}
-
-static void describe_run(struct run *r, const char *resume_path) {
-  const struct lstmd_dataset_info *info = &r->train.info;
-  size_t params = 0;
-  for (int i = 0; i < r->model->n_tensors; i++) params += r->model->tensors[i].count;
-  char engine[1024];
-  r->engine->ops->describe(r->engine, engine, sizeof engine);
-  lstmd_metrics_log_only(&r->metrics, r->setup_warnings); /* said on stderr before the log opened */
-  lstmd_metrics_note(&r->metrics, "compute: %s; %d rank%s, global batch %d windows", engine,
-                     r->world, r->world == 1 ? "" : "s", r->global_batch);
-  lstmd_metrics_note(&r->metrics, "data: %s, %llu training %s%s, model %zu parameters",
-                     info->kind == LSTMD_DATASET_TEXT     ? "text"
-                     : info->kind == LSTMD_DATASET_SERIES ? "series"
-                                                          : "classify",
-                     (unsigned long long)info->count,
-                     info->kind == LSTMD_DATASET_TEXT     ? "tokens"
-                     : info->kind == LSTMD_DATASET_SERIES ? "rows"
-                                                          : "sequences",
-                     r->has_val ? "" : " (validation split too short to evaluate)", params);
-  if (r->resumed)
-    lstmd_metrics_note(&r->metrics, "resumed from %s at step %ld", resume_path, r->progress.step);
-  if (r->resume_changes)
-    lstmd_metrics_note(&r->metrics, "settings changed since that checkpoint was written: %s (a "
-                       "resumed run equals one that never stopped only with the same settings)",
-                       r->resume_changes);
-}
-
-/* Rank 0: <run_dir>/samples.txt for appending; a resumed run first cuts it back to its length at
- * the checkpoint (train.samples_bytes), dropping what the interrupted run sampled after it. */
-static int open_samples(struct run *r) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/samples.txt", r->cfg->run_dir);
-  struct stat st;
-  if (r->resumed && stat(path, &st) == 0 && st.st_size > r->progress.samples_bytes &&
-      truncate(path, r->progress.samples_bytes) != 0) {
-    lstmd_errorf("%s: cannot cut back to %ld bytes for the resume: %s", path,
-                 r->progress.samples_bytes, strerror(errno));
-    return LSTMD_EWRITE;
-  }
-  r->samples = fopen(path, "a");
-  if (!r->samples || fseek(r->samples, 0, SEEK_END) != 0) {
-    lstmd_errorf("%s: cannot open for appending: %s", path, strerror(errno));
-    return LSTMD_EWRITE;
-  }
-  return LSTMD_OK;
-}
-
-/* Rank 0's run directory and metrics must be usable before anyone trains (voted). */
-static int open_outputs(struct run *r, const char *resume_path) {
-  int local = LSTMD_OK;
-  if (r->rank == 0) {
-    local = lstmd_mkdir_p(r->cfg->run_dir);
-    if (!local) local = lstmd_run_dir_lock(r->cfg->run_dir, &r->run_lock);
-    long long bytes = 0; /* the run dir is this run's alone now: what a kill left is no one's */
-    const int orphans = !local && r->run_lock >= 0
-                            ? lstmd_remove_orphan_temps(r->cfg->run_dir, &bytes) : 0;
-    if (!local)
-      local = lstmd_metrics_open(&r->metrics, r->cfg->run_dir, r->resumed ? r->progress.step : 0,
-                                 r->model->shape.kind);
-    if (!local && r->cfg->sample_every) local = open_samples(r);
-    if (!local) describe_run(r, resume_path);
-    if (!local && orphans)
-      lstmd_metrics_note(&r->metrics, "removed %d temp file%s of checkpoint writes an earlier run "
-                         "did not finish (%.1f MB)", orphans, orphans == 1 ? "" : "s",
-                         (double)bytes / 1e6);
-  }
-  return lstmd_comm_agree(r->comm, local, NULL);
 }
 
 double lstmd_setup_wait_limit(double comm_timeout_s, const char **source, int say) {
@@ -746,7 +428,7 @@ int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_jso
   const double setup_wait_s = lstmd_setup_wait_limit(cfg->comm_timeout_s, &setup_source, r.rank == 0);
   lstmd_comm_set_wait_limit(comm, setup_wait_s, setup_source);
   int rc = lstmd_run_setup(&r, resume_path); /* the same status on every rank */
-  if (!rc) rc = open_outputs(&r, resume_path);
+  if (!rc) rc = lstmd_run_open_outputs(&r, resume_path);
   if (!rc) rc = lstmd_trace_open(cfg->trace_path, comm, &r.trace); /* agreed on too */
   if (!rc) r.engine->trace = r.trace;
   lstmd_comm_set_wait_limit(comm, cfg->comm_timeout_s, "train.comm_timeout_s");
