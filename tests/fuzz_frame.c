@@ -74,7 +74,7 @@ static void check_error_reply(int code, const char *msg) {
   free(f);
 }
 
-/* The daemon parses into an arena (server.c). The input is parsed with malloc first (so that
+/* The daemon parses into an arena (server_conn.c). The input is parsed with malloc first (so that
  * AddressSanitizer sees every piece protobuf-c allocates), then into the arena, which must give
  * the same verdict and, re-encoded, the same bytes. */
 static struct lstmd_arena g_arena;
