@@ -1,8 +1,10 @@
-/* config.c — the config table and everything it drives (see config.h). INI parsing is inih's. */
+/* config.c — the config table and everything it drives (see config.h). Here: the table, each
+ * key's parsing, formatting and defaults, the inert keys, the printout, the JSON copy and
+ * `lstmd train --help`; reading INI files (inih's parser), --set and the checkpoint's JSON is in
+ * config_load.c, the checks across keys in config_check.c. */
 #include "config.h"
 
 #include <errno.h>
-#include <ini.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
@@ -308,159 +310,6 @@ void lstmd_config_defaults(struct lstmd_train_config *c) {
   for (int i = 0; i < kKeyCount; i++) set_value(c, &kKeys[i], kKeys[i].def, err, sizeof err);
 }
 
-/* inih reads a line into a fixed buffer (200 bytes in Debian's build) and hands the rest of a
- * longer one over as a line of its own: a long data.path would be cut short and the error
- * reported a line late, or not at all. This reader stops at such a line instead, so it is
- * reported as itself. It reads byte by byte, so that a NUL inside a line (which would cut it
- * short for inih's string functions) is seen and refused too, and a Windows line end's '\r'
- * does not count towards the length. */
-struct ini_reader {
-  FILE *f;
-  int line;        /* lines handed to inih so far */
-  size_t too_long; /* length of the line that did not fit (0: none) */
-  int max;         /* the longest line inih takes, newline excluded */
-  int nul;         /* the line stopped at holds a NUL byte */
-};
-
-static char *read_ini_line(char *str, int num, void *stream) {
-  struct ini_reader *r = stream;
-  size_t n = 0, len = 0; /* bytes kept in str, bytes in the line (without its '\n') */
-  int c, last = 0;
-  while ((c = getc(r->f)) != EOF && c != '\n') {
-    if (n + 1 < (size_t)num) str[n++] = (char)c;
-    r->nul |= c == 0;
-    last = c;
-    len++;
-  }
-  if (c == EOF && (len == 0 || ferror(r->f))) return NULL;
-  r->line++;
-  const size_t shown = len - (last == '\r'); /* a '\r' beyond the room is dropped: inih trims it */
-  if (r->nul || shown > (size_t)num - 1) {
-    r->too_long = r->nul ? 0 : shown;
-    r->max = num - 1;
-    return NULL;
-  }
-  str[n] = '\0';
-  return str;
-}
-
-struct ini_ctx {
-  lstmd_config_pair_fn fn;
-  void *user;
-  char first_error[512];
-};
-
-/* Drops a trailing comment that starts with whitespace then '#' or ';' ("steps = 5  # quick").
- * Debian's inih is built without inline comments. */
-static const char *strip_inline_comment(const char *value, char *buf, size_t n) {
-  snprintf(buf, n, "%s", value);
-  for (char *p = buf; *p; p++)
-    if ((*p == '#' || *p == ';') && p > buf && (p[-1] == ' ' || p[-1] == '\t')) {
-      *p = '\0';
-      break;
-    }
-  for (size_t len = strlen(buf); len && (buf[len - 1] == ' ' || buf[len - 1] == '\t');) buf[--len] = '\0';
-  return buf;
-}
-
-/* A value in double quotes keeps what inih would trim or cut (spaces at either end, a ' #' or
- * ' ;'), with the escapes \n, \t, \" and \\ (a sample prime of "The " or "\n"); after the
- * closing quote only spaces and a comment may follow. NULL with *err set when malformed. */
-static const char *unquote(const char *raw, char *buf, size_t n, const char **err) {
-  size_t len = 0;
-  const char *p = raw + 1;
-  for (; *p && *p != '"'; p++) {
-    char ch = *p;
-    if (ch == '\\') {
-      const char next = *++p;
-      ch = next == 'n' ? '\n' : next == 't' ? '\t' : next == '"' || next == '\\' ? next : 0;
-      if (!ch) {
-        *err = "a quoted value has an escape other than \\n, \\t, \\\" or \\\\";
-        return NULL;
-      }
-    }
-    if (len + 1 >= n) {
-      *err = "a quoted value is too long";
-      return NULL;
-    }
-    buf[len++] = ch;
-  }
-  buf[len] = '\0';
-  if (*p != '"') {
-    *err = "a quoted value has no closing '\"'";
-    return NULL;
-  }
-  for (p++; *p == ' ' || *p == '\t'; p++) {
-  }
-  if (*p && *p != '#' && *p != ';') {
-    *err = "text after a quoted value's closing '\"' (only a comment may follow)";
-    return NULL;
-  }
-  return buf;
-}
-
-static int on_ini_pair(void *user, const char *section, const char *name, const char *raw) {
-  struct ini_ctx *ctx = user;
-  char err[384], value_buf[1100], dotted[192];
-  const char *why = NULL;
-  const char *value = raw[0] == '"' ? unquote(raw, value_buf, sizeof value_buf, &why)
-                                    : strip_inline_comment(raw, value_buf, sizeof value_buf);
-  if (!value) {
-    if (!ctx->first_error[0])
-      snprintf(ctx->first_error, sizeof ctx->first_error, "%s.%s: %s", section, name, why);
-    return 0;
-  }
-  if (!section[0]) { /* inih hands keys before the first [section] over with an empty one */
-    const char *home = NULL; /* the section that has a key of that name, if one does */
-    for (int i = 0; i < kKeyCount && !home; i++)
-      if (!strcmp(kKeys[i].key, name)) home = kKeys[i].section;
-    if (!ctx->first_error[0])
-      snprintf(ctx->first_error, sizeof ctx->first_error,
-               "'%s' comes before any [section] header%s%s%s", name, home ? " (under [" : "",
-               home ? home : "", home ? "] it would be a key)" : "");
-    return 0;
-  }
-  snprintf(dotted, sizeof dotted, "%s.%s", section, name);
-  int rc = ctx->fn(ctx->user, dotted, value, err, sizeof err);
-  if (rc && !ctx->first_error[0]) snprintf(ctx->first_error, sizeof ctx->first_error, "%s", err);
-  return rc == 0;
-}
-
-int lstmd_config_read_ini(const char *path, lstmd_config_pair_fn fn, void *user) {
-  struct ini_ctx ctx = {.fn = fn, .user = user};
-  /* inih stops at a read error as at the end of the file: a directory (fopen succeeds, the read
-   * fails with EISDIR) would pass for an empty config. Pipes (--config <(...)) are fine. */
-  FILE *f = fopen(path, "r");
-  struct ini_reader reader = {.f = f};
-  int line = f ? ini_parse_stream(read_ini_line, &reader, on_ini_pair, &ctx) : -1;
-  if (f && line >= 0 && ferror(f)) line = -1;
-  if (line == 0 && (reader.too_long || reader.nul)) {
-    fclose(f);
-    if (reader.nul)
-      lstmd_errorf("%s:%d: the line holds a NUL byte (is this a text file?)", path, reader.line);
-    else
-      lstmd_errorf("%s:%d: the line is %zu characters long, and config files take lines of at "
-                   "most %d: give a longer value on the command line (--set section.key=value)",
-                   path, reader.line, reader.too_long, reader.max);
-    return LSTMD_ECONFIG;
-  }
-  const int saved = errno;
-  if (f) fclose(f);
-  if (line < 0) {
-    lstmd_errorf("%s: cannot read config file: %s", path,
-                 line == -1 ? strerror(saved) : "out of memory");
-    return LSTMD_EIO;
-  }
-  if (line > 0) {
-    lstmd_errorf("%s:%d: %s", path, line,
-                 ctx.first_error[0] ? ctx.first_error
-                                    : "syntax error (expected [section], key = value, or a ; or # "
-                                      "comment)");
-    return LSTMD_ECONFIG;
-  }
-  return LSTMD_OK;
-}
-
 int lstmd_config_set_key(struct lstmd_train_config *c, const char *dotted, const char *value,
                          char *err, size_t errlen) {
   char section[64];
@@ -484,144 +333,18 @@ int lstmd_config_set_key(struct lstmd_train_config *c, const char *dotted, const
   return LSTMD_OK;
 }
 
-static int apply_pair(void *user, const char *dotted, const char *value, char *err, size_t n) {
-  return lstmd_config_set_key(user, dotted, value, err, n);
+/* The section that has a key of that name, if one does (NULL: none): for the INI reader's
+ * message on a key before any [section] (config_load.c). */
+const char *lstmd_config_key_section(const char *name) {
+  const char *home = NULL;
+  for (int i = 0; i < kKeyCount && !home; i++)
+    if (!strcmp(kKeys[i].key, name)) home = kKeys[i].section;
+  return home;
 }
 
-int lstmd_config_load_ini(struct lstmd_train_config *c, const char *path) {
-  return lstmd_config_read_ini(path, apply_pair, c);
-}
-
-/* Applies "section.key" = value; `origin` names where it came from in messages. */
-static int set_dotted(struct lstmd_train_config *c, const char *dotted, const char *value,
-                      const char *origin) {
-  char err[512];
-  int rc = lstmd_config_set_key(c, dotted, value, err, sizeof err);
-  if (rc) lstmd_errorf("%s: %s", origin, err);
-  return rc;
-}
-
-int lstmd_config_set(struct lstmd_train_config *c, const char *assignment) {
-  const char *eq = strchr(assignment, '=');
-  if (!eq || eq == assignment) {
-    lstmd_errorf("--set %s: expected section.key=value", assignment);
-    return LSTMD_ECONFIG;
-  }
-  char key[128];
-  size_t n = (size_t)(eq - assignment);
-  if (n >= sizeof key) n = sizeof key - 1;
-  memcpy(key, assignment, n);
-  key[n] = '\0';
-  return set_dotted(c, key, eq + 1, "--set");
-}
-
-int lstmd_config_load_json(struct lstmd_train_config *c, const char *json_text) {
-  json_t *root = json_loads(json_text, 0, NULL);
-  if (!json_is_object(root)) {
-    json_decref(root);
-    lstmd_errorf("checkpoint config is not a JSON object");
-    return LSTMD_EFORMAT;
-  }
-  const char *key;
-  json_t *v;
-  int rc = LSTMD_OK;
-  json_object_foreach(root, key, v) {
-    if (!rc && !json_is_string(v)) rc = LSTMD_EFORMAT;
-    if (!rc) rc = set_dotted(c, key, json_string_value(v), "checkpoint config");
-  }
-  json_decref(root);
-  return rc;
-}
-
-int lstmd_config_check(const struct lstmd_train_config *c, char *err, size_t n) {
-  if (!c->data_path[0]) {
-    snprintf(err, n, "data.path is required (a directory made by lstmd prepare)");
-    return LSTMD_ECONFIG;
-  }
-  if (!c->run_dir[0]) {
-    snprintf(err, n, "train.run_dir must not be empty");
-    return LSTMD_ECONFIG;
-  }
-  /* data.window_norm=mean scales each window: the GPU engine's validation loss would be in the
-   * scaled units (train_setup.c also keeps device auto on the CPU for it). */
-  if (c->window_norm == LSTMD_WNORM_MEAN && c->device == LSTMD_DEVICE_CUDA) {
-    snprintf(err, n, "data.window_norm: mean runs on the CPU backend only so far "
-             "(train.device=cuda); none and last run on both");
-    return LSTMD_ECONFIG;
-  }
-  /* The pipeline layout (checked only for model.stages > 1 but model.stage_layers, which must
-   * always fit; the number of ranks is checked at start, where it is known). */
-  if (c->prune.target_sparsity > 0.0f) {
-    if (c->prune.end_step <= c->prune.begin_step) {
-      snprintf(err, n, "prune.end_step: %ld is not after prune.begin_step %ld",
-               c->prune.end_step, c->prune.begin_step);
-      return LSTMD_ECONFIG;
-    }
-    if (lstmd_prune_check_tensors(c->prune.tensors, c->layers, err, n)) return LSTMD_ECONFIG;
-  }
-  /* Pruning and distillation run in the data-parallel CPU engine only (train_setup.c refuses
-   * them on the GPU): a stage holds only its own layers' weights. */
-  if (c->stages > 1 && (c->prune.target_sparsity > 0.0f || c->distill_teacher[0])) {
-    snprintf(err, n, "%s: not available with pipeline stages (model.stages = %d); train "
-             "data-parallel (model.stages = 1)",
-             c->prune.target_sparsity > 0.0f ? "prune.target_sparsity" : "distill.teacher",
-             c->stages);
-    return LSTMD_ECONFIG;
-  }
-  /* Early stopping and the plateau schedule act on evaluations during the run. */
-  if ((c->early_stop_patience > 0 || c->optim.schedule == LSTMD_SCHEDULE_PLATEAU) &&
-      c->eval_every == 0) {
-    snprintf(err, n, "%s: needs evaluations during the run (train.eval_every > 0)",
-             c->early_stop_patience > 0 ? "train.early_stop_patience" : "optim.schedule");
-    return LSTMD_ECONFIG;
-  }
-  int counts[16];
-  if ((c->stages > 1 || c->stage_layers[0]) &&
-      lstmd_stage_layer_counts(c->stage_layers, c->stages, c->layers, counts, err, n))
-    return LSTMD_ECONFIG;
-  if (c->stages == 1) return LSTMD_OK; /* stage_split means nothing on one stage */
-  /* The layer-normalised LSTM normalises each step's whole projection (all 4H rows) inside its
-   * kernel: no split of its rows yet. */
-  /* The balanced split is the CPU pipeline engine's (engine_pipe.c): refused here for cuda, so
-   * that a daemon refuses it at submission; train_setup.c moves device auto to the CPU. */
-  if (c->stage_split == LSTMD_SPLIT_BALANCED && c->device == LSTMD_DEVICE_CUDA) {
-    snprintf(err, n, "model.stage_split: balanced runs on the CPU pipeline engine only so far (the "
-             "GPU pipeline splits whole layers: use layers, or train.device=cpu)");
-    return LSTMD_ECONFIG;
-  }
-  if (c->stage_split == LSTMD_SPLIT_BALANCED && c->layer_norm) {
-    snprintf(err, n, "model.stage_split: balanced splits input projections that model.layer_norm "
-             "normalises whole; use layers (the default) with the layer-normalised LSTM");
-    return LSTMD_ECONFIG;
-  }
-  if (c->batch_size % c->micro_batches) {
-    snprintf(err, n, "train.micro_batches: data.batch_size %d is not a multiple of %d",
-             c->batch_size, c->micro_batches);
-    return LSTMD_ECONFIG;
-  }
-  if (c->time_chunks > c->seq_len || c->seq_len % lstmd_effective_time_chunks(c)) {
-    snprintf(err, n, "train.time_chunks: data.seq_len %d is not a multiple of %d", c->seq_len,
-             c->time_chunks);
-    return LSTMD_ECONFIG;
-  }
-  const long items = (long)c->grad_accum * c->micro_batches * lstmd_effective_time_chunks(c);
-  if (items > 32768) {
-    snprintf(err, n, "train.time_chunks: optim.grad_accum x train.micro_batches x time chunks = "
-             "%ld items per step; at most 32768", items);
-    return LSTMD_ECONFIG;
-  }
-  return LSTMD_OK;
-}
-
-int lstmd_config_validate(const struct lstmd_train_config *c) {
-  char err[256];
-  int rc = lstmd_config_check(c, err, sizeof err);
-  if (rc) lstmd_errorf("%s", err);
-  return rc;
-}
-
-/* A text value as an INI file would need it: in quotes with escapes (unquote's) when it has
- * spaces at either end, a control character, a quote, a backslash, a ' #' or ' ;', else bare. */
+/* A text value as an INI file would need it: in quotes with escapes (unquote's, config_load.c)
+ * when it has spaces at either end, a control character, a quote, a backslash, a ' #' or ' ;',
+ * else bare. */
 static void print_text(FILE *out, const char *v) {
   const size_t n = strlen(v);
   int quote = n && (v[0] == ' ' || v[n - 1] == ' ' || v[0] == '"');

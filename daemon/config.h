@@ -43,5 +43,7 @@ void lstmd_config_print(const struct lstmd_train_config *c, FILE *out);
 char *lstmd_config_to_json(const struct lstmd_train_config *c);
 /* The key reference: name, type and range, default, help. */
 void lstmd_config_help(FILE *out);
+/* The section of the table's key named `name` (the first, if several), or NULL: for messages. */
+const char *lstmd_config_key_section(const char *name);
 
 #endif

@@ -1,5 +1,5 @@
 /* prune_names.c — which tensors [prune] may name (prune.h). Apart from prune.c so that the config
- * check (daemon/config.c, also in lstmctl, which links no model code) can use it. */
+ * check (daemon/config_check.c, also in lstmctl, which links no model code) can use it. */
 #include <stdio.h>
 #include <string.h>
 

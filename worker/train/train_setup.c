@@ -428,7 +428,7 @@ static int build(struct run *r) {
     if (!r->progress.state_h || !r->progress.state_c) return LSTMD_ENOMEM;
   }
   r->has_val = lstmd_window_count(&r->val, T) > 0;
-  /* As train.eval_every = 0 is refused with these (config.c), so is a split with nothing to
+  /* As train.eval_every = 0 is refused with these (config_check.c), so is a split with nothing to
    * evaluate: the same on every rank (same dataset header); rank 0 says why. */
   if (!r->has_val && (cfg->early_stop_patience > 0 || cfg->optim.schedule == LSTMD_SCHEDULE_PLATEAU)) {
     /* a classify split is sequences, not windows: data.seq_len means nothing to it */
