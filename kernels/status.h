@@ -56,7 +56,7 @@ void lstmd_last_error_clear(void);
  * until called again with n = 0 on this thread; other threads print as ever, and each thread's
  * capture is its own (one thread's begin or end leaves another's alone). For a launcher's ranks, which
  * print one copy of the errors they share (cli_train.c), and for a loader's message repeated
- * with a config key (train_setup.c). */
+ * with a config key (train_checks.c). */
 void lstmd_errors_capture(char *buf, size_t n);
 /* A capture inside another (a loader's message reworded with its config key while the rank
  * holds all its set-up lines for lstmd_comm_messages_once): _begin sets the outer capture (or

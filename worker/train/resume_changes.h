@@ -1,7 +1,7 @@
 /* resume_changes.h — which settings a resumed run changed from the run that wrote its checkpoint.
  *
  * `--resume` refuses what would make the checkpoint meaningless (another dataset, seq_len,
- * global batch, model shape: train_setup.c) and accepts every other change, since changing the
+ * global batch, model shape: train_resume.c) and accepts every other change, since changing the
  * learning rate, the step count or the pipeline layout on a resume is legitimate. But a resumed
  * run equals one that never stopped only with the same settings, and a user who changed
  * train.seed or data.order by accident would never know. So the run says what changed, on
@@ -16,7 +16,7 @@
  * parse (a checkpoint without a config says nothing). malloc'd. */
 char *lstmd_resume_changes(const char *was_json, const char *now_json);
 
-/* For a rank whose effective config is not rank 0's (train_setup.c): every setting that differs,
+/* For a rank whose effective config is not rank 0's (train_checks.c): every setting that differs,
  * paths included, as "key MINE here, RANK0'S on rank 0, ...". NULL as above. malloc'd. */
 char *lstmd_config_differences(const char *rank0_json, const char *mine_json);
 

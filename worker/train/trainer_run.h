@@ -1,5 +1,6 @@
-/* trainer_run.h — the state of one training run, shared by trainer.c (the loop) and
- * train_setup.c (building it, checking that the ranks agree, resuming). Private to worker/. */
+/* trainer_run.h — the state of one training run, shared by trainer.c (the loop, with
+ * trainer_eval.c and trainer_save.c) and train_setup.c (building it, with train_checks.c
+ * checking that the ranks agree and train_resume.c resuming). Private to worker/. */
 #ifndef LSTMD_TRAINER_RUN_H
 #define LSTMD_TRAINER_RUN_H
 
@@ -58,5 +59,8 @@ struct run {
  * broadcasts). Every rank returns the same status. */
 int lstmd_run_setup(struct run *r, const char *resume_path);
 void lstmd_run_free(struct run *r);
+/* Rank 0's set-up warning, said now and written to train.log once it opens (train_setup.c). */
+void lstmd_run_setup_warn(struct run *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 #endif
