@@ -1,78 +1,20 @@
-/* jobs.c — the job table (see jobs.h). */
+/* jobs.c — the job table (see jobs.h). Here: the reply and event frames, the journaled
+ * changes (and those the journal could not take yet), the table's opening and closing, and the
+ * control server's side: submit, get, list, cancel, watch and drain. The scheduler's side is in
+ * jobs_sched.c; the helpers both use are in jobs_table.h. */
 #define _GNU_SOURCE
-#include "jobs.h"
+#include "jobs_table.h"
 
 #include <math.h>
 #include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/time.h>
-#include <time.h>
 
 #include "kernels/status.h"
 #include "worker/train/val_watch.h"
 #include "frame.h"
 
 enum { kMaxAttempts = 3 };
-
-static int64_t now_ms(void) {
-  struct timeval tv;
-  gettimeofday(&tv, NULL);
-  return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
-
-/* Replaces a string field of an unpacked message (whose unset strings point at protobuf-c's
- * shared empty string, which must not be freed). */
-static void set_str(char **field, const char *value) {
-  char *copy = strdup(value);
-  if (!copy) return; /* keep the old text rather than lose the field */
-  if (*field && *field != protobuf_c_empty_string) free(*field);
-  *field = copy;
-}
-
-/* A deep copy that owns all of its memory (pack, then unpack). */
-static Lstmd__Job *copy_job(const Lstmd__Job *job) {
-  size_t n = lstmd__job__get_packed_size(job);
-  uint8_t *buf = malloc(n ? n : 1);
-  if (!buf) return NULL;
-  lstmd__job__pack(job, buf);
-  Lstmd__Job *copy = lstmd__job__unpack(NULL, n, buf);
-  free(buf);
-  return copy;
-}
-
-static size_t index_of(const struct lstmd_jobs *t, uint64_t id) {
-  size_t i = 0;
-  while (i < t->n && t->v[i]->id != id) i++;
-  return i;
-}
-
-static Lstmd__Job *lookup(const struct lstmd_jobs *t, uint64_t id) {
-  const size_t i = index_of(t, id);
-  return i < t->n ? t->v[i] : NULL;
-}
-
-/* Job i is about to change: its cached GetJob reply goes, and the list's is out of date. */
-static void touch(struct lstmd_jobs *t, size_t i) {
-  t->version++;
-  free(t->job_replies[i].frame);
-  t->job_replies[i].frame = NULL;
-}
-
-/* The job with this id, about to be changed; NULL if none. */
-static Lstmd__Job *find(struct lstmd_jobs *t, uint64_t id) {
-  const size_t i = index_of(t, id);
-  if (i == t->n) return NULL;
-  touch(t, i);
-  return t->v[i];
-}
-
-static int is_final(int state) {
-  return state == LSTMD__JOB_STATE__SUCCEEDED || state == LSTMD__JOB_STATE__FAILED ||
-         state == LSTMD__JOB_STATE__CANCELLED;
-}
 
 static uint8_t *job_frame(const Lstmd__Job *job, size_t *len) {
   Lstmd__Response resp = LSTMD__RESPONSE__INIT;
@@ -133,7 +75,7 @@ static uint8_t *event_frame(const Lstmd__Job *job, int final, const Lstmd__Metri
   return lstmd_frame_pack(&resp.base, len);
 }
 
-static void post(struct lstmd_jobs *t, const Lstmd__Job *job, const Lstmd__Metrics *m) {
+void lstmd_jobs_post(struct lstmd_jobs *t, const Lstmd__Job *job, const Lstmd__Metrics *m) {
   if (!t->post) return;
   size_t len;
   const int final = !m && is_final(job->state);
@@ -145,7 +87,6 @@ static void post(struct lstmd_jobs *t, const Lstmd__Job *job, const Lstmd__Metri
  * latest record is appended again at a later change or scheduler round, every 2 s at most, until
  * the disk takes it. Until then a restarted daemon would show the job's earlier state (a job that
  * ended would run again from its last checkpoint), so the log says which jobs wait. */
-enum { kJournalRetryMs = 2000 };
 static void keep_unjournaled(struct lstmd_jobs *t, const Lstmd__Job *job) {
   for (size_t i = 0; i < t->n_unjournaled; i++)
     if (t->unjournaled[i] == job->id) return;
@@ -162,7 +103,7 @@ static void keep_unjournaled(struct lstmd_jobs *t, const Lstmd__Job *job) {
 /* Appends the latest record of every job kept by keep_unjournaled, quietly (each failure was
  * told once), at most every kJournalRetryMs unless forced (the scheduler's rounds come every few
  * milliseconds while a job runs). Returns how many are still waiting. */
-static size_t journal_kept(struct lstmd_jobs *t, int force) {
+size_t lstmd_jobs_journal_kept(struct lstmd_jobs *t, int force) {
   if (!t->n_unjournaled || (!force && now_ms() < t->journal_retry_ms)) return t->n_unjournaled;
   size_t done = 0;
   while (done < t->n_unjournaled) {
@@ -180,10 +121,11 @@ static size_t journal_kept(struct lstmd_jobs *t, int force) {
 }
 
 /* Journals and announces a state change (lock held). */
-static int changed(struct lstmd_jobs *t, Lstmd__Job *job) {
-  const int rc = journal_kept(t, 0) ? LSTMD_EIO : lstmd_journal_append(&t->journal, job, 0);
+int lstmd_jobs_changed(struct lstmd_jobs *t, Lstmd__Job *job) {
+  const int rc =
+      lstmd_jobs_journal_kept(t, 0) ? LSTMD_EIO : lstmd_journal_append(&t->journal, job, 0);
   if (rc) keep_unjournaled(t, job);
-  post(t, job, NULL);
+  lstmd_jobs_post(t, job, NULL);
   return rc;
 }
 
@@ -245,7 +187,7 @@ int lstmd_jobs_open(struct lstmd_jobs *t, const char *state_dir) {
 }
 
 void lstmd_jobs_close(struct lstmd_jobs *t) {
-  if (t->journal.fd >= 0 && journal_kept(t, 1)) {
+  if (t->journal.fd >= 0 && lstmd_jobs_journal_kept(t, 1)) {
     fprintf(stderr, "lstmd: %s: %zu job change%s never reached the job journal (a full disk?); "
             "after a restart these jobs show their earlier state:", t->journal.path,
             t->n_unjournaled, t->n_unjournaled == 1 ? "" : "s");
@@ -424,12 +366,12 @@ uint8_t *lstmd_jobs_cancel(struct lstmd_jobs *t, uint64_t id, size_t *len) {
       job->cancel_requested = 1;
       job->finished_ms = now_ms();
       set_str(&job->reason, "cancelled before it started");
-      changed(t, job);
+      lstmd_jobs_changed(t, job);
     } else if (job->state == LSTMD__JOB_STATE__RUNNING && !job->cancel_requested) {
       job->cancel_requested = 1;
       t->requests++; /* the scheduler sends the stop */
       pthread_cond_broadcast(&t->wake);
-      post(t, job, NULL);
+      lstmd_jobs_post(t, job, NULL);
     }
     reply = job_frame(job, len);
   }
@@ -462,209 +404,4 @@ uint64_t lstmd_jobs_drain(struct lstmd_jobs *t) {
   pthread_cond_broadcast(&t->wake);
   pthread_mutex_unlock(&t->mu);
   return running;
-}
-
-uint64_t lstmd_jobs_snapshot(struct lstmd_jobs *t, struct lstmd_jobs_entry **out, size_t *n,
-                             int *draining) {
-  pthread_mutex_lock(&t->mu);
-  journal_kept(t, 0);
-  *out = calloc(t->n ? t->n : 1, sizeof **out);
-  *n = 0;
-  for (size_t i = 0; *out && i < t->n; i++) {
-    const Lstmd__Job *j = t->v[i];
-    if (j->state != LSTMD__JOB_STATE__QUEUED && j->state != LSTMD__JOB_STATE__RUNNING) continue;
-    (*out)[(*n)++] = (struct lstmd_jobs_entry){
-        .id = j->id, .running = j->state == LSTMD__JOB_STATE__RUNNING,
-        .ranks = j->ranks ? (int)j->ranks : (int)t->world, /* 0: a record from before resources */
-        .priority = j->priority, .preemptible = !j->no_preempt,
-        .cancel_requested = j->cancel_requested, .time_limit_s = j->time_limit_s,
-        .run_s = (double)j->run_ms / 1000.0};
-  }
-  *draining = t->draining;
-  const uint64_t seen = t->requests;
-  pthread_mutex_unlock(&t->mu);
-  return seen;
-}
-
-void lstmd_jobs_wait(struct lstmd_jobs *t, uint64_t seen, long timeout_ms) {
-  pthread_mutex_lock(&t->mu);
-  if (t->n_unjournaled && (timeout_ms < 0 || timeout_ms > kJournalRetryMs))
-    timeout_ms = kJournalRetryMs; /* the next retry of journal_kept */
-  if (timeout_ms < 0) {
-    while (t->requests == seen) pthread_cond_wait(&t->wake, &t->mu);
-  } else if (t->requests == seen) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (timeout_ms % 1000) * 1000000L;
-    ts.tv_sec += timeout_ms / 1000 + ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
-    pthread_cond_timedwait(&t->wake, &t->mu, &ts);
-  }
-  pthread_mutex_unlock(&t->mu);
-}
-
-Lstmd__Job *lstmd_jobs_start(struct lstmd_jobs *t, uint64_t id, const int *ranks, int n) {
-  pthread_mutex_lock(&t->mu);
-  Lstmd__Job *job = lookup(t, id), *copy = NULL;
-  uint32_t *assigned = job ? malloc((size_t)(n > 0 ? n : 1) * sizeof *assigned) : NULL;
-  if (job && assigned && job->state == LSTMD__JOB_STATE__QUEUED) {
-    touch(t, index_of(t, id));
-    for (int i = 0; i < n; i++) assigned[i] = (uint32_t)ranks[i];
-    free(job->assigned_ranks); /* jobs are unpacked with the default allocator (malloc) */
-    job->assigned_ranks = assigned;
-    job->n_assigned_ranks = (size_t)n;
-    assigned = NULL;
-    job->state = LSTMD__JOB_STATE__RUNNING;
-    job->attempts++;
-    job->started_ms = now_ms();
-    job->tokens_per_s = job->eta_s = 0.0; /* the last attempt's; this one has none yet */
-    job->cancel_requested = 0;
-    job->queue_position = 0;
-    set_str(&job->waiting, "");
-    if (job->attempts > 1) {
-      char note[200];
-      if (!strncmp(job->reason, "preempted", 9))
-        snprintf(note, sizeof note, "resumed after a preemption (attempt %u)", job->attempts);
-      else
-        snprintf(note, sizeof note, "resumed after an interruption (attempt %u)", job->attempts);
-      set_str(&job->reason, note);
-    }
-    changed(t, job); /* a journal failure is reported; the job still runs */
-    copy = copy_job(job);
-  }
-  free(assigned);
-  pthread_mutex_unlock(&t->mu);
-  return copy;
-}
-
-int lstmd_jobs_set_waiting(struct lstmd_jobs *t, uint64_t id, uint32_t position, const char *why) {
-  pthread_mutex_lock(&t->mu);
-  const size_t i = index_of(t, id);
-  const int changed = i < t->n && t->v[i]->state == LSTMD__JOB_STATE__QUEUED &&
-                      (t->v[i]->queue_position != position || strcmp(t->v[i]->waiting, why));
-  if (changed) {
-    touch(t, i);
-    t->v[i]->queue_position = position;
-    set_str(&t->v[i]->waiting, why);
-  }
-  pthread_mutex_unlock(&t->mu);
-  return changed;
-}
-
-void lstmd_jobs_begin(struct lstmd_jobs *t, uint64_t id, long step, long total) {
-  pthread_mutex_lock(&t->mu);
-  Lstmd__Job *job = find(t, id);
-  if (job) {
-    job->step = step;
-    job->total_steps = total;
-    job->tokens_per_s = job->eta_s = 0.0;
-  }
-  pthread_mutex_unlock(&t->mu);
-}
-
-void lstmd_jobs_progress(struct lstmd_jobs *t, uint64_t id, long step, long total, double loss,
-                         double lr, double grad_norm, double tokens_per_s, double elapsed_s,
-                         double eta_s) {
-  pthread_mutex_lock(&t->mu);
-  Lstmd__Job *job = find(t, id);
-  if (job) {
-    job->step = step;
-    job->total_steps = total;
-    job->loss = loss;
-    job->tokens_per_s = tokens_per_s;
-    job->eta_s = eta_s;
-    Lstmd__Metrics m = LSTMD__METRICS__INIT;
-    m.step = step;
-    m.total_steps = total;
-    m.loss = loss;
-    m.lr = lr;
-    m.grad_norm = grad_norm;
-    m.tokens_per_s = tokens_per_s;
-    m.elapsed_s = elapsed_s;
-    m.eta_s = eta_s;
-    m.val_loss = m.val_bpc = NAN;
-    post(t, job, &m);
-  }
-  pthread_mutex_unlock(&t->mu);
-}
-
-void lstmd_jobs_eval(struct lstmd_jobs *t, uint64_t id, long step, double val_loss, double val_bpc,
-                     double val_accuracy) {
-  pthread_mutex_lock(&t->mu);
-  Lstmd__Job *job = find(t, id);
-  if (job) {
-    job->val_loss = val_loss;
-    job->val_bpc = val_bpc;
-    job->has_val_accuracy = isfinite(val_accuracy); /* NAN: not a classifier */
-    job->val_accuracy = job->has_val_accuracy ? val_accuracy : 0.0;
-    Lstmd__Metrics m = LSTMD__METRICS__INIT;
-    m.step = step;
-    m.total_steps = job->total_steps;
-    m.is_eval = 1;
-    m.val_loss = val_loss;
-    m.val_bpc = val_bpc;
-    m.has_val_accuracy = job->has_val_accuracy;
-    m.val_accuracy = job->val_accuracy;
-    post(t, job, &m);
-  }
-  pthread_mutex_unlock(&t->mu);
-}
-
-void lstmd_jobs_finish(struct lstmd_jobs *t, uint64_t id, int state, long step, const char *reason,
-                       int64_t ran_ms, uint64_t preempted_by) {
-  pthread_mutex_lock(&t->mu);
-  Lstmd__Job *job = find(t, id);
-  if (job) {
-    job->state = state;
-    if (step >= 0) job->step = step;
-    set_str(&job->reason, reason ? reason : "");
-    if (is_final(state)) job->finished_ms = now_ms();
-    job->run_ms += ran_ms > 0 ? ran_ms : 0;
-    if (preempted_by && state == LSTMD__JOB_STATE__QUEUED) {
-      job->preemptions++;
-      job->preempted_by = (uint32_t)preempted_by;
-    }
-    changed(t, job);
-  }
-  pthread_mutex_unlock(&t->mu);
-}
-
-int lstmd_jobs_cancel_requested(struct lstmd_jobs *t, uint64_t id) {
-  pthread_mutex_lock(&t->mu);
-  Lstmd__Job *job = lookup(t, id);
-  int yes = job && job->cancel_requested;
-  pthread_mutex_unlock(&t->mu);
-  return yes;
-}
-
-void lstmd_jobs_unstart(struct lstmd_jobs *t, uint64_t id, const char *reason) {
-  pthread_mutex_lock(&t->mu);
-  Lstmd__Job *job = find(t, id);
-  if (job && job->state == LSTMD__JOB_STATE__RUNNING) {
-    if (job->attempts) job->attempts--;
-    if (job->cancel_requested) {
-      char why[1200];
-      snprintf(why, sizeof why, "cancelled before it started (%s)", reason);
-      job->state = LSTMD__JOB_STATE__CANCELLED;
-      job->finished_ms = now_ms();
-      set_str(&job->reason, why);
-    } else {
-      job->state = LSTMD__JOB_STATE__QUEUED;
-      set_str(&job->reason, reason);
-    }
-    changed(t, job);
-  }
-  pthread_mutex_unlock(&t->mu);
-}
-
-void lstmd_jobs_set_unresponsive(struct lstmd_jobs *t, const uint32_t *ranks, size_t n) {
-  uint32_t *copy = malloc((n ? n : 1) * sizeof *copy);
-  if (!copy) return; /* the listing keeps the old set; the scheduler's own set is what counts */
-  if (n) memcpy(copy, ranks, n * sizeof *copy);
-  pthread_mutex_lock(&t->mu);
-  free(t->unresponsive);
-  t->unresponsive = copy;
-  t->n_unresponsive = n;
-  t->version++; /* the cached ListJobs reply is out of date */
-  pthread_mutex_unlock(&t->mu);
 }
