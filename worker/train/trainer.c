@@ -143,9 +143,13 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   tm->comm_s += out.comm_wait_s;
   tm->comm_timed += !out.comm_untimed;
   double totals[3] = {out.loss_sum, stop_wanted(r) ? 1.0 : 0.0, feed.status ? 1.0 : 0.0};
-  if (r->world > 1)
+  if (r->world > 1) { /* where the others wait for a rank slow after its gradients: traced */
+    const double tw = lstmd_now_s();
     LSTMD_TRY(lstmd_comm_allreduce_sum_f64_within(r->comm, totals, 3, cfg->comm_timeout_s,
                                                   "the step's all-reduce of the loss and votes"));
+    lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "wait for the loss and votes", tw,
+                      lstmd_now_s(), NULL);
+  }
   /* Every rank leaves this all-reduce at about the same time, so the step's wall time through
    * it is the common makespan; Σ busy / Σ wall over the ranks is the pipeline bubble. */
   const double t1 = lstmd_now_s();
