@@ -80,7 +80,9 @@ int lstmd_cmd_eval(int argc, char **argv) {
            res.mse_persistence);
     if (val.info.season) printf(",\"season\":%d,\"mse_seasonal\":%.6f", val.info.season,
                                 res.mse_seasonal);
-    printf(",\"skill\":%.6f,\"target\":\"%s\",\"window_norm\":\"%s\"", res.skill,
+    if (isfinite(res.skill)) printf(",\"skill\":%.6f", res.skill);
+    else printf(",\"skill\":null"); /* persistence exact (a flat split): JSON has no -inf */
+    printf(",\"target\":\"%s\",\"window_norm\":\"%s\"",
            lstmd_series_target_name(meta.tf.target), lstmd_window_norm_name(meta.tf.window_norm));
   }
   printf("%s%s}\n", sparsity ? ",\"sparsity\":" : "", sparsity ? sparsity : "");

@@ -7,7 +7,8 @@
 #  2. a run with model.target=delta, data.window_norm=mean: metrics.jsonl and the TensorBoard file
 #     carry val_skill / val/skill; `lstmd eval` prints the baselines and skill, the baselines equal
 #     an independent float64 computation from the CSV (persistence; seasonal naive
-#     y[i+k−P·ceil(k/P)], y[i] before the first row), skill = 1 − loss / mse_persistence;
+#     y[i+k−P·ceil(k/P)], y[i] before the first row), skill = 1 − loss / mse_persistence; a flat
+#     validation split (persistence exact): skill null in metrics.jsonl and eval, kept by a resume;
 #  3. `predict --baselines`: its persistence and seasonal columns equal the CSV's values, and its
 #     forecasts (the transform undone) score eval's loss on the same windows; eval (and quantize
 #     --calibrate) of a copy with the target × 10, prepared afresh, scores what predict forecasts
@@ -128,6 +129,34 @@ PYEOF
   && ! grep -q season "$TMP/eval-old.json" && grep -q mse_persistence "$TMP/eval-old.json" \
   && ok "a dataset from before --season loads (season 0, no seasonal baseline): $(cat "$TMP/eval-old.json")" \
   || bad "old dataset: $(cat "$TMP/err" "$TMP/eval-old.json")"
+
+# 2b. a flat validation split (a sensor stuck at one value): persistence is exact, so skill is
+# -inf, which JSON cannot hold; metrics.jsonl and eval write null there, every line parses, and a
+# --resume keeps the evaluation records (one with -inf was dropped as a torn line).
+$PY -c 'import math,sys; print("t,y"); [print(f"{i},{math.sin(i / 5) if i < 180 else 5.0:.6f}") for i in range(240)]' > "$TMP/flat.csv"
+"$LSTMD" prepare series --input "$TMP/flat.csv" --target y --horizon 4 --val-fraction 0.25 --out "$TMP/flat" \
+  2>/dev/null || bad "prepare of the flat series"
+flat=(--set data.path="$TMP/flat" --set data.seq_len=26 --set model.hidden=8 --set model.layers=1
+      --set train.threads=1 --set train.eval_every=10 --set train.run_dir="$TMP/fl")
+"$LSTMD" train "${flat[@]}" --set train.steps=20 >/dev/null 2>&1 \
+  && "$LSTMD" train "${flat[@]}" --set train.steps=30 --resume >/dev/null 2>"$TMP/fl.err" \
+  && "$LSTMD" eval --checkpoint "$TMP/fl/latest.safetensors" --data "$TMP/flat" >"$TMP/fl.json" 2>/dev/null \
+  || bad "flat series run: $(tail -2 "$TMP/fl.err")"
+if msg=$($PY - "$TMP/fl/metrics.jsonl" "$TMP/fl.json" <<'PYEOF'
+import json, sys
+def parse(path, line):
+    try: return json.loads(line)
+    except ValueError: print(f"{path}: not JSON: {line.strip()}"); sys.exit(1)
+recs = [parse("metrics.jsonl", line) for line in open(sys.argv[1])]
+e = parse("eval's output", open(sys.argv[2]).read())
+evals = [r["step"] for r in recs if "val_loss" in r]
+skills = {r.get("val_skill", "absent") for r in recs if "val_loss" in r}
+if evals != [10, 20, 30] or skills != {None} or e["skill"] is not None or e["mse_persistence"] != 0:
+    print(f"evaluations at {evals}, val_skill {skills}, eval {e}"); sys.exit(1)
+print(f"evaluations at {evals} with val_skill null; eval {json.dumps(e)}")
+PYEOF
+); then ! grep -q torn "$TMP/fl.err" && ok "flat validation split: $msg" || bad "flat: $(grep torn "$TMP/fl.err")"
+else bad "flat validation split: $msg"; fi
 
 # 3. predict --baselines on the validation rows: the first 182 of them (7 windows of 26), so that
 # predict's windows, which end at the last row given, are eval's, which start at the split's first

@@ -206,7 +206,11 @@ void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, do
     fprintf(mt->jsonl, "{\"step\":%ld,\"val_loss\":%.6f,\"val_mse_persistence\":%.6f", step,
             val_loss, b->mse_persistence);
     if (b->season) fprintf(mt->jsonl, ",\"val_mse_seasonal\":%.6f", b->mse_seasonal);
-    fprintf(mt->jsonl, ",\"val_skill\":%.6f}\n", skill);
+    /* A flat validation split (a stuck sensor, weeks of zero sales) makes persistence exact:
+     * skill is then -inf (or NaN), which JSON has no number for, and a --resume dropped the
+     * record as torn. null keeps it a record. */
+    if (isfinite(skill)) fprintf(mt->jsonl, ",\"val_skill\":%.6f}\n", skill);
+    else fputs(",\"val_skill\":null}\n", mt->jsonl);
     static const char *const tags[] = {"val/loss", "val/skill", "val/mse_persistence",
                                        "val/mse_seasonal"};
     const float values[] = {(float)val_loss, (float)skill, (float)b->mse_persistence,
