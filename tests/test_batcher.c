@@ -12,7 +12,12 @@
  *     wrap — yields the batches (and resets) the uninterrupted one yields;
  *  4. classify records (dataset.h): put then get returns the label and length, little-endian at
  *     their documented offsets; lstmd_classify_record_check accepts a well-formed record of
- *     ids and of f32 values and refuses each malformed field. */
+ *     ids and of f32 values and refuses each malformed field;
+ *  5. series in shuffle order: window i starts at i·T plus an offset in [0, T) drawn per window
+ *     and epoch, so the windows begin at every phase of a season dividing T (they all began at
+ *     i·T, and a model of seq_len 48 on hourly data learned windows that start at midnight only);
+ *     each epoch visits each of its (count − K − (T − 1)) / T windows once, every window lies
+ *     inside the split, 2 ranks see what 1 rank sees and a restored cursor continues alike. */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
@@ -234,6 +239,81 @@ static void test_classify_records(void) {
              lstmd_classify_record_check(&vals, rec) == LSTMD_EFORMAT);
 }
 
+/* 5. A series split of 60 rows, row i = i (mean 0, std 1, window_norm none: a window's first
+ * input is its first row), K = 2, T = 5: 58 rows beyond the targets, 10 windows kept for the
+ * offsets (11 without them). */
+enum { kSeriesT = 5, kSeriesK = 2, kSeriesRows = 60, kSeriesWindows = 10 };
+static int series_starts(const struct lstmd_dataset *ds, int B, int rank, int world, int steps,
+                         const struct lstmd_batcher_cursor *from, int *starts,
+                         struct lstmd_batcher_cursor *after) {
+  struct lstmd_batcher *b;
+  struct lstmd_batch batch;
+  if (lstmd_batcher_create(ds, LSTMD_ORDER_SHUFFLE, kSeriesT, B, rank, world, 99, &b)) return -1;
+  int rc = lstmd_batch_alloc(ds, kSeriesT, B, &batch), reset;
+  if (!rc && from) rc = lstmd_batcher_set_cursor(b, *from);
+  for (int s = 0; s < steps && !rc; s++) {
+    rc = lstmd_batcher_next(b, &batch, &reset);
+    for (int c = 0; c < B; c++) starts[s * B + c] = (int)batch.x[c]; /* t = 0, column c */
+    if (after && s == 0) *after = lstmd_batcher_get_cursor(b);
+  }
+  lstmd_batch_free(&batch);
+  lstmd_batcher_destroy(b);
+  return rc;
+}
+
+static void test_series_offsets(void) {
+  struct lstmd_dataset_info info = {.kind = LSTMD_DATASET_SERIES, .width = 1, .horizon = kSeriesK};
+  snprintf(info.names[0], sizeof info.names[0], "y");
+  info.std[0] = 1.0f;
+  float rows[kSeriesRows];
+  for (int i = 0; i < kSeriesRows; i++) rows[i] = (float)i;
+  char path[300];
+  snprintf(path, sizeof path, "%s/series.bin", g_dir);
+  struct lstmd_dataset_writer w = {0};
+  struct lstmd_dataset ds = {.fd = -1};
+  int rc = lstmd_dataset_writer_open(&w, path, &info);
+  if (!rc) rc = lstmd_dataset_writer_append(&w, rows, kSeriesRows);
+  if (!rc) rc = lstmd_dataset_writer_finish(&w, 7);
+  if (!rc) rc = lstmd_dataset_writer_commit(&w);
+  if (!rc) rc = lstmd_dataset_open(path, &ds);
+  check_true("series split written and opened", rc == 0);
+  enum { B = 1, epochs = 6, steps = kSeriesWindows * epochs };
+  int one[steps], inside = 1, perm_ok = 1, offsets[kSeriesT] = {0}, phases = 0;
+  rc = rc ? rc : series_starts(&ds, B, 0, 1, steps, NULL, one, NULL);
+  check_true("series shuffle: 6 epochs of batches", rc == 0);
+  for (int e = 0; !rc && e < epochs; e++) {
+    int seen[kSeriesWindows] = {0};
+    for (int k = 0; k < kSeriesWindows; k++) {
+      const int start = one[e * kSeriesWindows + k], i = start / kSeriesT;
+      inside &= start >= 0 && start + kSeriesT + kSeriesK <= kSeriesRows;
+      if (i >= kSeriesWindows || seen[i]++) perm_ok = 0;
+      offsets[start % kSeriesT]++;
+    }
+  }
+  for (int o = 0; o < kSeriesT; o++) phases += offsets[o] > 0;
+  check_true("series shuffle: every window inside the split", !rc && inside);
+  check_true("series shuffle: every epoch visits each of its 10 windows once", !rc && perm_ok);
+  char what[120];
+  snprintf(what, sizeof what, "series shuffle: windows start at all %d offsets within T (%d of "
+           "60 at offset 0)", kSeriesT, offsets[0]);
+  check_true(what, !rc && phases == kSeriesT);
+  int r0[steps], r1[steps], two[2 * steps], ok = !rc;
+  ok = ok && series_starts(&ds, 2, 0, 1, steps, NULL, two, NULL) == 0 &&
+       series_starts(&ds, 1, 0, 2, steps, NULL, r0, NULL) == 0 &&
+       series_starts(&ds, 1, 1, 2, steps, NULL, r1, NULL) == 0;
+  for (int s = 0; ok && s < steps; s++) ok &= r0[s] == two[2 * s] && r1[s] == two[2 * s + 1];
+  check_true("series shuffle: 2 ranks × batch 1 = 1 rank × batch 2 (offsets included)", ok);
+  struct lstmd_batcher_cursor at;
+  int tail[steps];
+  ok = !rc && series_starts(&ds, B, 0, 1, 1, NULL, tail, &at) == 0;
+  /* `at`: the cursor after step 0; every later step from it, across the epochs' wraps */
+  ok = ok && series_starts(&ds, B, 0, 1, steps - 1, &at, tail, NULL) == 0;
+  for (int s = 0; ok && s < steps - 1; s++) ok &= tail[s] == one[s + 1];
+  check_true("series shuffle: a restored cursor yields the same windows and offsets", ok);
+  lstmd_dataset_close(&ds);
+  unlink(path);
+}
+
 int main(void) {
   test_classify_records();
   if (!mkdtemp(g_dir)) return 1;
@@ -245,6 +325,7 @@ int main(void) {
     test_shuffle(&ds12, &ds11);
     test_stream(&ds12);
     test_resume(&ds12);
+    test_series_offsets();
   }
   lstmd_dataset_close(&ds12);
   lstmd_dataset_close(&ds11);

@@ -12,6 +12,8 @@ struct lstmd_batcher {
   uint64_t seed;
   uint64_t n_windows;  /* shuffle: windows in the split */
   uint64_t *perm;      /* shuffle: permutation of the current epoch */
+  uint64_t max_offset; /* shuffle, series: window i starts at i·T + offset[i] <= i·T + this */
+  uint32_t *offset;    /* shuffle, series: this epoch's offsets (NULL: none) */
   uint64_t stream_len; /* stream: elements per stream */
   uint64_t stream_windows;
   struct lstmd_batcher_cursor cur;
@@ -157,7 +159,8 @@ void lstmd_batch_slice(const struct lstmd_batch *src, int col0, struct lstmd_bat
   }
 }
 
-/* Fisher–Yates permutation of the windows for `epoch`, from its own random stream. */
+/* Fisher–Yates permutation of the windows for `epoch`, from its own random stream; then, for a
+ * series, each window's offset from the same stream. */
 static void shuffle_epoch(struct lstmd_batcher *b, uint64_t epoch) {
   struct lstmd_rng rng;
   lstmd_rng_seed(&rng, b->seed, 0x5eed0000ULL + epoch);
@@ -167,6 +170,8 @@ static void shuffle_epoch(struct lstmd_batcher *b, uint64_t epoch) {
     b->perm[i] = b->perm[j];
     b->perm[j] = t;
   }
+  for (uint64_t i = 0; b->offset && i < b->n_windows; i++)
+    b->offset[i] = (uint32_t)lstmd_rng_below(&rng, b->max_offset + 1);
 }
 
 int lstmd_batcher_create(const struct lstmd_dataset *ds, int order, int T, int B, int rank,
@@ -180,11 +185,25 @@ int lstmd_batcher_create(const struct lstmd_dataset *ds, int order, int T, int B
   int rc = LSTMD_OK;
   if (order == LSTMD_ORDER_SHUFFLE) {
     b->n_windows = lstmd_window_count(ds, T);
+    /* A series' windows start at a random offset within [0, T) of i·T, drawn per window and
+     * epoch. At i·T alone every window began at the same phase of any season dividing T
+     * (seq_len 48 on hourly data: always midnight), and the model learned that phase only:
+     * windows starting at other hours (eval's from the split's first row, predict's from the
+     * input's length) forecast worse than persistence. T − 1 rows are kept for the offsets, so
+     * every epoch has the same number of windows (one fewer than without, unless the split's
+     * rows beyond the whole windows already hold them). */
+    if (ds->info.kind == LSTMD_DATASET_SERIES && b->n_windows > 0) {
+      const uint64_t span = ds->info.count - K;
+      if (span >= 2 * (uint64_t)T - 1) b->n_windows = (span - ((uint64_t)T - 1)) / (uint64_t)T;
+      b->max_offset = span - b->n_windows * (uint64_t)T;
+      if (b->max_offset > (uint64_t)T - 1) b->max_offset = (uint64_t)T - 1;
+    }
     if (b->n_windows == 0) {
       lstmd_errorf("%s: %llu elements hold no window of seq_len %d (+%llu targets)", ds->path,
                    (unsigned long long)ds->info.count, T, (unsigned long long)K);
       rc = LSTMD_ECONFIG;
-    } else if (!(b->perm = malloc(b->n_windows * sizeof *b->perm))) {
+    } else if (!(b->perm = malloc(b->n_windows * sizeof *b->perm)) ||
+               (b->max_offset && !(b->offset = malloc(b->n_windows * sizeof *b->offset)))) {
       rc = LSTMD_ENOMEM;
     } else {
       shuffle_epoch(b, 0);
@@ -210,6 +229,7 @@ int lstmd_batcher_create(const struct lstmd_dataset *ds, int order, int T, int B
 void lstmd_batcher_destroy(struct lstmd_batcher *b) {
   if (!b) return;
   free(b->perm);
+  free(b->offset);
   free(b->scratch);
   free(b);
 }
@@ -227,9 +247,10 @@ int lstmd_batcher_next(struct lstmd_batcher *b, struct lstmd_batch *out, int *re
       }
       uint64_t w = b->perm[b->cur.position++];
       uint64_t col = g - (uint64_t)b->rank * b->B;
+      uint64_t first = b->ds->info.kind == LSTMD_DATASET_CLASSIFY ? w : w * T;
+      if (b->offset) first += b->offset[w];
       if (g >= (uint64_t)b->rank * b->B && col < (uint64_t)b->B)
-        LSTMD_TRY(lstmd_read_window(b->ds, b->ds->info.kind == LSTMD_DATASET_CLASSIFY ? w : w * T,
-                                    b->T, b->B, (int)col, out, b->scratch));
+        LSTMD_TRY(lstmd_read_window(b->ds, first, b->T, b->B, (int)col, out, b->scratch));
     }
     return LSTMD_OK;
   }

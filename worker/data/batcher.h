@@ -4,7 +4,8 @@
  * taken at stride T. Two orders:
  *  - shuffle: windows i·T for i < n_windows, visited in an epoch-seeded permutation; the global
  *    batch of each step is the next world·B windows of it and rank r takes [r·B, (r+1)·B).
- *    Each window starts from a zero state.
+ *    Each window starts from a zero state. A series window starts at i·T + an offset in [0, T)
+ *    drawn per window and epoch (batcher.c says why), n_windows = (rows − K − (T − 1)) / T.
  *  - stream: the split is cut into world·B equal streams, rank r owns streams [r·B, (r+1)·B);
  *    each step takes the next window of every stream, and the recurrent state is carried from
  *    one window to the next (truncated BPTT). At the end of the streams all restart at 0 and the
