@@ -486,7 +486,8 @@ int lstmd_predict(const struct lstmd_infer_model *im, const struct lstmd_data_me
    * from window to window would give every row all of its history, but it is not the model that
    * was trained or scored: window_norm last shifts each window by its own first row, and
    * shuffle-order runs never trained on a carried state. The windows are independent, so
-   * `batch` (how many run in one forward) changes nothing in the output. */
+   * `batch` (how many run in one forward) changes no forecast beyond float rounding (an fp32
+   * model's GEMMs round a row by where it falls in them; the int8 model's rows are exact). */
   const int T = d->seq_len;
   const size_t windows = n / (size_t)T, head = n % (size_t)T;
   char *text = NULL;
