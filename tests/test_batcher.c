@@ -17,7 +17,8 @@
  *     and epoch, so the windows begin at every phase of a season dividing T (they all began at
  *     i·T, and a model of seq_len 48 on hourly data learned windows that start at midnight only);
  *     each epoch visits each of its (count − K − (T − 1)) / T windows once, every window lies
- *     inside the split, 2 ranks see what 1 rank sees and a restored cursor continues alike. */
+ *     inside the split, 2 ranks see what 1 rank sees and a restored cursor continues alike; the
+ *     cursor at the end of an epoch of one window more (a checkpoint from before) is accepted. */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
@@ -310,6 +311,13 @@ static void test_series_offsets(void) {
   ok = ok && series_starts(&ds, B, 0, 1, steps - 1, &at, tail, NULL) == 0;
   for (int s = 0; ok && s < steps - 1; s++) ok &= tail[s] == one[s + 1];
   check_true("series shuffle: a restored cursor yields the same windows and offsets", ok);
+  /* A checkpoint from before the offsets: 11 windows an epoch, so its cursor may be (0, 11). */
+  struct lstmd_batcher_cursor old_end = {0, kSeriesWindows + 1}, beyond = {0, kSeriesWindows + 2};
+  ok = !rc && series_starts(&ds, B, 0, 1, 1, &old_end, tail, &at) == 0 && same_cursor(at, 1, 1);
+  check_true("series shuffle: cursor (0, 11), an epoch's end before the offsets, goes on at epoch 1",
+             ok);
+  check_true("series shuffle: cursor (0, 12) refused",
+             !rc && series_starts(&ds, B, 0, 1, 1, &beyond, tail, NULL) != 0);
   lstmd_dataset_close(&ds);
   unlink(path);
 }

@@ -276,6 +276,10 @@ struct lstmd_batcher_cursor lstmd_batcher_get_cursor(const struct lstmd_batcher 
 
 int lstmd_batcher_set_cursor(struct lstmd_batcher *b, struct lstmd_batcher_cursor c) {
   uint64_t limit = b->order == LSTMD_ORDER_SHUFFLE ? b->n_windows : b->stream_windows;
+  /* A series checkpoint from before the offsets counted one more window per epoch: its cursor
+   * at that epoch's end is this epoch's end. */
+  if (b->offset && c.position > limit && c.position <= lstmd_window_count(b->ds, b->T))
+    c.position = limit;
   if (c.position > limit) {
     lstmd_errorf("the data cursor (epoch %llu, position %llu) is beyond the %llu %s of %s for "
                  "this seq_len and batch", (unsigned long long)c.epoch,
