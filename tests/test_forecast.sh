@@ -17,6 +17,7 @@
 #     from the last seq_len rows (2·seq_len − 1 with window_norm mean), not the one from 8;
 #     seq_len 48 (two seasons) in shuffle order on a daily cycle, validation from hour 17: skill
 #     > 0.5 (the training windows all began at midnight: -1.34);
+#     predict's header quotes a target name that holds a comma (it was written bare);
 #  4. the keys: bad values exit 2 naming them; a resume that changes either refused (exit 2,
 #     naming it), the same settings resume; window_norm=mean on train.device=cuda refused naming
 #     it; ONNX export refuses window_norm (exit 2, naming it) and takes delta; int8 keeps both;
@@ -302,6 +303,26 @@ skill=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["skill"])' "
 $PY -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.5 else 1)' "${skill:-nan}" 2>/dev/null \
   && ok "seq_len 48 on a daily cycle, validation from hour 17: skill $skill (> 0.5)" \
   || bad "seq_len 48 on a daily cycle, validation from hour 17: skill '$skill' (want > 0.5): $(cat "$TMP/ph.json")"
+
+# 3e. a target whose header cell is quoted because it holds a comma ("load, kW", as spreadsheet
+# exports name columns): predict's header quotes it again (its quotes doubled), so the header has
+# as many fields as the rows. It was written bare: 9 header fields over rows of 7.
+$PY -c 'print("ts,\"load, kW\",\"say \"\"hi\"\"\"")
+for i in range(100): print(f"{i},{i % 7},{i % 5}")' > "$TMP/quoted.csv"
+"$LSTMD" prepare series --input "$TMP/quoted.csv" --target "load, kW" --features 'say "hi"' --horizon 2 \
+  --season 7 --out "$TMP/quoted" 2>/dev/null \
+  && "$LSTMD" train --set data.path="$TMP/quoted" --set data.seq_len=8 --set model.hidden=4 --set model.layers=1 \
+    --set train.steps=2 --set train.eval_every=0 --set train.run_dir="$TMP/qr" >/dev/null 2>&1 \
+  && "$LSTMD" predict --checkpoint "$TMP/qr/latest.safetensors" --input "$TMP/quoted.csv" --out "$TMP/quoted.out" \
+    --baselines 2>"$TMP/err" || bad "the quoted-name run: $(cat "$TMP/err")"
+if msg=$($PY - "$TMP/quoted.out" <<'PYEOF'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+widths = {len(r) for r in rows}
+print(f"header {rows[0][:3]}, {len(rows)} lines of {sorted(widths)} fields")
+sys.exit(0 if widths == {7} and rows[0][1:3] == ["load, kW+1", "load, kW+2"] and len(rows) == 101 else 1)
+PYEOF
+); then ok "predict's header quotes a target named 'load, kW': $msg"; else bad "predict of a quoted target name: $msg"; fi
 
 # 4. the keys
 for kv in model.target=trend data.window_norm=max; do

@@ -496,7 +496,18 @@ int lstmd_predict(const struct lstmd_infer_model *im, const struct lstmd_data_me
   int rc = out ? LSTMD_OK : LSTMD_ENOMEM;
   if (!rc) {
     fprintf(out, "row");
-    for (int k = 1; k <= info->horizon; k++) fprintf(out, ",%s+%d", info->names[0], k);
+    /* The target's name as the CSV had it, which may hold a comma or a quote ("load, kW" is a
+     * quoted header cell): such a cell is quoted, its quotes doubled (RFC 4180), or the header
+     * had more fields than the rows. */
+    const int quote = strpbrk(info->names[0], ",\"\r\n") != NULL;
+    for (int k = 1; k <= info->horizon; k++) {
+      fputs(quote ? ",\"" : ",", out);
+      for (const char *c = info->names[0]; *c; c++) {
+        if (*c == '"') fputc('"', out);
+        fputc(*c, out);
+      }
+      fprintf(out, quote ? "+%d\"" : "+%d", k);
+    }
     for (int k = 1; baselines && k <= info->horizon; k++) fprintf(out, ",persistence+%d", k);
     for (int k = 1; baselines && info->season && k <= info->horizon; k++)
       fprintf(out, ",seasonal%d+%d", info->season, k);
