@@ -6,7 +6,9 @@
 #  2. a NaN in one rank's gradients before they are summed (LSTMD_FAULT=nan_grad@3:1);
 #  3. a NaN in the parameters after the update of step 3 (LSTMD_FAULT=nan_update@3): the
 #     checkpoint of step 3 is refused by rank 0, both ranks stop, latest.safetensors is step 2;
-#  4. optim.eps = 0 (0/0 for a never-updated parameter under AdamW) is refused at start, exit 2.
+#  4. optim.eps = 0 (0/0 for a never-updated parameter under AdamW) is refused at start, exit 2;
+#  5. 2 and 3 on pipeline stages (model.stages=2): nan_grad on stage 0, which has no loss to scale,
+#     and nan_update on stage 1, which does not own params[0] (both did nothing there: exit 0).
 set -u
 LSTMD=$(realpath "${1:?usage: test_divergence.sh LSTMD_BINARY SOURCE_DIR [MPIEXEC]}")
 SRC=$(realpath "${2:?}")
@@ -85,6 +87,14 @@ grep -q "^lstmd: step 3: the parameters after the update are not finite" log-nan
   grep -q "^lstmd: rank 1: stopping: rank 0 did not write the checkpoint of step 3" log-nan_update &&
   ok "nan_update: rank 0 says why, rank 1 says it stops for rank 0" ||
   bad "nan_update: messages: $(grep '^lstmd:' log-nan_update | tail -3)"
+
+# 5. the same faults on the ranks of pipeline stages where they used to do nothing (fault.h):
+# stage 0 has no loss to scale by the NaN, and params[0] (the embedding) is not stage 1's
+diverge pipe_nan_grad text 3 LSTMD_FAULT=nan_grad@3:0 -- --set model.stages=2
+diverge pipe_nan_update text 3 LSTMD_FAULT=nan_update@3:1 -- --set model.stages=2
+grep -q "^lstmd: step 3: the parameters after the update are not finite" log-pipe_nan_update &&
+  ok "pipe_nan_update: rank 0 finds stage 1's NaN in the gathered checkpoint" ||
+  bad "pipe_nan_update: messages: $(grep '^lstmd:' log-pipe_nan_update | tail -3)"
 
 # 4. optim.eps = 0 is refused before training
 "$LSTMD" train "${common[@]}" --set data.path=text --set optim.eps=0 --set train.steps=2 \

@@ -419,6 +419,9 @@ static int pipe_step(struct lstmd_engine *e, const struct lstmd_step_input *in,
   out->p2p_wait_s += lstmd_now_s() - t_sends;
   for (int i = 0; i < p->g.P; i++) p->slots[i].n_sends = 0;
   for (int c = 0; c < p->n_slices; c++) out->loss_sum += p->loss[c];
+  /* Only the stage with the loss multiplies by grad_scale: a NaN one (LSTMD_FAULT=nan_grad,
+   * fault.h: this rank's gradients NaN before the sum over the ranks) poisons the others here */
+  if (!p->g.st.last && isnan(in->grad_scale)) p->grads[0][lo] = NAN;
   return reduce_gradients(p, &out->comm_wait_s);
 }
 

@@ -2,9 +2,11 @@
  * makes KIND happen at optimizer step STEP (1-based) on rank RANK (every rank when left out).
  * Kinds:
  *   nan_grad    this rank's gradients are NaN before the sum over the ranks (the step's gradient
- *               scale is NaN there), as a diverged backward on one rank would make them
+ *               scale is NaN there), as a diverged backward on one rank would make them; on a
+ *               pipeline stage without the loss, its own range's (engine_pipe.c)
  *   nan_update  a NaN in the host parameters after the update, as an overflowing update would
- *               leave them (CPU engine: the GPU engine's parameters live on the device)
+ *               leave them (CPU engines: the GPU engine's parameters live on the device); on a
+ *               pipeline stage, in its own range
  *   stop        a stop request on this rank during step STEP, as SIGTERM would make: every rank
  *               finishes the step, writes a checkpoint and returns 0 (a deterministic interruption
  *               for resume tests)

@@ -182,8 +182,13 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   struct lstmd_optim_outcome outcome = {.grad_norm = NAN};
   int rc = r->engine->ops->optim_step(r->engine, r->optim, report, &outcome);
   *grad_norm = outcome.grad_norm;
-  if (lstmd_fault_due(LSTMD_FAULT_NAN_UPDATE, r->progress.step + 1, r->rank))
-    r->model->params[0] = NAN;
+  if (lstmd_fault_due(LSTMD_FAULT_NAN_UPDATE, r->progress.step + 1, r->rank)) {
+    /* a pipeline stage updates, and reads, only its own range of the host parameters (the
+     * others' are filled in by the gathers): every one gets the NaN, so that it lands in this
+     * rank's range whatever its stage (params[0] is stage 0's) */
+    const size_t n = cfg->stages > 1 ? r->model->n_params : 1;
+    for (size_t i = 0; i < n; i++) r->model->params[i] = NAN;
+  }
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "optimizer", t_opt, lstmd_now_s(), NULL);
   if (rc == LSTMD_ENONFINITE) {
     if (outcome.bad_steps_ago) /* decided on the device, read at this logged step */
