@@ -115,6 +115,7 @@ static void *mpi_watchdog(void *arg) {
       lstmd_errorf("%s%s unfinished after %.1f s (its limit: %g s, %s): a rank may be stopped or "
                    "hung%s; %s", who, w->call, lstmd_now_s() - began, w->limit_s, w->source,
                    lstmd_peers_describe_stuck(stuck, sizeof stuck), w->exiting);
+      lstmd_peers_announce_end();
       _exit(1);
     }
     lstmd_sleep_us(10000);
@@ -236,6 +237,7 @@ void lstmd_comm_finalize(struct lstmd_comm *c) {
 void lstmd_comm_abort(struct lstmd_comm *c, int exit_code) {
   (void)c; /* any communicator: the whole job ends (rationale 4) */
   lstmd_errors_flush_held(); /* lines this thread held for lstmd_comm_messages_once */
+  lstmd_peers_announce_end(); /* after this rank's message: the others do not call it lost */
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   _exit(exit_code); /* MPI_Abort should not return */
 }

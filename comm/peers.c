@@ -34,8 +34,30 @@ static struct peer *g_peers; /* [size], written once by lstmd_peers_init */
 static int g_size = 0, g_rank = -1;
 static _Atomic double g_last_check;
 static volatile sig_atomic_t g_signalled;
+static volatile sig_atomic_t *g_ended; /* [size]: 1 for a peer that announced its end */
 
 void lstmd_peers_signalled(void) { g_signalled = 1; }
+
+/* The signal of lstmd_peers_announce_end. A real-time one, as each rank that ends the job sends
+ * it: a stopped rank gets every one when continued (a standard signal sent again while pending
+ * is received once). Its default action ends the process, so the handler is set before any peer
+ * learns this pid (the all-gather) and stays set. */
+#define kEndSignal (SIGRTMIN + 3)
+
+/* The sender's rank, if the pid is that rank's. */
+static void on_end_notice(int sig, siginfo_t *si, void *uc) {
+  (void)sig;
+  (void)uc;
+  const int r = si->si_code == SI_QUEUE ? si->si_value.sival_int : -1;
+  if (g_ended && g_peers && r >= 0 && r < g_size && g_peers[r].pid == (int)si->si_pid)
+    g_ended[r] = 1;
+}
+
+void lstmd_peers_announce_end(void) {
+  for (int r = 0; g_peers && r < g_size; r++)
+    if (r != g_rank && g_peers[r].pid > 0)
+      sigqueue(g_peers[r].pid, kEndSignal, (union sigval){.sival_int = g_rank});
+}
 
 /* "BOOT_ID PIDNS" of this process (see the file comment), or the host name prefixed with "host "
  * when /proc cannot say (then the host name alone decides, as before /proc was consulted). */
@@ -60,11 +82,20 @@ int lstmd_peers_init(void) {
   if (MPI_Comm_size(MPI_COMM_WORLD, &size) != MPI_SUCCESS ||
       MPI_Comm_rank(MPI_COMM_WORLD, &rank) != MPI_SUCCESS)
     return LSTMD_ECOMM;
+  struct sigaction sa = {.sa_sigaction = on_end_notice, .sa_flags = SA_SIGINFO | SA_RESTART};
+  sigemptyset(&sa.sa_mask);
+  sigaction(kEndSignal, &sa, NULL);
   struct peer me = {.pid = (int)getpid()};
   gethostname(me.host, sizeof me.host - 1);
   node_identity(me.host, me.node, sizeof me.node);
   struct peer *all = calloc((size_t)size, sizeof *all);
-  if (!all) return LSTMD_ENOMEM;
+  g_ended = calloc((size_t)size, sizeof *g_ended);
+  if (!all || !g_ended) {
+    free(all);
+    free((void *)g_ended);
+    g_ended = NULL;
+    return LSTMD_ENOMEM;
+  }
   if (MPI_Allgather(&me, sizeof me, MPI_BYTE, all, sizeof me, MPI_BYTE, MPI_COMM_WORLD) !=
       MPI_SUCCESS) {
     free(all);
@@ -88,6 +119,8 @@ void lstmd_peers_free(void) {
   free(g_peers);
   g_peers = NULL;
   g_size = 0;
+  free((void *)g_ended);
+  g_ended = NULL;
 }
 
 /* The state letter of /proc/PID/stat (R, S, D, T, t, Z, X, ...), 'X' when the process does not
@@ -117,7 +150,10 @@ char *lstmd_peers_describe_stuck(char *buf, size_t n) {
   for (int r = 0; g_peers && r < g_size; r++) {
     if (!checkable(r)) continue;
     const char s = process_state(g_peers[r].pid);
-    const char *what = s == 'T' || s == 't' ? "is stopped" : s == 'X' || s == 'Z' ? "is gone" : NULL;
+    const char *what = s == 'T' || s == 't'   ? "is stopped"
+                       : g_ended[r]           ? "ended the job" /* it may still be exiting */
+                       : s == 'X' || s == 'Z' ? "is gone"
+                                              : NULL;
     const size_t at = strlen(buf);
     if (what && at < n)
       snprintf(buf + at, n - at, "; rank %d (pid %d on %s) %s", r, g_peers[r].pid,
@@ -128,9 +164,13 @@ char *lstmd_peers_describe_stuck(char *buf, size_t n) {
 
 int lstmd_peers_find_lost(void) {
   if (!g_peers || g_rank < 0) return -1;
+  int ended = -1; /* a rank that ended the job on purpose is named only when no other is lost */
   for (int r = 0; r < g_size; r++)
-    if (checkable(r) && !process_alive(g_peers[r].pid)) return r;
-  return -1;
+    if (checkable(r) && !process_alive(g_peers[r].pid)) {
+      if (!g_ended[r]) return r;
+      if (ended < 0) ended = r;
+    }
+  return ended;
 }
 
 void lstmd_peers_check_while_waiting(double wait_began_s, const char *what) {
@@ -141,10 +181,16 @@ void lstmd_peers_check_while_waiting(double wait_began_s, const char *what) {
   g_last_check = now;
   const int lost = lstmd_peers_find_lost();
   if (lost < 0) return;
-  lstmd_errorf("rank %d (%s): rank %d (pid %d on %s) is gone while waiting for %s; ending the "
-               "job (resume from the last checkpoint)", g_rank, g_peers[g_rank].host, lost,
-               g_peers[lost].pid, g_peers[lost].host, what);
+  if (g_ended[lost])
+    lstmd_errorf("rank %d (%s): rank %d (pid %d on %s) ended the job (its message says why) while "
+                 "this rank waited for %s; ending the job (resume from the last checkpoint)",
+                 g_rank, g_peers[g_rank].host, lost, g_peers[lost].pid, g_peers[lost].host, what);
+  else
+    lstmd_errorf("rank %d (%s): rank %d (pid %d on %s) is gone while waiting for %s; ending the "
+                 "job (resume from the last checkpoint)", g_rank, g_peers[g_rank].host, lost,
+                 g_peers[lost].pid, g_peers[lost].host, what);
   lstmd_errors_flush_held();
+  lstmd_peers_announce_end();
   MPI_Abort(MPI_COMM_WORLD, 1);
   _exit(1);
 }

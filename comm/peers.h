@@ -17,14 +17,15 @@
 int lstmd_peers_init(void);
 void lstmd_peers_free(void);
 
-/* The world rank of a peer on this host whose process has exited (or is a zombie), or -1. At
- * most a few system calls per peer; thread-safe. */
+/* The world rank of a peer on this host whose process has exited (or is a zombie), or -1; one
+ * that did not announce its end (lstmd_peers_announce_end) first. At most a few system calls
+ * per peer; thread-safe. */
 int lstmd_peers_find_lost(void);
 
 /* For deadline messages: writes into buf (at most n bytes, NUL-terminated) "; rank P (pid N on
- * host) is stopped" for every peer on this host that is stopped (SIGSTOP, a debugger) or gone,
- * or "" when none is: what a wait past its deadline can say about whom it waited for, when MPI
- * cannot tell. Returns buf. */
+ * host) is stopped" for every peer on this host that is stopped (SIGSTOP, a debugger) or gone
+ * ("ended the job" for one that announced it, gone yet or not), or "" when none is: what a wait past its deadline
+ * can say about whom it waited for, when MPI cannot tell. Returns buf. */
 char *lstmd_peers_describe_stuck(char *buf, size_t n);
 
 /* For waits: call in the wait loop (at least every 50 ms) with the time the wait began. From
@@ -43,5 +44,13 @@ int lstmd_peers_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, double began,
 /* Async-signal-safe: a stop signal arrived (maybe the launcher ending the job because a rank
  * died): the next check runs at once. */
 void lstmd_peers_signalled(void);
+/* Called by a rank about to end the job on purpose, after its message (lstmd_comm_abort, the
+ * lost-peer check, the MPI_Init/MPI_Finalize watchdog): tells the peers of this host (a
+ * real-time signal, SIGRTMIN + 3, with this rank in its value). A peer that then finds it
+ * gone says that it ended the job, not that it is gone: the launcher's teardown after one rank's
+ * deadline message had every other rank of the host blame that rank, and a rank stopped by
+ * SIGSTOP blame it once continued (a 6-rank pipeline with rank 2 stopped: four lines "rank 5
+ * (pid N on vm) is gone", where rank 5 had only named rank 2 and ended the job). */
+void lstmd_peers_announce_end(void);
 
 #endif

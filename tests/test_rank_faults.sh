@@ -14,6 +14,13 @@
 #  3. a rank stopped before MPI_Init (LSTMD_FAULT=init_freeze@1:1; the set-up bound shortened to
 #     3 s by LSTMD_SETUP_WAIT_S): rank 0 waited in MPI_Init forever (user trial: SIGSTOP 0.25 s
 #     after mpirun started). Now it ends at the set-up bound, naming MPI_Init, none left.
+#  4. the last of 3 pipeline stages stopped as an evaluation begins (LSTMD_FAULT=eval_freeze@2:2,
+#     comm_timeout_s 3): a rank names it stopped, and no rank calls another "gone". The first
+#     rank past its deadline ends the job; the others, and the stopped rank once the launcher
+#     continued it to end it, found that rank's process gone and blamed it ("rank 0 (pid N on
+#     vm) is gone while waiting for ..."; 4 such lines of 6 in a user trial of 2 x 3 stages).
+#     Now a rank that ends the job tells its host's ranks first (comm/peers.h), and they say
+#     that it "ended the job".
 set -u
 LSTMD=$(realpath "${1:?usage: test_rank_faults.sh LSTMD_BINARY SOURCE_DIR}")
 SRC=$(realpath "${2:?}")
@@ -67,6 +74,17 @@ else bad "init_freeze: rc=$rc after ${took}s, $left process(es) left (a hang in 
 msg=$(grep -m1 "^lstmd: rank 0 .*MPI_Init unfinished after .*(its limit: 3 s, the set-up's: max(train.comm_timeout_s, LSTMD_SETUP_WAIT_S))" "$TMP/err2.log")
 [[ -n $msg ]] && ok "init_freeze: ${msg#lstmd: }" \
   || bad "init_freeze: no MPI_Init line from rank 0: $(grep '^lstmd:' "$TMP/err2.log" | tail -2)"
+
+# 4. stage 2 of 3 frozen as the evaluation after step 2 begins
+t0=$SECONDS
+LSTMD_FAULT=eval_freeze@2:2 timeout 60 mpirun -np 3 "$LSTMD" "${args[@]}" --set model.layers=3 \
+  --set model.stages=3 --set train.eval_every=2 --set train.run_dir="$TMP/run4" >/dev/null 2>"$TMP/err4.log"
+rc=$? took=$((SECONDS - t0))
+stopped=$(grep -m1 '^lstmd: rank [01] .*rank 2 (pid [0-9]* on [^)]*) is stopped' "$TMP/err4.log")
+gone=$(grep '^lstmd: .* is gone' "$TMP/err4.log")
+if [[ $rc -ne 0 && $rc -ne 124 && $took -le 20 && -n $stopped && -z $gone ]]; then
+  ok "eval_freeze of stage 2 of 3: ended in ${took}s, no rank called gone: $(cut -c1-150 <<<"${stopped#lstmd: }")"
+else bad "eval_freeze of stage 2 of 3: rc=$rc after ${took}s; named stopped: '${stopped:0:80}'; gone: $(head -2 <<<"$gone" | cut -c1-200)"; fi
 
 [[ $fails -eq 0 ]] && echo "test_rank_faults: passed" || echo "test_rank_faults: $fails FAILED"
 exit $((fails > 0))
