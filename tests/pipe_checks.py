@@ -3,7 +3,10 @@
 
   pipe_checks.py clip-norms RUN.metrics.jsonl REF.metrics.jsonl
       6 logged grad_norm values, the reference's all above the clip (0.01: clipping fired every
-      step), each within 1e-6 (relative) of the reference's: exit 0, else 1.
+      step), each within 1e-5 (relative) of the reference's: exit 0, else 1. metrics.jsonl keeps
+      6 significant digits, so one unit of the last is up to 1e-5 of the value (3.2e-6 seen
+      with test_pipeline's clip-dxs at lr 10); a norm of one stage's gradients alone, not the
+      global one, is off by tens of percent.
   pipe_checks.py same-layout A.safetensors B.safetensors
       the two checkpoints hold the same tensor names, dtypes and shapes: exit 0, else 1.
 Prints one line saying what it found."""
@@ -25,7 +28,7 @@ def clip_norms(run, ref):
     worst = max(abs(x - y) / y for x, y in zip(a, b))
     print("grad_norm per step within %.2e of one rank's (%.4g ... %.4g, clip 0.01)"
           % (worst, b[0], b[-1]))
-    return 0 if worst <= 1e-6 else 1
+    return 0 if worst <= 1e-5 else 1
 
 
 def same_layout(pa, pb):
