@@ -8,10 +8,10 @@
 # with an "lstmd:" message line (not the effective-config dump, which echoes every key) that names
 # the field that differs and no other guarded field, and writes no checkpoint. The same checkpoint
 # resumes with the config it was written with; a resume names the settings it changed (a
-# changed train.seed goes on, but says so); one at or past train.steps says there is nothing
-# to train. A fresh run (no --resume) into a run dir that holds a run is refused. Numbers in the
-# effective config are printed shortest-first, and a checkpoint with the older %.9g texts of the
-# same values resumes without naming them as changed.
+# changed train.seed goes on, but says so; an empty one is written ""); one at or past
+# train.steps says there is nothing to train. A fresh run (no --resume) into a run dir that holds
+# a run is refused. Numbers in the effective config are printed shortest-first, and a checkpoint
+# with the older %.9g texts of the same values resumes without naming them as changed.
 set -u
 LSTMD=$(realpath "${1:?usage: test_resume_guards.sh LSTMD_BINARY SOURCE_DIR}")
 SRC=$(realpath "${2:?}")
@@ -130,6 +130,18 @@ else bad "%.9g checkpoint: exit $rc, changed settings '$(changes "$TMP/old-style
 if [[ $(changes "$TMP/bigseed2.log") == "train.steps 2 → 4, train.seed 1732690000 → 1732690001" ]]; then
   ok "a seed changed by 1 at 1.7e9 is named: '$(changes "$TMP/bigseed2.log")'"
 else bad "seed 1732690000 → 1732690001: changed settings '$(changes "$TMP/bigseed2.log")'"; fi
+
+# An empty setting is named as "": model.stage_layers (empty: the even split) set on a resume into
+# 2 pipeline stages read "model.stage_layers  → 1,1"
+"$LSTMD" train "${base[@]}" --set model.layers=2 --set train.steps=2 --set train.run_dir="$TMP/l2" \
+  >/dev/null 2>"$TMP/l2.log" || bad "2-layer base run: $(tail -2 "$TMP/l2.log")"
+timeout 120 mpirun -np 2 "$LSTMD" train "${base[@]}" --set model.layers=2 --set model.stages=2 \
+  --set model.stage_layers=1,1 --set data.batch_size=4 --set train.run_dir="$TMP/l2s" \
+  --resume "$TMP/l2/step-2.safetensors" >/dev/null 2>"$TMP/l2s.log"
+rc=$?
+if [[ $rc -eq 0 && $(changes "$TMP/l2s.log") == 'model.stages 1 → 2, model.stage_layers "" → 1,1, train.steps 2 → 4' ]]; then
+  ok "an empty setting is named as \"\": '$(changes "$TMP/l2s.log")'"
+else bad "resume into stage_layers 1,1: exit $rc, changed settings '$(changes "$TMP/l2s.log")'"; fi
 
 # A layer-normalised checkpoint: refused by the plain config, resumed by its own.
 "$LSTMD" train "${base[@]}" --set model.layer_norm=true --set train.steps=2 \

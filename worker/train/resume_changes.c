@@ -50,7 +50,8 @@ static char *differences(const char *was_json, const char *now_json, int all, co
       /* a key the checkpoint lacks came with a later version: it had its default then */
       if (!a || !b || (!all && cannot_change_weights(key)) || same_setting(a, b)) continue;
       if (n++) fputs(", ", f);
-      fprintf(f, fmt, key, a, b);
+      /* an empty value as "": "model.stage_layers  → 3,1" (the default is empty) read as a slip */
+      fprintf(f, fmt, key, *a ? a : "\"\"", *b ? b : "\"\"");
     }
   if (f) fclose(f);
   json_decref(was);
