@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_train_device.sh — train.device through the lstmd binary.
 # Without a usable GPU (CI): auto trains on the CPU and says why in exactly one line (one rank
-# and two under mpirun), cuda exits 2 naming the reason, and --version says what is compiled in.
+# and two under mpirun), cuda exits 2 naming the reason (one line under mpirun too), and
+# --version says what is compiled in.
 # With a GPU: auto and cuda train on it in fp32, tf32, bf16 and fp16 (metrics.jsonl carries the
 # loss scale), and a GPU checkpoint resumes on the CPU and a CPU one on the GPU. Either way,
 # model.layer_norm with cuda in bf16 or with dropout exits 2 naming the key (its GPU path is fp32
@@ -52,7 +53,10 @@ if [ "$n_auto" -gt 0 ]; then # no usable GPU here
       || { bad "auto under mpirun: exit $rc, $(grep -c 'device auto:' "$TMP/mpi.log") lines"; cat "$TMP/mpi.log"; }
     (cd "$TMP" && "$MPIEXEC" -np 2 "$LSTMD" train "${common[@]}" --set train.device=cuda --set train.run_dir=mpic 2> mpic.log >/dev/null)
     rc=$?
-    [ $rc -eq 2 ] && ok "cuda under mpirun -np 2 without a GPU: exit 2" || bad "cuda under mpirun: exit $rc (want 2)"
+    # one line, not one per rank ("lstmd: rank 1 (vm): train.device=cuda, but ..." from each)
+    n_cuda=$(grep -c 'train.device=cuda, but' "$TMP/mpic.log")
+    [ $rc -eq 2 ] && [ "$n_cuda" -eq 1 ] && ok "cuda under mpirun -np 2 without a GPU: exit 2, one line" ||
+      bad "cuda under mpirun: exit $rc (want 2), $n_cuda 'train.device=cuda, but' lines (want 1)"
   fi
 else # a GPU: train on it in every precision, and move checkpoints between the backends
   grep -q "compute: .*GPU" "$TMP/auto.log" && ok "auto with a GPU: $(grep 'compute:' "$TMP/auto.log")" \

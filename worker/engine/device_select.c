@@ -77,9 +77,10 @@ int lstmd_device_choose(int requested, struct lstmd_comm *comm, int *backend, in
   double votes[2] = {mine == LSTMD_DEVICE_CUDA || requested == LSTMD_DEVICE_CPU ? 0.0 : 1.0,
                      rc ? 1.0 : 0.0};
   if (world > 1) LSTMD_TRY(lstmd_comm_allreduce_sum_f64(comm, votes, 2));
-  if (rc) {
-    if (world > 1) lstmd_errorf("rank %d (%s): %s", rank, lstmd_comm_host(comm), msg);
-    else lstmd_errorf("%s", msg);
+  if (rc) { /* said by each failing rank without its name: on a launcher's ranks lstmd_run_setup
+             * holds the set-up's lines and prints each once, naming the ranks unless all said it
+             * (lstmd_comm_messages_once; 6 identical lines on 6 ranks before) */
+    lstmd_errorf("%s", msg);
     return rc;
   }
   if (votes[1] > 0.0) return LSTMD_ECONFIG; /* another rank said why */
