@@ -286,6 +286,24 @@ int lstmd_config_inert_keys(const struct lstmd_train_config *c, char *out, size_
                                on->key);
     count += nk;
   }
+  /* The pipeline's keys are in two sections and act only with model.stages > 1 (a user who set
+   * train.micro_batches=4 on a data-parallel run got nothing, without a word); stage_layers is
+   * refused there instead (lstmd_stage_layer_counts). */
+  static const struct { const char *section, *key; } kPipe[] = {
+      {"model", "stage_split"}, {"train", "schedule"}, {"train", "micro_batches"},
+      {"train", "time_chunks"}};
+  char keys[256] = "";
+  int nk = 0;
+  for (size_t i = 0; c->stages <= 1 && i < sizeof kPipe / sizeof kPipe[0]; i++) {
+    const struct cfg_key *k = find_key(kPipe[i].section, kPipe[i].key);
+    if (!differs(c, d, k)) continue;
+    const size_t len = strlen(keys);
+    snprintf(keys + len, sizeof keys - len, "%s%s.%s", nk++ ? ", " : "", k->section, k->key);
+  }
+  if (nk && used < n)
+    used += (size_t)snprintf(out + used, n - used, "%s%s %s no effect without model.stages > 1",
+                             used ? "; " : "", keys, nk == 1 ? "has" : "have");
+  count += nk;
   free(d);
   return count;
 }

@@ -31,8 +31,10 @@ int lstmd_config_load_json(struct lstmd_train_config *c, const char *json_text);
 int lstmd_config_validate(const struct lstmd_train_config *c);
 int lstmd_config_check(const struct lstmd_train_config *c, char *err, size_t n);
 /* Settings that do nothing as configured: those of [distill] without distill.teacher, those of
- * [prune] without prune.target_sparsity (a value other than the default there: a user who set
- * distill.alpha and forgot the teacher trained plainly without a word). Writes e.g.
+ * [prune] without prune.target_sparsity, the pipeline's (model.stage_split, train.schedule,
+ * train.micro_batches, train.time_chunks) without model.stages > 1 (a value other than the
+ * default there: a user who set distill.alpha and forgot the teacher trained plainly without a
+ * word). Writes e.g.
  * "distill.alpha has no effect without distill.teacher" into out (n bytes; ""), returns the
  * number of such keys. */
 int lstmd_config_inert_keys(const struct lstmd_train_config *c, char *out, size_t n);

@@ -310,6 +310,15 @@ if [[ $rc -eq 0 ]] && [[ $(grep -c "^lstmd: note: prune.tensors has no effect wi
    ! grep -q "no effect without\|warning: model.dropout" "$TMP/ex_"*.log 2>/dev/null; then
   ok "no-op keys (prune.tensors without sparsity, dropout with 1 layer): one line each"
 else bad "no-op keys: rc=$rc: $(grep -e warning -e note "$TMP/noop.log")"; fi
+# the pipeline's keys without model.stages > 1 (train.micro_batches=4 trained data-parallel,
+# without a word)
+"$LSTMD" train "${common[@]}" --set train.schedule=1f1b --set train.micro_batches=4 \
+  --set train.steps=1 --set train.run_dir="$TMP/noop-pipe" >/dev/null 2>"$TMP/noop-pipe.log"
+rc=$?
+note="^lstmd: note: train.schedule, train.micro_batches have no effect without model.stages > 1$"
+if [[ $rc -eq 0 && $(grep -c "$note" "$TMP/noop-pipe.log") -eq 1 ]]; then
+  ok "pipeline keys without stages: one line: $(grep "$note" "$TMP/noop-pipe.log")"
+else bad "pipeline keys without stages: rc=$rc: $(grep -e warning -e note "$TMP/noop-pipe.log")"; fi
 
 [[ $fails -eq 0 ]] && echo "test_train_cli: passed" || echo "test_train_cli: $fails FAILED"
 exit $((fails > 0))
