@@ -53,9 +53,13 @@ static void on_end_notice(int sig, siginfo_t *si, void *uc) {
     g_ended[r] = 1;
 }
 
+static int process_alive(int pid);
+
+/* Only to live peers: the pid of one long gone could be another program's by now, which the
+ * signal's default action would end. */
 void lstmd_peers_announce_end(void) {
   for (int r = 0; g_peers && r < g_size; r++)
-    if (r != g_rank && g_peers[r].pid > 0)
+    if (r != g_rank && g_peers[r].pid > 0 && process_alive(g_peers[r].pid))
       sigqueue(g_peers[r].pid, kEndSignal, (union sigval){.sival_int = g_rank});
 }
 
@@ -74,8 +78,6 @@ static void node_identity(const char *host, char *out, size_t n) {
   if (boot[0] && ns[0]) snprintf(out, n, "%s %s", boot, ns);
   else snprintf(out, n, "host %s", host);
 }
-
-static int process_alive(int pid);
 
 int lstmd_peers_init(void) {
   int size = 0, rank = 0;
