@@ -20,6 +20,10 @@
 #  8. the straggler report (worker/train/trainer.c): `mpirun -np 2 lstmd train` with rank 1 slowed
 #     (LSTMD_FAULT=slow@1:1): min/median/max compute per logged step in metrics.jsonl and
 #     TensorBoard, one warning naming rank 1 and its host after 3 logged steps; none unslowed.
+#     With pipeline stages a rank is compared with its own stage's ranks: rank 1 slowed in 2
+#     replicas x 2 stages is named against the 2 ranks of stage 1; in one replica of 2 stages it
+#     has none to compare with, and no line (before, ranks of stages whose work differs by design
+#     were compared: stage 0 of 5,1,1,1 layers was called a straggler, 1.40x the median of 4).
 set -u
 LSTMD=$(realpath "${1:?usage: test_serve_sched.sh LSTMD LSTMCTL SOURCE_DIR}")
 CTL=$(realpath "${2:?}")
@@ -220,6 +224,17 @@ if [[ $n == 1 && $recs == "6 True" ]] && grep -qa "straggler/compute_max_s" "$TM
    && ! grep -q straggler "$TMP/strag0.txt"; then
   ok "straggler report: $(grep straggler "$TMP/strag1.txt")"
 else bad "straggler report: $n warning(s), records '$recs'; $(grep straggler "$TMP"/strag*.txt)"; fi
+# ... with pipeline stages: 2 replicas x 2 stages, then one replica of 2 stages
+for np in 4 2; do
+  LSTMD_FAULT=slow@1:1 mpirun -np $np "$LSTMD" train --config "$TMP/job.ini" \
+    --set data.path="$TMP/ds" --set train.run_dir="$TMP/strag-s$np" --set train.steps=60 \
+    --set model.hidden=256 --set data.seq_len=32 --set model.stages=2 \
+    --set train.log_every=10 > "$TMP/strag-s$np.txt" 2>&1 || bad "straggler run with stages on $np ranks"
+done
+n=$(grep -c "straggler: rank 1 ($(hostname)) computed .* ms per step, .*x the median of the 2 ranks of stage 1 .* for 3 logged steps in a row (step 30)" "$TMP/strag-s4.txt")
+if [[ $n == 1 ]] && ! grep -q straggler "$TMP/strag-s2.txt"; then
+  ok "straggler report with stages: $(grep straggler "$TMP/strag-s4.txt"); none in one replica"
+else bad "straggler report with stages: $n warning(s) for 2 x 2; $(grep straggler "$TMP"/strag-s*.txt)"; fi
 
 if ((fails)); then echo "--- serve.log (tail)"; tail -40 "$TMP/serve.log"; echo "$fails check(s) failed"; exit 1; fi
 echo "all checks passed"

@@ -237,6 +237,17 @@ static void report(struct run *r, long steps, double loss, double grad_norm, dou
  * becomes the slowest). The gather is bounded by train.comm_timeout_s like the step's all-reduce:
  * every rank comes to it straight from that all-reduce, so a stopped rank cannot hold the others
  * here without a bound. */
+/* Sorts v[0, n) (insertion sort: a handful of ranks) and returns its median. */
+static double median_sorting(double *v, int n) {
+  for (int i = 1; i < n; i++)
+    for (int k = i; k > 0 && v[k - 1] > v[k]; k--) {
+      const double t = v[k];
+      v[k] = v[k - 1];
+      v[k - 1] = t;
+    }
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 static int straggler_report(struct run *r, long steps, const struct step_times *tm,
                             struct lstmd_step_report *rep) {
   struct rank_time {
@@ -262,28 +273,38 @@ static int straggler_report(struct run *r, long steps, const struct step_times *
     v[i] = all[i].compute_s;
     if (v[i] > v[slowest]) slowest = i;
   }
-  for (int i = 1; i < r->world; i++) /* insertion sort: a handful of ranks */
-    for (int k = i; k > 0 && v[k - 1] > v[k]; k--) {
-      const double t = v[k];
-      v[k] = v[k - 1];
-      v[k - 1] = t;
-    }
   const int w = r->world;
   rep->rank_times = 1;
+  rep->compute_median_s = median_sorting(v, w);
   rep->compute_min_s = v[0];
   rep->compute_max_s = v[w - 1];
-  rep->compute_median_s = w % 2 ? v[w / 2] : 0.5 * (v[w / 2 - 1] + v[w / 2]);
   rep->slowest_rank = slowest;
-  const int slow = rep->compute_median_s > 0 && rep->compute_max_s >= 1.3 * rep->compute_median_s;
-  if (slow && slowest == r->straggler_rank) r->straggler_streak++;
+  /* With pipeline stages a rank is compared with its own stage's ranks (its replicas) only: the
+   * stages' work differs by design (model.stage_layers, the embedding, the head), and stage 0 of
+   * 5,1,1,1 layers was reported a straggler (1.40x the median of 4 ranks). One replica: no rank
+   * to compare with. */
+  const int S = r->cfg->stages > 1 ? r->cfg->stages : 1, D = w / S;
+  int cand = S > 1 ? -1 : slowest, peers = S > 1 ? D : w;
+  double median = S > 1 ? 0.0 : rep->compute_median_s;
+  for (int s = 0; S > 1 && D > 1 && s < S; s++) { /* rank d·S + s is stage s of replica d */
+    for (int d = 0; d < D; d++) v[d] = all[d * S + s].compute_s;
+    const double m = median_sorting(v, D);
+    for (int d = 0; d < D; d++)
+      if (m > 0 && (cand < 0 || all[d * S + s].compute_s / m > all[cand].compute_s / median))
+        cand = d * S + s, median = m;
+  }
+  const int slow = cand >= 0 && median > 0 && all[cand].compute_s >= 1.3 * median;
+  if (slow && cand == r->straggler_rank) r->straggler_streak++;
   else r->straggler_streak = slow;
-  r->straggler_rank = slow ? slowest : -1;
+  r->straggler_rank = slow ? cand : -1;
+  char among[48];
+  if (S > 1) snprintf(among, sizeof among, "the %d ranks of stage %d", peers, cand % S);
+  else snprintf(among, sizeof among, "%d ranks", peers);
   if (r->straggler_streak == 3)
     lstmd_metrics_note(&r->metrics, "straggler: rank %d (%s) computed %.3f ms per step, %.2fx the "
-                       "median of %d ranks (%.3f ms), for 3 logged steps in a row (step %ld)",
-                       slowest, all[slowest].host, 1e3 * rep->compute_max_s,
-                       rep->compute_max_s / rep->compute_median_s, w,
-                       1e3 * rep->compute_median_s, r->progress.step);
+                       "median of %s (%.3f ms), for 3 logged steps in a row (step %ld)",
+                       cand, all[cand].host, 1e3 * all[cand].compute_s,
+                       all[cand].compute_s / median, among, 1e3 * median, r->progress.step);
   free(v);
   free(all);
   return LSTMD_OK;
