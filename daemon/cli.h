@@ -37,7 +37,8 @@ struct lstmd_opt {
   void (*on_value)(void *ctx, const char *value);
   void *ctx;
   int once;            /* given twice is refused (exit 2): --config, whose second file would
-                        * silently replace the first one's settings; other options: the last wins */
+                        * silently replace the first one's settings; other options: the last wins.
+                        * Its variable must start NULL: a value there is the first one given */
 };
 
 /* Parses argv[first..argc) against opts ("-h" is read as "--help"). Unknown options, missing

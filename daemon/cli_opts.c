@@ -15,7 +15,6 @@
 
 int lstmd_parse_opts(const char *cmd, int argc, char **argv, int first, struct lstmd_opt *opts,
                      int n_opts) {
-  const char *given[64] = {NULL}; /* each value option's first value (for opts[].once) */
   for (int i = first; i < argc; i++) {
     const char *arg = argv[i];
     if (!strcmp(arg, "-h")) arg = "--help"; /* an unknown option where there is no --help */
@@ -47,13 +46,12 @@ int lstmd_parse_opts(const char *cmd, int argc, char **argv, int first, struct l
       o->on_value(o->ctx, value);
       continue;
     }
-    const long k = o - opts;
-    if (o->once && k < 64 && given[k]) { /* --config a.ini --config b.ini dropped a.ini */
+    if (o->once && *o->value) { /* --config a.ini --config b.ini dropped a.ini */
       lstmd_errorf("%s: --%s given twice ('%s', then '%s'); it takes one (put the settings in "
-                   "one file, or add them with --set)", cmd, o->name, given[k], value ? value : "");
+                   "one file, or add them with --set)", cmd, o->name, *o->value,
+                   value ? value : "");
       return 2;
     }
-    if (k < 64) given[k] = value ? value : "";
     *o->value = value ? value : "";
   }
   return 0;

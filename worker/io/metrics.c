@@ -82,6 +82,7 @@ int lstmd_metrics_open(struct lstmd_metrics *mt, const char *run_dir, long resum
                        int model_kind) {
   char path[4096];
   memset(mt, 0, sizeof *mt);
+  mt->model_kind = model_kind;
   mt->loss_decimals = model_kind == LSTMD_MODEL_TEXT ? 4 : 6;
   mt->tty = isatty(STDERR_FILENO);
   snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
@@ -172,25 +173,26 @@ void lstmd_metrics_step(struct lstmd_metrics *mt, const struct lstmd_step_report
 }
 
 void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, double accuracy,
-                        int model_kind, const struct lstmd_series_baselines *b) {
-  if (model_kind == LSTMD_MODEL_TEXT) {
-    lstmd_metrics_note(mt, "eval step %ld: val_loss %.4f, val_bpc %.4f", step, val_loss,
+                        const struct lstmd_series_baselines *b) {
+  const int d = mt->loss_decimals;
+  if (mt->model_kind == LSTMD_MODEL_TEXT) {
+    lstmd_metrics_note(mt, "eval step %ld: val_loss %.*f, val_bpc %.4f", step, d, val_loss,
                        val_loss / M_LN2);
     fprintf(mt->jsonl, "{\"step\":%ld,\"val_loss\":%.6f,\"val_bpc\":%.6f}\n", step, val_loss,
             val_loss / M_LN2);
     static const char *const tags[] = {"val/loss", "val/bpc"};
     const float values[] = {(float)val_loss, (float)(val_loss / M_LN2)};
     lstmd_tb_scalars(&mt->tb, step, 2, tags, values);
-  } else if (model_kind == LSTMD_MODEL_CLASSIFY) {
-    lstmd_metrics_note(mt, "eval step %ld: val_loss (cross-entropy per sequence) %.6f, "
-                       "val_accuracy %.4f", step, val_loss, accuracy);
+  } else if (mt->model_kind == LSTMD_MODEL_CLASSIFY) {
+    lstmd_metrics_note(mt, "eval step %ld: val_loss (cross-entropy per sequence) %.*f, "
+                       "val_accuracy %.4f", step, d, val_loss, accuracy);
     fprintf(mt->jsonl, "{\"step\":%ld,\"val_loss\":%.6f,\"val_accuracy\":%.6f}\n", step, val_loss,
             accuracy);
     static const char *const tags[] = {"val/loss", "val/accuracy"};
     const float values[] = {(float)val_loss, (float)accuracy};
     lstmd_tb_scalars(&mt->tb, step, 2, tags, values);
   } else if (!b) {
-    lstmd_metrics_note(mt, "eval step %ld: val_loss (MSE, normalised) %.6f", step, val_loss);
+    lstmd_metrics_note(mt, "eval step %ld: val_loss (MSE, normalised) %.*f", step, d, val_loss);
     fprintf(mt->jsonl, "{\"step\":%ld,\"val_loss\":%.6f}\n", step, val_loss);
     static const char *const tags[] = {"val/loss"};
     const float values[] = {(float)val_loss};
@@ -201,8 +203,8 @@ void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, do
     if (b->season)
       snprintf(seasonal, sizeof seasonal, ", seasonal-naive (P %d) %.6f", b->season,
                b->mse_seasonal);
-    lstmd_metrics_note(mt, "eval step %ld: val_loss (MSE, normalised) %.6f, persistence %.6f%s, "
-                       "skill %.4f", step, val_loss, b->mse_persistence, seasonal, skill);
+    lstmd_metrics_note(mt, "eval step %ld: val_loss (MSE, normalised) %.*f, persistence %.6f%s, "
+                       "skill %.4f", step, d, val_loss, b->mse_persistence, seasonal, skill);
     fprintf(mt->jsonl, "{\"step\":%ld,\"val_loss\":%.6f,\"val_mse_persistence\":%.6f", step,
             val_loss, b->mse_persistence);
     if (b->season) fprintf(mt->jsonl, ",\"val_mse_seasonal\":%.6f", b->mse_seasonal);

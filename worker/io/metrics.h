@@ -15,7 +15,8 @@ struct lstmd_metrics {
   int line_open; /* a progress line without newline is on screen */
   FILE *log;     /* train.log beside metrics.jsonl: the progress lines and notes, as printed */
   int failed;    /* a record of metrics.jsonl could not be written (errno; said once) */
-  int loss_decimals; /* of val_loss in notes, as the model's eval lines print it */
+  int model_kind;    /* enum lstmd_model_kind, from lstmd_metrics_open */
+  int loss_decimals; /* of val_loss in notes: 4 for text, 6 for the others */
 };
 
 
@@ -59,13 +60,13 @@ struct lstmd_series_baselines {
   double mse_persistence, mse_seasonal;
   int season; /* 0: no seasonal baseline */
 };
-/* model_kind (enum lstmd_model_kind) selects what is reported beside val_loss: a text model's
- * bits per character; a classifier's accuracy (val_accuracy in the note line and the record,
- * TensorBoard val/accuracy; its loss is per sequence); for a series with baselines
+/* The model's kind (given to lstmd_metrics_open) selects what is reported beside val_loss: a
+ * text model's bits per character; a classifier's accuracy (val_accuracy in the note line and
+ * the record, TensorBoard val/accuracy; its loss is per sequence); for a series with baselines
  * (b != NULL), val_mse_persistence, val_mse_seasonal (with a season) and
  * val_skill = 1 − val_loss / val_mse_persistence (TensorBoard val/skill, val/mse_*). */
 void lstmd_metrics_eval(struct lstmd_metrics *mt, long step, double val_loss, double accuracy,
-                        int model_kind, const struct lstmd_series_baselines *b);
+                        const struct lstmd_series_baselines *b);
 /* A pruning step: the schedule's sparsity and the fraction of zeros reached in each of the n
  * pruned tensors, as one record {"step", "prune_target", "sparsity": {name: fraction}}, a note
  * line, and TensorBoard scalars prune/target and sparsity/<name>. */

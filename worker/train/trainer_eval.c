@@ -94,7 +94,7 @@ int lstmd_run_evaluate(struct run *r, int *events) {
   const struct lstmd_val_watch *w = &r->progress.watch;
   const int text = r->model->shape.kind == LSTMD_MODEL_TEXT;
   if (r->rank == 0) {
-    lstmd_metrics_eval(&r->metrics, step, loss, accuracy, r->model->shape.kind,
+    lstmd_metrics_eval(&r->metrics, step, loss, accuracy,
                        r->has_baselines ? &r->baselines : NULL);
     if (r->hooks->on_eval)
       r->hooks->on_eval(r->hooks->ctx, step, loss, text ? loss / M_LN2 : NAN, accuracy);

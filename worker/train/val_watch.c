@@ -77,19 +77,29 @@ int lstmd_run_dir_checkpoint(const char *run_dir, char *found, size_t n) {
   return has;
 }
 
+/* The newest step-N.safetensors in dir that is a regular file, with N < below and not the file
+ * *skip (NULL: none); -1 when there is none. */
+static long newest_step_file(const char *dir, long below, const struct stat *skip) {
+  long newest = -1;
+  struct stat st;
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    const long s = step_of(e->d_name);
+    if (s > newest && s < below && fstatat(dirfd(d), e->d_name, &st, 0) == 0 &&
+        S_ISREG(st.st_mode) && !(skip && same_file(&st, skip)))
+      newest = s;
+  }
+  if (d) closedir(d);
+  return newest;
+}
+
 int lstmd_run_dir_resume_point(const char *run_dir, char *path, size_t n, char *why,
                                size_t why_len) {
   struct stat st; /* anything under latest's name but nothing at all (a dangling link, a loop,
                    * no permission) is taken, and the loader says what is wrong with it */
   snprintf(path, n, "%s/latest.safetensors", run_dir);
   if (lstat(path, &st) == 0 || errno != ENOENT) return 1;
-  long newest = -1;
-  DIR *d = opendir(run_dir);
-  for (struct dirent *e; d && (e = readdir(d));) {
-    const long s = step_of(e->d_name);
-    if (s > newest && fstatat(dirfd(d), e->d_name, &st, 0) == 0 && S_ISREG(st.st_mode)) newest = s;
-  }
-  if (d) closedir(d);
+  const long newest = newest_step_file(run_dir, LONG_MAX, NULL);
   if (newest >= 0) {
     snprintf(path, n, "%s/step-%ld.safetensors", run_dir, newest);
     return 2;
@@ -110,18 +120,10 @@ int lstmd_run_dir_older_checkpoint(const char *ckpt, char *out, size_t n) {
   const char *name = slash ? slash + 1 : ckpt;
   if (slash) *slash = '\0';
   else snprintf(dir, sizeof dir, ".");
-  const long below = step_of(name) >= 0 ? step_of(name) : LONG_MAX;
-  struct stat self, st;
+  const long step = step_of(name);
+  struct stat self;
   const int has_self = stat(ckpt, &self) == 0;
-  long newest = -1;
-  DIR *d = opendir(dir);
-  for (struct dirent *e; d && (e = readdir(d));) {
-    const long s = step_of(e->d_name);
-    if (s > newest && s < below && fstatat(dirfd(d), e->d_name, &st, 0) == 0 &&
-        S_ISREG(st.st_mode) && !(has_self && same_file(&st, &self)))
-      newest = s;
-  }
-  if (d) closedir(d);
+  const long newest = newest_step_file(dir, step >= 0 ? step : LONG_MAX, has_self ? &self : NULL);
   if (newest < 0) return 0;
   snprintf(out, n, "%s/step-%ld.safetensors", dir, newest);
   return 1;
