@@ -22,6 +22,11 @@ void lstmd_comm_set_init_limit(double seconds, const char *source);
 /* The world rank the launcher gave this process (its environment), before MPI_Init can say; -1
  * when none did. */
 int lstmd_comm_launcher_rank(void);
+/* For a forked child about to exec a launcher (mpirun) of its own: unsets the OMPI_* and PMIX_*
+ * variables that this process's MPI_Init put in the environment (a singleton's), keeping the
+ * ones that were there before lstmd_comm_init (comm/launch_env.c). Call only in the child. */
+void lstmd_comm_forget_launch_env(void);
+void lstmd_comm_note_launch_env(void); /* lstmd_comm_init calls it before MPI_Init */
 /* MPI_Finalize (after all requests are done). NULL is fine. With a wait limit set on c
  * (lstmd_comm_set_wait_limit: `lstmd train` sets the set-up's bound), an MPI_Finalize unfinished
  * that long (a peer stopped after the last collective) prints why and ends the process with exit

@@ -163,6 +163,7 @@ int lstmd_comm_init(int *argc, char ***argv, struct lstmd_comm **out) {
      * racing whatever mpirun starts next there ("orte_init failed", seen in CI). lstmd never
      * spawns, so it needs no orted: isolated singletons clean up before exit. A launcher's
      * ranks are not singletons and ignore it; a user's own setting wins. */
+    lstmd_comm_note_launch_env();
     setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
     char host[MPI_MAX_PROCESSOR_NAME] = "";
     gethostname(host, sizeof host - 1);

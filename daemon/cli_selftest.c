@@ -46,6 +46,7 @@ static int run_child(char *const argv[], const char *env_name, const char *env_v
   fflush(NULL);
   const pid_t pid = fork();
   if (pid == 0) {
+    lstmd_comm_forget_launch_env();
     if (env_name) setenv(env_name, env_value, 1);
     execvp(argv[0], argv);
     fprintf(stderr, "lstmd: selftest: cannot run %s\n", argv[0]);

@@ -9,11 +9,18 @@
  * for (its heartbeats), and hundreds of calls back to back, some failing by the vote, with
  * every call's beats taken by that call alone and none left behind. With
  * LSTMD_TEST_BIG_GATHERV=1 rank 1 also sends a block of 2^31 + 5 bytes (2 GiB of memory on
- * root; not in ctest). */
+ * root; not in ctest).
+ *
+ * Started without mpirun and given mpirun's path (test_comm_nested), it is an MPI singleton that
+ * runs `mpirun -np 2` of itself from a forked child after lstmd_comm_forget_launch_env, as
+ * `lstmd selftest` does for its two-rank nccl check: without that, the child's mpirun inherits
+ * the singleton's OMPI_ and PMIX_ settings and exits 1 without a word. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "comm/comm.h"
 #include "comm/comm_internal.h" /* lstmd_comm_gatherv_pieces */
@@ -300,10 +307,32 @@ static void test_solo(struct lstmd_comm *c, int world) {
   check_true("solo: no heartbeat left unreceived on any rank after the calls", strays == 0);
 }
 
+/* This singleton's child runs `MPIRUN -np 2 SELF`; its exit status, or -1. */
+static int run_nested(const char *mpirun, const char *self) {
+  fflush(NULL);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    lstmd_comm_forget_launch_env();
+    execlp(mpirun, mpirun, "-np", "2", self, (char *)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) < 0) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 int main(int argc, char **argv) {
   struct lstmd_comm *c;
   if (lstmd_comm_init(&argc, &argv, &c)) return 1;
   const int rank = lstmd_comm_rank(c), world = lstmd_comm_size(c);
+  if (world == 1 && argc > 1) {
+    const int rc = run_nested(argv[1], argv[0]);
+    char what[160];
+    snprintf(what, sizeof what, "a singleton's child runs mpirun -np 2 of this test: exit %d", rc);
+    check_true(what, rc == 0);
+    lstmd_comm_finalize(c);
+    return check_summary("test_comm (singleton)");
+  }
   char what[128];
   static const size_t sizes[] = {1, 7, 1000, 1000003};
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {

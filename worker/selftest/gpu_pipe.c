@@ -44,15 +44,18 @@ static struct lstmd_model *make_model(int text) {
   return m;
 }
 
+/* By the model's kind, not by which pointers are set: the CPU workspace's batch has every array
+ * (a series model's ids are an empty, non-NULL slice of its arena). */
 static void fill_batch(struct lstmd_batch *b, const struct lstmd_model *m) {
   const struct lstmd_model_shape *s = &m->shape;
+  const int text = s->kind == LSTMD_MODEL_TEXT;
   const size_t N = (size_t)T * B;
-  for (size_t i = 0; b->ids && i < N; i++) {
+  for (size_t i = 0; text && i < N; i++) {
     b->ids[i] = (int32_t)((unsigned)((selftest_uniform(&g_seed, 1.0) + 1.0) * 1e6) % (unsigned)s->vocab);
     b->targets[i] = (int32_t)((unsigned)((selftest_uniform(&g_seed, 1.0) + 1.0) * 1e6) % (unsigned)s->vocab);
   }
-  for (size_t i = 0; b->x && i < N * s->width; i++) b->x[i] = (float)selftest_uniform(&g_seed, 1.0);
-  for (size_t i = 0; b->y && i < N * s->horizon; i++) b->y[i] = (float)selftest_uniform(&g_seed, 1.0);
+  for (size_t i = 0; !text && i < N * s->width; i++) b->x[i] = (float)selftest_uniform(&g_seed, 1.0);
+  for (size_t i = 0; !text && i < N * s->horizon; i++) b->y[i] = (float)selftest_uniform(&g_seed, 1.0);
 }
 
 struct case_spec {
@@ -201,7 +204,7 @@ static void run_case(const struct case_spec *c) {
   void *state[kMaxSlots];
   struct lstmd_batch unit = {.steps = T, .batch = b, .width = batch->width, .horizon = batch->horizon};
   const size_t Nb = (size_t)T * b;
-  if (batch->ids) {
+  if (c->text) {
     unit.ids = malloc(Nb * sizeof(int32_t));
     unit.targets = malloc(Nb * sizeof(int32_t));
   } else {
