@@ -41,6 +41,24 @@ extern "C" int lstmd_cuda_cast(size_t n, const void *src, int src_type, void *ds
   return check_launch("cast");
 }
 
+__global__ void fill_hash_kernel(size_t n, void *dst, int dt, float scale, unsigned long long seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    unsigned long long z = seed * 0x9E3779B97F4A7C15ull + i;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const float u = (float)(z >> 40) * (1.0f / 16777216.0f); /* 24 bits: exact */
+    store(dst, dt, i, scale * (2.0f * u - 1.0f));
+  }
+}
+
+extern "C" int lstmd_cuda_fill_hash(size_t n, void *dst, int dst_type, float scale,
+                                    unsigned long long seed, void *stream) {
+  if (n == 0) return LSTMD_OK;
+  fill_hash_kernel<<<blocks_for(n, 256, 65535u * 8), 256, 0, (cudaStream_t)stream>>>(n, dst, dst_type, scale, seed);
+  return check_launch("hash fill");
+}
+
 __global__ void mul_kernel(size_t n, void *x, int xt, const float *mask) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
     store(x, xt, i, load(x, xt, i) * mask[i]);

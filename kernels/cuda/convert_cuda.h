@@ -25,6 +25,11 @@ struct lstmd_cuda_segment {
   size_t src_offset, dst_offset, count;
 };
 
+/* dst[i] = (dst_type) (scale · (2u − 1)) for i < n, u = the top 24 bits of splitmix64(seed·φ + i)
+ * over 2^24: a fixed pseudo-random fill in [−scale, scale) without a generator's state, for
+ * timing trials on data that is not zero (a GPU runs zeros faster: lower power, higher clocks). */
+int lstmd_cuda_fill_hash(size_t n, void *dst, int dst_type, float scale, unsigned long long seed,
+                         void *stream);
 /* dst[i] = (dst_type) src[i] for i < n (round to nearest even; fp16 overflow gives ±inf). */
 int lstmd_cuda_cast(size_t n, const void *src, int src_type, void *dst, int dst_type,
                     void *stream);

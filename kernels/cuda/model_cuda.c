@@ -10,18 +10,20 @@
  *
  * 1. The cuDNN set-up (algorithm, data layout, math type) is chosen once, from the candidates
  *    of lstmd_cuda_model_candidates. Each is created and run (one forward + backward of the
- *    real (T, B) on zeroed weights, quietly) by try_candidate: cuDNN may refuse a combination
- *    at set-up or only when it first runs, so a candidate counts only once it has run. Timed
- *    (time_candidate): a warm-up, then blocks of two runs until two blocks in a row agree
- *    within 3% (at most 6 blocks), the candidate's time its fastest block; the fastest
- *    candidate is kept. One block each was not enough on an H200 (2026-11-27): the GPU starts
- *    at its idle clock (345 MHz against 1980 under load) and the first candidates were timed
- *    while it rose, so three runs of the same shape chose three set-ups, the one reported at
- *    21.98 ms per forward+backward then training at 18.9 ms per step. fp16's default-math candidate is
- *    tried only where the tensor-op one before it failed (lstm_cudnn.c, 4.). Forced (an
- *    algorithm or a full choice): the first that runs is kept; none → LSTMD_EUNSUPPORTED naming
- *    what was tried. When nothing runs, the first candidate is run once more with cuDNN's
- *    messages on, so the log says why.
+ *    real (T, B), quietly) by try_candidate: cuDNN may refuse a combination at set-up or only
+ *    when it first runs, so a candidate counts only once it has run. Timed (time_candidate): on
+ *    input, output gradient and weights filled with a fixed pseudo-random pattern
+ *    (lstmd_cuda_fill_hash; zeros again afterwards), a warm-up, then blocks of two runs until
+ *    two blocks in a row agree within 3% (at most 6 blocks), the candidate's time its fastest
+ *    block; the fastest candidate is kept. Both after the first GPU run (an H200, 2026-11-27),
+ *    where one timed block each on zeros chose three set-ups in three runs of one shape, none
+ *    timed near its training step (21.98 ms reported, 18.9 ms a whole step): the GPU starts at
+ *    its idle clock (345 MHz against 1980 under load) and rises during the first candidates,
+ *    and zeros run faster than data (lower power, higher clocks). fp16's default-math
+ *    candidate is tried only where the tensor-op one before it failed (lstm_cudnn.c, 4.).
+ *    Forced (an algorithm or a full choice): the first that runs is kept; none →
+ *    LSTMD_EUNSUPPORTED naming what was tried. When nothing runs, the first candidate is run
+ *    once more with cuDNN's messages on, so the log says why.
  * 2. Every device write at set-up (zeroing, the ones vector, the weight maps) is on the model's
  *    stream, which is non-blocking: a legacy-stream cudaMemcpy would not wait for the zeroing
  *    before it and could be overwritten by it. The stream is synchronised before create returns.
@@ -54,6 +56,7 @@
 
 #include "kernels/check.h"
 #include "classify_cuda.h"
+#include "convert_cuda.h"
 #include "dense_cuda.h"
 #include "lstm_cudnn.h"
 
@@ -204,6 +207,23 @@ static void *lstm_input(struct lstmd_cuda_model *m) {
   return m->cfg.layout.text || m->cfg.layout.classify ? (void *)m->xf : (void *)m->in.x;
 }
 
+/* The timing trials' data (see 1. above): with on, the LSTM's input and output gradient hold a
+ * fixed pseudo-random fill instead of zeros; with !on, zeros again, as set-up left them. */
+static int trial_data(struct lstmd_cuda_model *m, int on) {
+  const struct lstmd_cuda_model_layout *l = &m->cfg.layout;
+  const size_t N = (size_t)m->cfg.steps * m->cfg.batch;
+  const size_t nx = N * (size_t)input_width(l), ndy = N * (size_t)l->hidden * dirs(l);
+  const int xt = m->x16 ? m->cfg.dtype : LSTMD_DT_F32, dyt = m->dy16 ? m->cfg.dtype : LSTMD_DT_F32;
+  void *x = lstm_input(m), *dy = m->dy16 ? m->dy16 : (void *)m->dyf;
+  if (!on) {
+    LSTMD_CHECK_CUDA(cudaMemsetAsync(x, 0, nx * lstmd_dtype_bytes(xt), m->stream));
+    LSTMD_CHECK_CUDA(cudaMemsetAsync(dy, 0, ndy * lstmd_dtype_bytes(dyt), m->stream));
+    return LSTMD_OK;
+  }
+  LSTMD_TRY(lstmd_cuda_fill_hash(nx, x, xt, 1.0f, 1, m->stream));
+  return lstmd_cuda_fill_hash(ndy, dy, dyt, 1e-3f, 2, m->stream);
+}
+
 /* One forward + backward of the LSTM alone, for trying the candidates. */
 static int lstm_trial(struct lstmd_cuda_model *m, struct lstmd_cudnn_lstm *l) {
   LSTMD_TRY(lstmd_cudnn_lstm_forward(l, 1, lstm_input(m), m->y_rnn, NULL, NULL, NULL, NULL));
@@ -322,7 +342,11 @@ static int try_candidate(struct lstmd_cuda_model *m, const struct lstmd_cuda_lst
   const struct lstmd_cudnn_lstm_config lc = lstm_config(m, c, quiet);
   struct lstmd_cudnn_lstm *l = NULL;
   LSTMD_TRY(lstmd_cudnn_lstm_create(m->dnn, &lc, &l));
-  int rc = lstm_trial(m, l); /* the trial, or the warm-up (and the first call's set-up) */
+  int rc = LSTMD_OK;
+  if (t0) /* timed on weights that are not zero, like the input (see 1. above) */
+    rc = lstmd_cuda_fill_hash(lstmd_cudnn_lstm_weight_count(l), lstmd_cudnn_lstm_weights(l),
+                              m->cfg.dtype, 1.0f / sqrtf((float)m->cfg.layout.hidden), 3, m->stream);
+  if (!rc) rc = lstm_trial(m, l); /* the trial, or the warm-up (and the first call's set-up) */
   if (!rc && t0) rc = time_candidate(m, l, t0, t1, ms);
   /* Drain what the calls enqueued: a kernel that fails does so here, not at the call. A
    * non-sticky error is cleared (the next candidate gets a clean slate); a sticky one fails
@@ -354,6 +378,7 @@ static int choose_lstm(struct lstmd_cuda_model *m) {
     if (t0) cudaEventDestroy(t0);
     return LSTMD_ECUDA;
   }
+  if (timed) LSTMD_TRY(trial_data(m, 1));
   double best_ms = 0.0;
   char tried[768] = "", one[96];
   int prev_ok = 0, n_tried = 0;
@@ -381,6 +406,11 @@ static int choose_lstm(struct lstmd_cuda_model *m) {
   if (t0 && LSTMD_CUDA_FAILED(cudaEventDestroy(t0))) return LSTMD_ECUDA;
   if (t1 && LSTMD_CUDA_FAILED(cudaEventDestroy(t1))) return LSTMD_ECUDA;
   m->trial_ms = timed ? best_ms : 0.0;
+  if (timed) LSTMD_TRY(trial_data(m, 0));
+  if (timed && m->lstm) /* zero weights again, as lstmd_cudnn_lstm_create leaves them */
+    LSTMD_CHECK_CUDA(cudaMemsetAsync(lstmd_cudnn_lstm_weights(m->lstm), 0,
+                                     lstmd_cudnn_lstm_weight_count(m->lstm) * lstmd_dtype_bytes(m->cfg.dtype),
+                                     m->stream));
   if (!m->lstm) { /* the first candidate once more, with cuDNN's messages on */
     double ms = 0.0;
     const int r = try_candidate(m, &cand[0], 0, NULL, NULL, &ms, &m->lstm);

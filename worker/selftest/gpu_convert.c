@@ -1,7 +1,8 @@
 /* gpu_convert.c (selftest group "convert") — the glue kernels of kernels/cuda/convert_cuda against float64
  * references: casts to and from fp16/bf16 (error within half an ulp of the format), segment
  * copies with a cast and with accumulation, the sum and fused MSE reductions, and scaling; fp16
- * overflow to ±inf exactly, and the squared norm of it +inf (what the fp16 loss scaler reads).
+ * overflow to ±inf exactly, and the squared norm of it +inf (what the fp16 loss scaler reads);
+ * the hash fill of the cuDNN timing trials.
  * Run by `lstmd selftest --gpu` (gpu_selftest.c) on device 0. */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -68,6 +69,46 @@ static void test_casts(void) {
   lstmd_check_true(what, isinf(inf_ref) && inf_ref > 0 && norm == inf_ref);
   cudaFree(dx); cudaFree(d16); cudaFree(dback); cudaFree(dedge); cudaFree(dnorm);
   free(ref); free(x); free(back);
+}
+
+/* lstmd_cuda_fill_hash against the same formula in float64 on the host: fp32 exactly (2u − 1 is
+ * exact, one rounding of the product), bf16 within half its ulp; values in [−scale, scale) and
+ * not all alike (a fill of zeros or a constant would defeat its purpose). */
+static void test_fill_hash(void) {
+  enum { N = 100003 };
+  const float scale = 0.03125f * 3.0f;
+  const unsigned long long seed = 7;
+  double *ref = malloc(sizeof(double) * N);
+  for (size_t i = 0; i < N; i++) {
+    unsigned long long z = seed * 0x9E3779B97F4A7C15ull + i;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    ref[i] = (double)(float)((double)scale * (2.0 * (double)(z >> 40) / 16777216.0 - 1.0));
+  }
+  float *out = malloc(sizeof(float) * N), *d32;
+  void *d16;
+  cudaMalloc((void **)&d32, sizeof(float) * N);
+  cudaMalloc(&d16, 2 * N);
+  lstmd_check_true("hash fill launch", lstmd_cuda_fill_hash(N, d32, LSTMD_DT_F32, scale, seed, NULL) == 0 &&
+                                        lstmd_cuda_fill_hash(N, d16, LSTMD_DT_BF16, scale, seed, NULL) == 0);
+  cudaMemcpy(out, d32, sizeof(float) * N, cudaMemcpyDeviceToHost);
+  lstmd_check_close("hash fill fp32 (exact)", out, ref, N, 0.0, 0.0);
+  double lo = 1e30, hi = -1e30;
+  for (size_t i = 0; i < N; i++) {
+    lo = fmin(lo, out[i]);
+    hi = fmax(hi, out[i]);
+  }
+  char what[160];
+  snprintf(what, sizeof what, "hash fill spans [%.4f, %.4f] within [-%.4f, %.4f)", lo, hi, scale, scale);
+  lstmd_check_true(what, lo >= -scale && hi < scale && lo < -0.9 * scale && hi > 0.9 * scale);
+  lstmd_cuda_cast(N, d16, LSTMD_DT_BF16, d32, LSTMD_DT_F32, NULL);
+  cudaMemcpy(out, d32, sizeof(float) * N, cudaMemcpyDeviceToHost);
+  lstmd_check_close("hash fill bf16", out, ref, N, 0.0, 3.91e-3);
+  cudaFree(d32);
+  cudaFree(d16);
+  free(out);
+  free(ref);
 }
 
 static void test_segments(void) {
@@ -148,6 +189,7 @@ static void test_reductions(void) {
 
 void lstmd_selftest_gpu_convert(void) {
   test_casts();
+  test_fill_hash();
   test_segments();
   test_reductions();
 }
