@@ -13,8 +13,9 @@ for shape in "small 1024 2 256 128" "large 2048 4 128 256"; do
   for algo in "" standard persist_static persist_dynamic persist_static_small_h; do
     out=$(LSTMD_CUDNN_ALGO=$algo SHAPE="$H $L $T $B" STEPS=${STEPS:-20} bash "$HERE/gpu_profile.sh" "$LSTMD" 2>&1)
     choice=$(sed -n 's/.*cuDNN LSTM algorithm \([^,]*\), \([0-9.]*\) ms per.*/\1 (\2 ms)/p' <<<"$out" | head -1)
+    [[ -n $choice ]] || choice="$(sed -n 's/.*cuDNN LSTM algorithm \([^,]*\),.*/\1/p' <<<"$out" | head -1) (forced, untimed)"
     step=$(sed -n 's/^step time .*: \([0-9.]*\) ms$/\1/p' <<<"$out")
-    [[ -n $step ]] || { choice=$(grep -m1 'lstmd:' <<<"$out" | cut -c1-60); step=-; }
+    [[ -n $step ]] || { choice=$(grep 'lstmd:' <<<"$out" | tail -1 | cut -c1-60); step=-; }
     printf '%-6s %-24s %-60s %s\n' "$name" "${algo:-(lstmd picks)}" "$choice" "$step"
   done
 done
