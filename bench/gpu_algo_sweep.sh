@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# gpu_algo_sweep.sh [LSTMD] — each cuDNN LSTM algorithm forced in turn (LSTMD_CUDNN_ALGO; the
-# layout and math still chosen by timing) on bench_gpu.sh's two shapes, through gpu_profile.sh:
+# gpu_algo_sweep.sh [LSTMD] — each cuDNN LSTM algorithm forced in turn (LSTMD_CUDNN_ALGO: not
+# timed, its first set-up that runs, the unpacked layout) on bench_gpu.sh's two shapes, through gpu_profile.sh:
 # the step time each gives in training, beside what lstmd's own choice gives, to check that the
 # start-up timing (kernels/cuda/model_cuda.c, 1.) picks the fastest. A refused algorithm prints
 # its error line.

@@ -29,7 +29,7 @@ import json, statistics, sys
 spans = [e for e in json.load(open(sys.argv[1])) if e.get("ph") == "X"]
 steps = [json.loads(l) for l in open(sys.argv[2]) if '"tokens_per_s"' in l]
 tok = int(sys.argv[3]) * int(sys.argv[4])
-late = [s for s in steps if s["step"] > 5]
+late = [s for s in steps if s["step"] > 5] or steps
 step_ms = statistics.median(tok / s["tokens_per_s"] * 1e3 for s in late)
 print("step time (median of steps 6..%d, from tokens/s): %.2f ms" % (steps[-1]["step"], step_ms))
 names = {}

@@ -3,7 +3,8 @@
 # .runtime/ folder of bench/gpu_pack.sh beside it (the `make dist` release): lstmd's first GPU
 # run as one command.
 #
-#   checks (about 5 minutes): the machine (nvidia-smi, `lstmd doctor`, libraries not found),
+#   checks (2 minutes on an H200; each selftest group limited to SELFTEST_GROUP_S, 150 s, and
+#          each training run to TRAIN_S, 150 s, so a hang costs that much): the machine (nvidia-smi, `lstmd doctor`, libraries not found),
 #          every GPU group of `lstmd selftest` (what the `gpu` ctests run: CUDA kernels vs
 #          float64, cuDNN vs the CPU backend, the cuDNN set-up, the optimizer's device
 #          decisions, NCCL with 1 rank and the host-staged fallback with 2 ranks on the one
@@ -14,8 +15,9 @@
 #          layer-normalised LSTM (kernels/cuda/lstm_ln_cuda.cu) against the CPU's, and a tiny
 #          language-id-like sequence classifier (bidirectional, max-pooled, padded words of
 #          mixed lengths: cuDNN's variable-length bidirectional mode) against the CPU's, fp32 on
-#          one rank and bf16 on two.
-#   bench  (about 9 minutes): bench/bench_gpu.sh (lstmd vs PyTorch nn.LSTM + AMP, MFU), then
+#          one rank and bf16 on two; pruning (every step's loss against the CPU's, and the GPU
+#          checkpoint's exact zeros) and distillation from a larger teacher.
+#   bench  (under a minute on an H200): bench/bench_gpu.sh (lstmd vs PyTorch nn.LSTM + AMP, MFU), then
 #          `lstmd pipe-predict`: pipeline step times for 2, 4 and 8 GPUs predicted from this
 #          GPU's per-chunk cuDNN times, appended to the same results file.
 #
@@ -108,7 +110,7 @@ def steps(run):
     return [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl")) if '"step"' in l and '"loss"' in l]
 gpu, cpu = steps(sys.argv[1]), steps(sys.argv[2])
 tol = 1e-3 if sys.argv[3] in ("fp32", "tf32") else 2e-2
-ok = gpu[-1]["loss"] < gpu[0]["loss"] and len(cpu) > 0
+ok = gpu[-1]["loss"] < gpu[0]["loss"] and len(cpu) > 0 and (len(cpu) == 1 or len(cpu) == len(gpu))
 for i, (g, c) in enumerate(zip(gpu, cpu)):
     rel = abs(g["loss"] - c["loss"]) / c["loss"]
     ok = ok and rel <= tol
@@ -162,9 +164,9 @@ nvidia-smi -L
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
 if [[ $STAGE != bench ]]; then
   check "lstmd doctor --device cuda" 60 "$LSTMD" doctor --device cuda
-  # The `gpu` ctest groups and the CPU gradient check, from the release (one line per check;
-  # the whole output also in $OUT/selftest-<gpu>-<date>.txt).
-  check "lstmd selftest --gpu (no SKIP)" 540 selftest_gpu
+  # The `gpu` ctest groups, from the release (one line per check; the whole output also in
+  # $OUT/selftest-gpu.txt). The limit here is unused: each group has its own (selftest_gpu).
+  check "lstmd selftest --gpu (no SKIP)" 0 selftest_gpu
   "$LSTMD" prepare text --input "$ROOT/data/fortunes.txt" --out "$TMP/ds" >/dev/null 2>&1
   for p in fp32 tf32 bf16 fp16; do check "train $p vs CPU" 300 train_vs_cpu "$p" 1; done
   check "train bf16, 2 ranks on one GPU" 300 train_vs_cpu bf16 2

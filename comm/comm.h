@@ -22,9 +22,10 @@ void lstmd_comm_set_init_limit(double seconds, const char *source);
 /* The world rank the launcher gave this process (its environment), before MPI_Init can say; -1
  * when none did. */
 int lstmd_comm_launcher_rank(void);
-/* For a forked child about to exec a launcher (mpirun) of its own: unsets the OMPI_* and PMIX_*
- * variables that this process's MPI_Init put in the environment (a singleton's), keeping the
- * ones that were there before lstmd_comm_init (comm/launch_env.c). Call only in the child. */
+/* For a forked child about to exec a launcher (mpirun) of its own: unsets the OMPI_*, PMIX_*,
+ * ORTE_* and PRTE_* variables that this process's MPI_Init put in the environment (a
+ * singleton's), keeping the ones that were there before lstmd_comm_init (comm/launch_env.c).
+ * Call only in the child. */
 void lstmd_comm_forget_launch_env(void);
 void lstmd_comm_note_launch_env(void); /* lstmd_comm_init calls it before MPI_Init */
 /* MPI_Finalize (after all requests are done). NULL is fine. With a wait limit set on c

@@ -5,9 +5,9 @@
  * OMPI_MCA_ess=singleton, OMPI_MCA_pmix, OMPI_MCA_orte_*, PMIX_* and more in this process's
  * environment. An `mpirun` started from it (lstmd selftest's two-rank nccl check) inherits them,
  * takes itself for a process of that singleton's job and exits 1 without a word (seen on an H200,
- * 2026-11-27). lstmd_comm_init notes the OMPI_ and PMIX_ names present before MPI_Init, the
- * user's own settings (OMPI_ALLOW_RUN_AS_ROOT, OMPI_MCA_plm, ...); lstmd_comm_forget_launch_env,
- * in the forked child before exec, unsets every other one. */
+ * 2026-11-27). lstmd_comm_init notes the OMPI_, PMIX_, ORTE_ and PRTE_ names present before
+ * MPI_Init, the user's own settings (OMPI_ALLOW_RUN_AS_ROOT, OMPI_MCA_plm, ...);
+ * lstmd_comm_forget_launch_env, in the forked child before exec, unsets every other one. */
 #define _GNU_SOURCE
 #include "comm.h"
 
@@ -18,8 +18,12 @@ extern char **environ;
 
 static char **g_before; /* names, NULL-terminated; NULL: not noted (nothing is removed) */
 
+/* Open MPI 4's singleton also sets ORTE_SCHIZO_DETECTION; Open MPI 5 has PRTE_ for ORTE_. */
 static int launch_var(const char *entry) {
-  return !strncmp(entry, "OMPI_", 5) || !strncmp(entry, "PMIX_", 5);
+  static const char *const kPrefixes[] = {"OMPI_", "PMIX_", "ORTE_", "PRTE_"};
+  for (size_t i = 0; i < sizeof kPrefixes / sizeof *kPrefixes; i++)
+    if (!strncmp(entry, kPrefixes[i], 5)) return 1;
+  return 0;
 }
 
 static size_t name_len(const char *entry) { return strcspn(entry, "="); }

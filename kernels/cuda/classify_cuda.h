@@ -5,7 +5,7 @@
  * classify.c's static helpers, on device pointers, enqueued on `stream` (a cudaStream_t). Every
  * function returns 0 or LSTMD_ECUDA after printing CUDA's error text.
  * Checked against the CPU classifier (classify.c) by `lstmd selftest --gpu --only classify`
- * (worker/selftest/gpu_classify.c); not yet run on a GPU. */
+ * (worker/selftest/gpu_classify.c), which passed on an H200 (2026-11-27). */
 #ifndef LSTMD_CLASSIFY_CUDA_H
 #define LSTMD_CLASSIFY_CUDA_H
 

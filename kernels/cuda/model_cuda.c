@@ -17,9 +17,9 @@
  *    two blocks in a row agree within 3% (at most 6 blocks), the candidate's time its fastest
  *    block; the fastest candidate is kept. Both after the first GPU run (an H200, 2026-11-27),
  *    where one timed block each on zeros chose three set-ups in three runs of one shape, none
- *    timed near its training step (21.98 ms reported, 18.9 ms a whole step): the GPU starts at
- *    its idle clock (345 MHz against 1980 under load) and rises during the first candidates,
- *    and zeros run faster than data (lower power, higher clocks). fp16's default-math
+ *    timed near its training step (21.98 ms reported, 18.9 ms a whole step): a GPU idles at a
+ *    low clock and raises it under load, during the first candidates, and zeros run faster
+ *    than data (lower power, higher clocks). fp16's default-math
  *    candidate is tried only where the tensor-op one before it failed (lstm_cudnn.c, 4.).
  *    Forced (an algorithm or a full choice): the first that runs is kept; none →
  *    LSTMD_EUNSUPPORTED naming what was tried. When nothing runs, the first candidate is run
@@ -378,7 +378,11 @@ static int choose_lstm(struct lstmd_cuda_model *m) {
     if (t0) cudaEventDestroy(t0);
     return LSTMD_ECUDA;
   }
-  if (timed) LSTMD_TRY(trial_data(m, 1));
+  if (timed && trial_data(m, 1)) {
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+    return LSTMD_ECUDA;
+  }
   double best_ms = 0.0;
   char tried[768] = "", one[96];
   int prev_ok = 0, n_tried = 0;
