@@ -23,6 +23,10 @@ static void ranks_text(const Lstmd__Job *j, char *out, size_t len) {
   }
 }
 
+/* Whether a training record has reached the daemon for this job: a job resumed or preempted
+ * before its first one has a step (from its checkpoint) but no loss or rate yet. */
+static int has_progress(const Lstmd__Job *j) { return j->step > 0 && j->tokens_per_s > 0; }
+
 json_t *lstmctl_job_json(const Lstmd__Job *j) {
   json_t *settings = json_object();
   for (size_t i = 0; i < j->n_settings; i++)
@@ -38,11 +42,11 @@ json_t *lstmctl_job_json(const Lstmd__Job *j) {
   json_object_set_new(o, "continues", j->continues ? json_integer((json_int_t)j->continues)
                                                   : json_null());
   /* NaN (nothing measured yet) becomes null */
-  json_object_set_new(o, "loss", j->step ? json_real(j->loss) : json_null());
+  json_object_set_new(o, "loss", has_progress(j) ? json_real(j->loss) : json_null());
   json_object_set_new(o, "val_loss", isfinite(j->val_loss) ? json_real(j->val_loss) : json_null());
   json_object_set_new(o, "val_bpc", isfinite(j->val_bpc) ? json_real(j->val_bpc) : json_null());
   json_object_set_new(o, "val_accuracy", j->has_val_accuracy ? json_real(j->val_accuracy) : json_null());
-  json_object_set_new(o, "tokens_per_s", json_real(j->tokens_per_s));
+  json_object_set_new(o, "tokens_per_s", has_progress(j) ? json_real(j->tokens_per_s) : json_null());
   char where[256];
   ranks_text(j, where, sizeof where);
   json_t *assigned = json_array();
@@ -69,10 +73,6 @@ void lstmctl_print_json(json_t *o) {
   json_decref(o);
   fflush(stdout);
 }
-
-/* Whether a training record has reached the daemon for this job: a job resumed or preempted
- * before its first one has a step (from its checkpoint) but no loss or rate yet. */
-static int has_progress(const Lstmd__Job *j) { return j->step > 0 && j->tokens_per_s > 0; }
 
 void lstmctl_print_job_line(const Lstmd__Job *j) {
   char where[256], pos[16] = "-";

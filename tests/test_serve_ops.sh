@@ -239,9 +239,10 @@ else bad "--continue $j (cancelled at step $stop): $(ctl status "$k" 2>&1); $(gr
 m=$(ctl submit --continue "$k" --set train.steps=100000000 --set train.log_every=100000000 | tail -1)
 at_step() { [[ $(field "$1" state) == RUNNING && $(field "$1" step) == "$2" ]]; }
 if wait_for 60 at_step "$m" $((stop + 2)) && st=$(ctl status "$m") && [[ $st == *"step $((stop + 2)) of 100000000"$'\n'* ]] &&
-   [[ $(ctl top --once | awk -v id="$m" '$1 == id {print $5, $6, $7, $8}') == "$((stop + 2))/100000000 - - -" ]]; then
-  ok "a resumed job before its first log step: status and top show step $((stop + 2)), no rate"
-else bad "job $m resumed at step $((stop + 2)): $(ctl status "$m"); $(ctl top --once | tail -2)"; fi
+   [[ $(ctl top --once | awk -v id="$m" '$1 == id {print $5, $6, $7, $8}') == "$((stop + 2))/100000000 - - -" ]] &&
+   [[ $(field "$m" loss) == None && $(field "$m" tokens_per_s) == None ]]; then
+  ok "a resumed job before its first log step: status and top show step $((stop + 2)), no rate; --json loss and tokens_per_s null"
+else bad "job $m resumed at step $((stop + 2)): $(ctl status "$m"); $(ctl top --once | tail -2); $(ctl --json status "$m")"; fi
 ctl cancel "$m" >/dev/null
 wait_for 60 state_is "$m" CANCELLED || bad "job $m not cancelled: $(ctl status "$m")"
 l=$(ctl submit --config "$TMP/job.ini" --name long | tail -1)
