@@ -43,10 +43,7 @@ int lstmd_classify_eval_print(const struct lstmd_model *m, const struct lstmd_da
   /* a series classifier's values are normalised as in its training (a split prepared from
    * another file has its own mean and std in the header) */
   struct lstmd_dataset scored = *val;
-  char why[320];
-  if (lstmd_series_use_model_stats(meta, &scored, why, sizeof why) >= 0)
-    fprintf(stderr, "lstmd: note: %s was prepared with other statistics than the classifier was "
-            "trained with (%s); scoring with the checkpoint's, as classify does\n", val->path, why);
+  lstmd_series_score_as_model(meta, &scored, "the classifier", ", as classify does");
   int rc = lstmd_clf_evaluate(m, &scored, batch, res);
   if (!rc) {
     const int C = res->classes;

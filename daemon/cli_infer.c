@@ -57,10 +57,7 @@ int lstmd_cmd_eval(int argc, char **argv) {
   struct lstmd_eval_result res = {0};
   if (!rc) {
     rc = lstmd_check_compatible(&meta, &val);
-    char why[320];
-    if (!rc && lstmd_series_use_model_stats(&meta, &val, why, sizeof why) >= 0)
-      fprintf(stderr, "lstmd: note: %s was prepared with other statistics than %s was trained "
-              "with (%s); scoring with the checkpoint's, as predict does\n", val_path, ckpt, why);
+    if (!rc) lstmd_series_score_as_model(&meta, &val, ckpt, ", as predict does");
     if (!rc)
       rc = lstmd_infer_evaluate_full(&m, &val, meta.seq_len, batch ? (int)batch : meta.batch, 1,
                                      &res);

@@ -61,10 +61,7 @@ static int open_calibration(const char *dir, const char *out, const struct lstmd
     lstmd_dataset_close(val);
     return rc;
   }
-  char why[320];
-  if (lstmd_series_use_model_stats(meta, val, why, sizeof why) >= 0)
-    fprintf(stderr, "lstmd: note: %s was prepared with other statistics than the checkpoint was "
-            "trained with (%s); scoring with the checkpoint's\n", path, why);
+  lstmd_series_score_as_model(meta, val, "the checkpoint", "");
   return LSTMD_OK;
 }
 

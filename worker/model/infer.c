@@ -340,6 +340,14 @@ int lstmd_series_use_model_stats(const struct lstmd_data_meta *d, struct lstmd_d
   return c;
 }
 
+void lstmd_series_score_as_model(const struct lstmd_data_meta *d, struct lstmd_dataset *ds,
+                                 const char *model, const char *as) {
+  char why[320];
+  if (lstmd_series_use_model_stats(d, ds, why, sizeof why) >= 0)
+    fprintf(stderr, "lstmd: note: %s was prepared with other statistics than %s was trained with "
+            "(%s); scoring with the checkpoint's%s\n", ds->path, model, why, as);
+}
+
 /* Draws a token from logits [V] at the given temperature (0: argmax). */
 static int draw(const float *logits, int V, float temperature, struct lstmd_rng *rng) {
   int best = 0;

@@ -84,6 +84,11 @@ int lstmd_check_compatible(const struct lstmd_data_meta *d, const struct lstmd_d
  * set (-1). */
 int lstmd_series_use_model_stats(const struct lstmd_data_meta *d, struct lstmd_dataset *ds,
                                  char *why, size_t why_len);
+/* lstmd_series_use_model_stats, and where the split's own statistics differed a note on stderr:
+ * "<ds->path> was prepared with other statistics than <model> was trained with (<why>); scoring
+ * with the checkpoint's<as>" (as: "" or ", as predict does"). */
+void lstmd_series_score_as_model(const struct lstmd_data_meta *d, struct lstmd_dataset *ds,
+                                 const char *model, const char *as);
 
 /* Writes prime, then `length` sampled bytes, to out. temperature 0 is greedy (argmax). A prime
  * byte outside the vocabulary gives LSTMD_EINVAL with a message. prime may be NULL (starts from
