@@ -8,7 +8,8 @@
 #     statistics in both headers; a file without gaps: no line, and without --missing no record;
 #     blank lines are skipped with one warning naming the first (none for trailing ones);
 #  3. a column that is all gaps exits 2 naming it; a token that is neither a number nor a gap
-#     exits 2 naming its line and column, under every method;
+#     exits 2 naming its line and column, under every method, and so does a hexadecimal (0x10,
+#     which strtod reads as 16, with a hint) or infinite value;
 #  4. predict: the checkpoint of a run on data prepared with --missing linear records it
 #     (series.missing) and so does its int8 model; predict of a CSV with gaps fills it that way
 #     by default (output = predict of the same CSV filled by hand), --missing previous overrides
@@ -117,6 +118,16 @@ for m in error previous linear; do
   [[ $rc == 2 && ! -e $TMP/d-token ]] && grep -q "token.csv:4: column 'x': 'n.a.' is not a finite number" "$TMP/err" \
     && ok "--missing $m, a token that is no gap: exit 2, $(head -1 "$TMP/err")" \
     || bad "--missing $m, a token that is no gap: exit $rc, $(cat "$TMP/err")"
+done
+# hexadecimal (strtod reads 0x10 as 16) and non-finite values are refused, not read
+for v in 0x10 ' -0X1p3' inf Infinity; do
+  printf 't,y,x\n0,1,2\n1,2,3\n2,3,"%s"\n3,4,5\n4,5,6\n5,6,7\n' "$v" >"$TMP/hex.csv"
+  want="hex.csv:4: column 'x': '$v' is not a finite number"
+  [[ $v == *[xX]* ]] && want+=" (hexadecimal is not read: write the value in decimal)"
+  rm -rf "$TMP/d-hex"
+  prep --input "$TMP/hex.csv" --out "$TMP/d-hex" --missing linear 2>"$TMP/err"; rc=$?
+  [[ $rc == 2 && ! -e $TMP/d-hex ]] && grep -qF "$want" "$TMP/err" \
+    && ok "'$v' refused: $(head -1 "$TMP/err")" || bad "'$v' not refused: exit $rc, $(cat "$TMP/err")"
 done
 
 # 4. predict: 60 rows of a wave with gaps; the same rows filled by hand (as each method fills)

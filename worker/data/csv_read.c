@@ -37,6 +37,9 @@ void lstmd_csv_fail(struct lstmd_csv_pos *pos, const char *fmt, ...) {
 }
 
 int lstmd_csv_number(const char *text, size_t len, float *out) {
+  /* strtod also reads C's hexadecimal ("0x10" as 16, "0x1p3" as 8); no decimal number holds an
+   * 'x', and in a CSV cell one is a mistake far more often than meant, so it is refused. */
+  if (memchr(text, 'x', len) || memchr(text, 'X', len)) return -1;
   char *end;
   errno = 0;
   double v = strtod(text, &end);
@@ -173,6 +176,14 @@ int lstmd_csv_parse_file(struct lstmd_csv_pos *pos, void (*on_field)(void *, siz
     return LSTMD_EIO;
   }
   return pos->failed ? LSTMD_EFORMAT : LSTMD_OK;
+}
+
+const char *lstmd_csv_number_hint(const char *text) {
+  while (*text == ' ' || *text == '\t') text++;
+  if (*text == '+' || *text == '-') text++;
+  return text[0] == '0' && (text[1] == 'x' || text[1] == 'X')
+             ? " (hexadecimal is not read: write the value in decimal)"
+             : "";
 }
 
 size_t lstmd_csv_trim(const char *text, size_t len, const char **start) {

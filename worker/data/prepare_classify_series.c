@@ -105,7 +105,8 @@ static int add_row(struct rows_state *st, int label_at) {
       continue;
     }
     if (!lstmd_csv_is_missing(text, len)) {
-      lstmd_csv_fail(&st->pos, "column %d: '%.40s' is not a finite number", k + 1, text);
+      lstmd_csv_fail(&st->pos, "column %d: '%.40s' is not a finite number%s", k + 1, text,
+                     lstmd_csv_number_hint(text));
       return 0;
     }
     if (st->missing != LSTMD_MISSING_ERROR) { /* filled below, within this row */

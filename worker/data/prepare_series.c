@@ -50,7 +50,8 @@ static void on_field(void *data, size_t len, void *ctx) {
     /* a number first (nearly every field is one); a gap token is never one */
     if (lstmd_csv_number(text, len, &st->row[u]) == 0) continue;
     if (!lstmd_csv_is_missing(text, len)) {
-      fail(st, "column '%s': '%.40s' is not a finite number", st->want[u], text);
+      fail(st, "column '%s': '%.40s' is not a finite number%s", st->want[u], text,
+           lstmd_csv_number_hint(text));
       return;
     }
     if (st->missing != LSTMD_MISSING_ERROR) { /* csv_missing.c fills the NaN after the last row */
