@@ -61,6 +61,11 @@ int lstmd_opt_missing(const char *cmd, const char *text, int dflt, int *out);
  * missing. */
 int lstmd_opt_not_same_file(const char *cmd, const char *in_name, const char *in,
                             const char *out_name, const char *out);
+/* `--out -` is stdout where the output is text (predict's CSV); where it is binary or a folder
+ * (what: "a dataset folder", "an int8 model", ...) this prints "CMD: --out -: '-' means stdout
+ * only for text output, and CMD writes WHAT; ..." and returns 2; 0 for any other out (NULL
+ * included). */
+int lstmd_opt_out_not_stdout(const char *cmd, const char *out, const char *what);
 /* The signals that ask a run to stop cleanly (finish the step, checkpoint, exit 0): SIGINT,
  * SIGTERM (Slurm's scancel, time limit, preemption) and SIGUSR1 (what mpirun forwards to every
  * rank, and what the systemd unit sends). handler must be async-signal-safe. */

@@ -38,7 +38,9 @@ int lstmd_cmd_export(int argc, char **argv) {
     lstmd_errorf("export onnx: --%s is required", ckpt ? "out" : "checkpoint");
     return 2;
   }
-  if ((rc = lstmd_opt_not_same_file("export onnx", "checkpoint", ckpt, "out", out))) return rc;
+  if ((rc = lstmd_opt_out_not_stdout("export onnx", out, "an ONNX model (binary protobuf)")) ||
+      (rc = lstmd_opt_not_same_file("export onnx", "checkpoint", ckpt, "out", out)))
+    return rc;
   long opset = LSTMD_ONNX_OPSET_DEFAULT;
   if (opset_text && (rc = lstmd_opt_long("export onnx", "opset", opset_text, LSTMD_ONNX_OPSET_MIN,
                                          LSTMD_ONNX_OPSET_MAX, &opset)))

@@ -135,17 +135,19 @@ int lstmd_cmd_predict(int argc, char **argv) {
             "                     [--missing error|previous|linear]\n"
             "Writes, for every input row, the forecast of the next K target values; --baselines\n"
             "adds the persistence and (with a season) seasonal-naive forecasts as columns.\n"
+            "--out -: the CSV to stdout.\n"
             "--missing: what an empty, NA, N/A, NaN or null field becomes, as in prepare series\n"
             "  (default: what the model's training data was prepared with, else error).\n");
     return rc;
   }
   long batch;
   int missing;
+  const int to_stdout = out && !strcmp(out, "-"); /* the CSV is text: --out - is stdout */
   if ((rc = require("predict", "checkpoint", ckpt)) || (rc = require("predict", "input", input)) ||
       (rc = require("predict", "out", out)) ||
-      (rc = lstmd_opt_not_same_file("predict", "input", input, "out", out)) ||
+      (!to_stdout && (rc = lstmd_opt_not_same_file("predict", "input", input, "out", out))) ||
       /* and not the model either: the CSV would replace the checkpoint it is forecast with */
-      (rc = lstmd_opt_not_same_file("predict", "checkpoint", ckpt, "out", out)) ||
+      (!to_stdout && (rc = lstmd_opt_not_same_file("predict", "checkpoint", ckpt, "out", out))) ||
       (rc = lstmd_opt_long("predict", "batch", batch_text, 1, 65536, &batch)) ||
       /* -1: as the model's training data was prepared */
       (rc = lstmd_opt_missing("predict", missing_text, -1, &missing)))

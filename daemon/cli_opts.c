@@ -104,6 +104,13 @@ int lstmd_opt_not_same_file(const char *cmd, const char *in_name, const char *in
   return 2;
 }
 
+int lstmd_opt_out_not_stdout(const char *cmd, const char *out, const char *what) {
+  if (!out || strcmp(out, "-") != 0) return 0;
+  lstmd_errorf("%s: --out -: '-' means stdout only for text output, and %s writes %s; name "
+               "where it goes (./- for a path called '-')", cmd, cmd, what);
+  return 2;
+}
+
 int lstmd_exit_code(int status) {
   switch (status) {
     case LSTMD_OK: return 0;

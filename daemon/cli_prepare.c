@@ -28,6 +28,7 @@ int lstmd_cmd_prepare(int argc, char **argv) {
     }
     double f;
     if ((rc = need("prepare text", "input", input)) || (rc = need("prepare text", "out", out)) ||
+        (rc = lstmd_opt_out_not_stdout("prepare text", out, "a dataset folder")) ||
         (rc = lstmd_opt_double("prepare text", "val-fraction", vf, 0.0, 0.5, &f)))
       return rc;
     return lstmd_exit_code(lstmd_prepare_text(input, out, f));
@@ -53,6 +54,7 @@ int lstmd_cmd_prepare(int argc, char **argv) {
     long k, p;
     int m;
     if ((rc = need("prepare series", "input", input)) || (rc = need("prepare series", "out", out)) ||
+        (rc = lstmd_opt_out_not_stdout("prepare series", out, "a dataset folder")) ||
         (rc = need("prepare series", "target", target)) ||
         (rc = lstmd_opt_double("prepare series", "val-fraction", vf, 0.0, 0.5, &f)) ||
         (rc = lstmd_opt_long("prepare series", "horizon", horizon, 1, 4096, &k)) ||
@@ -91,6 +93,7 @@ int lstmd_cmd_prepare(int argc, char **argv) {
     long col = 0;
     if ((rc = need("prepare classify", "input", input)) ||
         (rc = need("prepare classify", "out", out)) ||
+        (rc = lstmd_opt_out_not_stdout("prepare classify", out, "a dataset folder")) ||
         (rc = lstmd_opt_double("prepare classify", "val-fraction", vf, 0.0, 0.5, &f)))
       return rc;
     if (!series) {

@@ -112,7 +112,9 @@ int lstmd_cmd_quantize(int argc, char **argv) {
     lstmd_errorf("quantize: --%s is required", ckpt ? "out" : "checkpoint");
     return 2;
   }
-  if ((rc = lstmd_opt_not_same_file("quantize", "checkpoint", ckpt, "out", out))) return rc;
+  if ((rc = lstmd_opt_out_not_stdout("quantize", out, "an int8 model (binary)")) ||
+      (rc = lstmd_opt_not_same_file("quantize", "checkpoint", ckpt, "out", out)))
+    return rc;
   lstmd_cpu_set_blas_threads(0);
   struct lstmd_model *m;
   struct lstmd_data_meta meta;

@@ -2,7 +2,8 @@
 # test_bad_input.sh — lstmd on bad input: missing/empty/malformed data files, corrupt prepared
 # datasets, bad configs, corrupt or foreign checkpoints, a prime outside the vocabulary; CSV
 # dialects (byte order mark, quotes, CRLF, spaced column names) that must give the plain file's
-# dataset, and predict --out naming its --input.
+# dataset, predict --out naming its --input, and --out - (stdout for predict's CSV, refused for
+# datasets and models).
 # Every case must: exit with exactly 2 (no crash, no 1; a few cases say otherwise: an unwritable
 # output exits 1, a warning 0), print nothing on stdout, print a message
 # on stderr that names the offending file (and CSV line / config key where given), and, for
@@ -730,6 +731,33 @@ check "predict: --out is the --checkpoint" --file "$TMP/same-series.safetensors"
   --out "$TMP/./same-series.safetensors"
 cases=$((cases + 1))
 cmp -s "$SCKPT" "$TMP/same-series.safetensors" || fail "predict: --out the --checkpoint" "the checkpoint was changed"
+# --out -: stdout for predict's CSV (the same bytes as its --out FILE); refused with exit 2 where
+# the output is a folder or binary, which made a folder or file called '-' in the working folder
+# ($TMP here)
+printf 'a\thello\nb\tworld\n' >"$TMP/two.tsv"
+check "prepare text: --out -" --has "prepare text: --out -: '-' means stdout only for text" -- \
+  "$LSTMD" prepare text --input "$DATA/fortunes.txt" --out -
+check "prepare series: --out -" --has "prepare series writes a dataset folder" -- \
+  "$LSTMD" prepare series --input "$DATA/seattle-temps.csv" --target temp --out -
+check "prepare classify: --out -" --has "prepare classify writes a dataset folder" -- \
+  "$LSTMD" prepare classify --input "$TMP/two.tsv" --val-fraction 0 --out -
+check "quantize: --out -" --has "quantize writes an int8 model (binary)" -- \
+  "$LSTMD" quantize --checkpoint "$CKPT" --out -
+check "export onnx: --out -" --has "export onnx writes an ONNX model (binary protobuf)" -- \
+  "$LSTMD" export onnx --checkpoint "$CKPT" --out -
+cases=$((cases + 1))
+[[ ! -e $TMP/- ]] || fail "--out - of a binary output" "made '$TMP/-': $(ls -ld "$TMP/-")"
+cases=$((cases + 1))
+"$LSTMD" predict --checkpoint "$SCKPT" --input "$DATA/seattle-temps.csv" --out "$TMP/pred-file.csv" \
+  2>"$TMP/pred.err" && "$LSTMD" predict --checkpoint "$SCKPT" --input "$DATA/seattle-temps.csv" \
+  --out - >"$TMP/pred-stdout.csv" 2>>"$TMP/pred.err"; rc=$?
+if ((rc != 0)) || [[ -e $TMP/- ]] || ! cmp -s "$TMP/pred-file.csv" "$TMP/pred-stdout.csv" ||
+   [[ ! -s $TMP/pred-file.csv ]]; then
+  fail "predict --out -" "exit $rc, file '-' $([[ -e $TMP/- ]] && echo made || echo not made), \
+stdout $(wc -c <"$TMP/pred-stdout.csv") bytes vs --out FILE $(wc -c <"$TMP/pred-file.csv"): $(head -2 "$TMP/pred.err")"
+else
+  echo "ok   [predict --out -] the CSV on stdout, $(wc -l <"$TMP/pred-stdout.csv") lines = --out FILE's"
+fi
 # --config given twice: the second file silently replaced the first (user trial: `train --config
 # base.ini --config distill.ini` trained without base.ini's data.path and said only that it was
 # missing). Other options given twice: the last wins (test_classify_train overrides --device).

@@ -2,8 +2,10 @@
 #define _GNU_SOURCE
 #include "infer.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -542,6 +544,14 @@ int lstmd_predict(const struct lstmd_infer_model *im, const struct lstmd_data_me
   runner_close(&r);
   free(rows);
   if (out && fclose(out) != 0 && !rc) rc = LSTMD_ENOMEM;
+  if (!rc && !strcmp(out_csv, "-")) { /* stdout: whole, after every forecast was made */
+    if (fwrite(text, 1, text_len, stdout) != text_len || fflush(stdout) != 0) {
+      lstmd_errorf("predict: writing the forecasts to stdout failed: %s", strerror(errno));
+      rc = LSTMD_EWRITE;
+    }
+    free(text);
+    return rc;
+  }
   struct lstmd_durable file;
   if (!rc) rc = lstmd_durable_open(&file, out_csv);
   if (!rc) {

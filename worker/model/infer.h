@@ -101,7 +101,8 @@ int lstmd_sample(const struct lstmd_infer_model *im, const struct lstmd_data_met
  * columns, normalised with the checkpoint's mean/std), in windows of the training seq_len T,
  * each from a zero state, the last one ending at the last row (so the newest row's forecast
  * sees T rows; rows [0, n mod T) are one shorter window), `batch` windows at a time (the output
- * does not depend on it), with the model's target and window_norm undone. Writes out_csv atomically:
+ * does not depend on it), with the model's target and window_norm undone. Writes out_csv atomically
+ * (out_csv "-": stdout, once every forecast is made; a failed write LSTMD_EWRITE):
  * "row,<target>+1,...,<target>+K", with `baselines` then persistence+1..K and (a season P in the
  * data) seasonalP+1..K, the naive forecasts of series_tf.h in the target's units. missing (enum
  * lstmd_missing, or -1: the one d->info records, the way the training data was prepared): what a
