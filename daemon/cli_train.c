@@ -173,7 +173,10 @@ int lstmd_cmd_train(int argc, char **argv) {
       fprintf(stderr, "lstmd: no %s/latest.safetensors yet: starting a fresh run\n", cfg.run_dir);
     resume = found > 0 ? latest : NULL;
   }
-  if (rank == 0) {
+  /* Ranks that are not a multiple of rank 0's model.stages: the set-up's first vote refuses the
+   * run (train_setup.c: plan_grid, which prints why on every path that trains), so the dump is
+   * left out rather than bury that one line under sixty (mpirun -np 3 of model.stages=2). */
+  if (rank == 0 && world % cfg.stages == 0) {
     lstmd_blas_warn_weak_kernels();
     fprintf(stderr, "lstmd: effective config:\n");
     lstmd_config_print(&cfg, stderr);

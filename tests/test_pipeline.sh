@@ -14,7 +14,8 @@
 #     gathered file strictly and its outputs match; a resume on the same layout is bitwise; a
 #     resume on another layout (S=2 → 1 rank, → S=1 D=2, → S=4; 1 rank → S=2) within 1e-5.
 #  3. Failures: bad layouts exit 2 (every rank) naming the key, also when only rank 1's
-#     model.stages does not fit the ranks; SIGUSR1 to mpirun checkpoints and
+#     model.stages does not fit the ranks (ranks that do not fit rank 0's: the refusal with no
+#     effective-config dump before it); SIGUSR1 to mpirun checkpoints and
 #     exits 0; kill -9 of a stage rank ends every rank within 15 s with lstmd naming the lost
 #     rank, and the run resumes bitwise; kill -STOP of a stage with train.comm_timeout_s=5 ends
 #     the others within 5 + 10 s naming the awaited peer, stage and item; a stage frozen as an
@@ -138,6 +139,11 @@ equal from-1rank ref-stream run-ref-stream/step-3.safetensors 1e-5
 # bad layouts: exit 2, a message naming the key, no hang
 layout() { refused "bad layout ($1)" "$@"; }
 layout world3 3 model.stages --set model.stages=2
+# ... and that refusal is the first thing said, not a line after the 60-line effective config
+err_at=$(grep -n -m1 '^lstmd: model.stages: 3 ranks cannot be cut' log-bad-world3 | cut -d: -f1)
+dump_at=$(grep -n -m1 '^lstmd: effective config:' log-bad-world3 | cut -d: -f1)
+[[ -n $err_at && -z $dump_at ]] && ok "bad layout (world3): the refusal on line $err_at, no config dump" ||
+  bad "bad layout (world3): the refusal on line '${err_at}', the config dump from line '${dump_at}'"
 layout stages5 1 model.stages --set model.stages=5
 layout stagelayers 2 model.stage_layers --set model.stages=2 --set model.stage_layers=2,1
 layout microbatch 2 train.micro_batches --set model.stages=2 --set train.micro_batches=3
