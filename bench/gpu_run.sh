@@ -23,7 +23,9 @@
 #   study  (about 4 minutes; not part of all): the open question of the first H200 run, why the
 #          small bench shape's step time moves by a quarter between processes with the cuDNN
 #          algorithm forced: bench/gpu_algo_sweep.sh three times over, interleaved, with the SM
-#          clock, power and throttle reasons logged every 200 ms to $OUT/clocks.csv.
+#          clock, power and throttle reasons logged every 200 ms to $OUT/clocks.csv; and the
+#          second, why 2 ranks sharing the GPU (host-staged sums) trained 18x slower than one:
+#          bench/gpu_profile.sh's spans of gpu_run's training shape on 1 rank and on 2.
 #
 # Logs go to $OUT (the device tool's folder, else ./gpu-run-out): gpu-run-<stage>.log with a
 # PASS/FAIL/SKIP summary at its end, and for bench the results file named after the GPU and the
@@ -203,6 +205,10 @@ if [[ $STAGE == study ]]; then
   check "algorithm sweep x3, clocks logged" 420 env REPEAT=3 SHAPES="small large" \
     ALGOS="auto standard persist_dynamic" CLOCKS_OUT="$OUT/clocks.csv" \
     bash -o pipefail -c '"$1" "$2" | tee "$3"' _ "$ROOT/bench/gpu_algo_sweep.sh" "$LSTMD" "$OUT/algo-sweep.txt"
+  for np in 1 2; do
+    check "spans of H256 L2 T64 B16 bf16 on $np rank(s)" 120 env NP=$np SHAPE="256 2 64 16" STEPS=30 \
+      bash -o pipefail -c '"$1" "$2" | tee "$3"' _ "$ROOT/bench/gpu_profile.sh" "$LSTMD" "$OUT/profile-np$np.txt"
+  done
 fi
 if [[ $STAGE == bench || $STAGE == all ]]; then
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr -c 'A-Za-z0-9\n' '-' | tr -s '-')
