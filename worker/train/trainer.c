@@ -169,8 +169,11 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   *stop = totals[1] > 0.0;
   const long covered = tm->loss_pending; /* earlier steps in this loss (engine.h) */
   tm->loss_pending = out.loss_pending ? covered + 1 : 0;
+  /* The loss and the gradient norm below are the same on every rank (summed over all of them),
+   * so rank 0 alone says why the run stops: one line, not one per rank. */
   if (!isfinite(*loss_out)) {
-    if (covered)
+    if (r->rank != 0) {
+    } else if (covered)
       lstmd_errorf("steps %ld..%ld: the training loss is not finite (%g); lower optim.lr or set "
                    "optim.clip_norm", next - covered, next, *loss_out);
     else
@@ -191,7 +194,8 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   }
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "optimizer", t_opt, lstmd_now_s(), NULL);
   if (rc == LSTMD_ENONFINITE) {
-    if (outcome.bad_steps_ago) /* decided on the device, read at this logged step */
+    if (r->rank != 0) {
+    } else if (outcome.bad_steps_ago) /* decided on the device, read at this logged step */
       lstmd_errorf("step %ld: non-finite gradient norm (seen at step %ld; no update since); "
                    "lower optim.lr or set optim.clip_norm", next - outcome.bad_steps_ago, next);
     else
