@@ -252,6 +252,12 @@ int main(void) {
                                            .layers = 2, .horizon = 4};
   check_model("text", &text, 1);
   check_model("series", &series, 2);
+  /* H 24: gate blocks that start inside a 16-row weight panel (each gate's recurrence used to be
+   * added twice to the columns its panels share with the next gate: int8 MSE 5× fp32's) */
+  struct lstmd_model_shape odd_text = text, odd_series = series;
+  odd_text.hidden = odd_series.hidden = 24;
+  check_model("text H24", &odd_text, 3);
+  check_model("series H24", &odd_series, 4);
   struct lstmd_model_shape big_text = text, big_series = series;
   big_text.hidden = big_series.hidden = 512;
   check_threads("text", &text, 20);

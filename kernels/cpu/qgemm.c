@@ -236,10 +236,10 @@ struct sink {
 
 /* The epilogue (plain C: the same float operations whatever kernel ran; emit_avx512 below does
  * them 16 at a time). */
-static void emit(const struct sink *s, const struct lstmd_qweight *w, int m0, int R, int n0,
-                 int n1, const int32_t *acc) {
+static void emit(const struct sink *s, const struct lstmd_qweight *w, int m0, int R, int nb,
+                 int n0, int n1, const int32_t *acc) {
   for (int r = 0; r < R; r++) {
-    const int32_t *a = acc + r * 64;
+    const int32_t *a = acc + r * 64 + (n0 - nb);
     const int m = m0 + r;
     if (s->acc_out) {
       memcpy(s->acc_out + (size_t)m * w->N + n0, a, (size_t)(n1 - n0) * sizeof(int32_t));
@@ -263,7 +263,7 @@ static void emit(const struct sink *s, const struct lstmd_qweight *w, int m0, in
  * into an FMA (one rounding instead of two), which would change the bits. */
 __attribute__((target("avx512f"))) static void emit_avx512(const struct sink *s,
                                                            const struct lstmd_qweight *w, int m0,
-                                                           int R, int n0, int n1,
+                                                           int R, int nb, int n0, int n1,
                                                            const int32_t *acc) {
   const __m512 zero = _mm512_setzero_ps();
   for (int r = 0; r < R; r++) {
@@ -273,7 +273,7 @@ __attribute__((target("avx512f"))) static void emit_avx512(const struct sink *s,
     float *y = s->y + (size_t)m * s->ldy;
     for (int n = n0; n < n1; n += 16) {
       const __mmask16 k = n1 - n >= 16 ? 0xffff : (__mmask16)((1u << (n1 - n)) - 1);
-      const __m512i a = _mm512_maskz_loadu_epi32(k, acc + r * 64 + (n - n0));
+      const __m512i a = _mm512_maskz_loadu_epi32(k, acc + r * 64 + (n - nb));
       const __m512i d = _mm512_sub_epi32(a, _mm512_mullo_epi32(z, _mm512_maskz_loadu_epi32(k, w->rowsum + n)));
       __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(sx, _mm512_maskz_loadu_ps(k, w->scale + n)));
       __asm__("" : "+v"(v));
@@ -284,12 +284,15 @@ __attribute__((target("avx512f"))) static void emit_avx512(const struct sink *s,
   }
 }
 
-/* Panels [first, panels) only. Panel groups outside, row blocks inside: a group of P panels
+/* Output columns [lo, hi) only: the panels holding them, each block's epilogue clipped to the
+ * range (a column outside it, in a panel it shares, is left alone: accumulate would add it twice).
+ * Panel groups outside, row blocks inside: a group of P panels
  * (P·16 rows of W, P·16·Kp bytes) stays in cache while every row of q streams past it. Each sum
  * is exact in int32 and the epilogue is per element, so how the panels are grouped (and which
  * thread runs which range) does not change a bit of the output. */
 static void run(enum lstmd_qkernel k, int M, const uint8_t *q, const struct lstmd_qweight *w,
-                int first, int panels, const struct sink *s) {
+                int lo, int hi, const struct sink *s) {
+  const int first = lo / kPanel, panels = (hi + kPanel - 1) / kPanel;
   const struct family *f = family_of(k);
   const int groups = w->Kp / 4;
   const size_t panel_bytes = (size_t)w->Kp * kPanel;
@@ -297,7 +300,8 @@ static void run(enum lstmd_qkernel k, int M, const uint8_t *q, const struct lstm
   for (int p0 = first; p0 < panels; p0 += f->panels) {
     const int P = panels - p0 < f->panels ? panels - p0 : f->panels;
     const int8_t *wp = w->panels + (size_t)p0 * panel_bytes;
-    const int n0 = p0 * kPanel, n1 = (p0 + P) * kPanel < w->N ? (p0 + P) * kPanel : w->N;
+    const int nb = p0 * kPanel, n0 = nb > lo ? nb : lo;
+    const int n1 = (p0 + P) * kPanel < hi ? (p0 + P) * kPanel : hi;
     for (int m = 0; m < M; m += f->rows) {
       const int R = M - m < f->rows ? M - m : f->rows;
       const uint8_t *qm = q + (size_t)m * w->Kp;
@@ -305,8 +309,8 @@ static void run(enum lstmd_qkernel k, int M, const uint8_t *q, const struct lstm
         generic_block(R, P, groups, qm, (size_t)w->Kp, wp, panel_bytes, acc);
       else
         f->kernel[R - 1][P - 1](groups, qm, (size_t)w->Kp, wp, panel_bytes, acc);
-      if (k == LSTMD_QKERNEL_VNNI && !s->acc_out) emit_avx512(s, w, m, R, n0, n1, acc);
-      else emit(s, w, m, R, n0, n1, acc);
+      if (k == LSTMD_QKERNEL_VNNI && !s->acc_out) emit_avx512(s, w, m, R, nb, n0, n1, acc);
+      else emit(s, w, m, R, nb, n0, n1, acc);
     }
   }
 }
@@ -321,11 +325,11 @@ void lstmd_cpu_qgemm_cols(int M, const uint8_t *q, const float *scale, const int
                           const struct lstmd_qweight *w, int n0, int n1, const float *bias,
                           float *y, int ldy, int accumulate) {
   const struct sink s = {NULL, scale, zero, bias, y, ldy, accumulate};
-  run(lstmd_cpu_qkernel(), M, q, w, n0 / kPanel, (n1 + kPanel - 1) / kPanel, &s);
+  run(lstmd_cpu_qkernel(), M, q, w, n0, n1, &s);
 }
 
 void lstmd_cpu_qgemm_int32(enum lstmd_qkernel k, int M, const uint8_t *q,
                            const struct lstmd_qweight *w, int32_t *acc) {
   const struct sink s = {.acc_out = acc};
-  run(k, M, q, w, 0, (w->N + kPanel - 1) / kPanel, &s);
+  run(k, M, q, w, 0, w->N, &s);
 }

@@ -60,8 +60,9 @@ void lstmd_cpu_quantize_act(int M, int K, const float *x, int ldx, uint8_t *q, f
 void lstmd_cpu_qgemm(int M, const uint8_t *q, const float *scale, const int32_t *zero,
                      const struct lstmd_qweight *w, const float *bias, float *y, int ldy,
                      int accumulate);
-/* The same for output columns [n0, n1) of y only (n0 a multiple of 16, n1 a multiple of 16 or
- * N): threads that split W's rows between them get the bits one call over all of them gives. */
+/* The same for output columns [n0, n1) of y only, any 0 ≤ n0 ≤ n1 ≤ N (columns outside are not
+ * written, also where they share a 16-row panel: a gate block of an H that is not a multiple of
+ * 16): threads that split W's rows between them get the bits one call over all of them gives. */
 void lstmd_cpu_qgemm_cols(int M, const uint8_t *q, const float *scale, const int32_t *zero,
                           const struct lstmd_qweight *w, int n0, int n1, const float *bias,
                           float *y, int ldy, int accumulate);
