@@ -66,6 +66,9 @@ int lstmd_opt_not_same_file(const char *cmd, const char *in_name, const char *in
  * only for text output, and CMD writes WHAT; ..." and returns 2; 0 for any other out (NULL
  * included). */
 int lstmd_opt_out_not_stdout(const char *cmd, const char *out, const char *what);
+/* 2 after a message when `out` exists and is a training checkpoint or a dataset split
+ * (lstmd_file_not_to_replace), which quantize, export and predict must not replace; else 0. */
+int lstmd_opt_out_replaces_no_input(const char *cmd, const char *out);
 /* The signals that ask a run to stop cleanly (finish the step, checkpoint, exit 0): SIGINT,
  * SIGTERM (Slurm's scancel, time limit, preemption) and SIGUSR1 (what mpirun forwards to every
  * rank, and what the systemd unit sends). handler must be async-signal-safe. */

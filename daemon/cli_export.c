@@ -39,7 +39,8 @@ int lstmd_cmd_export(int argc, char **argv) {
     return 2;
   }
   if ((rc = lstmd_opt_out_not_stdout("export onnx", out, "an ONNX model (binary protobuf)")) ||
-      (rc = lstmd_opt_not_same_file("export onnx", "checkpoint", ckpt, "out", out)))
+      (rc = lstmd_opt_not_same_file("export onnx", "checkpoint", ckpt, "out", out)) ||
+      (rc = lstmd_opt_out_replaces_no_input("export onnx", out)))
     return rc;
   long opset = LSTMD_ONNX_OPSET_DEFAULT;
   if (opset_text && (rc = lstmd_opt_long("export onnx", "opset", opset_text, LSTMD_ONNX_OPSET_MIN,

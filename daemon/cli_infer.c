@@ -148,6 +148,7 @@ int lstmd_cmd_predict(int argc, char **argv) {
       (!to_stdout && (rc = lstmd_opt_not_same_file("predict", "input", input, "out", out))) ||
       /* and not the model either: the CSV would replace the checkpoint it is forecast with */
       (!to_stdout && (rc = lstmd_opt_not_same_file("predict", "checkpoint", ckpt, "out", out))) ||
+      (!to_stdout && (rc = lstmd_opt_out_replaces_no_input("predict", out))) ||
       (rc = lstmd_opt_long("predict", "batch", batch_text, 1, 65536, &batch)) ||
       /* -1: as the model's training data was prepared */
       (rc = lstmd_opt_missing("predict", missing_text, -1, &missing)))

@@ -11,6 +11,7 @@
 
 #include "kernels/status.h"
 #include "worker/data/dataset.h"
+#include "worker/io/qcheckpoint.h"
 #include "cli.h"
 
 int lstmd_parse_opts(const char *cmd, int argc, char **argv, int first, struct lstmd_opt *opts,
@@ -108,6 +109,17 @@ int lstmd_opt_out_not_stdout(const char *cmd, const char *out, const char *what)
   if (!out || strcmp(out, "-") != 0) return 0;
   lstmd_errorf("%s: --out -: '-' means stdout only for text output, and %s writes %s; name "
                "where it goes (./- for a path called '-')", cmd, cmd, what);
+  return 2;
+}
+
+int lstmd_opt_out_replaces_no_input(const char *cmd, const char *out) {
+  /* The rename would put an int8 model, an ONNX graph or a CSV in the place of a run's
+   * checkpoint (its latest.safetensors: what --resume reads) or of a prepared split. Another
+   * file (an earlier int8 model, ONNX graph or forecast) is replaced, as outputs are. */
+  const char *what = lstmd_file_not_to_replace(out);
+  if (!what) return 0;
+  lstmd_errorf("%s: --out '%s' is %s: writing it would replace it; name another file (or remove "
+               "it first)", cmd, out, what);
   return 2;
 }
 

@@ -128,6 +128,12 @@ int lstmd_cmd_quantize(int argc, char **argv) {
     lstmd_model_destroy(m);
     return lstmd_exit_code(rc);
   }
+  /* after DIR's own check, whose message names --calibrate for an --out among its splits */
+  if ((rc = lstmd_opt_out_replaces_no_input("quantize", out))) {
+    if (dir) lstmd_dataset_close(&val);
+    lstmd_model_destroy(m);
+    return rc;
+  }
   /* The JSON line is printed whole, once everything succeeded: a failure leaves stdout empty. */
   char *quoted = json_quoted(out);
   const size_t cap = (quoted ? strlen(quoted) : 0) + 512;

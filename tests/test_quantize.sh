@@ -102,6 +102,23 @@ cp text/val.bin val-before.bin
 expect2 "quantize --out DIR/val.bin --calibrate DIR" "--calibrate" -- \
   "$LSTMD" quantize --checkpoint $CT --out text/val.bin --calibrate text
 cmp -s val-before.bin text/val.bin || fail "quantize --out DIR/val.bin" "text/val.bin was replaced"
+# an --out that is a run's training checkpoint or a dataset split is refused, also without
+# --calibrate and by export and predict: the rename put the int8 model, the ONNX graph or the
+# CSV in the place of the run's latest.safetensors (what --resume reads) or of the split
+cp $CS ckpt-before.safetensors
+expect2 "quantize --out a training checkpoint" "$CS" "training checkpoint" -- \
+  "$LSTMD" quantize --checkpoint $CT --out $CS
+expect2 "quantize --out a dataset split (no --calibrate)" "text/val.bin" "dataset split" -- \
+  "$LSTMD" quantize --checkpoint $CT --out text/val.bin
+expect2 "export onnx --out a training checkpoint" "$CS" "training checkpoint" -- \
+  "$LSTMD" export onnx --checkpoint $CT --out $CS
+expect2 "predict --out a dataset split" "series/train.bin" "dataset split" -- \
+  "$LSTMD" predict --checkpoint $CS --input "$DATA/seattle-temps.csv" --out series/train.bin
+cmp -s ckpt-before.safetensors $CS && cmp -s val-before.bin text/val.bin ||
+  fail "--out a checkpoint or a split" "$CS or text/val.bin was replaced"
+run "$LSTMD" quantize --checkpoint $CT --out qt-again.safetensors
+run "$LSTMD" quantize --checkpoint $CT --out qt-again.safetensors
+ok "quantize --out an earlier int8 file replaces it"
 
 # st_rewrite SRC DST OP [ARGS]: a valid safetensors file with one change. OPs: drop-last NAME,
 # set NAME INDEX VALUE (an F32 element), delete NAME, to-f32 NAME (an I8 tensor as F32), tag T.

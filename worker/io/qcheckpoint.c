@@ -153,20 +153,25 @@ int lstmd_qcheckpoint_load(const char *path, struct lstmd_qmodel **out,
   return LSTMD_OK;
 }
 
-int lstmd_qcheckpoint_is_int8(const char *path) {
+/* The 'format' tag of the safetensors file at path (malloc'd), or NULL; *dataset = 1 when the
+ * file starts with a dataset split's magic instead. Prints nothing. */
+static char *format_tag(const char *path, int *dataset) {
+  *dataset = 0;
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: no wait (safetensors.c) */
   struct stat st;
   if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
     close(fd); /* not a file: the checkpoint loader says so */
-    return 0;
+    return NULL;
   }
-  if (fd < 0) return 0;
+  if (fd < 0) return NULL;
   uint8_t prefix[8];
   uint64_t n = 0;
   char *text = NULL;
   if (lstmd_read_at(fd, prefix, 8, 0) == 0) {
+    *dataset = !memcmp(prefix, "LSTMDDAT", 8);
     for (int i = 7; i >= 0; i--) n = n << 8 | prefix[i];
-    if (n > 0 && n <= 100000000 && (text = malloc(n)) && lstmd_read_at(fd, text, n, 8) != 0) {
+    if (!*dataset && n > 0 && n <= 100000000 && (text = malloc(n)) &&
+        lstmd_read_at(fd, text, n, 8) != 0) {
       free(text);
       text = NULL;
     }
@@ -175,8 +180,26 @@ int lstmd_qcheckpoint_is_int8(const char *path) {
   json_t *root = text ? json_loadb(text, n, 0, NULL) : NULL;
   free(text);
   const char *fmt = json_string_value(json_object_get(json_object_get(root, "__metadata__"), "format"));
+  char *tag = fmt ? strdup(fmt) : NULL;
+  json_decref(root);
+  return tag;
+}
+
+int lstmd_qcheckpoint_is_int8(const char *path) {
+  int dataset;
+  char *fmt = format_tag(path, &dataset);
   /* Any version of the tag: the int8 loader then says which one it reads. */
   const int yes = fmt && strncmp(fmt, "lstmd-int8-", 11) == 0;
-  json_decref(root);
+  free(fmt);
   return yes;
+}
+
+const char *lstmd_file_not_to_replace(const char *path) {
+  int dataset;
+  char *fmt = format_tag(path, &dataset);
+  const int ckpt = fmt && strncmp(fmt, "lstmd-checkpoint-", 17) == 0;
+  free(fmt);
+  return dataset ? "a dataset split (lstmd prepare's)"
+         : ckpt  ? "a training checkpoint (lstmd train's)"
+                 : NULL;
 }

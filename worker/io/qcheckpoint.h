@@ -28,5 +28,9 @@ int lstmd_qcheckpoint_load(const char *path, struct lstmd_qmodel **out,
  * version or another), else 0: the caller's loader then reports whatever is wrong with it.
  * Prints nothing. */
 int lstmd_qcheckpoint_is_int8(const char *path);
+/* What the file at `path` is when an output of quantize, export or predict must not replace it:
+ * "a training checkpoint (lstmd train's)" (format lstmd-checkpoint-*) or "a dataset split
+ * (lstmd prepare's)"; NULL for any other file or none. Prints nothing. */
+const char *lstmd_file_not_to_replace(const char *path);
 
 #endif
