@@ -7,12 +7,14 @@
 #include "worker/io/checkpoint.h"
 #include "worker/io/onnx_export.h"
 #include "worker/io/qcheckpoint.h"
+#include "worker/io/durable.h"
 #include "cli.h"
 
 #define EXPORT_USAGE \
   "usage: lstmd export onnx --checkpoint CKPT --out MODEL.onnx [--opset N] [--int8]\n"
 
 int lstmd_cmd_export(int argc, char **argv) {
+  lstmd_durable_remove_temps_on_signal(); /* a Ctrl-C leaves no partial file beside --out */
   if (argc < 3 || strcmp(argv[2], "onnx") != 0) {
     int help = argc >= 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"));
     if (!help) lstmd_errorf("export: the format must be 'onnx' (the only one)");

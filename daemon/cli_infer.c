@@ -10,6 +10,7 @@
 #include "worker/data/dataset.h"
 #include "worker/model/infer.h"
 #include "kernels/cpu/blas_cpu.h"
+#include "worker/io/durable.h"
 #include "cli.h"
 
 static int require(const char *cmd, const char *name, const char *value) {
@@ -122,6 +123,7 @@ int lstmd_cmd_sample(int argc, char **argv) {
 }
 
 int lstmd_cmd_predict(int argc, char **argv) {
+  lstmd_durable_remove_temps_on_signal(); /* a Ctrl-C leaves no partial CSV beside --out */
   const char *ckpt = NULL, *input = NULL, *out = NULL, *batch_text = "64", *missing_text = NULL;
   int help = 0, baselines = 0;
   struct lstmd_opt opts[] = {{"checkpoint", &ckpt}, {"input", &input}, {"out", &out},

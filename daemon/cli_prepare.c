@@ -5,6 +5,7 @@
 #include "kernels/status.h"
 #include "worker/data/dataset.h"
 #include "worker/data/prepare.h"
+#include "worker/io/durable.h"
 #include "cli.h"
 
 static int need(const char *cmd, const char *name, const char *value) {
@@ -14,6 +15,7 @@ static int need(const char *cmd, const char *name, const char *value) {
 }
 
 int lstmd_cmd_prepare(int argc, char **argv) {
+  lstmd_durable_remove_temps_on_signal(); /* a Ctrl-C leaves no partial split beside DIR's */
   const char *kind = argc > 2 ? argv[2] : "";
   const char *input = NULL, *out = NULL, *vf = "0.05", *target = NULL, *features = NULL,
              *horizon = "1", *season = "0", *missing_text = NULL;

@@ -19,6 +19,7 @@
 #include "worker/io/checkpoint.h"
 #include "worker/io/qcheckpoint.h"
 #include "worker/model/infer.h"
+#include "worker/io/durable.h"
 #include "cli.h"
 
 static long long file_bytes(const char *path) {
@@ -94,6 +95,7 @@ static int calibrate(const struct lstmd_dataset *val, struct lstmd_model *fp32, 
 }
 
 int lstmd_cmd_quantize(int argc, char **argv) {
+  lstmd_durable_remove_temps_on_signal(); /* a Ctrl-C leaves no partial file beside --out */
   const char *ckpt = NULL, *out = NULL, *dir = NULL;
   int help = 0;
   struct lstmd_opt opts[] = {{"checkpoint", &ckpt}, {"out", &out}, {"calibrate", &dir},

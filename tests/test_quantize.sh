@@ -4,6 +4,8 @@
 #     (quantize --calibrate, and eval of the int8 file giving the same figure);
 #   use: sample (greedy, repeatable) and predict (the same bytes at --batch 1 and 64: each row is
 #     quantised on its own) take the int8 file; train --resume and quantize refuse it (exit 2);
+#   outputs: an --out that is a training checkpoint or a dataset split is refused (quantize,
+#     export, predict); Ctrl-C while quantize or export writes leaves no temp file;
 #   bad files (rewritten as valid safetensors where the point is the content): truncated, corrupt
 #     header, wrong format tag, a scale count that does not match the rows, a non-finite, zero or
 #     negative scale, a non-finite bias, a missing scale, a weight stored as F32: exit 2, nothing
@@ -119,6 +121,44 @@ cmp -s ckpt-before.safetensors $CS && cmp -s val-before.bin text/val.bin ||
 run "$LSTMD" quantize --checkpoint $CT --out qt-again.safetensors
 run "$LSTMD" quantize --checkpoint $CT --out qt-again.safetensors
 ok "quantize --out an earlier int8 file replaces it"
+
+# Ctrl-C while quantize or export writes its file: the temp file ("OUT.tmp.PID", a partial file)
+# goes with the process, and no OUT appears (the process is stopped once its temp file is seen,
+# and signalled only when that file is still there, i.e. before the rename; a model of ~10 MB
+# so that the write lasts long enough to be seen; tries again when it was not)
+run "$LSTMD" train --set data.path=text --set train.run_dir=rbig --set model.hidden=512 \
+  --set data.seq_len=16 --set data.batch_size=2 --set train.steps=1 "${COMMON[@]}"
+python3 - "$LSTMD" rbig/latest.safetensors <<'EOF' || failures=$((failures + 1))
+import os, signal, subprocess, sys
+lstmd, ckpt = sys.argv[1:3]
+bad = 0
+for cmd, out in ((["quantize"], "cut.int8"), (["export", "onnx"], "cut.onnx"),
+                 (["export", "onnx", "--int8"], "cut8.onnx")):
+    name = "Ctrl-C during " + " ".join(cmd)
+    def ours(): return [f for f in os.listdir(".") if f.startswith(out)]
+    def writing(): return any(".tmp." in f for f in ours())
+    for attempt in range(100):
+        p = subprocess.Popen([lstmd] + cmd + ["--checkpoint", ckpt, "--out", out],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        while p.poll() is None and not writing(): pass
+        if p.poll() is None: os.kill(p.pid, signal.SIGSTOP)
+        if p.poll() is None and writing():
+            os.kill(p.pid, signal.SIGINT); os.kill(p.pid, signal.SIGCONT); p.wait()
+            left = ours()
+            if p.returncode == -signal.SIGINT and not left:
+                print(f"ok   [{name}: killed by SIGINT while writing (try {attempt + 1}), nothing left]")
+            else:
+                print(f"FAIL [{name}]: exit {p.returncode}, left {left}"); bad += 1
+            break
+        if p.poll() is None: os.kill(p.pid, signal.SIGCONT)
+        p.wait()
+        for f in ours(): os.remove(f)
+    else:
+        print(f"FAIL [{name}]: the temp file was never seen in 100 tries"); bad += 1
+    for f in ours(): os.remove(f)
+sys.exit(bad > 0)
+EOF
 
 # st_rewrite SRC DST OP [ARGS]: a valid safetensors file with one change. OPs: drop-last NAME,
 # set NAME INDEX VALUE (an F32 element), delete NAME, to-f32 NAME (an I8 tensor as F32), tag T.

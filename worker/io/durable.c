@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,49 @@
 
 /* A temp file is "<target>" TEMP_INFIX "<pid>" (lstmd_durable_open; lstmd_remove_orphan_temps). */
 #define TEMP_INFIX ".tmp."
+
+/* The temp files open now, for the signal handler: slot i is live when used[i] is 2 (1 while
+ * its path is copied in). Fixed arrays, so the handler reads no memory a free may take. */
+enum { kTempSlots = 8, kTempPathMax = 4096 };
+static char g_temp_path[kTempSlots][kTempPathMax];
+static int g_temp_used[kTempSlots];
+
+static int temp_register(const char *tmp_path) {
+  if (strlen(tmp_path) >= kTempPathMax) return 0;
+  for (int i = 0; i < kTempSlots; i++) {
+    int free_slot = 0;
+    if (__atomic_compare_exchange_n(&g_temp_used[i], &free_slot, 1, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+      strcpy(g_temp_path[i], tmp_path);
+      __atomic_store_n(&g_temp_used[i], 2, __ATOMIC_RELEASE);
+      return i + 1;
+    }
+  }
+  return 0; /* more open at once than slots: that one is left to a later clean-up */
+}
+
+static void temp_unregister(struct lstmd_durable *w) {
+  if (w->temp_slot) __atomic_store_n(&g_temp_used[w->temp_slot - 1], 0, __ATOMIC_RELEASE);
+  w->temp_slot = 0;
+}
+
+static void remove_temps_and_die(int sig) {
+  for (int i = 0; i < kTempSlots; i++)
+    if (__atomic_load_n(&g_temp_used[i], __ATOMIC_ACQUIRE) == 2) unlink(g_temp_path[i]);
+  signal(sig, SIG_DFL);
+  raise(sig); /* delivered once the handler returns: the exit status says the signal */
+}
+
+void lstmd_durable_remove_temps_on_signal(void) {
+  const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = remove_temps_and_die;
+  sigemptyset(&sa.sa_mask);
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+    if (sigaction(sigs[i], &sa, &old) == 0 && old.sa_handler == SIG_IGN)
+      sigaction(sigs[i], &old, NULL); /* nohup, a background job: left ignored */
+}
 
 static int fsync_parent_dir(const char *path) {
   char *copy = strdup(path);
@@ -69,6 +113,7 @@ int lstmd_durable_open(struct lstmd_durable *w, const char *path) {
     lstmd_durable_abort(w);
     return LSTMD_EWRITE;
   }
+  w->temp_slot = temp_register(w->tmp_path);
   return LSTMD_OK;
 }
 
@@ -109,6 +154,7 @@ int lstmd_durable_commit(struct lstmd_durable *w) {
     lstmd_durable_abort(w);
     return rc;
   }
+  temp_unregister(w); /* renamed: no temp file any more */
   rc = fsync_parent_dir(w->path);
   free(w->tmp_path);
   free(w->path);
@@ -119,6 +165,7 @@ int lstmd_durable_commit(struct lstmd_durable *w) {
 void lstmd_durable_abort(struct lstmd_durable *w) {
   if (w->fd >= 0) close(w->fd);
   if (w->tmp_path) unlink(w->tmp_path);
+  temp_unregister(w);
   free(w->tmp_path);
   free(w->path);
   w->fd = -1;

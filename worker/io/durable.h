@@ -13,6 +13,8 @@ struct lstmd_durable {
   char *path;     /* final path (owned) */
   char *tmp_path; /* "<path>.tmp.<pid>" (owned) */
   off_t end;      /* where lstmd_durable_write appends */
+  int temp_slot;  /* 1 + its place in the list lstmd_durable_remove_temps_on_signal's handler
+                   * removes, 0 none */
 };
 
 /* Creates the temp file. Returns 0 or LSTMD_EWRITE (message printed, naming the file). */
@@ -24,6 +26,13 @@ int lstmd_durable_pwrite(struct lstmd_durable *w, const void *buf, size_t n, off
 int lstmd_durable_commit(struct lstmd_durable *w);
 /* Removes the temp file and frees w. Accepts a never-opened (zeroed) w. */
 void lstmd_durable_abort(struct lstmd_durable *w);
+
+/* For a command that writes its outputs and exits (prepare, predict, quantize, export): SIGINT,
+ * SIGTERM and SIGHUP remove the temp files open at that moment, then end the process as the
+ * signal would (a signal ignored at start stays ignored). Without it a Ctrl-C left
+ * "<out>.tmp.<pid>", a partial file, beside the output. train and serve keep their own handlers
+ * (they finish the step and write a checkpoint; a resume removes a run dir's orphans). */
+void lstmd_durable_remove_temps_on_signal(void);
 
 /* Atomically makes `link_path` another name of the existing file `target` (hard link, or a
  * copy where the file system has none). Returns 0 or LSTMD_EWRITE. */
