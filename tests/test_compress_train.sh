@@ -8,7 +8,8 @@
 #     differently would compute other gradients); a resume between two pruning steps (from
 #     step 4: its masks loaded and kept through step 5, then step 6's) ending byte for byte as the
 #     uninterrupted run; a resume with prune.target_sparsity 0, or a prune.tensors without some
-#     of the checkpoint's masks, warning (stderr and train.log) that those masks are dropped;
+#     of the checkpoint's masks, warning (stderr and train.log) that those masks are dropped; one
+#     past prune.end_step with another target, warning that the masks only hold;
 #   distillation: alpha 0 equal to training without a teacher bit for bit, alpha 0.5 not (text;
 #     series: alpha 0 and 1); a resume with a teacher byte for byte, one with another teacher
 #     warning (the checkpoint's distill.teacher_crc32c); a teacher of another
@@ -115,6 +116,19 @@ w5=$(grep 'warning: .*holds pruning masks' "$TMP/p5/run/train.log")
    $w5 != *"head.weight (sparsity"* ]] \
   && ok "a resume dropping the checkpoint's masks warns: $w4" \
   || bad "dropped masks not said: stderr '$w4', train.log '$w5'"
+# a resume past prune.end_step with another target: no mask update is left, the masks hold at
+# the checkpoint's sparsity (user trial: 0.5 -> 0.75 past end_step, only the changed-settings line)
+run p6 "$LSTMD" train "${base[@]}" "${prune[@]}" --set prune.target_sparsity=0.9 --set train.steps=10 \
+  --resume ../p1/run/step-8.safetensors || bad "resume past end_step: $(tail -2 "$TMP/p6/log")"
+run p7 "$LSTMD" train "${base[@]}" "${prune[@]}" --set train.steps=10 \
+  --resume ../p1/run/step-8.safetensors || bad "resume past end_step, same target: $(tail -2 "$TMP/p7/log")"
+run p8 "$LSTMD" train "${base[@]}" "${prune[@]}" --set prune.target_sparsity=0.9 \
+  --resume ../p1/run/step-4.safetensors || bad "resume before end_step: $(tail -2 "$TMP/p8/log")"
+w6=$(grep 'warning: .*masks only hold' "$TMP/p6/run/train.log")
+[[ $w6 == *"step-8.safetensors is at step 8, and no mask update"*"at sparsity 0.7500 (mean over 5 tensors), not prune.target_sparsity 0.9; to reach it, resume with a prune.end_step after step 8"* ]] &&
+  ! grep -q 'masks only hold' "$TMP/p7/log" "$TMP/p8/log" \
+  && ok "a resume past prune.end_step with another target warns: $w6" \
+  || bad "masks that only hold not said (or said wrongly): '$w6'; $(grep -h 'masks only hold' "$TMP/p7/log" "$TMP/p8/log")"
 
 # ---- distillation ----
 run teacher "$LSTMD" train "${base[@]}" --set model.hidden=24 --set model.layers=3 --set train.steps=6 \

@@ -1,7 +1,7 @@
 /* train_resume.c — resuming a run (train_setup.c calls lstmd_run_load_work): rank 0 alone reads
  * the checkpoint after checking that it belongs to this data, batch and series transform, says
- * which settings changed, warns about a different teacher or pruning masks that are dropped,
- * and names an older checkpoint beside a damaged one. */
+ * which settings changed, warns about a different teacher, pruning masks that are dropped or
+ * that no mask update will change, and names an older checkpoint beside a damaged one. */
 #define _GNU_SOURCE
 #include "train_resume.h"
 
@@ -47,6 +47,36 @@ static void warn_dropped_masks(struct run *r, const char *path) {
   free(list);
   json_decref(masks);
   free(json);
+}
+
+/* Rank 0, resuming with pruning at a step past the schedule's last mask update (prune.end_step,
+ * or train.steps before it): the masks only hold, so a prune.target_sparsity changed since the
+ * checkpoint (or a tensor added to prune.tensors) is never reached. Said, with the sparsity the
+ * masks keep: the changed-settings line alone read as if the new target applied. */
+static void warn_masks_only_hold(struct run *r, const char *path) {
+  const struct lstmd_prune_config *pc = &r->cfg->prune;
+  const long from = r->progress.step;
+  if (!r->prune || from >= r->cfg->steps) return; /* nothing to train: nothing to say */
+  const long until = pc->end_step < r->cfg->steps ? pc->end_step : r->cfg->steps;
+  const long next = pc->begin_step > from
+                        ? pc->begin_step
+                        : pc->begin_step + ((from - pc->begin_step) / pc->frequency + 1) * pc->frequency;
+  if (next <= until && lstmd_prune_due(pc, next)) return; /* an update lies ahead */
+  double sum = 0.0;
+  int off = 0;
+  for (int i = 0; i < r->prune->n; i++) {
+    const double have = lstmd_prune_mask_sparsity(r->prune, r->model, i);
+    const size_t n = r->model->tensors[r->prune->tensor[i]].count;
+    sum += have;
+    off |= have < pc->target_sparsity - 1.0 / (double)n || have > pc->target_sparsity + 1.0 / (double)n;
+  }
+  if (!off) return;
+  lstmd_run_setup_warn(
+      r, "%s is at step %ld, and no mask update of prune.begin_step %ld, prune.end_step %ld, "
+      "prune.frequency %ld comes after it: its masks only hold, at sparsity %.4f (mean over %d "
+      "tensors), not prune.target_sparsity %.4g; to reach it, resume with a prune.end_step "
+      "after step %ld", path, from, pc->begin_step,
+      pc->end_step, pc->frequency, sum / r->prune->n, r->prune->n, pc->target_sparsity, from);
 }
 
 /* Rank 0: loads the checkpoint after checking that it belongs to this data and batch. */
@@ -101,6 +131,7 @@ static int load_checkpoint(struct run *r, const char *path) {
   r->resume_changes = lstmd_resume_changes(was, r->config_json);
   free(was);
   warn_dropped_masks(r, path);
+  warn_masks_only_hold(r, path);
   return LSTMD_OK;
 }
 int lstmd_run_load_work(void *ctx) {
