@@ -406,6 +406,11 @@ check "eval: an ONNX model as --checkpoint" --file "$TMP/model.onnx" \
 check "eval: a dataset split as --checkpoint" --file "$TMP/good-text/val.bin" \
   --has "it is an lstmd dataset split (lstmd prepare's)" -- \
   "$LSTMD" eval --checkpoint "$TMP/good-text/val.bin" --data "$TMP/good-text"
+# a dataset of another kind: the message says which is which ("a different kind of dataset
+# (text, series or classify)" left the user to guess)
+check "eval: a text checkpoint on a series dataset" --file "$TMP/good-series/val.bin" \
+  --has "it is a series dataset, the checkpoint a text model" -- \
+  "$LSTMD" eval --checkpoint "$CKPT" --data "$TMP/good-series"
 mkdir "$TMP/d-onlytrain"
 cp "$TMP/good-text/train.bin" "$TMP/d-onlytrain/"
 check "eval: data dir without val.bin" --file "$TMP/d-onlytrain/val.bin" -- \

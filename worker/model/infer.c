@@ -295,11 +295,19 @@ int lstmd_evaluate_shared(struct lstmd_model *m, const struct lstmd_dataset *ds,
   return LSTMD_OK;
 }
 
+static const char *kind_name(int kind) {
+  return kind == LSTMD_DATASET_TEXT ? "text" : kind == LSTMD_DATASET_SERIES ? "series" : "classify";
+}
+
 int lstmd_check_compatible(const struct lstmd_data_meta *d, const struct lstmd_dataset *ds) {
   const struct lstmd_dataset_info *a = &d->info, *b = &ds->info;
   const char *why = NULL;
-  if (a->kind != b->kind) why = "it is a different kind of dataset (text, series or classify)";
-  else if (a->kind == LSTMD_DATASET_TEXT &&
+  char kinds[96];
+  if (a->kind != b->kind) { /* which is which: "a different kind" left the user to guess */
+    snprintf(kinds, sizeof kinds, "it is a %s dataset, the checkpoint a %s model", kind_name(b->kind),
+             kind_name(a->kind));
+    why = kinds;
+  } else if (a->kind == LSTMD_DATASET_TEXT &&
            (a->vocab_size != b->vocab_size || memcmp(a->vocab, b->vocab, (size_t)a->vocab_size)))
     why = "its vocabulary differs from the model's";
   else if (a->kind == LSTMD_DATASET_SERIES &&
