@@ -14,7 +14,7 @@
 #include "worker/train/val_watch.h"
 #include "frame.h"
 
-enum { kMaxAttempts = 3 };
+enum { kMaxCrashes = 3 }; /* the daemon died under a job this many times: it is failed */
 
 static uint8_t *job_frame(const Lstmd__Job *job, size_t *len) {
   Lstmd__Response resp = LSTMD__RESPONSE__INIT;
@@ -169,11 +169,15 @@ int lstmd_jobs_open(struct lstmd_jobs *t, const char *state_dir) {
   for (size_t i = 0; i < t->n; i++) {
     Lstmd__Job *job = t->v[i];
     if (job->state != LSTMD__JOB_STATE__RUNNING) continue;
-    if (job->attempts - job->preemptions >= kMaxAttempts) { /* preemptions are not failures */
+    /* Only crashes count (the daemon or a rank died while it ran: a job that takes the daemon
+     * down would do it forever); a drain (shutdown, SIGTERM/SIGUSR1) or a preemption left it
+     * QUEUED with a checkpoint, so it is never found RUNNING here. */
+    if (++job->crashes >= kMaxCrashes) {
       job->state = LSTMD__JOB_STATE__FAILED;
       job->finished_ms = now_ms();
       char why[200];
-      snprintf(why, sizeof why, "the daemon stopped under it %u times; not retried again", job->attempts);
+      snprintf(why, sizeof why, "the daemon died under it %u times (shutdowns and preemptions not "
+               "counted); not retried again", job->crashes);
       set_str(&job->reason, why);
     } else {
       job->state = LSTMD__JOB_STATE__QUEUED;

@@ -16,7 +16,8 @@
  *
  * States: QUEUED → RUNNING → SUCCEEDED | FAILED | CANCELLED; a running job interrupted by a
  * shutdown, a preemption or a daemon crash goes back to QUEUED and resumes from its last checkpoint; one that
- * was interrupted kMaxAttempts times is failed instead of being retried forever. */
+ * the daemon died under 3 times (Job.crashes; shutdowns and preemptions are not counted) is failed
+ * instead of being retried forever. */
 #ifndef LSTMD_JOBS_H
 #define LSTMD_JOBS_H
 

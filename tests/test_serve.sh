@@ -16,7 +16,8 @@
 #     the job from its checkpoint, ending bitwise equal to an uninterrupted `lstmd train` run;
 #     the same after SIGKILL of a rank (a crash): the journal requeues the job, the restarted
 #     daemon's log says it resumed from the job's last checkpoint at that checkpoint's step, and
-#     the job ends bitwise equal to an uninterrupted run.
+#     the job ends bitwise equal to an uninterrupted run; a job drained by two shutdowns and
+#     then crashed once resumes (only crashes count toward the 3 that fail a job).
 set -u
 LSTMD=$(realpath "${1:?usage: test_serve.sh LSTMD LSTMCTL SOURCE_DIR}")
 CTL=$(realpath "${2:?}")
@@ -189,6 +190,23 @@ if msg=$(/usr/bin/python3 "$SRC/tests/compare_checkpoints.py" "$d_dir/step-400.s
          "$TMP/straight-crash/step-400.safetensors" --rtol 0); then
   ok "crashed and resumed job == uninterrupted run, bitwise ($msg)"
 else bad "crashed and resumed job differs from an uninterrupted run: $msg"; fi
+
+# 6c. only crashes count toward the 3 that fail a job: a job drained by two shutdowns (each
+#     checkpoints it) and then crashed once resumes (attempt 4), not "not retried again".
+e=$(ctl submit "${long[@]}" --set train.checkpoint_every=20 --name restarted | tail -1)
+for _ in 1 2; do
+  wait_for 30 running_step "$e" || bad "job $e did not start"
+  ctl shutdown >/dev/null; stop_daemon || bad "shutdown with job $e running"
+  start_daemon
+done
+wait_for 30 running_step "$e" || bad "job $e did not start (3rd attempt)"
+kill -9 "$(pgrep -P "$SERVE_PID" | tail -1)"
+stop_daemon
+start_daemon
+if wait_for 30 running_step "$e" && [[ $(field "$e" attempts) == 4 ]]; then
+  ok "two shutdowns and one crash: job $e resumed (attempt 4), not failed"
+else bad "two shutdowns and one crash: $(ctl status "$e")"; fi
+ctl cancel "$e" >/dev/null; wait_for 15 state_is "$e" CANCELLED || bad "cancel job $e"
 
 # 4. TCP with a token
 ctl shutdown >/dev/null; stop_daemon
