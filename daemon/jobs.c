@@ -398,14 +398,17 @@ uint8_t *lstmd_jobs_watch(struct lstmd_jobs *t, uint64_t id, int *final, size_t 
   return reply;
 }
 
-uint64_t lstmd_jobs_drain(struct lstmd_jobs *t) {
+size_t lstmd_jobs_drain(struct lstmd_jobs *t, uint64_t **running) {
   pthread_mutex_lock(&t->mu);
   t->draining = 1;
   t->requests++;
-  uint64_t running = 0;
-  for (size_t i = 0; i < t->n && !running; i++)
-    if (t->v[i]->state == LSTMD__JOB_STATE__RUNNING) running = t->v[i]->id;
+  size_t n = 0;
+  for (size_t i = 0; i < t->n; i++) n += t->v[i]->state == LSTMD__JOB_STATE__RUNNING;
+  uint64_t *ids = running && n ? malloc(n * sizeof *ids) : NULL;
+  for (size_t i = 0, k = 0; ids && i < t->n; i++) /* v is ordered by id: oldest first */
+    if (t->v[i]->state == LSTMD__JOB_STATE__RUNNING) ids[k++] = t->v[i]->id;
+  if (running) *running = ids;
   pthread_cond_broadcast(&t->wake);
   pthread_mutex_unlock(&t->mu);
-  return running;
+  return n;
 }

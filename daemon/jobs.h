@@ -94,9 +94,10 @@ uint8_t *lstmd_jobs_cancel(struct lstmd_jobs *t, uint64_t id, size_t *len);
 /* The first frame of a watch: Event{state} of the job, or Event{result} when it has already
  * ended (*final = 1; 0 otherwise), or Response{error: NOT_FOUND} (*final = -1). */
 uint8_t *lstmd_jobs_watch(struct lstmd_jobs *t, uint64_t id, int *final, size_t *len);
-/* Stops taking jobs; the scheduler asks the running ones to stop. Returns the id of one running
- * job (the oldest; 0: none). */
-uint64_t lstmd_jobs_drain(struct lstmd_jobs *t);
+/* Stops taking jobs; the scheduler asks the running ones to stop. Returns how many run; their
+ * ids, oldest first, in *running (malloc'd, caller frees; NULL when none run or out of memory)
+ * unless running is NULL. */
+size_t lstmd_jobs_drain(struct lstmd_jobs *t, uint64_t **running);
 
 /* Scheduler side (daemon/serve_sched.c, rank 0). */
 

@@ -44,7 +44,7 @@ static void usage(FILE *out) {
           "                       it is: no --json)\n"
           "  cancel ID            cancel (a running job stops within a step, with a checkpoint)\n"
           "  watch ID             follow a job until it ends; exit 0 only if it SUCCEEDED\n"
-          "  shutdown             drain the daemon: checkpoint the running job and stop\n"
+          "  shutdown             drain the daemon: checkpoint the running jobs and stop\n"
           "--socket, --tcp, --token-file and --json may come before or after COMMAND; --json\n"
           "prints one JSON document per answer. The socket defaults to $LSTMD_SOCKET, the token\n"
           "file to $LSTMD_TOKEN_FILE (the token is its first line). Paths in a job (data.path,\n"
@@ -336,10 +336,22 @@ static int cmd_simple(struct lstmd_ctl *c, const char *cmd, uint64_t id) {
       for (size_t i = 0; i < resp->jobs->n_jobs; i++) lstmctl_print_job_line(resp->jobs->jobs[i]);
     }
   } else if (resp->kind_case == LSTMD__RESPONSE__KIND_SHUTDOWN) {
-    uint64_t running = resp->shutdown->running_job;
-    if (g_json) lstmctl_print_json(json_pack("{s:b, s:I}", "draining", 1, "running_job", (json_int_t)running));
-    else if (running) printf("daemon draining: checkpointing job %llu, then stopping\n", (unsigned long long)running);
-    else printf("daemon draining: no job running; stopping\n");
+    /* every running job is checkpointed: name them all (an older daemon sends only the oldest) */
+    const Lstmd__ShutdownAck *ack = resp->shutdown;
+    const uint64_t *ids = ack->n_running_jobs ? ack->running_jobs : &ack->running_job;
+    const size_t n = ack->n_running_jobs ? ack->n_running_jobs : ack->running_job != 0;
+    if (g_json) {
+      json_t *all = json_array();
+      for (size_t i = 0; i < n; i++) json_array_append_new(all, json_integer((json_int_t)ids[i]));
+      lstmctl_print_json(json_pack("{s:b, s:I, s:o}", "draining", 1, "running_job",
+                                   (json_int_t)ack->running_job, "running_jobs", all));
+    } else if (n) {
+      printf("daemon draining: checkpointing job%s", n == 1 ? "" : "s");
+      for (size_t i = 0; i < n; i++) printf("%s %llu", i ? "," : "", (unsigned long long)ids[i]);
+      printf(", then stopping\n");
+    } else {
+      printf("daemon draining: no job running; stopping\n");
+    }
   } else {
     fprintf(stderr, "lstmctl: unexpected answer from the daemon\n");
     rc = kExitUnreachable;

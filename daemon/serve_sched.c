@@ -234,7 +234,7 @@ static void record_end(struct lstmd_sched *s, size_t i, const struct lstmd_serve
           lstmd_job_state_name(state), reason);
   const int64_t ran_ms = (int64_t)((lstmd_now_s() - sl->started_s) * 1000.0);
   lstmd_jobs_finish(s->jobs, sl->id, state, step, reason, ran_ms, preempted_by);
-  if (r->signalled) lstmd_jobs_drain(s->jobs);
+  if (r->signalled) lstmd_jobs_drain(s->jobs, NULL);
   free_slot(s, i);
 }
 

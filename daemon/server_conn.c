@@ -175,9 +175,11 @@ int lstmd_conn_idle_restart(struct conn *c) {
 /* ---- requests ---- */
 
 void lstmd_server_start_drain(struct lstmd_server *s, const char *why) {
-  uint64_t running = lstmd_jobs_drain(s->jobs);
-  fprintf(stderr, "lstmd: %s: draining (%s)\n", why,
-          running ? "checkpointing the running job" : "no job running");
+  const size_t running = lstmd_jobs_drain(s->jobs, NULL);
+  if (running)
+    fprintf(stderr, "lstmd: %s: draining (checkpointing the %zu running job%s)\n", why, running,
+            running == 1 ? "" : "s");
+  else fprintf(stderr, "lstmd: %s: draining (no job running)\n", why);
 }
 
 static void handle_request(struct conn *c, const uint8_t *payload, size_t n) {
@@ -219,11 +221,14 @@ static void handle_request(struct conn *c, const uint8_t *payload, size_t n) {
     }
     case LSTMD__REQUEST__KIND_SHUTDOWN: {
       Lstmd__ShutdownAck ack = LSTMD__SHUTDOWN_ACK__INIT;
-      ack.running_job = lstmd_jobs_drain(s->jobs);
+      ack.n_running_jobs = lstmd_jobs_drain(s->jobs, &ack.running_jobs);
+      if (!ack.running_jobs) ack.n_running_jobs = 0; /* out of memory: the count alone is lost */
+      ack.running_job = ack.n_running_jobs ? ack.running_jobs[0] : 0;
       Lstmd__Response resp = LSTMD__RESPONSE__INIT;
       resp.kind_case = LSTMD__RESPONSE__KIND_SHUTDOWN;
       resp.shutdown = &ack;
       reply = lstmd_frame_pack(&resp.base, &len);
+      free(ack.running_jobs);
       fprintf(stderr, "lstmd: shutdown requested by a client: draining\n");
       break;
     }

@@ -17,6 +17,7 @@
 #  6. SIGKILL of a rank while two jobs run: the daemon ends, every job's last checkpoint loads,
 #     a restarted daemon resumes both (attempts 2) and both SUCCEED;
 #  7. 4 ranks (--oversubscribe): a 2-rank and two 1-rank jobs run together on 0-1, 2 and 3;
+#     `lstmctl shutdown` with two jobs running names both (it named only the oldest);
 #  8. the straggler report (worker/train/trainer.c): `mpirun -np 2 lstmd train` with rank 1 slowed
 #     (LSTMD_FAULT=slow@1:1): min/median/max compute per logged step in metrics.jsonl and
 #     TensorBoard, one warning naming rank 1 and its host after 3 logged steps; none unslowed.
@@ -202,7 +203,11 @@ overlap "$q2" "$q1" "$q3" && [[ $where == "0-1 2 3" ]] && ok "4 ranks: a 2-rank 
 if msg=$(same "$(field "$q1" run_dir)/step-1500.safetensors" "$TMP/alone-a/step-1500.safetensors"); then
   ok "on 4 ranks too, a 1-rank job == the job alone, bitwise"
 else bad "4-rank world's 1-rank job differs: $msg"; fi
-ctl shutdown >/dev/null; stop_daemon || bad "final shutdown"
+# a shutdown checkpoints every running job, and says so: it named only the oldest
+s1=$(sub --set train.steps=1000000 --name s1); s2=$(sub --set train.steps=1000000 --name s2)
+wait_for 30 running "$s1" && wait_for 30 running "$s2" || bad "jobs $s1 $s2 did not start: $(ctl list)"
+msg=$(ctl shutdown); stop_daemon || bad "final shutdown"
+[[ $msg == "daemon draining: checkpointing jobs $s1, $s2, then stopping" ]] && ok "shutdown names both running jobs: $msg" || bad "shutdown with jobs $s1 and $s2 running said: '$msg'"
 
 # 8. the straggler report
 for slow in 1 0; do
