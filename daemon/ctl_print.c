@@ -27,6 +27,11 @@ static void ranks_text(const Lstmd__Job *j, char *out, size_t len) {
  * before its first one has a step (from its checkpoint) but no loss or rate yet. */
 static int has_progress(const Lstmd__Job *j) { return j->step > 0 && j->tokens_per_s > 0; }
 
+/* Running, with a cancel requested that has not taken effect yet (it does after the step). */
+static int cancelling(const Lstmd__Job *j) {
+  return j->state == LSTMD__JOB_STATE__RUNNING && j->cancel_requested;
+}
+
 json_t *lstmctl_job_json(const Lstmd__Job *j) {
   json_t *settings = json_object();
   for (size_t i = 0; i < j->n_settings; i++)
@@ -87,6 +92,7 @@ void lstmctl_print_job_line(const Lstmd__Job *j) {
   if (j->has_val_accuracy) printf(" acc %.4f", j->val_accuracy);
   if (j->name[0]) printf("  %s", j->name);
   if (j->state == LSTMD__JOB_STATE__QUEUED && j->waiting[0]) printf("  [waits: %s]", j->waiting);
+  if (cancelling(j)) printf("  [cancel requested]");
   if (j->reason[0]) printf("  (%s)", j->reason);
   putchar('\n');
 }
@@ -96,8 +102,10 @@ void lstmctl_print_job(const Lstmd__Job *j, int json) {
     lstmctl_print_json(lstmctl_job_json(j));
     return;
   }
-  printf("job %llu%s%s: %s\n", (unsigned long long)j->id, j->name[0] ? " " : "", j->name,
-         lstmd_job_state_name(j->state));
+  /* a cancel of a running job takes effect after its step: the reply to it says RUNNING */
+  printf("job %llu%s%s: %s%s\n", (unsigned long long)j->id, j->name[0] ? " " : "", j->name,
+         lstmd_job_state_name(j->state), cancelling(j) ? " (cancel requested: it stops after its "
+         "current step, with a checkpoint)" : "");
   if (j->reason[0]) printf("  %s\n", j->reason);
   char where[256];
   ranks_text(j, where, sizeof where);

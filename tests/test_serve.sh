@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_serve.sh — `lstmd serve` under `mpirun -np 2`, driven by lstmctl, end to end:
 #  1. the socket is mode 0600; submit two jobs, watch one to SUCCEEDED (exit 0, progress lines),
-#     cancel the other while it runs (CANCELLED within seconds, with a checkpoint); list;
+#     cancel the other while it runs (the reply says the cancel is requested; CANCELLED within
+#     seconds, with a checkpoint); list;
 #  2. refusals: a path outside the data root, an unknown key, an unknown job id, no daemon,
 #     extra arguments (exit 2, before the daemon is asked) and a missing config file; --json
 #     and --socket after the command;
@@ -45,7 +46,10 @@ if [[ $rc == 0 ]] && grep -q "step 40/40" "$TMP/watch.txt" && tail -1 "$TMP/watc
 else bad "watch $a: rc=$rc $(tail -3 "$TMP/watch.txt")"; fi
 wait_for 30 running_step "$b" || bad "job $b did not start"
 t0=$SECONDS
-ctl cancel "$b" >/dev/null || bad "cancel exit status"
+msg=$(ctl cancel "$b") || bad "cancel exit status"
+# the reply comes before the job stops: it says RUNNING, and that the cancel is on its way
+[[ $msg == "job $b long: RUNNING (cancel requested: it stops after its current step, with a checkpoint)"* ]] &&
+  ok "cancel of a running job says the cancel is requested" || bad "cancel of running job $b said: '${msg%%$'\n'*}'"
 wait_for 15 state_is "$b" CANCELLED && ok "job $b CANCELLED within $((SECONDS - t0)) s of the request" \
   || bad "job $b not cancelled: $(ctl status "$b")"
 step=$(field "$b" step); run_dir=$(field "$b" run_dir)
