@@ -66,7 +66,9 @@ json_t *lstmctl_job_json(const Lstmd__Job *j) {
   json_object_set_new(o, "queue_position", json_integer(j->queue_position));
   json_object_set_new(o, "waiting", json_string(j->waiting));
   json_object_set_new(o, "run_ms", json_integer(j->run_ms));
-  json_object_set_new(o, "eta_s", json_real(isfinite(j->eta_s) ? j->eta_s : 0.0));
+  /* only a running job has one: an ended or requeued job kept its last attempt's */
+  const int eta = j->state == LSTMD__JOB_STATE__RUNNING && has_progress(j) && isfinite(j->eta_s);
+  json_object_set_new(o, "eta_s", json_real(eta ? j->eta_s : 0.0));
   json_object_set_new(o, "settings", settings);
   return o;
 }

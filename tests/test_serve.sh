@@ -53,6 +53,8 @@ msg=$(ctl cancel "$b") || bad "cancel exit status"
 wait_for 15 state_is "$b" CANCELLED && ok "job $b CANCELLED within $((SECONDS - t0)) s of the request" \
   || bad "job $b not cancelled: $(ctl status "$b")"
 step=$(field "$b" step); run_dir=$(field "$b" run_dir)
+eta=$(field "$b" eta_s)
+[[ $eta == 0.0 ]] && ok "the cancelled job has no ETA (--json eta_s 0)" || bad "cancelled job $b: --json eta_s $eta"
 ck=$(meta_step "$run_dir/latest.safetensors" 2>/dev/null)
 [[ -n $ck && $ck == "$step" ]] && ok "the cancelled job's checkpoint is at its last step ($step)" || bad "checkpoint step '$ck' vs job step '$step'"
 ctl watch "$b" >/dev/null; [[ $? == 1 ]] && ok "watch of a cancelled job exits 1" || bad "watch of a cancelled job"
