@@ -463,6 +463,12 @@ static int cmd_logs(struct lstmd_ctl *c, uint64_t id, int follow) {
       fprintf(stderr, "lstmctl: job %llu %s before it wrote %s: %s\n", (unsigned long long)id,
               lstmd_job_state_name(state), path,
               resp->job->reason && resp->job->reason[0] ? resp->job->reason : "(no reason given)");
+    else if (!follow && state == LSTMD__JOB_STATE__QUEUED && !resp->job->attempts)
+      /* lstmctl knows it has not (it asked "has job N started?") */
+      fprintf(stderr, "lstmctl: job %llu has not started yet (QUEUED%s%s): no %s until it runs; "
+              "`lstmctl logs %llu --follow` waits for it\n", (unsigned long long)id,
+              resp->job->waiting && resp->job->waiting[0] ? ": " : "",
+              resp->job->waiting ? resp->job->waiting : "", path, (unsigned long long)id);
     else if (!follow)
       fprintf(stderr, "lstmctl: %s: %s (has job %llu started?)\n", path, strerror(err),
               (unsigned long long)id);

@@ -5,7 +5,8 @@
 #     a job failing in set-up beside a running one: FAILED alone; resources.ranks=3 refused
 #     (exit 2); logs and top --once;
 #  2. priorities and FIFO: behind a running 2-rank job, 2-rank jobs of priority 0, 5, 5, 1 start
-#     in exactly the order 5, 5, 1, 0 (by id within a priority);
+#     in exactly the order 5, 5, 1, 0 (by id within a priority); `logs` of one that has not
+#     started says so (it asked "has job N started?");
 #  3. EASY backfill: behind a 2-rank job waiting for a 1-rank job with a time limit, a 1-rank job
 #     without a limit waits ("no time limit, so not backfilled"), so does one whose limit ends
 #     after the reserved start, and one whose limit ends before it runs ahead: start order
@@ -106,6 +107,9 @@ pos=$(for j in $p5a $p5b $p1 $p0; do printf '%s ' "$(field "$j" queue_position)"
 w=$(field "$p5a" waiting) # the head: nothing to preempt, no time limit to wait for
 [[ $w == "needs 2 ranks, 0 free; held by job $blocker (not preemptible, no time limit)" ]] &&
   ok "status says what holds the head job $p5a: $w" || bad "head waiting: '$w'"
+msg=$(ctl logs "$p0" 2>&1); rc=$? # no train.log yet: lstmctl knows the job has not started
+[[ $rc == 1 && $msg == "lstmctl: job $p0 has not started yet (QUEUED: "*"): no "*"/job-$p0/train.log until it runs; \`lstmctl logs $p0 --follow\` waits for it" ]] &&
+  ok "logs of a queued job: $msg" || bad "logs of queued job $p0: rc=$rc '$msg'"
 w=$(field "$p5b" waiting)
 [[ $w == "behind job $p5a (priority 5); no time limit, so not backfilled" || $w == "needs 2 ranks, 0 free" ]] \
   && ok "status says why job $p5b waits: $w" || bad "waiting: '$w'"
