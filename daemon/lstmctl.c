@@ -456,6 +456,10 @@ static int cmd_logs(struct lstmd_ctl *c, uint64_t id, int follow) {
       state = resp->job->state;
     }
   }
+  if (lost) /* after the socket's error ("sending failed: Broken pipe"), what it means */
+    fprintf(stderr, "lstmctl: the daemon went away while following job %llu, which had not "
+            "ended: `lstmctl logs %llu --follow` again when the daemon is back\n",
+            (unsigned long long)id, (unsigned long long)id);
   if (!f) {
     const int err = errno;
     if (!follow && (state == LSTMD__JOB_STATE__FAILED || state == LSTMD__JOB_STATE__CANCELLED))
