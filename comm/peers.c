@@ -36,7 +36,10 @@ static _Atomic double g_last_check;
 static volatile sig_atomic_t g_signalled;
 static volatile sig_atomic_t *g_ended; /* [size]: 1 for a peer that announced its end */
 
+static const char *g_ending = "the job (resume from the last checkpoint)";
+
 void lstmd_peers_signalled(void) { g_signalled = 1; }
+void lstmd_peers_set_ending(const char *what) { g_ending = what; }
 
 /* The signal of lstmd_peers_announce_end. A real-time one, as each rank that ends the job sends
  * it: a stopped rank gets every one when continued (a standard signal sent again while pending
@@ -185,12 +188,12 @@ void lstmd_peers_check_while_waiting(double wait_began_s, const char *what) {
   if (lost < 0) return;
   if (g_ended[lost])
     lstmd_errorf("rank %d (%s): rank %d (pid %d on %s) ended the job (its message says why) while "
-                 "this rank waited for %s; ending the job (resume from the last checkpoint)",
-                 g_rank, g_peers[g_rank].host, lost, g_peers[lost].pid, g_peers[lost].host, what);
+                 "this rank waited for %s; ending %s", g_rank, g_peers[g_rank].host, lost,
+                 g_peers[lost].pid, g_peers[lost].host, what, g_ending);
   else
-    lstmd_errorf("rank %d (%s): rank %d (pid %d on %s) is gone while waiting for %s; ending the "
-                 "job (resume from the last checkpoint)", g_rank, g_peers[g_rank].host, lost,
-                 g_peers[lost].pid, g_peers[lost].host, what);
+    lstmd_errorf("rank %d (%s): rank %d (pid %d on %s) is gone while waiting for %s; ending %s",
+                 g_rank, g_peers[g_rank].host, lost, g_peers[lost].pid, g_peers[lost].host, what,
+                 g_ending);
   lstmd_errors_flush_held();
   lstmd_peers_announce_end();
   MPI_Abort(MPI_COMM_WORLD, 1);

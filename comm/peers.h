@@ -41,6 +41,10 @@ void lstmd_peers_check_while_waiting(double wait_began_s, const char *what);
  * 0. The waits of p2p.c and reducer.c loop on it while their condition is false. */
 int lstmd_peers_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, double began, double end,
                           const char *what);
+/* What the lost-peer message says it ends (a static string): "the job (resume from the last
+ * checkpoint)" unless set. lstmd serve sets what a lost rank means there: MPI ends the whole
+ * world, every job with it, and a restart resumes them (its log said "ending the job" only). */
+void lstmd_peers_set_ending(const char *what);
 /* Async-signal-safe: a stop signal arrived (maybe the launcher ending the job because a rank
  * died): the next check runs at once. */
 void lstmd_peers_signalled(void);

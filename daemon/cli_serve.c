@@ -472,6 +472,10 @@ int lstmd_cmd_serve(int argc, char **argv) {
   struct lstmd_comm *comm;
   if ((rc = lstmd_comm_init(&argc, &argv, &comm))) return lstmd_exit_code(rc);
   const int rank = lstmd_comm_rank(comm);
+  /* a lost rank (any of the world's, idle or not) ends every job here, not just the waiting one */
+  lstmd_peers_set_ending("the daemon (MPI ends the whole world when a rank is lost): restart it "
+                         "with the same --state-dir and its jobs resume from their last "
+                         "checkpoints");
   /* The GPU backend (CUDA libraries and module, ~190 MB resident with cuBLASLt) is loaded now,
    * once, rather than by the first job: a daemon's memory stays flat across jobs, and what it
    * will train with is in its first lines. */

@@ -15,7 +15,8 @@
 #     thread may run on the CPUs of all the job's ranks, not only rank 0's;
 #  6. `lstmctl shutdown` during a job: exit 0; a restarted daemon lists every record and resumes
 #     the job from its checkpoint, ending bitwise equal to an uninterrupted `lstmd train` run;
-#     the same after SIGKILL of a rank (a crash): the journal requeues the job, the restarted
+#     the same after SIGKILL of a rank (a crash; the other rank's line says the daemon ends and
+#     how its jobs come back): the journal requeues the job, the restarted
 #     daemon's log says it resumed from the job's last checkpoint at that checkpoint's step, and
 #     the job ends bitwise equal to an uninterrupted run; a job drained by two shutdowns and
 #     then crashed once resumes (only crashes count toward the 3 that fail a job).
@@ -181,6 +182,10 @@ for _ in $(seq 3000); do [[ -f $d_dir/latest.safetensors ]] && break; sleep 0.01
 kill -9 "$(pgrep -P "$SERVE_PID" | tail -1)"
 stop_daemon; rc=$?
 [[ $rc != 0 ]] && ok "a rank killed: the daemon ends (status $rc)" || bad "daemon survived a lost rank?"
+# the survivor's line says that the daemon ends and how its jobs come back (it said "ending the job")
+if line=$(grep -m1 "is gone while waiting for .*; ending the daemon (MPI ends the whole world when a rank is lost): restart it with the same --state-dir" "$TMP/serve.log"); then
+  ok "the lost rank's line says the daemon ends: ${line:0:100}..."
+else bad "no line says the daemon ends: $(grep -m1 'is gone' "$TMP/serve.log")"; fi
 k=$(meta_step "$d_dir/latest.safetensors" 2>/dev/null)
 before=$(wc -l < "$TMP/serve.log")
 start_daemon
