@@ -12,12 +12,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* The loaders name what is wrong in a file on stderr: right for lstmd, a flood under a fuzzer.
  * fuzz_quiet() sends stderr to /dev/null, fuzz_loud() brings it back; a target calls them around
- * a loader call only, so that a sanitizer's report from anything else still shows. */
+ * a loader call only. A sanitizer's report goes to the saved stderr, so that one from inside a
+ * loader shows too (it went to /dev/null: the libFuzzer fuzz_prepare's first find exited 1 with
+ * no word). __sanitizer_set_report_fd is weak: the plain drivers have no sanitizer runtime; under
+ * gcc it moves ASan's reports only (libubsan is a runtime of its own), under clang UBSan's too. */
 #include <fcntl.h>
+#include <stdint.h>
 #include <unistd.h>
+void __sanitizer_set_report_fd(void *fd) __attribute__((weak));
 static int fuzz_null_fd = -1, fuzz_saved_fd = -1;
 static inline void fuzz_quiet(void) {
-  if (fuzz_null_fd < 0) fuzz_null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC), fuzz_saved_fd = dup(2);
+  if (fuzz_null_fd < 0) {
+    fuzz_null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC), fuzz_saved_fd = dup(2);
+    if (fuzz_saved_fd >= 0 && __sanitizer_set_report_fd)
+      __sanitizer_set_report_fd((void *)(intptr_t)fuzz_saved_fd);
+  }
   fflush(stderr);
   if (fuzz_null_fd >= 0) dup2(fuzz_null_fd, 2);
 }
