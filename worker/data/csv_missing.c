@@ -109,9 +109,13 @@ int lstmd_csv_fill_missing(const char *input, float *values, size_t rows, int wi
                            const char *const *names, int method, const char *how,
                            uint64_t *filled) {
   struct lstmd_fill_report report = {0};
+  if (filled) *filled = 0;
+  /* A header and no rows: values is NULL, and NULL + c is undefined (clang's UBSan; libFuzzer
+   * fuzz_prepare, `temp,x\n` with --missing previous). Nothing to fill; the callers refuse it. */
+  if (rows == 0) return LSTMD_OK;
   for (int c = 0; c < width; c++) { /* each column is one sequence, filled along its rows */
     const size_t gaps = lstmd_missing_fill(values + c, rows, (size_t)width, method);
-    if (rows > 0 && gaps == rows) { /* left as it is; the caller frees values, writes nothing */
+    if (gaps == rows) { /* left as it is; the caller frees values, writes nothing */
       lstmd_errorf("%s: column '%s' is missing in every one of its %zu rows: there is no value "
                    "to fill its gaps from", input, names[c], rows);
       return LSTMD_EFORMAT;
