@@ -518,7 +518,7 @@ int main(int argc, char **argv) {
   const char *socket_path = getenv("LSTMD_SOCKET"), *tcp = NULL, *token_file = getenv("LSTMD_TOKEN_FILE");
   char **rest = calloc((size_t)argc + 1, sizeof *rest);
   if (!rest) return kExitJob;
-  int n_rest = 0;
+  int n_rest = 0, socket_given = 0;
   const char *cmd = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -534,6 +534,7 @@ int main(int argc, char **argv) {
         return kExitUsage;
       }
       *(!strcmp(a, "--socket") ? &socket_path : !strcmp(a, "--tcp") ? &tcp : &token_file) = v;
+      socket_given |= !strcmp(a, "--socket");
       i++;
     } else if (!cmd && a[0] == '-') {
       fprintf(stderr, "lstmctl: unknown option '%s'\n", a);
@@ -566,6 +567,10 @@ int main(int argc, char **argv) {
   int rc = !strcmp(cmd, "submit") ? parse_submit(n_rest, rest, &args)
                                   : parse_plain(n_rest, rest, &args);
   free(rest);
+  if (!rc && tcp && socket_given) { /* two daemons named: --tcp won, silently (LSTMD_SOCKET may stay) */
+    fprintf(stderr, "lstmctl: --socket %s and --tcp %s name two daemons; give one\n", socket_path, tcp);
+    rc = kExitUsage;
+  }
   if (!rc && !tcp && !socket_path) {
     fprintf(stderr, "lstmctl: no daemon address: give --socket PATH (or set LSTMD_SOCKET), or --tcp\n");
     rc = kExitUsage;

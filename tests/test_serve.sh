@@ -91,6 +91,9 @@ for line in "list junk|junk" "shutdown now|now" "status $a 7|7" "watch $a x|x" "
   msg=$(ctl $args 2>&1 >/dev/null); rc=$?
   [[ $rc == 2 && $msg == "lstmctl: "*"$want"* ]] && ok "lstmctl $args: exit 2: $msg" || bad "lstmctl $args: rc=$rc '$msg'"
 done
+msg=$("$CTL" --socket "$SOCK" --tcp 127.0.0.1:1 list 2>&1); rc=$?
+[[ $rc == 2 && $msg == "lstmctl: --socket $SOCK and --tcp 127.0.0.1:1 name two daemons; give one" ]] &&
+  ok "--socket and --tcp together: exit 2: $msg" || bad "--socket with --tcp: rc=$rc '$msg'"
 msg=$("$CTL" --socket "$TMP/nobody.sock" list junk 2>&1); rc=$?
 [[ $rc == 2 && $msg == *junk* ]] && ok "a usage error needs no daemon (exit 2, not 3)" || bad "usage error without a daemon: rc=$rc $msg"
 ctl list >/dev/null && ok "the daemon still answers after 'shutdown now' was refused" || bad "daemon gone after 'shutdown now'"
