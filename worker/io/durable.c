@@ -104,16 +104,20 @@ int lstmd_durable_open(struct lstmd_durable *w, const char *path) {
     lstmd_durable_abort(w);
     return LSTMD_ENOMEM;
   }
+  /* Known to the signal handler before the file exists: registered after open, a signal
+   * between the two left the file (a Ctrl-C test under ASan caught that window). */
+  w->temp_slot = temp_register(w->tmp_path);
   w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (w->fd < 0) {
-    lstmd_errorf("%s: cannot create: %s (writing its temp file %s first)", path, strerror(errno),
+    const int e = errno;
+    temp_unregister(w);
+    lstmd_errorf("%s: cannot create: %s (writing its temp file %s first)", path, strerror(e),
                  w->tmp_path);
     free(w->tmp_path);
     w->tmp_path = NULL; /* nothing to unlink */
     lstmd_durable_abort(w);
     return LSTMD_EWRITE;
   }
-  w->temp_slot = temp_register(w->tmp_path);
   return LSTMD_OK;
 }
 
