@@ -172,11 +172,10 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   /* The loss and the gradient norm below are the same on every rank (summed over all of them),
    * so rank 0 alone says why the run stops: one line, not one per rank. */
   if (!isfinite(*loss_out)) {
-    if (r->rank != 0) {
-    } else if (covered)
+    if (r->rank == 0 && covered)
       lstmd_errorf("steps %ld..%ld: the training loss is not finite (%g); lower optim.lr or set "
                    "optim.clip_norm", next - covered, next, *loss_out);
-    else
+    else if (r->rank == 0)
       lstmd_errorf("step %ld: the training loss is not finite (%g); lower optim.lr or set "
                    "optim.clip_norm", next, *loss_out);
     return agreed_failure(r, LSTMD_ENONFINITE);
@@ -194,11 +193,10 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   }
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "optimizer", t_opt, lstmd_now_s(), NULL);
   if (rc == LSTMD_ENONFINITE) {
-    if (r->rank != 0) {
-    } else if (outcome.bad_steps_ago) /* decided on the device, read at this logged step */
+    if (r->rank == 0 && outcome.bad_steps_ago) /* decided on the device, read at this logged step */
       lstmd_errorf("step %ld: non-finite gradient norm (seen at step %ld; no update since); "
                    "lower optim.lr or set optim.clip_norm", next - outcome.bad_steps_ago, next);
-    else
+    else if (r->rank == 0)
       lstmd_errorf("step %ld: non-finite gradient norm (loss %g); lower optim.lr or set "
                    "optim.clip_norm", next, *loss_out);
     return agreed_failure(r, rc);
