@@ -1,12 +1,14 @@
 /* test_kernels_cpu.c — every CPU kernel against a straightforward float64 reference:
  * vector exp/sigmoid/tanh, the packed recurrence GEMMs of the ISA in use (AVX-512 or AVX2),
- * LSTM layer forward and backward (BPTT), linear, embedding, softmax cross-entropy, MSE, AdamW
- * and SGD. Shapes include odd sizes so that the vectorised loops' remainders are exercised. */
+ * LSTM layer forward and backward (BPTT), linear, embedding, the embedding folded into layer 0,
+ * softmax cross-entropy, MSE, AdamW and SGD. Shapes include odd sizes so that the vectorised
+ * loops' remainders are exercised. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/dense_cpu.h"
+#include "kernels/cpu/embed_fold_cpu.h"
 #include "kernels/cpu/fastmath.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/lstm_cpu.h"
@@ -396,6 +398,46 @@ static void test_dense(void) {
   free(x); free(w); free(b); free(dy); free(table); free(z); free(p); free(t);
 }
 
+/* The folded embedding (embed_fold_cpu.h) against the unfolded definitions in float64:
+ * gates = E[id]·W_ihᵀ, dW_ih = Σ_n dgates_nᵀ·E[id_n], dE[v] = Σ_{n: id_n = v} dgates_n·W_ih,
+ * db = Σ_n dgates_n; ids repeat, one id never occurs (its dE row stays as it was), and the
+ * gradients accumulate onto what the buffers held. */
+static void test_embed_fold(int N, int V, int E, int G) {
+  int32_t *ids = malloc((size_t)N * sizeof *ids);
+  for (int n = 0; n < N; n++) ids[n] = (n * 7 + 3) % (V - 1); /* id V-1 never occurs */
+  double *re = zeros_d((size_t)V * E), *rw = zeros_d((size_t)G * E), *rdg = zeros_d((size_t)N * G);
+  double *rdw0 = zeros_d((size_t)G * E), *rde0 = zeros_d((size_t)V * E), *rdb0 = zeros_d(G);
+  float *emb = rand_f((size_t)V * E, 1.0, re), *w = rand_f((size_t)G * E, 0.5, rw);
+  float *dg = rand_f((size_t)N * G, 1.0, rdg), *dw = rand_f((size_t)G * E, 1.0, rdw0);
+  float *de = rand_f((size_t)V * E, 1.0, rde0), *db = rand_f(G, 1.0, rdb0);
+  float *db2 = zeros_f(G), *gates = zeros_f((size_t)N * G), *scratch = zeros_f((size_t)V * G);
+  for (int g = 0; g < G; g++) db2[g] = db[g];
+  double *rgates = zeros_d((size_t)N * G), *rdb2 = zeros_d(G);
+  for (int n = 0; n < N; n++)
+    for (int g = 0; g < G; g++)
+      for (int e = 0; e < E; e++) rgates[(size_t)n * G + g] += re[ids[n] * E + e] * rw[g * E + e];
+  lstmd_cpu_fold_forward(N, V, E, G, ids, emb, w, scratch, gates);
+  check_close("fold forward: projection rows", gates, rgates, (size_t)N * G, 1e-5, 1e-5);
+  for (int n = 0; n < N; n++)
+    for (int g = 0; g < G; g++) {
+      const double d = rdg[(size_t)n * G + g];
+      rdb0[g] += d;
+      for (int e = 0; e < E; e++) {
+        rdw0[g * E + e] += d * re[ids[n] * E + e];
+        rde0[ids[n] * E + e] += d * rw[g * E + e];
+      }
+    }
+  for (int g = 0; g < G; g++) rdb2[g] = rdb0[g];
+  lstmd_cpu_fold_backward(N, V, E, G, ids, dg, emb, w, scratch, dw, db, db2, de);
+  check_close("fold backward dW_ih", dw, rdw0, (size_t)G * E, 1e-5, 1e-4);
+  check_close("fold backward dE", de, rde0, (size_t)V * E, 1e-5, 1e-4);
+  check_close("fold backward db_ih", db, rdb0, G, 1e-5, 1e-4);
+  check_close("fold backward db_hh", db2, rdb2, G, 1e-5, 1e-4);
+  free(ids); free(re); free(rw); free(rdg); free(rdw0); free(rde0); free(rdb0); free(rgates);
+  free(rdb2); free(emb); free(w); free(dg); free(dw); free(de); free(db); free(db2); free(gates);
+  free(scratch);
+}
+
 static void test_optimizers(void) {
   enum { N = 37 };
   double rp[N], rg[N], rm[N], rv[N];
@@ -550,6 +592,8 @@ int main(void) {
   test_lstm_split(4, 3, 19, 8, 7);   /* odd: the GEMMs' edges */
   test_lstm_split(3, 4, 16, 8, 32);  /* r = 4H: the whole projection elsewhere */
   test_dense();
+  test_embed_fold(23, 6, 5, 28);    /* odd: the row-add's vector remainder */
+  test_embed_fold(64, 9, 16, 128);
   test_optimizers();
   return check_summary("test_kernels_cpu");
 }

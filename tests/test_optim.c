@@ -3,8 +3,9 @@
  * 0 at total_steps, constant; warmup longer than the run; steps past the end), global-norm
  * clipping (above and below clip_norm, clip_norm 0 = off, a non-finite norm), and several steps of
  * AdamW (decoupled weight decay, bias correction) and of SGD with momentum and weight decay
- * through lstmd_optim_step, schedule and clipping included. Per element |x − ref| ≤ atol +
- * rtol·|ref|, printing the first mismatches. Also why eps = 0 is refused by the config. */
+ * through lstmd_optim_step, schedule and clipping included, and the same steps applied in three
+ * ranges (lstmd_optim_update, as the CPU engine's threads do) equal to them bit for bit. Per
+ * element |x − ref| ≤ atol + rtol·|ref|, printing the first mismatches. Also why eps = 0 is refused by the config. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,8 +183,13 @@ static void test_steps(const char *name, struct lstmd_optim_config c, int steps)
   struct ref_optim r = {c, N, calloc(N, sizeof(double)), calloc(N, sizeof(double)),
                         calloc(N, sizeof(double)), 0};
   for (int i = 0; i < N; i++) r.p[i] = p[i] = (float)test_uniform(&seed, 1.0);
-  struct lstmd_optim *o = NULL;
+  struct lstmd_optim *o = NULL, *o3 = NULL; /* o3: the same steps in 3 ranges (the CPU engine's
+                                              * threads: lstmd_optim_update), last range first */
   lstmd_optim_create(&c, N, &o);
+  lstmd_optim_create(&c, N, &o3);
+  float *p3 = malloc(N * sizeof(float)), *g3 = malloc(N * sizeof(float));
+  memcpy(p3, p, N * sizeof(float));
+  int ranges_equal = 1;
   char what[160];
   for (int s = 0; s < steps; s++) {
     /* gradient norms alternate above and below clip_norm, so both paths feed the moments */
@@ -195,8 +201,14 @@ static void test_steps(const char *name, struct lstmd_optim_config c, int steps)
     }
     for (int i = 0; i < N; i++) g[i] = (float)(g[i] * (target / sqrt(raw)));
     ref_step(&r, g); /* before: lstmd_optim_step clips g in place */
+    memcpy(g3, g, N * sizeof(float));
     double norm;
     int rc = lstmd_optim_step(o, p, g, &norm);
+    static const size_t cut[4] = {0, 336, 672, N};
+    for (int k = 2; k >= 0; k--) lstmd_optim_update(o3, p3, g3, cut[k], cut[k + 1], norm);
+    lstmd_optim_advance(o3);
+    ranges_equal &= !memcmp(p, p3, N * sizeof(float)) && !memcmp(o->m, o3->m, N * sizeof(float)) &&
+                    (!o->v || !memcmp(o->v, o3->v, N * sizeof(float)));
     if (rc) {
       check_true("optim step", 0);
       break;
@@ -214,7 +226,13 @@ static void test_steps(const char *name, struct lstmd_optim_config c, int steps)
   }
   snprintf(what, sizeof what, "%s: %d steps counted", name, steps);
   check_true(what, o->step == steps);
+  snprintf(what, sizeof what, "%s: the steps in 3 ranges == whole, bitwise (params, moments)",
+           name);
+  check_true(what, ranges_equal && o3->step == steps);
   lstmd_optim_destroy(o);
+  lstmd_optim_destroy(o3);
+  free(p3);
+  free(g3);
   free(p);
   free(g);
   free(r.p);

@@ -4,7 +4,8 @@
 #  2. bitwise resume: k steps + --resume to n equals n straight steps (shuffle and stream order,
 #     dropout, gradient accumulation, SGD and AdamW), each resume saying so and metrics.jsonl
 #     holding exactly one record per logged step; the batch split over 2 or 3 threads makes the
-#     updates of one thread (within 1e-5 of the update's norm, clip off); one step at lr 0 leaves
+#     updates of one thread (within 1e-5 of the update's norm, clip off), and so does the embedding
+#     folded into layer 0; one step at lr 0 leaves
 #     the initialisation (SGD and AdamW with weight decay): the --initial of the equivalences;
 #  3. SIGTERM finishes the step, writes a checkpoint, exits 0, and the run resumes from it (says
 #     so, at the step it stopped) to the weights of an uninterrupted run, bitwise; meanwhile a
@@ -122,6 +123,38 @@ rc=$?
 [[ $rc == 2 ]] && grep -q "LSTMD_RECUR_TEAM=yes" "$TMP/team-bad.log" &&
   ok "LSTMD_RECUR_TEAM=yes exits 2 naming it" ||
   bad "LSTMD_RECUR_TEAM=yes: exit $rc, $(tail -1 "$TMP/team-bad.log")"
+
+# 2b''. the embedding folded into layer 0 (kernels/cpu/embed_fold_cpu.h; forced with
+#     LSTMD_EMBED_FOLD=1, as auto folds only where a thread's window holds 4 tokens per
+#     vocabulary row) makes the updates of the unfolded model, within 1e-5 of the update's norm
+#     beyond 1 ulp of the weights (embed.weight's update is ~1e-3 of weights near 1, so a 1-ulp
+#     rounding of one element is 1.6e-4 of it: compare_checkpoints.py --ulps):
+#     on 1 thread (the plain layer) and on 2 with the recurrence split; the compute line says
+#     which it ran; another value exits 2 naming it.
+fold=(--set model.hidden=64 --set model.dropout=0.2 --set optim.algo=sgd --set optim.lr=0.5
+      --set optim.clip_norm=0)
+LSTMD_EMBED_FOLD=0 run "$TMP/fold-init" 1 "${fold[@]}" --set optim.lr=0 --set train.steps=1 ||
+  bad "LSTMD_EMBED_FOLD: initialisation run"
+for th in 1 2; do
+  for f in 0 1; do
+    LSTMD_RECUR_TEAM=1 LSTMD_EMBED_FOLD=$f run "$TMP/fold-$th-$f" 8 "${fold[@]}" \
+      --set train.threads=$th --set train.steps=8 || bad "LSTMD_EMBED_FOLD=$f run on $th threads"
+  done
+  if ! grep -q "embedding folded into layer 0" "$TMP/fold-$th-1/log.8" ||
+     grep -q "embedding folded" "$TMP/fold-$th-0/log.8"; then
+    bad "LSTMD_EMBED_FOLD on $th threads: the compute lines do not say 1 folded and 0 did not"
+  elif msg=$(/usr/bin/python3 "$SRC/tests/compare_checkpoints.py" \
+             "$TMP/fold-$th-0/run/step-8.safetensors" "$TMP/fold-$th-1/run/step-8.safetensors" --rtol 1e-5 \
+             --initial "$TMP/fold-init/run/step-1.safetensors" --ulps 1); then
+    ok "embedding folded into layer 0 = unfolded, $th thread(s): $msg"
+  else bad "embedding folded into layer 0, $th thread(s): $msg"; fi
+done
+LSTMD_EMBED_FOLD=yes "$LSTMD" train "${common[@]}" --set train.run_dir="$TMP/fold-bad" \
+  --set train.steps=1 >/dev/null 2>"$TMP/fold-bad.log"
+rc=$?
+[[ $rc == 2 ]] && grep -q "LSTMD_EMBED_FOLD=yes" "$TMP/fold-bad.log" &&
+  ok "LSTMD_EMBED_FOLD=yes exits 2 naming it" ||
+  bad "LSTMD_EMBED_FOLD=yes: exit $rc, $(tail -1 "$TMP/fold-bad.log")"
 
 # 2c. one step at lr 0 leaves every weight where the initialisation put it, whatever the
 #     optimizer: AdamW with decoupled weight decay and SGD with momentum and L2 end on the same

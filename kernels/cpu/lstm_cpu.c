@@ -179,7 +179,7 @@ void lstmd_cpu_lstm_backward_weight(const struct lstmd_lstm_dims *d, const float
   if (r < G)
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, G - r, In, N, 1.0f, dgates + r, G, x, In,
                 1.0f, dw_ih + (size_t)r * In, In);
-  add_column_sums(N, G, dgates, db_ih, db_hh);
+  if (db_ih) add_column_sums(N, G, dgates, db_ih, db_hh);
 }
 
 void lstmd_cpu_lstm_rows_forward(int N, int In, int r, const float *x, const float *w_ih,

@@ -78,7 +78,8 @@ void lstmd_cpu_lstm_backward_input(const struct lstmd_lstm_dims *d, const float 
                                    int grad_to_h0, float *dx, const float *wpack);
 
 /* The weight gradients of T steps from backward_input's dgates, accumulated (+=):
- * dw_hh += dgates^T·h[0..T-1], dw_ih += dgates^T·x, db_ih and db_hh += column sums. */
+ * dw_hh += dgates^T·h[0..T-1], dw_ih += dgates^T·x, db_ih and db_hh += column sums (both
+ * NULL: the caller sums the bias gradients itself, as embed_fold_cpu.h does). */
 void lstmd_cpu_lstm_backward_weight(const struct lstmd_lstm_dims *d, const float *x,
                                     const float *h, const float *dgates, float *dw_ih,
                                     float *dw_hh, float *db_ih, float *db_hh);

@@ -6,9 +6,11 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 
 #include "kernels/cpu/dense_cpu.h"
+#include "kernels/cpu/embed_fold_cpu.h"
 #include "kernels/cpu/kd_cpu.h"
 #include "kernels/cpu/lstm_cpu.h"
 #include "kernels/cpu/lstm_ln_cpu.h"
@@ -30,7 +32,9 @@ struct lstmd_workspace {
   int T, B;
   float dropout;
   struct lstmd_batch batch;
-  float *x0;      /* [T,B,E] embedded ids (text) */
+  float *x0;      /* [T,B,E] embedded ids (text, unless folded) */
+  float *fold;    /* [V,4H] text with the embedding folded into layer 0 (embed_fold_cpu.h): the
+                   * projection table in forward, the per-token gate sums in backward; or NULL */
   struct layer_acts layer[LSTMD_MAX_LAYERS];
   float *out;     /* [T,B,O] logits or predictions, then their gradient */
   float *dh, *dx; /* [T,B,max(H,In0)] gradient w.r.t. a layer's output / input */
@@ -250,8 +254,16 @@ static size_t arena_span(size_t floats) { return (floats + 15) / 16 * 16 + kAren
 void *lstmd_arena_carve(const size_t *sizes, size_t n, float **slices) {
   size_t total = 16;
   for (size_t i = 0; i < n; i++) total += arena_span(sizes[i]);
-  float *a = aligned_alloc(64, total * sizeof(float));
+  /* A large arena asks for transparent huge pages (where the kernel leaves them to madvise, as
+   * Debian's does). The per-step passes of the recurrence read 32 units of every row of a step,
+   * rows 16 KiB apart for H = 512: every row another 4 KiB page, hundreds of pages a step, far
+   * more than the first-level TLB holds. On the CPU benchmark model that took ~3 ms of a 194 ms
+   * step (A/B, 2-core EPYC, avx512). */
+  const size_t huge = 2u << 20, bytes = total * sizeof(float);
+  const int large = bytes >= 2 * huge;
+  float *a = aligned_alloc(large ? huge : 64, large ? (bytes + huge - 1) / huge * huge : bytes);
   if (!a) return NULL;
+  if (large) (void)madvise(a, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE); /* a hint only */
   memset(a, 0, total * sizeof(float));
   for (size_t i = 0, at = 0; i < n; at += arena_span(sizes[i++])) {
     slices[i] = sizes[i] ? a + at : NULL;
@@ -272,14 +284,21 @@ int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float drop
   const size_t In0 = (size_t)input_width(s), O = (size_t)output_width(s);
   const size_t wide = H > In0 ? H : In0;
   const int masked = dropout > 0.0f && L > 1, ln = s->layer_norm;
-  /* Sizes of the arena's arrays, in floats: 5, 11 per layer, 9. */
-  size_t sizes[14 + 11 * LSTMD_MAX_LAYERS], n = 0;
+  const int text = s->kind == LSTMD_MODEL_TEXT;
+  const int fold = text && !ln ? lstmd_cpu_fold_wanted((int)N, s->vocab) : 0;
+  if (fold < 0) {
+    lstmd_errorf("LSTMD_EMBED_FOLD=%s: 0, 1 or auto", getenv("LSTMD_EMBED_FOLD"));
+    return LSTMD_ECONFIG;
+  }
+  /* Sizes of the arena's arrays, in floats: 6, 11 per layer, 9. */
+  size_t sizes[15 + 11 * LSTMD_MAX_LAYERS], n = 0;
 #define SLICE(count) (sizes[n++] = (count))
   SLICE(N);                                              /* ids (int32) */
   SLICE(N);                                              /* targets (int32) */
   SLICE(s->kind == LSTMD_MODEL_SERIES ? N * In0 : 0);     /* batch x */
   SLICE(s->kind == LSTMD_MODEL_SERIES ? N * O : 0);      /* batch y */
-  SLICE(s->kind == LSTMD_MODEL_TEXT ? N * In0 : 0);       /* x0 */
+  SLICE(text && !fold ? N * In0 : 0);                    /* x0 */
+  SLICE(fold ? (size_t)s->vocab * 4 * H : 0);            /* fold */
   for (size_t l = 0; l < L; l++) {
     SLICE((N + B) * H);                                  /* h */
     SLICE((N + B) * H);                                  /* c */
@@ -328,6 +347,7 @@ int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float drop
   ws->batch.x = TAKE();
   ws->batch.y = TAKE();
   ws->x0 = TAKE();
+  ws->fold = TAKE();
   for (size_t l = 0; l < L; l++) {
     ws->layer[l].h = TAKE();
     ws->layer[l].c = TAKE();
@@ -364,6 +384,7 @@ void lstmd_workspace_destroy(struct lstmd_workspace *ws) {
 }
 
 struct lstmd_batch *lstmd_workspace_batch(struct lstmd_workspace *ws) { return &ws->batch; }
+int lstmd_workspace_folds_embedding(const struct lstmd_workspace *ws) { return ws->fold != NULL; }
 void lstmd_workspace_set_grads(struct lstmd_workspace *ws, float *grads) { ws->grads = grads; }
 
 int lstmd_workspace_set_team(struct lstmd_workspace *ws, struct lstmd_recur_team *team,
@@ -534,13 +555,23 @@ void lstmd_model_backward(struct lstmd_model *m, struct lstmd_workspace *ws) {
     struct layer_params p = layer_params(m, ws->grads, l);
     struct layer_acts *a = &ws->layer[l];
     struct lstmd_lstm_dims d = {T, B, l == 0 ? In0 : H, H};
-    int need_dx = l > 0 || s->kind == LSTMD_MODEL_TEXT;
+    const int fold = l == 0 && ws->fold; /* then W_ih, b and E take their gradients below */
+    const int need_dx = l > 0 || (s->kind == LSTMD_MODEL_TEXT && !fold);
+    if (fold) d.split = 4 * H;
     if (ws->wpack) lstmd_cpu_pack_cols(4 * H, H, p.w_hh, ws->wpack);
-    if (ws->team) {
-      lstmd_cpu_lstm_backward_input_team(ws->team, ws->member, &d, p.w_ih, p.w_hh, a->c, a->gates,
-                                         dh, ws->dgates, ws->work, need_dx ? dx : NULL);
+    if (ws->team || fold) {
+      if (ws->team)
+        lstmd_cpu_lstm_backward_input_team(ws->team, ws->member, &d, p.w_ih, p.w_hh, a->c,
+                                           a->gates, dh, ws->dgates, ws->work, need_dx ? dx : NULL);
+      else
+        lstmd_cpu_lstm_backward_input(&d, p.w_ih, p.w_hh, a->c, a->gates, dh, ws->dgates, ws->work,
+                                      0, 0, need_dx ? dx : NULL, ws->wpack);
       lstmd_cpu_lstm_backward_weight(&d, layer_input(ws, l), a->h, ws->dgates, p.dw_ih, p.dw_hh,
-                                     p.db_ih, p.db_hh);
+                                     fold ? NULL : p.db_ih, fold ? NULL : p.db_hh);
+      if (fold)
+        lstmd_cpu_fold_backward(N, s->vocab, s->embed, 4 * H, ws->batch.ids, ws->dgates,
+                                m->params + m->tensors[0].offset, p.w_ih, ws->fold, p.dw_ih,
+                                p.db_ih, p.db_hh, ws->grads + m->tensors[0].offset);
     } else if (s->layer_norm) {
       lstmd_cpu_lstm_ln_backward_input(&d, p.w_ih, p.w_hh, &p.ln, a->c, a->gates, &a->ln, dh,
                                        ws->dgates, &ws->dln, ws->work, 0, 0, need_dx ? dx : NULL,
@@ -559,7 +590,9 @@ void lstmd_model_backward(struct lstmd_model *m, struct lstmd_workspace *ws) {
       dh = dx;
       dx = t;
     } else if (s->kind == LSTMD_MODEL_TEXT) {
-      lstmd_cpu_embedding_backward(N, s->embed, dx, ws->batch.ids, ws->grads + m->tensors[0].offset);
+      if (!fold)
+        lstmd_cpu_embedding_backward(N, s->embed, dx, ws->batch.ids,
+                                     ws->grads + m->tensors[0].offset);
       grads_ready(ws, 0);
     }
   }
@@ -578,15 +611,19 @@ double lstmd_model_forward(struct lstmd_model *m, struct lstmd_workspace *ws, fl
   const struct lstmd_model_shape *s = &m->shape;
   const int T = ws->T, B = ws->B, N = T * B, H = s->hidden, L = s->layers;
   const int O = output_width(s), In0 = input_width(s);
-  if (s->kind == LSTMD_MODEL_TEXT)
-    lstmd_cpu_embedding_forward(N, s->embed, m->params + m->tensors[0].offset, ws->batch.ids, ws->x0);
+  const float *emb = s->kind == LSTMD_MODEL_TEXT ? m->params + m->tensors[0].offset : NULL;
+  if (emb && !ws->fold) lstmd_cpu_embedding_forward(N, s->embed, emb, ws->batch.ids, ws->x0);
   for (int l = 0; l < L; l++) {
     struct layer_params p = layer_params(m, ws->grads, l);
     struct layer_acts *a = &ws->layer[l];
     struct lstmd_lstm_dims d = {T, B, l == 0 ? In0 : H, H};
     const float *whh_packed = ws->frozen_whh[l] ? ws->frozen_whh[l] : ws->wpack;
     if (!ws->frozen_whh[l] && ws->wpack) lstmd_cpu_pack_rows(4 * H, H, p.w_hh, ws->wpack);
-    if (ws->frozen_wih[l]) { /* the projection here, on the frozen pack: all 4H rows "split" */
+    if (l == 0 && ws->fold) { /* the projection from the table: all 4H rows "split" */
+      lstmd_cpu_fold_forward(N, s->vocab, s->embed, 4 * H, ws->batch.ids, emb, p.w_ih, ws->fold,
+                             a->gates);
+      d.split = 4 * H;
+    } else if (ws->frozen_wih[l]) { /* the projection on the frozen pack: all 4H rows "split" */
       memset(a->gates, 0, (size_t)N * 4 * H * sizeof(float));
       lstmd_cpu_gemm_abt_packed(N, 4 * H, d.input, layer_input(ws, l), d.input, ws->frozen_wih[l],
                                 a->gates, 4 * H);

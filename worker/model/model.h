@@ -143,6 +143,9 @@ int lstmd_workspace_create(const struct lstmd_model *m, int steps, int batch, fl
                            struct lstmd_workspace **out);
 void lstmd_workspace_destroy(struct lstmd_workspace *ws);
 struct lstmd_batch *lstmd_workspace_batch(struct lstmd_workspace *ws);
+/* 1 where this text workspace runs its embedding folded into layer 0 (decided at create from
+ * its tokens a window and the vocabulary, or LSTMD_EMBED_FOLD: kernels/cpu/embed_fold_cpu.h). */
+int lstmd_workspace_folds_embedding(const struct lstmd_workspace *ws);
 /* Gradients of this workspace's steps accumulate into `grads` ([n_params]) instead of
  * m->grads, so that threads working on slices of one batch need no locks. */
 void lstmd_workspace_set_grads(struct lstmd_workspace *ws, float *grads);

@@ -46,15 +46,22 @@ int lstmd_optim_step(struct lstmd_optim *o, float *params, float *grads, double 
 
 void lstmd_optim_apply(struct lstmd_optim *o, float *params, float *grads, size_t lo, size_t hi,
                        double norm) {
+  lstmd_optim_update(o, params, grads, lo, hi, norm);
+  lstmd_optim_advance(o);
+}
+
+void lstmd_optim_update(const struct lstmd_optim *o, float *params, float *grads, size_t lo,
+                        size_t hi, double norm) {
   const struct lstmd_optim_config *c = &o->cfg;
   const size_t n = hi - lo;
   if (c->clip_norm > 0.0f && norm > c->clip_norm)
     lstmd_cpu_scale(n, grads + lo, (float)(c->clip_norm / (norm + 1e-6)));
-  float lr = lstmd_optim_lr(c, o->step);
-  o->step++;
-  if (c->algo == LSTMD_OPTIM_ADAMW)
+  const float lr = lstmd_optim_lr(c, o->step);
+  if (c->algo == LSTMD_OPTIM_ADAMW) /* bias correction counts this update: step + 1 */
     lstmd_cpu_adamw(n, params + lo, grads + lo, o->m + lo, o->v + lo, lr, c->beta1, c->beta2,
-                    c->eps, c->weight_decay, o->step);
+                    c->eps, c->weight_decay, o->step + 1);
   else
     lstmd_cpu_sgd(n, params + lo, grads + lo, o->m + lo, lr, c->momentum, c->weight_decay);
 }
+
+void lstmd_optim_advance(struct lstmd_optim *o) { o->step++; }

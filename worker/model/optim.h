@@ -48,5 +48,11 @@ int lstmd_optim_step(struct lstmd_optim *o, float *params, float *grads, double 
  * update, advances step. lstmd_optim_step is this over [0, n) after computing the norm. */
 void lstmd_optim_apply(struct lstmd_optim *o, float *params, float *grads, size_t lo, size_t hi,
                        double norm);
+/* lstmd_optim_apply in pieces: the update of step o->step on [lo, hi), step unchanged (ranges
+ * of one step may run on several threads at once: every element updates on its own, so the
+ * result is that of one call), then lstmd_optim_advance once for the step. */
+void lstmd_optim_update(const struct lstmd_optim *o, float *params, float *grads, size_t lo,
+                        size_t hi, double norm);
+void lstmd_optim_advance(struct lstmd_optim *o);
 
 #endif

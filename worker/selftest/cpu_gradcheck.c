@@ -141,7 +141,15 @@ static void gradcheck(const char *label, struct lstmd_model_shape shape, int T, 
     for (size_t k = 0; !strncmp(m->tensors[t].name, "lstm.ln_", 8) && k < m->tensors[t].count; k++)
       m->params[m->tensors[t].offset + k] += (float)selftest_uniform(&ln_seed, 0.3);
   struct lstmd_workspace *ws;
-  lstmd_workspace_create(m, T, B, dropout, &ws);
+  if (lstmd_workspace_create(m, T, B, dropout, &ws)) {
+    lstmd_check_true("workspace create", 0);
+    lstmd_model_destroy(m);
+    return;
+  }
+  char folded[160]; /* the path taken shows in every line (LSTMD_EMBED_FOLD) */
+  snprintf(folded, sizeof folded, "%s%s", label,
+           lstmd_workspace_folds_embedding(ws) ? " (embedding folded)" : "");
+  label = folded;
   struct lstmd_batch *b = lstmd_workspace_batch(ws);
   unsigned long long seed = 99;
   const int N = T * B, H = shape.hidden, L = shape.layers;
@@ -180,7 +188,7 @@ static void gradcheck(const char *label, struct lstmd_model_shape shape, int T, 
   double *p = malloc(m->n_params * sizeof(double));
   for (size_t i = 0; i < m->n_params; i++) p[i] = m->params[i];
   double ref = ref_loss(&r, p);
-  char what[128];
+  char what[256];
   snprintf(what, sizeof what, "%s loss vs float64", label);
   float lossf = (float)loss;
   lstmd_check_close(what, &lossf, &ref, 1, 1e-6, 1e-5);
@@ -332,7 +340,7 @@ static void clf_gradcheck(int pool) {
   double *p = malloc(m->n_params * sizeof(double));
   for (size_t i = 0; i < m->n_params; i++) p[i] = m->params[i];
   const double ref = clf_ref_loss(m, p, bt);
-  char what[128];
+  char what[256];
   snprintf(what, sizeof what, "classifier bi %s-pooled, lengths 5 2 0 3: loss vs float64", names[pool]);
   float lossf = (float)loss;
   lstmd_check_close(what, &lossf, &ref, 1, 1e-6, 1e-5);

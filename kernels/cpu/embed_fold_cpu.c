@@ -1,0 +1,46 @@
+/* embed_fold_cpu.c — the folded embedding of embed_fold_cpu.h: two small GEMMs on [V,·] tables
+ * and one pass over the tokens each way. */
+#include "embed_fold_cpu.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "isa_variants.h"
+#include "lstm_cpu.h"
+
+int lstmd_cpu_fold_wanted(int N, int V) {
+  const char *env = getenv("LSTMD_EMBED_FOLD");
+  if (env && strcmp(env, "0") && strcmp(env, "1") && strcmp(env, "auto")) return -1;
+  if (env && !strcmp(env, "0")) return 0;
+  if (env && !strcmp(env, "1")) return 1;
+  /* The table costs V rows of the projection GEMM and a V·G scratch; the unfolded projection,
+   * input gradient and dW_ih each cost N rows. Fold where N is at least 4 V. */
+  return (long)N >= 4L * V;
+}
+
+void lstmd_cpu_fold_forward(int N, int V, int E, int G, const int32_t *ids, const float *emb,
+                            const float *w_ih, float *table, float *gates) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, V, G, E, 1.0f, emb, E, w_ih, E, 0.0f, table,
+              G);
+  for (int n = 0; n < N; n++)
+    memcpy(gates + (size_t)n * G, table + (size_t)ids[n] * G, (size_t)G * sizeof(float));
+}
+
+BODY void add_row_body(int G, const float *src, float *dst) {
+#pragma omp simd
+  for (int g = 0; g < G; g++) dst[g] += src[g];
+}
+ISA_VARIANTS(add_row, (int G, const float *src, float *dst), (G, src, dst))
+
+void lstmd_cpu_fold_backward(int N, int V, int E, int G, const int32_t *ids, const float *dgates,
+                             const float *emb, const float *w_ih, float *sums, float *dw_ih,
+                             float *db_ih, float *db_hh, float *demb) {
+  memset(sums, 0, (size_t)V * G * sizeof(float));
+  for (int n = 0; n < N; n++) add_row(G, dgates + (size_t)n * G, sums + (size_t)ids[n] * G);
+  lstmd_cpu_add_bias_grads(V, G, sums, db_ih, db_hh);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, G, E, V, 1.0f, sums, G, emb, E, 1.0f, dw_ih,
+              E);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, V, E, G, 1.0f, sums, G, w_ih, E, 1.0f, demb,
+              E);
+}
