@@ -117,12 +117,15 @@ elif grep -q "recurrence split by hidden unit" "$TMP/team-0/log.12"; then
 elif cmp -s "$TMP/team-0/run/step-12.safetensors" "$TMP/team-1/run/step-12.safetensors"; then
   ok "recurrence split by hidden unit over 2 threads = the slices alone, bitwise"
 else bad "recurrence split by hidden unit: checkpoints differ from the slices alone"; fi
-LSTMD_RECUR_TEAM=yes "$LSTMD" train "${common[@]}" --set train.run_dir="$TMP/team-bad" \
-  --set train.steps=1 >/dev/null 2>"$TMP/team-bad.log"
-rc=$?
-[[ $rc == 2 ]] && grep -q "LSTMD_RECUR_TEAM=yes" "$TMP/team-bad.log" &&
-  ok "LSTMD_RECUR_TEAM=yes exits 2 naming it" ||
-  bad "LSTMD_RECUR_TEAM=yes: exit $rc, $(tail -1 "$TMP/team-bad.log")"
+# refuses_yes VAR: training with VAR=yes (neither 0, 1 nor auto) exits 2 naming it.
+refuses_yes() {
+  env "$1=yes" "$LSTMD" train "${common[@]}" --set train.run_dir="$TMP/$1-bad" \
+    --set train.steps=1 >/dev/null 2>"$TMP/$1-bad.log"
+  local rc=$?
+  [[ $rc == 2 ]] && grep -q "$1=yes" "$TMP/$1-bad.log" && ok "$1=yes exits 2 naming it" ||
+    bad "$1=yes: exit $rc, $(tail -1 "$TMP/$1-bad.log")"
+}
+refuses_yes LSTMD_RECUR_TEAM
 
 # 2b''. the embedding folded into layer 0 (kernels/cpu/embed_fold_cpu.h; forced with
 #     LSTMD_EMBED_FOLD=1, as auto folds only where a thread's window holds 4 tokens per
@@ -149,12 +152,7 @@ for th in 1 2; do
     ok "embedding folded into layer 0 = unfolded, $th thread(s): $msg"
   else bad "embedding folded into layer 0, $th thread(s): $msg"; fi
 done
-LSTMD_EMBED_FOLD=yes "$LSTMD" train "${common[@]}" --set train.run_dir="$TMP/fold-bad" \
-  --set train.steps=1 >/dev/null 2>"$TMP/fold-bad.log"
-rc=$?
-[[ $rc == 2 ]] && grep -q "LSTMD_EMBED_FOLD=yes" "$TMP/fold-bad.log" &&
-  ok "LSTMD_EMBED_FOLD=yes exits 2 naming it" ||
-  bad "LSTMD_EMBED_FOLD=yes: exit $rc, $(tail -1 "$TMP/fold-bad.log")"
+refuses_yes LSTMD_EMBED_FOLD
 
 # 2c. one step at lr 0 leaves every weight where the initialisation put it, whatever the
 #     optimizer: AdamW with decoupled weight decay and SGD with momentum and L2 end on the same
