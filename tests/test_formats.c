@@ -1,6 +1,7 @@
 /* test_formats.c — file formats and config parsing: CRC-32C check value, the safetensors
  * reference test vector (exact bytes) and the reader's rejections, the dataset format round
- * trip and its corruption checks, and the config table's errors. */
+ * trip and its corruption checks, the config table's errors, and predict's output rows
+ * (formatted on two threads) against one fprintf per number, byte for byte. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "worker/data/dataset.h"
 #include "worker/io/safetensors.h"
 #include "worker/io/tb_events.h"
+#include "worker/model/forecast_rows.h"
 #include "check.h"
 
 static char g_dir[] = "/tmp/lstmd-test-formats-XXXXXX";
@@ -318,8 +320,55 @@ static void test_config(void) {
   free(json);
 }
 
+/* lstmd_forecast_rows_write == fprintf("%zu") and fprintf(",%.9g") per number, for a chunk
+ * small enough for one thread and one split over two (odd, so the halves differ), with values
+ * that print in every form: integers, long fractions, exponents both ways, ±0, subnormals,
+ * the largest float, ±inf and NaN. */
+static void test_forecast_rows(void) {
+  static const float special[] = {0.0f, -0.0f, 1.0f, -2.5f, 123456789.0f, 1e-5f, 3.4028235e38f,
+                                  1.4e-45f, 1.17549435e-38f, 0.1f, 1e9f, 1e-4f, 65.25f};
+  for (int pass = 0; pass < 2; pass++) {
+    const size_t n = pass ? 1001 : 7;
+    const int cols = pass ? 24 : 3;
+    size_t *idx = malloc(n * sizeof *idx);
+    float *vals = malloc(n * cols * sizeof *vals);
+    unsigned long long seed = 5;
+    for (size_t r = 0; r < n; r++) {
+      idx[r] = 1000 * r + 7;
+      for (int c = 0; c < cols; c++) {
+        const size_t k = r * cols + c;
+        vals[k] = k % 5 ? (float)(test_uniform(&seed, 1.0) * pow(10.0, (double)(k % 13) - 6))
+                        : special[(k / 5) % 13];
+      }
+    }
+    vals[3] = INFINITY;
+    vals[4] = -INFINITY;
+    vals[5] = NAN;
+    char *got = NULL, *want = NULL;
+    size_t got_len = 0, want_len = 0;
+    FILE *g = open_memstream(&got, &got_len), *w = open_memstream(&want, &want_len);
+    const int rc = lstmd_forecast_rows_write(g, idx, vals, n, cols);
+    for (size_t r = 0; r < n; r++) {
+      fprintf(w, "%zu", idx[r]);
+      for (int c = 0; c < cols; c++) fprintf(w, ",%.9g", vals[r * cols + c]);
+      fputc('\n', w);
+    }
+    fclose(g);
+    fclose(w);
+    char what[96];
+    snprintf(what, sizeof what, "forecast rows (%zu rows, %d values): the bytes of fprintf", n,
+             cols);
+    check_true(what, rc == 0 && got_len == want_len && !memcmp(got, want, want_len));
+    free(got);
+    free(want);
+    free(idx);
+    free(vals);
+  }
+}
+
 int main(void) {
   if (!mkdtemp(g_dir)) return 2;
+  test_forecast_rows();
   test_crc();
   test_safetensors();
   test_dataset();

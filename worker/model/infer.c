@@ -16,6 +16,7 @@
 #include "worker/io/qcheckpoint.h"
 #include "worker/data/prepare.h"
 #include "eval_pool.h"
+#include "forecast_rows.h"
 
 int lstmd_infer_model_load(const char *path, struct lstmd_infer_model *im,
                            struct lstmd_data_meta *d) {
@@ -448,22 +449,30 @@ static int predict_chunk(struct runner *r, const struct lstmd_data_meta *d, cons
   runner_forward(r, 0);
   const float *pred = runner_output(r);
   const float sd = info->std[0], mu = info->mean[0]; /* float, as forecasts always were */
-  for (int col = 0; col < cols; col++)
+  const int per_row = K * (1 + (baselines ? 1 + (info->season != 0) : 0));
+  const size_t n = (size_t)cols * T;
+  size_t *idx = malloc(n * sizeof *idx);
+  float *vals = malloc(n * per_row * sizeof *vals);
+  int rc = idx && vals ? LSTMD_OK : LSTMD_ENOMEM;
+  for (int col = 0; !rc && col < cols; col++)
     for (int t = 0; t < T; t++) {
-      const size_t i = first + (size_t)col * T + t;
-      fprintf(out, "%zu", i);
+      const size_t row = (size_t)col * T + t, i = first + row;
       const float *p = pred + ((size_t)t * cols + col) * K;
+      float *v = vals + row * per_row;
+      idx[row] = i;
       for (int k = 0; k < K; k++)
-        fprintf(out, ",%.9g", lstmd_series_undo(tf, p[k], z[i * W], shift0[col], scale0[col]) * sd + mu);
+        *v++ = lstmd_series_undo(tf, p[k], z[i * W], shift0[col], scale0[col]) * sd + mu;
       if (baselines) {
         lstmd_series_baselines(z, W, i, K, info->season, fp, fs);
-        for (int k = 0; k < K; k++) fprintf(out, ",%.9g", fp[k] * sd + mu);
-        for (int k = 0; info->season && k < K; k++) fprintf(out, ",%.9g", fs[k] * sd + mu);
+        for (int k = 0; k < K; k++) *v++ = fp[k] * sd + mu;
+        for (int k = 0; info->season && k < K; k++) *v++ = fs[k] * sd + mu;
       }
-      fputc('\n', out);
     }
+  if (!rc) rc = lstmd_forecast_rows_write(out, idx, vals, n, per_row);
+  free(idx);
+  free(vals);
   free(shift0);
-  return LSTMD_OK;
+  return rc;
 }
 
 int lstmd_predict(const struct lstmd_infer_model *im, const struct lstmd_data_meta *d,
