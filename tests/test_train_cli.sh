@@ -146,6 +146,9 @@ for th in 1 2; do
   if ! grep -q "embedding folded into layer 0" "$TMP/fold-$th-1/log.8" ||
      grep -q "embedding folded" "$TMP/fold-$th-0/log.8"; then
     bad "LSTMD_EMBED_FOLD on $th threads: the compute lines do not say 1 folded and 0 did not"
+  elif ((th == 2)) && grep -q "lstmd avx\(512\|2\) kernels" "$TMP/fold-2-1/log.8" &&
+       ! grep -q "recurrence split by hidden unit" "$TMP/fold-2-1/log.8"; then
+    bad "LSTMD_EMBED_FOLD on 2 threads: the recurrence was not split (LSTMD_RECUR_TEAM=1)"
   elif msg=$(/usr/bin/python3 "$SRC/tests/compare_checkpoints.py" \
              "$TMP/fold-$th-0/run/step-8.safetensors" "$TMP/fold-$th-1/run/step-8.safetensors" --rtol 1e-5 \
              --initial "$TMP/fold-init/run/step-1.safetensors" --ulps 1); then

@@ -79,7 +79,7 @@ void lstmd_cpu_mul_inplace(size_t n, float *x, const float *m) {
 /* Eight running sums, element i into sum i % 8, added in order at the end: the same order on
  * every ISA (8 doubles are one zmm or two ymm), and no chain of dependent adds. A single running
  * sum waited out the add latency at every element: ~2 ms a step for the benchmark model's 3.3 M
- * gradients, while the other thread idled (the optimizer runs on one). */
+ * gradients, on one thread while the rank's others idled (the norm is computed on one). */
 BODY double sumsq_body(size_t n, const float *x) {
   double lane[8] = {0};
   size_t i = 0;

@@ -15,7 +15,8 @@
 
 /* 1 where a window of N tokens over a vocabulary of V folds the embedding, 0 where not;
  * LSTMD_EMBED_FOLD=1 or 0 forces it either way (tests; timing both), auto or unset decides.
- * -1 for another value of LSTMD_EMBED_FOLD (the caller reports it). */
+ * -1 for another value of LSTMD_EMBED_FOLD (the caller reports it). The caller folds only a
+ * text model without layer normalisation (model.c). */
 int lstmd_cpu_fold_wanted(int N, int V);
 
 /* gates [N,G] = (emb [V,E] · w_ih [G,E]ᵀ)[ids[n]]: the input projection of layer 0 without

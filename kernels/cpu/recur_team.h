@@ -41,8 +41,10 @@ void lstmd_recur_team_destroy(struct lstmd_recur_team *t);
 long lstmd_recur_team_stolen(const struct lstmd_recur_team *t);
 
 /* lstmd_cpu_lstm_forward for member `member`'s rows (its own d, x, h, c, gates), run together
- * with the other members' calls; W_hh is packed by the team (no wpack argument). d->split must
- * be 0: a split input projection is the pipeline engine's, which has one thread a rank. */
+ * with the other members' calls; W_hh is packed by the team (no wpack argument). d->split is 0,
+ * or 4H where the caller wrote the whole input projection into gates itself (the embedding
+ * folded into layer 0: embed_fold_cpu.h; x is then not read). A split in between is the
+ * pipeline engine's, which has one thread a rank. */
 void lstmd_cpu_lstm_forward_team(struct lstmd_recur_team *t, int member,
                                  const struct lstmd_lstm_dims *d, const float *w_ih,
                                  const float *w_hh, const float *b_ih, const float *b_hh,

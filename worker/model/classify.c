@@ -128,7 +128,7 @@ int lstmd_clf_workspace_create(const struct lstmd_model *m, int T, int B,
 
 void lstmd_clf_workspace_destroy(struct lstmd_clf_workspace *ws) {
   if (!ws) return;
-  free(ws->arena);
+  lstmd_workspace_arena_free(ws->arena);
   free(ws);
 }
 

@@ -21,7 +21,9 @@ struct text {
   int failed; /* out of memory */
 };
 
-/* Appends at most 32 bytes (one number with its comma, or an index, or the newline). */
+/* Room for one append of at most 32 bytes with its NUL (one number with its comma: 16 at most;
+ * an index: 20; the newline); snprintf's count is clamped below, so a longer one is cut, not
+ * run past the buffer. */
 static int reserve(struct text *t) {
   if (t->cap - t->len >= 32) return 1;
   const size_t cap = t->cap ? 2 * t->cap : 4096;
@@ -32,14 +34,16 @@ static int reserve(struct text *t) {
   return 1;
 }
 
+static size_t clamp(int n) { return n < 0 ? 0 : n > 31 ? 31 : (size_t)n; }
+
 static void *format_rows(void *arg) {
   struct text *t = arg;
   for (size_t r = t->r0; r < t->r1; r++) {
     if (!reserve(t)) goto oom;
-    t->len += (size_t)snprintf(t->buf + t->len, 32, "%zu", t->idx[r]);
+    t->len += clamp(snprintf(t->buf + t->len, 32, "%zu", t->idx[r]));
     for (int c = 0; c < t->cols; c++) {
       if (!reserve(t)) goto oom;
-      t->len += (size_t)snprintf(t->buf + t->len, 32, ",%.9g", t->vals[r * (size_t)t->cols + c]);
+      t->len += clamp(snprintf(t->buf + t->len, 32, ",%.9g", t->vals[r * (size_t)t->cols + c]));
     }
     if (!reserve(t)) goto oom;
     t->buf[t->len++] = '\n';

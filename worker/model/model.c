@@ -6,7 +6,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <string.h>
 
 #include "kernels/cpu/dense_cpu.h"
@@ -230,48 +229,6 @@ double lstmd_model_flops_per_token(const struct lstmd_model_shape *s) {
 
 /* ---- workspace ---- */
 
-/* Under AddressSanitizer every slice is followed by a poisoned red zone (its round-up to 16
- * floats, plus 16 more), so a kernel that writes one row past its slice stops the ASan build
- * (make test-asan: CMake option LSTMD_SANITIZE) instead of silently landing in the next array.
- * GCC says __SANITIZE_ADDRESS__, clang __has_feature(address_sanitizer). */
-#if defined(__SANITIZE_ADDRESS__)
-#define LSTMD_ARENA_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define LSTMD_ARENA_ASAN 1
-#endif
-#endif
-#if defined(LSTMD_ARENA_ASAN)
-#include <sanitizer/asan_interface.h>
-enum { kArenaRedZone = 16 };
-#else
-#define ASAN_POISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
-enum { kArenaRedZone = 0 };
-#endif
-
-static size_t arena_span(size_t floats) { return (floats + 15) / 16 * 16 + kArenaRedZone; }
-
-void *lstmd_arena_carve(const size_t *sizes, size_t n, float **slices) {
-  size_t total = 16;
-  for (size_t i = 0; i < n; i++) total += arena_span(sizes[i]);
-  /* A large arena asks for transparent huge pages (where the kernel leaves them to madvise, as
-   * Debian's does). The per-step passes of the recurrence read 32 units of every row of a step,
-   * rows 16 KiB apart for H = 512: every row another 4 KiB page, hundreds of pages a step, far
-   * more than the first-level TLB holds. On the CPU benchmark model that took ~3 ms of a 194 ms
-   * step (A/B, 2-core EPYC, avx512). */
-  const size_t huge = 2u << 20, bytes = total * sizeof(float);
-  const int large = bytes >= 2 * huge;
-  float *a = aligned_alloc(large ? huge : 64, large ? (bytes + huge - 1) / huge * huge : bytes);
-  if (!a) return NULL;
-  if (large) (void)madvise(a, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE); /* a hint only */
-  memset(a, 0, total * sizeof(float));
-  for (size_t i = 0, at = 0; i < n; at += arena_span(sizes[i++])) {
-    slices[i] = sizes[i] ? a + at : NULL;
-    ASAN_POISON_MEMORY_REGION(a + at + sizes[i], (arena_span(sizes[i]) - sizes[i]) * sizeof(float));
-  }
-  return a;
-}
-
 int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float dropout,
                            struct lstmd_workspace **out) {
   *out = NULL;
@@ -285,11 +242,12 @@ int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float drop
   const size_t wide = H > In0 ? H : In0;
   const int masked = dropout > 0.0f && L > 1, ln = s->layer_norm;
   const int text = s->kind == LSTMD_MODEL_TEXT;
-  const int fold = text && !ln ? lstmd_cpu_fold_wanted((int)N, s->vocab) : 0;
-  if (fold < 0) {
+  const int wanted = lstmd_cpu_fold_wanted((int)N, s->vocab); /* checked for every model */
+  if (wanted < 0) {
     lstmd_errorf("LSTMD_EMBED_FOLD=%s: 0, 1 or auto", getenv("LSTMD_EMBED_FOLD"));
     return LSTMD_ECONFIG;
   }
+  const int fold = text && !ln && wanted; /* a layer-normalised layer 0 has no folded path */
   /* Sizes of the arena's arrays, in floats: 6, 11 per layer, 9. */
   size_t sizes[15 + 11 * LSTMD_MAX_LAYERS], n = 0;
 #define SLICE(count) (sizes[n++] = (count))
@@ -327,7 +285,7 @@ int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float drop
   const size_t wpack = lstmd_cpu_recur_fast((int)H) ? lstmd_cpu_pack_floats(4 * (int)H, (int)H) : 0;
   if (!ws || !(ws->arena = lstmd_arena_carve(sizes, n, slice)) ||
       (wpack && !(ws->wpack = aligned_alloc(64, (wpack * sizeof(float) + 63) / 64 * 64)))) {
-    if (ws) free(ws->arena);
+    if (ws) lstmd_workspace_arena_free(ws->arena);
     free(ws);
     return LSTMD_ENOMEM;
   }
@@ -377,7 +335,7 @@ int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float drop
 
 void lstmd_workspace_destroy(struct lstmd_workspace *ws) {
   if (!ws) return;
-  free(ws->arena);
+  lstmd_workspace_arena_free(ws->arena);
   free(ws->wpack);
   free(ws->frozen);
   free(ws);

@@ -134,10 +134,12 @@ double lstmd_model_head_flops_per_token(const struct lstmd_model_shape *s);
 double lstmd_model_ih_row_flops_per_token(const struct lstmd_model_shape *s, int l);
 double lstmd_model_flops_per_token(const struct lstmd_model_shape *s);
 
-/* For workspaces (here and model_stage.c): one zeroed block holding n arrays of sizes[i] floats,
- * each 64-byte aligned; slices[i] points at array i (NULL where sizes[i] is 0). Returns the
- * block (free it with free) or NULL when out of memory. */
+/* For workspaces (model.c, model_stage.c, classify.c, qmodel.c; workspace_arena.c): one zeroed
+ * block holding n arrays of sizes[i] floats, each 64-byte aligned; slices[i] points at array i
+ * (NULL where sizes[i] is 0). Returns the block, or NULL when out of memory;
+ * lstmd_workspace_arena_free (not free) releases it, and takes NULL. */
 void *lstmd_arena_carve(const size_t *sizes, size_t n, float **slices);
+void lstmd_workspace_arena_free(void *arena);
 
 int lstmd_workspace_create(const struct lstmd_model *m, int steps, int batch, float dropout,
                            struct lstmd_workspace **out);

@@ -160,7 +160,7 @@ int lstmd_stage_ws_create(const struct lstmd_model *m, const struct lstmd_stage 
 
 void lstmd_stage_ws_destroy(struct lstmd_stage_ws *ws) {
   if (!ws) return;
-  free(ws->arena);
+  lstmd_workspace_arena_free(ws->arena);
   free(ws);
 }
 

@@ -227,7 +227,7 @@ void lstmd_qworkspace_destroy(struct lstmd_qworkspace *ws) {
   free(ws->part);
   free(ws->col);
   free(ws->qr);
-  free(ws->arena);
+  lstmd_workspace_arena_free(ws->arena);
   free(ws->qarena);
   free(ws);
 }
