@@ -33,6 +33,7 @@
 enum { kArenaRedZone = 16 };
 #else
 #define ASAN_POISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#define ASAN_UNPOISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
 enum { kArenaRedZone = 0 };
 #endif
 
@@ -43,6 +44,10 @@ struct arena_head {
   void *base;   /* what malloc or mmap returned */
   size_t bytes; /* the mapping's length; 0: from malloc */
 };
+
+/* ASan keeps the shadow of an unmapped range: a later mapping at the same address would inherit
+ * an earlier arena's red zones, so a mapping is unpoisoned when made and before it is unmapped.
+ * (malloc'd arenas are ASan's allocator's business.) */
 
 static size_t arena_span(size_t floats) { return (floats + 15) / 16 * 16 + kArenaRedZone; }
 
@@ -56,6 +61,7 @@ static char *arena_alloc(size_t bytes) {
     char *m = mmap(NULL, h.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return NULL;
     h.base = m;
+    ASAN_UNPOISON_MEMORY_REGION(m, h.bytes);
     a = (char *)(((uintptr_t)m + kHuge + kHuge - 1) & ~(uintptr_t)(kHuge - 1));
     (void)madvise(a, (bytes + kHuge - 1) / kHuge * kHuge, MADV_HUGEPAGE); /* a hint only */
   } else {
@@ -73,8 +79,12 @@ void lstmd_workspace_arena_free(void *arena) {
   if (!arena) return;
   struct arena_head h;
   memcpy(&h, (char *)arena - kHead, sizeof h);
-  if (h.bytes) munmap(h.base, h.bytes);
-  else free(h.base);
+  if (h.bytes) {
+    ASAN_UNPOISON_MEMORY_REGION(h.base, h.bytes);
+    munmap(h.base, h.bytes);
+  } else {
+    free(h.base);
+  }
 }
 
 void *lstmd_arena_carve(const size_t *sizes, size_t n, float **slices) {
