@@ -13,13 +13,25 @@ void lstmd_cpu_embedding_forward(int N, int E, const float *table, const int32_t
     memcpy(out + (size_t)n * E, table + (size_t)ids[n] * E, (size_t)E * sizeof(float));
 }
 
-void lstmd_cpu_embedding_backward(int N, int E, const float *dout, const int32_t *ids,
+/* Compiled per ISA: the folded embedding (embed_fold_cpu.c) sums its [N, 4H] gate gradients
+ * into vocabulary rows with it, 16 MiB a layer on the benchmark model. Element-wise adds: the
+ * same bits at every vector width. */
+BODY void embedding_backward_body(int N, int E, const float *dout, const int32_t *ids,
                                   float *dtable) {
   for (int n = 0; n < N; n++) {
     float *row = dtable + (size_t)ids[n] * E;
     const float *d = dout + (size_t)n * E;
+#pragma omp simd
     for (int e = 0; e < E; e++) row[e] += d[e];
   }
+}
+ISA_VARIANTS(embedding_backward,
+             (int N, int E, const float *dout, const int32_t *ids, float *dtable),
+             (N, E, dout, ids, dtable))
+
+void lstmd_cpu_embedding_backward(int N, int E, const float *dout, const int32_t *ids,
+                                  float *dtable) {
+  embedding_backward(N, E, dout, ids, dtable);
 }
 
 void lstmd_cpu_linear_forward(int N, int In, int O, const float *x, const float *w, const float *b,

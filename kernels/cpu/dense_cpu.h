@@ -13,14 +13,15 @@ void lstmd_cpu_embedding_forward(int N, int E, const float *table, const int32_t
 void lstmd_cpu_embedding_backward(int N, int E, const float *dout, const int32_t *ids,
                                   float *dtable);
 
-/* y [N,O] = x [N,I] · w[O,I]^T + b[O]. */
-void lstmd_cpu_linear_forward(int N, int I, int O, const float *x, const float *w, const float *b,
+/* y [N,O] = x [N,In] · w[O,In]^T + b[O]. (In, not I: complex.h, which cblas.h may include,
+ * defines I.) */
+void lstmd_cpu_linear_forward(int N, int In, int O, const float *x, const float *w, const float *b,
                               float *y);
-/* dx [N,I] = dy [N,O] · w [O,I]: the input part of linear_backward alone. */
-void lstmd_cpu_linear_backward_input(int N, int I, int O, const float *w, const float *dy,
+/* dx [N,In] = dy [N,O] · w [O,In]: the input part of linear_backward alone. */
+void lstmd_cpu_linear_backward_input(int N, int In, int O, const float *w, const float *dy,
                                      float *dx);
 /* dw += dy^T·x, db += column sums of dy, dx = dy·w (dx may be NULL). */
-void lstmd_cpu_linear_backward(int N, int I, int O, const float *x, const float *w,
+void lstmd_cpu_linear_backward(int N, int In, int O, const float *x, const float *w,
                                const float *dy, float *dw, float *db, float *dx);
 
 /* Softmax cross-entropy over rows of logits [N,V] with targets [N] (each < V).

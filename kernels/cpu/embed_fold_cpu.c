@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "isa_variants.h"
+#include "dense_cpu.h"
 #include "lstm_cpu.h"
 
 int lstmd_cpu_fold_wanted(int N, int V) {
@@ -27,17 +27,11 @@ void lstmd_cpu_fold_forward(int N, int V, int E, int G, const int32_t *ids, cons
     memcpy(gates + (size_t)n * G, table + (size_t)ids[n] * G, (size_t)G * sizeof(float));
 }
 
-BODY void add_row_body(int G, const float *src, float *dst) {
-#pragma omp simd
-  for (int g = 0; g < G; g++) dst[g] += src[g];
-}
-ISA_VARIANTS(add_row, (int G, const float *src, float *dst), (G, src, dst))
-
 void lstmd_cpu_fold_backward(int N, int V, int E, int G, const int32_t *ids, const float *dgates,
                              const float *emb, const float *w_ih, float *sums, float *dw_ih,
                              float *db_ih, float *db_hh, float *demb) {
   memset(sums, 0, (size_t)V * G * sizeof(float));
-  for (int n = 0; n < N; n++) add_row(G, dgates + (size_t)n * G, sums + (size_t)ids[n] * G);
+  lstmd_cpu_embedding_backward(N, G, dgates, ids, sums); /* S: the same scatter-add as E's */
   lstmd_cpu_add_bias_grads(V, G, sums, db_ih, db_hh);
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, G, E, V, 1.0f, sums, G, emb, E, 1.0f, dw_ih,
               E);

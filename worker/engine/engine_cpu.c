@@ -37,7 +37,6 @@
 #include "comm/comm.h"
 #include "comm/reducer.h"
 #include "kernels/cpu/blas_cpu.h"
-#include "kernels/cpu/dense_cpu.h"
 #include "kernels/cpu/recur_team.h"
 #include "kernels/status.h"
 #include "pool.h"
@@ -230,13 +229,11 @@ static int cpu_optim_step(struct lstmd_engine *e, struct lstmd_optim *o, int rep
   struct cpu_engine *c = cpu_of(e);
   lstmd_nvtx_push("optimizer");
   *out = (struct lstmd_optim_outcome){0};
-  out->grad_norm = sqrt(lstmd_cpu_sumsq(o->n, e->model->grads));
-  int rc = LSTMD_ENONFINITE; /* as lstmd_optim_step: no update, the parameters stay */
-  if (isfinite(out->grad_norm)) {
+  const int rc = lstmd_optim_norm(o, e->model->grads, &out->grad_norm);
+  if (!rc) { /* as lstmd_optim_step, the update split over the threads */
     struct optim_job j = {o, e->model->params, e->model->grads, out->grad_norm, c->n_slices};
     lstmd_pool_run(c->pool, optim_part, &j);
     lstmd_optim_advance(o);
-    rc = LSTMD_OK;
   }
   lstmd_nvtx_pop();
   return rc;

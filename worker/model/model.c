@@ -517,7 +517,13 @@ void lstmd_model_backward(struct lstmd_model *m, struct lstmd_workspace *ws) {
     const int need_dx = l > 0 || (s->kind == LSTMD_MODEL_TEXT && !fold);
     if (fold) d.split = 4 * H;
     if (ws->wpack) lstmd_cpu_pack_cols(4 * H, H, p.w_hh, ws->wpack);
-    if (ws->team || fold) {
+    if (s->layer_norm) { /* no team and no fold (set_team, workspace_create) */
+      lstmd_cpu_lstm_ln_backward_input(&d, p.w_ih, p.w_hh, &p.ln, a->c, a->gates, &a->ln, dh,
+                                       ws->dgates, &ws->dln, ws->work, 0, 0, need_dx ? dx : NULL,
+                                       ws->wpack);
+      lstmd_cpu_lstm_ln_backward_weight(&d, layer_input(ws, l), a->h, &a->ln, ws->dgates,
+                                        &ws->dln, p.dw_ih, p.dw_hh, p.db_ih, p.db_hh, &p.dln);
+    } else {
       if (ws->team)
         lstmd_cpu_lstm_backward_input_team(ws->team, ws->member, &d, p.w_ih, p.w_hh, a->c,
                                            a->gates, dh, ws->dgates, ws->work, need_dx ? dx : NULL);
@@ -530,16 +536,6 @@ void lstmd_model_backward(struct lstmd_model *m, struct lstmd_workspace *ws) {
         lstmd_cpu_fold_backward(N, s->vocab, s->embed, 4 * H, ws->batch.ids, ws->dgates,
                                 m->params + m->tensors[0].offset, p.w_ih, ws->fold, p.dw_ih,
                                 p.db_ih, p.db_hh, ws->grads + m->tensors[0].offset);
-    } else if (s->layer_norm) {
-      lstmd_cpu_lstm_ln_backward_input(&d, p.w_ih, p.w_hh, &p.ln, a->c, a->gates, &a->ln, dh,
-                                       ws->dgates, &ws->dln, ws->work, 0, 0, need_dx ? dx : NULL,
-                                       ws->wpack);
-      lstmd_cpu_lstm_ln_backward_weight(&d, layer_input(ws, l), a->h, &a->ln, ws->dgates,
-                                        &ws->dln, p.dw_ih, p.dw_hh, p.db_ih, p.db_hh, &p.dln);
-    } else {
-      lstmd_cpu_lstm_backward(&d, p.w_ih, p.w_hh, layer_input(ws, l), a->h, a->c, a->gates, dh,
-                              ws->dgates, ws->work, p.dw_ih, p.dw_hh, p.db_ih, p.db_hh,
-                              need_dx ? dx : NULL, ws->wpack);
     }
     grads_ready(ws, layer_params_offset(m, l)); /* layer l and everything above it */
     if (l > 0) {

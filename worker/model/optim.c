@@ -36,12 +36,15 @@ float lstmd_optim_lr(const struct lstmd_optim_config *cfg, long step) {
                      cfg->total_steps, step);
 }
 
+int lstmd_optim_norm(const struct lstmd_optim *o, const float *grads, double *grad_norm) {
+  *grad_norm = sqrt(lstmd_cpu_sumsq(o->n, grads));
+  return isfinite(*grad_norm) ? LSTMD_OK : LSTMD_ENONFINITE;
+}
+
 int lstmd_optim_step(struct lstmd_optim *o, float *params, float *grads, double *grad_norm) {
-  double norm = sqrt(lstmd_cpu_sumsq(o->n, grads));
-  *grad_norm = norm;
-  if (!isfinite(norm)) return LSTMD_ENONFINITE;
-  lstmd_optim_apply(o, params, grads, 0, o->n, norm);
-  return LSTMD_OK;
+  const int rc = lstmd_optim_norm(o, grads, grad_norm);
+  if (!rc) lstmd_optim_apply(o, params, grads, 0, o->n, *grad_norm);
+  return rc;
 }
 
 void lstmd_optim_apply(struct lstmd_optim *o, float *params, float *grads, size_t lo, size_t hi,

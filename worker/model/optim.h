@@ -43,6 +43,9 @@ float lstmd_optim_lr(const struct lstmd_optim_config *cfg, long step);
  * advances step. Returns the gradient norm before clipping in *grad_norm. A non-finite norm
  * skips the update and returns LSTMD_ENONFINITE (parameters stay as they were). */
 int lstmd_optim_step(struct lstmd_optim *o, float *params, float *grads, double *grad_norm);
+/* lstmd_optim_step's first part: the gradient norm in *grad_norm, and LSTMD_ENONFINITE where it
+ * is not finite (then no update may follow). */
+int lstmd_optim_norm(const struct lstmd_optim *o, const float *grads, double *grad_norm);
 /* The update of lstmd_optim_step for a known gradient norm (finite), on the parameters [lo, hi)
  * only (a pipeline stage's range; moments at the same offsets): clips by `norm`, applies the
  * update, advances step. lstmd_optim_step is this over [0, n) after computing the norm. */
