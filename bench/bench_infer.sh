@@ -6,6 +6,9 @@
 #   batch-1 `sample` characters/s at H 256, 512, 1024 (E 64, L 2; start-up excluded: the time of
 #     N characters minus that of 1), targets int8 >= 2x fp32 lstmd and >= 2x the PyTorch int8 peer
 #     (its best thread count, one character per call as a sampling loop runs);
+#   beside each, the host's read ceiling: the int8 weights one character reads (every weight
+#     byte once a step) over the rate this host's threads read that many bytes in the same round
+#     (bench/read_rate.c; the threads lstmd samples with: 1 below H 512, else every core);
 #   start-up (load + first character) and the wall time of sampling 100 characters;
 #   batched `predict` rows/s (series, H 256 and 512, batch 64, 35,036 rows; start-up excluded),
 #     target int8 >= 1.5x fp32 lstmd;
@@ -75,12 +78,22 @@ for H in 256 512; do
     --set model.hidden=$H --set train.steps=2
   "$LSTMD" quantize --checkpoint s$H/latest.safetensors --out s$H.int8 >/dev/null
 done
+cc -O3 -march=native -pthread "$HERE/read_rate.c" -o read_rate || { echo "cannot build bench/read_rate.c"; exit 1; }
+# weight_bytes FILE: bytes of the int8 weights one batch-1 step reads (layer 0's input weights
+# are a table lookup for a text model: lstmd_qmodel_finish folds them into the embedding).
+weight_bytes() {
+  python3 -c 'import json,struct,sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]
+h = json.loads(f.read(n))
+print(sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in h.items()
+          if k != "__metadata__" and v["dtype"] == "I8" and k != "lstm.weight_ih_l0"))' "$1"
+}
 { head -1 "$ROOT/data/seattle-temps.csv"; for _ in 1 2 3 4; do tail -n +2 "$ROOT/data/seattle-temps.csv"; echo; done | grep -v '^$'; } >big.csv
 head -n 49 "$ROOT/data/seattle-temps.csv" >small.csv
 ROWS=$(($(wc -l <big.csv) - 1))
 
 # ---------------------------------------------------------------- speed, interleaved rounds
-declare -A rate start hundred prate peer
+declare -A rate start hundred prate peer ceiling
 chars_for() { # characters to time: ~1-3 s each
   case $1 in 256) echo 20000 ;; 512) echo 6000 ;; *) echo 2000 ;; esac
 }
@@ -99,6 +112,9 @@ for r in $(seq "$ROUNDS"); do
       start[$H,$p]+="$(echo "-($t1)" | bc -l)"$'\n' # best() takes the largest: negate
       hundred[$H,$p]+="$(echo "-($t100)" | bc -l)"$'\n'
     done
+    wb=$(weight_bytes t$H.int8) rt=$((H < 512 ? 1 : $(nproc)))
+    gbps=$(./read_rate --bytes "$wb" --threads "$rt" --reps 3 --seconds 0.2 | awk '{print $NF}')
+    ceiling[$H]+="$(echo "$gbps * 1000000000 / $wb" | bc -l) $rt $wb"$'\n'
     if [[ -n $PY ]]; then
       "$PY" "$HERE/torch_infer_peer.py" t$H/latest.safetensors "$(chars_for "$H" | awk '{print int($1/10)}')" 1 2 \
         >"$TMP/peer.json" 2>"$TMP/peer.err" || { echo "torch peer failed:"; tail -3 "$TMP/peer.err"; PY=""; }
@@ -148,6 +164,15 @@ for H in 256 512 1024; do
     "$(fmt "$(echo "$i / $f" | bc -l)" 2) $(verdict "$i / $f" 2)" "$vt"
 done
 [[ -n ${PEER_NAME:-} ]] && echo "peer: $PEER_NAME (quantize_dynamic qint8 of nn.LSTM + nn.Linear; best of 1 and 2 threads)"
+echo
+echo "== the host's read ceiling for batch-1 int8 sampling (bench/read_rate.c, best of $ROUNDS) =="
+printf "%-6s %16s %8s %20s %18s\n" H "weights/char MB" threads "ceiling chars/s" "lstmd int8 of it"
+for H in 256 512 1024; do
+  read -r cv ct cb <<<"$(echo -n "${ceiling[$H]}" | sort -g -k1 | tail -1)"
+  i=$(echo -n "${rate[$H,int8]}" | best)
+  printf "%-6s %16s %8s %20s %18s\n" "$H" "$(fmt "$(echo "$cb / 1000000" | bc -l)" 2)" "$ct" "$(fmt "$cv")" \
+    "$(fmt "$(echo "$i / $cv" | bc -l)" 2)"
+done
 echo
 echo "== start-up: load + first character, and sampling 100 characters, wall s (best of $ROUNDS) =="
 printf "%-6s %12s %12s %14s %14s\n" H "fp32 start" "int8 start" "fp32 100 ch" "int8 100 ch"
