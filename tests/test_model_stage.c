@@ -5,7 +5,8 @@
  * ≤ 1e-4 with layer norm, see below), the final carried state (≤ 1e-6), and the dropout masks
  * bit for bit. Text and series models,
  * S = 1, 2, 3, K = 1, 2, 4 and T, 1 or 2 slices, dropout on and off, and the deepest model
- * (LSTMD_MAX_LAYERS layers).
+ * (LSTMD_MAX_LAYERS layers); the same with the first stage folding the embedding into layer 0;
+ * and the balanced stage split of the benchmark model, folded and not.
  * Layer norm's gradients are ill-conditioned at this tiny shape (T 8, B 4, rows whose spread is
  * small against their mean): the WHOLE model's gradients computed with OpenBLAS's Haswell and
  * its SkylakeX kernels, both correct, differ by up to 1.9e-5 (ln_ih_weight_l0, on an AMD EPYC
@@ -18,6 +19,7 @@
 #include <string.h>
 
 #include "kernels/status.h"
+#include "worker/engine/pipe_grid.h"
 #include "worker/model/model.h"
 #include "check.h"
 #include "worker/selftest/stage_driver.h"
@@ -145,8 +147,32 @@ static void check_flop_model(void) {
              lstmd_model_flops_per_token(&clf) == 4032.0);
 }
 
+/* The balanced stage split (worker/engine/pipe_grid.h) of the benchmark model at S = 2: 960 rows
+ * of weight_ih_l1 move to stage 0 by the FLOP model above; where a unit's window folds the
+ * embedding (4,096 tokens, at least 4 a vocabulary row), stage 0's input projection costs
+ * 384·2048·(1 − 109/4096) = 765,504 less a token, and 1,088 rows move; a window of 100 tokens does not
+ * fold, and LSTMD_EMBED_FOLD is not read (every rank must get the same split). */
+static void check_balanced_split(void) {
+  const struct lstmd_model_shape bench = {.kind = LSTMD_MODEL_TEXT, .vocab = 109, .embed = 64,
+                                          .hidden = 512, .layers = 2};
+  const int layers[] = {1, 1};
+  int rows[2];
+  double work[2];
+  setenv("LSTMD_EMBED_FOLD", "0", 1);
+  lstmd_pipe_split_rows(&bench, 2, layers, 4096, 1, rows, work);
+  char what[160];
+  snprintf(what, sizeof what, "balanced split, window of 4096 folded: rows %d (1088), stage 0 %.1f",
+           rows[1], work[0]);
+  check_true(what, rows[1] == 1088 && fabs(work[0] - (7077888.0 - 765504.0 + 3072.0 * 1088)) < 1e-6);
+  lstmd_pipe_split_rows(&bench, 2, layers, 100, 1, rows, work);
+  snprintf(what, sizeof what, "balanced split, window of 100 not folded: rows %d (960)", rows[1]);
+  check_true(what, rows[1] == 960 && work[0] == 7077888.0 + 3072.0 * 960);
+  unsetenv("LSTMD_EMBED_FOLD");
+}
+
 int main(void) {
   check_flop_model();
+  check_balanced_split();
   const struct lstmd_model_shape text = {.kind = LSTMD_MODEL_TEXT, .vocab = 9, .embed = 5,
                                          .hidden = 8, .layers = 3};
   const struct lstmd_model_shape series = {.kind = LSTMD_MODEL_SERIES, .width = 3, .hidden = 6,
@@ -183,5 +209,14 @@ int main(void) {
   compare("LN series S=3 K=2", &ln_series, 0.0f, 3, three, 2, 1);
   compare("LN text H32 S=2 K=4 dropout", &ln_wide, 0.2f, 2, halves, 4, 2);
   compare("LN text L=16 S=2 (15,1) K=4 dropout", &ln_deep, 0.1f, 2, deep_two, 4, 1);
+  /* The embedding folded into layer 0 on the first stage (model_stage.c: the table at the
+   * window's first chunk, the gradient sums over its chunks, the gradients at the last W), as on
+   * one rank; forced, as these windows are too small for the automatic rule. */
+  setenv("LSTMD_EMBED_FOLD", "1", 1);
+  compare("folded text S=1 K=8", &text, 0.0f, 1, all, 8, 1);
+  compare("folded text S=2 (2,1) K=4 dropout", &text, 0.3f, 2, two, 4, 1);
+  compare("folded text S=3 K=2 dropout, 2 slices", &text, 0.25f, 3, three, 2, 2);
+  compare("folded text H32 S=2 K=4 dropout, 2 slices", &wide, 0.2f, 2, halves, 4, 2);
+  unsetenv("LSTMD_EMBED_FOLD");
   return check_summary("test_model_stage");
 }

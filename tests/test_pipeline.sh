@@ -8,7 +8,7 @@
 #  1. the final evaluation at lr 0 of S = 2, S = 4 and D×S = 2×2 = one rank's (every rank scores
 #     a share of the windows); S = 2 in both data orders: gpipe M=4, 1f1b M=4, wavefront K=4 and K=16, 1f1b M=2 K=4,
 #     stage_layers=3,1; S = 4: wavefront K=8 and 1f1b M=4; D×S = 2×2 with the global batch;
-#     grad_accum as units; a series model; layer_norm (wavefront K=4, 1f1b M=2); clip_norm 0.01 at lr 10 (clipping by the global norm every
+#     grad_accum as units; the embedding folded into layer 0 on the first stage; a series model; layer_norm (wavefront K=4, 1f1b M=2); clip_norm 0.01 at lr 10 (clipping by the global norm every
 #     step: the grad_norm in metrics.jsonl equal too).
 #  2. Checkpoints: the same tensor names, shapes and dtypes as one rank's; PyTorch loads the
 #     gathered file strictly and its outputs match; a resume on the same layout is bitwise; a
@@ -71,6 +71,20 @@ rec=$(grep '"tokens_per_s"' run-s4wave/metrics.jsonl | tail -1)
 [[ $(grep -c '"stages":4,"bubble":[0-9.]*,"p2p_wait_s":[0-9.]*' run-s4wave/metrics.jsonl) -eq 6 ]] &&
   ok "metrics.jsonl: every step record has stages, bubble, p2p_wait_s: $(grep -o '"stages.*' <<<"$rec")" ||
   bad "metrics.jsonl lacks the pipeline fields: $rec"
+
+# the first stage folding the embedding into layer 0 (model_stage.c; forced: these windows of
+# 128 tokens are below the automatic rule's 4 a vocabulary row) against the unfolded one rank:
+# the wavefront, 1f1b's units of chunks, D x S; the startup line says so
+o=(--set data.order=stream --set data.batch_size=8 --set model.stages=2)
+LSTMD_EMBED_FOLD=1 run fold-wave4 2 text "${o[@]}" --set train.time_chunks=4
+LSTMD_EMBED_FOLD=1 run fold-1f1b 2 text "${o[@]}" --set train.schedule=1f1b --set train.micro_batches=2 \
+  --set train.time_chunks=4
+LSTMD_EMBED_FOLD=1 run fold-dxs 4 text --set data.order=stream --set data.batch_size=4 \
+  --set model.stages=2 --set train.time_chunks=4
+for n in fold-wave4 fold-1f1b fold-dxs; do equal "$n" ref-stream "$INIT" 1e-5; done
+grep -q "compute: CPU pipeline .*rank 0: layers 0-1, the embedding folded into layer 0;" log-fold-wave4 &&
+  ok "fold-wave4: the startup line says the embedding is folded" ||
+  bad "fold-wave4: no fold in the startup line: $(grep -m1 'compute:' log-fold-wave4 | cut -c1-160)"
 
 # grad_accum windows as units (stream order: consecutive windows of the same columns)
 ga=(--set data.order=stream --set data.batch_size=8 --set optim.grad_accum=2)

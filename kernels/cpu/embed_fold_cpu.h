@@ -18,6 +18,9 @@
  * -1 for another value of LSTMD_EMBED_FOLD (the caller reports it). The caller folds only a
  * text model without layer normalisation (model.c). */
 int lstmd_cpu_fold_wanted(int N, int V);
+/* The automatic rule alone (N >= 4 V), whatever LSTMD_EMBED_FOLD says: for a decision that must
+ * be the same on every rank (a pipeline's stage balance, worker/engine/pipe_grid.c). */
+int lstmd_cpu_fold_auto(int N, int V);
 
 /* gates [N,G] = (emb [V,E] · w_ih [G,E]ᵀ)[ids[n]]: the input projection of layer 0 without
  * bias. table [V,G] is scratch. ids must be < V. */
@@ -29,5 +32,15 @@ void lstmd_cpu_fold_forward(int N, int V, int E, int G, const int32_t *ids, cons
 void lstmd_cpu_fold_backward(int N, int V, int E, int G, const int32_t *ids, const float *dgates,
                              const float *emb, const float *w_ih, float *sums, float *dw_ih,
                              float *db_ih, float *db_hh, float *demb);
+
+/* The same in parts, for a window that runs in time chunks (a pipeline's first stage,
+ * worker/model/model_stage.c): the table once, then each chunk's rows from it; each chunk's
+ * gradient rows summed into S (sums += ..., zeroed by the caller before the window's first),
+ * then the window's gradients from S once. fold_forward and fold_backward are these in turn. */
+void lstmd_cpu_fold_table(int V, int E, int G, const float *emb, const float *w_ih, float *table);
+void lstmd_cpu_fold_gather(int N, int G, const int32_t *ids, const float *table, float *gates);
+void lstmd_cpu_fold_sums_add(int N, int G, const int32_t *ids, const float *dgates, float *sums);
+void lstmd_cpu_fold_apply(int V, int E, int G, const float *sums, const float *emb,
+                          const float *w_ih, float *dw_ih, float *db_ih, float *db_hh, float *demb);
 
 #endif

@@ -493,8 +493,8 @@ static void describe_split(const struct pipe_engine *p, char *buf, size_t n) {
   int rows[LSTMD_MAX_LAYERS];
   double work[2][LSTMD_MAX_LAYERS]; /* balanced (g.rows), then whole layers */
   for (int pass = 0; pass < 2; pass++)
-    lstmd_pipe_split_rows(&p->base.model->shape, p->g.S, p->base.cfg.stage_layers, !pass, rows,
-                          work[pass]);
+    lstmd_pipe_split_rows(&p->base.model->shape, p->g.S, p->base.cfg.stage_layers,
+                          (long)p->g.T * p->g.b, !pass, rows, work[pass]);
   size_t at = (size_t)snprintf(buf, n, "balanced (");
   for (int s = 1, layer = p->base.cfg.stage_layers[0]; s < p->g.S && at < n;
        layer += p->base.cfg.stage_layers[s++])
@@ -513,10 +513,11 @@ static void pipe_describe(const struct lstmd_engine *e, char *buf, size_t n) {
   char blas[96], split[384];
   lstmd_cpu_blas_describe(blas, sizeof blas);
   describe_split(p, split, sizeof split);
-  snprintf(buf, n, "CPU pipeline of %d stages (rank 0: layers %d-%d; split: %s) x %d replica%s, %s "
+  const int fold = p->slots && p->slots[0].ws[0] && lstmd_stage_ws_folds_embedding(p->slots[0].ws[0]);
+  snprintf(buf, n, "CPU pipeline of %d stages (rank 0: layers %d-%d%s; split: %s) x %d replica%s, %s "
            "schedule, %d unit%s of %d column%s x %d time chunk%s per step, %d thread%s per rank, "
            "%s with %d thread%s per call", p->g.S, p->g.st.layer0,
-           p->g.st.layer0 + p->g.st.layers - 1, split,
+           p->g.st.layer0 + p->g.st.layers - 1, fold ? ", the embedding folded into layer 0" : "", split,
            p->g.D, p->g.D == 1 ? "" : "s", lstmd_pipe_kind_name(p->g.kind), p->g.U, p->g.U == 1 ? "" : "s",
            p->g.b, p->g.b == 1 ? "" : "s", p->g.K, p->g.K == 1 ? "" : "s", p->n_slices,
            p->n_slices == 1 ? "" : "s", blas, p->blas_threads, p->blas_threads == 1 ? "" : "s");

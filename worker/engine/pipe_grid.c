@@ -9,6 +9,7 @@
 
 #include "comm/comm.h"
 #include "comm/p2p.h"
+#include "kernels/cpu/embed_fold_cpu.h"
 #include "kernels/status.h"
 #include "worker/data/batcher.h"
 #include "worker/io/trace.h"
@@ -18,7 +19,7 @@ int lstmd_pipe_first_tensor_of_layer(const struct lstmd_model *m, int l) {
 }
 
 void lstmd_pipe_split_rows(const struct lstmd_model_shape *sh, int S, const int *stage_layers,
-                           int balanced, int *rows, double *work) {
+                           long unit_tokens, int balanced, int *rows, double *work) {
   double total = 0.0, row[LSTMD_MAX_LAYERS] = {0}; /* row[s]: a row of stage s's first weight_ih */
   double own[LSTMD_MAX_LAYERS];
   if (!work) work = own;
@@ -26,6 +27,10 @@ void lstmd_pipe_split_rows(const struct lstmd_model_shape *sh, int S, const int 
     work[s] = s == S - 1 ? lstmd_model_head_flops_per_token(sh) : 0.0;
     for (int l = layer; l < layer + stage_layers[s]; l++)
       work[s] += lstmd_model_layer_flops_per_token(sh, l);
+    if (s == 0 && sh->kind == LSTMD_MODEL_TEXT && !sh->layer_norm &&
+        lstmd_cpu_fold_auto((int)unit_tokens, sh->vocab)) /* model_stage.c's fold */
+      work[0] -= lstmd_model_ih_row_flops_per_token(sh, 0) * 4 * sh->hidden *
+                 (1.0 - (double)sh->vocab / (double)unit_tokens);
     total += work[s];
     rows[s] = 0;
     row[s] = lstmd_model_ih_row_flops_per_token(sh, layer);
@@ -90,7 +95,7 @@ int lstmd_pipe_grid_init(struct lstmd_pipe_grid *g, const struct lstmd_engine *b
   g->kind = (enum lstmd_pipe_kind)cfg->schedule;
   int layer0 = 0;
   for (int s = 0; s < g->s; s++) layer0 += cfg->stage_layers[s];
-  lstmd_pipe_split_rows(&base->model->shape, g->S, cfg->stage_layers,
+  lstmd_pipe_split_rows(&base->model->shape, g->S, cfg->stage_layers, (long)g->T * g->b,
                         cfg->stage_split == LSTMD_SPLIT_BALANCED, g->rows, NULL);
   g->st = (struct lstmd_stage){layer0, cfg->stage_layers[g->s], g->s == 0, g->s == g->S - 1,
                                g->rows[g->s], g->s + 1 < g->S ? g->rows[g->s + 1] : 0};

@@ -50,11 +50,16 @@ struct lstmd_pipe_grid {
 /* The balanced split of a model cut into S stages of stage_layers: rows[s] for s in [1, S) (a
  * multiple of 32, within [0, 4H]; rows[0] = 0) so that the stages' FLOP model per token, work[s]
  * (model.h's: lstmd_model_layer_flops_per_token of its layers, the head's on the last stage, and
- * lstmd_model_ih_row_flops_per_token per moved row), is as equal as whole rows allow. Pure:
- * every rank gets the same. layers: every stage's rows 0 and work of the whole-layer split.
- * work may be NULL (only the rows wanted). */
+ * lstmd_model_ih_row_flops_per_token per moved row), is as equal as whole rows allow. A text
+ * model's first stage folds its embedding into layer 0 where a unit's window of unit_tokens
+ * (T·b) tokens folds by the automatic rule (embed_fold_cpu.h; model_stage.c): its input
+ * projection then costs the table's V rows a window instead of a row per token. LSTMD_EMBED_FOLD
+ * is left out, so that a rank's environment cannot change the layout: forcing the fold, or a
+ * rank's threads splitting a unit's columns below the rule, makes stage 0's work differ from the
+ * model (a less even split, never a wrong one). Pure: every rank gets the same. layers: every
+ * stage's rows 0 and work of the whole-layer split. work may be NULL (only the rows wanted). */
 void lstmd_pipe_split_rows(const struct lstmd_model_shape *sh, int S, const int *stage_layers,
-                           int balanced, int *rows, double *work);
+                           long unit_tokens, int balanced, int *rows, double *work);
 
 /* Fills g from the engine's base (cfg, rank, world, model). Returns 0, LSTMD_ECONFIG for a
  * layout the config checks should have refused (printed), or LSTMD_ENOMEM. Free with

@@ -229,6 +229,18 @@ double lstmd_model_flops_per_token(const struct lstmd_model_shape *s) {
 
 /* ---- workspace ---- */
 
+int lstmd_model_fold_decide(const struct lstmd_model_shape *s, size_t N, int *fold) {
+  const int wanted = lstmd_cpu_fold_wanted((int)N, s->vocab); /* checked for every model */
+  *fold = 0;
+  if (wanted < 0) {
+    lstmd_errorf("LSTMD_EMBED_FOLD=%s: 0, 1 or auto", getenv("LSTMD_EMBED_FOLD"));
+    return LSTMD_ECONFIG;
+  }
+  /* a layer-normalised layer 0 has no folded path */
+  *fold = s->kind == LSTMD_MODEL_TEXT && !s->layer_norm && wanted;
+  return LSTMD_OK;
+}
+
 int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float dropout,
                            struct lstmd_workspace **out) {
   *out = NULL;
@@ -242,12 +254,8 @@ int lstmd_workspace_create(const struct lstmd_model *m, int T, int B, float drop
   const size_t wide = H > In0 ? H : In0;
   const int masked = dropout > 0.0f && L > 1, ln = s->layer_norm;
   const int text = s->kind == LSTMD_MODEL_TEXT;
-  const int wanted = lstmd_cpu_fold_wanted((int)N, s->vocab); /* checked for every model */
-  if (wanted < 0) {
-    lstmd_errorf("LSTMD_EMBED_FOLD=%s: 0, 1 or auto", getenv("LSTMD_EMBED_FOLD"));
-    return LSTMD_ECONFIG;
-  }
-  const int fold = text && !ln && wanted; /* a layer-normalised layer 0 has no folded path */
+  int fold;
+  if (lstmd_model_fold_decide(s, N, &fold)) return LSTMD_ECONFIG;
   /* Sizes of the arena's arrays, in floats: 6, 11 per layer, 9. */
   size_t sizes[15 + 11 * LSTMD_MAX_LAYERS], n = 0;
 #define SLICE(count) (sizes[n++] = (count))

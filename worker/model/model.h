@@ -148,6 +148,10 @@ struct lstmd_batch *lstmd_workspace_batch(struct lstmd_workspace *ws);
 /* 1 where this text workspace runs its embedding folded into layer 0 (decided at create from
  * its tokens a window and the vocabulary, or LSTMD_EMBED_FOLD: kernels/cpu/embed_fold_cpu.h). */
 int lstmd_workspace_folds_embedding(const struct lstmd_workspace *ws);
+/* Whether a window of N tokens runs this model's embedding folded into layer 0: a text model
+ * without layer normalisation, by lstmd_cpu_fold_wanted. LSTMD_ECONFIG (reported) for a bad
+ * LSTMD_EMBED_FOLD, whatever the model. */
+int lstmd_model_fold_decide(const struct lstmd_model_shape *s, size_t N, int *fold);
 /* Gradients of this workspace's steps accumulate into `grads` ([n_params]) instead of
  * m->grads, so that threads working on slices of one batch need no locks. */
 void lstmd_workspace_set_grads(struct lstmd_workspace *ws, float *grads);

@@ -2,13 +2,21 @@
  * workspace, allocated once (lstmd_arena_carve): the window's activations (kept until the
  * unit's last W) and one chunk's scratch (the gate gradients of every layer between a chunk's B
  * and its W, and a split projection's rows, which live from the copy into the workspace to the
- * end of the same chunk's F or W: model_stage.h). */
+ * end of the same chunk's F or W: model_stage.h).
+ *
+ * A first stage folds a text model's embedding into layer 0 as one rank does (model.c; where
+ * lstmd_model_fold_decide says so for the unit's window): the table is made at the window's
+ * first chunk (the weights do not change within a step), each chunk's projection rows are copied
+ * from it, each W adds its chunk's gate gradients into the window's sums, and the W that
+ * completes the window's chunks (in whatever order the schedule runs them) turns the sums into
+ * the gradients of weight_ih_l0, the biases and the embedding. */
 #include "model_stage.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/dense_cpu.h"
+#include "kernels/cpu/embed_fold_cpu.h"
 #include "kernels/cpu/lstm_cpu.h"
 #include "kernels/cpu/lstm_ln_cpu.h"
 #include "kernels/status.h"
@@ -29,7 +37,9 @@ struct lstmd_stage_ws {
   int T, Tc, B, H, in0, out; /* in0: width of the first layer's input; out: the head's width */
   float dropout;
   struct lstmd_batch batch;
-  float *x0;               /* [T,B,E] embedded ids (first stage, text) */
+  float *x0;               /* [T,B,E] embedded ids (first stage, text, not folded) */
+  float *fold, *fold_sums; /* [V,4H] each: the folded embedding's table and gradient sums */
+  int fold_chunks;         /* W chunks of the window summed into fold_sums so far */
   float *input, *dinput;   /* [T,B,H] to and from the stage below (not first) */
   float *doutput;          /* [T,B,H] from the stage above (not last) */
   float *logits, *dh_top;  /* [T,B,O], [T,B,H]: the head's output (then its gradient) and the
@@ -60,13 +70,19 @@ int lstmd_stage_ws_create(const struct lstmd_model *m, const struct lstmd_stage 
   const size_t O = (size_t)(text ? s->vocab : s->horizon), wide = H > in0 ? H : in0;
   const int ln = s->layer_norm;
   const size_t Ri = (size_t)st->rows_in, Ro = (size_t)st->rows_out;
-  size_t sizes[16 + 16 * LSTMD_MAX_LAYERS], n = 0; /* 16, and 16 per layer */
+  int fold = 0;
+  if (lstmd_model_fold_decide(s, N, &fold)) return LSTMD_ECONFIG;
+  fold = fold && st->first;
+  const size_t table = fold ? (size_t)s->vocab * 4 * H : 0;
+  size_t sizes[18 + 16 * LSTMD_MAX_LAYERS], n = 0; /* 18, and 16 per layer */
 #define SLICE(count) (sizes[n++] = (count))
   SLICE(st->first && text ? N : 0);                  /* ids (int32) */
   SLICE(st->last && text ? N : 0);                   /* targets (int32) */
   SLICE(st->first && !text ? N * in0 : 0);           /* batch x */
   SLICE(st->last && !text ? N * O : 0);              /* batch y */
-  SLICE(st->first && text ? N * in0 : 0);            /* x0 */
+  SLICE(st->first && text && !fold ? N * in0 : 0);   /* x0 */
+  SLICE(table);                                      /* fold */
+  SLICE(table);                                      /* fold_sums */
   SLICE(st->first ? 0 : N * H);                      /* input */
   SLICE(st->first ? 0 : N * H);                      /* dinput */
   SLICE(st->last ? 0 : N * H);                       /* doutput */
@@ -123,6 +139,8 @@ int lstmd_stage_ws_create(const struct lstmd_model *m, const struct lstmd_stage 
   ws->batch.x = TAKE();
   ws->batch.y = TAKE();
   ws->x0 = TAKE();
+  ws->fold = TAKE();
+  ws->fold_sums = TAKE();
   ws->input = TAKE();
   ws->dinput = TAKE();
   ws->doutput = TAKE();
@@ -172,6 +190,8 @@ float *lstmd_stage_ws_input_rows(struct lstmd_stage_ws *ws) { return ws->input_r
 const float *lstmd_stage_ws_output_rows(const struct lstmd_stage_ws *ws) { return ws->output_rows; }
 float *lstmd_stage_ws_doutput_rows(struct lstmd_stage_ws *ws) { return ws->doutput_rows; }
 const float *lstmd_stage_ws_dinput_rows(const struct lstmd_stage_ws *ws) { return ws->dinput_rows; }
+
+int lstmd_stage_ws_folds_embedding(const struct lstmd_stage_ws *ws) { return ws->fold != NULL; }
 
 const float *lstmd_stage_ws_dropout_mask(const struct lstmd_stage_ws *ws, int i) {
   return ws->layer[i].mask;
@@ -236,10 +256,16 @@ static int layer_input_width(const struct lstmd_stage_ws *ws, int l) {
   return l == 0 ? ws->in0 : ws->H;
 }
 
-/* The rows [0, rows_in) of the input projection that layer l's kernels leave out (model_stage.h):
- * the stage's first layer's split. */
+/* layer_input from step t0 on; NULL for a folded layer 0 (which has no input rows). */
+static const float *layer_input_at(const struct lstmd_stage_ws *ws, int l, int t0) {
+  const float *x = layer_input(ws, l);
+  return x ? x + (size_t)t0 * ws->B * layer_input_width(ws, l) : NULL;
+}
+
+/* The rows [0, r) of the input projection that layer l's kernels leave out (model_stage.h): the
+ * stage's first layer's split, or all 4H of a folded layer 0 (the table's rows are its part). */
 static int layer_split(const struct lstmd_stage_ws *ws, int l) {
-  return l == 0 ? ws->st.rows_in : 0;
+  return l > 0 ? 0 : ws->fold ? 4 * ws->H : ws->st.rows_in;
 }
 
 /* weight_ih of the next stage's first layer (with rows_out: its rows [0, rows_out) are here). */
@@ -255,12 +281,19 @@ double lstmd_stage_forward(const struct lstmd_model *m, struct lstmd_stage_ws *w
   if (ws->x0)
     lstmd_cpu_embedding_forward((int)rows, ws->in0, m->params + m->tensors[0].offset,
                                 ws->batch.ids + (size_t)t0 * B, ws->x0 + (size_t)t0 * B * ws->in0);
+  if (ws->fold) {
+    if (t0 == 0)
+      lstmd_cpu_fold_table(m->shape.vocab, ws->in0, 4 * H, m->params + m->tensors[0].offset,
+                           m->params + layer_tensors(m, 0)[0].offset, ws->fold);
+    lstmd_cpu_fold_gather((int)rows, 4 * H, ws->batch.ids + (size_t)t0 * B, ws->fold,
+                          ws->layer[0].gates + t0 * BH * 4);
+  }
   for (int l = 0; l < ws->st.layers; l++) {
     struct stage_layer *y = &ws->layer[l];
     const struct lstmd_tensor *w = layer_tensors(m, ws->st.layer0 + l);
     const int In = layer_input_width(ws, l), r = layer_split(ws, l);
     const struct lstmd_lstm_dims d = {Tc, B, In, H, r};
-    if (r) /* the split's part from below: gates[:, 0:r) */
+    if (l == 0 && ws->st.rows_in) /* the split's part from below: gates[:, 0:r) */
       for (size_t i = 0; i < rows; i++)
         memcpy(y->gates + t0 * BH * 4 + i * 4 * H, ws->input_rows + i * r,
                (size_t)r * sizeof(float));
@@ -269,12 +302,12 @@ double lstmd_stage_forward(const struct lstmd_model *m, struct lstmd_stage_ws *w
       const struct lstmd_lstm_ln_acts a = lstmd_cpu_lstm_ln_acts_at(&y->ln, t0, B, H);
       lstmd_cpu_lstm_ln_forward(&d, m->params + w[0].offset, m->params + w[1].offset,
                                 m->params + w[2].offset, m->params + w[3].offset, &ln,
-                                layer_input(ws, l) + (size_t)t0 * B * In, y->h + t0 * BH,
+                                layer_input_at(ws, l, t0), y->h + t0 * BH,
                                 y->c + t0 * BH, y->gates + t0 * BH * 4, &a, pk->rows[l]);
     } else {
       lstmd_cpu_lstm_forward(&d, m->params + w[0].offset, m->params + w[1].offset,
                              m->params + w[2].offset, m->params + w[3].offset,
-                             layer_input(ws, l) + (size_t)t0 * B * In, y->h + t0 * BH,
+                             layer_input_at(ws, l, t0), y->h + t0 * BH,
                              y->c + t0 * BH, y->gates + t0 * BH * 4, pk->rows[l]);
     }
     if (!y->mask) continue;
@@ -342,7 +375,7 @@ void lstmd_stage_backward_input(const struct lstmd_model *m, struct lstmd_stage_
                                     y->c + t0 * BH, y->gates + t0 * BH * 4, dh, y->dgates,
                                     y->work, t1 < ws->T, t0 > 0, to, pk->cols[l]);
     }
-    if (r) /* the split's gate gradients, down */
+    if (l == 0 && ws->st.rows_in) /* the split's gate gradients, down */
       for (size_t i = 0; i < (size_t)Tc * B; i++)
         memcpy(ws->dinput_rows + i * r, y->dgates + i * 4 * H, (size_t)r * sizeof(float));
     if (l > 0) {
@@ -371,15 +404,29 @@ void lstmd_stage_backward_weight(const struct lstmd_model *m, struct lstmd_stage
       const struct lstmd_lstm_ln_grads g = {grads + w[4].offset, grads + w[5].offset,
                                             grads + w[6].offset, grads + w[7].offset,
                                             grads + w[8].offset, grads + w[9].offset};
-      lstmd_cpu_lstm_ln_backward_weight(&d, layer_input(ws, l) + (size_t)t0 * B * In,
+      lstmd_cpu_lstm_ln_backward_weight(&d, layer_input_at(ws, l, t0),
                                         y->h + t0 * BH, &a, y->dgates, &y->dln,
                                         grads + w[0].offset, grads + w[1].offset,
                                         grads + w[2].offset, grads + w[3].offset, &g);
     } else {
-      lstmd_cpu_lstm_backward_weight(&d, layer_input(ws, l) + (size_t)t0 * B * In,
+      const int folded = l == 0 && ws->fold; /* its biases from the sums, below */
+      lstmd_cpu_lstm_backward_weight(&d, layer_input_at(ws, l, t0),
                                      y->h + t0 * BH, y->dgates, grads + w[0].offset,
-                                     grads + w[1].offset, grads + w[2].offset,
-                                     grads + w[3].offset);
+                                     grads + w[1].offset, folded ? NULL : grads + w[2].offset,
+                                     folded ? NULL : grads + w[3].offset);
+    }
+  }
+  if (ws->fold) {
+    const struct lstmd_tensor *w = layer_tensors(m, 0);
+    lstmd_cpu_fold_sums_add((int)rows, 4 * H, ws->batch.ids + (size_t)t0 * B, ws->layer[0].dgates,
+                            ws->fold_sums);
+    if (++ws->fold_chunks == ws->T / ws->Tc) { /* the window's last: its gradients */
+      lstmd_cpu_fold_apply(m->shape.vocab, ws->in0, 4 * H, ws->fold_sums,
+                           m->params + m->tensors[0].offset, m->params + w[0].offset,
+                           grads + w[0].offset, grads + w[2].offset, grads + w[3].offset,
+                           grads + m->tensors[0].offset);
+      memset(ws->fold_sums, 0, (size_t)m->shape.vocab * 4 * H * sizeof(float));
+      ws->fold_chunks = 0;
     }
   }
   const int ro = ws->st.rows_out;

@@ -76,6 +76,9 @@ const float *lstmd_stage_ws_output_rows(const struct lstmd_stage_ws *ws);
 float *lstmd_stage_ws_doutput_rows(struct lstmd_stage_ws *ws);
 const float *lstmd_stage_ws_dinput_rows(const struct lstmd_stage_ws *ws);
 
+/* 1 where this first stage's workspace folds the text embedding into layer 0 (model_stage.c). */
+int lstmd_stage_ws_folds_embedding(const struct lstmd_stage_ws *ws);
+
 /* The dropout mask [T,B,H] of the stage's layer `i` (model layer layer0 + i) that the last F
  * used, or NULL when that layer has none (the model's top layer, or no dropout). */
 const float *lstmd_stage_ws_dropout_mask(const struct lstmd_stage_ws *ws, int i);
