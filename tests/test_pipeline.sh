@@ -74,14 +74,16 @@ rec=$(grep '"tokens_per_s"' run-s4wave/metrics.jsonl | tail -1)
 
 # the first stage folding the embedding into layer 0 (model_stage.c; forced: these windows of
 # 128 tokens are below the automatic rule's 4 a vocabulary row) against the unfolded one rank:
-# the wavefront, 1f1b's units of chunks, D x S; the startup line says so
+# the wavefront, 1f1b's units of chunks, 1f1b M=4 (4 units in 2 slots: a slot's workspace runs
+# a second unit in the step), D x S; the startup line says so
 o=(--set data.order=stream --set data.batch_size=8 --set model.stages=2)
 LSTMD_EMBED_FOLD=1 run fold-wave4 2 text "${o[@]}" --set train.time_chunks=4
 LSTMD_EMBED_FOLD=1 run fold-1f1b 2 text "${o[@]}" --set train.schedule=1f1b --set train.micro_batches=2 \
   --set train.time_chunks=4
+LSTMD_EMBED_FOLD=1 run fold-1f1b4 2 text "${o[@]}" --set train.schedule=1f1b --set train.micro_batches=4
 LSTMD_EMBED_FOLD=1 run fold-dxs 4 text --set data.order=stream --set data.batch_size=4 \
   --set model.stages=2 --set train.time_chunks=4
-for n in fold-wave4 fold-1f1b fold-dxs; do equal "$n" ref-stream "$INIT" 1e-5; done
+for n in fold-wave4 fold-1f1b fold-1f1b4 fold-dxs; do equal "$n" ref-stream "$INIT" 1e-5; done
 grep -q "compute: CPU pipeline .*rank 0: layers 0-1, the embedding folded into layer 0;" log-fold-wave4 &&
   ok "fold-wave4: the startup line says the embedding is folded" ||
   bad "fold-wave4: no fold in the startup line: $(grep -m1 'compute:' log-fold-wave4 | cut -c1-160)"

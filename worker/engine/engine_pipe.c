@@ -483,8 +483,8 @@ static double pipe_loss_scale(const struct lstmd_engine *e) {
   return 0.0;
 }
 
-/* The stage split for the startup line: "layers" or "balanced (stage 0 computes rows [0, 960)
- * of weight_ih_l1, ...; FLOP model per token 10M/10M, was 7.08M/12.9M)". */
+/* The stage split for the startup line: "layers" or "balanced (stage 0 computes rows [0, 1088)
+ * of weight_ih_l1, ...; FLOP model per token 9.65M/9.58M, was 6.31M/12.9M)". */
 static void describe_split(const struct pipe_engine *p, char *buf, size_t n) {
   if (p->base.cfg.stage_split != LSTMD_SPLIT_BALANCED) {
     snprintf(buf, n, "layers");
@@ -513,11 +513,20 @@ static void pipe_describe(const struct lstmd_engine *e, char *buf, size_t n) {
   char blas[96], split[384];
   lstmd_cpu_blas_describe(blas, sizeof blas);
   describe_split(p, split, sizeof split);
-  const int fold = p->slots && p->slots[0].ws[0] && lstmd_stage_ws_folds_embedding(p->slots[0].ws[0]);
+  /* each column slice decides its fold (its window: model_stage.h) */
+  int folded = 0;
+  for (int c = 0; p->slots && c < p->n_slices; c++)
+    folded += p->slots[0].ws[c] && lstmd_stage_ws_folds_embedding(p->slots[0].ws[c]);
+  char fold[96] = "";
+  if (folded && folded == p->n_slices)
+    snprintf(fold, sizeof fold, ", the embedding folded into layer 0");
+  else if (folded)
+    snprintf(fold, sizeof fold, ", the embedding folded into layer 0 in %d of %d column slices",
+             folded, p->n_slices);
   snprintf(buf, n, "CPU pipeline of %d stages (rank 0: layers %d-%d%s; split: %s) x %d replica%s, %s "
            "schedule, %d unit%s of %d column%s x %d time chunk%s per step, %d thread%s per rank, "
            "%s with %d thread%s per call", p->g.S, p->g.st.layer0,
-           p->g.st.layer0 + p->g.st.layers - 1, fold ? ", the embedding folded into layer 0" : "", split,
+           p->g.st.layer0 + p->g.st.layers - 1, fold, split,
            p->g.D, p->g.D == 1 ? "" : "s", lstmd_pipe_kind_name(p->g.kind), p->g.U, p->g.U == 1 ? "" : "s",
            p->g.b, p->g.b == 1 ? "" : "s", p->g.K, p->g.K == 1 ? "" : "s", p->n_slices,
            p->n_slices == 1 ? "" : "s", blas, p->blas_threads, p->blas_threads == 1 ? "" : "s");

@@ -45,9 +45,12 @@ struct lstmd_stage_packed {
  * of one chunk of `chunk` steps (T a multiple of chunk). Opaque. */
 struct lstmd_stage_ws;
 
-/* dropout: the model's (masks on every layer's output but the model's top layer). Returns 0,
- * LSTMD_EINVAL (split rows with the layer-normalised LSTM, whose normalisation of the projection
- * has no split yet) or LSTMD_ENOMEM. Free with lstmd_stage_ws_destroy (NULL is fine). */
+/* dropout: the model's (masks on every layer's output but the model's top layer). A first stage
+ * folds a text model's embedding into layer 0 where lstmd_model_fold_decide says so for this
+ * slice's window of steps·batch tokens. Returns 0, LSTMD_EINVAL (split rows with the
+ * layer-normalised LSTM, whose normalisation of the projection has no split yet), LSTMD_ECONFIG
+ * (a bad LSTMD_EMBED_FOLD, reported) or LSTMD_ENOMEM. Free with lstmd_stage_ws_destroy (NULL is
+ * fine). */
 int lstmd_stage_ws_create(const struct lstmd_model *m, const struct lstmd_stage *st, int steps,
                           int chunk, int batch, float dropout, struct lstmd_stage_ws **out);
 void lstmd_stage_ws_destroy(struct lstmd_stage_ws *ws);
@@ -103,7 +106,11 @@ double lstmd_stage_forward(const struct lstmd_model *m, struct lstmd_stage_ws *w
  * to the first). The chunk at t0 = 0 passes no gradient into the window's initial state. */
 void lstmd_stage_backward_input(const struct lstmd_model *m, struct lstmd_stage_ws *ws,
                                 const struct lstmd_stage_packed *pk, int t0, int t1);
-/* W of the chunk, right after its B: += into grads [n_params] (only the stage's tensors). */
+/* W of the chunk, right after its B: += into grads [n_params] (only the stage's tensors). Every
+ * chunk's W runs once a window, in any order, into the same grads: with the embedding folded
+ * (lstmd_stage_ws_folds_embedding), layer 0's weight_ih, biases and the embedding get the whole
+ * window's gradients from the W that completes it (model_stage.c), and F builds the table at
+ * t0 = 0, so a window's F items start at its first chunk (they run in time order anyway). */
 void lstmd_stage_backward_weight(const struct lstmd_model *m, struct lstmd_stage_ws *ws, int t0,
                                  int t1, float *grads);
 
