@@ -19,7 +19,8 @@
 # Environment:
 #   LSTMD_CPU_ISA      avx512|avx2|generic: lstmd's own kernels (kernels/cpu/isa.h) and, unless
 #                      OPENBLAS_CORETYPE is set, the OpenBLAS kernels of every measured process
-#                      (and, for the PyTorch peers, MKL_ENABLE_INSTRUCTIONS and ONEDNN_MAX_CPU_ISA)
+#                      (and, for the PyTorch peers, MKL_ENABLE_INSTRUCTIONS, ONEDNN_MAX_CPU_ISA and
+#                      ATEN_CPU_CAPABILITY)
 #   OPENBLAS_CORETYPE  kept if set; else chosen from /proc/cpuinfo and LSTMD_CPU_ISA (AVX-512 ->
 #                      SkylakeX, AVX2+FMA -> Haswell, generic -> Prescott). Exported before any
 #                      measured process starts.
@@ -100,15 +101,18 @@ main() {
   # are capped to the same vector width (generic: SSE4.2, the lowest MKL accepts), so a forced
   # path is compared with a peer on the same instructions, not one still on AVX-512.
   if [[ -n "${LSTMD_CPU_ISA:-}" ]]; then
-    local mkl onednn
+    # ATen's own vectorised kernels (the LSTM cell's elementwise ops) dispatch by
+    # ATEN_CPU_CAPABILITY (default: the best the CPU has)
+    local mkl onednn aten
     case $LSTMD_CPU_ISA in
-      avx512) mkl=AVX512 onednn=AVX512_CORE ;;
-      avx2) mkl=AVX2 onednn=AVX2 ;;
-      generic) mkl=SSE4_2 onednn=SSE41 ;;
+      avx512) mkl=AVX512 onednn=AVX512_CORE aten=avx512 ;;
+      avx2) mkl=AVX2 onednn=AVX2 aten=avx2 ;;
+      generic) mkl=SSE4_2 onednn=SSE41 aten=default ;;
     esac
     export MKL_ENABLE_INSTRUCTIONS=${MKL_ENABLE_INSTRUCTIONS:-$mkl}
     export ONEDNN_MAX_CPU_ISA=${ONEDNN_MAX_CPU_ISA:-$onednn} DNNL_MAX_CPU_ISA=${DNNL_MAX_CPU_ISA:-$onednn}
-    echo "MKL_ENABLE_INSTRUCTIONS=$MKL_ENABLE_INSTRUCTIONS ONEDNN_MAX_CPU_ISA=$ONEDNN_MAX_CPU_ISA (the peers, as LSTMD_CPU_ISA)"
+    export ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-$aten}
+    echo "MKL_ENABLE_INSTRUCTIONS=$MKL_ENABLE_INSTRUCTIONS ONEDNN_MAX_CPU_ISA=$ONEDNN_MAX_CPU_ISA ATEN_CPU_CAPABILITY=$ATEN_CPU_CAPABILITY (the peers, as LSTMD_CPU_ISA)"
   fi
 
   # --- build sgemm_rate (outside the product's CMake) ---

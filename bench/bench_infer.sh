@@ -17,8 +17,8 @@
 #     2% (deploy/examples/series_forecast.ini, SERIES_STEPS steps).
 # Prints a table with each target and PASS/MISS.
 #   bench/bench_infer.sh build/lstmd [OUT_FILE]
-# Environment: LSTMD_CPU_ISA (lstmd's kernels; the peer's MKL/oneDNN are capped to match, as in
-# bench_cpu.sh), ROUNDS (3), DEMO_STEPS (300), TEXT_STEPS (100), SERIES_STEPS (300),
+# Environment: LSTMD_CPU_ISA (lstmd's kernels; the peer's MKL/oneDNN, and FBGEMM for its int8,
+# are capped to match, as in bench_cpu.sh), ROUNDS (3), DEMO_STEPS (300), TEXT_STEPS (100), SERIES_STEPS (300),
 # PYTHON_TORCH2 (a python with torch 2.x; default what bench/torch2_env.sh prints), TORCH2=0.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -47,12 +47,20 @@ verdict() { if (($(echo "$1 >= $2" | bc -l))); then echo PASS; else echo MISS; f
 echo "bench_infer: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 "$LSTMD" --version | sed -n '1p;/BLAS/p'
 if [[ -n ${LSTMD_CPU_ISA:-} ]]; then
+  # The peer's int8 kernels are FBGEMM's (quantize_dynamic's linear_dynamic), which pick their
+  # own ISA: without FBGEMM_ENABLE_INSTRUCTIONS=AVX2 a forced-AVX2 run compared lstmd's AVX2
+  # kernel against FBGEMM's AVX-512 VNNI one (H1024 batch-1 int8 on the 2-core EPYC: 6,240-6,400
+  # characters/s uncapped, 5,160-5,290 capped). FBGEMM has no path below AVX2.
   case $LSTMD_CPU_ISA in
-    avx512) mkl=AVX512 onednn=AVX512_CORE ;; avx2) mkl=AVX2 onednn=AVX2 ;; *) mkl=SSE4_2 onednn=SSE41 ;;
+    avx512) mkl=AVX512 onednn=AVX512_CORE fbgemm="" aten=avx512 ;;
+    avx2) mkl=AVX2 onednn=AVX2 fbgemm=AVX2 aten=avx2 ;;
+    *) mkl=SSE4_2 onednn=SSE41 fbgemm=AVX2 aten=default ;;
   esac
+  export ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-$aten} # ATen's own vectorised kernels
   export MKL_ENABLE_INSTRUCTIONS=${MKL_ENABLE_INSTRUCTIONS:-$mkl}
   export ONEDNN_MAX_CPU_ISA=${ONEDNN_MAX_CPU_ISA:-$onednn} DNNL_MAX_CPU_ISA=${DNNL_MAX_CPU_ISA:-$onednn}
-  echo "LSTMD_CPU_ISA=$LSTMD_CPU_ISA; the peer: MKL_ENABLE_INSTRUCTIONS=$MKL_ENABLE_INSTRUCTIONS ONEDNN_MAX_CPU_ISA=$ONEDNN_MAX_CPU_ISA"
+  [[ -n $fbgemm ]] && export FBGEMM_ENABLE_INSTRUCTIONS=${FBGEMM_ENABLE_INSTRUCTIONS:-$fbgemm}
+  echo "LSTMD_CPU_ISA=$LSTMD_CPU_ISA; the peer: MKL_ENABLE_INSTRUCTIONS=$MKL_ENABLE_INSTRUCTIONS ONEDNN_MAX_CPU_ISA=$ONEDNN_MAX_CPU_ISA FBGEMM_ENABLE_INSTRUCTIONS=${FBGEMM_ENABLE_INSTRUCTIONS:-(its own choice)} ATEN_CPU_CAPABILITY=$ATEN_CPU_CAPABILITY"
 fi
 
 PY=${PYTHON_TORCH2:-}
