@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "kernels/status.h"
+#include "worker/io/safetensors.h"
 #include "worker/train/val_watch.h"
 #include "frame.h"
 
@@ -157,6 +158,26 @@ static int in_daemon_runs(const struct lstmd_jobs *t, const char *run_dir) {
   return !strncmp(run_dir, real, n) && (run_dir[n] == '/' || run_dir[n] == '\0');
 }
 
+/* The step a job found RUNNING resumes from: its run dir's resume point (what the restarted run
+ * reads: lstmd_run_dir_resume_point), that checkpoint's train.step, from its header only; 0 where
+ * the run dir holds no checkpoint (a fresh start); -1 where it cannot tell (a checkpoint that does
+ * not open: printed, and the job's start will fail on it too; only a best.safetensors). The
+ * journal keeps a job's step as of its last state change, which after a crash is the step it was
+ * started from, not where its run stands. */
+static long resume_step(const char *run_dir) {
+  char path[1400], why[1400];
+  const int found = lstmd_run_dir_resume_point(run_dir, path, sizeof path, why, sizeof why);
+  if (found <= 0) return found == 0 ? 0 : -1;
+  struct lstmd_st_file *f;
+  if (lstmd_st_open(path, &f)) return -1;
+  const char *v = lstmd_st_meta_get(f, "train.step"); /* owned by f */
+  char *end = NULL;
+  long step = v ? strtol(v, &end, 10) : -1;
+  if (!v || end == v || *end || step < 0) step = -1;
+  lstmd_st_close(f);
+  return step;
+}
+
 int lstmd_jobs_open(struct lstmd_jobs *t, const char *state_dir) {
   memset(t, 0, sizeof *t);
   pthread_mutex_init(&t->mu, NULL);
@@ -172,6 +193,8 @@ int lstmd_jobs_open(struct lstmd_jobs *t, const char *state_dir) {
     /* Only crashes count (the daemon or a rank died while it ran: a job that takes the daemon
      * down would do it forever); a drain (shutdown, SIGTERM/SIGUSR1) or a preemption left it
      * QUEUED with a checkpoint, so it is never found RUNNING here. */
+    const long step = resume_step(job->run_dir);
+    if (step >= 0) job->step = step;
     if (++job->crashes >= kMaxCrashes) {
       job->state = LSTMD__JOB_STATE__FAILED;
       job->finished_ms = now_ms();
@@ -181,7 +204,17 @@ int lstmd_jobs_open(struct lstmd_jobs *t, const char *state_dir) {
       set_str(&job->reason, why);
     } else {
       job->state = LSTMD__JOB_STATE__QUEUED;
-      set_str(&job->reason, "interrupted: the daemon stopped while it ran; resumes from its last checkpoint");
+      char resume[96], why[160];
+      if (step > 0)
+        snprintf(resume, sizeof resume, "resumes from its checkpoint of step %ld", step);
+      else
+        snprintf(resume, sizeof resume, "resumes from its last checkpoint%s",
+                 step == 0 ? " (none yet: from the start)" : "");
+      snprintf(why, sizeof why, "interrupted: the daemon stopped while it ran; %s", resume);
+      set_str(&job->reason, why);
+      fprintf(stderr, "lstmd: job %llu%s%s%s was running when the daemon stopped: queued again, %s\n",
+              (unsigned long long)job->id, *job->name ? " (" : "", job->name,
+              *job->name ? ")" : "", resume);
       /* run_ms keeps only the finished attempts: when the daemon died is not known (the time
        * since started_ms would count its downtime against resources.time_limit_s) */
     }

@@ -19,6 +19,7 @@
 #include "daemon/jobs.h"
 #include "daemon/journal.h"
 #include "kernels/status.h"
+#include "worker/io/safetensors.h"
 #include "check.h"
 
 static char g_dir[] = "/tmp/lstmd-test-protocol-XXXXXX";
@@ -307,10 +308,31 @@ static void test_journal_and_jobs(void) {
   check_true("journal: a corrupt record is dropped, not trusted", exact);
   lstmd_jobs_close(&t);
 
+  /* A job found RUNNING takes its step from the checkpoint its run will resume from (its run
+   * dir's latest.safetensors, header only): the journal has the step it was started from. Above
+   * its run dir held none (step 0, "none yet"); now one of step 40, for the next crash. */
+  char ck[400];
+  snprintf(ck, sizeof ck, "%s/runs", dir);
+  mkdir(ck, 0700);
+  snprintf(ck, sizeof ck, "%s/runs/job-1", dir);
+  mkdir(ck, 0700);
+  snprintf(ck, sizeof ck, "%s/runs/job-1/latest.safetensors", dir);
+  const float one = 1.0f;
+  const struct lstmd_st_tensor tensor = {"x", &one, 1, {1}, "F32"};
+  const struct lstmd_st_meta step40[] = {{"train.step", "40"}};
+  check_true("jobs: a checkpoint of step 40 in job 1's run dir", lstmd_st_write(ck, &tensor, 1, step40, 1) == 0);
+
   /* Interrupted in its 1st (above), 2nd and 3rd attempts: failed, not retried forever. */
   int attempts_ok = 1;
   for (int i = 0; i < 2; i++) {
     lstmd_jobs_open(&t, dir);
+    if (i == 1) { /* the job that i = 0 started (next_job) and left RUNNING */
+      const Lstmd__Job *j1 = t.n ? t.v[0] : NULL;
+      char what[300];
+      snprintf(what, sizeof what, "jobs: requeued after a crash at its checkpoint's step: step %lld, '%s' (%s)",
+               j1 ? (long long)j1->step : -1LL, j1 ? j1->reason : "", j1 ? j1->run_dir : "");
+      check_true(what, j1 && j1->step == 40 && strstr(j1->reason, "resumes from its checkpoint of step 40"));
+    }
     Lstmd__Job *j = next_job(&t);
     attempts_ok &= j && j->id == 1;
     if (j) lstmd__job__free_unpacked(j, NULL);
@@ -318,6 +340,7 @@ static void test_journal_and_jobs(void) {
   }
   lstmd_jobs_open(&t, dir);
   check_true("jobs: failed after 3 interrupted attempts", attempts_ok && t.v[0]->state == LSTMD__JOB_STATE__FAILED);
+  check_true("jobs: the failed job's step is its checkpoint's (40)", t.v[0]->step == 40);
   lstmd_jobs_close(&t);
 
   snprintf(path, sizeof path, "%s/bad/jobs.journal", g_dir);

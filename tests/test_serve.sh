@@ -17,7 +17,8 @@
 #     the job from its checkpoint, ending bitwise equal to an uninterrupted `lstmd train` run;
 #     the same after SIGKILL of a rank (a crash; the other rank's line says the daemon ends and
 #     how its jobs come back): the journal requeues the job, the restarted
-#     daemon's log says it resumed from the job's last checkpoint at that checkpoint's step, and
+#     daemon's log says it found the job running and resumes it from that checkpoint's step, and
+#     the trainer that it resumed from the job's last checkpoint at that step, and
 #     the job ends bitwise equal to an uninterrupted run; a job drained by two shutdowns and
 #     then crashed once resumes (only crashes count toward the 3 that fail a job).
 set -u
@@ -198,6 +199,11 @@ this_start=$(resume_line_since "$before")
 if [[ -n $k && $k -gt 0 && $k -lt 400 ]] && [[ $this_start == "lstmd: resumed from $d_dir/latest.safetensors at step $k" ]]; then
   ok "this restart resumed it from its checkpoint at step $k"
 else bad "crash resume: the crash left a checkpoint at step '${k}'; this restart's log says: '${this_start}'"; fi
+# the restart says which job it found running and the step it resumes from (also its record's step)
+requeued="lstmd: job $d (crashed) was running when the daemon stopped: queued again, resumes from its checkpoint of step $k"
+if tail -n +$((before + 1)) "$TMP/serve.log" | grep -qxF "$requeued"; then
+  ok "the restart logs the requeued job at its checkpoint's step: ${requeued#lstmd: }"
+else bad "no '$requeued' in this restart's log: $(tail -n +$((before + 1)) "$TMP/serve.log" | grep -m1 'was running')"; fi
 mpirun -np 2 "$LSTMD" train --config "$TMP/job.ini" --set data.path="$TMP/ds" --set train.steps=400 \
   --set train.checkpoint_every=20 --set train.run_dir="$TMP/straight-crash" >/dev/null 2>&1 || bad "straight run (400)"
 if msg=$(/usr/bin/python3 "$SRC/tests/compare_checkpoints.py" "$d_dir/step-400.safetensors" \
