@@ -11,6 +11,7 @@
 #include "config.h"
 #include "frame.h"
 #include "jobs.h"
+#include "worker/io/safetensors.h"
 #include "worker/train/val_watch.h"
 
 int lstmd_serve_job_config(Lstmd__Setting *const *settings, size_t n, const char *data_root,
@@ -65,6 +66,36 @@ static uint8_t *invalid(const char *msg, size_t *len) {
   return lstmd_frame_pack_error(LSTMD__ERROR_CODE__INVALID_JOB, msg, len);
 }
 
+/* A resume that could only fail at its start: the checkpoint it would read (run_dir's resume
+ * point) was trained with another data.seq_len or global batch (replicas × data.batch_size,
+ * replicas = ranks / model.stages) than the job's, which train_resume.c refuses. Returns 1 with
+ * msg written where so; 0 where they agree or there is nothing to read (no checkpoint yet, or one
+ * whose header does not open: the start says why). Reads the header only. */
+static int resume_mismatch(const char *run_dir, const struct lstmd_train_config *cfg, int ranks,
+                           char *msg, size_t n) {
+  char path[1400], why[1400];
+  if (lstmd_run_dir_resume_point(run_dir, path, sizeof path, why, sizeof why) <= 0) return 0;
+  struct lstmd_st_file *f;
+  if (lstmd_st_open(path, &f)) return 0;
+  const char *b = lstmd_st_meta_get(f, "data.batch"), *t = lstmd_st_meta_get(f, "data.seq_len");
+  const long batch = b ? strtol(b, NULL, 10) : 0, seq_len = t ? strtol(t, NULL, 10) : 0;
+  lstmd_st_close(f);
+  const int replicas = ranks / cfg->stages, global = replicas * cfg->batch_size;
+  if (seq_len > 0 && seq_len != cfg->seq_len) {
+    snprintf(msg, n, "data.seq_len: %s was trained with data.seq_len %ld, this job has %d; a resume "
+             "needs the same", path, seq_len, cfg->seq_len);
+    return 1;
+  }
+  if (batch > 0 && batch != global) {
+    snprintf(msg, n, "%s was trained with a global batch of %ld windows, this job has %d (%d "
+             "data-parallel replica%s: resources.ranks %d / model.stages %d, x data.batch_size %d); "
+             "a resume needs the same global batch", path, batch, global, replicas,
+             replicas == 1 ? "" : "s", ranks, cfg->stages, cfg->batch_size);
+    return 1;
+  }
+  return 0;
+}
+
 /* Checked and queued; run_dir: where it trains when it is not the settings' (a continued job's,
  * which may be the daemon's own <state_dir>/runs/job-N, outside the data root). */
 static uint8_t *submit_checked(struct lstmd_jobs *jobs, const Lstmd__JobSpec *spec,
@@ -72,7 +103,7 @@ static uint8_t *submit_checked(struct lstmd_jobs *jobs, const Lstmd__JobSpec *sp
                                size_t *len) {
   struct lstmd_train_config cfg;
   int has_run_dir;
-  char err[1600];
+  char err[3072]; /* room for resume_mismatch's checkpoint path */
   if (lstmd_serve_job_config(spec->settings, spec->n_settings, data_root, world, &cfg,
                              &has_run_dir, err, sizeof err))
     return invalid(err, len);
@@ -80,6 +111,8 @@ static uint8_t *submit_checked(struct lstmd_jobs *jobs, const Lstmd__JobSpec *sp
       .ranks = cfg.res_ranks ? cfg.res_ranks : world, .priority = cfg.res_priority,
       .preemptible = cfg.res_preemptible, .time_limit_s = cfg.res_time_limit_s};
   if (!run_dir && has_run_dir) run_dir = cfg.run_dir;
+  if (spec->resume && run_dir && resume_mismatch(run_dir, &cfg, res.ranks, err, sizeof err))
+    return invalid(err, len);
   char found[300]; /* a checkpoint already in the run dir: refused unless spec->resume */
   const int holds = run_dir && lstmd_run_dir_checkpoint(run_dir, found, sizeof found);
   return lstmd_jobs_submit(jobs, spec, run_dir, holds ? found : NULL, cfg.steps, &res, len);

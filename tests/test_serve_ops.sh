@@ -27,7 +27,8 @@
 #  7. `submit --continue ID`: the drained-then-cancelled job of 4 (run dir in the daemon's state
 #     dir) is continued from its last checkpoint with more steps, to SUCCEEDED in the same run
 #     dir; continued again, before its first log step status and top show the step it resumed
-#     from and no rate; --continue of a job that has not ended, of no job, or with a train.run_dir
+#     from and no rate; --continue of a job that has not ended, of no job, with another global
+#     batch or data.seq_len than its checkpoint's (refused at submission), or with a train.run_dir
 #     is refused;
 #     a job name with control characters is refused (it would reach other users' terminals), so
 #     is a train.run_dir inside the state dir's runs/ (the daemon's own run dirs);
@@ -252,6 +253,14 @@ out=$(ctl submit --continue "$l" 2>&1); rc=$?
 [[ $rc == 2 && $out == *"job $l has not ended ("*"): cancel it"* ]] && ok "--continue of a job that has not ended: exit 2: $out" ||
   bad "--continue of live job $l: exit $rc: $out"
 ctl cancel "$l" >/dev/null
+# a resume that its start would refuse (train_resume.c) is refused at submission: another
+# global batch (data.batch_size 4 -> 3), another data.seq_len (16 -> 24)
+out=$(ctl submit --continue "$j" --set data.batch_size=3 2>&1); rc=$?
+[[ $rc == 2 && $out == *"runs/job-$j/latest.safetensors was trained with a global batch of "*"x data.batch_size 3); a resume needs the same global batch"* ]] &&
+  ok "--continue with another global batch: exit 2 at submission: ${out:0:120}..." || bad "--continue with data.batch_size 3: exit $rc: $out"
+out=$(ctl submit --continue "$j" --set data.seq_len=24 2>&1); rc=$?
+[[ $rc == 2 && $out == *"data.seq_len: "*"was trained with data.seq_len 16, this job has 24"* ]] &&
+  ok "--continue with another data.seq_len: exit 2 at submission" || bad "--continue with data.seq_len 24: exit $rc: $out"
 out=$(ctl submit --continue 9999 2>&1); rc=$?
 [[ $rc == 4 && $out == *"no job 9999 to continue"* ]] && ok "--continue of no job: exit 4: $out" || bad "--continue 9999: exit $rc: $out"
 out=$(ctl submit --continue "$j" --set train.run_dir=elsewhere 2>&1); rc=$?
