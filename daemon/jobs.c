@@ -11,7 +11,6 @@
 #include <stdio.h>
 
 #include "kernels/status.h"
-#include "worker/io/safetensors.h"
 #include "worker/train/val_watch.h"
 #include "frame.h"
 
@@ -158,24 +157,16 @@ static int in_daemon_runs(const struct lstmd_jobs *t, const char *run_dir) {
   return !strncmp(run_dir, real, n) && (run_dir[n] == '/' || run_dir[n] == '\0');
 }
 
-/* The step a job found RUNNING resumes from: its run dir's resume point (what the restarted run
- * reads: lstmd_run_dir_resume_point), that checkpoint's train.step, from its header only; 0 where
- * the run dir holds no checkpoint (a fresh start); -1 where it cannot tell (a checkpoint that does
- * not open: printed, and the job's start will fail on it too; only a best.safetensors). The
- * journal keeps a job's step as of its last state change, which after a crash is the step it was
- * started from, not where its run stands. */
+/* The step a job found RUNNING resumes from: that of the checkpoint its run will read
+ * (lstmd_run_dir_resume_meta); 0 where the run dir holds none (a fresh start); -1 where it
+ * cannot tell (the job's start will say why). The journal keeps a job's step as of its last state
+ * change, which after a crash is the step it was started from, not where its run stands. */
 static long resume_step(const char *run_dir) {
-  char path[1400], why[1400];
-  const int found = lstmd_run_dir_resume_point(run_dir, path, sizeof path, why, sizeof why);
-  if (found <= 0) return found == 0 ? 0 : -1;
-  struct lstmd_st_file *f;
-  if (lstmd_st_open(path, &f)) return -1;
-  const char *v = lstmd_st_meta_get(f, "train.step"); /* owned by f */
-  char *end = NULL;
-  long step = v ? strtol(v, &end, 10) : -1;
-  if (!v || end == v || *end || step < 0) step = -1;
-  lstmd_st_close(f);
-  return step;
+  static const char *const key[] = {"train.step"};
+  char path[1400];
+  long step;
+  const int found = lstmd_run_dir_resume_meta(run_dir, 1, key, &step, path, sizeof path);
+  return found == 0 ? 0 : found < 0 ? -1 : step;
 }
 
 int lstmd_jobs_open(struct lstmd_jobs *t, const char *state_dir) {

@@ -11,7 +11,6 @@
 #include "config.h"
 #include "frame.h"
 #include "jobs.h"
-#include "worker/io/safetensors.h"
 #include "worker/train/val_watch.h"
 
 int lstmd_serve_job_config(Lstmd__Setting *const *settings, size_t n, const char *data_root,
@@ -73,13 +72,11 @@ static uint8_t *invalid(const char *msg, size_t *len) {
  * whose header does not open: the start says why). Reads the header only. */
 static int resume_mismatch(const char *run_dir, const struct lstmd_train_config *cfg, int ranks,
                            char *msg, size_t n) {
-  char path[1400], why[1400];
-  if (lstmd_run_dir_resume_point(run_dir, path, sizeof path, why, sizeof why) <= 0) return 0;
-  struct lstmd_st_file *f;
-  if (lstmd_st_open(path, &f)) return 0;
-  const char *b = lstmd_st_meta_get(f, "data.batch"), *t = lstmd_st_meta_get(f, "data.seq_len");
-  const long batch = b ? strtol(b, NULL, 10) : 0, seq_len = t ? strtol(t, NULL, 10) : 0;
-  lstmd_st_close(f);
+  static const char *const keys[] = {"data.batch", "data.seq_len"};
+  char path[1400];
+  long v[2];
+  if (lstmd_run_dir_resume_meta(run_dir, 2, keys, v, path, sizeof path) <= 0) return 0;
+  const long batch = v[0], seq_len = v[1];
   const int replicas = ranks / cfg->stages, global = replicas * cfg->batch_size;
   if (seq_len > 0 && seq_len != cfg->seq_len) {
     snprintf(msg, n, "data.seq_len: %s was trained with data.seq_len %ld, this job has %d; a resume "

@@ -113,6 +113,24 @@ int lstmd_run_dir_resume_point(const char *run_dir, char *path, size_t n, char *
   return -1;
 }
 
+int lstmd_run_dir_resume_meta(const char *run_dir, int n, const char *const *keys, long *values,
+                              char *path, size_t path_len) {
+  char why[1400];
+  for (int i = 0; i < n; i++) values[i] = -1;
+  const int found = lstmd_run_dir_resume_point(run_dir, path, path_len, why, sizeof why);
+  if (found <= 0) return found;
+  struct lstmd_st_file *f;
+  if (lstmd_st_open(path, &f)) return -1;
+  for (int i = 0; i < n; i++) {
+    const char *v = lstmd_st_meta_get(f, keys[i]); /* owned by f */
+    char *end = NULL;
+    const long x = v ? strtol(v, &end, 10) : -1;
+    values[i] = v && end != v && !*end && x >= 0 ? x : -1;
+  }
+  lstmd_st_close(f);
+  return 1;
+}
+
 int lstmd_run_dir_older_checkpoint(const char *ckpt, char *out, size_t n) {
   char dir[4096];
   snprintf(dir, sizeof dir, "%s", ckpt);

@@ -80,6 +80,13 @@ static inline void lstmd_run_dir_fresh_refusal(char *out, size_t n, const char *
  * unless 1 or 2. */
 int lstmd_run_dir_resume_point(const char *run_dir, char *path, size_t n, char *why,
                                size_t why_len);
+/* The resume point of run_dir and the integer metadata keys[0..n) of that checkpoint, from its
+ * header only: values[i] = -1 where a key is absent or not a non-negative integer. Returns 1
+ * (path: the checkpoint) where one was found and its header opened, 0 where run_dir holds no
+ * checkpoint, -1 where it cannot tell (only a best.safetensors; a header that does not open,
+ * printed). For the daemon's views of a run before it starts (daemon/jobs.c, serve_job.c). */
+int lstmd_run_dir_resume_meta(const char *run_dir, int n, const char *const *keys, long *values,
+                              char *path, size_t path_len);
 /* The newest step-<N>.safetensors beside the checkpoint ckpt that is another file than it (latest
  * is another name of its step file, so that one is passed over), and older than ckpt when ckpt
  * is itself a step file: where a resume can go on from when ckpt is damaged. Returns 1 with its
