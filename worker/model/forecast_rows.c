@@ -12,7 +12,7 @@
 #include "kernels/status.h"
 
 struct text {
-  const size_t *idx;
+  size_t first;
   const float *vals;
   size_t r0, r1;
   int cols;
@@ -40,7 +40,7 @@ static void *format_rows(void *arg) {
   struct text *t = arg;
   for (size_t r = t->r0; r < t->r1; r++) {
     if (!reserve(t)) goto oom;
-    t->len += clamp(snprintf(t->buf + t->len, 32, "%zu", t->idx[r]));
+    t->len += clamp(snprintf(t->buf + t->len, 32, "%zu", t->first + r));
     for (int c = 0; c < t->cols; c++) {
       if (!reserve(t)) goto oom;
       t->len += clamp(snprintf(t->buf + t->len, 32, ",%.9g", t->vals[r * (size_t)t->cols + c]));
@@ -54,9 +54,9 @@ oom:
   return NULL;
 }
 
-int lstmd_forecast_rows_write(FILE *out, const size_t *idx, const float *vals, size_t n, int cols) {
-  struct text half[2] = {{idx, vals, 0, n / 2, cols, NULL, 0, 0, 0},
-                         {idx, vals, n / 2, n, cols, NULL, 0, 0, 0}};
+int lstmd_forecast_rows_write(FILE *out, size_t first, const float *vals, size_t n, int cols) {
+  struct text half[2] = {{first, vals, 0, n / 2, cols, NULL, 0, 0, 0},
+                         {first, vals, n / 2, n, cols, NULL, 0, 0, 0}};
   pthread_t helper;
   /* A few rows are not worth a thread; without one, the caller formats both halves. */
   const int threaded = n >= 256 && pthread_create(&helper, NULL, format_rows, &half[1]) == 0;

@@ -6,9 +6,9 @@
 #include <stddef.h>
 #include <stdio.h>
 
-/* Writes rows [0, n): "idx[r],vals[r·cols],...,vals[r·cols + cols − 1]\n", each value as
+/* Writes rows [0, n): "first + r,vals[r·cols],...,vals[r·cols + cols − 1]\n", each value as
  * "%.9g" of the float: byte for byte one fprintf per number, in row order. 0, LSTMD_ENOMEM
  * (nothing written) or LSTMD_EIO. */
-int lstmd_forecast_rows_write(FILE *out, const size_t *idx, const float *vals, size_t n, int cols);
+int lstmd_forecast_rows_write(FILE *out, size_t first, const float *vals, size_t n, int cols);
 
 #endif

@@ -451,15 +451,13 @@ static int predict_chunk(struct runner *r, const struct lstmd_data_meta *d, cons
   const float sd = info->std[0], mu = info->mean[0]; /* float, as forecasts always were */
   const int per_row = K * (1 + (baselines ? 1 + (info->season != 0) : 0));
   const size_t n = (size_t)cols * T;
-  size_t *idx = malloc(n * sizeof *idx);
   float *vals = malloc(n * per_row * sizeof *vals);
-  int rc = idx && vals ? LSTMD_OK : LSTMD_ENOMEM;
+  int rc = vals ? LSTMD_OK : LSTMD_ENOMEM;
   for (int col = 0; !rc && col < cols; col++)
     for (int t = 0; t < T; t++) {
       const size_t row = (size_t)col * T + t, i = first + row;
       const float *p = pred + ((size_t)t * cols + col) * K;
       float *v = vals + row * per_row;
-      idx[row] = i;
       for (int k = 0; k < K; k++)
         *v++ = lstmd_series_undo(tf, p[k], z[i * W], shift0[col], scale0[col]) * sd + mu;
       if (baselines) {
@@ -468,8 +466,7 @@ static int predict_chunk(struct runner *r, const struct lstmd_data_meta *d, cons
         for (int k = 0; info->season && k < K; k++) *v++ = fs[k] * sd + mu;
       }
     }
-  if (!rc) rc = lstmd_forecast_rows_write(out, idx, vals, n, per_row);
-  free(idx);
+  if (!rc) rc = lstmd_forecast_rows_write(out, first, vals, n, per_row);
   free(vals);
   free(shift0);
   return rc;
