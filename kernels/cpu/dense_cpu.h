@@ -29,6 +29,10 @@ void lstmd_cpu_linear_backward(int N, int In, int O, const float *x, const float
  * grad_scale·(softmax − onehot); otherwise they are left as they were. */
 double lstmd_cpu_softmax_xent(int N, int V, float *logits, const int32_t *targets,
                               float grad_scale);
+/* The row steps of lstmd_cpu_softmax_xent, for losses built on it (kd_cpu.c): one row's
+ * log Σ exp(z) (max-shifted), and z[v] = scale·exp(z[v] − logsum) in place. */
+double lstmd_cpu_logsumexp(int V, const float *z);
+void lstmd_cpu_softmax_scaled(int V, float *z, double logsum, float scale);
 
 /* Squared error summed over pred [N] vs target [N]; if grad_scale != 0, pred is overwritten
  * with grad_scale·2·(pred − target). */

@@ -3,6 +3,8 @@
 
 #include <math.h>
 
+#include "dense_cpu.h"
+
 /* log Σ_v exp(z[v]/T), max-shifted, in double. */
 static double log_sum_exp(int V, const float *z, double inv_t) {
   double mx = (double)z[0] * inv_t;
@@ -21,12 +23,8 @@ double lstmd_cpu_kd_softmax_xent(int N, int V, float *z, const float *zt, const 
   for (int n = 0; n < N; n++) {
     float *zs = z + (size_t)n * V;
     const float *tz = zt + (size_t)n * V;
-    /* the hard term exactly as lstmd_cpu_softmax_xent computes it (float max, then double) */
-    float mx = zs[0];
-    for (int v = 1; v < V; v++) mx = zs[v] > mx ? zs[v] : mx;
-    double sum = 0.0;
-    for (int v = 0; v < V; v++) sum += exp((double)zs[v] - mx);
-    const double logsum = log(sum) + mx;
+    /* the hard term exactly as lstmd_cpu_softmax_xent computes it */
+    const double logsum = lstmd_cpu_logsumexp(V, zs);
     /* the soft term: KL(p_t ‖ p_s) = Σ p_t (log p_t − log p_s) at temperature T */
     const double ls_s = log_sum_exp(V, zs, inv_t), ls_t = log_sum_exp(V, tz, inv_t);
     double kl = 0.0;
@@ -37,11 +35,12 @@ double lstmd_cpu_kd_softmax_xent(int N, int V, float *z, const float *zt, const 
     total += (1.0 - alpha) * (logsum - zs[targets[n]]) +
              (double)alpha * temperature * temperature * kl;
     if (grad_scale != 0.0f) {
-      for (int v = 0; v < V; v++) {
-        const float soft = (float)(exp((double)zs[v] * inv_t - ls_s) -
-                                   exp((double)tz[v] * inv_t - ls_t));
-        zs[v] = hard_scale * (float)exp((double)zs[v] - logsum) + soft_scale * soft;
-      }
+      float soft[256]; /* V <= 256 (text models, model.c); from the logits before the hard
+                        * term's gradient overwrites them */
+      for (int v = 0; v < V; v++)
+        soft[v] = (float)(exp((double)zs[v] * inv_t - ls_s) - exp((double)tz[v] * inv_t - ls_t));
+      lstmd_cpu_softmax_scaled(V, zs, logsum, hard_scale);
+      for (int v = 0; v < V; v++) zs[v] += soft_scale * soft[v];
       zs[targets[n]] -= hard_scale;
     }
   }
