@@ -1,4 +1,6 @@
-/* engine_gpu.c — the GPU engine (engine.h): data-parallel training on one GPU per rank.
+/* engine_gpu.c — the GPU engine (engine.h): data-parallel training on one GPU per rank. Its
+ * evaluation and carried state are in engine_gpu_eval.c, its pruning in engine_gpu_prune.c, and
+ * the state all three share in engine_gpu_internal.h.
  *
  * The fp32 master parameters, gradients and optimizer moments live on the device in the flat
  * layout of worker/model/model.h; the host model's buffers are brought up to date only on
@@ -56,9 +58,9 @@
  *    checkpoint); a classifier's validation split is small next to its training. */
 #define _GNU_SOURCE
 #include "engine_gpu.h"
+#include "engine_gpu_internal.h"
 
 #include <cuda_runtime.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,47 +79,8 @@
 #include "worker/io/checkpoint.h"
 #include "worker/io/nvtx.h"
 #include "worker/io/trace.h"
-#include "worker/model/classify.h"
 #include "worker/model/optim.h"
-#include "worker/model/prune.h"
 #include "worker/train/train_config.h"
-
-enum { kMaxRegions = 8 };
-
-struct gpu_engine {
-  struct lstmd_engine base;
-  int dtype, fp16;
-  cudaStream_t compute, copy, comm_stream;
-  struct lstmd_cuda_model_config mc; /* made in start, with rank 0's cuDNN choice (see 5.) */
-  struct lstmd_cuda_model *cm;
-  struct lstmd_cuda_model_config tc;  /* distillation: the teacher's, made in start too (see 7.) */
-  struct lstmd_cuda_model *teacher;   /* NULL: no distillation */
-  float *t_params;                    /* device: the teacher's parameters */
-  double *d_teacher_loss;             /* device: the teacher forward's loss (unused) */
-  struct lstmd_nccl *nccl; /* NULL with one rank */
-  float *params, *grads, *m, *v; /* device [n_params] */
-  double *d_loss;                /* device: loss summed since the host last read it (see 1.) */
-  double *h_loss;                /* pinned */
-  struct lstmd_optim_state *d_state; /* device: the optimizer's decisions (see 4.) */
-  struct lstmd_optim_state *h_state; /* pinned: its copy at the last read */
-  struct lstmd_optim_state seen;     /* host: that copy, as read */
-  int report, told_failure;      /* the step being run is logged; its failure was printed */
-  void *staging[2];              /* pinned batch buffers */
-  size_t staging_bytes;
-  long micro_count;
-  cudaEvent_t copy_done[2], inputs_free, scalars_ready, comm_done, regions[kMaxRegions];
-  int n_regions, collecting, uploaded;
-  size_t ready_hi, bucket_floats;
-  float *masks;      /* device: the pruning masks (0/1) of the pruned tensors, one after the
-                      * other (see 6.); NULL until the first prune */
-  int masks_version; /* the masks uploaded: never / current */
-  char device_desc[160];
-};
-
-static struct gpu_engine *gpu_of(struct lstmd_engine *e) { return (struct gpu_engine *)e; }
-
-/* Waits for an event, watching the NCCL watchdog (see 1.). */
-static int wait_event(struct gpu_engine *g, cudaEvent_t ev) { return lstmd_nccl_wait_event(g->nccl, ev); }
 
 static int dtype_of(int precision) {
   return precision == LSTMD_PRECISION_FP16 ? LSTMD_DT_F16
@@ -400,7 +363,7 @@ static int gpu_sync_host(struct lstmd_engine *e, struct lstmd_optim *o,
 }
 
 /* The batch into the model's device inputs through pinned memory on the copy stream (see 3.). */
-static int copy_batch(struct gpu_engine *g, const struct lstmd_batch *b) {
+int lstmd_gpu_copy_batch(struct gpu_engine *g, const struct lstmd_batch *b) {
   const int k = (int)(g->micro_count++ % 2);
   struct lstmd_cuda_inputs *in = lstmd_cuda_model_inputs(g->cm);
   const size_t N = (size_t)g->base.cfg.seq_len * g->base.cfg.batch;
@@ -508,7 +471,7 @@ static int gpu_window(struct lstmd_engine *e, const struct lstmd_batch *batch, f
   }
   if (g->nccl && lstmd_nccl_failed(g->nccl)) return LSTMD_ECOMM; /* said why already */
   const int wide = g->dtype == LSTMD_DT_F32; /* see 2. */
-  LSTMD_TRY(copy_batch(g, batch));
+  LSTMD_TRY(lstmd_gpu_copy_batch(g, batch));
   if (first) LSTMD_CHECK_CUDA(cudaMemsetAsync(g->grads, 0, g->base.model->n_params * sizeof(float), g->compute));
   if (first || !wide) LSTMD_TRY(lstmd_cuda_model_zero_lstm_grads(g->cm));
   const int staged = g->nccl && lstmd_nccl_mode(g->nccl) == LSTMD_NCCL_HOST_STAGED;
@@ -612,175 +575,6 @@ static int gpu_optim_step(struct lstmd_engine *e, struct lstmd_optim *o, int rep
   return rc;
 }
 
-/* A classifier's validation loss: the CPU evaluator on rank 0's host model, brought up to the
- * device's parameters first (see 8.). */
-static int clf_evaluate(struct gpu_engine *g, const struct lstmd_dataset *ds, double *mean_loss,
-                        uint64_t *sequences, double *accuracy) {
-  struct lstmd_model *m = g->base.model;
-  LSTMD_CHECK_CUDA(cudaMemcpyAsync(m->params, g->params, m->n_params * sizeof(float),
-                                   cudaMemcpyDeviceToHost, g->compute));
-  LSTMD_CHECK_CUDA(cudaStreamSynchronize(g->compute));
-  struct lstmd_clf_eval *res = malloc(sizeof *res);
-  int rc = res ? lstmd_clf_evaluate(m, ds, g->base.cfg.batch, res) : LSTMD_ENOMEM;
-  if (!rc) {
-    *mean_loss = res->loss;
-    *sequences = res->sequences;
-    if (accuracy) *accuracy = res->sequences ? (double)res->correct / (double)res->sequences : NAN;
-  }
-  free(res);
-  return rc;
-}
-
-/* Every rank scores its share of the windows, in chunks of B: chunk c on rank c mod N, the last
- * chunk padded with repeats of its first window, which are not scored. The chunk sums meet in
- * lstmd_engine_combine_eval_sums and are added in chunk order, so the loss does not depend on
- * the number of ranks (infer.h's lstmd_evaluate_shared, as the CPU engine does it). Inference
- * mode; the carried training state is left alone. A classifier is scored on rank 0. */
-struct clf_work {
-  struct gpu_engine *g;
-  const struct lstmd_dataset *ds;
-  double *mean_loss, *accuracy;
-  uint64_t *sequences;
-};
-static int clf_work(void *ctx) {
-  const struct clf_work *w = ctx;
-  return clf_evaluate(w->g, w->ds, w->mean_loss, w->sequences, w->accuracy);
-}
-
-static int gpu_evaluate(struct lstmd_engine *e, const struct lstmd_dataset *ds, double *mean_loss,
-                        uint64_t *tokens, double *accuracy) {
-  struct gpu_engine *g = gpu_of(e);
-  if (e->model->shape.kind == LSTMD_MODEL_CLASSIFY) { /* rank 0 alone, the others waiting for it
-                                                       * as for a checkpoint write (comm.h) */
-    struct clf_work w = {g, ds, mean_loss, accuracy, tokens};
-    return lstmd_comm_solo(e->comm, 0, clf_work, &w, LSTMD_OK, NULL, e->cfg.comm_timeout_s,
-                           "rank 0's classifier evaluation");
-  }
-  const int T = g->base.cfg.seq_len, B = g->base.cfg.batch;
-  const uint64_t n = lstmd_window_count(ds, T), count = (n + (uint64_t)B - 1) / (uint64_t)B;
-  if (n == 0 || count > INT_MAX) { /* the same on every rank: no collective below */
-    lstmd_errorf("%s: %s for seq_len %d", ds->path,
-                 n ? "more chunks of windows than an evaluation can count" : "too short for one window", T);
-    return LSTMD_ECONFIG;
-  }
-  struct lstmd_eval_combine ec = {e, lstmd_now_s()};
-  const int text = g->base.model->shape.kind == LSTMD_MODEL_TEXT;
-  const size_t K = text ? 1 : (size_t)g->base.model->shape.horizon;
-  struct lstmd_batch b;
-  memset(&b, 0, sizeof b);
-  void *scratch = malloc(lstmd_window_scratch_bytes(ds, T));
-  float *rows = malloc((size_t)T * B * K * sizeof(float));
-  double *sums = calloc(count, sizeof *sums);
-  int rc = scratch && rows && sums ? lstmd_batch_alloc(ds, T, B, &b) : LSTMD_ENOMEM;
-  lstmd_nvtx_push("evaluation");
-  for (uint64_t c = (uint64_t)e->rank; !rc && c < count; c += (uint64_t)e->world) {
-    const uint64_t w = c * (uint64_t)B;
-    const int cols = n - w < (uint64_t)B ? (int)(n - w) : B; /* the rest repeat window w */
-    for (int col = 0; !rc && col < B; col++)
-      rc = lstmd_read_window(ds, (w + (uint64_t)(col < cols ? col : 0)) * (uint64_t)T, T, B, col,
-                             &b, scratch);
-    if (!rc) rc = copy_batch(g, &b);
-    if (!rc) rc = lstmd_cuda_model_eval(g->cm, g->params, rows);
-    for (int t = 0; !rc && t < T; t++)
-      for (int col = 0; col < cols; col++)
-        for (size_t k = 0; k < K; k++) {
-          const double v = rows[((size_t)t * B + col) * K + k];
-          sums[c] += text ? v : v * v;
-        }
-  }
-  lstmd_nvtx_pop();
-  if (e->world > 1) rc = lstmd_engine_combine_eval_sums(&ec, sums, sums ? (int)count : 0, rc);
-  double sum = 0.0;
-  for (uint64_t c = 0; !rc && c < count; c++) sum += sums[c];
-  lstmd_batch_free(&b);
-  free(scratch);
-  free(rows);
-  free(sums);
-  if (rc || e->rank != 0) return rc;
-  *tokens = n * (uint64_t)T;
-  *mean_loss = sum / ((double)*tokens * (double)K);
-  return LSTMD_OK;
-}
-
-static int gpu_gather_state(struct lstmd_engine *e, float *h, float *c) {
-  struct gpu_engine *g = gpu_of(e);
-  const size_t local = (size_t)e->model->shape.layers * e->cfg.batch * e->model->shape.hidden;
-  float *mine = malloc(2 * local * sizeof(float));
-  int rc = mine ? lstmd_cuda_model_get_state(g->cm, mine, mine + local) : LSTMD_ENOMEM;
-  rc = lstmd_comm_agree(e->comm, rc, NULL); /* none is left alone in the gather */
-  if (!rc) rc = lstmd_engine_gather_dp_state(e, mine, h, c);
-  free(mine);
-  return rc;
-}
-
-static int gpu_set_state(struct lstmd_engine *e, const float *h, const float *c) {
-  const size_t local = (size_t)e->model->shape.layers * e->cfg.batch * e->model->shape.hidden;
-  float *mine = malloc(2 * local * sizeof(float));
-  if (!mine) {
-    lstmd_errorf("out of memory for the recurrent state");
-    return LSTMD_ENOMEM;
-  }
-  lstmd_engine_slice_dp_state(e, h, c, mine);
-  int rc = lstmd_cuda_model_set_state(gpu_of(e)->cm, mine, mine + local);
-  free(mine);
-  return rc;
-}
-
-/* The masks, as 0/1 floats, to the device (see 6.). */
-static int upload_masks(struct gpu_engine *g, const struct lstmd_prune *pr) {
-  const struct lstmd_model *m = g->base.model;
-  size_t total = 0;
-  for (int i = 0; i < pr->n; i++) total += m->tensors[pr->tensor[i]].count;
-  if (!g->masks && cudaMalloc((void **)&g->masks, total * sizeof(float)) != cudaSuccess) {
-    cudaGetLastError(); /* (not dev_alloc: its legacy-stream memset could land after the copy) */
-    g->masks = NULL;
-    lstmd_errorf("CUDA: cannot allocate %.1f MiB for the pruning masks", (double)total * 4 / 1048576.0);
-    return LSTMD_ENOMEM;
-  }
-  float *host = NULL;
-  LSTMD_CHECK_CUDA(cudaMallocHost((void **)&host, total * sizeof(float)));
-  for (size_t i = 0, at = 0; i < (size_t)pr->n; at += m->tensors[pr->tensor[i]].count, i++)
-    for (size_t j = 0; j < m->tensors[pr->tensor[i]].count; j++) host[at + j] = pr->mask[i][j];
-  const int rc = LSTMD_CUDA_FAILED(cudaMemcpyAsync(g->masks, host, total * sizeof(float),
-                                                   cudaMemcpyHostToDevice, g->compute)) ||
-                         LSTMD_CUDA_FAILED(cudaStreamSynchronize(g->compute))
-                     ? LSTMD_ECUDA
-                     : LSTMD_OK;
-  cudaFreeHost(host);
-  g->masks_version = 1;
-  return rc;
-}
-
-static int apply_masks(struct gpu_engine *g, const struct lstmd_prune *pr) {
-  const struct lstmd_model *m = g->base.model;
-  size_t at = 0;
-  for (int i = 0; i < pr->n; i++) {
-    const struct lstmd_tensor *t = &m->tensors[pr->tensor[i]];
-    LSTMD_TRY(lstmd_cuda_mul(t->count, g->params + t->offset, LSTMD_DT_F32, g->masks + at, g->compute));
-    at += t->count;
-  }
-  return LSTMD_OK;
-}
-
-/* lstmd_prune_after_step on the device's parameters (see 6.). */
-static int gpu_prune(struct lstmd_engine *e, struct lstmd_prune *pr, long step, int *recomputed) {
-  struct gpu_engine *g = gpu_of(e);
-  const struct lstmd_model *m = e->model;
-  *recomputed = 0;
-  if (!g->masks_version) LSTMD_TRY(upload_masks(g, pr)); /* all ones, or a resumed run's */
-  LSTMD_TRY(apply_masks(g, pr));
-  if (lstmd_prune_due(&pr->cfg, step)) {
-    LSTMD_CHECK_CUDA(cudaMemcpyAsync(m->params, g->params, m->n_params * sizeof(float),
-                                     cudaMemcpyDeviceToHost, g->compute));
-    LSTMD_CHECK_CUDA(cudaStreamSynchronize(g->compute));
-    lstmd_prune_update(pr, m, m->params, lstmd_prune_sparsity_at(&pr->cfg, step));
-    LSTMD_TRY(upload_masks(g, pr));
-    LSTMD_TRY(apply_masks(g, pr));
-    *recomputed = 1;
-  }
-  return lstmd_cuda_model_load_weights(g->cm, g->params);
-}
-
 static double gpu_loss_scale(const struct lstmd_engine *e) {
   const struct gpu_engine *g = (const struct gpu_engine *)e;
   return g->fp16 ? g->seen.scaler.scale : 0.0; /* as last read (see 4.) */
@@ -815,10 +609,10 @@ static const struct lstmd_engine_ops kGpuOps = {
     .step = gpu_step,
     .optim_step = gpu_optim_step,
     .sync_host = gpu_sync_host,
-    .evaluate = gpu_evaluate,
-    .gather_state = gpu_gather_state,
-    .set_state = gpu_set_state,
+    .evaluate = lstmd_gpu_evaluate,
+    .gather_state = lstmd_gpu_gather_state,
+    .set_state = lstmd_gpu_set_state,
     .loss_scale = gpu_loss_scale,
-    .prune = gpu_prune,
+    .prune = lstmd_gpu_prune,
     .describe = gpu_describe,
 };
