@@ -6,7 +6,11 @@
  * promise is the caller's), and a second freeze is a no-op. Text and series, one and two layers,
  * an input width that is not a panel multiple, layer norm (W_hh frozen only), and B = 3 rows.
  * Runs on the ISA in use (_avx2 forces AVX2; generic has no packed kernels: the freeze is a
- * no-op there and the outputs are bit for bit). */
+ * no-op there and the outputs are bit for bit).
+ * Also lstmd_workspace_create_forward (evaluation's and inference's workspace: the layers share
+ * one gates buffer, no gradient buffers): window after window, carried or not, its outputs, loss
+ * and carried state are those of a training workspace bit for bit (the same arithmetic in other
+ * buffers), with the embedding folded and not, layer norm and three layers. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +93,63 @@ static void compare(const char *label, const struct lstmd_model_shape *shape, in
   lstmd_model_destroy(m);
 }
 
+/* Window w of T steps: step t's rows as fill_step gives them for step w·T + t. */
+static void fill_window(const struct lstmd_model_shape *s, struct lstmd_batch *b, int T, int B,
+                        int w) {
+  struct lstmd_batch row = *b;
+  for (int t = 0; t < T; t++) {
+    fill_step(s, &row, B, w * T + t);
+    if (s->kind == LSTMD_MODEL_TEXT) row.ids += B, row.targets += B;
+    else row.x += (size_t)B * s->width, row.y += (size_t)B * s->horizon;
+  }
+}
+
+static void compare_forward_only(const char *label, const struct lstmd_model_shape *shape, int T,
+                                 int B) {
+  struct lstmd_model *m;
+  struct lstmd_workspace *ref = NULL, *fwd = NULL;
+  char what[160];
+  if (lstmd_model_create(shape, &m)) {
+    check_true("model create", 0);
+    return;
+  }
+  struct lstmd_rng rng;
+  lstmd_rng_seed(&rng, 11, 5);
+  lstmd_model_init_params(m, &rng);
+  snprintf(what, sizeof what, "%s: forward-only workspace created", label);
+  check_true(what, !lstmd_workspace_create(m, T, B, 0.0f, &ref) &&
+                       !lstmd_workspace_create_forward(m, T, B, &fwd));
+  if (!ref || !fwd) return;
+  snprintf(what, sizeof what, "%s: the same embedding folding", label);
+  check_true(what, lstmd_workspace_folds_embedding(ref) == lstmd_workspace_folds_embedding(fwd));
+  const int O = shape->kind == LSTMD_MODEL_TEXT ? shape->vocab : shape->horizon;
+  const size_t out_n = (size_t)T * B * O, state_n = (size_t)shape->layers * B * shape->hidden;
+  static const int carry[] = {1, 1, 0, 1, 1};
+  int same = 1;
+  lstmd_workspace_reset_state(ref);
+  lstmd_workspace_reset_state(fwd);
+  for (int w = 0; w < (int)(sizeof carry / sizeof carry[0]); w++) {
+    fill_window(shape, lstmd_workspace_batch(ref), T, B, w);
+    fill_window(shape, lstmd_workspace_batch(fwd), T, B, w);
+    const double a = lstmd_model_step(m, ref, 0.0f, NULL, carry[w]);
+    const double b = lstmd_model_step(m, fwd, 0.0f, NULL, carry[w]);
+    same &= a == b && !memcmp(lstmd_workspace_output(ref), lstmd_workspace_output(fwd),
+                              out_n * sizeof(float));
+  }
+  float *h[2], *c[2];
+  for (int i = 0; i < 2; i++) h[i] = malloc(state_n * sizeof(float)), c[i] = malloc(state_n * sizeof(float));
+  lstmd_workspace_get_state(ref, h[0], c[0], B, 0);
+  lstmd_workspace_get_state(fwd, h[1], c[1], B, 0);
+  same &= !memcmp(h[0], h[1], state_n * sizeof(float)) && !memcmp(c[0], c[1], state_n * sizeof(float));
+  snprintf(what, sizeof what, "%s: forward-only == training workspace, 5 windows, bit for bit%s",
+           label, lstmd_workspace_folds_embedding(fwd) ? " (embedding folded)" : "");
+  check_true(what, same);
+  for (int i = 0; i < 2; i++) free(h[i]), free(c[i]);
+  lstmd_workspace_destroy(ref);
+  lstmd_workspace_destroy(fwd);
+  lstmd_model_destroy(m);
+}
+
 int main(void) {
   const int skip = check_forced_isa();
   if (skip) return skip;
@@ -107,5 +168,13 @@ int main(void) {
   compare("text H64 L2 E40, B 3", &text2, 3);
   compare("series H32 L2 W3", &series, 1);
   compare("layer norm text H64 L2", &ln, 1);
+  struct lstmd_model_shape text3 = text2, small_vocab = text2;
+  text3.layers = 3;
+  small_vocab.vocab = 5; /* T·B = 36 >= 4·V: the embedding folded into layer 0 */
+  compare_forward_only("text H64 L2 E40 V11", &text2, 9, 4);
+  compare_forward_only("text H64 L2 E40 V5", &small_vocab, 9, 4);
+  compare_forward_only("text H64 L3", &text3, 9, 4);
+  compare_forward_only("series H32 L2 W3", &series, 9, 4);
+  compare_forward_only("layer norm text H64 L2", &ln, 9, 4);
   return check_summary("test_frozen_weights");
 }

@@ -389,7 +389,7 @@ int lstmd_engine_cpu_create(const struct lstmd_engine *base, struct lstmd_engine
     }
     lstmd_workspace_set_grads(s->ws, s->grads);
     if (cfg->teacher) {
-      rc = lstmd_workspace_create(cfg->teacher, cfg->seq_len, s->cols, 0.0f, &s->teacher_ws);
+      rc = lstmd_workspace_create_forward(cfg->teacher, cfg->seq_len, s->cols, &s->teacher_ws);
       if (rc) break;
       lstmd_workspace_set_distill(s->ws, lstmd_workspace_output(s->teacher_ws),
                                   cfg->kd_temperature, cfg->kd_alpha);

@@ -45,7 +45,7 @@ static int runner_open(const struct lstmd_infer_model *im, int T, int B, struct 
    * batch 1 means H >= 512 only (fp32 sample keeps BLAS at one thread: a one-row sgemm gains
    * nothing from BLAS threads). */
   if (im->int8) return lstmd_qworkspace_create(im->int8, T, B, lstmd_cpu_cores(), &r->qws);
-  return lstmd_workspace_create(im->fp32, T, B, 0.0f, &r->ws);
+  return lstmd_workspace_create_forward(im->fp32, T, B, &r->ws);
 }
 static void runner_close(struct runner *r) {
   lstmd_workspace_destroy(r->ws);
@@ -230,14 +230,15 @@ static int eval_score(void *ctx, void *state, uint64_t chunk, double *sum) {
 /* Threads: an fp32 model's evaluation takes as many as BLAS was given (the callers' way of
  * saying how many cores are theirs now: lstmd_cpu_set_blas_threads), each with its own chunks
  * and BLAS at one thread, as many as the memory allows with a forward workspace of about
- * T·B·(6·H·L + In + O) floats each (h, c and the gates of every layer, input, outputs). The
- * int8 model splits each forward itself (runner_open). */
+ * T·B·(2·H·L + 4·H + In + O) floats each (h and c of every layer, one layer's gates, input,
+ * outputs: lstmd_workspace_create_forward). The int8 model splits each forward itself
+ * (runner_open). */
 static int eval_threads(const struct eval_job *e) {
   if (!e->im->fp32) return 0;
   const struct lstmd_model_shape *s = &e->im->fp32->shape;
   const double in = s->kind == LSTMD_MODEL_TEXT ? s->embed : s->width;
   const double out = s->kind == LSTMD_MODEL_TEXT ? s->vocab : s->horizon;
-  const double bytes = 4.0 * e->T * e->B * (6.0 * s->hidden * s->layers + in + out);
+  const double bytes = 4.0 * e->T * e->B * (2.0 * s->hidden * s->layers + 4.0 * s->hidden + in + out);
   return lstmd_eval_threads_fit(bytes, lstmd_cpu_blas_threads());
 }
 

@@ -143,6 +143,12 @@ void lstmd_workspace_arena_free(void *arena);
 
 int lstmd_workspace_create(const struct lstmd_model *m, int steps, int batch, float dropout,
                            struct lstmd_workspace **out);
+/* A workspace for forwards only (evaluation, inference, a distillation teacher): no gradient
+ * buffers and no dropout, and the layers share one buffer of gates (and of layer-norm
+ * statistics), which only backward reads again; the carried state is kept per layer as above.
+ * lstmd_model_step takes grad_scale 0 on it; lstmd_model_backward stops the program. */
+int lstmd_workspace_create_forward(const struct lstmd_model *m, int steps, int batch,
+                                   struct lstmd_workspace **out);
 void lstmd_workspace_destroy(struct lstmd_workspace *ws);
 struct lstmd_batch *lstmd_workspace_batch(struct lstmd_workspace *ws);
 /* 1 where this text workspace runs its embedding folded into layer 0 (decided at create from
