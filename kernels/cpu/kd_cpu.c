@@ -2,8 +2,10 @@
 #include "kd_cpu.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "dense_cpu.h"
+#include "kernels/status.h"
 
 /* log Σ_v exp(z[v]/T), max-shifted, in double. */
 static double log_sum_exp(int V, const float *z, double inv_t) {
@@ -19,6 +21,10 @@ double lstmd_cpu_kd_softmax_xent(int N, int V, float *z, const float *zt, const 
   const double inv_t = 1.0 / temperature;
   const float hard_scale = (1.0f - alpha) * grad_scale;
   const float soft_scale = alpha * temperature * grad_scale;
+  if (V > 256) { /* the soft term's row buffer below: a caller's bug (kd_cpu.h) */
+    lstmd_errorf("distillation: %d outputs, at most 256", V);
+    abort();
+  }
   double total = 0.0;
   for (int n = 0; n < N; n++) {
     float *zs = z + (size_t)n * V;

@@ -12,7 +12,8 @@
  * Returns Σ_n loss_n (nats). If grad_scale != 0, z is overwritten with grad_scale·∂loss/∂z:
  *   (1−α)·(softmax(z) − onehot) + α·T·(softmax(z/T) − softmax(zt/T)).
  * The T² keeps the soft term's gradient on the scale of the hard one as T changes (Hinton).
- * With α = 0 the loss and the gradient are bit for bit lstmd_cpu_softmax_xent's. */
+ * With α = 0 the loss and the gradient are bit for bit lstmd_cpu_softmax_xent's.
+ * V is at most 256 (a text model's vocabulary, model.c); more stops the program. */
 double lstmd_cpu_kd_softmax_xent(int N, int V, float *z, const float *zt, const int32_t *targets,
                                  float temperature, float alpha, float grad_scale);
 

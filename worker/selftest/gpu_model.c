@@ -334,7 +334,6 @@ done:
   lstmd_model_destroy(m);
 }
 
-/* got == want bit for bit; otherwise how many differ, the first, and the largest difference. */
 /* Validation loss on the GPU (inference mode, chunks of B with a padded last chunk) against
  * lstmd_evaluate on the CPU, for a text and a series dataset made here. */
 static void test_evaluate(int text) {

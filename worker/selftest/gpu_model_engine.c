@@ -188,6 +188,7 @@ void gm_test_distill(int text, int algo, int precision, int carry) {
   lstmd_model_destroy(teacher);
 }
 
+/* got == want bit for bit; otherwise how many differ, the first, and the largest difference. */
 static int check_bits(const char *what, const float *got, const float *want, size_t n) {
   size_t bad = 0, first = 0;
   double worst = 0.0;
