@@ -384,6 +384,14 @@ static void test_dense(void) {
   float loss_f = (float)lstmd_cpu_softmax_xent(N, V, z, tg, (float)scale);
   check_close("softmax xent loss", &loss_f, &rloss, 1, 1e-5, 1e-6);
   check_close("softmax xent grad", z, rgrad, N * V, 1e-7, 1e-5);
+  { /* a class 100 nats below the rest: a zero gradient, not a subnormal; NaN stays NaN */
+    float far[3] = {-100.0f, 1.0f, 2.0f}, bad[3] = {1.0f, NAN, 2.0f};
+    const int32_t t2[1] = {2};
+    lstmd_cpu_softmax_xent(1, 3, far, t2, 0.25f);
+    check_true("softmax xent: a class 100 nats below gets 0", far[0] == 0.0f && far[1] > 0.0f);
+    check_true("softmax xent: NaN logit -> NaN loss and gradient",
+               isnan(lstmd_cpu_softmax_xent(1, 3, bad, t2, 0.25f)) && isnan(bad[0]));
+  }
 
   /* MSE */
   double rp[N], rt[N], rg[N], rl = 0;

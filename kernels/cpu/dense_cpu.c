@@ -73,10 +73,15 @@ BODY void logsumexp_body(int V, const float *z, double *out) {
 ISA_VARIANTS(logsumexp, (int V, const float *z, double *out), (V, z, out))
 
 /* z[v] = scale·softmax(z)[v] from the row's log-sum-exp; the exponent is rounded to float after
- * the subtraction in double, so a large logsum costs no precision. */
+ * the subtraction in double, so a large logsum costs no precision. Below −87 lstmd_expf clamps
+ * (exp(−87) = 1.6e-38): a class that far below gets 0, not a subnormal gradient for the head's
+ * GEMMs (subnormal operands are slow on some x86 cores). NaN stays NaN. */
 BODY void softmax_scaled_body(int V, float *z, double logsum, float scale) {
 #pragma omp simd
-  for (int v = 0; v < V; v++) z[v] = scale * lstmd_expf((float)((double)z[v] - logsum));
+  for (int v = 0; v < V; v++) {
+    const float x = (float)((double)z[v] - logsum);
+    z[v] = x < -87.0f ? 0.0f : scale * lstmd_expf(x);
+  }
 }
 ISA_VARIANTS(softmax_scaled, (int V, float *z, double logsum, float scale), (V, z, logsum, scale))
 
