@@ -15,6 +15,7 @@
 #include "kernels/cpu/blas_cpu.h"
 #include "kernels/cpu/qgemm.h"
 #include "kernels/status.h"
+#include "worker/data/batcher.h"
 #include "worker/data/dataset.h"
 #include "worker/io/checkpoint.h"
 #include "worker/io/qcheckpoint.h"
@@ -58,6 +59,10 @@ static int open_calibration(const char *dir, const char *out, const struct lstmd
   int rc = lstmd_dataset_open(path, val); /* path: DIR/val.bin */
   if (!rc) rc = lstmd_dataset_verify(val);
   if (!rc) rc = lstmd_check_compatible(meta, val);
+  if (!rc && lstmd_window_count(val, meta->seq_len) == 0) { /* what scoring it would say, later */
+    lstmd_errorf("%s: too short for one window of seq_len %d", val->path, meta->seq_len);
+    rc = LSTMD_ECONFIG;
+  }
   if (rc) {
     lstmd_dataset_close(val);
     return rc;

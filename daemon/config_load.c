@@ -23,7 +23,24 @@ struct ini_reader {
   size_t too_long; /* length of the line that did not fit (0: none) */
   int max;         /* the longest line inih takes, newline excluded */
   int nul;         /* the line stopped at holds a NUL byte */
+  const char *bad_header; /* the line stopped at is a malformed [section] header: why */
 };
+
+/* What is wrong with a [section] line, or NULL: inih takes "[model]]" and "[model] x" as
+ * [model], and for a "[model" without its ']' went on under the section before, so the
+ * message named a key of the next line ("unknown config key 'data.hidden'"). */
+static const char *header_error(const char *line) {
+  while (*line == ' ' || *line == '\t') line++;
+  if (*line != '[') return NULL;
+  const char *close = strchr(line, ']');
+  if (!close) return "a [section] header without its closing ']'";
+  for (const char *p = close + 1; *p; p++) {
+    if (*p == '#' || *p == ';') return NULL;
+    if (*p != ' ' && *p != '\t' && *p != '\r')
+      return "text after a [section] header's ']' (only a comment may follow)";
+  }
+  return NULL;
+}
 
 static char *read_ini_line(char *str, int num, void *stream) {
   struct ini_reader *r = stream;
@@ -44,6 +61,7 @@ static char *read_ini_line(char *str, int num, void *stream) {
     return NULL;
   }
   str[n] = '\0';
+  if ((r->bad_header = header_error(str))) return NULL;
   return str;
 }
 
@@ -136,9 +154,11 @@ int lstmd_config_read_ini(const char *path, lstmd_config_pair_fn fn, void *user)
   struct ini_reader reader = {.f = f};
   int line = f ? ini_parse_stream(read_ini_line, &reader, on_ini_pair, &ctx) : -1;
   if (f && line >= 0 && ferror(f)) line = -1;
-  if (line == 0 && (reader.too_long || reader.nul)) {
+  if (line == 0 && (reader.too_long || reader.nul || reader.bad_header)) {
     fclose(f);
-    if (reader.nul)
+    if (reader.bad_header)
+      lstmd_errorf("%s:%d: %s", path, reader.line, reader.bad_header);
+    else if (reader.nul)
       lstmd_errorf("%s:%d: the line holds a NUL byte (is this a text file?)", path, reader.line);
     else
       lstmd_errorf("%s:%d: the line is %zu characters long, and config files take lines of at "

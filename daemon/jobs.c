@@ -148,11 +148,13 @@ static uint64_t next_free_id(const struct lstmd_jobs *t) {
   return next;
 }
 
-/* Whether run_dir (resolved, as lstmd_path_inside gives it) lies in <state_dir>/runs. */
+/* Whether run_dir (resolved, as lstmd_path_inside gives it) lies in <state_dir>/runs. The state
+ * dir is resolved, not runs/: that exists only once a job without a run dir has started, and a
+ * run dir named in it before then used to pass (a later job's own run dir then held a run). */
 static int in_daemon_runs(const struct lstmd_jobs *t, const char *run_dir) {
-  char runs[sizeof t->state_dir + 8], real[PATH_MAX];
-  snprintf(runs, sizeof runs, "%s/runs", t->state_dir);
-  if (!realpath(runs, real)) return 0;
+  char real[PATH_MAX + 8];
+  if (!realpath(t->state_dir, real)) return 0;
+  strcat(real, "/runs");
   const size_t n = strlen(real);
   return !strncmp(run_dir, real, n) && (run_dir[n] == '/' || run_dir[n] == '\0');
 }

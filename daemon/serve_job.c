@@ -25,8 +25,8 @@ int lstmd_serve_job_config(Lstmd__Setting *const *settings, size_t n, const char
   }
   if (lstmd_config_check(cfg, err, errlen)) return LSTMD_ECONFIG;
   if (world > 0 && cfg->res_ranks > world) {
-    snprintf(err, errlen, "resources.ranks: %d is more than this daemon's %d ranks",
-             cfg->res_ranks, world);
+    snprintf(err, errlen, "resources.ranks: %d is more than this daemon's %d rank%s",
+             cfg->res_ranks, world, world == 1 ? "" : "s");
     return LSTMD_ECONFIG;
   }
   const int ranks = cfg->res_ranks ? cfg->res_ranks : world;

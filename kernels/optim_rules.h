@@ -84,6 +84,19 @@ struct lstmd_optim_state {
   struct lstmd_loss_scaler scaler; /* fp16 */
 };
 
+/* 1 when a step with gradient norm `norm` (unscaled, before clipping) can be applied: finite,
+ * and after clipping at most √FLT_MAX, so that no gradient's square overflows a float second
+ * moment (AdamW's v, summed in float) and no momentum or update can reach inf. Every element is
+ * at most the norm, so this is exact for the squares. A norm past it means the run diverged:
+ * AdamW's v became inf there, its update 0, and the parameters stopped moving while the loss
+ * still looked fine. */
+#define LSTMD_MAX_GRAD_NORM 1.8446742e19 /* √FLT_MAX = 2^64 (1 - 2^-24)^½, rounded down */
+LSTMD_HD static inline int lstmd_optim_norm_usable(double norm, float clip_norm) {
+  if (!isfinite(norm)) return 0;
+  const double applied = clip_norm > 0.0f && norm > clip_norm ? (double)clip_norm : norm;
+  return applied <= LSTMD_MAX_GRAD_NORM;
+}
+
 /* One step's decision. fp16: the norm is unscaled by the scale the gradients carry, and the
  * scaler is stepped (its new scale applies to the next step's loss). */
 LSTMD_HD static inline void lstmd_optim_decide(struct lstmd_optim_state *s,
@@ -100,7 +113,7 @@ LSTMD_HD static inline void lstmd_optim_decide(struct lstmd_optim_state *s,
     const int verdict = lstmd_loss_scaler_step(&s->scaler, !finite);
     if (verdict == LSTMD_LOSS_SCALE_GIVE_UP) s->gave_up = s->calls;
     if (verdict != LSTMD_LOSS_SCALE_APPLY) return;
-  } else if (!finite) {
+  } else if (!lstmd_optim_norm_usable(norm, r->clip_norm)) {
     s->first_bad = s->calls;
     return;
   }

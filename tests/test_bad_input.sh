@@ -458,12 +458,26 @@ printf '[data]\npath = %s\n[model]\nhidden = 16\nbogus = 3\n' "$TMP/good-text" >
 check "train: unknown key in config file" --file "$TMP/unknown.ini" --has "bogus" --has "unknown.ini:5" \
   --no-ckpt "$TMP/run-cfg" -- \
   "$LSTMD" train --config "$TMP/unknown.ini" --set train.run_dir="$TMP/run-cfg"
+printf '[data]\npath = %s\n[model\nhidden = 16\n' "$TMP/good-text" >"$TMP/noclose.ini"
+check "train: a [section] header without ']'" --file "$TMP/noclose.ini" --has "noclose.ini:3" \
+  --has "without its closing ']'" -- \
+  "$LSTMD" train --config "$TMP/noclose.ini" --set train.run_dir="$TMP/run-cfg"
+printf '[data]\npath = %s\n[model]]\nhidden = 16\n' "$TMP/good-text" >"$TMP/twoclose.ini"
+check "train: text after a [section] header" --file "$TMP/twoclose.ini" --has "twoclose.ini:3" \
+  --has "after a [section] header" -- \
+  "$LSTMD" train --config "$TMP/twoclose.ini" --set train.run_dir="$TMP/run-cfg"
 check "train: unknown key in --set" --has "model.bogus" --no-ckpt "$TMP/run-cfg" -- \
   "$LSTMD" train "${GOOD[@]}" --set model.bogus=1
 check "train: unknown section in --set" --has "nosuch.hidden" -- \
   "$LSTMD" train "${GOOD[@]}" --set nosuch.hidden=1
 check "train: --set without '='" --has "model.layers" -- \
   "$LSTMD" train "${GOOD[@]}" --set model.layers
+echo not-a-dir >"$TMP/run-is-a-file"
+check "train: train.run_dir names a file" --file "$TMP/run-is-a-file" --has "train.run_dir" \
+  --has "not a directory" -- \
+  "$LSTMD" train --set data.path="$TMP/good-text" --set train.run_dir="$TMP/run-is-a-file"
+check "train: train.run_dir under a file" --file "$TMP/run-is-a-file/sub" --has "Not a directory" -- \
+  "$LSTMD" train --set data.path="$TMP/good-text" --set train.run_dir="$TMP/run-is-a-file/sub"
 
 printf '[data]\npath = %s\n[model]\nlayers = 0\n' "$TMP/good-text" >"$TMP/layers0.ini"
 check "train: model.layers=0 in config file" --file "$TMP/layers0.ini" --has "model.layers" \

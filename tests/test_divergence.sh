@@ -9,6 +9,10 @@
 #  4. optim.eps = 0 (0/0 for a never-updated parameter under AdamW) is refused at start, exit 2;
 #  5. 2 and 3 on pipeline stages (model.stages=2): nan_grad on stage 0, which has no loss to scale,
 #     and nan_update on stage 1, which does not own params[0] (both did nothing there: exit 0).
+#  6. AdamW at lr 10 without clipping (one rank, text, no checkpoint due): the gradient norm
+#     passes √FLT_MAX ≈ 1.8e19 while the loss is still finite; the run stops at that step, exit
+#     1, naming the norm (it used to go on with AdamW's second moments infinite, its updates 0,
+#     until a checkpoint refused them, or to the end).
 set -u
 LSTMD=$(realpath "${1:?usage: test_divergence.sh LSTMD_BINARY SOURCE_DIR [MPIEXEC]}")
 SRC=$(realpath "${2:?}")
@@ -96,6 +100,28 @@ diverge pipe_nan_update text 3 LSTMD_FAULT=nan_update@3:1 -- --set model.stages=
 grep -q "^lstmd: step 3: the parameters after the update are not finite" log-pipe_nan_update &&
   ok "pipe_nan_update: rank 0 finds stage 1's NaN in the gathered checkpoint" ||
   bad "pipe_nan_update: messages: $(grep '^lstmd:' log-pipe_nan_update | tail -3)"
+
+# 6. a gradient norm whose squares overflow float, before any loss is non-finite
+"$LSTMD" prepare text --input "$SRC/data/fortunes.txt" --out fortunes >/dev/null 2>&1 ||
+  bad "prepare fortunes"
+timeout 120 "$LSTMD" train --config "$SRC/deploy/examples/char_lm.ini" --set data.path=fortunes \
+  --set model.hidden=64 --set model.embed=16 --set train.steps=120 --set train.run_dir=run-huge \
+  --set optim.lr=10 --set optim.clip_norm=0 --set optim.warmup=0 --set train.threads=1 \
+  --set train.log_every=1 --set train.checkpoint_every=1000 --set train.eval_every=0 \
+  >/dev/null 2>log-huge
+rc=$?
+line=$(grep -E '^lstmd: step [0-9]+: gradient norm [0-9.e+]+ \(loss [0-9.e+-]+\): not finite, or past 1.8e\+19' log-huge)
+step=$(sed -n 's/^lstmd: step \([0-9]*\): gradient norm.*/\1/p' <<<"$line")
+norm=$(sed -n 's/.*gradient norm \([0-9.e+]*\) .*/\1/p' <<<"$line")
+before=$("$PY" -c '
+import json, sys
+ok = [d for d in map(json.loads, open("run-huge/metrics.jsonl")) if "grad_norm" in d]
+print(max(d["grad_norm"] for d in ok), max(d["step"] for d in ok))' 2>/dev/null)
+if [[ $rc -eq 1 && -n $step ]] && "$PY" -c "import sys; m, last = map(float, '$before'.split()); \
+     sys.exit(not ($norm > 1.8446742e19 >= m and last == $step - 1))" &&
+   ! ls run-huge/*.safetensors >/dev/null 2>&1; then
+  ok "gradient norm $norm at step $step (the logged steps before it at most ${before% *}): exit 1, no checkpoint"
+else bad "huge gradient norm: exit $rc, '$line', before '$before': $(grep '^lstmd:' log-huge | tail -2)"; fi
 
 # 4. optim.eps = 0 is refused before training
 "$LSTMD" train "${common[@]}" --set data.path=text --set optim.eps=0 --set train.steps=2 \

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/optim_rules.h"
 #include "kernels/status.h"
 #include "worker/model/optim.h"
 #include "check.h"
@@ -136,6 +137,21 @@ static void test_clipping(void) {
   rc = lstmd_optim_step(o, p, g, &norm);
   check_true("NaN gradient: ENONFINITE, parameters untouched", rc == LSTMD_ENONFINITE &&
                                                            !memcmp(p, p0, sizeof p) && o->step == 0);
+  /* a finite gradient whose square overflows float (|g| > √FLT_MAX): without clipping AdamW's v
+   * would become inf and the update 0 (kernels/optim_rules.h); clipped to 1 it is a fine step */
+  g[9] = 2e19f;
+  o->cfg.clip_norm = 0.0f;
+  rc = lstmd_optim_step(o, p, g, &norm);
+  check_true("gradient 2e19, no clipping: ENONFINITE, parameters untouched",
+             rc == LSTMD_ENONFINITE && isfinite(norm) && !memcmp(p, p0, sizeof p) && o->step == 0);
+  o->cfg.clip_norm = 1.0f;
+  rc = lstmd_optim_step(o, p, g, &norm);
+  check_true("gradient 2e19 clipped to 1: a finite step", rc == LSTMD_OK && o->step == 1 &&
+                                                           isfinite(o->v[9]) && isfinite(p[9]));
+  check_true("the bound: usable at sqrt(FLT_MAX), not above, clipping counted",
+             lstmd_optim_norm_usable(1.8446742e19, 0.0f) && !lstmd_optim_norm_usable(1.9e19, 0.0f) &&
+                 lstmd_optim_norm_usable(1e30, 5.0f) && !lstmd_optim_norm_usable(NAN, 5.0f) &&
+                 (double)sqrtf(3.4028235e38f) >= LSTMD_MAX_GRAD_NORM);
   lstmd_optim_destroy(o);
 }
 

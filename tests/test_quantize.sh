@@ -100,6 +100,12 @@ expect2 "quantize an int8 file" qt.safetensors "int8" -- \
 expect2 "quantize --calibrate with a series DIR for a text model" "series/val.bin" -- \
   "$LSTMD" quantize --checkpoint $CT --out never.safetensors --calibrate series
 [[ ! -e never.safetensors ]] || fail "quantize --calibrate with a wrong DIR" "wrote never.safetensors"
+# ... and one whose validation split is too short for a window (it was found only while scoring,
+# after the file was written)
+run "$LSTMD" prepare text --input "$DATA/fortunes.txt" --out noval --val-fraction 0
+expect2 "quantize --calibrate with an empty val.bin" "noval/val.bin" "too short for one window" -- \
+  "$LSTMD" quantize --checkpoint $CT --out never2.safetensors --calibrate noval
+[[ ! -e never2.safetensors ]] || fail "quantize --calibrate with an empty val.bin" "wrote never2.safetensors"
 cp text/val.bin val-before.bin
 expect2 "quantize --out DIR/val.bin --calibrate DIR" "--calibrate" -- \
   "$LSTMD" quantize --checkpoint $CT --out text/val.bin --calibrate text

@@ -215,5 +215,17 @@ if [[ $rc -eq 0 ]] && grep -q "step 2: the checkpoint is at or past train.steps 
   ok "resume past train.steps: exit 0, 'nothing to train'"
 else bad "resume past train.steps: rc=$rc: $(grep -v "^  " "$TMP/past.log" | tail -3)"; fi
 
+# ... and of the run dir's own checkpoint: it evaluates (the README says so), and the checkpoint
+# resumed from is kept as it was (it used to be rewritten with train.steps 1 recorded in it)
+cp "$TMP/base/step-2.safetensors" "$TMP/step-2.before"
+"$LSTMD" train "${base[@]}" --set train.steps=1 --set train.run_dir="$TMP/base" --resume \
+  >/dev/null 2>"$TMP/past-own.log"
+rc=$?
+if [[ $rc -eq 0 ]] && grep -q "nothing to train" "$TMP/past-own.log" &&
+   grep -q "^lstmd: eval step 2: val_loss" "$TMP/past-own.log" &&
+   cmp -s "$TMP/step-2.before" "$TMP/base/step-2.safetensors"; then
+  ok "resume of the run dir's own checkpoint past train.steps: evaluates, step-2 byte for byte kept"
+else bad "resume own past train.steps: rc=$rc, cmp $(cmp -s "$TMP/step-2.before" "$TMP/base/step-2.safetensors" && echo same || echo differs): $(grep '^lstmd' "$TMP/past-own.log" | tail -3)"; fi
+
 [[ $fails -eq 0 ]] && echo "test_resume_guards: passed" || echo "test_resume_guards: $fails FAILED"
 exit $((fails > 0))

@@ -91,6 +91,14 @@ else
   start_daemon --listen "127.0.0.1:$port" --token-file "$TMP/token"
 fi
 
+# 1b. before any job has made <state>/runs, a train.run_dir in it is refused as well (the check
+# resolved runs/ itself and let it pass while it did not exist)
+[[ ! -e $TMP/state/runs ]] || bad "state/runs exists before any job"
+out=$(ctl submit --config "$TMP/job.ini" --set train.run_dir=state/runs/job-1 2>&1); rc=$?
+[[ $rc == 2 && $out == *"runs/job-1 is inside "*"/runs, where the daemon makes its jobs' own run dirs"* ]] &&
+  ok "a train.run_dir inside the state dir's runs/, before runs/ exists: exit 2" ||
+  bad "run_dir in state/runs before it exists: exit $rc: $out"
+
 # 2. TCP without a token, with a wrong or an empty one; --listen without --token-file
 reply=$(/usr/bin/python3 - "$SRC/tests" "$port" <<'PY'
 import socket, struct, sys

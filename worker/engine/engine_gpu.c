@@ -337,8 +337,9 @@ static int read_state(struct gpu_engine *g, struct lstmd_optim *o, long step, lo
   if (bad_steps_ago) *bad_steps_ago = st->calls - bad;
   if (!g->told_failure && st->gave_up) lstmd_loss_scaler_give_up_message(&st->scaler);
   else if (!g->told_failure && !bad_steps_ago)
-    lstmd_errorf("step %ld: non-finite gradient norm; no update since, and no checkpoint of it",
-                 step - (st->calls - bad));
+    lstmd_errorf("step %ld: the gradient norm was not finite, or past %.2g (optim_rules.h); no "
+                 "update since, and no checkpoint of it", step - (st->calls - bad),
+                 LSTMD_MAX_GRAD_NORM);
   g->told_failure = 1;
   return st->gave_up ? LSTMD_EINVAL : LSTMD_ENONFINITE;
 }

@@ -51,6 +51,7 @@
 #include "kernels/cpu/blas_cpu.h"
 #include "kernels/cpu/dense_cpu.h"
 #include "kernels/cpu/recur_gemm.h"
+#include "kernels/optim_rules.h"
 #include "kernels/status.h"
 #include "pipe_grid.h"
 #include "pool.h"
@@ -442,7 +443,7 @@ static int pipe_optim_step(struct lstmd_engine *e, struct lstmd_optim *o, int re
     sums[t] = to > from ? lstmd_cpu_sumsq(to - from, m->grads + from) : 0.0;
   }
   LSTMD_TRY(lstmd_pipe_global_norm(&p->g, p->pp, m, sums, e->cfg.comm_timeout_s, grad_norm));
-  if (!isfinite(*grad_norm)) return LSTMD_ENONFINITE;
+  if (!lstmd_optim_norm_usable(*grad_norm, o->cfg.clip_norm)) return LSTMD_ENONFINITE;
   lstmd_nvtx_push("optimizer");
   lstmd_optim_apply(o, m->params, m->grads, p->g.lo[p->g.s], p->g.hi[p->g.s], *grad_norm);
   lstmd_nvtx_pop();

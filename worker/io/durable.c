@@ -245,9 +245,10 @@ int lstmd_mkdir_p(const char *dir) {
       char saved = *p;
       *p = '\0';
       if (mkdir(copy, 0755) != 0 && errno != EEXIST) {
-        lstmd_errorf("%s: cannot create directory: %s", copy, strerror(errno));
+        const int e = errno;
+        lstmd_errorf("%s: cannot create directory: %s", copy, strerror(e));
         free(copy);
-        return LSTMD_EWRITE;
+        return e == ENOTDIR ? LSTMD_ECONFIG : LSTMD_EWRITE; /* a file on the path: the user's */
       }
       *p = saved;
       if (saved == '\0') break;
@@ -256,8 +257,8 @@ int lstmd_mkdir_p(const char *dir) {
   free(copy);
   struct stat st;
   if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-    lstmd_errorf("%s: not a directory", dir);
-    return LSTMD_EWRITE;
+    lstmd_errorf("%s: exists and is not a directory", dir);
+    return LSTMD_ECONFIG; /* the path given names a file: a usage error (exit 2), not a write's */
   }
   return LSTMD_OK;
 }

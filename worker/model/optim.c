@@ -38,7 +38,7 @@ float lstmd_optim_lr(const struct lstmd_optim_config *cfg, long step) {
 
 int lstmd_optim_norm(const struct lstmd_optim *o, const float *grads, double *grad_norm) {
   *grad_norm = sqrt(lstmd_cpu_sumsq(o->n, grads));
-  return isfinite(*grad_norm) ? LSTMD_OK : LSTMD_ENONFINITE;
+  return lstmd_optim_norm_usable(*grad_norm, o->cfg.clip_norm) ? LSTMD_OK : LSTMD_ENONFINITE;
 }
 
 int lstmd_optim_step(struct lstmd_optim *o, float *params, float *grads, double *grad_norm) {

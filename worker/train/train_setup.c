@@ -335,8 +335,9 @@ static int plan_grid(struct run *r) {
   int failed = -1;
   const int rc = lstmd_comm_agree(r->comm, mine, &failed);
   if (mine && failed == r->rank)
-    lstmd_errorf("model.stages: %d ranks cannot be cut into pipelines of %d stages (the number of "
-                 "ranks must be a multiple of model.stages)", r->world, S);
+    lstmd_errorf("model.stages: %d rank%s cannot be cut into pipelines of %d stages (the number "
+                 "of ranks must be a multiple of model.stages)", r->world, r->world == 1 ? "" : "s",
+                 S);
   if (rc && !mine && failed != r->rank && rc != LSTMD_ECOMM && r->rank == 0)
     lstmd_errorf("rank %d's model.stages does not fit %d ranks; every rank must run the same "
                  "config", failed, r->world);

@@ -15,9 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm/comm.h"
 #include "kernels/clock.h"
+#include "kernels/optim_rules.h"
 #include "kernels/status.h"
 #include "fault.h"
 #include "trainer_eval.h"
@@ -194,11 +196,14 @@ static int train_step(struct run *r, double *loss_out, double *grad_norm, int *s
   lstmd_trace_event(r->trace, LSTMD_TRACE_TID_MAIN, "optimizer", t_opt, lstmd_now_s(), NULL);
   if (rc == LSTMD_ENONFINITE) {
     if (r->rank == 0 && outcome.bad_steps_ago) /* decided on the device, read at this logged step */
-      lstmd_errorf("step %ld: non-finite gradient norm (seen at step %ld; no update since); "
-                   "lower optim.lr or set optim.clip_norm", next - outcome.bad_steps_ago, next);
-    else if (r->rank == 0)
-      lstmd_errorf("step %ld: non-finite gradient norm (loss %g); lower optim.lr or set "
-                   "optim.clip_norm", next, *loss_out);
+      lstmd_errorf("step %ld: the gradient norm was not finite, or past %.2g, where its squares "
+                   "overflow the optimizer's float state (seen at step %ld; no update since); "
+                   "lower optim.lr or set optim.clip_norm", next - outcome.bad_steps_ago,
+                   LSTMD_MAX_GRAD_NORM, next);
+    else if (r->rank == 0) /* kernels/optim_rules.h: lstmd_optim_norm_usable */
+      lstmd_errorf("step %ld: gradient norm %g (loss %g): not finite, or past %.2g, where its "
+                   "squares overflow the optimizer's float state; lower optim.lr or set "
+                   "optim.clip_norm", next, outcome.grad_norm, *loss_out, LSTMD_MAX_GRAD_NORM);
     return agreed_failure(r, rc);
   }
   if (rc) return rc; /* e.g. a CUDA or communication failure: not agreed */
@@ -382,10 +387,24 @@ static int train_loop(struct run *r) {
                            lstmd_model_flops_per_token(&r->model->shape) / elapsed / 1e9);
   /* On a stop request the checkpoint comes first and alone: the launcher's grace period before
    * SIGKILL may be short (mpirun: odls_base_sigkill_timeout, 1 s by default; Slurm: KillWait). */
+  /* Nothing trained (a resume at or past train.steps): evaluate, as the end of a run does, and
+   * keep the checkpoint resumed from when it is this run dir's own file of the step. Rewriting it
+   * only changed its recorded settings, and parted it from a best.safetensors linked to it. Rank
+   * 0 looks; every rank takes its answer, the save being collective. */
+  const int trained = r->progress.step > first_step;
+  int keep = 0;
+  if (!trained) {
+    if (r->rank == 0) {
+      char own[4200];
+      snprintf(own, sizeof own, "%s/step-%ld.safetensors", cfg->run_dir, r->progress.step);
+      keep = access(own, F_OK) == 0;
+    }
+    if (r->world > 1) LSTMD_TRY(lstmd_comm_bcast(r->comm, &keep, sizeof keep, 0));
+  }
   int events = 0;
-  if (!stop && !(cfg->eval_every && r->progress.step % cfg->eval_every == 0))
+  if (!stop && (!trained || !(cfg->eval_every && r->progress.step % cfg->eval_every == 0)))
     LSTMD_TRY(lstmd_run_evaluate(r, &events));
-  LSTMD_TRY(lstmd_run_save_checkpoint(r, SAVE_STEP));
+  if (!keep) LSTMD_TRY(lstmd_run_save_checkpoint(r, SAVE_STEP));
   if ((events & LSTMD_WATCH_NEW_BEST) || final_best) LSTMD_TRY(lstmd_run_save_best(r, 1));
   /* rank 0's metrics.jsonl failed (a full disk): the run stopped with its checkpoint, and every
    * rank exits 1 together */
@@ -450,7 +469,8 @@ int lstmd_train_run(const struct lstmd_train_config *cfg, const char *config_jso
                     const struct lstmd_train_hooks *hooks, int *all_know) {
   static const struct lstmd_train_hooks kNoHooks;
   struct run r = {.cfg = cfg, .config_json = config_json, .comm = comm, .train.fd = -1,
-                  .val.fd = -1, .run_lock = -1, .hooks = hooks ? hooks : &kNoHooks};
+                  .val.fd = -1, .run_lock = -1, .hooks = hooks ? hooks : &kNoHooks,
+                  .written_step = -1};
   r.rank = comm ? lstmd_comm_rank(comm) : 0;
   r.world = comm ? lstmd_comm_size(comm) : 1;
   /* Every wait of the run that names no bound of its own gets one (comm.h), so a rank that

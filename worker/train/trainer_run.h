@@ -41,6 +41,7 @@ struct run {
   int run_lock;                         /* rank 0: <run_dir>/.lstmd.lock held (lstmd_run_dir_lock), or -1 */
   const struct lstmd_train_hooks *hooks; /* never NULL (an empty set when none was given) */
   int has_val, resumed;
+  long written_step; /* rank 0: the step of the last step checkpoint this run wrote; -1: none */
   /* rank 0, resumed: the watch's best val_loss is not the model in <run_dir>/best.safetensors
    * (none there, or another step's: val_watch.h lstmd_best_file_step), until the next new best
    * writes it; what the file holds then (-1: none), for the messages that name it */

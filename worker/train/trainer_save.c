@@ -35,9 +35,15 @@ static int check_finite(const struct run *r) {
                     : o->v && !isfinite(lstmd_cpu_sumsq(o->n, o->v))              ? "second moments"
                                                                                    : NULL;
   if (!bad) return LSTMD_OK;
+  char last[96];
+  if (r->written_step >= 0)
+    snprintf(last, sizeof last, "the last one written, step-%ld.safetensors, is whole",
+             r->written_step);
+  else
+    snprintf(last, sizeof last, r->resumed ? "the one this run resumed from is whole"
+                                           : "none was written before it");
   lstmd_errorf("step %ld: the %s after the update are not finite; not writing this checkpoint "
-               "(the last one written is whole). Lower optim.lr or set optim.clip_norm",
-               r->progress.step, bad);
+               "(%s). Lower optim.lr or set optim.clip_norm", r->progress.step, bad, last);
   return LSTMD_ENONFINITE;
 }
 
@@ -69,6 +75,7 @@ static int write_checkpoint(void *ctx) {
                                   &r->progress, r->config_json));
   if (best) return LSTMD_OK;
   LSTMD_TRY(lstmd_durable_link(path, latest));
+  r->written_step = r->progress.step;
   /* after latest names the new file: a crash between the two leaves one more file, never less */
   lstmd_keep_checkpoints(cfg->run_dir, cfg->keep_checkpoints, r->progress.step);
   return LSTMD_OK;
@@ -178,8 +185,9 @@ static void describe_run(struct run *r, const char *resume_path) {
   char engine[1024];
   r->engine->ops->describe(r->engine, engine, sizeof engine);
   lstmd_metrics_log_only(&r->metrics, r->setup_warnings); /* said on stderr before the log opened */
-  lstmd_metrics_note(&r->metrics, "compute: %s; %d rank%s, global batch %d windows", engine,
-                     r->world, r->world == 1 ? "" : "s", r->global_batch);
+  lstmd_metrics_note(&r->metrics, "compute: %s; %d rank%s, global batch %d window%s", engine,
+                     r->world, r->world == 1 ? "" : "s", r->global_batch,
+                     r->global_batch == 1 ? "" : "s");
   lstmd_metrics_note(&r->metrics, "data: %s, %llu training %s%s, model %zu parameters",
                      info->kind == LSTMD_DATASET_TEXT     ? "text"
                      : info->kind == LSTMD_DATASET_SERIES ? "series"
@@ -221,7 +229,12 @@ static int open_samples(struct run *r) {
 int lstmd_run_open_outputs(struct run *r, const char *resume_path) {
   int local = LSTMD_OK;
   if (r->rank == 0) {
-    local = lstmd_mkdir_p(r->cfg->run_dir);
+    struct stat st; /* the key's name in the message where it names a file (exit 2) */
+    if (stat(r->cfg->run_dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+      lstmd_errorf("train.run_dir %s: exists and is not a directory", r->cfg->run_dir);
+      local = LSTMD_ECONFIG;
+    }
+    if (!local) local = lstmd_mkdir_p(r->cfg->run_dir);
     if (!local) local = lstmd_run_dir_lock(r->cfg->run_dir, &r->run_lock);
     long long bytes = 0; /* the run dir is this run's alone now: what a kill left is no one's */
     const int orphans = !local && r->run_lock >= 0
