@@ -327,13 +327,11 @@ static int gather_nodes(struct lstmd_comm *comm, int *node, char *hosts) {
 static int start_rank0(const struct serve_opts *o, int world, const cpu_set_t *cpus,
                        struct lstmd_jobs *jobs,
                        struct lstmd_server **srv, int *lock_fd, char *data_root) {
-  LSTMD_TRY(lstmd_mkdir_p(o->state_dir));
-  char lock_path[1200];
-  snprintf(lock_path, sizeof lock_path, "%s/lock", o->state_dir);
-  *lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (*lock_fd < 0 || flock(*lock_fd, LOCK_EX | LOCK_NB) != 0) {
-    lstmd_errorf("--state-dir %s: %s", o->state_dir,
-                 *lock_fd < 0 ? strerror(errno) : "another lstmd serve is using it");
+  /* The options are checked before the state dir is made: a refused start leaves none behind
+   * (a live --socket was found only after it, by the server; the server checks again). */
+  char err[300];
+  if (o->socket && lstmd_socket_make_way(o->socket, err, sizeof err)) {
+    lstmd_errorf("--socket: %s", err);
     return LSTMD_EINVAL;
   }
   if (!realpath(o->data_root ? o->data_root : ".", data_root)) {
@@ -366,6 +364,15 @@ static int start_rank0(const struct serve_opts *o, int world, const cpu_set_t *c
       host[strcspn(host, "]")] = '\0';
     }
     LSTMD_TRY(lstmd_opt_long("serve", "listen", port_text, 1, 65535, &port));
+  }
+  LSTMD_TRY(lstmd_mkdir_p(o->state_dir));
+  char lock_path[1200];
+  snprintf(lock_path, sizeof lock_path, "%s/lock", o->state_dir);
+  *lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (*lock_fd < 0 || flock(*lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    lstmd_errorf("--state-dir %s: %s", o->state_dir,
+                 *lock_fd < 0 ? strerror(errno) : "another lstmd serve is using it");
+    return LSTMD_EINVAL;
   }
   LSTMD_TRY(lstmd_jobs_open(jobs, o->state_dir));
   jobs->world = (uint32_t)world;

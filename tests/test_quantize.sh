@@ -4,7 +4,8 @@
 #     (quantize --calibrate, and eval of the int8 file giving the same figure);
 #   use: sample (greedy, repeatable) and predict (the same bytes at --batch 1 and 64: each row is
 #     quantised on its own) take the int8 file; train --resume and quantize refuse it (exit 2);
-#   outputs: an --out that is a training checkpoint or a dataset split is refused (quantize,
+#   outputs: an --out that is a training checkpoint, a dataset split or a run's metrics.jsonl or
+#   train.log is refused (quantize,
 #     export, predict); Ctrl-C while quantize or export writes leaves no temp file;
 #   bad files (rewritten as valid safetensors where the point is the content): truncated, corrupt
 #     header, wrong format tag, a scale count that does not match the rows, a non-finite, zero or
@@ -122,8 +123,14 @@ expect2 "export onnx --out a training checkpoint" "$CS" "training checkpoint" --
   "$LSTMD" export onnx --checkpoint $CT --out $CS
 expect2 "predict --out a dataset split" "series/train.bin" "dataset split" -- \
   "$LSTMD" predict --checkpoint $CS --input "$DATA/seattle-temps.csv" --out series/train.bin
-cmp -s ckpt-before.safetensors $CS && cmp -s val-before.bin text/val.bin ||
-  fail "--out a checkpoint or a split" "$CS or text/val.bin was replaced"
+cp rs/metrics.jsonl metrics-before.jsonl
+expect2 "quantize --out a run's metrics.jsonl" "rs/metrics.jsonl" "training run's record" -- \
+  "$LSTMD" quantize --checkpoint $CT --out rs/metrics.jsonl
+expect2 "predict --out a run's train.log" "rs/train.log" "training run's record" -- \
+  "$LSTMD" predict --checkpoint $CS --input "$DATA/seattle-temps.csv" --out rs/train.log
+cmp -s ckpt-before.safetensors $CS && cmp -s val-before.bin text/val.bin &&
+  cmp -s metrics-before.jsonl rs/metrics.jsonl ||
+  fail "--out a checkpoint, a split or a run's record" "$CS, text/val.bin or rs/metrics.jsonl was replaced"
 run "$LSTMD" quantize --checkpoint $CT --out qt-again.safetensors
 run "$LSTMD" quantize --checkpoint $CT --out qt-again.safetensors
 ok "quantize --out an earlier int8 file replaces it"

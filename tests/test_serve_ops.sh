@@ -138,8 +138,9 @@ if [[ $rc == 2 ]] && grep -q "^lstmd: --state-dir .*another lstmd serve is using
 else bad "second daemon on the state dir: exit $rc, $(message "$TMP/second.log")"; fi
 timeout 60 mpirun -np 2 "$LSTMD" serve --socket "$SOCK" --state-dir "$TMP/state2" --data-root "$TMP" \
   >/dev/null 2>"$TMP/second2.log"; rc=$?
-if [[ $rc == 2 ]] && grep -q "^lstmd: --socket: another daemon is listening on $SOCK" "$TMP/second2.log"; then
-  ok "a second daemon on the same --socket: exit 2, $(message "$TMP/second2.log")"
+if [[ $rc == 2 ]] && grep -q "^lstmd: --socket: another daemon is listening on $SOCK" "$TMP/second2.log" &&
+   [[ ! -e $TMP/state2 ]]; then
+  ok "a second daemon on the same --socket: exit 2, its --state-dir not made, $(message "$TMP/second2.log")"
 else bad "second daemon on the socket: exit $rc, $(message "$TMP/second2.log")"; fi
 if kill -0 "$SERVE_PID" 2>/dev/null && [[ -S $SOCK ]] && ctl list >/dev/null; then
   ok "the first daemon is unharmed: its socket is there and it answers"

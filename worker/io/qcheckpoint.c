@@ -194,7 +194,20 @@ int lstmd_qcheckpoint_is_int8(const char *path) {
   return yes;
 }
 
+/* 1 when path is one of a training run's own records (named as lstmd train names them) in a
+ * directory that lstmd train has used as a run dir (its .lstmd.lock is there). */
+static int run_record(const char *path) {
+  const char *slash = strrchr(path, '/'), *name = slash ? slash + 1 : path;
+  if (strcmp(name, "metrics.jsonl") && strcmp(name, "train.log") && strcmp(name, "samples.txt") &&
+      strncmp(name, "events.out.tfevents.", 20))
+    return 0;
+  char lock[4200];
+  snprintf(lock, sizeof lock, "%.*s.lstmd.lock", slash ? (int)(slash - path + 1) : 0, path);
+  return access(path, F_OK) == 0 && access(lock, F_OK) == 0;
+}
+
 const char *lstmd_file_not_to_replace(const char *path) {
+  if (run_record(path)) return "a training run's record (lstmd train's, in its run dir)";
   int dataset;
   char *fmt = format_tag(path, &dataset);
   const int ckpt = fmt && strncmp(fmt, "lstmd-checkpoint-", 17) == 0;

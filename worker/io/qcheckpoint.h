@@ -29,8 +29,10 @@ int lstmd_qcheckpoint_load(const char *path, struct lstmd_qmodel **out,
  * Prints nothing. */
 int lstmd_qcheckpoint_is_int8(const char *path);
 /* What the file at `path` is when an output of quantize, export or predict must not replace it:
- * "a training checkpoint (lstmd train's)" (format lstmd-checkpoint-*) or "a dataset split
- * (lstmd prepare's)"; NULL for any other file or none. Prints nothing. */
+ * "a training checkpoint (lstmd train's)" (format lstmd-checkpoint-*), "a dataset split
+ * (lstmd prepare's)", or a run's metrics.jsonl, train.log, samples.txt or TensorBoard events
+ * file in a run dir (its .lstmd.lock beside it); NULL for any other file or none. Prints
+ * nothing. */
 const char *lstmd_file_not_to_replace(const char *path);
 
 #endif
