@@ -156,6 +156,7 @@ main() {
 
   # --- interleaved rounds: lstmd, then each peer at 1 and 2 threads ---
   local best_lstmd=0 best_lstmd_overall=0 best_torch=0 best_torch_label="-" r
+  local round_lstmd=()
   local peer_best=() peer_best_th=()
   for ((p = 0; p < ${#peer_py[@]}; p++)); do peer_best[p]=0; peer_best_th[p]=-; done
   for ((r = 1; r <= ROUNDS; r++)); do
@@ -182,6 +183,7 @@ main() {
     printf 'round %d  lstmd  %7.0f tok/s steady (steps %d..%d), %7.0f overall  [%s]\n' "$r" \
       "$steady" $((LOG_EVERY + 1)) "$LSTMD_STEPS" "$overall" "$blas"
     best_lstmd=$(max "$best_lstmd" "$steady")
+    round_lstmd[r]=$steady
     best_lstmd_overall=$(max "$best_lstmd_overall" "$overall")
 
     local th line rate
@@ -284,6 +286,19 @@ main() {
       below = (tt > 0 && ratio < 2.0) || frac < 0.60
       exit below ? 3 : 0
     }' || below=$?
+  # Information, not a verdict: each round's lstmd against that round's own sgemm, minutes
+  # apart. The host's speed drifts between rounds, so the best of each (above) can pair a fast
+  # lstmd round with a faster sgemm one, or the other way round.
+  local pairs="" ratios=""
+  for ((r = 1; r <= ROUNDS; r++)); do
+    local rq rr
+    rq=$(awk '$1 == "square_2048" { print $7 }' "$TMP/sgemm-$r.txt")
+    rr=$(awk -v t="${round_lstmd[r]:-0}" -v f="$fpt" -v q="$rq" 'BEGIN { printf "%.3f", (q > 0 ? t * f / 1e9 / q : 0) }')
+    pairs+="${pairs:+, }round $r $rr"
+    ratios+="$rr "
+  done
+  echo "  same-round GFLOP/s / sgemm: $pairs (median $(tr ' ' '\n' <<<"$ratios" | grep . | sort -g |
+    awk '{ v[NR] = $1 } END { printf "%.3f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'); information only)"
   [[ ${SWEEP:-0} == 1 ]] && sweep "$sq"
   echo "(total $((SECONDS - t_start)) s)"
   [[ ${BENCH_STRICT:-0} == 1 && $below -ne 0 ]] && return "$below"
