@@ -16,6 +16,19 @@
 
 #include "kernels/status.h"
 
+int lstmd_socket_live(const char *path) {
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  struct stat st;
+  if (strlen(path) >= sizeof addr.sun_path || lstat(path, &st) != 0 || !S_ISSOCK(st.st_mode))
+    return 0;
+  strcpy(addr.sun_path, path);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  const int live = connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
+  close(fd);
+  return live;
+}
+
 int lstmd_socket_make_way(const char *path, char *err, size_t n) {
   struct sockaddr_un addr = {.sun_family = AF_UNIX};
   if (strlen(path) >= sizeof addr.sun_path) {

@@ -16,6 +16,8 @@
  * live one (another daemon) or any other kind of file is an error. Returns 0 or LSTMD_EINVAL
  * with the reason in err. */
 int lstmd_socket_make_way(const char *path, char *err, size_t n);
+/* 1 when a daemon is listening on the UNIX socket at path (a probe: nothing is removed). */
+int lstmd_socket_live(const char *path);
 
 /* Checks the peer of an accepted UNIX connection. group < 0: no group configured. Returns 1
  * when allowed, else 0 with the reason in why. */

@@ -327,11 +327,13 @@ static int gather_nodes(struct lstmd_comm *comm, int *node, char *hosts) {
 static int start_rank0(const struct serve_opts *o, int world, const cpu_set_t *cpus,
                        struct lstmd_jobs *jobs,
                        struct lstmd_server **srv, int *lock_fd, char *data_root) {
-  /* The options are checked before the state dir is made: a refused start leaves none behind
-   * (a live --socket was found only after it, by the server; the server checks again). */
-  char err[300];
-  if (o->socket && lstmd_socket_make_way(o->socket, err, sizeof err)) {
-    lstmd_errorf("--socket: %s", err);
+  /* Most options are checked before the state dir is made, so a refused start leaves none
+   * behind: a live --socket (a probe only: the server removes a stale one after the lock, so a
+   * daemon starting on a busy state dir never touches the running one's socket), --data-root,
+   * --socket-group, --token-file and --listen's port. An address --listen cannot bind is found
+   * by the server, after it. */
+  if (o->socket && lstmd_socket_live(o->socket)) {
+    lstmd_errorf("--socket: another daemon is listening on %s", o->socket);
     return LSTMD_EINVAL;
   }
   if (!realpath(o->data_root ? o->data_root : ".", data_root)) {

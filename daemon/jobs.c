@@ -148,15 +148,19 @@ static uint64_t next_free_id(const struct lstmd_jobs *t) {
   return next;
 }
 
-/* Whether run_dir (resolved, as lstmd_path_inside gives it) lies in <state_dir>/runs. The state
- * dir is resolved, not runs/: that exists only once a job without a run dir has started, and a
- * run dir named in it before then used to pass (a later job's own run dir then held a run). */
+/* Whether run_dir (resolved, as lstmd_path_inside gives it) lies in <state_dir>/runs: under the
+ * resolved state dir's runs/, which need not exist yet (a run dir named there before the first
+ * job made it used to pass, and a later job's own run dir then held a run), or under runs/
+ * resolved where it exists (a symlink to another disk). */
+static int under(const char *path, const char *dir) {
+  const size_t n = strlen(dir);
+  return !strncmp(path, dir, n) && (path[n] == '/' || path[n] == '\0');
+}
 static int in_daemon_runs(const struct lstmd_jobs *t, const char *run_dir) {
-  char real[PATH_MAX + 8];
-  if (!realpath(t->state_dir, real)) return 0;
-  strcat(real, "/runs");
-  const size_t n = strlen(real);
-  return !strncmp(run_dir, real, n) && (run_dir[n] == '/' || run_dir[n] == '\0');
+  char real[PATH_MAX + 8], runs[sizeof t->state_dir + 8];
+  if (realpath(t->state_dir, real) && under(run_dir, strcat(real, "/runs"))) return 1;
+  snprintf(runs, sizeof runs, "%s/runs", t->state_dir); /* runs/ itself, a symlink perhaps */
+  return realpath(runs, real) && under(run_dir, real);
 }
 
 /* The step a job found RUNNING resumes from: that of the checkpoint its run will read

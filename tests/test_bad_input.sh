@@ -272,6 +272,43 @@ check "prepare text: empty input over an existing dataset" --file "$TMP/empty.tx
   --same-dir "$TMP/o-keep-text" "$TMP/o-keep-text.orig" -- \
   "$LSTMD" prepare text --input "$TMP/empty.txt" --out "$TMP/o-keep-text"
 
+# SIGTERM while prepare writes its splits: the temp files go, and so does the output directory
+# when prepare made it (it used to stay, empty); one that existed before stays. The process is
+# stopped once a temp file is seen and signalled only while one is there.
+head -c 64000000 /dev/urandom >"$TMP/big.bin"
+if python3 - "$LSTMD" "$TMP" <<'PYEOF'; then :; else failures=$((failures + 1)); fi
+import os, signal, subprocess, sys
+lstmd, tmp = sys.argv[1:3]
+bad = 0
+for name, out, premade in (("prepare made --out", tmp + "/o-term", False),
+                           ("--out existed, empty", tmp + "/o-term-kept", True)):
+    for attempt in range(50):
+        if premade: os.makedirs(out, exist_ok=True)
+        def writing(): return os.path.isdir(out) and any(".tmp." in f for f in os.listdir(out))
+        p = subprocess.Popen([lstmd, "prepare", "text", "--input", tmp + "/big.bin", "--out", out],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while p.poll() is None and not writing(): pass
+        if p.poll() is None: os.kill(p.pid, signal.SIGSTOP)
+        if p.poll() is None and writing():
+            os.kill(p.pid, signal.SIGTERM); os.kill(p.pid, signal.SIGCONT); p.wait()
+            there = os.path.isdir(out)
+            left = os.listdir(out) if there else []
+            if p.returncode == -signal.SIGTERM and not left and there == premade:
+                print(f"ok   [SIGTERM during prepare, {name}: try {attempt + 1}, "
+                      f"{'the empty directory kept' if premade else 'no directory left'}]")
+            else:
+                print(f"FAIL [SIGTERM during prepare, {name}]: exit {p.returncode}, directory "
+                      f"{'there' if there else 'gone'}, holding {left}"); bad += 1
+            break
+        if p.poll() is None: os.kill(p.pid, signal.SIGCONT)
+        p.wait()
+        subprocess.run(["rm", "-rf", out])
+    else:
+        print(f"FAIL [SIGTERM during prepare, {name}]: no temp file seen in 50 tries"); bad += 1
+sys.exit(bad > 0)
+PYEOF
+rm -f "$TMP/big.bin"
+
 # Too short to train with defaults: prepared (exit 0), with warnings saying what will happen.
 printf 'ab' >"$TMP/two.txt"
 check "prepare text: 2 bytes (warns: empty val.bin, short train.bin)" --exit 0 \

@@ -227,5 +227,19 @@ if [[ $rc -eq 0 ]] && grep -q "nothing to train" "$TMP/past-own.log" &&
   ok "resume of the run dir's own checkpoint past train.steps: evaluates, step-2 byte for byte kept"
 else bad "resume own past train.steps: rc=$rc, cmp $(cmp -s "$TMP/step-2.before" "$TMP/base/step-2.safetensors" && echo same || echo differs): $(grep '^lstmd' "$TMP/past-own.log" | tail -3)"; fi
 
+# ... and that evaluation reports only: the validation watch judged that step when the checkpoint
+# was written, and judging the same model again counted one more evaluation without a new best
+# (with train.early_stop_patience 1, an early stop at a step that had just been the best)
+es=(--set train.eval_every=2 --set train.early_stop_patience=1 --set train.steps=4
+    --set train.run_dir="$TMP/es")
+"$LSTMD" train "${base[@]}" "${es[@]}" >/dev/null 2>"$TMP/es1.log" ||
+  bad "early-stop run: $(grep '^lstmd' "$TMP/es1.log" | tail -2)"
+"$LSTMD" train "${base[@]}" "${es[@]}" --resume >/dev/null 2>"$TMP/es2.log"
+rc=$?
+if [[ $rc -eq 0 ]] && grep -q "nothing to train" "$TMP/es2.log" && ! grep -q "early stop:" "$TMP/es2.log" &&
+   [[ $(grep -c "early stop:" "$TMP/es1.log") == $(grep -c "early stop:" "$TMP/es/train.log") ]]; then
+  ok "resume past train.steps re-scores without judging: no early stop added"
+else bad "resume past train.steps judged again: rc=$rc: $(grep '^lstmd' "$TMP/es2.log" | tail -3)"; fi
+
 [[ $fails -eq 0 ]] && echo "test_resume_guards: passed" || echo "test_resume_guards: $fails FAILED"
 exit $((fails > 0))

@@ -181,7 +181,7 @@ int lstmd_classify_write(const char *out_dir, const struct lstmd_dataset_info *i
   char path[4096];
   uint8_t *rec = malloc(lstmd_classify_record_bytes(info));
   if (!rec) return LSTMD_ENOMEM;
-  int rc = lstmd_mkdir_p(out_dir);
+  int rc = lstmd_mkdir_output(out_dir);
   snprintf(path, sizeof path, "%s/train.bin", out_dir);
   if (!rc) rc = lstmd_dataset_writer_open(&train, path, info);
   snprintf(path, sizeof path, "%s/val.bin", out_dir);

@@ -224,7 +224,7 @@ static int write_splits(const char *out_dir, struct lstmd_dataset_info *info, co
   struct lstmd_dataset_writer train = {0}, val = {0};
   char path[4096];
   snprintf(path, sizeof path, "%s/train.bin", out_dir);
-  LSTMD_TRY(lstmd_mkdir_p(out_dir));
+  LSTMD_TRY(lstmd_mkdir_output(out_dir));
   LSTMD_TRY(lstmd_dataset_writer_open(&train, path, info));
   snprintf(path, sizeof path, "%s/val.bin", out_dir);
   int rc = lstmd_dataset_writer_open(&val, path, info);

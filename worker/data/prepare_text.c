@@ -97,7 +97,7 @@ int lstmd_prepare_text(const char *input, const char *out_dir, double val_fracti
   struct lstmd_dataset_writer train = {0}, val = {0};
   char path[4096];
   int opened = 0;
-  if (!rc) rc = lstmd_mkdir_p(out_dir);
+  if (!rc) rc = lstmd_mkdir_output(out_dir);
   if (!rc) {
     snprintf(path, sizeof path, "%s/train.bin", out_dir);
     rc = lstmd_dataset_writer_open(&train, path, &info);

@@ -44,9 +44,14 @@ static void temp_unregister(struct lstmd_durable *w) {
   w->temp_slot = 0;
 }
 
+/* The output directory lstmd_mkdir_output made, for the handler: live when g_made_dir_set is 2. */
+static char g_made_dir[kTempPathMax];
+static int g_made_dir_set;
+
 static void remove_temps_and_die(int sig) {
   for (int i = 0; i < kTempSlots; i++)
     if (__atomic_load_n(&g_temp_used[i], __ATOMIC_ACQUIRE) == 2) unlink(g_temp_path[i]);
+  if (__atomic_load_n(&g_made_dir_set, __ATOMIC_ACQUIRE) == 2) rmdir(g_made_dir); /* if empty */
   signal(sig, SIG_DFL);
   raise(sig); /* delivered once the handler returns: the exit status says the signal */
 }
@@ -259,6 +264,21 @@ int lstmd_mkdir_p(const char *dir) {
   if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
     lstmd_errorf("%s: exists and is not a directory", dir);
     return LSTMD_ECONFIG; /* the path given names a file: a usage error (exit 2), not a write's */
+  }
+  return LSTMD_OK;
+}
+
+int lstmd_mkdir_output(const char *dir) {
+  struct stat st;
+  const int existed = stat(dir, &st) == 0;
+  LSTMD_TRY(lstmd_mkdir_p(dir));
+  if (!existed && strlen(dir) < kTempPathMax) {
+    int unset = 0;
+    if (__atomic_compare_exchange_n(&g_made_dir_set, &unset, 1, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+      strcpy(g_made_dir, dir);
+      __atomic_store_n(&g_made_dir_set, 2, __ATOMIC_RELEASE);
+    }
   }
   return LSTMD_OK;
 }

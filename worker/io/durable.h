@@ -42,8 +42,13 @@ int lstmd_durable_link(const char *target, const char *link_path);
  * LSTMD_EFORMAT when the file ends first, or LSTMD_EIO. */
 int lstmd_read_at(int fd, void *buf, size_t n, uint64_t offset);
 
-/* Creates a directory (and its parents) if missing. Returns 0 or LSTMD_EWRITE. */
+/* Creates a directory (and its parents) if missing. Returns 0, LSTMD_ECONFIG where the path
+ * names a file or passes through one, or LSTMD_EWRITE. */
 int lstmd_mkdir_p(const char *dir);
+/* lstmd_mkdir_p for a command's output directory (prepare's --out): when it did not exist, a
+ * signal that lstmd_durable_remove_temps_on_signal handles removes it again if it is empty by
+ * then, after the temp files, so a Ctrl-C leaves nothing behind. */
+int lstmd_mkdir_output(const char *dir);
 
 /* Holds <dir>/.lstmd.lock (flock, exclusive) for as long as the returned descriptor stays open,
  * with this process's pid and host written in it: one run writes a run dir at a time, whatever

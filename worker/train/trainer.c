@@ -402,7 +402,9 @@ static int train_loop(struct run *r) {
     if (r->world > 1) LSTMD_TRY(lstmd_comm_bcast(r->comm, &keep, sizeof keep, 0));
   }
   int events = 0;
-  if (!stop && (!trained || !(cfg->eval_every && r->progress.step % cfg->eval_every == 0)))
+  if (!stop && !trained) /* its checkpoint's step: judged by the watch when it was written */
+    LSTMD_TRY(lstmd_run_evaluate_report(r));
+  else if (!stop && !(cfg->eval_every && r->progress.step % cfg->eval_every == 0))
     LSTMD_TRY(lstmd_run_evaluate(r, &events));
   if (!keep) LSTMD_TRY(lstmd_run_save_checkpoint(r, SAVE_STEP));
   if ((events & LSTMD_WATCH_NEW_BEST) || final_best) LSTMD_TRY(lstmd_run_save_best(r, 1));

@@ -60,7 +60,7 @@ void lstmd_run_check_best_file(struct run *r) {
  * every rank here; *events gets LSTMD_WATCH_NEW_BEST (the caller writes best.safetensors) and
  * LSTMD_WATCH_STOP (every rank must stop at this step). A failed evaluation (rank 0 says why,
  * or names the rank whose share failed) decides nothing, as before the watch existed. */
-int lstmd_run_evaluate(struct run *r, int *events) {
+static int evaluate(struct run *r, int *events, int judge) {
   *events = 0;
   if (!r->has_val) return LSTMD_OK;
   const struct lstmd_train_config *cfg = r->cfg;
@@ -81,7 +81,7 @@ int lstmd_run_evaluate(struct run *r, int *events) {
     verdict.ok = 1.0;
     verdict.loss = loss;
     verdict.watch = r->progress.watch;
-    verdict.events = lstmd_val_watch_update(&verdict.watch, &rules, step, loss);
+    if (judge) verdict.events = lstmd_val_watch_update(&verdict.watch, &rules, step, loss);
   }
   /* Every rank is here once the (collective) evaluation is done: the next step's waits then
    * never include an evaluation however long it takes. */
@@ -111,4 +111,11 @@ int lstmd_run_evaluate(struct run *r, int *events) {
                              r->best_astray ? lstmd_run_best_where(r, where, sizeof where)
                                             : "best.safetensors");
   return LSTMD_OK;
+}
+
+int lstmd_run_evaluate(struct run *r, int *events) { return evaluate(r, events, 1); }
+
+int lstmd_run_evaluate_report(struct run *r) {
+  int events;
+  return evaluate(r, &events, 0);
 }

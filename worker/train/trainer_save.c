@@ -234,7 +234,8 @@ int lstmd_run_open_outputs(struct run *r, const char *resume_path) {
       lstmd_errorf("train.run_dir %s: exists and is not a directory", r->cfg->run_dir);
       local = LSTMD_ECONFIG;
     }
-    if (!local) local = lstmd_mkdir_p(r->cfg->run_dir);
+    if (!local && (local = lstmd_mkdir_p(r->cfg->run_dir)) == LSTMD_ECONFIG)
+      lstmd_errorf("train.run_dir %s: a file is in its path", r->cfg->run_dir);
     if (!local) local = lstmd_run_dir_lock(r->cfg->run_dir, &r->run_lock);
     long long bytes = 0; /* the run dir is this run's alone now: what a kill left is no one's */
     const int orphans = !local && r->run_lock >= 0
