@@ -41,15 +41,7 @@ int lstmd_socket_make_way(const char *path, char *err, size_t n) {
     snprintf(err, n, "%s exists and is not a socket; not touching it", path);
     return LSTMD_EINVAL;
   }
-  strcpy(addr.sun_path, path);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    snprintf(err, n, "socket: %s", strerror(errno));
-    return LSTMD_EINVAL;
-  }
-  int live = connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
-  close(fd);
-  if (live) {
+  if (lstmd_socket_live(path)) {
     snprintf(err, n, "another daemon is listening on %s", path);
     return LSTMD_EINVAL;
   }

@@ -229,18 +229,11 @@ static int eval_score(void *ctx, void *state, uint64_t chunk, double *sum) {
 
 /* Threads: an fp32 model's evaluation takes as many as BLAS was given (the callers' way of
  * saying how many cores are theirs now: lstmd_cpu_set_blas_threads), each with its own chunks
- * and BLAS at one thread, as many as the memory allows with a forward workspace of about
- * T·B·(2·H·L + 4·H + In + O) floats each (h and c of every layer, one layer's gates, input,
- * outputs: lstmd_workspace_create_forward; 9·H + 3 more with layer normalisation). The int8 model splits each forward itself
- * (runner_open). */
+ * and BLAS at one thread, as many as the memory allows with a forward workspace each
+ * (lstmd_workspace_forward_floats). The int8 model splits each forward itself (runner_open). */
 static int eval_threads(const struct eval_job *e) {
   if (!e->im->fp32) return 0;
-  const struct lstmd_model_shape *s = &e->im->fp32->shape;
-  const double in = s->kind == LSTMD_MODEL_TEXT ? s->embed : s->width;
-  const double out = s->kind == LSTMD_MODEL_TEXT ? s->vocab : s->horizon;
-  const double ln = s->layer_norm ? 9.0 * s->hidden + 3.0 : 0.0; /* the shared statistics */
-  const double bytes =
-      4.0 * e->T * e->B * (2.0 * s->hidden * s->layers + 4.0 * s->hidden + ln + in + out);
+  const double bytes = 4.0 * (double)lstmd_workspace_forward_floats(e->im->fp32, e->T, e->B);
   return lstmd_eval_threads_fit(bytes, lstmd_cpu_blas_threads());
 }
 

@@ -248,23 +248,17 @@ int lstmd_model_fold_decide(const struct lstmd_model_shape *s, size_t N, int *fo
  * read again; it has no gradient buffers. On the benchmark model's evaluation (T 128, B 32, H 512,
  * L 2) that is 67 MiB a thread instead of 147 MiB, which the kernel zeroes on first touch at
  * every evaluation. */
-static int workspace_create(const struct lstmd_model *m, int T, int B, float dropout,
-                            int forward_only, struct lstmd_workspace **out) {
-  *out = NULL;
-  const struct lstmd_model_shape *s = &m->shape;
-  if (s->kind == LSTMD_MODEL_CLASSIFY) { /* runs on classify.h's workspace */
-    lstmd_errorf("model: a classification model has no language-model workspace");
-    return LSTMD_EINVAL;
-  }
+/* The arena's arrays, in floats, into sizes (6, 11 per layer, 9 of them: WORKSPACE_SLICES);
+ * returns their count. fold: lstmd_model_fold_decide's. */
+enum { WORKSPACE_SLICES = 15 + 11 * LSTMD_MAX_LAYERS };
+static size_t workspace_sizes(const struct lstmd_model_shape *s, int T, int B, float dropout,
+                              int forward_only, int fold, size_t *sizes) {
   const size_t N = (size_t)T * B, H = (size_t)s->hidden, L = (size_t)s->layers;
   const size_t In0 = (size_t)input_width(s), O = (size_t)output_width(s);
   const size_t wide = H > In0 ? H : In0;
   const int masked = dropout > 0.0f && L > 1, ln = s->layer_norm;
   const int text = s->kind == LSTMD_MODEL_TEXT;
-  int fold;
-  if (lstmd_model_fold_decide(s, N, &fold)) return LSTMD_ECONFIG;
-  /* Sizes of the arena's arrays, in floats: 6, 11 per layer, 9. */
-  size_t sizes[15 + 11 * LSTMD_MAX_LAYERS], n = 0;
+  size_t n = 0;
 #define SLICE(count) (sizes[n++] = (count))
   SLICE(N);                                              /* ids (int32) */
   SLICE(N);                                              /* targets (int32) */
@@ -296,6 +290,31 @@ static int workspace_create(const struct lstmd_model *m, int T, int B, float dro
   SLICE(grads && ln ? N * H : 0);                        /* dln.dcn */
   SLICE(grads ? 2 * (size_t)B * H : 0);                  /* work */
 #undef SLICE
+  return n;
+}
+
+size_t lstmd_workspace_forward_floats(const struct lstmd_model *m, int T, int B) {
+  int fold;
+  if (lstmd_model_fold_decide(&m->shape, (size_t)T * B, &fold)) fold = 0;
+  size_t sizes[WORKSPACE_SLICES], total = 0;
+  const size_t n = workspace_sizes(&m->shape, T, B, 0.0f, 1, fold, sizes);
+  for (size_t i = 0; i < n; i++) total += sizes[i];
+  return total;
+}
+
+static int workspace_create(const struct lstmd_model *m, int T, int B, float dropout,
+                            int forward_only, struct lstmd_workspace **out) {
+  *out = NULL;
+  const struct lstmd_model_shape *s = &m->shape;
+  if (s->kind == LSTMD_MODEL_CLASSIFY) { /* runs on classify.h's workspace */
+    lstmd_errorf("model: a classification model has no language-model workspace");
+    return LSTMD_EINVAL;
+  }
+  int fold;
+  if (lstmd_model_fold_decide(s, (size_t)T * B, &fold)) return LSTMD_ECONFIG;
+  size_t sizes[WORKSPACE_SLICES];
+  const size_t n = workspace_sizes(s, T, B, dropout, forward_only, fold, sizes);
+  const size_t H = (size_t)s->hidden, L = (size_t)s->layers;
   float *slice[sizeof sizes / sizeof sizes[0]];
   struct lstmd_workspace *ws = calloc(1, sizeof *ws);
   /* wpack apart from the arena: a recurrence team packs W_hh itself and frees it (set_team) */
@@ -310,7 +329,7 @@ static int workspace_create(const struct lstmd_model *m, int T, int B, float dro
   ws->grads = m->grads;
   ws->T = T;
   ws->B = B;
-  ws->dropout = masked ? dropout : 0.0f;
+  ws->dropout = dropout > 0.0f && L > 1 ? dropout : 0.0f; /* masks between layers only */
   size_t i = 0;
 #define TAKE() (slice[i++])
   ws->batch.steps = T;

@@ -149,6 +149,9 @@ int lstmd_workspace_create(const struct lstmd_model *m, int steps, int batch, fl
  * lstmd_model_step takes grad_scale 0 on it; lstmd_model_backward stops the program. */
 int lstmd_workspace_create_forward(const struct lstmd_model *m, int steps, int batch,
                                    struct lstmd_workspace **out);
+/* The floats lstmd_workspace_create_forward's arena holds for (steps, batch): what a thread of
+ * an evaluation needs (infer.c sizes its thread count by it). */
+size_t lstmd_workspace_forward_floats(const struct lstmd_model *m, int steps, int batch);
 void lstmd_workspace_destroy(struct lstmd_workspace *ws);
 struct lstmd_batch *lstmd_workspace_batch(struct lstmd_workspace *ws);
 /* 1 where this text workspace runs its embedding folded into layer 0 (decided at create from

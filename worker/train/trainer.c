@@ -385,8 +385,6 @@ static int train_loop(struct run *r) {
                        (r->progress.step - first_step) * tokens_per_step / elapsed,
                        (r->progress.step - first_step) * tokens_per_step *
                            lstmd_model_flops_per_token(&r->model->shape) / elapsed / 1e9);
-  /* On a stop request the checkpoint comes first and alone: the launcher's grace period before
-   * SIGKILL may be short (mpirun: odls_base_sigkill_timeout, 1 s by default; Slurm: KillWait). */
   /* Nothing trained (a resume at or past train.steps): evaluate, as the end of a run does, and
    * keep the checkpoint resumed from when it is this run dir's own file of the step. Rewriting it
    * only changed its recorded settings, and parted it from a best.safetensors linked to it. Rank
@@ -401,6 +399,8 @@ static int train_loop(struct run *r) {
     }
     if (r->world > 1) LSTMD_TRY(lstmd_comm_bcast(r->comm, &keep, sizeof keep, 0));
   }
+  /* On a stop request the checkpoint comes first and alone: the launcher's grace period before
+   * SIGKILL may be short (mpirun: odls_base_sigkill_timeout, 1 s by default; Slurm: KillWait). */
   int events = 0;
   if (!stop && !trained) /* its checkpoint's step: judged by the watch when it was written */
     LSTMD_TRY(lstmd_run_evaluate_report(r));

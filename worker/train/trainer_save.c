@@ -229,13 +229,9 @@ static int open_samples(struct run *r) {
 int lstmd_run_open_outputs(struct run *r, const char *resume_path) {
   int local = LSTMD_OK;
   if (r->rank == 0) {
-    struct stat st; /* the key's name in the message where it names a file (exit 2) */
-    if (stat(r->cfg->run_dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
-      lstmd_errorf("train.run_dir %s: exists and is not a directory", r->cfg->run_dir);
-      local = LSTMD_ECONFIG;
-    }
-    if (!local && (local = lstmd_mkdir_p(r->cfg->run_dir)) == LSTMD_ECONFIG)
-      lstmd_errorf("train.run_dir %s: a file is in its path", r->cfg->run_dir);
+    /* LSTMD_ECONFIG: the path names a file or passes through one (exit 2): name the key too */
+    if ((local = lstmd_mkdir_p(r->cfg->run_dir)) == LSTMD_ECONFIG)
+      lstmd_errorf("train.run_dir %s: cannot be the run directory", r->cfg->run_dir);
     if (!local) local = lstmd_run_dir_lock(r->cfg->run_dir, &r->run_lock);
     long long bytes = 0; /* the run dir is this run's alone now: what a kill left is no one's */
     const int orphans = !local && r->run_lock >= 0
