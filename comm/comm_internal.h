@@ -36,6 +36,10 @@ struct lstmd_comm_send { /* lstmd_comm_isend_msg's */
   MPI_Request req;
 };
 
+/* The pause between two polls of a wait that began at began_s (lstmd_now_s): 1/16 of the time
+ * waited so far, at least 1 µs, at most max_ns (comm_mpi.c, 2.: why proportional). */
+void lstmd_comm_poll_pause(double began_s, long max_ns);
+
 /* lstmd_comm_gatherv with the piece size as a parameter (1 ≤ piece ≤ 2^30 bytes), so tests can
  * exercise the splitting of blocks into pieces with small ones. */
 int lstmd_comm_gatherv_pieces(struct lstmd_comm *c, const void *in, size_t bytes, void *out,

@@ -174,7 +174,6 @@ static int wait_for_root(struct lstmd_comm *c, int root, int64_t epoch, double t
   const double began = lstmd_now_s();
   double heard = began;
   int voted = 0, last_seen = 0;
-  long sleep_ns = 1000;
   for (int spins = 0; !(voted && last_seen); spins++) {
     if (!voted) LSTMD_CHECK_MPI(MPI_Test(&q, &voted, MPI_STATUS_IGNORE));
     while (!last_seen) { /* the beats that have come, up to this call's last: the ones after it
@@ -209,9 +208,7 @@ static int wait_for_root(struct lstmd_comm *c, int root, int64_t epoch, double t
                    lstmd_peers_describe_stuck(stuck, sizeof stuck));
       lstmd_comm_abort(c, 1);
     }
-    struct timespec ts = {0, sleep_ns};
-    nanosleep(&ts, NULL);
-    if (sleep_ns < 2000000L) sleep_ns *= 2;
+    lstmd_comm_poll_pause(began, 2000000L);
   }
   return LSTMD_OK;
 }
