@@ -330,8 +330,8 @@ static int start_rank0(const struct serve_opts *o, int world, const cpu_set_t *c
   /* Most options are checked before the state dir is made, so a refused start leaves none
    * behind: a live --socket (a probe only: the server removes a stale one after the lock, so a
    * daemon starting on a busy state dir never touches the running one's socket), --data-root,
-   * --socket-group, --token-file and --listen's port. An address --listen cannot bind is found
-   * by the server, after it. */
+   * --socket-group, --token-file and --listen's address (a probe bind: a port taken between it
+   * and the server's bind is still found after the state dir is made). */
   if (o->socket && lstmd_socket_live(o->socket)) {
     lstmd_errorf("--socket: another daemon is listening on %s", o->socket);
     return LSTMD_EINVAL;
@@ -366,6 +366,7 @@ static int start_rank0(const struct serve_opts *o, int world, const cpu_set_t *c
       host[strcspn(host, "]")] = '\0';
     }
     LSTMD_TRY(lstmd_opt_long("serve", "listen", port_text, 1, 65535, &port));
+    LSTMD_TRY(lstmd_server_probe_tcp(host, (int)port));
   }
   LSTMD_TRY(lstmd_mkdir_p(o->state_dir));
   char lock_path[1200];

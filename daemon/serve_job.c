@@ -5,13 +5,37 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/status.h"
 #include "access.h"
 #include "config.h"
 #include "frame.h"
 #include "jobs.h"
+#include "worker/data/dataset.h"
+#include "worker/train/dataset_fit.h"
 #include "worker/train/val_watch.h"
+
+/* The settings checked against the dataset's header (worker/train/dataset_fit.h), so that a job
+ * its data rules out (samples of a series model, a classifier with dropout, ...) is refused at
+ * submission with the words its start would print, not failed when it starts. A dataset whose
+ * header does not open (not there yet, or broken) is left to the start, which says why, as it
+ * does for every job: the loader's message is held here (lstmd_errors_capture_begin), not
+ * printed by the daemon. */
+static int dataset_unfit(const struct lstmd_train_config *cfg, char *err, size_t errlen) {
+  char path[sizeof cfg->data_path + 16], held[1400];
+  snprintf(path, sizeof path, "%s/train.bin", cfg->data_path);
+  if (access(path, F_OK) != 0) return LSTMD_OK;
+  struct lstmd_errors_held outer;
+  struct lstmd_dataset ds;
+  lstmd_errors_capture_begin(held, sizeof held, &outer);
+  const int opened = lstmd_dataset_open(path, &ds) == LSTMD_OK;
+  lstmd_errors_capture_end(&outer);
+  if (!opened) return LSTMD_OK;
+  const int rc = lstmd_dataset_fit(cfg, &ds.info, cfg->data_path, err, errlen);
+  lstmd_dataset_close(&ds);
+  return rc;
+}
 
 int lstmd_serve_job_config(Lstmd__Setting *const *settings, size_t n, const char *data_root,
                            int world, struct lstmd_train_config *cfg, int *has_run_dir, char *err,
@@ -41,6 +65,7 @@ int lstmd_serve_job_config(Lstmd__Setting *const *settings, size_t n, const char
     return LSTMD_ECONFIG;
   }
   memcpy(cfg->data_path, resolved, sizeof resolved);
+  if (dataset_unfit(cfg, err, errlen)) return LSTMD_ECONFIG;
   if (cfg->distill_teacher[0]) { /* a file the job's ranks read: confined like data.path */
     char teacher[sizeof cfg->distill_teacher];
     if (lstmd_path_inside(data_root, cfg->distill_teacher, 1, teacher, sizeof teacher, why,

@@ -11,8 +11,9 @@
 #include "lstmd.pb-c.h"
 
 /* Applies settings over the defaults, resolves data.path (must exist) and train.run_dir (if
- * set; may not exist yet) inside data_root, and checks the result; with world > 0 (the daemon's
- * ranks) also that model.stages divides it. *has_run_dir tells whether the settings named a run
+ * set; may not exist yet) inside data_root, and checks the result, and the settings against the
+ * dataset's header (worker/train/dataset_fit.h); with world > 0 (the daemon's ranks) also that
+ * model.stages divides it. *has_run_dir tells whether the settings named a run
  * directory. Returns 0, or LSTMD_ECONFIG with the reason in err. */
 int lstmd_serve_job_config(Lstmd__Setting *const *settings, size_t n, const char *data_root,
                            int world, struct lstmd_train_config *cfg, int *has_run_dir, char *err,

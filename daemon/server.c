@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -138,15 +139,42 @@ static int bind_unix(struct lstmd_server *s) {
   return LSTMD_OK;
 }
 
-static int bind_tcp(struct lstmd_server *s) {
-  struct sockaddr_storage addr;
-  int rc = uv_ip4_addr(s->cfg.listen_host, s->cfg.listen_port, (struct sockaddr_in *)&addr);
-  if (rc) rc = uv_ip6_addr(s->cfg.listen_host, s->cfg.listen_port, (struct sockaddr_in6 *)&addr);
+/* --listen's HOST and PORT as a socket address; LSTMD_EINVAL with the message if HOST is not
+ * a numeric IPv4 or IPv6 address. */
+static int listen_address(const char *host, int port, struct sockaddr_storage *addr) {
+  memset(addr, 0, sizeof *addr);
+  int rc = uv_ip4_addr(host, port, (struct sockaddr_in *)addr);
+  if (rc) rc = uv_ip6_addr(host, port, (struct sockaddr_in6 *)addr);
   if (rc) {
-    lstmd_errorf("--listen: '%s' is not an IPv4 or IPv6 address", s->cfg.listen_host);
+    lstmd_errorf("--listen: '%s' is not an IPv4 or IPv6 address", host);
     return LSTMD_EINVAL;
   }
-  rc = uv_tcp_init(&s->loop, &s->tcp_listener);
+  return LSTMD_OK;
+}
+
+int lstmd_server_probe_tcp(const char *host, int port) {
+  struct sockaddr_storage addr;
+  LSTMD_TRY(listen_address(host, port, &addr));
+  const int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int on = 1;
+  int e = fd < 0 ? errno : 0;
+  if (!e && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0) e = errno;
+  if (!e && bind(fd, (struct sockaddr *)&addr,
+                 addr.ss_family == AF_INET ? sizeof(struct sockaddr_in)
+                                           : sizeof(struct sockaddr_in6)) != 0)
+    e = errno;
+  if (fd >= 0) close(fd);
+  if (e) { /* the server's words: libuv's uv_strerror is strerror's text for these */
+    lstmd_errorf("--listen %s:%d: %s", host, port, uv_strerror(-e));
+    return LSTMD_EINVAL;
+  }
+  return LSTMD_OK;
+}
+
+static int bind_tcp(struct lstmd_server *s) {
+  struct sockaddr_storage addr;
+  LSTMD_TRY(listen_address(s->cfg.listen_host, s->cfg.listen_port, &addr));
+  int rc = uv_tcp_init(&s->loop, &s->tcp_listener);
   if (rc) {
     lstmd_errorf("--listen: uv_tcp_init: %s", uv_strerror(rc));
     return LSTMD_ENOMEM;

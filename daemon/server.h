@@ -46,6 +46,14 @@ struct lstmd_server;
  * only if this call created it. */
 int lstmd_server_start(const struct lstmd_server_config *cfg, struct lstmd_jobs *jobs,
                        struct lstmd_server **out);
+/* Whether `lstmd serve --listen HOST:PORT` could listen there, asked before the daemon makes its
+ * state dir (cli_serve.c), so that a bad address or a port in use refuses the start leaving
+ * nothing behind: HOST must be a numeric IPv4 or IPv6 address, and a socket with libuv's options
+ * (SO_REUSEADDR) must bind to it; the probe's socket is closed again. Returns 0, or
+ * LSTMD_EINVAL with the message printed (the same words as the server's own bind). The port can
+ * still be taken between the probe and the server's bind: that start fails after the state dir
+ * is made, as before. */
+int lstmd_server_probe_tcp(const char *host, int port);
 /* From any thread: flush what is queued for the clients, close everything and end the loop. */
 void lstmd_server_stop(struct lstmd_server *s);
 /* Waits for the loop thread, removes the socket file and frees the server. */

@@ -6,8 +6,8 @@
 #     up by hand, by the SO_PEERCRED check (logged) (needs root: a test user and group are
 #     created and removed again);
 #  2. TCP: a request without a token gets an UNAUTHENTICATED error and the connection is closed;
-#     lstmctl with a wrong or empty token exits 5; --listen without --token-file is refused at
-#     start (exit 2, message, no socket made);
+#     lstmctl with a wrong or empty token exits 5; --listen without --token-file, on a port in
+#     use or with a host name is refused at start (exit 2, message, no socket or state dir made);
 #  3. a second daemon on the same --state-dir, or on the same --socket, is refused (exit 2, a
 #     message saying why) and the first one is unharmed: its socket is there and it answers;
 #  4. SIGUSR1 to mpirun (systemd's KillSignal): the running job checkpoints and goes back to
@@ -16,9 +16,11 @@
 #     (attempt 2); a `logs --follow` of the job exits 3 saying the daemon went away (it said only
 #     "sending failed: Broken pipe");
 #  5. pipeline stages through the daemon: model.stages=3 on the 2-rank daemon is refused at
-#     submission naming the key (exit 2); a model.stages=2 job runs to SUCCEEDED and ends with the
-#     weights of the same `mpirun -np 2 lstmd train` run (bitwise); cancelling it then exits 2
-#     ("had already ended"), cancelling a cancelled job again exits 0;
+#     submission naming the key (exit 2), and so are the settings the dataset rules out, with the
+#     trainer's words (samples of a series model, a prime outside the vocabulary, a bidirectional
+#     language model); a model.stages=2 job runs to SUCCEEDED and ends with the weights of the
+#     same `mpirun -np 2 lstmd train` run (bitwise); cancelling it then exits 2 ("had already
+#     ended"), cancelling a cancelled job again exits 0;
 #  6. a job submitted into the train.run_dir of a job that has not ended is refused (exit 2,
 #     naming that job); once that job has ended (with a checkpoint), a fresh job there is refused
 #     and one with --resume accepted; a fresh job whose empty run dir gets a checkpoint while it
@@ -130,6 +132,20 @@ timeout 30 "$LSTMD" serve --socket "$TMP/t.sock" --state-dir "$TMP/state-t" --li
   && ok "--listen without --token-file: exit 2, $(message "$TMP/notoken.log")" \
   || bad "--listen without --token-file: exit $rc, $(message "$TMP/notoken.log")"
 
+# --listen at an address that cannot be used: refused before the state dir is made
+timeout 30 "$LSTMD" serve --socket "$TMP/t2.sock" --state-dir "$TMP/state-busy" --listen "127.0.0.1:$port" \
+  --token-file "$TMP/token" >/dev/null 2>"$TMP/busy.log"; rc=$?
+[[ $rc == 2 ]] && grep -q "^lstmd: --listen 127.0.0.1:$port: address already in use" "$TMP/busy.log" &&
+  [[ ! -e $TMP/state-busy && ! -e $TMP/t2.sock ]] &&
+  ok "--listen on a port in use: exit 2, no --state-dir made: $(message "$TMP/busy.log")" ||
+  bad "--listen on a port in use: exit $rc, state dir $([[ -e $TMP/state-busy ]] && echo made || echo absent), $(message "$TMP/busy.log")"
+timeout 30 "$LSTMD" serve --socket "$TMP/t2.sock" --state-dir "$TMP/state-badhost" --listen "localhost:7" \
+  --token-file "$TMP/token" >/dev/null 2>"$TMP/badhost.log"; rc=$?
+[[ $rc == 2 ]] && grep -q "^lstmd: --listen: 'localhost' is not an IPv4 or IPv6 address" "$TMP/badhost.log" &&
+  [[ ! -e $TMP/state-badhost ]] &&
+  ok "--listen with a host name: exit 2, no --state-dir made: $(message "$TMP/badhost.log")" ||
+  bad "--listen localhost: exit $rc, state dir $([[ -e $TMP/state-badhost ]] && echo made || echo absent), $(message "$TMP/badhost.log")"
+
 # 3. a second daemon on the same state dir, or the same socket
 timeout 60 mpirun -np 2 "$LSTMD" serve --socket "$TMP/s2.sock" --state-dir "$TMP/state" --data-root "$TMP" \
   >/dev/null 2>"$TMP/second.log"; rc=$?
@@ -185,6 +201,19 @@ pipe=(--set model.layers=2 --set model.stages=2 --set train.time_chunks=4 --set 
 out=$(ctl submit --config "$TMP/job.ini" --set model.layers=3 --set model.stages=3 2>&1); rc=$?
 [[ $rc == 2 ]] && grep -q "model.stages" <<<"$out" && ok "model.stages=3 on 2 ranks refused at submission: $(tail -1 <<<"$out")" ||
   bad "model.stages=3 on 2 ranks: exit $rc: $out"
+# settings the dataset rules out are refused at submission with the trainer's words
+# (worker/train/dataset_fit.c), not failed at the start
+"$LSTMD" prepare series --input "$SRC/data/seattle-temps.csv" --target temp --horizon 2 \
+  --out "$TMP/series" >/dev/null 2>&1 || bad "prepare series"
+out=$(ctl submit --config "$TMP/job.ini" --set data.path=series --set train.sample_every=2 2>&1); rc=$?
+[[ $rc == 2 && $out == *"train.sample_every: samples need a text model; "*"/series is a series dataset"* ]] &&
+  ok "a series job with train.sample_every: exit 2 at submission" || bad "series job with samples: exit $rc: $out"
+out=$(ctl submit --config "$TMP/job.ini" --set train.sample_every=2 --set train.sample_prime=$'\x01' 2>&1); rc=$?
+[[ $rc == 2 && $out == *"train.sample_prime: byte 0 (0x01) is not in the vocabulary of "* ]] &&
+  ok "a prime outside the vocabulary: exit 2 at submission" || bad "prime outside the vocabulary: exit $rc: $out"
+out=$(ctl submit --config "$TMP/job.ini" --set model.bidirectional=true 2>&1); rc=$?
+[[ $rc == 2 && $out == *"model.bidirectional: a bidirectional LSTM would read the future"* ]] &&
+  ok "a bidirectional language model: exit 2 at submission" || bad "bidirectional text job: exit $rc: $out"
 p=$(ctl submit --config "$TMP/job.ini" "${pipe[@]}" --set train.run_dir=pipe-job --name pipe | tail -1)
 if ctl watch "$p" >/dev/null 2>&1 && [[ $(field "$p" state) == SUCCEEDED ]]; then
   ok "a model.stages=2 job: SUCCEEDED"

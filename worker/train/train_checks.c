@@ -1,7 +1,7 @@
 /* train_checks.c — the set-up's checks of one run (train_setup.c calls them): that every rank
  * has rank 0's config and dataset (lstmd_run_check_plan, see 2. in train_setup.c), the
  * distillation teacher, read by every rank and checked against the dataset
- * (lstmd_run_load_teacher), and the settings that sampling and sequence classification need. */
+ * (lstmd_run_load_teacher). The settings a dataset rules out are dataset_fit.c's. */
 #define _GNU_SOURCE
 #include "train_checks.h"
 
@@ -139,58 +139,3 @@ int lstmd_run_load_teacher(struct run *r) {
   return LSTMD_ECONFIG;
 }
 
-/* train.sample_every needs a text model (refused for series: exit 2 naming the key), and the
- * prime's bytes must be in the vocabulary, so that a sample never fails mid-run. Every rank
- * has the same dataset header, so every rank returns the same; rank 0 says why. */
-int lstmd_run_check_sampling(const struct run *r) {
-  const struct lstmd_train_config *cfg = r->cfg;
-  const struct lstmd_dataset_info *info = &r->train.info;
-  if (!cfg->sample_every) return LSTMD_OK;
-  if (info->kind != LSTMD_DATASET_TEXT) {
-    if (r->rank == 0)
-      lstmd_errorf("train.sample_every: samples need a text model; %s is a series dataset (set "
-                   "train.sample_every = 0; lstmd predict forecasts series)", cfg->data_path);
-    return LSTMD_ECONFIG;
-  }
-  int in_vocab[256] = {0};
-  for (int k = 0; k < info->vocab_size; k++) in_vocab[info->vocab[k]] = 1;
-  for (const unsigned char *p = (const unsigned char *)cfg->sample_prime; *p; p++)
-    if (!in_vocab[*p]) {
-      if (r->rank == 0)
-        lstmd_errorf("train.sample_prime: byte %ld (0x%02x) is not in the vocabulary of %s",
-                     (long)(p - (const unsigned char *)cfg->sample_prime), *p, cfg->data_path);
-      return LSTMD_ECONFIG;
-    }
-  return LSTMD_OK;
-}
-
-/* Sequence classification (a classify dataset) trains whole sequences from a zero state on the
- * CPU engine or the GPU engine (model_cuda.h's classify layout; train.device=auto takes the GPU
- * where there is one, like any model): the settings it has no meaning or no path for yet are
- * refused, naming the key. Every rank reads the same header and config, so every rank returns
- * the same; rank 0 says why. */
-int lstmd_run_check_classify(const struct run *r) {
-  const struct lstmd_train_config *cfg = r->cfg;
-  const char *key = NULL, *why = NULL;
-  if (cfg->order == LSTMD_ORDER_STREAM)
-    key = "data.order", why = "stream order carries state between windows; a sequence is "
-                              "classified from a zero state (use shuffle)";
-  else if (cfg->stages > 1)
-    key = "model.stages", why = "pipeline stages do not run classifiers yet";
-  else if (cfg->dropout > 0.0f)
-    key = "model.dropout", why = "classifiers have no dropout yet";
-  else if (cfg->layer_norm)
-    key = "model.layer_norm", why = "the layer-normalised LSTM is not available to classifiers";
-  else if (cfg->distill_teacher[0])
-    key = "distill.teacher", why = "distillation of classifiers is not available";
-  else if (cfg->prune.target_sparsity > 0.0f)
-    key = "prune.target_sparsity", why = "pruning of classifiers is not available";
-  else if (cfg->sample_every)
-    key = "train.sample_every", why = "a classifier does not generate text";
-  if (key) {
-    if (r->rank == 0)
-      lstmd_errorf("%s: %s is a classify dataset: %s", key, cfg->data_path, why);
-    return LSTMD_ECONFIG;
-  }
-  return LSTMD_OK;
-}

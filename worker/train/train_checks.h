@@ -7,7 +7,5 @@
 
 int lstmd_run_check_plan(struct run *r);
 int lstmd_run_load_teacher(struct run *r);
-int lstmd_run_check_sampling(const struct run *r);
-int lstmd_run_check_classify(const struct run *r);
 
 #endif

@@ -25,6 +25,7 @@
 #include "kernels/status.h"
 #include "worker/engine/device_select.h"
 #include "worker/engine/engine.h"
+#include "dataset_fit.h"
 #include "fault.h"
 #include "train_checks.h"
 #include "train_resume.h"
@@ -149,7 +150,11 @@ static int build(struct run *r) {
   /* headers only: rank 0 reads the payloads later, alone (check_data) */
   LSTMD_TRY(lstmd_dataset_open_dir(cfg->data_path, &r->train, &r->val, 0));
   const int classify = r->train.info.kind == LSTMD_DATASET_CLASSIFY;
-  if (classify) LSTMD_TRY(lstmd_run_check_classify(r));
+  char unfit[1400]; /* the same header on every rank: every rank returns the same, rank 0 says why */
+  if (lstmd_dataset_fit(cfg, &r->train.info, cfg->data_path, unfit, sizeof unfit)) {
+    if (r->rank == 0) lstmd_errorf("%s", unfit);
+    return LSTMD_ECONFIG;
+  }
   /* The GPU classifier (kernels/cuda/classify_cuda.h) reads token ids through an embedding;
    * numeric series classifiers run on the CPU backend. */
   if (classify && r->train.info.numeric && backend == LSTMD_DEVICE_CUDA) {
@@ -162,20 +167,6 @@ static int build(struct run *r) {
     if (r->rank == 0)
       lstmd_errorf("device auto: series classifiers run on the CPU backend only so far; using it");
     backend = LSTMD_DEVICE_CPU;
-  }
-  if (!classify && (cfg->bidirectional || cfg->pool)) {
-    /* A reverse direction reads every step of the window: the next token, or the values a
-     * forecast predicts, would be among its inputs. Pooling exists only for classifiers. */
-    if (r->rank == 0)
-      lstmd_errorf("%s: %s; %s is a %s dataset (sequence classification only)",
-                   cfg->bidirectional ? "model.bidirectional" : "model.pool",
-                   cfg->bidirectional ? "a bidirectional LSTM would read the future of the "
-                                        "targets it predicts"
-                                      : "pooling belongs to sequence classifiers",
-                   cfg->data_path,
-                   r->train.info.kind == LSTMD_DATASET_TEXT ? "text (language model)"
-                                                            : "series (forecasting)");
-    return LSTMD_ECONFIG;
   }
   if (r->train.info.kind == LSTMD_DATASET_SERIES) /* text ignores both keys */
     r->train.tf = r->val.tf = (struct lstmd_series_tf){cfg->series_target, cfg->window_norm};
@@ -202,7 +193,6 @@ static int build(struct run *r) {
     shape.horizon = info->horizon;
   }
   r->data_meta = (struct lstmd_data_meta){*info, T, r->global_batch, r->train.tf};
-  LSTMD_TRY(lstmd_run_check_sampling(r));
   LSTMD_TRY(lstmd_model_create(&shape, &r->model));
   if (cfg->distill_teacher[0]) LSTMD_TRY(lstmd_run_load_teacher(r));
   if (cfg->prune.target_sparsity > 0.0f) {
