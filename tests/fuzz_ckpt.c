@@ -1,4 +1,4 @@
-/* fuzz_ckpt.c — libFuzzer target for the fp32 checkpoint loader (worker/io/checkpoint.c over
+/* fuzz_ckpt.c — libFuzzer target for the fp32 checkpoint loader (worker/io/checkpoint_load.c over
  * safetensors.c): the input is written to a memfd and loaded by path, as `lstmd eval`, `sample`
  * and `train --resume` load a file. Invariants (abort() on a violation): the loaders return OK or
  * a bad-input status (EFORMAT, EIO; ENOMEM for a mutated shape too large for the machine), never
