@@ -16,7 +16,7 @@
 /* 1 where a window of N tokens over a vocabulary of V folds the embedding, 0 where not;
  * LSTMD_EMBED_FOLD=1 or 0 forces it either way (tests; timing both), auto or unset decides.
  * -1 for another value of LSTMD_EMBED_FOLD (the caller reports it). The caller folds only a
- * text model without layer normalisation (model.c). */
+ * text model without layer normalisation (model_workspace.c). */
 int lstmd_cpu_fold_wanted(int N, int V);
 /* The automatic rule alone (N >= 4 V), whatever LSTMD_EMBED_FOLD says: for a decision that must
  * be the same on every rank (a pipeline's stage balance, worker/engine/pipe_grid.c). */

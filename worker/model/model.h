@@ -110,6 +110,10 @@ void lstmd_dropout_mask_rows(const struct lstmd_dropout_key *key, float p, int l
 
 /* NULL if the shape is valid, else what is wrong with it (static string). */
 const char *lstmd_model_shape_error(const struct lstmd_model_shape *shape);
+/* Layer 0's input width per step (the series columns, a series classifier's 1 value, or the
+ * embedding's E) and the head's output width (the vocabulary, the horizon or the classes). */
+int lstmd_model_input_width(const struct lstmd_model_shape *s);
+int lstmd_model_output_width(const struct lstmd_model_shape *s);
 /* Fills m's shape, tensor table and n_params for a valid shape without allocating anything
  * (params/grads stay NULL): lets a checkpoint reader check tensor shapes before allocating. */
 void lstmd_model_layout(const struct lstmd_model_shape *shape, struct lstmd_model *m);

@@ -51,9 +51,6 @@ struct lstmd_stage_ws {
   void *arena;
 };
 
-static int input_width(const struct lstmd_model_shape *s) {
-  return s->kind == LSTMD_MODEL_TEXT ? s->embed : s->width;
-}
 
 int lstmd_stage_ws_create(const struct lstmd_model *m, const struct lstmd_stage *st, int T,
                           int Tc, int B, float dropout, struct lstmd_stage_ws **out) {
@@ -66,7 +63,7 @@ int lstmd_stage_ws_create(const struct lstmd_model *m, const struct lstmd_stage 
     return LSTMD_EINVAL;
   const size_t N = (size_t)T * B, Nc = (size_t)Tc * B, H = (size_t)s->hidden;
   const int text = s->kind == LSTMD_MODEL_TEXT;
-  const size_t in0 = st->first ? (size_t)input_width(s) : H;
+  const size_t in0 = st->first ? (size_t)lstmd_model_input_width(s) : H;
   const size_t O = (size_t)(text ? s->vocab : s->horizon), wide = H > in0 ? H : in0;
   const int ln = s->layer_norm;
   const size_t Ri = (size_t)st->rows_in, Ro = (size_t)st->rows_out;

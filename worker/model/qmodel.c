@@ -14,12 +14,6 @@
 #include "kernels/status.h"
 #include "qteam.h"
 
-static int output_width(const struct lstmd_model_shape *s) {
-  return s->kind == LSTMD_MODEL_TEXT ? s->vocab : s->horizon;
-}
-static int input_width(const struct lstmd_model_shape *s) {
-  return s->kind == LSTMD_MODEL_TEXT ? s->embed : s->width;
-}
 
 int lstmd_qmodel_create(const struct lstmd_model_shape *s, struct lstmd_qmodel **out) {
   *out = NULL;
@@ -37,7 +31,7 @@ int lstmd_qmodel_create(const struct lstmd_model_shape *s, struct lstmd_qmodel *
     ok &= !!(qm->layer[l].b_ih = calloc(G, sizeof(float)));
     ok &= !!(qm->layer[l].b_hh = calloc(G, sizeof(float)));
   }
-  ok &= !!(qm->head_bias = calloc((size_t)output_width(s), sizeof(float)));
+  ok &= !!(qm->head_bias = calloc((size_t)lstmd_model_output_width(s), sizeof(float)));
   if (!ok) {
     lstmd_qmodel_destroy(qm);
     return LSTMD_ENOMEM;
@@ -131,7 +125,7 @@ static int create_serial(const struct lstmd_qmodel *qm, int T, int B, int copies
   *out = NULL;
   const struct lstmd_model_shape *s = &qm->shape;
   const size_t N = (size_t)T * B, H = (size_t)s->hidden, L = copies ? (size_t)s->layers : 0;
-  const int in0 = input_width(s), kmax = in0 > s->hidden ? in0 : s->hidden;
+  const int in0 = lstmd_model_input_width(s), kmax = in0 > s->hidden ? in0 : s->hidden;
   struct lstmd_qworkspace *ws = calloc(1, sizeof *ws);
   if (!ws) return LSTMD_ENOMEM;
   ws->T = T, ws->B = B, ws->H = s->hidden, ws->L = s->layers;
@@ -139,7 +133,7 @@ static int create_serial(const struct lstmd_qmodel *qm, int T, int B, int copies
   size_t sizes[6 + 2 * LSTMD_MAX_LAYERS] = {
       N, N, N * (size_t)(s->kind == LSTMD_MODEL_SERIES ? s->width : 0),
       N * (size_t)(s->kind == LSTMD_MODEL_SERIES ? s->horizon : 0), copies ? N * 4 * H : 0,
-      N * (size_t)output_width(s)};
+      N * (size_t)lstmd_model_output_width(s)};
   for (size_t l = 0; l < L; l++) sizes[6 + 2 * l] = (N + B) * H, sizes[7 + 2 * l] = 2 * B * H;
   float *slices[6 + 2 * LSTMD_MAX_LAYERS];
   ws->arena = lstmd_arena_carve(sizes, 6 + 2 * L, slices);
@@ -326,7 +320,7 @@ static void run_streams(void *arg, int thread, int i, int first) {
   (void)thread, (void)first;
   struct lstmd_qworkspace *ws = arg, *p = ws->part[i];
   const struct lstmd_model_shape *s = &ws->qm->shape;
-  const int c0 = ws->col[i], b = p->B, O = output_width(s), W = ws->batch.width;
+  const int c0 = ws->col[i], b = p->B, O = lstmd_model_output_width(s), W = ws->batch.width;
   for (int t = 0; t < ws->T; t++) {
     const size_t from = (size_t)t * ws->B + c0, to = (size_t)t * b;
     if (s->kind == LSTMD_MODEL_TEXT)
@@ -368,6 +362,7 @@ double lstmd_qmodel_forward(const struct lstmd_qmodel *qm, struct lstmd_qworkspa
     forward_serial(qm, ws, carry_state);
   }
   const int N = ws->T * ws->B;
-  if (s->kind == LSTMD_MODEL_TEXT) return lstmd_cpu_softmax_xent(N, output_width(s), ws->out, ws->batch.targets, 0.0f);
-  return lstmd_cpu_mse((size_t)N * output_width(s), ws->out, ws->batch.y, 0.0f);
+  if (s->kind == LSTMD_MODEL_TEXT)
+    return lstmd_cpu_softmax_xent(N, lstmd_model_output_width(s), ws->out, ws->batch.targets, 0.0f);
+  return lstmd_cpu_mse((size_t)N * lstmd_model_output_width(s), ws->out, ws->batch.y, 0.0f);
 }
