@@ -17,7 +17,7 @@
 #include "worker/data/batcher.h"
 #include "worker/data/series_tf.h"
 #include "worker/engine/engine.h"
-#include "utf8.h"
+#include "kernels/utf8.h"
 
 enum cfg_type { CFG_INT, CFG_LONG, CFG_U64, CFG_FLOAT, CFG_DOUBLE, CFG_STRING, CFG_ENUM };
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "utf8.h"
+#include "kernels/utf8.h"
 
 int lstmd_frame_peek(const uint8_t *buf, size_t len, uint32_t max, uint32_t *payload_len) {
   if (len < LSTMD_FRAME_HEADER) return LSTMD_FRAME_NEED_MORE;

@@ -86,8 +86,17 @@ static int add_setting(struct settings_list *l, const char *key, const char *val
   return s->key && s->value ? 0 : -1;
 }
 
+/* The job file's pairs, each checked as `lstmd train` checks it (the daemon checks them again),
+ * so that a bad key or value is named with its FILE:LINE, as lstmd train names it. */
+struct ini_read {
+  struct settings_list *settings;
+  struct lstmd_train_config cfg; /* scratch: the values applied, to check them */
+};
+
 static int on_ini_pair(void *user, const char *dotted, const char *value, char *err, size_t n) {
-  if (add_setting(user, dotted, value)) {
+  struct ini_read *r = user;
+  if (lstmd_config_set_key(&r->cfg, dotted, value, err, n)) return -1;
+  if (add_setting(r->settings, dotted, value)) {
     snprintf(err, n, "out of memory");
     return -1;
   }
@@ -208,7 +217,16 @@ static int parse_submit(int argc, char **argv, struct ctl_args *a) {
       rc = kExitUsage;
     }
   }
-  if (!rc && config && lstmd_config_read_ini(config, on_ini_pair, &a->settings) != 0) rc = kExitUsage;
+  if (!rc && config) {
+    struct ini_read *r = malloc(sizeof *r);
+    if (!r) rc = kExitJob;
+    else {
+      r->settings = &a->settings;
+      lstmd_config_defaults(&r->cfg);
+      if (lstmd_config_read_ini(config, on_ini_pair, r) != 0) rc = kExitUsage;
+      free(r);
+    }
+  }
   for (size_t i = 0; i < sets.n && !rc; i++)
     if (add_setting(&a->settings, sets.v[i]->key, sets.v[i]->value)) rc = kExitJob;
   if (!rc && no_preempt && add_setting(&a->settings, "resources.preemptible", "0")) rc = kExitJob;
@@ -478,8 +496,21 @@ static int cmd_logs(struct lstmd_ctl *c, uint64_t id, int follow) {
               (unsigned long long)id);
     return lost ? lost : follow ? kExitOk : kExitJob;
   }
+  /* A job that continues another (or resumes a run) shares its run dir's train.log: one that
+   * failed before its own lines began (a refused resume) left the earlier run's lines there,
+   * which end in success. Where the job's reason is not in the log, it is said after it. */
+  const char *reason = !lost && state == LSTMD__JOB_STATE__FAILED ? resp->job->reason : NULL;
+  int told = !reason || !reason[0]; /* (lost: resp is gone) */
+  char *line = NULL;
+  size_t cap = 0;
+  rewind(f);
+  while (!told && getline(&line, &cap, f) > 0) told = strstr(line, reason) != NULL;
+  free(line);
   fclose(f);
-  return lost ? lost : kExitOk;
+  if (!told)
+    fprintf(stderr, "lstmctl: job %llu FAILED before it wrote to %s (the lines above are an "
+            "earlier run's in the same run dir): %s\n", (unsigned long long)id, path, reason);
+  return lost ? lost : told ? kExitOk : kExitJob;
 }
 
 /* The arguments of a command other than submit: the job id of status, cancel, watch and logs,

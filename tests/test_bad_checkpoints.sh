@@ -210,8 +210,24 @@ check "eval: --data is val.bin, not its folder" --file "$TMP/good-series/val.bin
 check "predict: text checkpoint" --file "$CKPT" --clean-dir "$TMP/p1" -- \
   "$LSTMD" predict --checkpoint "$CKPT" --input "$DATA/seattle-temps.csv" --out "$TMP/p1/out.csv"
 mkdir "$TMP/p2"
-check "predict: input without the target column" --file "$TMP/ragged2.csv" --clean-dir "$TMP/p2" -- \
-  "$LSTMD" predict --checkpoint "$SCKPT" --input "$TMP/ragged2.csv" --out "$TMP/p2/out.csv"
+printf 'a,b\n1,2\n3,4\n5,6\n' >"$TMP/no-target.csv"
+check "predict: input without the target column" --file "$TMP/no-target.csv" --has "temp" \
+  --clean-dir "$TMP/p2" -- \
+  "$LSTMD" predict --checkpoint "$SCKPT" --input "$TMP/no-target.csv" --out "$TMP/p2/out.csv"
+# Finite inputs whose forecast overflows (3e38 in a column trained near 1, std 7e-5): it was
+# written as "inf" with exit 0, into a CSV lstmd's own reader refuses
+python3 -c '
+import math; print("date,v")
+for i in range(500): print("d%d,%.6f" % (i, 1 + 0.0001 * math.sin(i / 3)))' >"$TMP/flat.csv"
+setup "$LSTMD" prepare series --input "$TMP/flat.csv" --target v --out "$TMP/flat"
+setup "$LSTMD" train --set data.path="$TMP/flat" --set train.run_dir="$TMP/run-flat" "${TINY[@]}" \
+  --set data.window_norm=none --set model.target=delta
+{ head -1 "$TMP/flat.csv"; tail -30 "$TMP/flat.csv" | sed '29s/,.*/,3e38/'; } >"$TMP/flat-huge.csv"
+mkdir "$TMP/p-inf"
+check "predict: a forecast that overflows" --has "the forecast for row 28 is not finite" \
+  --clean-dir "$TMP/p-inf" -- \
+  "$LSTMD" predict --checkpoint "$TMP/run-flat/step-2.safetensors" --input "$TMP/flat-huge.csv" \
+  --out "$TMP/p-inf/out.csv"
 printf 'date,temp\nx,1\ny,2\nz,warm\n' >"$TMP/pred-bad.csv"
 mkdir "$TMP/p3"
 check "predict: non-numeric value" --file "$TMP/pred-bad.csv" --has "pred-bad.csv:4" \

@@ -101,6 +101,37 @@ check "prepare series: non-numeric feature column" --file "$DATA/seattle-temps.c
   "$LSTMD" prepare series --input "$DATA/seattle-temps.csv" --target temp --features date \
   --out "$TMP/o-date"
 
+# A NUL byte inside a field (libcsv counts it; a C string stops there: "2\x0099" was read as 2),
+# in a value and in a header name
+printf 'date,load\nd1,1\nd2,2\x0099\nd3,3\nd4,4\n' >"$TMP/nul.csv"
+check "prepare series: a NUL byte inside a value" --file "$TMP/nul.csv" --has "nul.csv:3" \
+  --has "field 2 holds a NUL byte" --clean-dir "$TMP/o-nul" -- \
+  "$LSTMD" prepare series --input "$TMP/nul.csv" --target load --out "$TMP/o-nul"
+printf 'date,lo\x00zz\nd1,1\nd2,2\nd3,3\n' >"$TMP/nulhead.csv"
+check "prepare series: a NUL byte inside a header name" --file "$TMP/nulhead.csv" \
+  --has "nulhead.csv:1" --has "NUL byte" --clean-dir "$TMP/o-nulhead" -- \
+  "$LSTMD" prepare series --input "$TMP/nulhead.csv" --target lo --out "$TMP/o-nulhead"
+# a finite value past lstmd's 3e38: the message says the range (it said "not a finite number")
+printf 'date,load\nd1,1\nd2,3.1e38\nd3,3\nd4,4\n' >"$TMP/big.csv"
+check "prepare series: 3.1e38, past lstmd's range" --file "$TMP/big.csv" --has "big.csv:3" \
+  --has "at most 3e38 in magnitude" --clean-dir "$TMP/o-big" -- \
+  "$LSTMD" prepare series --input "$TMP/big.csv" --target load --out "$TMP/o-big"
+# a folder as --input (it said "read failed")
+check "prepare series: --input a folder" --has "$TMP/good-series: is a directory" \
+  --clean-dir "$TMP/o-dirin" -- \
+  "$LSTMD" prepare series --input "$TMP/good-series" --target load --out "$TMP/o-dirin"
+# A column name that is not UTF-8: checkpoints keep the names as JSON text, which dropped it, and
+# no command could read the run's checkpoints; refused at prepare (labels too: test below).
+printf 'date,load,t\xe9mp\nd1,1,2\nd2,2,3\nd3,3,4\n' >"$TMP/latin1.csv"
+check "prepare series: a column name that is not UTF-8" --has "--features: the column name 't\\xe9mp' is not UTF-8" \
+  --clean-dir "$TMP/o-latin1" -- \
+  "$LSTMD" prepare series --input "$TMP/latin1.csv" --target load --features $'t\xe9mp' \
+  --out "$TMP/o-latin1"
+printf 'caf\xe9\tsome text\nbar\tother text\n' >"$TMP/latin1.tsv"
+check "prepare classify: a label that is not UTF-8" --file "$TMP/latin1.tsv" --has "latin1.tsv:1" \
+  --has "not UTF-8" --clean-dir "$TMP/o-latin1c" -- \
+  "$LSTMD" prepare classify --input "$TMP/latin1.tsv" --out "$TMP/o-latin1c"
+
 # A bad row near the end of a long file: the writers are well under way when it is found.
 { cat "$DATA/seattle-temps.csv"; printf '\n2011/01/01 00:00,NaNish\n2011/01/01 01:00,40\n'; } \
   | grep -v '^$' >"$TMP/late.csv"

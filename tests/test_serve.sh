@@ -101,6 +101,16 @@ ctl list >/dev/null && ok "the daemon still answers after 'shutdown now' was ref
 msg=$(ctl submit --config "$TMP/no-such.ini" 2>&1); rc=$?
 [[ $rc == 2 && $msg == "lstmctl: $TMP/no-such.ini: cannot read config file: No such file or directory" ]] &&
   ok "submit of a missing config: exit 2, lstmctl's message with the reason" || bad "missing config: rc=$rc '$msg'"
+# a bad value or key in the job file: named with FILE:LINE, as `lstmd train` names it (lstmctl
+# checks each pair as it reads the file; the daemon's refusal had no location)
+printf '[data]\npath = ds\nseq_len = 24x\n' >"$TMP/badval.ini"
+msg=$(ctl submit --config "$TMP/badval.ini" 2>&1); rc=$?
+[[ $rc == 2 && $msg == "lstmctl: $TMP/badval.ini:3: data.seq_len: '24x' is not a valid integer"* ]] &&
+  ok "submit of a job file with a bad value: exit 2, $msg" || bad "bad value in the job file: rc=$rc '$msg'"
+printf '[data]\npath = ds\n[modl]\nhidden = 8\n' >"$TMP/badkey.ini"
+msg=$(ctl submit --config "$TMP/badkey.ini" 2>&1); rc=$?
+[[ $rc == 2 && $msg == "lstmctl: $TMP/badkey.ini:4: "*"modl.hidden"* ]] &&
+  ok "submit of a job file with an unknown key: exit 2, $msg" || bad "unknown key in the job file: rc=$rc '$msg'"
 
 # 3. failures
 mkdir -p "$TMP/notdata"

@@ -29,7 +29,9 @@
 #  7. `submit --continue ID`: the drained-then-cancelled job of 4 (run dir in the daemon's state
 #     dir) is continued from its last checkpoint with more steps, to SUCCEEDED in the same run
 #     dir; continued again, before its first log step status and top show the step it resumed
-#     from and no rate; --continue of a job that has not ended, of no job, with another global
+#     from and no rate; continued with a model.hidden its checkpoint cannot resume, it FAILS at
+#     its start and `logs` shows the earlier runs' lines and then why (exit 1); --continue of a
+#     job that has not ended, of no job, with another global
 #     batch or data.seq_len than its checkpoint's (refused at submission), or with a train.run_dir
 #     is refused;
 #     a job name with control characters is refused (it would reach other users' terminals), so
@@ -286,6 +288,15 @@ if wait_for 60 at_step "$m" $((stop + 2)) && st=$(ctl status "$m") && [[ $st == 
 else bad "job $m resumed at step $((stop + 2)): $(ctl status "$m"); $(ctl top --once | tail -2); $(ctl --json status "$m")"; fi
 ctl cancel "$m" >/dev/null
 wait_for 60 state_is "$m" CANCELLED || bad "job $m not cancelled: $(ctl status "$m")"
+# ... continued with a model its checkpoint cannot resume (another model.hidden: refused by its
+# start, not at submission): `logs` showed only the earlier runs' lines, ending in success, exit 0
+n=$(ctl submit --continue "$m" --set model.hidden=48 | tail -1)
+ctl watch "$n" >/dev/null 2>&1
+ctl logs "$n" >"$TMP/logs-n.out" 2>"$TMP/logs-n.err"; rc=$?
+if [[ $(field "$n" state) == FAILED && $rc == 1 && -s $TMP/logs-n.out ]] &&
+   grep -q "^lstmctl: job $n FAILED before it wrote to .*runs/job-$j/train.log (the lines above are an earlier run's in the same run dir): .*model.hidden" "$TMP/logs-n.err"; then
+  ok "logs of a continued job that failed at its start: the earlier run's lines, then why (exit 1)"
+else bad "logs of continued job $n: state $(field "$n" state), exit $rc, $(cat "$TMP/logs-n.err")"; fi
 l=$(ctl submit --config "$TMP/job.ini" --name long | tail -1)
 out=$(ctl submit --continue "$l" 2>&1); rc=$?
 [[ $rc == 2 && $out == *"job $l has not ended ("*"): cancel it"* ]] && ok "--continue of a job that has not ended: exit 2: $out" ||

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kernels/status.h"
 #include "prepare.h"
@@ -36,6 +37,10 @@ void lstmd_csv_fail(struct lstmd_csv_pos *pos, const char *fmt, ...) {
   pos->failed = 1;
 }
 
+/* The largest magnitude read as a number: float32 ends at 3.4e38, and the normalisation of a
+ * column (its mean and standard deviation, the window's scale) needs room above its values. */
+static const double kMaxMagnitude = 3.0e38;
+
 int lstmd_csv_number(const char *text, size_t len, float *out) {
   /* strtod also reads C's hexadecimal ("0x10" as 16, "0x1p3" as 8); no decimal number holds an
    * 'x', and in a CSV cell one is a mistake far more often than meant, so it is refused. */
@@ -44,7 +49,7 @@ int lstmd_csv_number(const char *text, size_t len, float *out) {
   errno = 0;
   double v = strtod(text, &end);
   while (*end == ' ' || *end == '\t' || *end == '\r') end++;
-  if (len == 0 || end == text || *end != '\0' || !isfinite(v) || fabs(v) > 3.0e38) return -1;
+  if (len == 0 || end == text || *end != '\0' || !isfinite(v) || fabs(v) > kMaxMagnitude) return -1;
   *out = (float)v;
   return 0;
 }
@@ -69,6 +74,13 @@ struct relay {
 
 static void relay_field(void *data, size_t len, void *ctx) {
   struct relay *r = ctx;
+  /* libcsv hands over length-counted fields; everything after it reads them as C strings, so a
+   * NUL inside one would cut it short unseen ("2\x0099" read as 2) */
+  const char *nul = data ? memchr(data, '\0', len) : NULL;
+  if (nul)
+    lstmd_csv_fail(r->pos, "field %d holds a NUL byte (at byte %zu of the field): a binary "
+                   "file, or text saved as UTF-16 (save it as UTF-8)", r->pos->field + 1,
+                   (size_t)(nul - (const char *)data) + 1);
   if (r->pos->records == 0 && r->pos->field == 0 && data)
     r->first_field_delim = other_delimiter(data, len);
   r->pos->field++;
@@ -117,6 +129,12 @@ int lstmd_csv_parse_file(struct lstmd_csv_pos *pos, void (*on_field)(void *, siz
   FILE *f = fopen(pos->input, "r");
   if (!f) {
     lstmd_errorf("%s: cannot open input: %s", pos->input, strerror(errno));
+    return LSTMD_EIO;
+  }
+  struct stat st;
+  if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) { /* fopen takes one; reading fails */
+    lstmd_errorf("%s: is a directory: name the CSV file", pos->input);
+    fclose(f);
     return LSTMD_EIO;
   }
   struct csv_parser p;
@@ -169,16 +187,21 @@ int lstmd_csv_parse_file(struct lstmd_csv_pos *pos, void (*on_field)(void *, siz
             pos->input, blank, blank == 1 ? "" : "s", blank_first);
   csv_free(&p);
   free(line);
-  int read_error = ferror(f);
+  const int read_error = ferror(f) ? errno : 0; /* getline's */
   fclose(f);
   if (read_error) {
-    lstmd_errorf("%s: read failed", pos->input);
+    lstmd_errorf("%s: read failed: %s", pos->input, strerror(read_error));
     return LSTMD_EIO;
   }
   return pos->failed ? LSTMD_EFORMAT : LSTMD_OK;
 }
 
 const char *lstmd_csv_number_hint(const char *text) {
+  char *end;
+  const double v = strtod(text, &end);
+  if (end != text && isfinite(v) && fabs(v) > kMaxMagnitude)
+    return " within lstmd's range (at most 3e38 in magnitude: float32 ends at 3.4e38, and the "
+           "normalisation of the values needs room above them)";
   while (*text == ' ' || *text == '\t') text++;
   if (*text == '+' || *text == '-') text++;
   return text[0] == '0' && (text[1] == 'x' || text[1] == 'X')

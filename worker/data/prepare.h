@@ -197,12 +197,14 @@ struct lstmd_csv_rows {
 int lstmd_csv_read_rows(const char *path, int label_column, int header, int expect, int missing,
                         const char *how, struct lstmd_csv_rows *out);
 void lstmd_csv_rows_free(struct lstmd_csv_rows *r);
-/* A CSV field (NUL-terminated, as libcsv's CSV_APPEND_NULL gives it) as a finite decimal float
- * (blanks around it allowed): 0, or -1 if it is not (inf, 1e39, and hexadecimal such as 0x10,
- * which strtod would read, are refused). */
+/* A CSV field (NUL-terminated, as libcsv's CSV_APPEND_NULL gives it; the reader refuses a field
+ * with a NUL inside) as a finite decimal float (blanks around it allowed): 0, or -1 if it is not
+ * (inf, magnitudes past 3e38, and hexadecimal such as 0x10, which strtod would read, are
+ * refused). */
 int lstmd_csv_number(const char *text, size_t len, float *out);
 /* What the refusal of text as a number adds after "'TEXT' is not a finite number": a static
- * string, "" unless text starts as hexadecimal does (blanks, a sign, then 0x or 0X). */
+ * string naming lstmd's range for a finite magnitude past 3e38, the hexadecimal note where text
+ * starts as hexadecimal does (blanks, a sign, then 0x or 0X), else "". */
 const char *lstmd_csv_number_hint(const char *text);
 
 #endif

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kernels/status.h"
+#include "kernels/utf8.h"
 #include "dataset.h"
 #include "prepare.h"
 
@@ -47,6 +48,10 @@ int lstmd_label_table_id(struct lstmd_label_table *t, const char *label, size_t 
   }
   memcpy(t->names[t->n], label, len);
   t->names[t->n][len] = '\0';
+  if (!lstmd_utf8_valid(t->names[t->n])) { /* checkpoints keep the labels as JSON text */
+    *why = "a label that is not UTF-8 text (save the file as UTF-8)";
+    return -1;
+  }
   return t->n++;
 }
 

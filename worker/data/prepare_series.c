@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kernels/status.h"
+#include "kernels/utf8.h"
 #include "dataset.h"
 #include "prepare.h"
 
@@ -124,6 +125,16 @@ static int take_name(const char *option, const char *value, const char *item, si
   }
   memcpy(out, name, len);
   out[len] = '\0';
+  if (!lstmd_utf8_valid(out)) { /* checkpoints keep the names as JSON text (kernels/utf8.h) */
+    char shown[4 * LSTMD_MAX_NAME_BYTES]; /* its bytes past ASCII as \xNN */
+    size_t k = 0;
+    for (size_t i = 0; i < len; i++)
+      k += (size_t)snprintf(shown + k, sizeof shown - k,
+                            (unsigned char)out[i] < 0x80 ? "%c" : "\\x%02x", (unsigned char)out[i]);
+    lstmd_errorf("%s: the column name '%s' is not UTF-8 text: name the column in UTF-8 (the "
+                 "CSV's header too: save the file as UTF-8)", option, shown);
+    return LSTMD_EINVAL;
+  }
   return LSTMD_OK;
 }
 

@@ -462,6 +462,17 @@ static int predict_chunk(struct runner *r, const struct lstmd_data_meta *d, cons
         for (int k = 0; info->season && k < K; k++) *v++ = fs[k] * sd + mu;
       }
     }
+  /* Finite inputs can still overflow the model's float arithmetic (3e38 in a column whose
+   * training values were near 1): a forecast of inf or nan would be written as such, into a CSV
+   * that lstmd's own reader then refuses. The row is named instead. */
+  for (size_t j = 0; !rc && j < n * (size_t)per_row; j++)
+    if (!isfinite(vals[j])) {
+      lstmd_errorf("predict: the forecast for row %zu is not finite (%g): the input's values in "
+                   "the window up to that row are far outside what the model was trained on (each "
+                   "column is scaled by its training mean and standard deviation)",
+                   first + j / (size_t)per_row, vals[j]);
+      rc = LSTMD_EFORMAT;
+    }
   if (!rc) rc = lstmd_forecast_rows_write(out, first, vals, n, per_row);
   free(vals);
   free(shift0);

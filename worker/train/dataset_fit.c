@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "kernels/status.h"
+#include "kernels/utf8.h"
 #include "worker/data/batcher.h"
 
 /* Sequence classification trains whole sequences from a zero state on the CPU or GPU engine:
@@ -30,12 +31,24 @@ static const char *classify_refusal(const struct lstmd_train_config *cfg, const 
 
 int lstmd_dataset_fit(const struct lstmd_train_config *cfg, const struct lstmd_dataset_info *info,
                       const char *path, char *why, size_t n) {
+  /* Checkpoints keep the column and label names as JSON text, which must be UTF-8 (jansson
+   * dropped such a name, and no command could read the run's checkpoints); lstmd prepare refuses
+   * such names now, a dataset prepared before did not. */
+  const int classify = info->kind == LSTMD_DATASET_CLASSIFY;
+  const int names = classify ? info->horizon : info->kind == LSTMD_DATASET_SERIES ? info->width : 0;
+  for (int k = 0; k < names; k++)
+    if (!lstmd_utf8_valid(info->names[k])) {
+      snprintf(why, n, "data.path: %s: the name of %s %d is not UTF-8 text, and checkpoints keep "
+               "the names as JSON text: prepare the data again from a UTF-8 file", path,
+               classify ? "label" : "column", k + 1);
+      return LSTMD_ECONFIG;
+    }
   const char *reason = NULL, *key = NULL;
-  if (info->kind == LSTMD_DATASET_CLASSIFY && (key = classify_refusal(cfg, &reason))) {
+  if (classify && (key = classify_refusal(cfg, &reason))) {
     snprintf(why, n, "%s: %s is a classify dataset: %s", key, path, reason);
     return LSTMD_ECONFIG;
   }
-  if (info->kind != LSTMD_DATASET_CLASSIFY && (cfg->bidirectional || cfg->pool)) {
+  if (!classify && (cfg->bidirectional || cfg->pool)) {
     /* A reverse direction reads every step of the window: the next token, or the values a
      * forecast predicts, would be among its inputs. Pooling exists only for classifiers. */
     snprintf(why, n, "%s: %s; %s is a %s dataset (sequence classification only)",

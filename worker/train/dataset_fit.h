@@ -1,6 +1,7 @@
 /* dataset_fit.h — the settings a dataset rules out, decided from its header alone: what a
  * classify dataset cannot train with yet, what only classifiers have (bidirectional, pooling),
- * and what sampling needs (a text model, a prime in its vocabulary). The trainer checks them at
+ * what sampling needs (a text model, a prime in its vocabulary), and column or label names that
+ * a checkpoint can keep (UTF-8). The trainer checks them at
  * its set-up (rank 0 says why) and `lstmd serve` when a job is submitted, so that such a job is
  * refused with the same words instead of failing when it starts. */
 #ifndef LSTMD_DATASET_FIT_H

@@ -1,7 +1,8 @@
 /* utf8.h — strict UTF-8 validation (no overlong forms, no surrogates, nothing past U+10FFFF), the
  * rule that proto3 strings and JSON text (jansson) both hold values to. Config strings travel to
- * every rank as JSON, and job names and settings are stored in proto3 Job records, so text that
- * is not UTF-8 is refused where it comes in instead of being dropped on the way. */
+ * every rank as JSON, job names and settings are stored in proto3 Job records, and a dataset's
+ * column and label names in every checkpoint's JSON metadata, so text that is not UTF-8 is
+ * refused where it comes in instead of being dropped on the way. */
 #ifndef LSTMD_UTF8_H
 #define LSTMD_UTF8_H
 
