@@ -17,6 +17,7 @@
 #include "worker/io/safetensors.h"
 #include "worker/io/tb_events.h"
 #include "worker/model/forecast_rows.h"
+#include "worker/train/dataset_fit.h"
 #include "check.h"
 
 static char g_dir[] = "/tmp/lstmd-test-formats-XXXXXX";
@@ -365,8 +366,34 @@ static void test_forecast_rows(void) {
   }
 }
 
+/* lstmd_dataset_fit on a dataset prepared before lstmd prepare refused names that are not UTF-8:
+ * a series column or classify label so named is refused (checkpoints keep the names as JSON
+ * text, which dropped them), naming which; UTF-8 names (é as 0xc3 0xa9) pass. */
+static void test_dataset_names(void) {
+  struct lstmd_train_config cfg;
+  lstmd_config_defaults(&cfg);
+  struct lstmd_dataset_info info = {.kind = LSTMD_DATASET_SERIES, .width = 2, .horizon = 1};
+  snprintf(info.names[0], sizeof info.names[0], "load");
+  snprintf(info.names[1], sizeof info.names[1], "t\xc3\xa9mp");
+  char why[512] = "";
+  check_true("dataset fit: UTF-8 column names pass",
+             lstmd_dataset_fit(&cfg, &info, "ds", why, sizeof why) == LSTMD_OK);
+  snprintf(info.names[1], sizeof info.names[1], "t\xe9mp");
+  check_true("dataset fit: a Latin-1 column name is refused, naming column 2",
+             lstmd_dataset_fit(&cfg, &info, "ds", why, sizeof why) == LSTMD_ECONFIG &&
+                 strstr(why, "data.path: ds: the name of column 2 is not UTF-8 text"));
+  info = (struct lstmd_dataset_info){.kind = LSTMD_DATASET_CLASSIFY, .width = 8, .horizon = 2,
+                                     .vocab_size = 2};
+  snprintf(info.names[0], sizeof info.names[0], "caf\xe9");
+  snprintf(info.names[1], sizeof info.names[1], "bar");
+  check_true("dataset fit: a Latin-1 classify label is refused, naming label 1",
+             lstmd_dataset_fit(&cfg, &info, "ds", why, sizeof why) == LSTMD_ECONFIG &&
+                 strstr(why, "the name of label 1 is not UTF-8 text"));
+}
+
 int main(void) {
   if (!mkdtemp(g_dir)) return 2;
+  test_dataset_names();
   test_forecast_rows();
   test_crc();
   test_safetensors();
