@@ -112,9 +112,6 @@ int lstmd_comm_solo(struct lstmd_comm *c, int root, int (*work)(void *ctx), void
                     int my_status, int *failed_rank, double timeout_s, const char *what);
 /* Broadcast `bytes` bytes from root (any size). */
 int lstmd_comm_bcast(struct lstmd_comm *c, void *buf, size_t bytes, int root);
-/* Broadcast of a small message that may be hours away (an idle daemon's next command): the
- * wait polls at most 20 times a second, so idle ranks cost next to no CPU. */
-int lstmd_comm_bcast_idle(struct lstmd_comm *c, void *buf, int bytes, int root);
 /* Gathers `bytes` from every rank into out (rank-major, size·bytes) on root. */
 int lstmd_comm_gather(struct lstmd_comm *c, const void *in, size_t bytes, void *out, int root);
 /* The same with a bound (every rank enters it within a step of the others): unfinished

@@ -2,8 +2,9 @@
  *
  * 1. Every communicator gets MPI_ERRORS_RETURN before first use, so the return codes checked
  *    below are real (with the default MPI_ERRORS_ARE_FATAL such checks are dead code).
- * 2. Open MPI's blocking collectives busy-poll a core. All waits here go through
- *    wait_requests_within: MPI_Testall, spinning briefly, then sleeping between polls for 1/16
+ * 2. Open MPI's blocking collectives busy-poll a core. All waits for requests here go through
+ *    wait_requests_within (lstmd_comm_recv_msg, the probe for a message an idle daemon rank waits
+ *    on, backs off on its own to its caller's bound): MPI_Testall, spinning briefly, then sleeping between polls for 1/16
  *    of the time waited so far (up to 2 ms in training), so a rank waiting long costs almost no
  *    CPU, while a wait is seen to end at most ~6% of its length late. A nonblocking collective
  *    moves on only inside the MPI calls of its ranks, so every sleep of one rank can delay the
@@ -49,8 +50,7 @@
 enum { kPiece = 1 << 30 };
 
 /* Polls n requests, sleeping between polls for 1/16 of the time waited so far (see 2.), up to
- * max_sleep_ns: 2 ms in the training loop, 50 ms for an idle daemon's wait for its next job (20
- * polls a second, after 0.8 s), and looking for a lost peer (peers.h). With timeout_s > 0, requests unfinished that long after the
+ * max_sleep_ns (2 ms), and looking for a lost peer (peers.h). With timeout_s > 0, requests unfinished that long after the
  * wait began end the job with a message naming `what` (never MPI_Wait or MPI_Cancel on them: a
  * stopped peer must not hang this rank). */
 static int wait_requests_within(const struct lstmd_comm *c, int n, MPI_Request *r,
@@ -511,12 +511,6 @@ int lstmd_comm_bcast(struct lstmd_comm *c, void *buf, size_t bytes, int root) {
     LSTMD_TRY(wait_request(c, &r));
   }
   return LSTMD_OK;
-}
-
-int lstmd_comm_bcast_idle(struct lstmd_comm *c, void *buf, int bytes, int root) {
-  MPI_Request r;
-  LSTMD_CHECK_MPI(MPI_Ibcast(buf, bytes, MPI_BYTE, root, c->world, &r));
-  return wait_requests_within(NULL, 1, &r, 50000000L, 0.0, NULL);
 }
 
 int lstmd_comm_gather(struct lstmd_comm *c, const void *in, size_t bytes, void *out, int root) {

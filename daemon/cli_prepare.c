@@ -14,6 +14,13 @@ static int need(const char *cmd, const char *name, const char *value) {
   return 2;
 }
 
+/* A prepare's status as the exit code; a failed one leaves no --out directory it made (empty:
+ * its writers removed their temp files), as an interrupted one does. */
+static int prepared(int status) {
+  if (status) lstmd_mkdir_output_undo();
+  return lstmd_exit_code(status);
+}
+
 int lstmd_cmd_prepare(int argc, char **argv) {
   lstmd_durable_remove_temps_on_signal(); /* a Ctrl-C leaves no partial split beside DIR's */
   const char *kind = argc > 2 ? argv[2] : "";
@@ -33,7 +40,7 @@ int lstmd_cmd_prepare(int argc, char **argv) {
         (rc = lstmd_opt_out_not_stdout("prepare text", out, "a dataset folder")) ||
         (rc = lstmd_opt_double("prepare text", "val-fraction", vf, 0.0, 0.5, &f)))
       return rc;
-    return lstmd_exit_code(lstmd_prepare_text(input, out, f));
+    return prepared(lstmd_prepare_text(input, out, f));
   }
   if (!strcmp(kind, "series")) {
     struct lstmd_opt opts[] = {{"input", &input},       {"out", &out},         {"target", &target},
@@ -63,8 +70,7 @@ int lstmd_cmd_prepare(int argc, char **argv) {
         (rc = lstmd_opt_long("prepare series", "season", season, 0, LSTMD_MAX_SEASON, &p)) ||
         (rc = lstmd_opt_missing("prepare series", missing_text, LSTMD_MISSING_ERROR, &m)))
       return rc;
-    return lstmd_exit_code(
-        lstmd_prepare_series(input, out, target, features, (int)k, f, (int)p, m));
+    return prepared(lstmd_prepare_series(input, out, target, features, (int)k, f, (int)p, m));
   }
   if (!strcmp(kind, "classify")) {
     /* defaults: 1, auto and error (--series only) */
@@ -103,7 +109,7 @@ int lstmd_cmd_prepare(int argc, char **argv) {
         lstmd_errorf("prepare classify: --label-column, --header and --missing belong to --series");
         return 2;
       }
-      return lstmd_exit_code(lstmd_prepare_classify(input, out, f));
+      return prepared(lstmd_prepare_classify(input, out, f));
     }
     if (!label_column) label_column = "1";
     if (!header) header = "auto";
@@ -119,7 +125,7 @@ int lstmd_cmd_prepare(int argc, char **argv) {
     int m;
     if ((rc = lstmd_opt_missing("prepare classify", missing_text, LSTMD_MISSING_ERROR, &m)))
       return rc;
-    return lstmd_exit_code(lstmd_prepare_classify_series(input, out, f, (int)col, hdr, m));
+    return prepared(lstmd_prepare_classify_series(input, out, f, (int)col, hdr, m));
   }
   const int help_asked = !strcmp(kind, "--help") || !strcmp(kind, "-h");
   if (!help_asked) lstmd_errorf("prepare: expected 'text', 'series' or 'classify', got '%s'", kind);

@@ -6,12 +6,14 @@
  * settings, a malformed request, shutting down); 3 the daemon cannot be reached or the
  * connection broke; 4 no such job; 5 wrong or missing token. */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -130,10 +132,21 @@ static Lstmd__Response *roundtrip(struct lstmd_ctl *c, Lstmd__Request *req, int 
   return resp;
 }
 
-static int parse_id(const char *cmd, const char *text, uint64_t *id) {
+/* A job id as typed: decimal digits only (strtoull alone took ' 1' and '+1', and wrapped
+ * 99999999999999999999 to 18446744073709551615, another job's number), not 0. */
+static int job_id_of(const char *text, uint64_t *id) {
+  if (!text || !isdigit((unsigned char)text[0])) return -1;
   char *end;
-  unsigned long long v = text ? strtoull(text, &end, 10) : 0;
-  if (!text || !*text || *end || v == 0 || text[0] == '-') {
+  errno = 0;
+  const unsigned long long v = strtoull(text, &end, 10);
+  if (errno || *end || v == 0) return -1;
+  *id = v;
+  return 0;
+}
+
+static int parse_id(const char *cmd, const char *text, uint64_t *id) {
+  uint64_t v = 0;
+  if (job_id_of(text, &v)) {
     if (text) fprintf(stderr, "lstmctl: %s: expected a job id (a positive number), got '%s'\n", cmd, text);
     else fprintf(stderr, "lstmctl: %s: which job? (lstmctl %s ID)\n", cmd, cmd);
     return -1;
@@ -190,10 +203,8 @@ static int parse_submit(int argc, char **argv, struct ctl_args *a) {
     else if (!strcmp(arg, "--no-preempt")) no_preempt = 1;
     else if (!strcmp(arg, "--resume")) a->resume = 1;
     else if (!strcmp(arg, "--continue") && v) {
-      char *end;
-      errno = 0;
-      const unsigned long long id = strtoull(v, &end, 10);
-      if (errno || *end || end == v || id == 0 || v[0] == '-') {
+      uint64_t id = 0;
+      if (job_id_of(v, &id)) {
         fprintf(stderr, "lstmctl: submit --continue %s: expected a job id\n", v);
         rc = kExitUsage;
       }
@@ -497,20 +508,20 @@ static int cmd_logs(struct lstmd_ctl *c, uint64_t id, int follow) {
     return lost ? lost : follow ? kExitOk : kExitJob;
   }
   /* A job that continues another (or resumes a run) shares its run dir's train.log: one that
-   * failed before its own lines began (a refused resume) left the earlier run's lines there,
-   * which end in success. Where the job's reason is not in the log, it is said after it. */
-  const char *reason = !lost && state == LSTMD__JOB_STATE__FAILED ? resp->job->reason : NULL;
-  int told = !reason || !reason[0]; /* (lost: resp is gone) */
-  char *line = NULL;
-  size_t cap = 0;
-  rewind(f);
-  while (!told && getline(&line, &cap, f) > 0) told = strstr(line, reason) != NULL;
-  free(line);
+   * failed before its own lines began (a refused resume) left only the earlier run's there,
+   * ending in success. A log last written before this attempt started is that; the reason is
+   * said after it. (Not the reason's text looked up in the log: errors go to stderr, not there.) */
+  struct stat st;
+  const int64_t started = lost ? 0 : resp->job->started_ms;
+  const int before = state == LSTMD__JOB_STATE__FAILED && started > 0 &&
+                     fstat(fileno(f), &st) == 0 &&
+                     (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000 < started;
   fclose(f);
-  if (!told)
+  if (before)
     fprintf(stderr, "lstmctl: job %llu FAILED before it wrote to %s (the lines above are an "
-            "earlier run's in the same run dir): %s\n", (unsigned long long)id, path, reason);
-  return lost ? lost : told ? kExitOk : kExitJob;
+            "earlier run's in the same run dir): %s\n", (unsigned long long)id, path,
+            resp->job->reason && resp->job->reason[0] ? resp->job->reason : "(no reason given)");
+  return lost ? lost : before ? kExitJob : kExitOk;
 }
 
 /* The arguments of a command other than submit: the job id of status, cancel, watch and logs,

@@ -1,4 +1,5 @@
 /* main.c — the lstmd entry point: picks BLAS kernels, then dispatches the subcommand. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -102,6 +103,10 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+  /* Past a file size limit (ulimit -f, a quota's stand-in) a write fails with EFBIG, which every
+   * writer reports (exit 1) and cleans up after (its temp file removed), instead of SIGXFSZ
+   * ending the process mid-write with the temp file left. */
+  signal(SIGXFSZ, SIG_IGN);
   lstmd_blas_select_kernels(argv);
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
       !strcmp(argv[1], "help")) {

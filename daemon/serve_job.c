@@ -20,17 +20,17 @@
  * its data rules out (samples of a series model, a classifier with dropout, ...) is refused at
  * submission with the words its start would print, not failed when it starts. A dataset whose
  * header does not open (not there yet, or broken) is left to the start, which says why, as it
- * does for every job: the loader's message is held here (lstmd_errors_capture_begin), not
- * printed by the daemon. */
+ * does for every job: the loader's message is dropped here (lstmd_errors_silence), neither
+ * printed by the daemon nor made the process's last error, which a job failing on rank 0 at
+ * that moment reports as its reason. */
 static int dataset_unfit(const struct lstmd_train_config *cfg, char *err, size_t errlen) {
-  char path[sizeof cfg->data_path + 16], held[1400];
+  char path[sizeof cfg->data_path + 16];
   snprintf(path, sizeof path, "%s/train.bin", cfg->data_path);
   if (access(path, F_OK) != 0) return LSTMD_OK;
-  struct lstmd_errors_held outer;
   struct lstmd_dataset ds;
-  lstmd_errors_capture_begin(held, sizeof held, &outer);
+  lstmd_errors_silence(1);
   const int opened = lstmd_dataset_open(path, &ds) == LSTMD_OK;
-  lstmd_errors_capture_end(&outer);
+  lstmd_errors_silence(0);
   if (!opened) return LSTMD_OK;
   const int rc = lstmd_dataset_fit(cfg, &ds.info, cfg->data_path, err, errlen);
   lstmd_dataset_close(&ds);

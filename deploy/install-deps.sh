@@ -22,6 +22,7 @@ dist=(
 tests=(
   python3 python3-numpy python3-torch python3-venv  # references in tests, peer in benchmarks
   time              # peak RSS per rank in bench/bench_pipeline.sh
+  strace            # holds prepare text between its two passes (tests/test_bad_input.sh)
   clang             # the sanitizer and libFuzzer builds of the protocol tests
   slurm-wlm slurmctld slurmd slurm-client munge  # the one-node Slurm cluster of tests/test_slurm.sh
 )

@@ -39,7 +39,13 @@ const char *lstmd_status_name(int status) {
   return "LSTMD_UNKNOWN";
 }
 
+/* lstmd_errors_silence's: this thread's messages dropped (a probe that only wants a status). */
+static _Thread_local int g_silenced;
+
+void lstmd_errors_silence(int on) { g_silenced = on; }
+
 void lstmd_verrorf(const char *fmt, va_list ap) {
+  if (g_silenced) return;
   char msg[sizeof g_last];
   vsnprintf(msg, sizeof msg, fmt, ap);
   pthread_mutex_lock(&g_last_mu);

@@ -74,6 +74,10 @@ void lstmd_errors_put(const char *lines);
 /* This thread's held lines to stderr now, the capture going on empty: a rank about to end the
  * job (lstmd_comm_abort) says what it held. */
 void lstmd_errors_flush_held(void);
+/* While on, lstmd_errorf on this thread drops its lines: not printed, not captured, and not the
+ * process's last error (lstmd_last_error), which a daemon's job on another thread reports as
+ * its failure reason. For a probe that wants only a status (daemon/serve_job.c). */
+void lstmd_errors_silence(int on);
 
 /* Who this process is in messages about failed library calls (check.h): "rank R (host)". Set
  * once by the communicator at start-up; empty before. */

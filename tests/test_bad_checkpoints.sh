@@ -84,6 +84,12 @@ check "train --resume: Inf in optim.exp_avg_sq" --file "$TMP/inf-moment.safetens
   --set train.steps=4 --resume "$TMP/inf-moment.safetensors"
 
 # a data cursor beyond the dataset's windows (a damaged or hand-edited checkpoint)
+# an epoch of -1 (hand-edited): strtoull read it as 2^64 - 1 and the run went on from there
+st_edit "$CKPT" "$TMP/epoch.safetensors" '"train.epoch":"' '"train.epoch":"-1'
+check "train --resume: train.epoch -1" --file "$TMP/epoch.safetensors" --has "train.epoch" \
+  --no-ckpt "$TMP/run-epoch" -- \
+  "$LSTMD" train --set data.path="$TMP/good-text" --set train.run_dir="$TMP/run-epoch" "${TINY[@]}" \
+  --set train.steps=4 --resume "$TMP/epoch.safetensors"
 st_edit "$CKPT" "$TMP/cursor.safetensors" '"train.position":"' '"train.position":"99999999'
 check "train --resume: data cursor beyond the dataset" --file "$TMP/cursor.safetensors" \
   --has "data cursor" --no-ckpt "$TMP/run-cursor" -- \
@@ -141,6 +147,15 @@ check "eval: header length prefix 8 bytes short" --file "$TMP/hlen-small.safeten
 st_set_hlen "$CKPT" "$TMP/hlen-zero.safetensors" 0
 check "sample: header length prefix 0" --file "$TMP/hlen-zero.safetensors" -- \
   "$LSTMD" sample --checkpoint "$TMP/hlen-zero.safetensors" --length 5
+
+# A checkpoint past a file size limit (ulimit -f 100, 100 KiB): SIGXFSZ ended the run mid-write
+# (exit 153, the temp file left); now the write fails, is named, exit 1, no temp file left
+mkdir "$TMP/run-fsize"
+check "train: a checkpoint past a file size limit" --has "File too large" --exit 1 -- \
+  bash -c 'ulimit -f 100 && exec "$@"' lstmd "$LSTMD" train --set data.path="$TMP/good-text" \
+  --set train.run_dir="$TMP/run-fsize" "${TINY[@]}" --set model.hidden=128
+! compgen -G "$TMP/run-fsize/*.tmp.*" >/dev/null ||
+  fail "train: past a file size limit" "temp files left: $(ls "$TMP/run-fsize")"
 
 # ---------------------------------------------------------------- checkpoint vs data / command
 check "sample: prime byte 0x01 outside the vocabulary" --file "$CKPT" --has "0x01" -- \

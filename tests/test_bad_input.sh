@@ -80,6 +80,30 @@ check "prepare text: 2000 bytes (warns: val.bin of 100 tokens)" --exit 0 \
   --has "$TMP/o-2k/val.bin: 100 tokens hold no window" --has "unless data.seq_len <= 99" -- \
   "$LSTMD" prepare text --input "$TMP/2k.txt" --out "$TMP/o-2k"
 
+# A file rewritten between prepare text's two passes (the vocabulary, then the ids) with its size
+# unchanged: the new bytes became id 0 of the old vocabulary, exit 0 ('zzzz' in a file of 'a's
+# read as 'aaaa'), and a refusal left the --out folder it had made. strace holds the second
+# pass's rewind for 3 s while the file changes.
+if strace -f -o /dev/null true 2>/dev/null; then
+  head -c 100000 /dev/zero | tr '\0' a >"$TMP/race.txt"
+  (sleep 1; printf zzzz | dd of="$TMP/race.txt" bs=1 seek=99000 conv=notrunc status=none) &
+  check "prepare text: the file rewritten between the two passes" --file "$TMP/race.txt" \
+    --has "changed while reading" --clean-dir "$TMP/o-race" -- \
+    strace -f -o /dev/null -e trace=lseek -e inject=lseek:delay_exit=3000000 \
+    "$LSTMD" prepare text --input "$TMP/race.txt" --out "$TMP/o-race"
+  wait
+  [[ ! -e $TMP/o-race ]] || fail "prepare text: rewritten between passes" "left the --out it made: $TMP/o-race"
+else
+  echo "skip [prepare text: the file rewritten between the two passes]: strace cannot trace here"
+fi
+# Past a file size limit (ulimit -f): SIGXFSZ ended lstmd mid-write (exit 153, no message, the
+# temp files left); now the write fails, is named, exit 1, nothing left
+check "prepare text: past a file size limit (ulimit -f 50)" --has "File too large" --exit 1 \
+  --clean-dir "$TMP/o-fsize" -- \
+  bash -c 'ulimit -f 50 && exec "$@"' lstmd "$LSTMD" prepare text --input "$DATA/fortunes.txt" \
+  --out "$TMP/o-fsize"
+[[ ! -e $TMP/o-fsize ]] || fail "prepare text: past a file size limit" "left the --out it made: $(ls -A "$TMP/o-fsize")"
+
 # ---------------------------------------------------------------- prepare series
 printf 'a,b\n1,2\n3\n4,5\n' >"$TMP/ragged.csv"
 check "prepare series: ragged CSV (short row)" --file "$TMP/ragged.csv" --has "ragged.csv:3" \
@@ -127,6 +151,9 @@ check "prepare series: a column name that is not UTF-8" --has "--features: the c
   --clean-dir "$TMP/o-latin1" -- \
   "$LSTMD" prepare series --input "$TMP/latin1.csv" --target load --features $'t\xe9mp' \
   --out "$TMP/o-latin1"
+check "prepare series: a --target that is not UTF-8" --has "--target: the column name 't\\xe9mp' is not UTF-8" \
+  --clean-dir "$TMP/o-latin1t" -- \
+  "$LSTMD" prepare series --input "$TMP/latin1.csv" --target $'t\xe9mp' --out "$TMP/o-latin1t"
 printf 'caf\xe9\tsome text\nbar\tother text\n' >"$TMP/latin1.tsv"
 check "prepare classify: a label that is not UTF-8" --file "$TMP/latin1.tsv" --has "latin1.tsv:1" \
   --has "not UTF-8" --clean-dir "$TMP/o-latin1c" -- \

@@ -87,7 +87,10 @@ py_world='import json,sys; print(json.load(sys.stdin)["world"])'
 # extra or unknown arguments: exit 2 naming them, before the daemon is asked anything
 for line in "list junk|junk" "shutdown now|now" "status $a 7|7" "watch $a x|x" "top --every 2|--every" \
     "logs $a 3|3" "logs $a --json|--json" "cancel|cancel" "status|status" \
-    "submit --config x.ini --config y.ini|--config given twice ('x.ini', then 'y.ini')"; do
+    "submit --config x.ini --config y.ini|--config given twice ('x.ini', then 'y.ini')" \
+    "status 99999999999999999999|expected a job id (a positive number), got '99999999999999999999'" \
+    "cancel +1|expected a job id (a positive number), got '+1'" \
+    "submit --continue 18446744073709551616|--continue 18446744073709551616: expected a job id"; do
   IFS='|' read -r args want <<<"$line"
   msg=$(ctl $args 2>&1 >/dev/null); rc=$?
   [[ $rc == 2 && $msg == "lstmctl: "*"$want"* ]] && ok "lstmctl $args: exit 2: $msg" || bad "lstmctl $args: rc=$rc '$msg'"
@@ -127,6 +130,11 @@ wait_for 30 running_step "$h" || bad "job $h did not start"
 truncate -s 100000 "$TMP/ds2/train.bin"
 wait_for 30 state_is "$h" FAILED && ok "a dataset truncated under a running job fails it on all ranks: $(field "$h" reason)" \
   || bad "truncated dataset: $(ctl status "$h")"
+# its logs are its own (written after it started): printed as they are, exit 0, with no note
+# that they are an earlier run's (that note is for a job that failed before writing any)
+ctl logs "$h" >"$TMP/logs-h.out" 2>"$TMP/logs-h.err"; rc=$?
+[[ $rc == 0 && -s $TMP/logs-h.out && ! -s $TMP/logs-h.err ]] &&
+  ok "logs of a job that failed mid-run: its own lines, exit 0" || bad "logs of job $h: exit $rc, $(cat "$TMP/logs-h.err")"
 i=$(ctl submit --config "$TMP/job.ini" | tail -1)
 ctl watch "$i" >/dev/null && ok "and the daemon runs the next job" || bad "after truncation: $(ctl status "$i")"
 

@@ -216,6 +216,9 @@ out=$(ctl submit --config "$TMP/job.ini" --set train.sample_every=2 --set train.
 out=$(ctl submit --config "$TMP/job.ini" --set model.bidirectional=true 2>&1); rc=$?
 [[ $rc == 2 && $out == *"model.bidirectional: a bidirectional LSTM would read the future"* ]] &&
   ok "a bidirectional language model: exit 2 at submission" || bad "bidirectional text job: exit $rc: $out"
+out=$(ctl submit --config "$TMP/job.ini" --set model.pool=mean 2>&1); rc=$?
+[[ $rc == 2 && $out == *"model.pool: pooling belongs to sequence classifiers"* ]] &&
+  ok "a pooled language model: exit 2 at submission" || bad "pooled text job: exit $rc: $out"
 p=$(ctl submit --config "$TMP/job.ini" "${pipe[@]}" --set train.run_dir=pipe-job --name pipe | tail -1)
 if ctl watch "$p" >/dev/null 2>&1 && [[ $(field "$p" state) == SUCCEEDED ]]; then
   ok "a model.stages=2 job: SUCCEEDED"

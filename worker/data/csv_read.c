@@ -170,6 +170,8 @@ int lstmd_csv_parse_file(struct lstmd_csv_pos *pos, void (*on_field)(void *, siz
     const size_t took = csv_parse(&p, line + skip, len, relay_field, relay_record, &r);
     if (took != len && !pos->failed) parse_error(pos, &p, line + skip, len, took, skip);
   }
+  /* getline's errno, now: csv_fini's callbacks below set errno (strtod) */
+  const int read_error = ferror(f) ? (errno ? errno : EIO) : 0;
   /* no line++: what fini completes is the last line's record (a file without a final newline);
    * in strict-fini mode it fails only on a quoted field still open at the end */
   if (!pos->failed && csv_fini(&p, relay_field, relay_record, &r) != 0 && !pos->failed) {
@@ -187,7 +189,6 @@ int lstmd_csv_parse_file(struct lstmd_csv_pos *pos, void (*on_field)(void *, siz
             pos->input, blank, blank == 1 ? "" : "s", blank_first);
   csv_free(&p);
   free(line);
-  const int read_error = ferror(f) ? errno : 0; /* getline's */
   fclose(f);
   if (read_error) {
     lstmd_errorf("%s: read failed: %s", pos->input, strerror(read_error));
@@ -197,16 +198,18 @@ int lstmd_csv_parse_file(struct lstmd_csv_pos *pos, void (*on_field)(void *, siz
 }
 
 const char *lstmd_csv_number_hint(const char *text) {
-  char *end;
+  const char *digits = text;
+  while (*digits == ' ' || *digits == '\t') digits++;
+  if (*digits == '+' || *digits == '-') digits++;
+  if (digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X'))
+    return " (hexadecimal is not read: write the value in decimal)";
+  char *end; /* a whole decimal number (as lstmd_csv_number reads it), only too large */
   const double v = strtod(text, &end);
-  if (end != text && isfinite(v) && fabs(v) > kMaxMagnitude)
+  while (*end == ' ' || *end == '\t' || *end == '\r') end++;
+  if (end != text && *end == '\0' && isfinite(v) && fabs(v) > kMaxMagnitude)
     return " within lstmd's range (at most 3e38 in magnitude: float32 ends at 3.4e38, and the "
            "normalisation of the values needs room above them)";
-  while (*text == ' ' || *text == '\t') text++;
-  if (*text == '+' || *text == '-') text++;
-  return text[0] == '0' && (text[1] == 'x' || text[1] == 'X')
-             ? " (hexadecimal is not read: write the value in decimal)"
-             : "";
+  return "";
 }
 
 size_t lstmd_csv_trim(const char *text, size_t len, const char **start) {

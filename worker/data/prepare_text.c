@@ -76,10 +76,15 @@ int lstmd_prepare_text(const char *input, const char *out_dir, double val_fracti
     close(fd);
     return LSTMD_ENOMEM;
   }
+  /* Two passes over the file (the vocabulary, then the ids): a file written meanwhile without
+   * changing its size would give ids from a vocabulary it no longer has (a byte new in the
+   * second pass became id 0, exit 0), so each pass takes a CRC of the bytes and they must agree. */
   uint64_t hist[256] = {0}, seen = 0;
+  uint32_t crc_first = 0, crc_second = 0;
   ssize_t k;
   while ((k = read_some(fd, buf, kChunkBytes)) > 0) {
     for (ssize_t i = 0; i < k; i++) hist[buf[i]]++;
+    crc_first = lstmd_crc32c(crc_first, buf, (size_t)k);
     seen += (uint64_t)k;
   }
   struct lstmd_dataset_info info = {.kind = LSTMD_DATASET_TEXT, .width = 1};
@@ -111,6 +116,7 @@ int lstmd_prepare_text(const char *input, const char *out_dir, double val_fracti
   if (!rc && lseek(fd, 0, SEEK_SET) != 0) rc = LSTMD_EIO;
   uint64_t pos = 0;
   while (!rc && (k = read_some(fd, buf, kChunkBytes)) > 0) {
+    crc_second = lstmd_crc32c(crc_second, buf, (size_t)k);
     for (ssize_t i = 0; i < k; i++) buf[i] = id_of[buf[i]];
     uint64_t n = (uint64_t)k, to_train = pos < train_n ? train_n - pos : 0;
     if (to_train > n) to_train = n;
@@ -118,7 +124,7 @@ int lstmd_prepare_text(const char *input, const char *out_dir, double val_fracti
     if (!rc && n > to_train) rc = lstmd_dataset_writer_append(&val, buf + to_train, n - to_train);
     pos += n;
   }
-  if (!rc && (k < 0 || pos != size)) {
+  if (!rc && (k < 0 || pos != size || crc_second != crc_first)) {
     lstmd_errorf("%s: read failed or file changed while reading", input);
     rc = LSTMD_EIO;
   }

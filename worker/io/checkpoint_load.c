@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include "checkpoint.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
@@ -31,8 +33,11 @@ static int meta_u64(const struct lstmd_st_file *f, const char *path, const char 
                     uint64_t *out) {
   const char *v = lstmd_st_meta_get(f, key);
   char *end;
-  unsigned long long x = v ? strtoull(v, &end, base) : 0;
-  if (!v || *v == '\0' || *end != '\0') {
+  errno = 0;
+  /* digits only: strtoull takes "-1" (as 2^64 - 1), a sign or blanks, and wraps past 2^64 */
+  const int digit = v && (base == 16 ? isxdigit((unsigned char)v[0]) : isdigit((unsigned char)v[0]));
+  unsigned long long x = digit ? strtoull(v, &end, base) : 0;
+  if (!digit || errno || *end != '\0') {
     lstmd_errorf("%s: metadata '%s' is missing or malformed", path, key);
     return LSTMD_EFORMAT;
   }

@@ -283,6 +283,10 @@ int lstmd_mkdir_output(const char *dir) {
   return LSTMD_OK;
 }
 
+void lstmd_mkdir_output_undo(void) {
+  if (__atomic_load_n(&g_made_dir_set, __ATOMIC_ACQUIRE) == 2) rmdir(g_made_dir); /* if empty */
+}
+
 int lstmd_run_dir_lock(const char *dir, int *fd) {
   char path[4200], host[256] = "?", holder[320] = "";
   snprintf(path, sizeof path, "%s/.lstmd.lock", dir);

@@ -49,6 +49,9 @@ int lstmd_mkdir_p(const char *dir);
  * signal that lstmd_durable_remove_temps_on_signal handles removes it again if it is empty by
  * then, after the temp files, so a Ctrl-C leaves nothing behind. */
 int lstmd_mkdir_output(const char *dir);
+/* For a command that failed: removes the directory lstmd_mkdir_output made, if it is empty (its
+ * writers aborted), as the signal handler does; nothing when it made none. */
+void lstmd_mkdir_output_undo(void);
 
 /* Holds <dir>/.lstmd.lock (flock, exclusive) for as long as the returned descriptor stays open,
  * with this process's pid and host written in it: one run writes a run dir at a time, whatever

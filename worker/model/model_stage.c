@@ -4,8 +4,8 @@
  * and its W, and a split projection's rows, which live from the copy into the workspace to the
  * end of the same chunk's F or W: model_stage.h).
  *
- * A first stage folds a text model's embedding into layer 0 as one rank does (model.c; where
- * lstmd_model_fold_decide says so for the unit's window): the table is made at the window's
+ * A first stage folds a text model's embedding into layer 0 as one rank does (model_workspace.c;
+ * where lstmd_model_fold_decide says so for the unit's window): the table is made at the window's
  * first chunk (the weights do not change within a step), each chunk's projection rows are copied
  * from it, each W adds its chunk's gate gradients into the window's sums, and the W that
  * completes the window's chunks (in whatever order the schedule runs them) turns the sums into
