@@ -75,5 +75,9 @@ int lstmd_opt_out_replaces_no_input(const char *cmd, const char *out);
 void lstmd_on_stop_signals(void (*handler)(int sig));
 /* Maps a library status to the process exit code (see above). */
 int lstmd_exit_code(int status);
+/* exit_code, once stdout is flushed: where a write to it failed (a full disk, /dev/full, a
+ * closed pipe) it says so ("CMD: writing to stdout failed: ...") and returns 1, an output that
+ * could not be written, where the exit status said success. */
+int lstmd_exit_after_stdout(const char *cmd, int exit_code);
 
 #endif

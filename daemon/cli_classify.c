@@ -38,6 +38,11 @@ int lstmd_classify_eval_print(const struct lstmd_model *m, const struct lstmd_da
     lstmd_errorf("%s: no sequences to score (prepared with --val-fraction 0?)", val->path);
     return LSTMD_EFORMAT;
   }
+  if (a->numeric && a->width != b->width) { /* as classify refuses such rows */
+    lstmd_errorf("%s: rows of %d values, the classifier was trained on rows of %d", val->path,
+                 b->width, a->width);
+    return LSTMD_EFORMAT;
+  }
   struct lstmd_clf_eval *res = malloc(sizeof *res);
   if (!res) return LSTMD_ENOMEM;
   /* a series classifier's values are normalised as in its training (a split prepared from
@@ -239,5 +244,5 @@ int lstmd_cmd_classify(int argc, char **argv) {
   free(values);
   lstmd_clf_workspace_destroy(ws);
   lstmd_model_destroy(m);
-  return lstmd_exit_code(rc);
+  return lstmd_exit_after_stdout("classify", lstmd_exit_code(rc));
 }

@@ -53,7 +53,7 @@ int lstmd_cmd_eval(int argc, char **argv) {
       lstmd_dataset_close(&val);
     }
     lstmd_infer_model_destroy(&m);
-    return lstmd_exit_code(rc);
+    return lstmd_exit_after_stdout("eval", lstmd_exit_code(rc));
   }
   struct lstmd_eval_result res = {0};
   if (!rc) {
@@ -85,7 +85,7 @@ int lstmd_cmd_eval(int argc, char **argv) {
   }
   printf("%s%s}\n", sparsity ? ",\"sparsity\":" : "", sparsity ? sparsity : "");
   free(sparsity);
-  return 0;
+  return lstmd_exit_after_stdout("eval", 0);
 }
 
 int lstmd_cmd_sample(int argc, char **argv) {
@@ -119,7 +119,7 @@ int lstmd_cmd_sample(int argc, char **argv) {
   }
   rc = lstmd_sample(&m, &meta, ckpt, prime, length, (float)temperature, (uint64_t)seed, stdout);
   lstmd_infer_model_destroy(&m);
-  return lstmd_exit_code(rc);
+  return lstmd_exit_after_stdout("sample", lstmd_exit_code(rc));
 }
 
 int lstmd_cmd_predict(int argc, char **argv) {

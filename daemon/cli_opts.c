@@ -136,6 +136,13 @@ int lstmd_exit_code(int status) {
   }
 }
 
+int lstmd_exit_after_stdout(const char *cmd, int exit_code) {
+  errno = 0;
+  if (fflush(stdout) == 0 && !ferror(stdout)) return exit_code;
+  lstmd_errorf("%s: writing to stdout failed: %s", cmd, errno ? strerror(errno) : "write error");
+  return exit_code ? exit_code : 1;
+}
+
 void lstmd_on_stop_signals(void (*handler)(int sig)) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);

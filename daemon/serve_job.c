@@ -91,19 +91,21 @@ static uint8_t *invalid(const char *msg, size_t *len) {
 }
 
 /* A resume that could only fail at its start: the checkpoint it would read (run_dir's resume
- * point) was trained with another data.seq_len or global batch (replicas × data.batch_size,
+ * point) was trained with another data.seq_len (not a classifier's) or global batch (replicas × data.batch_size,
  * replicas = ranks / model.stages) than the job's, which train_resume.c refuses. Returns 1 with
  * msg written where so; 0 where they agree or there is nothing to read (no checkpoint yet, or one
  * whose header does not open: the start says why). Reads the header only. */
 static int resume_mismatch(const char *run_dir, const struct lstmd_train_config *cfg, int ranks,
                            char *msg, size_t n) {
-  static const char *const keys[] = {"data.batch", "data.seq_len"};
+  static const char *const keys[] = {"data.batch", "data.seq_len", "model.classes"};
   char path[1400];
-  long v[2];
-  if (lstmd_run_dir_resume_meta(run_dir, 2, keys, v, path, sizeof path) <= 0) return 0;
-  const long batch = v[0], seq_len = v[1];
+  long v[3];
+  if (lstmd_run_dir_resume_meta(run_dir, 3, keys, v, path, sizeof path) <= 0) return 0;
+  const long batch = v[0], seq_len = v[1], classes = v[2];
   const int replicas = ranks / cfg->stages, global = replicas * cfg->batch_size;
-  if (seq_len > 0 && seq_len != cfg->seq_len) {
+  /* a classifier's window is one sequence: its checkpoint's data.seq_len is the longest one's,
+   * not the key's (which it does not use), and its resume does not compare them */
+  if (classes <= 0 && seq_len > 0 && seq_len != cfg->seq_len) {
     snprintf(msg, n, "data.seq_len: %s was trained with data.seq_len %ld, this job has %d; a resume "
              "needs the same", path, seq_len, cfg->seq_len);
     return 1;

@@ -4,7 +4,8 @@
 # for it, shuts the daemon down, runs the same job under `mpirun -np 2 lstmd train`, and calls
 # ok/bad on whether the job SUCCEEDED with step-STEPS weights equal to mpirun's bit for bit, and
 # whether `lstmctl status` (text and --json) shows the validation accuracy of mpirun's last
-# evaluation (metrics.jsonl keeps 6 digits; these are classifiers: the final evaluation always runs).
+# evaluation (metrics.jsonl keeps 6 digits; these are classifiers: the final evaluation always
+# runs), and whether `submit --continue` of the job is accepted and runs 2 steps more.
 # Needs LSTMD, SRC, PY, TMP (the working folder: the daemon's state goes to $TMP/state) and ok/bad.
 daemon_vs_mpirun() {
   local what=$1 steps=$2; shift 2
@@ -23,6 +24,20 @@ daemon_vs_mpirun() {
   done
   timeout 10 "$ctl" --socket "$sock" status "$id" >"$TMP/status.txt" 2>&1
   timeout 10 "$ctl" --socket "$sock" --json status "$id" >"$TMP/status.json" 2>&1
+  # --continue: a classifier's checkpoint holds its longest sequence as data.seq_len, which the
+  # submission compared with the key it does not use, and refused every such continue
+  local more cstate=""
+  more=$(timeout 30 "$ctl" --socket "$sock" submit --continue "$id" --set train.steps=$((steps + 2)) \
+    2>"$TMP/continue.err" | tail -1)
+  for _ in $(seq 300); do
+    [[ -n $more ]] || break
+    cstate=$(timeout 10 "$ctl" --socket "$sock" status "$more" 2>/dev/null | head -1)
+    grep -q -e SUCCEEDED -e FAILED <<<"$cstate" && break
+    sleep 0.2
+  done
+  if grep -q SUCCEEDED <<<"$cstate" && [[ -f $TMP/state/runs/job-$id/step-$((steps + 2)).safetensors ]]; then
+    ok "$what: submit --continue $id accepted, SUCCEEDED at step $((steps + 2))"
+  else bad "$what: --continue $id: '$cstate' $(cat "$TMP/continue.err")"; fi
   timeout 30 "$ctl" --socket "$sock" shutdown >/dev/null 2>&1
   for _ in $(seq 300); do kill -0 "$serve_pid" 2>/dev/null || break; sleep 0.2; done
   kill -0 "$serve_pid" 2>/dev/null && { bad "$what: the daemon did not stop within 60 s"; kill -9 "$serve_pid"; }

@@ -157,6 +157,13 @@ check "train: a checkpoint past a file size limit" --has "File too large" --exit
 ! compgen -G "$TMP/run-fsize/*.tmp.*" >/dev/null ||
   fail "train: past a file size limit" "temp files left: $(ls "$TMP/run-fsize")"
 
+# stdout that cannot be written (a full disk, /dev/full): said, exit 1; eval exited 0 in silence
+# and sample 2 in silence
+check "eval: stdout /dev/full" --has "eval: writing to stdout failed" --exit 1 -- \
+  bash -c 'exec "$@" >/dev/full' lstmd "$LSTMD" eval --checkpoint "$CKPT" --data "$TMP/good-text"
+check "sample: stdout /dev/full" --has "sample: writing to stdout failed" --exit 1 -- \
+  bash -c 'exec "$@" >/dev/full' lstmd "$LSTMD" sample --checkpoint "$CKPT" --length 10
+
 # ---------------------------------------------------------------- checkpoint vs data / command
 check "sample: prime byte 0x01 outside the vocabulary" --file "$CKPT" --has "0x01" -- \
   "$LSTMD" sample --checkpoint "$CKPT" --prime $'The\x01' --length 5

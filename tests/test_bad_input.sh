@@ -154,6 +154,9 @@ check "prepare series: a column name that is not UTF-8" --has "--features: the c
 check "prepare series: a --target that is not UTF-8" --has "--target: the column name 't\\xe9mp' is not UTF-8" \
   --clean-dir "$TMP/o-latin1t" -- \
   "$LSTMD" prepare series --input "$TMP/latin1.csv" --target $'t\xe9mp' --out "$TMP/o-latin1t"
+check "prepare classify: --input a folder" --has "$TMP/good-text: read failed: Is a directory" \
+  --clean-dir "$TMP/o-dirtsv" -- \
+  "$LSTMD" prepare classify --input "$TMP/good-text" --out "$TMP/o-dirtsv"
 printf 'caf\xe9\tsome text\nbar\tother text\n' >"$TMP/latin1.tsv"
 check "prepare classify: a label that is not UTF-8" --file "$TMP/latin1.tsv" --has "latin1.tsv:1" \
   --has "not UTF-8" --clean-dir "$TMP/o-latin1c" -- \

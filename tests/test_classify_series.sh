@@ -268,6 +268,22 @@ printf '1,2,3\n' > q3.csv
 "$LSTMD" classify --checkpoint run/latest.safetensors --input q3.csv > /dev/null 2> err; rc=$?
 [[ $rc == 2 ]] && grep -q "q3.csv:1: 3 values, the model was trained on rows of 48" err \
   && ok "wrong length: $(cat err)" || bad "wrong length: rc $rc $(cat err)"
+# a labelled row (a label column the model does not have): the row's length is named, not a
+# --header option classify does not take ("the first line mixes numbers and names")
+{ printf 'up,'; head -1 q.csv; } > qlab.csv
+"$LSTMD" classify --checkpoint run/latest.safetensors --input qlab.csv > /dev/null 2> err; rc=$?
+[[ $rc == 2 ]] && grep -q "qlab.csv:1: 49 values, the model was trained on rows of 48 (no label column)" err \
+  && ok "a labelled first row: $(cat err)" || bad "a labelled first row: rc $rc $(cat err)"
+# eval of a split of other row lengths: refused as classify refuses them (it scored them)
+$PY "$GEN" 200 --length 20 --noise 0.2 --seed 97 $SHAPES > w20.csv
+"$LSTMD" prepare classify --series --input w20.csv --out d20 --val-fraction 0.5 2>/dev/null || bad "prepare w20.csv"
+"$LSTMD" eval --checkpoint run/latest.safetensors --data d20 > /dev/null 2> err; rc=$?
+[[ $rc == 2 ]] && grep -q "d20/val.bin: rows of 20 values, the classifier was trained on rows of 48" err \
+  && ok "eval of rows of another length: $(cat err)" || bad "eval of 20-value rows: rc $rc $(cat err)"
+# stdout that cannot be written: said, exit 1 (it exited 0 in silence)
+"$LSTMD" classify --checkpoint run/latest.safetensors --input q.csv > /dev/full 2> err; rc=$?
+[[ $rc == 1 ]] && grep -q "classify: writing to stdout failed: No space left on device" err \
+  && ok "classify > /dev/full: exit 1, $(cat err)" || bad "classify > /dev/full: rc $rc $(cat err)"
 
 # 5. two ranks = one rank
 eq=("${common[@]}" --set model.layers=2 --set model.bidirectional=true --set model.pool=last

@@ -132,11 +132,11 @@ static int read_tsv(struct tsv_state *st) {
     const size_t bom = lineno == 1 ? lstmd_utf8_bom_len(line, (size_t)n) : 0;
     rc = add_line(st, lineno, line + bom, (size_t)n - bom);
   }
-  int read_error = ferror(f);
+  const int read_error = ferror(f) ? (errno ? errno : EIO) : 0; /* getline's: "Is a directory" */
   free(line);
   fclose(f);
   if (!rc && read_error) {
-    lstmd_errorf("%s: read failed", st->input);
+    lstmd_errorf("%s: read failed: %s", st->input, strerror(read_error));
     rc = LSTMD_EIO;
   }
   if (!rc && st->n == 0) {

@@ -417,7 +417,8 @@ int lstmd_sample(const struct lstmd_infer_model *im, const struct lstmd_data_met
     runner_forward(&r, 1);
   }
   runner_close(&r);
-  return fflush(out) == 0 ? LSTMD_OK : LSTMD_EIO;
+  /* a failed write of the text is the caller's to name (lstmd sample: to stdout, exit 1) */
+  return fflush(out) == 0 && !ferror(out) ? LSTMD_OK : LSTMD_EWRITE;
 }
 
 /* Runs `cols` windows of T rows starting at row `first` of the normalised rows z and prints
