@@ -456,6 +456,11 @@ static int cmd_top(struct lstmd_ctl *c, int once) {
   }
 }
 
+/* Why an ended job failed or was cancelled, as the daemon recorded it. */
+static const char *reason_of(const Lstmd__Job *job) {
+  return job->reason && job->reason[0] ? job->reason : "(no reason given)";
+}
+
 /* Prints the job's train.log; with --follow keeps printing what is appended until the job ends. */
 static int cmd_logs(struct lstmd_ctl *c, uint64_t id, int follow) {
   int rc;
@@ -494,8 +499,7 @@ static int cmd_logs(struct lstmd_ctl *c, uint64_t id, int follow) {
     if (!follow && (state == LSTMD__JOB_STATE__FAILED || state == LSTMD__JOB_STATE__CANCELLED))
       /* it ended before its run opened the log (a refused teacher, a missing dataset) */
       fprintf(stderr, "lstmctl: job %llu %s before it wrote %s: %s\n", (unsigned long long)id,
-              lstmd_job_state_name(state), path,
-              resp->job->reason && resp->job->reason[0] ? resp->job->reason : "(no reason given)");
+              lstmd_job_state_name(state), path, reason_of(resp->job));
     else if (!follow && state == LSTMD__JOB_STATE__QUEUED && !resp->job->attempts)
       /* lstmctl knows it has not (it asked "has job N started?") */
       fprintf(stderr, "lstmctl: job %llu has not started yet (QUEUED%s%s): no %s until it runs; "
@@ -520,7 +524,7 @@ static int cmd_logs(struct lstmd_ctl *c, uint64_t id, int follow) {
   if (before)
     fprintf(stderr, "lstmctl: job %llu FAILED before it wrote to %s (the lines above are an "
             "earlier run's in the same run dir): %s\n", (unsigned long long)id, path,
-            resp->job->reason && resp->job->reason[0] ? resp->job->reason : "(no reason given)");
+            reason_of(resp->job));
   return lost ? lost : before ? kExitJob : kExitOk;
 }
 

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "kernels/status.h"
 #include "access.h"
@@ -26,7 +25,6 @@
 static int dataset_unfit(const struct lstmd_train_config *cfg, char *err, size_t errlen) {
   char path[sizeof cfg->data_path + 16];
   snprintf(path, sizeof path, "%s/train.bin", cfg->data_path);
-  if (access(path, F_OK) != 0) return LSTMD_OK;
   struct lstmd_dataset ds;
   lstmd_errors_silence(1);
   const int opened = lstmd_dataset_open(path, &ds) == LSTMD_OK;

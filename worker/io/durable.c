@@ -48,10 +48,14 @@ static void temp_unregister(struct lstmd_durable *w) {
 static char g_made_dir[kTempPathMax];
 static int g_made_dir_set;
 
+void lstmd_mkdir_output_undo(void) {
+  if (__atomic_load_n(&g_made_dir_set, __ATOMIC_ACQUIRE) == 2) rmdir(g_made_dir); /* if empty */
+}
+
 static void remove_temps_and_die(int sig) {
   for (int i = 0; i < kTempSlots; i++)
     if (__atomic_load_n(&g_temp_used[i], __ATOMIC_ACQUIRE) == 2) unlink(g_temp_path[i]);
-  if (__atomic_load_n(&g_made_dir_set, __ATOMIC_ACQUIRE) == 2) rmdir(g_made_dir); /* if empty */
+  lstmd_mkdir_output_undo(); /* an atomic load and rmdir: async-signal-safe */
   signal(sig, SIG_DFL);
   raise(sig); /* delivered once the handler returns: the exit status says the signal */
 }
@@ -281,10 +285,6 @@ int lstmd_mkdir_output(const char *dir) {
     }
   }
   return LSTMD_OK;
-}
-
-void lstmd_mkdir_output_undo(void) {
-  if (__atomic_load_n(&g_made_dir_set, __ATOMIC_ACQUIRE) == 2) rmdir(g_made_dir); /* if empty */
 }
 
 int lstmd_run_dir_lock(const char *dir, int *fd) {
