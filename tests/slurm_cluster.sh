@@ -9,9 +9,9 @@ CLUSTER=$SRC/deploy/slurm/local-cluster.sh
 cleanup() {
   trap '' INT TERM # a second signal must not cut the cleanup short
   declare -F slurm_test_cleanup >/dev/null && slurm_test_cleanup
-  if [[ -n ${SLURM_CONF-} ]] && jobs=$(squeue -h -o %i 2>/dev/null) && [[ -n $jobs ]]; then
-    scancel $jobs 2>/dev/null
-    for _ in $(seq 100); do [[ -z $(squeue -h -o %i 2>/dev/null) ]] && break; sleep 0.1; done
+  if [[ -n ${SLURM_CONF-} ]] && jobs=$(timeout 10 squeue -h -o %i 2>/dev/null) && [[ -n $jobs ]]; then
+    timeout 10 scancel $jobs 2>/dev/null
+    for _ in $(seq 100); do [[ -z $(timeout 5 squeue -h -o %i 2>/dev/null) ]] && break; sleep 0.1; done
   fi
   "$CLUSTER" stop "$TMP/cluster"
   rm -rf "$TMP"
@@ -19,10 +19,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-conf=$("$CLUSTER" start "$TMP/cluster")
+# start gives up by itself after 3 tries of 30 s; the timeout is a second bound, so that a test
+# never spends its ctest timeout silent in the start-up.
+conf=$(timeout 150 "$CLUSTER" start "$TMP/cluster")
 rc=$?
 [[ $rc -eq 77 ]] && exit 77
-[[ $rc -ne 0 ]] && { echo "$TEST_NAME: could not start the test cluster"; exit 1; }
+[[ $rc -ne 0 ]] && { echo "$TEST_NAME: could not start the test cluster (exit $rc)"; exit 1; }
 export SLURM_CONF=$conf
 fails=0
 ok() { echo "ok    $*"; }

@@ -20,7 +20,7 @@ export LOCAL_CLUSTER_FAKE_GPUS=2
 unset CUDA_VISIBLE_DEVICES # whatever the ranks see comes from Slurm
 source "$SRC/tests/slurm_cluster.sh"
 
-gres=$(sinfo -h -o %G 2>/dev/null)
+gres=$(timeout 10 sinfo -h -o %G 2>/dev/null)
 [[ $gres == gpu:2 ]] && ok "the node offers 2 fake GPUs (sinfo GRES: $gres)" \
   || bad "sinfo GRES is '$gres', not gpu:2"
 

@@ -23,17 +23,19 @@
 #   deploy/slurm/local-cluster.sh stop /tmp/lc             # stops exactly the daemons it started
 #
 # `start` waits until the node is idle and exits 0, exits 77 when Slurm or munge is not
-# installed (ctest: skipped) and 1 when the node did not come up (logs in DIR/log; run `stop`).
+# installed (ctest: skipped) and 1 when the node did not come up in 3 tries of 30 s, each on
+# fresh ports (logs in DIR/log, a failed try's as *.tryN; run `stop`). It never waits longer.
 set -u
 cmd=${1:?usage: local-cluster.sh start|stop DIR}
 dir=${2:?usage: local-cluster.sh start|stop DIR}
 [[ $cmd == start || $cmd == stop ]] || { echo "usage: local-cluster.sh start|stop DIR" >&2; exit 2; }
-if [[ $cmd == stop ]]; then
-  pids=()
+# Stops the daemons started in $dir: only a PID that is still the daemon its file names (a stale
+# file may name a reused PID); TERM, then KILL after 5 s.
+stop_daemons() {
+  local pids=() f pid
   for f in "$dir"/slurmctld.pid "$dir"/slurmd.pid "$dir"/munge/munged.pid; do
     [[ -f $f ]] || continue
     pid=$(cat "$f")
-    # Only if that PID is still the daemon started here (a stale file may name a reused PID).
     [[ $pid =~ ^[0-9]+$ ]] && [[ $(cat /proc/"$pid"/comm 2>/dev/null) == "$(basename "$f" .pid)" ]] \
       && pids+=("$pid")
   done
@@ -42,6 +44,9 @@ if [[ $cmd == stop ]]; then
     for _ in $(seq 50); do kill -0 "${pids[@]}" 2>/dev/null || break; sleep 0.1; done
     kill -9 "${pids[@]}" 2>/dev/null
   fi
+}
+if [[ $cmd == stop ]]; then
+  stop_daemons
   rm -f "$dir"/dev/gpu[0-9]* # the fake GPUs' device nodes, if any
   [[ -d $dir/dev ]] && rmdir "$dir/dev" 2>/dev/null
   exit 0
@@ -57,8 +62,6 @@ cpus=${LOCAL_CLUSTER_CPUS:-4}
 host=$(hostname)
 dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 2>/dev/null
 chmod 400 "$dir/munge/munge.key"
-# Ports out of the way of a real Slurm on the same machine.
-port=$((20000 + RANDOM % 20000))
 gres_types='' node_gres=''
 rm -f "$dir/gres.conf" "$dir"/dev/gpu[0-9]*
 if ((gpus > 0)); then
@@ -72,7 +75,19 @@ if ((gpus > 0)); then
   gres_types=$'GresTypes=gpu\n'
   node_gres=" Gres=gpu:$gpus"
 fi
-cat > "$dir/slurm.conf" <<CONF
+# Ports: random in 20000-40001, out of the way of a real Slurm on the same machine, and both
+# free now (another test's cluster may be starting beside this one).
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+pick_port() {
+  local p
+  for _ in $(seq 50); do
+    p=$((20000 + RANDOM % 20000))
+    port_free $p && port_free $((p + 1)) && { echo $p; return; }
+  done
+  echo $p
+}
+write_conf() {
+  cat > "$dir/slurm.conf" <<CONF
 ClusterName=lstmdtest
 SlurmctldHost=$host
 SlurmUser=root
@@ -100,20 +115,36 @@ ReturnToService=2
 ${gres_types}NodeName=$host CPUs=$cpus$node_gres State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 CONF
-munged -F --force --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.sock" \
-  --pid-file="$dir/munge/munged.pid" --log-file="$dir/log/munge.log" --seed-file="$dir/munge/seed" \
-  >/dev/null 2>&1 &
-echo $! > "$dir/munge/munged.pid"
+}
+# One try: the daemons on a fresh port, then up to 30 s for the node to be idle. Every sinfo is
+# bounded (a controller that accepts and never answers must not hold this for its message
+# timeouts, 10 s each), so a try ends in bounded time whatever the daemons do.
+try_start() {
+  port=$(pick_port)
+  write_conf
+  munged -F --force --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.sock" \
+    --pid-file="$dir/munge/munged.pid" --log-file="$dir/log/munge.log" \
+    --seed-file="$dir/munge/seed" >/dev/null 2>&1 &
+  echo $! > "$dir/munge/munged.pid"
+  sleep 0.5
+  slurmctld -D -i >"$dir/log/ctld.out" 2>&1 &
+  echo $! > "$dir/slurmctld.pid"
+  slurmd -D -N "$host" >"$dir/log/d.out" 2>&1 &
+  echo $! > "$dir/slurmd.pid"
+  local until=$((SECONDS + 30))
+  while ((SECONDS < until)); do
+    [[ $(timeout 5 sinfo -h -o %t 2>/dev/null) == idle ]] && return 0
+    sleep 0.2
+  done
+  return 1
+}
 export SLURM_CONF=$dir/slurm.conf
-sleep 0.5
-slurmctld -D -i >"$dir/log/ctld.out" 2>&1 &
-echo $! > "$dir/slurmctld.pid"
-slurmd -D -N "$host" >"$dir/log/d.out" 2>&1 &
-echo $! > "$dir/slurmd.pid"
-for _ in $(seq 100); do
-  [[ $(sinfo -h -o %t 2>/dev/null) == idle ]] && { echo "$dir/slurm.conf"; exit 0; }
-  sleep 0.2
+for attempt in 1 2 3; do
+  try_start && { echo "$dir/slurm.conf"; exit 0; }
+  echo "local-cluster: try $attempt: the node was not idle within 30 s (ports $port, $((port + 1)))" >&2
+  tail -n 3 "$dir/log/ctld.out" "$dir/log/d.out" >&2
+  stop_daemons
+  for f in "$dir"/log/*; do [[ -f $f && $f != *.try[0-9] ]] && mv "$f" "$f.try$attempt"; done
 done
-echo "local-cluster: the node did not come up; logs in $dir/log" >&2
-tail -5 "$dir/log/ctld.out" "$dir/log/d.out" >&2
+echo "local-cluster: the node did not come up in 3 tries; logs in $dir/log" >&2
 exit 1
