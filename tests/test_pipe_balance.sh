@@ -7,7 +7,8 @@
 # At this shape the FLOP model moves 96 of weight_ih's 128 rows at every boundary (checked below
 # from the startup line, so a split of 0 rows cannot pass for a test of the split).
 #  1. S = 2 in both data orders: wavefront K=4, gpipe M=4, 1f1b M=2 K=4; S = 4 wavefront K=8;
-#     D×S = 2×2; grad_accum as units; a series model; clip_norm 0.01 (the global norm, with the
+#     D×S = 2×2; 2 threads per rank (column slices: wavefront K=4, 1f1b M=2 K=4); grad_accum as
+#     units; a series model; clip_norm 0.01 (the global norm, with the
 #     split weight_ih's two partial sums: grad_norm equal to one rank's within 1e-6); S = 1 with
 #     balanced is the data-parallel engine, bit for bit.
 #  2. Checkpoints: one rank's names and shapes; a resume on the same layout is bitwise; the
@@ -50,6 +51,16 @@ check_split s4wave "rows \[0, 96) of weight_ih_l1, .*rows \[0, 96) of weight_ih_
 run dxs 4 text --set data.order=stream --set data.batch_size=4 --set model.stages=2 "${bal[@]}" \
   --set train.time_chunks=4
 equal dxs ref-stream "$INIT" 1e-5
+# 2 threads per rank: each unit run as 2 column slices, whose rows the engine copies to and from
+# the messages (one slice sends and receives straight from its workspace: engine_pipe.c)
+run wave4-t2 2 text "${o[@]}" --set model.stages=2 "${bal[@]}" --set train.time_chunks=4 \
+  --set train.threads=2
+run 1f1b2x4-t2 2 text "${o[@]}" --set model.stages=2 "${bal[@]}" --set train.schedule=1f1b \
+  --set train.micro_batches=2 --set train.time_chunks=4 --set train.threads=2
+for n in wave4-t2 1f1b2x4-t2; do
+  grep -q "2 threads per rank" "log-$n" || bad "$n: not 2 threads per rank: $(grep -m1 'compute:' "log-$n" | cut -c1-160)"
+  equal "$n" ref-stream "$INIT" 1e-5
+done
 # S = 1: the key means nothing (the data-parallel engine runs): one rank's numbers bit for bit
 run s1 1 text "${o[@]}" "${bal[@]}"
 if msg=$(compare run-s1/step-6.safetensors run-ref-stream/step-6.safetensors --rtol 0 2>&1); then

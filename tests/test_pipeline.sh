@@ -7,7 +7,8 @@
 # rounding, failing on an AMD EPYC host with OpenBLAS's Haswell kernels by one ulp of one element).
 #  1. the final evaluation at lr 0 of S = 2, S = 4 and D×S = 2×2 = one rank's (every rank scores
 #     a share of the windows); S = 2 in both data orders: gpipe M=4, 1f1b M=4, wavefront K=4 and K=16, 1f1b M=2 K=4,
-#     stage_layers=3,1; S = 4: wavefront K=8 and 1f1b M=4; D×S = 2×2 with the global batch;
+#     stage_layers=3,1; S = 2 with 2 threads per rank (column slices); S = 4: wavefront K=8
+#     and 1f1b M=4; D×S = 2×2 with the global batch;
 #     grad_accum as units; the embedding folded into layer 0 on the first stage; a series model; layer_norm (wavefront K=4, 1f1b M=2); clip_norm 0.01 at lr 10 (clipping by the global norm every
 #     step: the grad_norm in metrics.jsonl equal too).
 #  2. Checkpoints: the same tensor names, shapes and dtypes as one rank's; PyTorch loads the
@@ -62,6 +63,11 @@ for order in shuffle stream; do
     --set train.schedule=1f1b --set train.micro_batches=2
   equal "dxs1f1b-$order" "ref-$order" "$INIT" 1e-5
 done
+# 2 threads per rank: units of 2 column slices, their rows copied to and from the messages
+run wave4-t2 2 text --set data.order=stream --set data.batch_size=8 --set model.stages=2 \
+  --set train.time_chunks=4 --set train.threads=2
+grep -q "2 threads per rank" log-wave4-t2 || bad "wave4-t2: not 2 threads per rank: $(grep -m1 'compute:' log-wave4-t2 | cut -c1-160)"
+equal wave4-t2 ref-stream "$INIT" 1e-5
 o=(--set data.order=stream --set data.batch_size=8 --set model.stages=4)
 run s4wave 4 text "${o[@]}" --set train.time_chunks=8
 run s4-1f1b 4 text "${o[@]}" --set train.schedule=1f1b --set train.micro_batches=4

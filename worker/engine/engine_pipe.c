@@ -15,8 +15,9 @@
  * 3. Units live in P slots (P = the schedule's peak: U for fill-drain, min(S − s, U) for 1f1b);
  *    unit u takes slot u mod P. The receives of a unit (its K activation chunks from below, its
  *    K gradient chunks from above) are posted as soon as its slot is free — for fill-drain all at
- *    step start — into the slot's message buffers; its sends go out of them as each chunk is
- *    done, and a slot's sends are waited for before the slot takes its next unit. Every wait
+ *    step start — into the slot's workspaces or message buffers (see "messages" below); its
+ *    sends go out as each chunk is done, and a slot's sends are waited for before the slot
+ *    takes its next unit. Every wait
  *    has the deadline train.comm_timeout_s (comm/p2p.h): a stalled neighbour ends the job with
  *    a message naming it, never a hang.
  * 4. State. The (h, c) carried between windows (stream order) lives in one store per stage,
@@ -66,10 +67,11 @@ enum { kMaxSlices = 64 };
 
 struct pipe_slot {
   struct lstmd_stage_ws *ws[kMaxSlices];
-  /* K chunks of messages (see copy_rows), with the link's split rows r: [Tc,b,H] then [Tc,b,r] */
-  float *act_in, *act_out;   /* activations from below / to above (NULL where none) */
+  /* K chunks of messages (see message_parts): sliced, [Tc,b,H] then [Tc,b,r] each; direct,
+   * [Tc,b,r] each (NULL where none) */
+  float *act_in, *act_out;   /* activations from below / to above */
   float *grad_in, *grad_out; /* gradients from above / to below */
-  lstmd_p2p_req *sends;      /* [2K] the sends of the slot's current unit */
+  lstmd_p2p_req *sends;      /* [4K] the sends of the slot's current unit */
   int n_sends;
 };
 
@@ -81,10 +83,11 @@ struct pipe_engine {
   struct lstmd_reducer *reducer; /* D > 1 */
   struct lstmd_pool *pool;
   int n_slices, threads, blas_threads, c0[kMaxSlices], cb[kMaxSlices];
+  int direct; /* one slice: messages go straight to and from the workspaces (message_parts) */
   float *grads[kMaxSlices]; /* slice 0: model->grads */
   double loss[kMaxSlices];
   struct pipe_slot *slots;
-  lstmd_p2p_req *recv_act, *recv_grad; /* [U·K] */
+  lstmd_p2p_req *recv_act, *recv_grad; /* [U·K·2]: item (u, k)'s parts at 2·(u·K + k) */
   struct lstmd_batch *win;             /* [A] the step's windows, columns [0, B) */
   int *reset;                          /* [A] */
   float *state_h, *state_c;            /* [layers, B, H] the carried state (see 4.) */
@@ -105,9 +108,15 @@ static size_t chunk_floats(const struct pipe_engine *p, int r) {
   return (size_t)p->g.Tc * p->g.b * (p->g.H + r);
 }
 
+/* Floats of one chunk in a slot's message buffer on a link with split rows r (see
+ * message_parts): the whole message when sliced, its part 1 when direct. */
+static size_t slot_chunk_floats(const struct pipe_engine *p, int r) {
+  return p->direct ? (size_t)p->g.Tc * p->g.b * r : chunk_floats(p, r);
+}
+
 static int alloc_slots(struct pipe_engine *p) {
-  const size_t below = p->g.K * chunk_floats(p, p->g.st.rows_in);
-  const size_t above = p->g.K * chunk_floats(p, p->g.st.rows_out);
+  const size_t below = p->g.K * slot_chunk_floats(p, p->g.st.rows_in);
+  const size_t above = p->g.K * slot_chunk_floats(p, p->g.st.rows_out);
   p->slots = calloc((size_t)p->g.P, sizeof *p->slots);
   if (!p->slots) return LSTMD_ENOMEM;
   for (int i = 0; i < p->g.P; i++) {
@@ -115,13 +124,13 @@ static int alloc_slots(struct pipe_engine *p) {
     for (int c = 0; c < p->n_slices; c++)
       LSTMD_TRY(lstmd_stage_ws_create(p->base.model, &p->g.st, p->g.T, p->g.Tc, p->cb[c],
                                       p->base.cfg.dropout, &sl->ws[c]));
-    if (!p->g.st.first && (!(sl->act_in = malloc(below * sizeof(float))) ||
-                         !(sl->grad_out = malloc(below * sizeof(float)))))
+    if (!p->g.st.first && below && (!(sl->act_in = malloc(below * sizeof(float))) ||
+                                    !(sl->grad_out = malloc(below * sizeof(float)))))
       return LSTMD_ENOMEM;
-    if (!p->g.st.last && (!(sl->act_out = malloc(above * sizeof(float))) ||
-                        !(sl->grad_in = malloc(above * sizeof(float)))))
+    if (!p->g.st.last && above && (!(sl->act_out = malloc(above * sizeof(float))) ||
+                                   !(sl->grad_in = malloc(above * sizeof(float)))))
       return LSTMD_ENOMEM;
-    if (!(sl->sends = malloc(2 * (size_t)p->g.K * sizeof *sl->sends))) return LSTMD_ENOMEM;
+    if (!(sl->sends = malloc(4 * (size_t)p->g.K * sizeof *sl->sends))) return LSTMD_ENOMEM;
   }
   return LSTMD_OK;
 }
@@ -146,6 +155,7 @@ int lstmd_engine_pipe_create(const struct lstmd_engine *base, struct lstmd_engin
   p->n_slices = p->threads < p->g.b ? p->threads : p->g.b;
   if (p->n_slices > kMaxSlices) p->n_slices = kMaxSlices;
   p->blas_threads = p->threads / p->n_slices;
+  p->direct = p->n_slices == 1;
   for (int c = 0, col = 0; c < p->n_slices; c++) {
     p->c0[c] = col;
     p->cb[c] = p->g.b / p->n_slices + (c < p->g.b % p->n_slices);
@@ -158,8 +168,8 @@ int lstmd_engine_pipe_create(const struct lstmd_engine *base, struct lstmd_engin
   if (!rc && (!(p->state_h = calloc(state, sizeof(float))) ||
               !(p->state_c = calloc(state, sizeof(float)))))
     rc = LSTMD_ENOMEM;
-  if (!rc && (!(p->recv_act = calloc((size_t)p->g.U * p->g.K, sizeof *p->recv_act)) ||
-              !(p->recv_grad = calloc((size_t)p->g.U * p->g.K, sizeof *p->recv_grad))))
+  if (!rc && (!(p->recv_act = calloc(2 * (size_t)p->g.U * p->g.K, sizeof *p->recv_act)) ||
+              !(p->recv_grad = calloc(2 * (size_t)p->g.U * p->g.K, sizeof *p->recv_grad))))
     rc = LSTMD_ENOMEM;
   if (!rc) rc = lstmd_pipe_windows_alloc(&p->g, &m->shape, &p->win, &p->reset);
   if (!rc) rc = alloc_slots(p);
@@ -233,12 +243,66 @@ static int pipe_start(struct lstmd_engine *e, const struct lstmd_optim *o,
 
 /* ---- one step ---- */
 
-/* Rows [t0, t1) (within one chunk) of columns [c0, c0 + cb) between a unit's message buffer on
- * a link with split rows r and a slice's workspace buffer (to_slice: message → slice). Chunk k
- * of the message is Tc·b·(H + r) floats: part 0, [Tc, b, H] (w = H: the activations or their
- * gradients; the slice's buffer is [T, cb, H]), then part 1, [Tc, b, r] (w = r: the split's
- * pre-activations or their gate gradients; the slice's buffer holds the one chunk, [Tc, cb, r],
- * model_stage.h). Without a split the message is the unit's [T, b, H]. */
+/* ---- messages ----
+ * A chunk's message on a link with split rows r has two parts: part 0, [Tc, b, H] (the
+ * activations up, or their gradients down), and part 1, [Tc, b, r] (the split's pre-activations
+ * or their gate gradients; none when r = 0).
+ *   Sliced (n_slices > 1): both parts travel as one message, out of and into the slot's message
+ *   buffers, and each slice copies its columns between those and its workspace (copy_rows).
+ *   Direct (one slice, whose columns are the unit's): each part is its own message of the item's
+ *   tag (p2p matches one direction, peer and tag in posting order, and both ends post part 0
+ *   first), part 0 straight out of or into the workspace's [T, b, H] buffer at the chunk's rows,
+ *   part 1 out of or into the slot's buffer, which the workspace uses in place
+ *   (lstmd_stage_ws_use_rows). No copy at either end: at the benchmark's shape (H 512, 1,088
+ *   split rows) that is 26 MB each way per step that a rank no longer copies twice. */
+enum msg_role { ACT_IN, ACT_OUT, GRAD_IN, GRAD_OUT };
+
+struct msg_part {
+  float *buf; /* a send's is only read */
+  size_t floats;
+};
+
+/* Split rows of the link a role's messages use. */
+static int role_rows(const struct pipe_engine *p, enum msg_role role) {
+  return role == ACT_IN || role == GRAD_OUT ? p->g.st.rows_in : p->g.st.rows_out;
+}
+
+/* Parts of item k's message in this role for the unit in slot sl: 1 or 2 (see above). */
+static int message_parts(const struct pipe_engine *p, struct pipe_slot *sl, enum msg_role role,
+                         int k, struct msg_part part[2]) {
+  const int r = role_rows(p, role);
+  float *msg = role == ACT_IN ? sl->act_in : role == ACT_OUT ? sl->act_out
+             : role == GRAD_IN ? sl->grad_in : sl->grad_out;
+  const size_t cells = (size_t)p->g.Tc * p->g.b;
+  if (!p->direct) {
+    part[0] = (struct msg_part){msg + k * chunk_floats(p, r), chunk_floats(p, r)};
+    return 1;
+  }
+  struct lstmd_stage_ws *ws = sl->ws[0];
+  float *whole = role == ACT_IN ? lstmd_stage_ws_input(ws)
+               : role == ACT_OUT ? (float *)lstmd_stage_ws_output(ws)
+               : role == GRAD_IN ? lstmd_stage_ws_doutput(ws) : (float *)lstmd_stage_ws_dinput(ws);
+  part[0] = (struct msg_part){whole + k * cells * p->g.H, cells * p->g.H};
+  if (!r) return 1;
+  part[1] = (struct msg_part){msg + k * cells * r, cells * r};
+  return 2;
+}
+
+/* Direct: the slice's split-row buffers for item k are the slot's message chunks (NULL where the
+ * link has none). */
+static void use_message_rows(const struct pipe_engine *p, struct pipe_slot *sl, int k) {
+  const size_t ri = (size_t)p->g.Tc * p->g.b * p->g.st.rows_in;
+  const size_t ro = (size_t)p->g.Tc * p->g.b * p->g.st.rows_out;
+  lstmd_stage_ws_use_rows(sl->ws[0], ri ? sl->act_in + k * ri : NULL,
+                          ri ? sl->grad_out + k * ri : NULL, ro ? sl->act_out + k * ro : NULL,
+                          ro ? sl->grad_in + k * ro : NULL);
+}
+
+/* Sliced: rows [t0, t1) (within one chunk) of columns [c0, c0 + cb) between a unit's message
+ * buffer on a link with split rows r and a slice's workspace buffer (to_slice: message → slice).
+ * Chunk k of the message is Tc·b·(H + r) floats: part 0, [Tc, b, H] (w = H; the slice's buffer
+ * is [T, cb, H]), then part 1, [Tc, b, r] (w = r; the slice's buffer holds the one chunk,
+ * [Tc, cb, r], model_stage.h). */
 static void copy_rows(const struct pipe_engine *p, float *msg, int r, int part, float *slice,
                       int c, int t0, int t1, int to_slice) {
   const size_t w = part ? (size_t)r : (size_t)p->g.H, row = (size_t)p->cb[c] * w;
@@ -252,35 +316,54 @@ static void copy_rows(const struct pipe_engine *p, float *msg, int r, int part, 
   }
 }
 
+/* Posts the receives of item (u, k) in this role into reqs[0..parts). */
+static int post_item_receives(struct pipe_engine *p, struct pipe_slot *sl, enum msg_role role,
+                              int u, int k, lstmd_p2p_req *reqs) {
+  const int dir = role == ACT_IN ? LSTMD_P2P_UP : LSTMD_P2P_DOWN;
+  const int peer = role == ACT_IN ? p->g.s - 1 : p->g.s + 1;
+  struct msg_part part[2];
+  const int n = message_parts(p, sl, role, k, part);
+  char what[128];
+  lstmd_pipe_describe_item(what, sizeof what, dir, u, k);
+  for (int i = 0; i < n; i++)
+    LSTMD_TRY(lstmd_p2p_irecv(p->p2p, dir, peer, lstmd_pipe_tag(u, k, p->g.K), part[i].buf,
+                              part[i].floats * sizeof(float), what, &reqs[i]));
+  return LSTMD_OK;
+}
+
 /* Posts unit u's receives into its slot (see 3.). */
 static int post_receives(struct pipe_engine *p, int u) {
   struct pipe_slot *sl = &p->slots[u % p->g.P];
-  const size_t below = chunk_floats(p, p->g.st.rows_in), above = chunk_floats(p, p->g.st.rows_out);
-  char what[128];
   for (int k = 0; k < p->g.K; k++) {
-    const int tag = lstmd_pipe_tag(u, k, p->g.K);
-    if (!p->g.st.first) {
-      lstmd_pipe_describe_item(what, sizeof what, LSTMD_P2P_UP, u, k);
-      LSTMD_TRY(lstmd_p2p_irecv(p->p2p, LSTMD_P2P_UP, p->g.s - 1, tag, sl->act_in + k * below,
-                                below * sizeof(float), what, &p->recv_act[u * p->g.K + k]));
-    }
-    if (!p->g.st.last) {
-      lstmd_pipe_describe_item(what, sizeof what, LSTMD_P2P_DOWN, u, k);
-      LSTMD_TRY(lstmd_p2p_irecv(p->p2p, LSTMD_P2P_DOWN, p->g.s + 1, tag, sl->grad_in + k * above,
-                                above * sizeof(float), what, &p->recv_grad[u * p->g.K + k]));
-    }
+    const size_t at = 2 * ((size_t)u * p->g.K + k);
+    if (!p->g.st.first) LSTMD_TRY(post_item_receives(p, sl, ACT_IN, u, k, &p->recv_act[at]));
+    if (!p->g.st.last) LSTMD_TRY(post_item_receives(p, sl, GRAD_IN, u, k, &p->recv_grad[at]));
   }
   return LSTMD_OK;
 }
 
-static int send_chunk(struct pipe_engine *p, struct pipe_slot *sl, int dir, int u, int k,
-                      const float *buf) {
-  const size_t chunk = chunk_floats(p, dir == LSTMD_P2P_UP ? p->g.st.rows_out : p->g.st.rows_in);
-  const int peer = dir == LSTMD_P2P_UP ? p->g.s + 1 : p->g.s - 1;
+/* Waits for the receives of item (u, k) in this role (lstmd_pipe_wait_recv). */
+static int wait_item_receives(struct pipe_engine *p, enum msg_role role, int u, int k,
+                              struct lstmd_step_result *out) {
+  const lstmd_p2p_req *reqs = (role == ACT_IN ? p->recv_act : p->recv_grad) +
+                              2 * ((size_t)u * p->g.K + k);
+  const int n = p->direct && role_rows(p, role) ? 2 : 1;
+  for (int i = 0; i < n; i++)
+    LSTMD_TRY(lstmd_pipe_wait_recv(p->p2p, reqs[i], p->base.trace, u, k, &out->p2p_wait_s));
+  return LSTMD_OK;
+}
+
+static int send_item(struct pipe_engine *p, struct pipe_slot *sl, enum msg_role role, int u, int k) {
+  const int dir = role == ACT_OUT ? LSTMD_P2P_UP : LSTMD_P2P_DOWN;
+  const int peer = role == ACT_OUT ? p->g.s + 1 : p->g.s - 1;
+  struct msg_part part[2];
+  const int n = message_parts(p, sl, role, k, part);
   char what[128];
   lstmd_pipe_describe_item(what, sizeof what, dir, u, k);
-  return lstmd_p2p_isend(p->p2p, dir, peer, lstmd_pipe_tag(u, k, p->g.K), buf + k * chunk,
-                         chunk * sizeof(float), what, &sl->sends[sl->n_sends++]);
+  for (int i = 0; i < n; i++)
+    LSTMD_TRY(lstmd_p2p_isend(p->p2p, dir, peer, lstmd_pipe_tag(u, k, p->g.K), part[i].buf,
+                              part[i].floats * sizeof(float), what, &sl->sends[sl->n_sends++]));
+  return LSTMD_OK;
 }
 
 /* The pool's body: the item in flight on column slice c. */
@@ -292,6 +375,8 @@ static void run_item(void *arg, int c) {
   struct lstmd_stage_ws *ws = sl->ws[c];
   const struct lstmd_model *model = p->base.model;
   const int col = m * p->g.b + p->c0[c]; /* this slice's first column among the rank's B */
+  const int copy = !p->direct; /* sliced: the slice's columns to and from the messages */
+  if (p->direct) use_message_rows(p, sl, k);
   switch (p->item_kind) {
     case LSTMD_PIPE_F: {
       if (k == 0) { /* the unit's window and initial state (see 4.) */
@@ -300,15 +385,16 @@ static void run_item(void *arg, int c) {
         else lstmd_stage_ws_set_state(ws, p->state_h, p->state_c, p->g.B, col);
       }
       const int ri = p->g.st.rows_in, ro = p->g.st.rows_out;
-      if (!p->g.st.first) copy_rows(p, sl->act_in, ri, 0, lstmd_stage_ws_input(ws), c, t0, t1, 1);
-      if (ri) copy_rows(p, sl->act_in, ri, 1, lstmd_stage_ws_input_rows(ws), c, t0, t1, 1);
+      if (copy && !p->g.st.first)
+        copy_rows(p, sl->act_in, ri, 0, lstmd_stage_ws_input(ws), c, t0, t1, 1);
+      if (copy && ri) copy_rows(p, sl->act_in, ri, 1, lstmd_stage_ws_input_rows(ws), c, t0, t1, 1);
       const struct lstmd_dropout_key key = {p->base.cfg.seed, p->in->first_window + (uint64_t)a,
                                             p->g.d * p->g.B + col};
       p->loss[c] += lstmd_stage_forward(model, ws, &p->pk, t0, t1, p->in->grad_scale,
                                         p->base.cfg.dropout > 0 ? &key : NULL);
-      if (!p->g.st.last)
+      if (copy && !p->g.st.last)
         copy_rows(p, sl->act_out, ro, 0, (float *)lstmd_stage_ws_output(ws), c, t0, t1, 0);
-      if (ro)
+      if (copy && ro)
         copy_rows(p, sl->act_out, ro, 1, (float *)lstmd_stage_ws_output_rows(ws), c, t0, t1, 0);
       if (k == p->g.K - 1 && p->base.cfg.carry_state)
         lstmd_stage_ws_get_final_state(ws, p->state_h, p->state_c, p->g.B, col);
@@ -316,12 +402,13 @@ static void run_item(void *arg, int c) {
     }
     case LSTMD_PIPE_B: {
       const int ri = p->g.st.rows_in, ro = p->g.st.rows_out;
-      if (!p->g.st.last) copy_rows(p, sl->grad_in, ro, 0, lstmd_stage_ws_doutput(ws), c, t0, t1, 1);
-      if (ro) copy_rows(p, sl->grad_in, ro, 1, lstmd_stage_ws_doutput_rows(ws), c, t0, t1, 1);
+      if (copy && !p->g.st.last)
+        copy_rows(p, sl->grad_in, ro, 0, lstmd_stage_ws_doutput(ws), c, t0, t1, 1);
+      if (copy && ro) copy_rows(p, sl->grad_in, ro, 1, lstmd_stage_ws_doutput_rows(ws), c, t0, t1, 1);
       lstmd_stage_backward_input(model, ws, &p->pk, t0, t1);
-      if (!p->g.st.first)
+      if (copy && !p->g.st.first)
         copy_rows(p, sl->grad_out, ri, 0, (float *)lstmd_stage_ws_dinput(ws), c, t0, t1, 0);
-      if (ri)
+      if (copy && ri)
         copy_rows(p, sl->grad_out, ri, 1, (float *)lstmd_stage_ws_dinput_rows(ws), c, t0, t1, 0);
       break;
     }
@@ -340,12 +427,8 @@ static int run_op(struct pipe_engine *p, const struct lstmd_pipe_op *op,
     for (int i = 0; i < sl->n_sends; i++) LSTMD_TRY(lstmd_p2p_wait(p->p2p, sl->sends[i], NULL));
     sl->n_sends = 0;
   }
-  if (op->kind == LSTMD_PIPE_F && !p->g.st.first)
-    LSTMD_TRY(lstmd_pipe_wait_recv(p->p2p, p->recv_act[u * p->g.K + k], p->base.trace, u, k,
-                                   &out->p2p_wait_s));
-  if (op->kind == LSTMD_PIPE_B && !p->g.st.last)
-    LSTMD_TRY(lstmd_pipe_wait_recv(p->p2p, p->recv_grad[u * p->g.K + k], p->base.trace, u, k,
-                                   &out->p2p_wait_s));
+  if (op->kind == LSTMD_PIPE_F && !p->g.st.first) LSTMD_TRY(wait_item_receives(p, ACT_IN, u, k, out));
+  if (op->kind == LSTMD_PIPE_B && !p->g.st.last) LSTMD_TRY(wait_item_receives(p, GRAD_IN, u, k, out));
   p->item_kind = op->kind;
   p->item_unit = u;
   p->item_chunk = k;
@@ -354,8 +437,8 @@ static int run_op(struct pipe_engine *p, const struct lstmd_pipe_op *op,
   const double t1 = lstmd_now_s();
   out->busy_s += t1 - t0;
   lstmd_pipe_trace_item(p->base.trace, op->kind, u, k, t0, t1);
-  if (op->kind == LSTMD_PIPE_F && !p->g.st.last) LSTMD_TRY(send_chunk(p, sl, LSTMD_P2P_UP, u, k, sl->act_out));
-  if (op->kind == LSTMD_PIPE_B && !p->g.st.first) LSTMD_TRY(send_chunk(p, sl, LSTMD_P2P_DOWN, u, k, sl->grad_out));
+  if (op->kind == LSTMD_PIPE_F && !p->g.st.last) LSTMD_TRY(send_item(p, sl, ACT_OUT, u, k));
+  if (op->kind == LSTMD_PIPE_B && !p->g.st.first) LSTMD_TRY(send_item(p, sl, GRAD_OUT, u, k));
   /* the unit's last W frees its slot for unit u + P, whose receives can go out now */
   if (op->kind == LSTMD_PIPE_W && k == 0 && u + p->g.P < p->g.U) LSTMD_TRY(post_receives(p, u + p->g.P));
   return LSTMD_OK;

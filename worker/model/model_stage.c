@@ -47,6 +47,7 @@ struct lstmd_stage_ws {
   float *dh, *dx;          /* [Tc,B,max(H,in0)] one chunk's gradients between layers */
   float *input_rows, *dinput_rows;   /* [Tc,B,rows_in] a split projection's part from below */
   float *output_rows, *doutput_rows; /* [Tc,B,rows_out] the part computed here for above */
+  float *own_rows[4];                /* the four above as allocated (lstmd_stage_ws_use_rows) */
   struct stage_layer layer[LSTMD_MAX_LAYERS];
   void *arena;
 };
@@ -149,6 +150,10 @@ int lstmd_stage_ws_create(const struct lstmd_model *m, const struct lstmd_stage 
   ws->dinput_rows = TAKE();
   ws->output_rows = TAKE();
   ws->doutput_rows = TAKE();
+  ws->own_rows[0] = ws->input_rows;
+  ws->own_rows[1] = ws->dinput_rows;
+  ws->own_rows[2] = ws->output_rows;
+  ws->own_rows[3] = ws->doutput_rows;
   for (int l = 0; l < st->layers; l++) {
     struct stage_layer *y = &ws->layer[l];
     y->h = TAKE();
@@ -187,6 +192,14 @@ float *lstmd_stage_ws_input_rows(struct lstmd_stage_ws *ws) { return ws->input_r
 const float *lstmd_stage_ws_output_rows(const struct lstmd_stage_ws *ws) { return ws->output_rows; }
 float *lstmd_stage_ws_doutput_rows(struct lstmd_stage_ws *ws) { return ws->doutput_rows; }
 const float *lstmd_stage_ws_dinput_rows(const struct lstmd_stage_ws *ws) { return ws->dinput_rows; }
+
+void lstmd_stage_ws_use_rows(struct lstmd_stage_ws *ws, float *input_rows, float *dinput_rows,
+                             float *output_rows, float *doutput_rows) {
+  ws->input_rows = input_rows ? input_rows : ws->own_rows[0];
+  ws->dinput_rows = dinput_rows ? dinput_rows : ws->own_rows[1];
+  ws->output_rows = output_rows ? output_rows : ws->own_rows[2];
+  ws->doutput_rows = doutput_rows ? doutput_rows : ws->own_rows[3];
+}
 
 int lstmd_stage_ws_folds_embedding(const struct lstmd_stage_ws *ws) { return ws->fold != NULL; }
 

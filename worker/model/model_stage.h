@@ -78,6 +78,11 @@ float *lstmd_stage_ws_input_rows(struct lstmd_stage_ws *ws);
 const float *lstmd_stage_ws_output_rows(const struct lstmd_stage_ws *ws);
 float *lstmd_stage_ws_doutput_rows(struct lstmd_stage_ws *ws);
 const float *lstmd_stage_ws_dinput_rows(const struct lstmd_stage_ws *ws);
+/* Points those four at caller memory of the same one-chunk shapes, for the items that follow
+ * (each argument NULL: the workspace's own buffer again): the pipeline engine's message buffers,
+ * so that a unit run as one column slice receives and sends them without a copy. */
+void lstmd_stage_ws_use_rows(struct lstmd_stage_ws *ws, float *input_rows, float *dinput_rows,
+                             float *output_rows, float *doutput_rows);
 
 /* 1 where this first stage's workspace folds the text embedding into layer 0 (model_stage.c). */
 int lstmd_stage_ws_folds_embedding(const struct lstmd_stage_ws *ws);
