@@ -5,24 +5,25 @@
 #
 #   bench/bench_pipeline.sh build/lstmd build/pipe_predict
 #   BENCH_OUT=bench/results/pipeline-cpu-2core-$(date +%F).txt bench/bench_pipeline.sh ...
-#   ONLY='dp,wavefront K=16,wavefront K=16 balanced' bench/bench_pipeline.sh ...  # those rows
+#   ONLY='dp,wavefront K=16,wavefront K=16 layers' bench/bench_pipeline.sh ...  # those rows
 #
 # Rows: data parallel (2 ranks × 16 windows), then model.stages=2 with the wavefront at K = 4,
-# 8, 16, 32 time chunks, gpipe at M = 2, 4, 8 micro-batches, 1f1b M=4 and 1f1b M=2 K=8. At this
-# shape the stages are unequal (layer 0 reads the 64-wide embedding, layer 1 the 512-wide layer
-# 0 and feeds the head: about 1.4x the work), which caps S=2 below data parallel whatever the
-# schedule; "wavefront K=16 balanced" is the K=16 wavefront with model.stage_split=balanced
-# (stage 0 also computes 960 of weight_ih_l1's 2048 rows: equal work by the FLOP model); the
-# last two rows repeat DP and the K=16 wavefront with model.embed=512, where the two stages
-# carry the same work. ONLY: a comma-separated list of row names to run (default: all).
+# 8, 16, 32 time chunks, gpipe at M = 2, 4, 8 micro-batches, 1f1b M=4 and 1f1b M=2 K=8, all with
+# the default model.stage_split=auto, which is balanced on CPU ranks (stage 0 also computes the
+# first 1,088 of weight_ih_l1's 2048 rows: equal work by the FLOP model). "wavefront K=16
+# layers" is the K=16 wavefront with whole layers per stage: at this shape those are unequal
+# (layer 0 reads the 64-wide embedding, layer 1 the 512-wide layer 0 and feeds the head: about
+# 1.4x the work). The last two rows repeat DP and the K=16 wavefront with model.embed=512.
+# ONLY: a comma-separated list of row names to run (default: all).
 # Columns, steady state (the first log interval left out), best of ROUNDS runs by tokens/s:
 #   tokens/s, step ms; the bubble measured (metrics.jsonl: 1 − Σ busy / Σ step time over the
 #   ranks) and predicted (bench/pipe_predict: lstmd's schedule simulator on the per-stage median
 #   F, B, W times of the run's own --trace, no latency), the closed form (S−1)/(N+S−1); the
 #   time per step waiting for the other stage (p2p) and for the gradient all-reduce; peak RSS
 #   of each rank (GNU time).
-# Targets (issue 13): measured bubble ≤ predicted + 0.05; wavefront K=M ≥ gpipe M in tokens/s;
-# wavefront K=16 ≥ 90% of data parallel's tokens/s.
+# Targets (issue 13), each printed with its verdict after the table (for the rows that ran):
+# measured bubble ≤ predicted + 0.05; wavefront K=M ≥ gpipe M in tokens/s (M = 4, 8); wavefront
+# K=16 ≥ 90% of data parallel's tokens/s.
 set -euo pipefail
 LSTMD=$(realpath "${1:?usage: bench_pipeline.sh LSTMD_BINARY [PIPE_PREDICT]}")
 PREDICT=${2:-$(dirname "$LSTMD")/pipe_predict}
@@ -42,7 +43,7 @@ configs=(
   "wavefront K=4|--set model.stages=2 --set train.time_chunks=4"
   "wavefront K=8|--set model.stages=2 --set train.time_chunks=8"
   "wavefront K=16|--set model.stages=2 --set train.time_chunks=16"
-  "wavefront K=16 balanced|--set model.stages=2 --set train.time_chunks=16 --set model.stage_split=balanced"
+  "wavefront K=16 layers|--set model.stages=2 --set train.time_chunks=16 --set model.stage_split=layers"
   "wavefront K=32|--set model.stages=2 --set train.time_chunks=32"
   "gpipe M=2|--set model.stages=2 --set train.schedule=gpipe --set train.micro_batches=2"
   "gpipe M=4|--set model.stages=2 --set train.schedule=gpipe --set train.micro_batches=4"
@@ -83,6 +84,28 @@ for r in sorted({e["pid"] for e in ev if e.get("ph") == "X"}):
         out.append("%.4f" % statistics.median(d))
 print(" ".join(out))
 EOF
+}
+
+# The targets' verdicts from the rows that ran (tps_of, bub_of, pred_of: by row name).
+declare -A tps_of bub_of pred_of
+verdict() { awk -v ok="$1" 'BEGIN{exit !ok}' && echo PASS || echo BELOW; }
+verdicts() {
+  echo "targets:"
+  local n
+  for n in "${!bub_of[@]}"; do
+    [[ ${pred_of[$n]} == - ]] && continue
+    echo "  $n: bubble ${bub_of[$n]} <= predicted ${pred_of[$n]} + 0.05: $(verdict \
+      "$(awk -v b="${bub_of[$n]}" -v p="${pred_of[$n]}" 'BEGIN{print (b <= p + 0.05)}')")"
+  done | sort
+  for m in 4 8; do
+    local w=${tps_of["wavefront K=$m"]-} g=${tps_of["gpipe M=$m"]-}
+    [[ -n $w && -n $g ]] && echo "  wavefront K=$m $w >= gpipe M=$m $g tokens/s: $(verdict \
+      "$(awk -v w="$w" -v g="$g" 'BEGIN{print (w >= g)}')")"
+  done
+  local w=${tps_of["wavefront K=16"]-} d=${tps_of[dp]-}
+  [[ -n $w && -n $d ]] && echo "  wavefront K=16 / dp = $w / $d = $(awk -v w="$w" -v d="$d" \
+    'BEGIN{printf "%.3f", w / d}') >= 0.90: $(verdict "$(awk -v w="$w" -v d="$d" 'BEGIN{print (w >= 0.9 * d)}')")"
+  return 0
 }
 
 {
@@ -127,5 +150,7 @@ EOF
       fi
     done
     echo "$best"
+    read -r _ tps_of["$name"] _ bub_of["$name"] pred_of["$name"] _ <<<"${best/$name/row}"
   done
+  verdicts
 } | tee ${BENCH_OUT:+"$BENCH_OUT"}

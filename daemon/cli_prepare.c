@@ -85,11 +85,11 @@ int lstmd_cmd_prepare(int argc, char **argv) {
       fprintf(help ? stdout : stderr,
               "usage: lstmd prepare classify --input FILE.tsv --out DIR [--val-fraction F]\n"
               "       lstmd prepare classify --series --input FILE.csv --out DIR [--val-fraction F]\n"
-              "                              [--label-column N|last] [--header auto|yes|no]\n"
+              "                              [--label-column C|last] [--header auto|yes|no]\n"
               "                              [--missing error|previous|linear]\n"
               "FILE.tsv: label<TAB>text per line (text is byte-level; labels any strings)\n"
               "--series: FILE.csv rows of one label and N numbers each (N the same in every row:\n"
-              "  a univariate series of N steps); the label is column N (1-based, default 1) or\n"
+              "  a univariate series of N steps); the label is column C (1-based, default 1) or\n"
               "  the last; --header auto takes the first line as a header when none of its\n"
               "  value fields is a number; --missing: a value that is empty, NA, N/A, NaN or null\n"
               "  refuses the file (error, the default), takes the last value before it in its row\n"

@@ -41,7 +41,7 @@ static const char *const kPrecisions[] = {"fp32", "fp16", "bf16", "tf32", NULL};
 static const char *const kBools[] = {"false", "true", NULL};
 static const char *const kPools[] = {"last", "mean", "max", NULL}; /* enum lstmd_pool_kind */
 static const char *const kPipeSchedules[] = {"wavefront", "gpipe", "1f1b", NULL}; /* lstmd_pipe_kind */
-static const char *const kStageSplits[] = {"layers", "balanced", NULL}; /* lstmd_stage_split */
+static const char *const kStageSplits[] = {"layers", "balanced", "auto", NULL}; /* lstmd_stage_split */
 
 #define LSTMD_STR_(x) #x
 #define LSTMD_STR(x) LSTMD_STR_(x)
@@ -76,9 +76,10 @@ static const struct cfg_key kKeys[] = {
      "pipeline stages: the layers split over this many ranks (the world is replicas x stages)"},
     {"model", "stage_layers", CFG_STRING, F(stage_layers), S(stage_layers), "", 0, 0, NULL,
      "layers per stage, e.g. 3,1 (empty: an even split)"},
-    {"model", "stage_split", CFG_ENUM, F(stage_split), 0, "layers", 0, 0, kStageSplits,
-     "pipeline: whole layers per stage, or balanced (each stage's first input projection split "
-     "by rows with the stage below, equal estimated work; CPU)"},
+    {"model", "stage_split", CFG_ENUM, F(stage_split), 0, "auto", 0, 0, kStageSplits,
+     "pipeline: whole layers per stage, balanced (each stage's first input projection split "
+     "by rows with the stage below, equal estimated work; CPU), or auto: balanced where it "
+     "runs (CPU, no layer_norm), else layers"},
     {"optim", "algo", CFG_ENUM, F(optim.algo), 0, "adamw", 0, 0, kAlgos, "optimizer"},
     {"optim", "lr", CFG_FLOAT, F(optim.lr), 0, "0.002", 0, 10, NULL, "peak learning rate"},
     {"optim", "weight_decay", CFG_FLOAT, F(optim.weight_decay), 0, "0", 0, 1, NULL,

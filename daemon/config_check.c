@@ -68,7 +68,7 @@ int lstmd_config_check(const struct lstmd_train_config *c, char *err, size_t n) 
   }
   if (c->stage_split == LSTMD_SPLIT_BALANCED && c->layer_norm) {
     snprintf(err, n, "model.stage_split: balanced splits input projections that model.layer_norm "
-             "normalises whole; use layers (the default) with the layer-normalised LSTM");
+             "normalises whole; use layers or auto with the layer-normalised LSTM");
     return LSTMD_ECONFIG;
   }
   if (c->batch_size % c->micro_batches) {

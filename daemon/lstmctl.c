@@ -55,15 +55,23 @@ static void usage(FILE *out) {
           "unreachable; 4 no such job; 5 wrong token.\n");
 }
 
+/* The daemon's refusal: printed, and the exit status it maps to. --json names the protocol's
+ * code ("NOT_FOUND") and the exit status, so that the two numbers are never confused. */
 static int error_exit(const Lstmd__Error *e) {
-  if (g_json) lstmctl_print_json(json_pack("{s:s, s:i}", "error", e->message, "code", e->code));
-  else fprintf(stderr, "lstmctl: %s\n", e->message);
+  int rc;
   switch (e->code) {
-    case LSTMD__ERROR_CODE__NOT_FOUND: return kExitNotFound;
-    case LSTMD__ERROR_CODE__UNAUTHENTICATED: return kExitAuth;
-    case LSTMD__ERROR_CODE__INTERNAL: return kExitJob;
-    default: return kExitUsage;
+    case LSTMD__ERROR_CODE__NOT_FOUND: rc = kExitNotFound; break;
+    case LSTMD__ERROR_CODE__UNAUTHENTICATED: rc = kExitAuth; break;
+    case LSTMD__ERROR_CODE__INTERNAL: rc = kExitJob; break;
+    default: rc = kExitUsage;
   }
+  const ProtobufCEnumValue *code =
+      protobuf_c_enum_descriptor_get_value(&lstmd__error_code__descriptor, (int)e->code);
+  if (g_json)
+    lstmctl_print_json(json_pack("{s:s, s:s, s:i}", "error", e->message, "code",
+                                 code ? code->name : "UNKNOWN", "exit", rc));
+  else fprintf(stderr, "lstmctl: %s\n", e->message);
+  return rc;
 }
 
 /* ---- requests ---- */

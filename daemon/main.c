@@ -79,7 +79,7 @@ static void usage(FILE *out) {
           "                         --out DIR [--val-fraction F] [--season P] [--missing error|previous|linear]\n"
           "  lstmd prepare classify --input FILE.tsv --out DIR [--val-fraction F]   (label<TAB>text per line)\n"
           "  lstmd prepare classify --series --input FILE.csv --out DIR [--val-fraction F]\n"
-          "                         [--label-column N|last] [--header auto|yes|no]   (a label, N numbers per row)\n"
+          "                         [--label-column C|last] [--header auto|yes|no]   (a label, N numbers per row)\n"
           "                         [--missing error|previous|linear]\n"
           "  lstmd train    --config JOB.ini [--set section.key=value ...] [--resume [CKPT]] [--trace FILE]\n"
           "                 [--device auto|cpu|cuda]\n"

@@ -1,7 +1,8 @@
 # pipe_test_lib.sh — sourced by the pipeline tests (test_pipeline.sh, test_pipe_balance.sh) once
 # they have set LSTMD, SRC and MPIEXEC: a working folder $TMP (the cwd; removed, with any rank
 # still running from it, on exit), ok/bad counting $fails, the text and series datasets, the
-# shared small-model settings $common, and:
+# shared small-model settings $common (whole layers per stage: model.stage_split=layers, which a
+# later --set overrides), and:
 #   run NAME NP DATA [--set ...]  trains in run-NAME on NP ranks (a config file named after the
 #                                 run puts NAME into every rank's argv, for pgrep); log in log-NAME
 #   equal NAME REF INIT TOL       run-NAME's step-6 against run-REF's, as updates from INIT, one
@@ -35,6 +36,7 @@ head -c 300000 "$SRC/data/fortunes.txt" > text.txt
 common=(--set model.layers=4 --set model.embed=8 --set model.hidden=32 --set data.seq_len=16
         --set optim.algo=sgd --set optim.lr=0.5 --set optim.schedule=constant --set optim.clip_norm=0
         --set model.dropout=0.2 --set train.steps=6 --set train.threads=1 --set train.bucket_mb=0.01
+        --set model.stage_split=layers
         --set train.log_every=1 --set train.eval_every=0 --set train.checkpoint_every=3)
 
 run() {

@@ -7,6 +7,7 @@
 # At this shape the FLOP model moves 96 of weight_ih's 128 rows at every boundary (checked below
 # from the startup line, so a split of 0 rows cannot pass for a test of the split).
 #  1. S = 2 in both data orders: wavefront K=4, gpipe M=4, 1f1b M=2 K=4; S = 4 wavefront K=8;
+#     stage_split=auto (the default) = balanced bit for bit, and whole layers with layer_norm;
 #     D×S = 2×2; 2 threads per rank (column slices: wavefront K=4, 1f1b M=2 K=4); grad_accum as
 #     units; a series model; clip_norm 0.01 (the global norm, with the
 #     split weight_ih's two partial sums: grad_norm equal to one rank's within 1e-6); S = 1 with
@@ -61,6 +62,18 @@ for n in wave4-t2 1f1b2x4-t2; do
   grep -q "2 threads per rank" "log-$n" || bad "$n: not 2 threads per rank: $(grep -m1 'compute:' "log-$n" | cut -c1-160)"
   equal "$n" ref-stream "$INIT" 1e-5
 done
+# model.stage_split=auto (the default): balanced on CPU ranks, bit for bit the explicit run; with
+# model.layer_norm (which balanced refuses), whole layers
+run auto-stream 2 text "${o[@]}" --set model.stages=2 --set model.stage_split=auto --set train.time_chunks=4
+if msg=$(compare run-auto-stream/step-6.safetensors run-wave4-stream/step-6.safetensors --rtol 0 2>&1); then
+  ok "stage_split=auto on CPU ranks = balanced, bit for bit: $msg"
+else bad "stage_split=auto differs from balanced: $msg"; fi
+check_split auto-stream "stage 0 computes rows \[0, 96) of weight_ih_l2"
+run auto-ln 2 text "${o[@]}" --set model.stages=2 --set model.stage_split=auto --set model.layer_norm=true
+rc=$?
+if [[ $rc -eq 0 ]] && grep -q "split: layers)" log-auto-ln; then
+  ok "stage_split=auto with model.layer_norm: whole layers ($(grep -o 'layers [0-9]-[0-9]; split: layers' log-auto-ln | head -1))"
+else bad "stage_split=auto with model.layer_norm: exit $rc, $(grep -m1 -o 'split: [a-z]*' log-auto-ln)"; fi
 # S = 1: the key means nothing (the data-parallel engine runs): one rank's numbers bit for bit
 run s1 1 text "${o[@]}" "${bal[@]}"
 if msg=$(compare run-s1/step-6.safetensors run-ref-stream/step-6.safetensors --rtol 0 2>&1); then

@@ -71,6 +71,10 @@ msg=$(ctl submit --config "$TMP/job.ini" --set train.run_dir=../elsewhere 2>&1);
 msg=$(ctl submit --config "$TMP/job.ini" --set model.hiddn=3 2>&1); rc=$?
 [[ $rc == 2 && $msg == *"model.hiddn"* ]] && ok "an unknown key is refused, named" || bad "unknown key: rc=$rc $msg"
 ctl status 999 >/dev/null 2>&1; [[ $? == 4 ]] && ok "unknown job id: exit 4" || bad "unknown id"
+# --json names the protocol's code and the exit status (the code's number, 2, is not an exit)
+j=$(ctl --json status 999 2>/dev/null); rc=$?
+[[ $rc == 4 ]] && /usr/bin/python3 -c 'import json,sys; d=json.loads(sys.argv[1]); sys.exit(not (d["code"] == "NOT_FOUND" and d["exit"] == 4 and "999" in d["error"]))' "$j" &&
+  ok "unknown job id --json: exit 4, $j" || bad "unknown job id --json: exit $rc, $j"
 "$CTL" --socket "$TMP/nobody.sock" list >/dev/null 2>&1; [[ $? == 3 ]] && ok "no daemon: exit 3" || bad "no daemon"
 # the global options anywhere on the line (README: `status ID | list ... [--json]`)
 py_id='import json,sys; print(json.load(sys.stdin)["id"])'

@@ -35,8 +35,16 @@ struct lstmd_train_progress;
 enum lstmd_engine_kind { LSTMD_ENGINE_CPU = 0, LSTMD_ENGINE_GPU = 1, LSTMD_ENGINE_PIPE = 2 };
 
 /* model.stage_split: whole layers per pipeline stage, or balanced (pipe_grid.h: stage s − 1
- * also computes the first rows of stage s's first input projection; the CPU pipeline only). */
-enum lstmd_stage_split { LSTMD_SPLIT_LAYERS = 0, LSTMD_SPLIT_BALANCED = 1 };
+ * also computes the first rows of stage s's first input projection; the CPU pipeline only), or
+ * auto, which the trainer resolves before an engine sees it (lstmd_stage_split_resolve). */
+enum lstmd_stage_split { LSTMD_SPLIT_LAYERS = 0, LSTMD_SPLIT_BALANCED = 1, LSTMD_SPLIT_AUTO = 2 };
+
+/* auto: balanced where it runs (the CPU backend, without model.layer_norm, whose kernel
+ * normalises a step's whole projection), whole layers otherwise; other values as they are. */
+static inline int lstmd_stage_split_resolve(int split, int cpu_backend, int layer_norm) {
+  if (split != LSTMD_SPLIT_AUTO) return split;
+  return cpu_backend && !layer_norm ? LSTMD_SPLIT_BALANCED : LSTMD_SPLIT_LAYERS;
+}
 
 /* Everything an engine needs from the run's config, filled in one place (train_setup.c) from
  * struct lstmd_train_config and the device choice. */
