@@ -78,8 +78,8 @@ static const struct cfg_key kKeys[] = {
      "layers per stage, e.g. 3,1 (empty: an even split)"},
     {"model", "stage_split", CFG_ENUM, F(stage_split), 0, "auto", 0, 0, kStageSplits,
      "pipeline: whole layers per stage, balanced (each stage's first input projection split "
-     "by rows with the stage below, equal estimated work; CPU), or auto: balanced where it "
-     "runs (CPU, no layer_norm), else layers"},
+     "by rows with the stage below, estimated work balanced per phase; CPU), or auto: "
+     "balanced where it runs (CPU, no layer_norm), else layers"},
     {"optim", "algo", CFG_ENUM, F(optim.algo), 0, "adamw", 0, 0, kAlgos, "optimizer"},
     {"optim", "lr", CFG_FLOAT, F(optim.lr), 0, "0.002", 0, 10, NULL, "peak learning rate"},
     {"optim", "weight_decay", CFG_FLOAT, F(optim.weight_decay), 0, "0", 0, 1, NULL,

@@ -15,11 +15,10 @@
  * 3. Units live in P slots (P = the schedule's peak: U for fill-drain, min(S − s, U) for 1f1b);
  *    unit u takes slot u mod P. The receives of a unit (its K activation chunks from below, its
  *    K gradient chunks from above) are posted as soon as its slot is free — for fill-drain all at
- *    step start — into the slot's workspaces or message buffers (see "messages" below); its
+ *    step start — into the slot's workspaces or message buffers (engine_pipe_messages.c); its
  *    sends go out as each chunk is done, and a slot's sends are waited for before the slot
- *    takes its next unit. Every wait
- *    has the deadline train.comm_timeout_s (comm/p2p.h): a stalled neighbour ends the job with
- *    a message naming it, never a hang.
+ *    takes its next unit. Every wait has the deadline train.comm_timeout_s (comm/p2p.h): a
+ *    stalled neighbour ends the job with a message naming it, never a hang.
  * 4. State. The (h, c) carried between windows (stream order) lives in one store per stage,
  *    [layers, B, H]: a unit's first chunk starts from its columns (zero after a reset or in
  *    shuffle order), its last chunk writes them back. Dropout masks are keyed on the window
@@ -54,6 +53,7 @@
 #include "kernels/cpu/recur_gemm.h"
 #include "kernels/optim_rules.h"
 #include "kernels/status.h"
+#include "engine_pipe_internal.h"
 #include "pipe_grid.h"
 #include "pool.h"
 #include "worker/data/batcher.h"
@@ -63,60 +63,13 @@
 #include "worker/model/model_stage.h"
 #include "worker/model/optim.h"
 
-enum { kMaxSlices = 64 };
-
-struct pipe_slot {
-  struct lstmd_stage_ws *ws[kMaxSlices];
-  /* K chunks of messages (see message_parts): sliced, [Tc,b,H] then [Tc,b,r] each; direct,
-   * [Tc,b,r] each (NULL where none) */
-  float *act_in, *act_out;   /* activations from below / to above */
-  float *grad_in, *grad_out; /* gradients from above / to below */
-  lstmd_p2p_req *sends;      /* [4K] the sends of the slot's current unit */
-  int n_sends;
-};
-
-struct pipe_engine {
-  struct lstmd_engine base;
-  struct lstmd_pipe_grid g; /* the layout and the op list (pipe_grid.h) */
-  struct lstmd_comm *pp, *dp; /* start(): the replica's stages / the stage's replicas */
-  struct lstmd_p2p *p2p;
-  struct lstmd_reducer *reducer; /* D > 1 */
-  struct lstmd_pool *pool;
-  int n_slices, threads, blas_threads, c0[kMaxSlices], cb[kMaxSlices];
-  int direct; /* one slice: messages go straight to and from the workspaces (message_parts) */
-  float *grads[kMaxSlices]; /* slice 0: model->grads */
-  double loss[kMaxSlices];
-  struct pipe_slot *slots;
-  lstmd_p2p_req *recv_act, *recv_grad; /* [U·K·2]: item (u, k)'s parts at 2·(u·K + k) */
-  struct lstmd_batch *win;             /* [A] the step's windows, columns [0, B) */
-  int *reset;                          /* [A] */
-  float *state_h, *state_c;            /* [layers, B, H] the carried state (see 4.) */
-  float *packed[2 * LSTMD_MAX_LAYERS];
-  struct lstmd_stage_packed pk;
-  size_t bucket_floats;
-  /* the item in flight, for the pool's threads */
-  const struct lstmd_step_input *in;
-  int item_kind, item_unit, item_chunk;
-};
-
 static struct pipe_engine *pipe_of(struct lstmd_engine *e) { return (struct pipe_engine *)e; }
 
 /* ---- set-up ---- */
 
-/* Floats of one chunk's message on a link whose split moves r rows (0: none). */
-static size_t chunk_floats(const struct pipe_engine *p, int r) {
-  return (size_t)p->g.Tc * p->g.b * (p->g.H + r);
-}
-
-/* Floats of one chunk in a slot's message buffer on a link with split rows r (see
- * message_parts): the whole message when sliced, its part 1 when direct. */
-static size_t slot_chunk_floats(const struct pipe_engine *p, int r) {
-  return p->direct ? (size_t)p->g.Tc * p->g.b * r : chunk_floats(p, r);
-}
-
 static int alloc_slots(struct pipe_engine *p) {
-  const size_t below = p->g.K * slot_chunk_floats(p, p->g.st.rows_in);
-  const size_t above = p->g.K * slot_chunk_floats(p, p->g.st.rows_out);
+  const size_t below = p->g.K * pipe_slot_chunk_floats(p, p->g.st.rows_in);
+  const size_t above = p->g.K * pipe_slot_chunk_floats(p, p->g.st.rows_out);
   p->slots = calloc((size_t)p->g.P, sizeof *p->slots);
   if (!p->slots) return LSTMD_ENOMEM;
   for (int i = 0; i < p->g.P; i++) {
@@ -241,130 +194,7 @@ static int pipe_start(struct lstmd_engine *e, const struct lstmd_optim *o,
   return LSTMD_OK;
 }
 
-/* ---- one step ---- */
-
-/* ---- messages ----
- * A chunk's message on a link with split rows r has two parts: part 0, [Tc, b, H] (the
- * activations up, or their gradients down), and part 1, [Tc, b, r] (the split's pre-activations
- * or their gate gradients; none when r = 0).
- *   Sliced (n_slices > 1): both parts travel as one message, out of and into the slot's message
- *   buffers, and each slice copies its columns between those and its workspace (copy_rows).
- *   Direct (one slice, whose columns are the unit's): each part is its own message of the item's
- *   tag (p2p matches one direction, peer and tag in posting order, and both ends post part 0
- *   first), part 0 straight out of or into the workspace's [T, b, H] buffer at the chunk's rows,
- *   part 1 out of or into the slot's buffer, which the workspace uses in place
- *   (lstmd_stage_ws_use_rows). No copy at either end: at the benchmark's shape (H 512, 1,088
- *   split rows) that is 26 MB each way per step that a rank no longer copies twice. */
-enum msg_role { ACT_IN, ACT_OUT, GRAD_IN, GRAD_OUT };
-
-struct msg_part {
-  float *buf; /* a send's is only read */
-  size_t floats;
-};
-
-/* Split rows of the link a role's messages use. */
-static int role_rows(const struct pipe_engine *p, enum msg_role role) {
-  return role == ACT_IN || role == GRAD_OUT ? p->g.st.rows_in : p->g.st.rows_out;
-}
-
-/* Parts of item k's message in this role for the unit in slot sl: 1 or 2 (see above). */
-static int message_parts(const struct pipe_engine *p, struct pipe_slot *sl, enum msg_role role,
-                         int k, struct msg_part part[2]) {
-  const int r = role_rows(p, role);
-  float *msg = role == ACT_IN ? sl->act_in : role == ACT_OUT ? sl->act_out
-             : role == GRAD_IN ? sl->grad_in : sl->grad_out;
-  const size_t cells = (size_t)p->g.Tc * p->g.b;
-  if (!p->direct) {
-    part[0] = (struct msg_part){msg + k * chunk_floats(p, r), chunk_floats(p, r)};
-    return 1;
-  }
-  struct lstmd_stage_ws *ws = sl->ws[0];
-  float *whole = role == ACT_IN ? lstmd_stage_ws_input(ws)
-               : role == ACT_OUT ? (float *)lstmd_stage_ws_output(ws)
-               : role == GRAD_IN ? lstmd_stage_ws_doutput(ws) : (float *)lstmd_stage_ws_dinput(ws);
-  part[0] = (struct msg_part){whole + k * cells * p->g.H, cells * p->g.H};
-  if (!r) return 1;
-  part[1] = (struct msg_part){msg + k * cells * r, cells * r};
-  return 2;
-}
-
-/* Direct: the slice's split-row buffers for item k are the slot's message chunks (NULL where the
- * link has none). */
-static void use_message_rows(const struct pipe_engine *p, struct pipe_slot *sl, int k) {
-  const size_t ri = (size_t)p->g.Tc * p->g.b * p->g.st.rows_in;
-  const size_t ro = (size_t)p->g.Tc * p->g.b * p->g.st.rows_out;
-  lstmd_stage_ws_use_rows(sl->ws[0], ri ? sl->act_in + k * ri : NULL,
-                          ri ? sl->grad_out + k * ri : NULL, ro ? sl->act_out + k * ro : NULL,
-                          ro ? sl->grad_in + k * ro : NULL);
-}
-
-/* Sliced: rows [t0, t1) (within one chunk) of columns [c0, c0 + cb) between a unit's message
- * buffer on a link with split rows r and a slice's workspace buffer (to_slice: message → slice).
- * Chunk k of the message is Tc·b·(H + r) floats: part 0, [Tc, b, H] (w = H; the slice's buffer
- * is [T, cb, H]), then part 1, [Tc, b, r] (w = r; the slice's buffer holds the one chunk,
- * [Tc, cb, r], model_stage.h). */
-static void copy_rows(const struct pipe_engine *p, float *msg, int r, int part, float *slice,
-                      int c, int t0, int t1, int to_slice) {
-  const size_t w = part ? (size_t)r : (size_t)p->g.H, row = (size_t)p->cb[c] * w;
-  const size_t Tc = (size_t)p->g.Tc, b = (size_t)p->g.b;
-  float *at = msg + t0 / p->g.Tc * chunk_floats(p, r) + (part ? Tc * b * p->g.H : 0);
-  const int first = part ? t0 : 0; /* the slice buffer's first row */
-  for (int t = t0; t < t1; t++) {
-    float *u = at + ((t % Tc) * b + p->c0[c]) * w, *sl = slice + (size_t)(t - first) * row;
-    if (to_slice) memcpy(sl, u, row * sizeof(float));
-    else memcpy(u, sl, row * sizeof(float));
-  }
-}
-
-/* Posts the receives of item (u, k) in this role into reqs[0..parts). */
-static int post_item_receives(struct pipe_engine *p, struct pipe_slot *sl, enum msg_role role,
-                              int u, int k, lstmd_p2p_req *reqs) {
-  const int dir = role == ACT_IN ? LSTMD_P2P_UP : LSTMD_P2P_DOWN;
-  const int peer = role == ACT_IN ? p->g.s - 1 : p->g.s + 1;
-  struct msg_part part[2];
-  const int n = message_parts(p, sl, role, k, part);
-  char what[128];
-  lstmd_pipe_describe_item(what, sizeof what, dir, u, k);
-  for (int i = 0; i < n; i++)
-    LSTMD_TRY(lstmd_p2p_irecv(p->p2p, dir, peer, lstmd_pipe_tag(u, k, p->g.K), part[i].buf,
-                              part[i].floats * sizeof(float), what, &reqs[i]));
-  return LSTMD_OK;
-}
-
-/* Posts unit u's receives into its slot (see 3.). */
-static int post_receives(struct pipe_engine *p, int u) {
-  struct pipe_slot *sl = &p->slots[u % p->g.P];
-  for (int k = 0; k < p->g.K; k++) {
-    const size_t at = 2 * ((size_t)u * p->g.K + k);
-    if (!p->g.st.first) LSTMD_TRY(post_item_receives(p, sl, ACT_IN, u, k, &p->recv_act[at]));
-    if (!p->g.st.last) LSTMD_TRY(post_item_receives(p, sl, GRAD_IN, u, k, &p->recv_grad[at]));
-  }
-  return LSTMD_OK;
-}
-
-/* Waits for the receives of item (u, k) in this role (lstmd_pipe_wait_recv). */
-static int wait_item_receives(struct pipe_engine *p, enum msg_role role, int u, int k,
-                              struct lstmd_step_result *out) {
-  const lstmd_p2p_req *reqs = (role == ACT_IN ? p->recv_act : p->recv_grad) +
-                              2 * ((size_t)u * p->g.K + k);
-  const int n = p->direct && role_rows(p, role) ? 2 : 1;
-  for (int i = 0; i < n; i++)
-    LSTMD_TRY(lstmd_pipe_wait_recv(p->p2p, reqs[i], p->base.trace, u, k, &out->p2p_wait_s));
-  return LSTMD_OK;
-}
-
-static int send_item(struct pipe_engine *p, struct pipe_slot *sl, enum msg_role role, int u, int k) {
-  const int dir = role == ACT_OUT ? LSTMD_P2P_UP : LSTMD_P2P_DOWN;
-  const int peer = role == ACT_OUT ? p->g.s + 1 : p->g.s - 1;
-  struct msg_part part[2];
-  const int n = message_parts(p, sl, role, k, part);
-  char what[128];
-  lstmd_pipe_describe_item(what, sizeof what, dir, u, k);
-  for (int i = 0; i < n; i++)
-    LSTMD_TRY(lstmd_p2p_isend(p->p2p, dir, peer, lstmd_pipe_tag(u, k, p->g.K), part[i].buf,
-                              part[i].floats * sizeof(float), what, &sl->sends[sl->n_sends++]));
-  return LSTMD_OK;
-}
+/* ---- one step (the messages: engine_pipe_messages.c) ---- */
 
 /* The pool's body: the item in flight on column slice c. */
 static void run_item(void *arg, int c) {
@@ -376,7 +206,7 @@ static void run_item(void *arg, int c) {
   const struct lstmd_model *model = p->base.model;
   const int col = m * p->g.b + p->c0[c]; /* this slice's first column among the rank's B */
   const int copy = !p->direct; /* sliced: the slice's columns to and from the messages */
-  if (p->direct) use_message_rows(p, sl, k);
+  if (p->direct) pipe_use_message_rows(p, sl, k);
   switch (p->item_kind) {
     case LSTMD_PIPE_F: {
       if (k == 0) { /* the unit's window and initial state (see 4.) */
@@ -386,16 +216,16 @@ static void run_item(void *arg, int c) {
       }
       const int ri = p->g.st.rows_in, ro = p->g.st.rows_out;
       if (copy && !p->g.st.first)
-        copy_rows(p, sl->act_in, ri, 0, lstmd_stage_ws_input(ws), c, t0, t1, 1);
-      if (copy && ri) copy_rows(p, sl->act_in, ri, 1, lstmd_stage_ws_input_rows(ws), c, t0, t1, 1);
+        pipe_copy_rows(p, sl->act_in, ri, 0, lstmd_stage_ws_input(ws), c, t0, t1, 1);
+      if (copy && ri) pipe_copy_rows(p, sl->act_in, ri, 1, lstmd_stage_ws_input_rows(ws), c, t0, t1, 1);
       const struct lstmd_dropout_key key = {p->base.cfg.seed, p->in->first_window + (uint64_t)a,
                                             p->g.d * p->g.B + col};
       p->loss[c] += lstmd_stage_forward(model, ws, &p->pk, t0, t1, p->in->grad_scale,
                                         p->base.cfg.dropout > 0 ? &key : NULL);
       if (copy && !p->g.st.last)
-        copy_rows(p, sl->act_out, ro, 0, (float *)lstmd_stage_ws_output(ws), c, t0, t1, 0);
+        pipe_copy_rows(p, sl->act_out, ro, 0, (float *)lstmd_stage_ws_output(ws), c, t0, t1, 0);
       if (copy && ro)
-        copy_rows(p, sl->act_out, ro, 1, (float *)lstmd_stage_ws_output_rows(ws), c, t0, t1, 0);
+        pipe_copy_rows(p, sl->act_out, ro, 1, (float *)lstmd_stage_ws_output_rows(ws), c, t0, t1, 0);
       if (k == p->g.K - 1 && p->base.cfg.carry_state)
         lstmd_stage_ws_get_final_state(ws, p->state_h, p->state_c, p->g.B, col);
       break;
@@ -403,13 +233,13 @@ static void run_item(void *arg, int c) {
     case LSTMD_PIPE_B: {
       const int ri = p->g.st.rows_in, ro = p->g.st.rows_out;
       if (copy && !p->g.st.last)
-        copy_rows(p, sl->grad_in, ro, 0, lstmd_stage_ws_doutput(ws), c, t0, t1, 1);
-      if (copy && ro) copy_rows(p, sl->grad_in, ro, 1, lstmd_stage_ws_doutput_rows(ws), c, t0, t1, 1);
+        pipe_copy_rows(p, sl->grad_in, ro, 0, lstmd_stage_ws_doutput(ws), c, t0, t1, 1);
+      if (copy && ro) pipe_copy_rows(p, sl->grad_in, ro, 1, lstmd_stage_ws_doutput_rows(ws), c, t0, t1, 1);
       lstmd_stage_backward_input(model, ws, &p->pk, t0, t1);
       if (copy && !p->g.st.first)
-        copy_rows(p, sl->grad_out, ri, 0, (float *)lstmd_stage_ws_dinput(ws), c, t0, t1, 0);
+        pipe_copy_rows(p, sl->grad_out, ri, 0, (float *)lstmd_stage_ws_dinput(ws), c, t0, t1, 0);
       if (copy && ri)
-        copy_rows(p, sl->grad_out, ri, 1, (float *)lstmd_stage_ws_dinput_rows(ws), c, t0, t1, 0);
+        pipe_copy_rows(p, sl->grad_out, ri, 1, (float *)lstmd_stage_ws_dinput_rows(ws), c, t0, t1, 0);
       break;
     }
     case LSTMD_PIPE_W:
@@ -427,8 +257,8 @@ static int run_op(struct pipe_engine *p, const struct lstmd_pipe_op *op,
     for (int i = 0; i < sl->n_sends; i++) LSTMD_TRY(lstmd_p2p_wait(p->p2p, sl->sends[i], NULL));
     sl->n_sends = 0;
   }
-  if (op->kind == LSTMD_PIPE_F && !p->g.st.first) LSTMD_TRY(wait_item_receives(p, ACT_IN, u, k, out));
-  if (op->kind == LSTMD_PIPE_B && !p->g.st.last) LSTMD_TRY(wait_item_receives(p, GRAD_IN, u, k, out));
+  if (op->kind == LSTMD_PIPE_F && !p->g.st.first) LSTMD_TRY(pipe_wait_receives(p, ACT_IN, u, k, out));
+  if (op->kind == LSTMD_PIPE_B && !p->g.st.last) LSTMD_TRY(pipe_wait_receives(p, GRAD_IN, u, k, out));
   p->item_kind = op->kind;
   p->item_unit = u;
   p->item_chunk = k;
@@ -437,10 +267,10 @@ static int run_op(struct pipe_engine *p, const struct lstmd_pipe_op *op,
   const double t1 = lstmd_now_s();
   out->busy_s += t1 - t0;
   lstmd_pipe_trace_item(p->base.trace, op->kind, u, k, t0, t1);
-  if (op->kind == LSTMD_PIPE_F && !p->g.st.last) LSTMD_TRY(send_item(p, sl, ACT_OUT, u, k));
-  if (op->kind == LSTMD_PIPE_B && !p->g.st.first) LSTMD_TRY(send_item(p, sl, GRAD_OUT, u, k));
+  if (op->kind == LSTMD_PIPE_F && !p->g.st.last) LSTMD_TRY(pipe_send_item(p, sl, ACT_OUT, u, k));
+  if (op->kind == LSTMD_PIPE_B && !p->g.st.first) LSTMD_TRY(pipe_send_item(p, sl, GRAD_OUT, u, k));
   /* the unit's last W frees its slot for unit u + P, whose receives can go out now */
-  if (op->kind == LSTMD_PIPE_W && k == 0 && u + p->g.P < p->g.U) LSTMD_TRY(post_receives(p, u + p->g.P));
+  if (op->kind == LSTMD_PIPE_W && k == 0 && u + p->g.P < p->g.U) LSTMD_TRY(pipe_post_receives(p, u + p->g.P));
   return LSTMD_OK;
 }
 
@@ -491,7 +321,7 @@ static int pipe_step(struct lstmd_engine *e, const struct lstmd_step_input *in,
     p->loss[c] = 0.0;
   }
   p->in = in;
-  for (int u = 0; u < p->g.U && u < p->g.P; u++) LSTMD_TRY(post_receives(p, u));
+  for (int u = 0; u < p->g.U && u < p->g.P; u++) LSTMD_TRY(pipe_post_receives(p, u));
   lstmd_nvtx_push("pipeline items");
   int rc = LSTMD_OK;
   for (int i = 0; !rc && i < p->g.n_ops; i++) rc = run_op(p, &p->g.ops[i], out);

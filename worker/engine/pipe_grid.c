@@ -9,44 +9,12 @@
 
 #include "comm/comm.h"
 #include "comm/p2p.h"
-#include "kernels/cpu/embed_fold_cpu.h"
 #include "kernels/status.h"
 #include "worker/data/batcher.h"
 #include "worker/io/trace.h"
 
 int lstmd_pipe_first_tensor_of_layer(const struct lstmd_model *m, int l) {
   return lstmd_layer_first_tensor(&m->shape, l);
-}
-
-void lstmd_pipe_split_rows(const struct lstmd_model_shape *sh, int S, const int *stage_layers,
-                           long unit_tokens, int balanced, int *rows, double *work) {
-  double total = 0.0, row[LSTMD_MAX_LAYERS] = {0}; /* row[s]: a row of stage s's first weight_ih */
-  double own[LSTMD_MAX_LAYERS];
-  if (!work) work = own;
-  for (int s = 0, layer = 0; s < S; layer += stage_layers[s], s++) {
-    work[s] = s == S - 1 ? lstmd_model_head_flops_per_token(sh) : 0.0;
-    for (int l = layer; l < layer + stage_layers[s]; l++)
-      work[s] += lstmd_model_layer_flops_per_token(sh, l);
-    if (s == 0 && sh->kind == LSTMD_MODEL_TEXT && !sh->layer_norm &&
-        lstmd_cpu_fold_auto((int)unit_tokens, sh->vocab)) /* model_stage.c's fold */
-      work[0] -= lstmd_model_ih_row_flops_per_token(sh, 0) * 4 * sh->hidden *
-                 (1.0 - (double)sh->vocab / (double)unit_tokens);
-    total += work[s];
-    rows[s] = 0;
-    row[s] = lstmd_model_ih_row_flops_per_token(sh, layer);
-  }
-  if (!balanced) return;
-  /* Stages [0, s) carry their whole layers' work plus R_s moved rows (only the boundary at s
-   * moves work across it): R_s = (s/S of the total − that work) / a row's, each boundary on its
-   * own, rounded to 32 rows (whole SIMD panels of the GEMMs) and clamped to the 4H rows. */
-  double below = 0.0;
-  for (int s = 1; s < S; s++) {
-    below += work[s - 1];
-    const long r = lround((s * total / S - below) / row[s] / 32.0) * 32;
-    rows[s] = r < 0 ? 0 : r > 4 * sh->hidden ? 4 * sh->hidden : (int)r;
-  }
-  for (int s = 0; s < S; s++)
-    work[s] += (s + 1 < S ? row[s + 1] * rows[s + 1] : 0.0) - row[s] * rows[s];
 }
 
 /* Every stage's [lo, hi) of the flat buffer: contiguous, since the order is embedding, layer 0,

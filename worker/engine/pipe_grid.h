@@ -15,7 +15,7 @@
  * (E64 H512 L2 at S = 2: stage 1's layer reads 512 wide, stage 0's 64, and the head is on
  * stage 1: 59% of the measured work). So the rows [0, R_s) of the input projection of stage
  * s's first layer (weight_ih_l{l} of a layer l ≥ 1, whose input is the stage below's output)
- * move to stage s − 1, R_s from a per-stage FLOP model (lstmd_pipe_split_rows). weight_ih is
+ * move to stage s − 1, R_s from a per-stage cost model (lstmd_pipe_split_rows). weight_ih is
  * row-major and precedes the layer's other tensors in the flat buffer (model.h), so its first
  * R_s rows are the end of stage s − 1's range, which stays contiguous and simply ends inside
  * the tensor; bias_ih stays with stage s (its gate pass adds both biases). Every transfer
@@ -47,17 +47,19 @@ struct lstmd_pipe_grid {
   int n_ops;
 };
 
-/* The balanced split of a model cut into S stages of stage_layers: rows[s] for s in [1, S) (a
- * multiple of 32, within [0, 4H]; rows[0] = 0) so that the stages' FLOP model per token, work[s]
- * (model.h's: lstmd_model_layer_flops_per_token of its layers, the head's on the last stage, and
- * lstmd_model_ih_row_flops_per_token per moved row), is as equal as whole rows allow. A text
- * model's first stage folds its embedding into layer 0 where a unit's window of unit_tokens
- * (T·b) tokens folds by the automatic rule (embed_fold_cpu.h; model_stage.c): its input
- * projection then costs the table's V rows a window instead of a row per token. LSTMD_EMBED_FOLD
- * is left out, so that a rank's environment cannot change the layout: forcing the fold, or a
- * rank's threads splitting a unit's columns below the rule, makes stage 0's work differ from the
- * model (a less even split, never a wrong one). Pure: every rank gets the same. layers: every
- * stage's rows 0 and work of the whole-layer split. work may be NULL (only the rows wanted). */
+/* The balanced split of a model cut into S stages of stage_layers (pipe_split.c): rows[s] for s
+ * in [1, S) (a multiple of 32, or 4H; rows[0] = 0) minimising the slowest stage's forward cost
+ * plus the slowest stage's backward cost per token (model.h's FLOP model cut into the F, B and
+ * W phases, and the copies of received messages); work[s] gets each stage's FLOPs per token
+ * with its rows (lstmd_model_layer_flops_per_token of its layers, the head's on the last stage,
+ * lstmd_model_ih_row_flops_per_token per moved row). A text model's first stage folds its
+ * embedding into layer 0 where a unit's window of unit_tokens (T·b) tokens folds by the
+ * automatic rule (embed_fold_cpu.h; model_stage.c): its input projection then costs the
+ * table's V rows a window instead of a row per token. LSTMD_EMBED_FOLD is left out, so that a
+ * rank's environment cannot change the layout: forcing the fold, or a rank's threads splitting
+ * a unit's columns below the rule, makes stage 0's work differ from the model (a less even
+ * split, never a wrong one). Pure: every rank gets the same. balanced 0: every rows[s] 0 (whole
+ * layers) and their work. work may be NULL (only the rows wanted). */
 void lstmd_pipe_split_rows(const struct lstmd_model_shape *sh, int S, const int *stage_layers,
                            long unit_tokens, int balanced, int *rows, double *work);
 
