@@ -10,7 +10,7 @@
 # Rows: data parallel (2 ranks × 16 windows), then model.stages=2 with the wavefront at K = 4,
 # 8, 16, 32 time chunks, gpipe at M = 2, 4, 8 micro-batches, 1f1b M=4 and 1f1b M=2 K=8, all with
 # the default model.stage_split=auto, which is balanced on CPU ranks (stage 0 also computes the
-# first 1,088 of weight_ih_l1's 2048 rows: equal work by the FLOP model). "wavefront K=16
+# first 992 of weight_ih_l1's 2048 rows: worker/engine/pipe_split.c). "wavefront K=16
 # layers" is the K=16 wavefront with whole layers per stage: at this shape those are unequal
 # (layer 0 reads the 64-wide embedding, layer 1 the 512-wide layer 0 and feeds the head: about
 # 1.4x the work). The last two rows repeat DP and the K=16 wavefront with model.embed=512.

@@ -10,8 +10,8 @@
 # pass for a test of the split.
 #  1. S = 2 in both data orders: wavefront K=4, gpipe M=4, 1f1b M=2 K=4; S = 4 wavefront K=8;
 #     stage_split=auto (the default) = balanced bit for bit, and whole layers with layer_norm;
-#     D×S = 2×2; 2 threads per rank (column slices: wavefront K=4, 1f1b M=2 K=4); grad_accum as
-#     units; a series model; clip_norm 0.01 (the global norm, with the
+#     D×S = 2×2; 2 threads per rank (column slices: wavefront K=4, 1f1b M=2 K=4), and ranks of 1
+#     and 2 slices in one job; grad_accum as units; a series model; clip_norm 0.01 (the global norm, with the
 #     split weight_ih's two partial sums: grad_norm equal to one rank's within 1e-6); S = 1 with
 #     balanced is the data-parallel engine, bit for bit.
 #  2. Checkpoints: one rank's names and shapes; a resume on the same layout is bitwise; the
@@ -64,6 +64,19 @@ for n in wave4-t2 1f1b2x4-t2; do
   grep -q "2 threads per rank" "log-$n" || bad "$n: not 2 threads per rank: $(grep -m1 'compute:' "log-$n" | cut -c1-160)"
   equal "$n" ref-stream "$INIT" 1e-5
 done
+# Ranks of one job may slice differently (train.threads 0 divides each node's cores by its
+# ranks): rank 1 sees 4 cores (a bind mount over /sys/devices/system/cpu/online in its own mount
+# namespace) and runs 2 column slices where rank 0 runs 1; what they send must not depend on it
+if unshare -m true 2>/dev/null; then
+  echo 0-3 > online4
+  : > cfg-mixed.ini
+  mixed=(train --config cfg-mixed.ini "${common[@]}" --set data.path=text --set train.run_dir=run-mixed
+         "${o[@]}" --set model.stages=2 "${bal[@]}" --set train.time_chunks=4 --set train.threads=0)
+  timeout 120 "$MPIEXEC" -np 1 "$LSTMD" "${mixed[@]}" : -np 1 unshare -m sh -c \
+    'mount --bind "$0" /sys/devices/system/cpu/online && exec "$@"' "$PWD/online4" "$LSTMD" \
+    "${mixed[@]}" >log-mixed 2>&1 || bad "ranks of 1 and 2 slices: exit $?: $(grep '^lstmd:' log-mixed | grep -v 'compute:' | tail -2)"
+  equal mixed ref-stream "$INIT" 1e-5
+else echo "skip  ranks of 1 and 2 slices: unshare -m is not permitted here"; fi
 # model.stage_split=auto (the default): balanced on CPU ranks, bit for bit the explicit run; with
 # model.layer_norm (which balanced refuses), whole layers
 run auto-stream 2 text "${o[@]}" --set model.stages=2 --set model.stage_split=auto --set train.time_chunks=4

@@ -77,7 +77,7 @@ timeout 120 srun --mpi=pmix -n 2 -J lstmd-stop "$LSTMD" train "${common[@]}" --s
   --set train.steps=1000000 --set train.log_every=1 --set train.run_dir="$TMP/stop" >/dev/null 2>"$TMP/stop.log" &
 job=$!
 for _ in $(seq 200); do [[ -s "$TMP/stop/metrics.jsonl" ]] && break; sleep 0.1; done
-scancel -s TERM "$(squeue -h -n lstmd-stop -o %i)"
+timeout 10 scancel -s TERM "$(timeout 10 squeue -h -n lstmd-stop -o %i)"
 wait $job
 rc=$?
 if [[ $rc -eq 0 ]] && grep -q "stopped at step" "$TMP/stop.log" && [[ -f "$TMP/stop/latest.safetensors" ]]; then
@@ -173,8 +173,8 @@ job=$(LSTMD=$LSTMD CONFIG=$TMP/job.ini RUN=$TMP/sbc sbatch --parsable -N 1 --nta
         --set train.steps=1000000 --set train.checkpoint_every=0)
 for _ in $(seq 600); do [[ -s "$TMP/sbc/metrics.jsonl" ]] && break; sleep 0.1; done
 [[ -s "$TMP/sbc/metrics.jsonl" ]] || bad "the cancelled job did not start: $(tail -3 "$TMP/sbatch3.out" 2>/dev/null)"
-scancel "$job"
-for _ in $(seq 600); do [[ -z $(squeue -h -j "$job" -o %i 2>/dev/null) ]] && break; sleep 0.1; done
+timeout 10 scancel "$job"
+for _ in $(seq 600); do [[ -z $(timeout 5 squeue -h -j "$job" -o %i 2>/dev/null) ]] && break; sleep 0.1; done
 stopped=$(grep -o "stopped at step [0-9]*" "$TMP/sbatch3.out" 2>/dev/null | grep -o "[0-9]*$")
 ck=$(/usr/bin/python3 "$SRC/tests/ckpt_meta.py" "$TMP/sbc/latest.safetensors" 2>/dev/null)
 if [[ -n $stopped && $ck == "$stopped" ]] && grep -q "train.sbatch: SIGTERM; waiting for lstmd" "$TMP/sbatch3.out" \

@@ -397,8 +397,8 @@ static double pipe_loss_scale(const struct lstmd_engine *e) {
   return 0.0;
 }
 
-/* The stage split for the startup line: "layers" or "balanced (stage 0 computes rows [0, 1088)
- * of weight_ih_l1, ...; FLOP model per token 9.65M/9.58M, was 6.31M/12.9M)". */
+/* The stage split for the startup line: "layers" or "balanced (stage 0 computes rows [0, 992)
+ * of weight_ih_l1, ...; FLOP model per token 9.36M/9.87M, was 6.31M/12.9M)". */
 static void describe_split(const struct pipe_engine *p, char *buf, size_t n) {
   if (p->base.cfg.stage_split != LSTMD_SPLIT_BALANCED) {
     snprintf(buf, n, "layers");

@@ -17,14 +17,17 @@ size_t pipe_slot_chunk_floats(const struct pipe_engine *p, int r) {
 
 /* A chunk's message on a link with split rows r has two parts: part 0, [Tc, b, H] (the
  * activations up, or their gradients down), and part 1, [Tc, b, r] (the split's pre-activations
- * or their gate gradients; none when r = 0).
- *   Sliced (n_slices > 1): both parts travel as one message, out of and into the slot's message
- *   buffers, and each slice copies its columns between those and its workspace (pipe_copy_rows).
- *   Direct (one slice, whose columns are the unit's): each part is its own message of the item's
- *   tag (p2p matches one direction, peer and tag in posting order, and both ends post part 0
- *   first), part 0 straight out of or into the workspace's [T, b, H] buffer at the chunk's rows,
- *   part 1 out of or into the slot's buffer, which the workspace uses in place
- *   (lstmd_stage_ws_use_rows). No copy at either end: at the benchmark's shape (H 512, 992
+ * or their gate gradients; none when r = 0). Each part is its own message of the item's tag (p2p
+ * matches one direction, peer and tag in posting order, and both ends post part 0 first), the
+ * same on the wire however a rank slices its units: two ranks of a job may run different thread
+ * counts (train.threads 0 divides each node's cores by its ranks), so a rank's slicing must never
+ * change what its neighbours receive.
+ *   Sliced (n_slices > 1): both parts out of and into the slot's message buffers, K chunks of
+ *   [part 0 | part 1], and each slice copies its columns between those and its workspace
+ *   (pipe_copy_rows).
+ *   Direct (one slice, whose columns are the unit's): part 0 straight out of or into the
+ *   workspace's [T, b, H] buffer at the chunk's rows, part 1 out of or into the slot's buffer,
+ *   which the workspace uses in place (lstmd_stage_ws_use_rows). No copy at either end: at the benchmark's shape (H 512, 992
  *   split rows) that is 26 MB each way per step that a rank no longer copies twice. */
 struct msg_part {
   float *buf; /* a send's is only read */
@@ -44,8 +47,10 @@ static int message_parts(const struct pipe_engine *p, struct pipe_slot *sl, enum
              : role == GRAD_IN ? sl->grad_in : sl->grad_out;
   const size_t cells = (size_t)p->g.Tc * p->g.b;
   if (!p->direct) {
-    part[0] = (struct msg_part){msg + k * chunk_floats(p, r), chunk_floats(p, r)};
-    return 1;
+    float *at = msg + k * chunk_floats(p, r);
+    part[0] = (struct msg_part){at, cells * p->g.H};
+    part[1] = (struct msg_part){at + cells * p->g.H, cells * r};
+    return r ? 2 : 1;
   }
   struct lstmd_stage_ws *ws = sl->ws[0];
   float *whole = role == ACT_IN ? lstmd_stage_ws_input(ws)
@@ -55,6 +60,12 @@ static int message_parts(const struct pipe_engine *p, struct pipe_slot *sl, enum
   if (!r) return 1;
   part[1] = (struct msg_part){msg + k * cells * r, cells * r};
   return 2;
+}
+
+/* The item for messages: "activations (F) of unit 0 chunk 3", part 1 with " (split rows)". */
+static void describe_part(char *buf, size_t n, int dir, int u, int k, int part) {
+  lstmd_pipe_describe_item(buf, n, dir, u, k);
+  if (part) strncat(buf, " (split rows)", n - strlen(buf) - 1);
 }
 
 /* NULL where the link has none. */
@@ -84,18 +95,24 @@ void pipe_copy_rows(const struct pipe_engine *p, float *msg, int r, int part, fl
   }
 }
 
-/* Posts the receives of item (u, k) in this role into reqs[0..parts). */
-static int post_item_receives(struct pipe_engine *p, struct pipe_slot *sl, enum msg_role role,
-                              int u, int k, lstmd_p2p_req *reqs) {
-  const int dir = role == ACT_IN ? LSTMD_P2P_UP : LSTMD_P2P_DOWN;
-  const int peer = role == ACT_IN ? p->g.s - 1 : p->g.s + 1;
+/* Posts item (u, k)'s message in this role, its receives (ACT_IN, GRAD_IN) or its sends, into
+ * reqs[0 .. parts); returns 0 and the number of parts in *posted, or p2p's error. */
+static int post_item(struct pipe_engine *p, struct pipe_slot *sl, enum msg_role role, int u,
+                     int k, lstmd_p2p_req *reqs, int *posted) {
+  const int dir = role == ACT_IN || role == ACT_OUT ? LSTMD_P2P_UP : LSTMD_P2P_DOWN;
+  const int peer = role == ACT_IN || role == GRAD_OUT ? p->g.s - 1 : p->g.s + 1;
+  const int recv = role == ACT_IN || role == GRAD_IN, tag = lstmd_pipe_tag(u, k, p->g.K);
   struct msg_part part[2];
   const int n = message_parts(p, sl, role, k, part);
   char what[128];
-  lstmd_pipe_describe_item(what, sizeof what, dir, u, k);
-  for (int i = 0; i < n; i++)
-    LSTMD_TRY(lstmd_p2p_irecv(p->p2p, dir, peer, lstmd_pipe_tag(u, k, p->g.K), part[i].buf,
-                              part[i].floats * sizeof(float), what, &reqs[i]));
+  *posted = 0;
+  for (int i = 0; i < n; i++) {
+    describe_part(what, sizeof what, dir, u, k, i);
+    const size_t bytes = part[i].floats * sizeof(float);
+    LSTMD_TRY(recv ? lstmd_p2p_irecv(p->p2p, dir, peer, tag, part[i].buf, bytes, what, &reqs[i])
+                   : lstmd_p2p_isend(p->p2p, dir, peer, tag, part[i].buf, bytes, what, &reqs[i]));
+    ++*posted;
+  }
   return LSTMD_OK;
 }
 
@@ -104,32 +121,27 @@ int pipe_post_receives(struct pipe_engine *p, int u) {
   struct pipe_slot *sl = &p->slots[u % p->g.P];
   for (int k = 0; k < p->g.K; k++) {
     const size_t at = 2 * ((size_t)u * p->g.K + k);
-    if (!p->g.st.first) LSTMD_TRY(post_item_receives(p, sl, ACT_IN, u, k, &p->recv_act[at]));
-    if (!p->g.st.last) LSTMD_TRY(post_item_receives(p, sl, GRAD_IN, u, k, &p->recv_grad[at]));
+    int posted;
+    if (!p->g.st.first) LSTMD_TRY(post_item(p, sl, ACT_IN, u, k, &p->recv_act[at], &posted));
+    if (!p->g.st.last) LSTMD_TRY(post_item(p, sl, GRAD_IN, u, k, &p->recv_grad[at], &posted));
   }
   return LSTMD_OK;
 }
 
 /* Waits for the receives of item (u, k) in this role (lstmd_pipe_wait_recv). */
 int pipe_wait_receives(struct pipe_engine *p, enum msg_role role, int u, int k,
-                              struct lstmd_step_result *out) {
+                       struct lstmd_step_result *out) {
   const lstmd_p2p_req *reqs = (role == ACT_IN ? p->recv_act : p->recv_grad) +
                               2 * ((size_t)u * p->g.K + k);
-  const int n = p->direct && role_rows(p, role) ? 2 : 1;
+  const int n = role_rows(p, role) ? 2 : 1; /* message_parts' count */
   for (int i = 0; i < n; i++)
     LSTMD_TRY(lstmd_pipe_wait_recv(p->p2p, reqs[i], p->base.trace, u, k, &out->p2p_wait_s));
   return LSTMD_OK;
 }
 
 int pipe_send_item(struct pipe_engine *p, struct pipe_slot *sl, enum msg_role role, int u, int k) {
-  const int dir = role == ACT_OUT ? LSTMD_P2P_UP : LSTMD_P2P_DOWN;
-  const int peer = role == ACT_OUT ? p->g.s + 1 : p->g.s - 1;
-  struct msg_part part[2];
-  const int n = message_parts(p, sl, role, k, part);
-  char what[128];
-  lstmd_pipe_describe_item(what, sizeof what, dir, u, k);
-  for (int i = 0; i < n; i++)
-    LSTMD_TRY(lstmd_p2p_isend(p->p2p, dir, peer, lstmd_pipe_tag(u, k, p->g.K), part[i].buf,
-                              part[i].floats * sizeof(float), what, &sl->sends[sl->n_sends++]));
-  return LSTMD_OK;
+  int posted = 0;
+  const int rc = post_item(p, sl, role, u, k, &sl->sends[sl->n_sends], &posted);
+  sl->n_sends += posted; /* each one posted is waited for, even after a failure */
+  return rc;
 }

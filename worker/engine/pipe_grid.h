@@ -48,9 +48,10 @@ struct lstmd_pipe_grid {
 };
 
 /* The balanced split of a model cut into S stages of stage_layers (pipe_split.c): rows[s] for s
- * in [1, S) (a multiple of 32, or 4H; rows[0] = 0) minimising the slowest stage's forward cost
- * plus the slowest stage's backward cost per token (model.h's FLOP model cut into the F, B and
- * W phases, and the copies of received messages); work[s] gets each stage's FLOPs per token
+ * in [1, S) (a multiple of 32, or 4H; rows[0] = 0) minimising (exactly at S = 2, locally beyond:
+ * one boundary at a time) the slowest stage's forward cost plus the slowest stage's backward
+ * cost per token (model.h's FLOP model cut into the F, B and W phases, and the copies of
+ * received messages); work[s] gets each stage's FLOPs per token
  * with its rows (lstmd_model_layer_flops_per_token of its layers, the head's on the last stage,
  * lstmd_model_ih_row_flops_per_token per moved row). A text model's first stage folds its
  * embedding into layer 0 where a unit's window of unit_tokens (T·b) tokens folds by the

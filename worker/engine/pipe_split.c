@@ -8,7 +8,8 @@
  * stage 1 was then the slower in F and stage 0 in B + W, and a step took about the sum of the
  * two phases' maxima. Fewer rows made stage 1 the slower in both phases and the step shorter
  * (interleaved runs: R 960 and 992 1.5-3% faster than 1,088; bench/results/pipeline-cpu-amd-
- * fa167bb-3rows-2core-2026-11-28.txt). So the rows minimise max_s F_s + max_s (B_s + W_s).
+ * fa167bb-3rows-2core-2026-11-28.txt). So the rows minimise max_s F_s + max_s (B_s + W_s):
+ * exactly at S = 2 (every candidate is tried), a local minimum beyond (one boundary at a time).
  *
  * A phase's cost per token is model.h's FLOP model cut by phase: a third of a layer's in each of
  * F, B and W (its forward; the gradient of its input and state; its weight gradients); the
@@ -19,7 +20,7 @@
  * H + R_{s+1} from above during B, at kRecvFloatFlops each. That constant was measured: in
  * traces of the benchmark shape at 1,088 rows, stage 0's B items ran 0.25 ms a chunk longer
  * than their FLOPs at stage 1's B rate, while 410 K floats came in a chunk: 0.61 ns a float,
- * at ~200 GFLOP/s (5 ps a FLOP) about 120 FLOPs. Pure and deterministic: every rank computes the
+ * at ~200 GFLOP/s (5 ps a FLOP) about 120 FLOPs, taken as 128. Pure and deterministic: every rank computes the
  * same rows (no measurement at run time, so a resume on the same layout stays bitwise). */
 #include "pipe_grid.h"
 
