@@ -205,7 +205,6 @@ static void run_item(void *arg, int c) {
   struct lstmd_stage_ws *ws = sl->ws[c];
   const struct lstmd_model *model = p->base.model;
   const int col = m * p->g.b + p->c0[c]; /* this slice's first column among the rank's B */
-  const int copy = !p->direct; /* sliced: the slice's columns to and from the messages */
   if (p->direct) pipe_use_message_rows(p, sl, k);
   switch (p->item_kind) {
     case LSTMD_PIPE_F: {
@@ -214,34 +213,21 @@ static void run_item(void *arg, int c) {
         if (!p->base.cfg.carry_state || p->reset[a]) lstmd_stage_ws_zero_state(ws);
         else lstmd_stage_ws_set_state(ws, p->state_h, p->state_c, p->g.B, col);
       }
-      const int ri = p->g.st.rows_in, ro = p->g.st.rows_out;
-      if (copy && !p->g.st.first)
-        pipe_copy_rows(p, sl->act_in, ri, 0, lstmd_stage_ws_input(ws), c, t0, t1, 1);
-      if (copy && ri) pipe_copy_rows(p, sl->act_in, ri, 1, lstmd_stage_ws_input_rows(ws), c, t0, t1, 1);
+      pipe_slice_message(p, sl, ACT_IN, c, k);
       const struct lstmd_dropout_key key = {p->base.cfg.seed, p->in->first_window + (uint64_t)a,
                                             p->g.d * p->g.B + col};
       p->loss[c] += lstmd_stage_forward(model, ws, &p->pk, t0, t1, p->in->grad_scale,
                                         p->base.cfg.dropout > 0 ? &key : NULL);
-      if (copy && !p->g.st.last)
-        pipe_copy_rows(p, sl->act_out, ro, 0, (float *)lstmd_stage_ws_output(ws), c, t0, t1, 0);
-      if (copy && ro)
-        pipe_copy_rows(p, sl->act_out, ro, 1, (float *)lstmd_stage_ws_output_rows(ws), c, t0, t1, 0);
+      pipe_slice_message(p, sl, ACT_OUT, c, k);
       if (k == p->g.K - 1 && p->base.cfg.carry_state)
         lstmd_stage_ws_get_final_state(ws, p->state_h, p->state_c, p->g.B, col);
       break;
     }
-    case LSTMD_PIPE_B: {
-      const int ri = p->g.st.rows_in, ro = p->g.st.rows_out;
-      if (copy && !p->g.st.last)
-        pipe_copy_rows(p, sl->grad_in, ro, 0, lstmd_stage_ws_doutput(ws), c, t0, t1, 1);
-      if (copy && ro) pipe_copy_rows(p, sl->grad_in, ro, 1, lstmd_stage_ws_doutput_rows(ws), c, t0, t1, 1);
+    case LSTMD_PIPE_B:
+      pipe_slice_message(p, sl, GRAD_IN, c, k);
       lstmd_stage_backward_input(model, ws, &p->pk, t0, t1);
-      if (copy && !p->g.st.first)
-        pipe_copy_rows(p, sl->grad_out, ri, 0, (float *)lstmd_stage_ws_dinput(ws), c, t0, t1, 0);
-      if (copy && ri)
-        pipe_copy_rows(p, sl->grad_out, ri, 1, (float *)lstmd_stage_ws_dinput_rows(ws), c, t0, t1, 0);
+      pipe_slice_message(p, sl, GRAD_OUT, c, k);
       break;
-    }
     case LSTMD_PIPE_W:
       lstmd_stage_backward_weight(model, ws, t0, t1, p->grads[c]);
       break;

@@ -59,10 +59,11 @@ enum msg_role { ACT_IN, ACT_OUT, GRAD_IN, GRAD_OUT };
 size_t pipe_slot_chunk_floats(const struct pipe_engine *p, int r);
 /* Direct: the slice's split-row buffers for chunk k are the slot's message chunks. */
 void pipe_use_message_rows(const struct pipe_engine *p, struct pipe_slot *sl, int k);
-/* Sliced: rows [t0, t1) of slice c's columns between a message buffer and the slice's workspace
- * buffer (to_slice: message → slice); part 0 the H-wide rows, part 1 the r split rows. */
-void pipe_copy_rows(const struct pipe_engine *p, float *msg, int r, int part, float *slice, int c,
-                    int t0, int t1, int to_slice);
+/* Sliced units: slice c's columns of item k's message in this role, copied into the slice's
+ * workspace (ACT_IN, GRAD_IN: before the item) or out of it (ACT_OUT, GRAD_OUT: after it). Does
+ * nothing when direct (the message is the workspace's) or where the stage has no such link. */
+void pipe_slice_message(const struct pipe_engine *p, struct pipe_slot *sl, enum msg_role role,
+                        int c, int k);
 /* Posts unit u's receives into its slot; waits for item (u, k)'s receives in a role, adding the
  * time to out->p2p_wait_s; sends item (u, k)'s message in a role. 0 or p2p's error. */
 int pipe_post_receives(struct pipe_engine *p, int u);

@@ -24,7 +24,7 @@ size_t pipe_slot_chunk_floats(const struct pipe_engine *p, int r) {
  * change what its neighbours receive.
  *   Sliced (n_slices > 1): both parts out of and into the slot's message buffers, K chunks of
  *   [part 0 | part 1], and each slice copies its columns between those and its workspace
- *   (pipe_copy_rows).
+ *   (copy_rows, through pipe_slice_message).
  *   Direct (one slice, whose columns are the unit's): part 0 straight out of or into the
  *   workspace's [T, b, H] buffer at the chunk's rows, part 1 out of or into the slot's buffer,
  *   which the workspace uses in place (lstmd_stage_ws_use_rows). No copy at either end: at the benchmark's shape (H 512, 992
@@ -39,12 +39,32 @@ static int role_rows(const struct pipe_engine *p, enum msg_role role) {
   return role == ACT_IN || role == GRAD_OUT ? p->g.st.rows_in : p->g.st.rows_out;
 }
 
+/* The slot's message buffer of a role. */
+static float *role_message(struct pipe_slot *sl, enum msg_role role) {
+  return role == ACT_IN ? sl->act_in : role == ACT_OUT ? sl->act_out
+       : role == GRAD_IN ? sl->grad_in : sl->grad_out;
+}
+
+/* A workspace's buffers of a role: the [T,b,H] part 0 (*whole) and the one-chunk part 1 (*rows;
+ * model_stage.h). Outputs are only read from them. */
+static void role_buffers(struct lstmd_stage_ws *ws, enum msg_role role, float **whole,
+                         float **rows) {
+  switch (role) {
+    case ACT_IN: *whole = lstmd_stage_ws_input(ws), *rows = lstmd_stage_ws_input_rows(ws); break;
+    case ACT_OUT:
+      *whole = (float *)lstmd_stage_ws_output(ws), *rows = (float *)lstmd_stage_ws_output_rows(ws);
+      break;
+    case GRAD_IN: *whole = lstmd_stage_ws_doutput(ws), *rows = lstmd_stage_ws_doutput_rows(ws); break;
+    default:
+      *whole = (float *)lstmd_stage_ws_dinput(ws), *rows = (float *)lstmd_stage_ws_dinput_rows(ws);
+  }
+}
+
 /* Parts of item k's message in this role for the unit in slot sl: 1 or 2 (see above). */
 static int message_parts(const struct pipe_engine *p, struct pipe_slot *sl, enum msg_role role,
                          int k, struct msg_part part[2]) {
   const int r = role_rows(p, role);
-  float *msg = role == ACT_IN ? sl->act_in : role == ACT_OUT ? sl->act_out
-             : role == GRAD_IN ? sl->grad_in : sl->grad_out;
+  float *msg = role_message(sl, role);
   const size_t cells = (size_t)p->g.Tc * p->g.b;
   if (!p->direct) {
     float *at = msg + k * chunk_floats(p, r);
@@ -52,10 +72,8 @@ static int message_parts(const struct pipe_engine *p, struct pipe_slot *sl, enum
     part[1] = (struct msg_part){at + cells * p->g.H, cells * r};
     return r ? 2 : 1;
   }
-  struct lstmd_stage_ws *ws = sl->ws[0];
-  float *whole = role == ACT_IN ? lstmd_stage_ws_input(ws)
-               : role == ACT_OUT ? (float *)lstmd_stage_ws_output(ws)
-               : role == GRAD_IN ? lstmd_stage_ws_doutput(ws) : (float *)lstmd_stage_ws_dinput(ws);
+  float *whole, *rows;
+  role_buffers(sl->ws[0], role, &whole, &rows);
   part[0] = (struct msg_part){whole + k * cells * p->g.H, cells * p->g.H};
   if (!r) return 1;
   part[1] = (struct msg_part){msg + k * cells * r, cells * r};
@@ -82,7 +100,7 @@ void pipe_use_message_rows(const struct pipe_engine *p, struct pipe_slot *sl, in
  * Chunk k of the message is Tc·b·(H + r) floats: part 0, [Tc, b, H] (w = H; the slice's buffer
  * is [T, cb, H]), then part 1, [Tc, b, r] (w = r; the slice's buffer holds the one chunk,
  * [Tc, cb, r], model_stage.h). */
-void pipe_copy_rows(const struct pipe_engine *p, float *msg, int r, int part, float *slice,
+static void copy_rows(const struct pipe_engine *p, float *msg, int r, int part, float *slice,
                       int c, int t0, int t1, int to_slice) {
   const size_t w = part ? (size_t)r : (size_t)p->g.H, row = (size_t)p->cb[c] * w;
   const size_t Tc = (size_t)p->g.Tc, b = (size_t)p->g.b;
@@ -93,6 +111,18 @@ void pipe_copy_rows(const struct pipe_engine *p, float *msg, int r, int part, fl
     if (to_slice) memcpy(sl, u, row * sizeof(float));
     else memcpy(u, sl, row * sizeof(float));
   }
+}
+
+void pipe_slice_message(const struct pipe_engine *p, struct pipe_slot *sl, enum msg_role role,
+                        int c, int k) {
+  const int below = role == ACT_IN || role == GRAD_OUT;
+  if (p->direct || (below ? p->g.st.first : p->g.st.last)) return; /* direct: nothing to copy */
+  const int r = role_rows(p, role), to_slice = role == ACT_IN || role == GRAD_IN;
+  const int t0 = k * p->g.Tc, t1 = t0 + p->g.Tc;
+  float *whole, *rows;
+  role_buffers(sl->ws[c], role, &whole, &rows);
+  copy_rows(p, role_message(sl, role), r, 0, whole, c, t0, t1, to_slice);
+  if (r) copy_rows(p, role_message(sl, role), r, 1, rows, c, t0, t1, to_slice);
 }
 
 /* Posts item (u, k)'s message in this role, its receives (ACT_IN, GRAD_IN) or its sends, into
